@@ -1,0 +1,245 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/cairnmq/cairn/transport"
+	"github.com/cairnmq/cairn/transport/clientpb"
+)
+
+// Admin runs administrative calls against a cluster, trying each address in
+// turn until a node answers.
+type Admin struct {
+	addrs []string
+	conns []*grpc.ClientConn
+}
+
+// NewAdmin prepares admin calls to the nodes at addrs; it connects lazily.
+func NewAdmin(addrs []string) (*Admin, error) {
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("%w: no server address", ErrUnavailable)
+	}
+	a := &Admin{addrs: addrs}
+	for _, addr := range addrs {
+		cc, err := grpcDial(addr)
+		if err != nil {
+			a.Close()
+			return nil, fmt.Errorf("server address %q: %w", addr, err)
+		}
+		a.conns = append(a.conns, cc)
+	}
+	return a, nil
+}
+
+// Close releases the admin's connections.
+func (a *Admin) Close() error {
+	for _, cc := range a.conns {
+		cc.Close()
+	}
+	return nil
+}
+
+// call runs fn against each node until one answers; only a node that cannot
+// be reached makes it try the next.
+func (a *Admin) call(ctx context.Context, fn func(clientpb.ClientServiceClient) error) error {
+	var errs []string
+	for i, cc := range a.conns {
+		err := fn(clientpb.NewClientServiceClient(cc))
+		if err == nil {
+			return nil
+		}
+		if transport.ServerAnswered(err) || ctx.Err() != nil {
+			return transport.FromStatus(err)
+		}
+		errs = append(errs, fmt.Sprintf("%s: %v", a.addrs[i], transport.FromStatus(err)))
+	}
+	return fmt.Errorf("%w: no server answered (%s)", ErrUnavailable, strings.Join(errs, "; "))
+}
+
+// QueueOptions are the settings of a new queue; zero values take the
+// server's defaults.
+type QueueOptions struct {
+	// Members is the number of members (default: one per live node).
+	Members int
+	// Replicas is the replication factor (default: 3, or fewer nodes).
+	Replicas int
+	// TTL is the default time to live of its messages (0: forever).
+	TTL time.Duration
+	// MaxBytes bounds the message bytes the queue holds (0: unlimited).
+	MaxBytes int64
+}
+
+// QueueInfo describes a queue and what it holds; its JSON form is the one
+// `cairn queue show --json` prints.
+type QueueInfo struct {
+	Name string `json:"name"`
+	// Pending messages wait for a consumer; Delivered ones wait for an ack.
+	Pending   uint64       `json:"pending"`
+	Delivered uint64       `json:"delivered"`
+	Members   []MemberInfo `json:"members"`
+	Replicas  int          `json:"replicas"`
+	TTLMillis int64        `json:"ttl_ms"`
+	MaxBytes  int64        `json:"max_bytes"`
+}
+
+// MemberInfo describes one member of a queue.
+type MemberInfo struct {
+	Name      string   `json:"name"`
+	Host      string   `json:"host"`
+	Pending   uint64   `json:"pending"`
+	Delivered uint64   `json:"delivered"`
+	Consumers int      `json:"consumers"`
+	Bytes     int64    `json:"bytes"`
+	Replicas  []string `json:"replicas"`
+}
+
+func queueInfo(d *clientpb.DestinationInfo) QueueInfo {
+	q := QueueInfo{Name: d.Name, Pending: d.Pending, Delivered: d.Delivered, Replicas: int(d.Replicas), TTLMillis: d.TtlMs, MaxBytes: d.MaxBytes, Members: []MemberInfo{}}
+	for _, m := range d.Members {
+		q.Members = append(q.Members, MemberInfo{Name: m.Name, Host: m.Host, Pending: m.Pending, Delivered: m.Delivered, Consumers: int(m.Consumers), Bytes: m.Bytes, Replicas: m.Replicas})
+	}
+	return q
+}
+
+// CreateQueue creates a queue.
+func (a *Admin) CreateQueue(ctx context.Context, name string, o QueueOptions) (QueueInfo, error) {
+	if o.Members < 0 || o.Replicas < 0 || o.TTL < 0 || o.MaxBytes < 0 {
+		return QueueInfo{}, fmt.Errorf("%w: members, replicas, ttl and max size must not be negative", ErrInvalidArgument)
+	}
+	var info QueueInfo
+	err := a.call(ctx, func(api clientpb.ClientServiceClient) error {
+		d, err := api.CreateDestination(ctx, &clientpb.CreateDestinationRequest{
+			Name: name, Kind: clientpb.DestinationKind_DESTINATION_KIND_QUEUE, Members: uint32(o.Members),
+			Replicas: uint32(o.Replicas), TtlMs: o.TTL.Milliseconds(), MaxBytes: o.MaxBytes,
+		})
+		if err == nil {
+			info = queueInfo(d)
+		}
+		return err
+	})
+	return info, err
+}
+
+// ShowQueue reports a queue's counts, in total and per member.
+func (a *Admin) ShowQueue(ctx context.Context, name string) (QueueInfo, error) {
+	var info QueueInfo
+	err := a.call(ctx, func(api clientpb.ClientServiceClient) error {
+		d, err := api.ShowDestination(ctx, &clientpb.ShowDestinationRequest{Name: name})
+		if err == nil {
+			info = queueInfo(d)
+		}
+		return err
+	})
+	return info, err
+}
+
+// ListQueues lists every queue with its counts.
+func (a *Admin) ListQueues(ctx context.Context) ([]QueueInfo, error) {
+	var out []QueueInfo
+	err := a.call(ctx, func(api clientpb.ClientServiceClient) error {
+		resp, err := api.ListDestinations(ctx, &clientpb.ListDestinationsRequest{})
+		if err != nil {
+			return err
+		}
+		out = make([]QueueInfo, 0, len(resp.Destinations))
+		for _, d := range resp.Destinations {
+			out = append(out, queueInfo(d))
+		}
+		return nil
+	})
+	return out, err
+}
+
+// PurgeQueue removes every pending message of a queue (or of one member,
+// NAME#I); delivered messages stay with their sessions. It returns how many
+// were removed.
+func (a *Admin) PurgeQueue(ctx context.Context, name string) (uint64, error) {
+	var n uint64
+	err := a.call(ctx, func(api clientpb.ClientServiceClient) error {
+		resp, err := api.PurgeDestination(ctx, &clientpb.PurgeDestinationRequest{Name: name})
+		if err == nil {
+			n = resp.Purged
+		}
+		return err
+	})
+	return n, err
+}
+
+// DeleteQueue deletes a queue and every message in it.
+func (a *Admin) DeleteQueue(ctx context.Context, name string) error {
+	return a.call(ctx, func(api clientpb.ClientServiceClient) error {
+		_, err := api.DeleteDestination(ctx, &clientpb.DeleteDestinationRequest{Name: name})
+		return err
+	})
+}
+
+// ClusterStatus is the cluster as one node sees it; its JSON form is the one
+// `cairn cluster status --json` prints.
+type ClusterStatus struct {
+	AnsweredBy string        `json:"answered_by"`
+	Nodes      []NodeStatus  `json:"nodes"`
+	Groups     []GroupStatus `json:"groups"`
+}
+
+// NodeStatus is one node: where it is, whether gossip holds it alive
+// (alive, suspect, dead, left), and its role in the meta group.
+type NodeStatus struct {
+	ID         string `json:"id"`
+	ClientAddr string `json:"client_addr"`
+	PeerAddr   string `json:"peer_addr"`
+	RaftAddr   string `json:"raft_addr"`
+	GossipAddr string `json:"gossip_addr"`
+	HTTPAddr   string `json:"http_addr"`
+	State      string `json:"state"`
+	MetaRole   string `json:"meta_role"`
+}
+
+// GroupStatus is one Raft group (the meta group or a member) as the
+// answering node's replica sees it.
+type GroupStatus struct {
+	Name         string          `json:"name"`
+	Leader       string          `json:"leader"`
+	CommitIndex  uint64          `json:"commit_index"`
+	AppliedIndex uint64          `json:"applied_index"`
+	Replicas     []ReplicaStatus `json:"replicas"`
+}
+
+// ReplicaStatus is one replica of a group; MatchIndex and Lag are known for
+// the answering node's own replica.
+type ReplicaStatus struct {
+	Node       string `json:"node"`
+	Role       string `json:"role"`
+	MatchIndex uint64 `json:"match_index"`
+	Lag        uint64 `json:"lag"`
+}
+
+// ClusterStatus asks a node for the cluster's status.
+func (a *Admin) ClusterStatus(ctx context.Context) (ClusterStatus, error) {
+	var st ClusterStatus
+	err := a.call(ctx, func(api clientpb.ClientServiceClient) error {
+		resp, err := api.ClusterStatus(ctx, &clientpb.ClusterStatusRequest{})
+		if err != nil {
+			return err
+		}
+		st = ClusterStatus{AnsweredBy: resp.AnsweredBy, Nodes: []NodeStatus{}, Groups: []GroupStatus{}}
+		for _, n := range resp.Nodes {
+			st.Nodes = append(st.Nodes, NodeStatus{ID: n.Id, ClientAddr: n.ClientAddr, PeerAddr: n.PeerAddr, RaftAddr: n.RaftAddr,
+				GossipAddr: n.GossipAddr, HTTPAddr: n.HttpAddr, State: n.State, MetaRole: n.MetaRole})
+		}
+		for _, g := range resp.Groups {
+			gs := GroupStatus{Name: g.Name, Leader: g.Leader, CommitIndex: g.CommitIndex, AppliedIndex: g.AppliedIndex, Replicas: []ReplicaStatus{}}
+			for _, r := range g.Replicas {
+				gs.Replicas = append(gs.Replicas, ReplicaStatus{Node: r.Node, Role: r.Role, MatchIndex: r.MatchIndex, Lag: r.Lag})
+			}
+			st.Groups = append(st.Groups, gs)
+		}
+		return nil
+	})
+	return st, err
+}
+

@@ -1,0 +1,264 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cairnmq/cairn/transport/clientpb"
+)
+
+// Consumer receives messages from one member of a destination.
+type Consumer struct {
+	s        *Session
+	no       uint64
+	dest     string
+	member   string
+	prefetch int
+
+	mu       sync.Mutex
+	buf      []*Message
+	signal   chan struct{}
+	err      error
+	toCredit int
+	listener bool
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+func newConsumer(s *Session, no uint64, dest string, prefetch int) *Consumer {
+	return &Consumer{s: s, no: no, dest: dest, prefetch: prefetch, signal: make(chan struct{}, 1), stop: make(chan struct{})}
+}
+
+// Destination is the address the consumer was created with.
+func (k *Consumer) Destination() string { return k.dest }
+
+// Member is the member the consumer is pinned to.
+func (k *Consumer) Member() string { return k.member }
+
+func (k *Consumer) wake() {
+	select {
+	case k.signal <- struct{}{}:
+	default:
+	}
+}
+
+// deliver buffers messages pushed by the server.
+func (k *Consumer) deliver(ds []*clientpb.Delivery) {
+	stale := 0
+	k.mu.Lock()
+	for _, d := range ds {
+		if k.s.stale(d.Member, d.DeliveryId) {
+			stale++
+			continue
+		}
+		k.buf = append(k.buf, fromDelivery(d, k.s))
+	}
+	k.mu.Unlock()
+	k.credit(stale)
+	k.wake()
+}
+
+// dropStale discards buffered messages that a recover returned.
+func (k *Consumer) dropStale() {
+	k.mu.Lock()
+	kept := k.buf[:0]
+	for _, m := range k.buf {
+		if !k.s.stale(m.Member, m.deliveryID) {
+			kept = append(kept, m)
+		}
+	}
+	dropped := len(k.buf) - len(kept)
+	clear(k.buf[len(kept):])
+	k.buf = kept
+	k.mu.Unlock()
+	k.credit(dropped)
+}
+
+// credit gives the server room for n more messages, a batch at a time.
+func (k *Consumer) credit(n int) {
+	if n == 0 {
+		return
+	}
+	k.mu.Lock()
+	k.toCredit += n
+	send := 0
+	if k.toCredit >= max(1, k.prefetch/4) {
+		send, k.toCredit = k.toCredit, 0
+	}
+	k.mu.Unlock()
+	if send > 0 {
+		_ = k.s.conn.send(&clientpb.ClientFrame{Op: &clientpb.ClientFrame_Credit{Credit: &clientpb.Credit{Consumer: k.no, Messages: uint32(send)}}})
+	}
+}
+
+// fail ends the consumer with err; blocked receives return it.
+func (k *Consumer) fail(err error) {
+	k.mu.Lock()
+	if k.err == nil {
+		k.err = err
+	}
+	k.mu.Unlock()
+	k.wake()
+}
+
+// next hands out the next message. With wait it blocks until one arrives
+// or ctx ends (returning ctx's error); without, it returns nil at once.
+// handout records the message as consumed before anything else can happen.
+func (k *Consumer) next(ctx context.Context, wait bool, record bool) (*Message, error) {
+	for {
+		k.s.handout.RLock()
+		k.mu.Lock()
+		if len(k.buf) > 0 {
+			m := k.buf[0]
+			k.buf[0] = nil
+			k.buf = k.buf[1:]
+			k.mu.Unlock()
+			if record {
+				k.s.consumed(m)
+			}
+			k.s.handout.RUnlock()
+			k.credit(1)
+			return m, nil
+		}
+		err := k.err
+		k.mu.Unlock()
+		k.s.handout.RUnlock()
+		if err != nil {
+			return nil, err
+		}
+		if !wait {
+			return nil, nil
+		}
+		select {
+		case <-k.signal:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (k *Consumer) checkSync() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.listener {
+		return fmt.Errorf("%w: the consumer has a listener; it cannot also receive", ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Receive waits for the next message until ctx ends.
+func (k *Consumer) Receive(ctx context.Context) (*Message, error) {
+	if err := k.checkSync(); err != nil {
+		return nil, err
+	}
+	return k.next(ctx, true, true)
+}
+
+// ReceiveTimeout waits at most d for the next message; it returns nil and
+// no error if none arrived.
+func (k *Consumer) ReceiveTimeout(d time.Duration) (*Message, error) {
+	if err := k.checkSync(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	m, err := k.next(ctx, true, true)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return nil, nil
+	}
+	return m, err
+}
+
+// ReceiveNoWait returns the next message if one is at hand, or nil; it never
+// blocks.
+func (k *Consumer) ReceiveNoWait() (*Message, error) {
+	if err := k.checkSync(); err != nil {
+		return nil, err
+	}
+	return k.next(context.Background(), false, true)
+}
+
+// SetListener has fn called with each message, one at a time per session,
+// until the consumer, its session or its connection closes. In AutoAck and
+// DupsOK modes a message is acknowledged when fn returns.
+func (k *Consumer) SetListener(fn func(*Message)) error {
+	k.mu.Lock()
+	if k.listener {
+		k.mu.Unlock()
+		return fmt.Errorf("%w: the consumer already has a listener", ErrInvalidArgument)
+	}
+	k.listener = true
+	k.done = make(chan struct{})
+	k.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-k.stop
+		cancel()
+	}()
+	go func() {
+		defer close(k.done)
+		for {
+			m, err := k.next(ctx, true, false)
+			if err != nil {
+				return
+			}
+			k.s.listenerMu.Lock()
+			select {
+			case <-k.stop:
+				// Closed while waiting for the session: the message goes
+				// back with the consumer's unconsumed ones.
+				k.mu.Lock()
+				k.buf = append([]*Message{m}, k.buf...)
+				k.mu.Unlock()
+				k.s.listenerMu.Unlock()
+				return
+			default:
+			}
+			fn(m)
+			k.s.consumed(m)
+			k.s.listenerMu.Unlock()
+		}
+	}()
+	return nil
+}
+
+// Close stops the consumer. Messages it prefetched and never handed out
+// return to pending at once; messages it handed out stay the session's until
+// acknowledged or recovered.
+func (k *Consumer) Close() error {
+	k.mu.Lock()
+	if k.err == nil {
+		k.err = ErrClosed
+	}
+	select {
+	case <-k.stop:
+		k.mu.Unlock()
+		return nil
+	default:
+		close(k.stop)
+	}
+	done := k.done
+	k.mu.Unlock()
+	k.wake()
+	if done != nil {
+		<-done
+	}
+	k.mu.Lock()
+	refs := make([]*clientpb.DeliveryRef, len(k.buf))
+	for i, m := range k.buf {
+		refs[i] = m.ref()
+	}
+	k.buf = nil
+	k.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), k.s.conn.opts.RequestTimeout)
+	defer cancel()
+	_, err := k.s.conn.request(ctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_CloseConsumer{CloseConsumer: &clientpb.CloseConsumer{Consumer: k.no, Unconsumed: refs}}})
+	k.s.forgetConsumer(k)
+	if errors.Is(err, ErrClosed) || errors.Is(err, ErrLostServer) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,43 @@
+package client
+
+import (
+	"errors"
+
+	"github.com/cairnmq/cairn/transport"
+)
+
+// Typed errors; every error the library returns for these conditions
+// matches with errors.Is.
+var (
+	// ErrLostServer: the server no longer holds the state a call relied on
+	// (an acknowledge for messages that were released), or the connection to
+	// the server was lost.
+	ErrLostServer = transport.ErrLostServer
+	// ErrDeliveryUnknown: a send may or may not have been enqueued; the
+	// error names the message id and the member.
+	ErrDeliveryUnknown = transport.ErrDeliveryUnknown
+	// ErrUnknownDestination: the destination does not exist and the server
+	// does not create destinations on first use.
+	ErrUnknownDestination = transport.ErrUnknownDestination
+	// ErrDestinationExists: create of a destination that exists.
+	ErrDestinationExists = transport.ErrDestinationExists
+	// ErrInvalidName: a destination name or member address breaks the rules.
+	ErrInvalidName = transport.ErrInvalidName
+	// ErrMessageTooLarge: a message is over the server's maximum size.
+	ErrMessageTooLarge = transport.ErrMessageTooLarge
+	// ErrInvalidArgument: a value is out of range.
+	ErrInvalidArgument = transport.ErrInvalidArgument
+	// ErrMalformed: the server could not make sense of a request.
+	ErrMalformed = transport.ErrMalformed
+	// ErrDestinationFull: the destination holds its maximum size.
+	ErrDestinationFull = transport.ErrDestinationFull
+	// ErrUnavailable: no node could serve the request.
+	ErrUnavailable = transport.ErrUnavailable
+	// ErrClientIDInUse: another connection holds the client id.
+	ErrClientIDInUse = transport.ErrClientIDInUse
+	// ErrDestinationDeleted: the consumer's destination was deleted.
+	ErrDestinationDeleted = transport.ErrDestinationDeleted
+	// ErrClosed: the connection, session, consumer or producer was closed
+	// by the application.
+	ErrClosed = errors.New("cairn: closed")
+)

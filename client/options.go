@@ -1,0 +1,46 @@
+package client
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Options configure a connection.
+type Options struct {
+	// ClientID names the connection; at most one connection per id.
+	ClientID string
+	// Prefetch is how many messages a consumer may hold unconsumed
+	// (default 64).
+	Prefetch int
+	// DialTimeout bounds connecting to one node (default 5 s).
+	DialTimeout time.Duration
+	// RequestTimeout bounds a call that has no context of its own, such as
+	// Message.Ack (default 30 s).
+	RequestTimeout time.Duration
+	// DupsOKBatch is how many DupsOK acknowledgements are sent together
+	// (default 32); they are also sent after DupsOKDelay (default 100 ms).
+	DupsOKBatch int
+	DupsOKDelay time.Duration
+	Logger      *slog.Logger
+}
+
+func (o *Options) setDefaults() {
+	if o.Prefetch <= 0 {
+		o.Prefetch = 64
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = 5 * time.Second
+	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = 30 * time.Second
+	}
+	if o.DupsOKBatch <= 0 {
+		o.DupsOKBatch = 32
+	}
+	if o.DupsOKDelay <= 0 {
+		o.DupsOKDelay = 100 * time.Millisecond
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}

@@ -1,0 +1,114 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/cairnmq/cairn/transport"
+	"github.com/cairnmq/cairn/transport/clientpb"
+)
+
+const defaultPriority = 4
+
+// Producer sends messages to one destination.
+type Producer struct {
+	s        *Session
+	dest     string
+	priority int
+	ttl      time.Duration
+}
+
+// Receipt is what the server answered for one sent message.
+type Receipt struct {
+	ID     string
+	Member string
+	// Duplicate is true when the message's DedupID was already in the
+	// member's window: this copy was dropped and ID is the stored message's.
+	Duplicate bool
+}
+
+// SetPriority sets the priority (0 to 9, default 4) of the messages sent.
+func (p *Producer) SetPriority(priority int) error {
+	if priority < 0 || priority > 9 {
+		return fmt.Errorf("%w: priority %d; priorities go from 0 to 9", ErrInvalidArgument, priority)
+	}
+	p.priority = priority
+	return nil
+}
+
+// SetTimeToLive sets how long sent messages live (0: the destination's
+// default, which is forever unless the destination has a ttl).
+func (p *Producer) SetTimeToLive(d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("%w: negative time to live", ErrInvalidArgument)
+	}
+	p.ttl = d
+	return nil
+}
+
+// NewMessageID returns a fresh message id.
+func NewMessageID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return "ID:" + hex.EncodeToString(b)
+}
+
+// Send sends one message and returns once a quorum of the member's replicas
+// stored it. On ErrDeliveryUnknown the message may or may not have been
+// stored; the error names its id and member.
+func (p *Producer) Send(ctx context.Context, m *Message) (Receipt, error) {
+	rs, err := p.SendBatch(ctx, []*Message{m})
+	if err != nil {
+		return Receipt{}, err
+	}
+	return rs[0], nil
+}
+
+// SendBatch sends messages together to one member, in one commit.
+func (p *Producer) SendBatch(ctx context.Context, ms []*Message) ([]Receipt, error) {
+	if err := p.s.conn.closedErr(); err != nil {
+		return nil, err
+	}
+	req := &clientpb.SendRequest{Destination: p.dest, Messages: make([]*clientpb.Message, len(ms))}
+	for i, m := range ms {
+		if m.ID == "" {
+			m.ID = NewMessageID()
+		}
+		req.Messages[i] = &clientpb.Message{
+			Id: m.ID, Body: m.Body, Properties: m.Properties, DedupId: m.DedupID,
+			Priority: uint32(p.priority), PrioritySet: true, TtlMs: p.ttl.Milliseconds(),
+		}
+	}
+	resp, err := p.s.conn.api.Send(ctx, req)
+	if err != nil {
+		return nil, sendError(err, ms[0].ID)
+	}
+	out := make([]Receipt, len(resp.Results))
+	for i, r := range resp.Results {
+		out[i] = Receipt{ID: r.Id, Member: r.Member, Duplicate: r.Duplicate}
+		ms[i].Member = r.Member
+	}
+	return out, nil
+}
+
+// sendError types a failed send. The server's own answers are typed already;
+// a failure of the call itself is a known non-delivery only when the request
+// never left (the connection could not be made), and unknown otherwise.
+func sendError(err error, id string) error {
+	typed := transport.FromStatus(err)
+	if transport.ServerAnswered(err) {
+		return typed
+	}
+	st, _ := status.FromError(err)
+	if st.Code() == codes.Unavailable && strings.Contains(st.Message(), "while dialing") {
+		return fmt.Errorf("%w: message %s was not sent: %v", ErrUnavailable, id, st.Message())
+	}
+	return fmt.Errorf("%w: message %s may or may not have been enqueued: %v", ErrDeliveryUnknown, id, typed)
+}

@@ -1,0 +1,291 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cairnmq/cairn/transport/clientpb"
+)
+
+// Session is a JMS session: a single ordering and acknowledgement context
+// for its producers and consumers.
+type Session struct {
+	conn *Connection
+	no   uint64
+	mode AckMode
+
+	// handout is held shared while a consumer hands a message to the
+	// application and exclusively by Recover, so no message is handed out
+	// while a recover is under way.
+	handout sync.RWMutex
+	// listenerMu runs the session's listeners one at a time, as JMS does.
+	listenerMu sync.Mutex
+
+	mu        sync.Mutex
+	closed    bool
+	consumers map[uint64]*Consumer
+	// unacked are messages handed out and not yet acknowledged (ClientAck,
+	// IndividualAck).
+	unacked []*Message
+	// dupsOK are acknowledgements not sent yet (DupsOK).
+	dupsOK    []*clientpb.DeliveryRef
+	dupsTimer *time.Timer
+	// firstValid is, per member, the lowest delivery id still the
+	// session's after its last recover; earlier ones were returned.
+	firstValid map[string]uint64
+	// acksInFlight counts automatic acknowledgements not yet answered.
+	acksInFlight sync.WaitGroup
+}
+
+func newSession(c *Connection, no uint64, mode AckMode) *Session {
+	return &Session{conn: c, no: no, mode: mode, consumers: make(map[uint64]*Consumer), firstValid: make(map[string]uint64)}
+}
+
+// Mode is the session's acknowledge mode.
+func (s *Session) Mode() AckMode { return s.mode }
+
+// Producer creates a producer that sends to dest (a name, or NAME#I for
+// member I).
+func (s *Session) Producer(dest string) (*Producer, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	return &Producer{s: s, dest: dest, priority: defaultPriority}, nil
+}
+
+// ConsumerOption sets an option of a new consumer.
+type ConsumerOption func(*consumerOptions)
+
+type consumerOptions struct{ prefetch int }
+
+// WithPrefetch sets how many messages the consumer may hold unconsumed.
+func WithPrefetch(n int) ConsumerOption { return func(o *consumerOptions) { o.prefetch = n } }
+
+// Consumer creates a consumer of dest. A consumer of a plain name is pinned
+// to one member, which Consumer.Member names; NAME#I consumes member I.
+func (s *Session) Consumer(ctx context.Context, dest string, opts ...ConsumerOption) (*Consumer, error) {
+	o := consumerOptions{prefetch: s.conn.opts.Prefetch}
+	for _, f := range opts {
+		f(&o)
+	}
+	c := s.conn
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	c.mu.Lock()
+	c.nextConsumer++
+	k := newConsumer(s, c.nextConsumer, dest, o.prefetch)
+	// Registered before asking, so deliveries that overtake the reply land.
+	c.consumers[k.no] = k
+	c.mu.Unlock()
+	s.consumers[k.no] = k
+	s.mu.Unlock()
+	reply, err := c.request(ctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_CreateConsumer{CreateConsumer: &clientpb.CreateConsumer{
+		Session: s.no, Consumer: k.no, Destination: dest, Prefetch: uint32(o.prefetch),
+	}}})
+	if err != nil {
+		s.forgetConsumer(k)
+		return nil, err
+	}
+	k.member = reply.GetCreateConsumer().Member
+	return k, nil
+}
+
+func (s *Session) forgetConsumer(k *Consumer) {
+	s.mu.Lock()
+	delete(s.consumers, k.no)
+	s.mu.Unlock()
+	s.conn.mu.Lock()
+	delete(s.conn.consumers, k.no)
+	s.conn.mu.Unlock()
+}
+
+// stale reports whether a delivery was returned by a recover of the session.
+func (s *Session) stale(member string, deliveryID uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return deliveryID < s.firstValid[member]
+}
+
+// consumed records a message handed to the application.
+func (s *Session) consumed(m *Message) {
+	switch s.mode {
+	case AutoAck:
+		s.autoAck(m)
+	case DupsOK:
+		s.mu.Lock()
+		s.dupsOK = append(s.dupsOK, m.ref())
+		full := len(s.dupsOK) >= s.conn.opts.DupsOKBatch
+		if !full && s.dupsTimer == nil {
+			s.dupsTimer = time.AfterFunc(s.conn.opts.DupsOKDelay, func() { s.sendDupsOK() })
+		}
+		s.mu.Unlock()
+		if full {
+			s.sendDupsOK()
+		}
+	default:
+		s.mu.Lock()
+		s.unacked = append(s.unacked, m)
+		s.mu.Unlock()
+	}
+}
+
+// autoAck acknowledges one message without waiting: the answer matters only
+// to Close, which waits for it.
+func (s *Session) autoAck(m *Message) {
+	s.sendAcks([]*clientpb.DeliveryRef{m.ref()})
+}
+
+func (s *Session) sendDupsOK() {
+	s.mu.Lock()
+	refs := s.dupsOK
+	s.dupsOK = nil
+	if s.dupsTimer != nil {
+		s.dupsTimer.Stop()
+		s.dupsTimer = nil
+	}
+	s.mu.Unlock()
+	if len(refs) > 0 {
+		s.sendAcks(refs)
+	}
+}
+
+func (s *Session) sendAcks(refs []*clientpb.DeliveryRef) {
+	s.acksInFlight.Add(1)
+	s.conn.requestAsync(&clientpb.ClientFrame{Op: &clientpb.ClientFrame_Acknowledge{Acknowledge: &clientpb.Acknowledge{Session: s.no, Deliveries: refs}}},
+		func(_ *clientpb.Reply, err error) {
+			if err != nil && !errors.Is(err, ErrClosed) {
+				s.conn.opts.Logger.Warn("cairn: automatic acknowledgement failed; the messages will be redelivered", "session", s.no, "messages", len(refs), "err", err)
+			}
+			s.acksInFlight.Done()
+		})
+}
+
+// flushAcks sends the pending DupsOK acknowledgements and waits for every
+// automatic one to be answered.
+func (s *Session) flushAcks(ctx context.Context) error {
+	s.sendDupsOK()
+	done := make(chan struct{})
+	go func() { s.acksInFlight.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("cairn: waiting for acknowledgements to be answered: %w", ctx.Err())
+	}
+}
+
+// ack acknowledges for Message.Ack (m) and Session.Acknowledge (nil: all).
+func (s *Session) ack(ctx context.Context, m *Message) error {
+	var refs []*clientpb.DeliveryRef
+	var acked []*Message
+	s.mu.Lock()
+	switch {
+	case s.mode == ClientAck, s.mode == IndividualAck && m == nil:
+		acked = s.unacked
+		s.unacked = nil
+	case s.mode == IndividualAck:
+		if i := slices.Index(s.unacked, m); i >= 0 {
+			acked = []*Message{m}
+			s.unacked = slices.Delete(s.unacked, i, i+1)
+		}
+	default:
+		s.mu.Unlock()
+		return nil
+	}
+	closed := s.closed
+	s.mu.Unlock()
+	if len(acked) == 0 {
+		return nil
+	}
+	if closed {
+		return ErrClosed
+	}
+	for _, a := range acked {
+		refs = append(refs, a.ref())
+	}
+	_, err := s.conn.request(ctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_Acknowledge{Acknowledge: &clientpb.Acknowledge{Session: s.no, Deliveries: refs}}})
+	if err != nil && !errors.Is(err, ErrLostServer) {
+		// Not answered: the messages stay the session's to acknowledge again.
+		s.mu.Lock()
+		s.unacked = append(acked, s.unacked...)
+		s.mu.Unlock()
+	}
+	return err
+}
+
+// Acknowledge acknowledges every message the session has handed out and not
+// yet acknowledged (ClientAck and IndividualAck modes).
+func (s *Session) Acknowledge(ctx context.Context) error {
+	return s.ack(ctx, nil)
+}
+
+// Recover stops delivery to the session, returns every message it handed
+// out and did not acknowledge to the server, marked redelivered, and
+// restarts delivery: those messages come again, with Redelivered set and
+// their DeliveryCount raised. Messages prefetched but not yet handed out
+// come again too.
+func (s *Session) Recover(ctx context.Context) error {
+	s.handout.Lock()
+	defer s.handout.Unlock()
+	if err := s.flushAcks(ctx); err != nil {
+		return err
+	}
+	reply, err := s.conn.request(ctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_Recover{Recover: &clientpb.RecoverSession{Session: s.no}}})
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	for _, w := range reply.GetRecover().Watermarks {
+		s.firstValid[w.Member] = w.FirstValid
+	}
+	s.unacked = nil
+	consumers := make([]*Consumer, 0, len(s.consumers))
+	for _, k := range s.consumers {
+		consumers = append(consumers, k)
+	}
+	s.mu.Unlock()
+	for _, k := range consumers {
+		k.dropStale()
+	}
+	return nil
+}
+
+// Close closes the session's consumers and ends the session: messages it
+// handed out and did not acknowledge return to pending, marked redelivered.
+func (s *Session) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	consumers := make([]*Consumer, 0, len(s.consumers))
+	for _, k := range s.consumers {
+		consumers = append(consumers, k)
+	}
+	s.mu.Unlock()
+	for _, k := range consumers {
+		_ = k.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.conn.opts.RequestTimeout)
+	defer cancel()
+	err := s.flushAcks(ctx)
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	if _, cerr := s.conn.request(ctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_CloseSession{CloseSession: &clientpb.CloseSession{Session: s.no}}}); cerr != nil && err == nil {
+		err = cerr
+	}
+	s.conn.mu.Lock()
+	delete(s.conn.sessions, s.no)
+	s.conn.mu.Unlock()
+	return err
+}

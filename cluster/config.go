@@ -1,0 +1,116 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/cairnmq/cairn/member"
+)
+
+// Config is everything a node needs; cmd/cairn fills it from flags.
+type Config struct {
+	NodeID  string
+	DataDir string
+
+	// Listen addresses. Port 0 picks a free port (tests).
+	ClientAddr string
+	PeerAddr   string
+	RaftAddr   string
+	GossipAddr string
+	HTTPAddr   string
+	// Advertise is the host other nodes and clients use to reach this one;
+	// empty means the listen host, or this machine's private IP when the
+	// listen host is unspecified.
+	Advertise string
+	// Join lists gossip addresses of nodes to join.
+	Join []string
+	// BootstrapExpect is how many nodes form the first meta group; 0 means
+	// this node waits to be added to an existing cluster.
+	BootstrapExpect int
+
+	// MaxMessageBytes bounds one message (body and properties).
+	MaxMessageBytes int
+	// NoAutoCreate makes sends and consumers of unknown destinations fail
+	// instead of creating them.
+	NoAutoCreate bool
+
+	// Member tuning.
+	Timing            member.Timing
+	SnapshotThreshold uint64
+	ExpiryInterval    time.Duration
+	// Clock is the node's clock; tests move it.
+	Clock func() time.Time
+
+	Logger *slog.Logger
+}
+
+// Defaults for the flags of `cairn server`.
+const (
+	DefaultClientAddr      = ":7650"
+	DefaultPeerAddr        = ":7651"
+	DefaultRaftAddr        = ":7652"
+	DefaultGossipAddr      = ":7653"
+	DefaultHTTPAddr        = ":7654"
+	DefaultMaxMessageBytes = 1 << 20
+	// DefaultReplicas is the replication factor of a destination when the
+	// cluster has enough nodes.
+	DefaultReplicas = 3
+)
+
+// ErrConfig marks a configuration that cannot work.
+var ErrConfig = errors.New("invalid configuration")
+
+func (c *Config) setDefaults() {
+	if c.ClientAddr == "" {
+		c.ClientAddr = DefaultClientAddr
+	}
+	if c.PeerAddr == "" {
+		c.PeerAddr = DefaultPeerAddr
+	}
+	if c.RaftAddr == "" {
+		c.RaftAddr = DefaultRaftAddr
+	}
+	if c.GossipAddr == "" {
+		c.GossipAddr = DefaultGossipAddr
+	}
+	if c.HTTPAddr == "" {
+		c.HTTPAddr = DefaultHTTPAddr
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.Timing == (member.Timing{}) {
+		c.Timing = member.DefaultTiming
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.NodeID == "":
+		return fmt.Errorf("%w: --node-id is empty", ErrConfig)
+	case c.DataDir == "":
+		return fmt.Errorf("%w: --data-dir is empty", ErrConfig)
+	case c.BootstrapExpect < 0:
+		return fmt.Errorf("%w: --bootstrap-expect %d is negative", ErrConfig, c.BootstrapExpect)
+	case c.MaxMessageBytes < 0:
+		return fmt.Errorf("%w: --max-message-bytes %d is negative", ErrConfig, c.MaxMessageBytes)
+	}
+	for _, a := range []struct{ flag, addr string }{
+		{"--client-addr", c.ClientAddr}, {"--peer-addr", c.PeerAddr}, {"--raft-addr", c.RaftAddr},
+		{"--gossip-addr", c.GossipAddr}, {"--http-addr", c.HTTPAddr},
+	} {
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			return fmt.Errorf("%w: %s %q: %v", ErrConfig, a.flag, a.addr, err)
+		}
+	}
+	return nil
+}

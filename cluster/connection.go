@@ -1,0 +1,568 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cairnmq/cairn/fsm"
+	"github.com/cairnmq/cairn/fsm/fsmpb"
+	"github.com/cairnmq/cairn/member"
+	"github.com/cairnmq/cairn/transport"
+	"github.com/cairnmq/cairn/transport/clientpb"
+)
+
+// Consumer prefetch bounds: 0 asks for the default.
+const (
+	DefaultPrefetch = 64
+	MaxPrefetch     = 10_000
+	// helloTimeout bounds the wait for a new connection's first frame.
+	helloTimeout = 10 * time.Second
+	// releaseTimeout bounds the release of a dropped connection's sessions.
+	releaseTimeout = 10 * time.Second
+)
+
+// connections is the front-end's registry of client connections.
+type connections struct {
+	n         *Node
+	mu        sync.Mutex
+	byID      map[string]*connection
+	clientIDs map[string]*connection
+	ending    sync.WaitGroup
+}
+
+func newConnections(n *Node) *connections {
+	return &connections{n: n, byID: make(map[string]*connection), clientIDs: make(map[string]*connection)}
+}
+
+// connection is one client connection (a Connect stream): its sessions and
+// consumers, and the outbox its replies and deliveries are written from.
+type connection struct {
+	n      *Node
+	id     string
+	ctx    context.Context
+	cancel context.CancelFunc
+	out    *outbox
+
+	mu        sync.Mutex
+	clientID  string
+	sessions  map[uint64]*session
+	consumers map[uint64]*consumer
+	closed    bool
+}
+
+type session struct {
+	no   uint64
+	id   string
+	mode clientpb.AckMode
+	// members are the replicas the session is open on, by member address.
+	members   map[string]*member.Replica
+	consumers map[uint64]*consumer
+}
+
+type consumer struct {
+	no      uint64
+	id      string
+	session *session
+	member  string
+	replica *member.Replica
+	closed  bool
+}
+
+// serve runs one Connect stream until it ends, then releases everything the
+// connection held: its unacknowledged messages return to pending, marked
+// redelivered.
+func (cs *connections) serve(stream clientpb.ClientService_ConnectServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	c := &connection{
+		n: cs.n, id: cs.n.cfg.NodeID + "-" + newID(6), ctx: ctx, cancel: cancel,
+		out:      newOutbox(),
+		sessions: make(map[uint64]*session), consumers: make(map[uint64]*consumer),
+	}
+	cs.mu.Lock()
+	select {
+	case <-cs.n.stopped:
+		cs.mu.Unlock()
+		cancel()
+		return transport.Status(fmt.Errorf("%w: node %s is shutting down", transport.ErrUnavailable, cs.n.cfg.NodeID))
+	default:
+	}
+	cs.byID[c.id] = c
+	cs.ending.Add(1)
+	cs.mu.Unlock()
+	defer cs.end(c)
+
+	writeErr := make(chan error, 1)
+	go func() { writeErr <- c.out.run(ctx, stream) }()
+
+	if err := c.hello(stream); err != nil {
+		return transport.Status(err)
+	}
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			f, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			c.handle(f)
+		}
+	}()
+	select {
+	case <-recvErr:
+		return nil
+	case err := <-writeErr:
+		return err
+	case <-ctx.Done():
+		return transport.Status(fmt.Errorf("%w: connection closed by node %s", transport.ErrUnavailable, cs.n.cfg.NodeID))
+	}
+}
+
+func (c *connection) hello(stream clientpb.ClientService_ConnectServer) error {
+	type recv struct {
+		f   *clientpb.ClientFrame
+		err error
+	}
+	ch := make(chan recv, 1)
+	go func() { f, err := stream.Recv(); ch <- recv{f, err} }()
+	var f *clientpb.ClientFrame
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return r.err
+		}
+		f = r.f
+	case <-time.After(helloTimeout):
+		return fmt.Errorf("%w: no Hello within %v", transport.ErrMalformed, helloTimeout)
+	}
+	h := f.GetHello()
+	if h == nil {
+		return fmt.Errorf("%w: the first frame of a connection must be Hello", transport.ErrMalformed)
+	}
+	if h.ClientId != "" {
+		cs := c.n.conns
+		cs.mu.Lock()
+		_, taken := cs.clientIDs[h.ClientId]
+		if !taken {
+			cs.clientIDs[h.ClientId] = c
+			c.clientID = h.ClientId
+		}
+		cs.mu.Unlock()
+		if taken {
+			c.reply(f.RequestId, fmt.Errorf("%w: client id %q is used by another connection", transport.ErrClientIDInUse, h.ClientId), nil)
+			return fmt.Errorf("%w: %q", transport.ErrClientIDInUse, h.ClientId)
+		}
+	}
+	c.reply(f.RequestId, nil, &clientpb.Reply{Result: &clientpb.Reply_Hello{Hello: &clientpb.HelloResult{ConnectionId: c.id, NodeId: c.n.cfg.NodeID}}})
+	return nil
+}
+
+// end detaches the connection's consumers and releases its sessions.
+func (cs *connections) end(c *connection) {
+	defer cs.ending.Done()
+	c.cancel()
+	c.mu.Lock()
+	c.closed = true
+	sessions := make([]*session, 0, len(c.sessions))
+	for _, s := range c.sessions {
+		sessions = append(sessions, s)
+	}
+	for _, k := range c.consumers {
+		k.closed = true
+		k.replica.RemoveConsumer(k.id)
+	}
+	c.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	for _, s := range sessions {
+		for name, r := range s.members {
+			if err := r.Release(ctx, s.id); err != nil {
+				// The member's new host sweeps the session once this node's
+				// run is over; until then the messages wait.
+				cs.n.log.Warn("releasing the session of a closed connection", "session", s.id, "member", name, "err", err)
+			}
+		}
+	}
+	cs.mu.Lock()
+	delete(cs.byID, c.id)
+	if c.clientID != "" && cs.clientIDs[c.clientID] == c {
+		delete(cs.clientIDs, c.clientID)
+	}
+	cs.mu.Unlock()
+}
+
+// closeAll ends every connection and waits, up to timeout, for their sessions
+// to be released.
+func (cs *connections) closeAll(timeout time.Duration) {
+	cs.mu.Lock()
+	for _, c := range cs.byID {
+		c.cancel()
+	}
+	cs.mu.Unlock()
+	done := make(chan struct{})
+	go func() { cs.ending.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		cs.n.log.Warn("some connections did not finish releasing their sessions before shutdown")
+	}
+}
+
+// memberGone tells the consumers pinned to a member that it is gone.
+func (cs *connections) memberGone(name string, err error) {
+	cs.mu.Lock()
+	conns := make([]*connection, 0, len(cs.byID))
+	for _, c := range cs.byID {
+		conns = append(conns, c)
+	}
+	cs.mu.Unlock()
+	for _, c := range conns {
+		c.mu.Lock()
+		for _, k := range c.consumers {
+			if k.member == name && !k.closed {
+				k.closed = true
+				c.out.push(&clientpb.ServerFrame{Frame: &clientpb.ServerFrame_ConsumerClosed{ConsumerClosed: &clientpb.ConsumerClosed{Consumer: k.no, Error: transport.ToProto(err)}}})
+			}
+		}
+		c.mu.Unlock()
+	}
+}
+
+func (c *connection) reply(requestID uint64, err error, r *clientpb.Reply) {
+	if requestID == 0 {
+		return
+	}
+	if r == nil {
+		r = &clientpb.Reply{}
+	}
+	r.RequestId = requestID
+	r.Error = transport.ToProto(wireError(err))
+	c.out.push(&clientpb.ServerFrame{Frame: &clientpb.ServerFrame_Reply{Reply: r}})
+}
+
+// handle serves one frame. It never blocks on Raft: commands are submitted
+// in arrival order, so one session's acks and recovers apply in the order
+// sent, and replies go out when they are applied; work that must wait (a
+// consumer's creation) runs on its own goroutine.
+func (c *connection) handle(f *clientpb.ClientFrame) {
+	switch op := f.Op.(type) {
+	case *clientpb.ClientFrame_OpenSession:
+		c.reply(f.RequestId, c.openSession(op.OpenSession), nil)
+	case *clientpb.ClientFrame_CloseSession:
+		c.closeSession(f.RequestId, op.CloseSession.Session)
+	case *clientpb.ClientFrame_CreateConsumer:
+		go c.createConsumer(f.RequestId, op.CreateConsumer)
+	case *clientpb.ClientFrame_CloseConsumer:
+		c.closeConsumer(f.RequestId, op.CloseConsumer)
+	case *clientpb.ClientFrame_Credit:
+		c.credit(op.Credit)
+	case *clientpb.ClientFrame_Acknowledge:
+		c.acknowledge(f.RequestId, op.Acknowledge)
+	case *clientpb.ClientFrame_Recover:
+		c.recover(f.RequestId, op.Recover.Session)
+	case *clientpb.ClientFrame_Hello:
+		c.reply(f.RequestId, fmt.Errorf("%w: Hello was already sent", transport.ErrMalformed), nil)
+	default:
+		c.reply(f.RequestId, fmt.Errorf("%w: unknown or empty frame", transport.ErrMalformed), nil)
+	}
+}
+
+func (c *connection) openSession(op *clientpb.OpenSession) error {
+	switch op.AckMode {
+	case clientpb.AckMode_ACK_MODE_AUTO, clientpb.AckMode_ACK_MODE_CLIENT, clientpb.AckMode_ACK_MODE_DUPS_OK, clientpb.AckMode_ACK_MODE_INDIVIDUAL:
+	case clientpb.AckMode_ACK_MODE_TRANSACTED:
+		return fmt.Errorf("%w: transacted sessions are not supported by this server version", transport.ErrInvalidArgument)
+	default:
+		return fmt.Errorf("%w: acknowledge mode %v", transport.ErrMalformed, op.AckMode)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.sessions[op.Session]; ok {
+		return fmt.Errorf("%w: session %d is already open", transport.ErrMalformed, op.Session)
+	}
+	c.sessions[op.Session] = &session{
+		no: op.Session, id: fmt.Sprintf("%s/s%d", c.id, op.Session), mode: op.AckMode,
+		members: make(map[string]*member.Replica), consumers: make(map[uint64]*consumer),
+	}
+	return nil
+}
+
+func (c *connection) session(no uint64) (*session, error) {
+	s, ok := c.sessions[no]
+	if !ok {
+		return nil, fmt.Errorf("%w: session %d is not open on this connection", transport.ErrUnknownSession, no)
+	}
+	return s, nil
+}
+
+// fanout runs one command per member and replies once all are applied.
+type fanout struct {
+	mu      sync.Mutex
+	pending int
+	err     error
+	done    func(err error)
+}
+
+func newFanout(n int, done func(error)) *fanout {
+	f := &fanout{pending: n, done: done}
+	if n == 0 {
+		done(nil)
+	}
+	return f
+}
+
+func (f *fanout) finish(err error) {
+	f.mu.Lock()
+	if err != nil && f.err == nil {
+		f.err = err
+	}
+	f.pending--
+	last := f.pending == 0
+	f.mu.Unlock()
+	if last {
+		f.done(f.err)
+	}
+}
+
+func (c *connection) closeSession(requestID, no uint64) {
+	c.mu.Lock()
+	s, err := c.session(no)
+	if err != nil {
+		c.mu.Unlock()
+		c.reply(requestID, err, nil)
+		return
+	}
+	delete(c.sessions, no)
+	for _, k := range s.consumers {
+		k.closed = true
+		k.replica.RemoveConsumer(k.id)
+		delete(c.consumers, k.no)
+	}
+	c.mu.Unlock()
+	f := newFanout(len(s.members), func(err error) { c.reply(requestID, err, nil) })
+	for _, r := range s.members {
+		r.Submit(&fsmpb.Release{Session: s.id}, func(res fsm.Result, err error) { f.finish(errors.Join(err, res.Err)) })
+	}
+}
+
+func (c *connection) createConsumer(requestID uint64, op *clientpb.CreateConsumer) {
+	k, err := c.attachConsumer(op)
+	if err != nil {
+		c.reply(requestID, err, nil)
+		return
+	}
+	c.reply(requestID, nil, &clientpb.Reply{Result: &clientpb.Reply_CreateConsumer{CreateConsumer: &clientpb.CreateConsumerResult{Member: k.member}}})
+}
+
+func (c *connection) attachConsumer(op *clientpb.CreateConsumer) (*consumer, error) {
+	prefetch := int(op.Prefetch)
+	switch {
+	case prefetch == 0:
+		prefetch = DefaultPrefetch
+	case prefetch > MaxPrefetch:
+		return nil, fmt.Errorf("%w: prefetch %d is over %d", transport.ErrInvalidArgument, prefetch, MaxPrefetch)
+	}
+	c.mu.Lock()
+	s, err := c.session(op.Session)
+	if err == nil && c.consumers[op.Consumer] != nil {
+		err = fmt.Errorf("%w: consumer %d already exists", transport.ErrMalformed, op.Consumer)
+	}
+	c.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, 30*time.Second)
+	defer cancel()
+	name, err := c.n.pinConsumer(ctx, op.Destination)
+	if err != nil {
+		return nil, err
+	}
+	r, err := c.n.groups.host(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.OpenSession(ctx, s.id, c.n.owner()); err != nil {
+		return nil, wireError(err)
+	}
+	k := &consumer{no: op.Consumer, id: fmt.Sprintf("%s/c%d", c.id, op.Consumer), session: s, member: name, replica: r}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.sessions[op.Session] != s {
+		// The session ended meanwhile; its release covers this member too.
+		s.members[name] = r
+		return nil, fmt.Errorf("%w: session %d closed while its consumer was created", transport.ErrUnknownSession, op.Session)
+	}
+	s.members[name] = r
+	s.consumers[k.no] = k
+	c.consumers[k.no] = k
+	err = r.AddConsumer(&member.Consumer{ID: k.id, Session: s.id, Push: func(ds []fsm.Delivery) bool { return c.push(k, ds) }}, prefetch)
+	if err != nil {
+		delete(s.consumers, k.no)
+		delete(c.consumers, k.no)
+		return nil, err
+	}
+	return k, nil
+}
+
+// push hands committed deliveries to the client; false means the consumer
+// is gone and they go back to pending.
+func (c *connection) push(k *consumer, ds []fsm.Delivery) bool {
+	c.mu.Lock()
+	live := !k.closed && !c.closed
+	c.mu.Unlock()
+	if !live {
+		return false
+	}
+	msgs := make([]*clientpb.Delivery, len(ds))
+	dest, _, _ := fsm.ParseAddress(k.member)
+	for i, d := range ds {
+		m := d.Message
+		msgs[i] = &clientpb.Delivery{
+			Member: k.member, DeliveryId: d.DeliveryID, Id: m.Id, Body: m.Body, Properties: m.Properties,
+			Priority: m.Priority, ExpirationUnixMs: nsToMs(m.Expiration), Redelivered: d.Redelivered,
+			DeliveryCount: d.DeliveryCount, TimestampUnixMs: nsToMs(m.EnqueuedAt), Destination: dest,
+		}
+	}
+	return c.out.push(&clientpb.ServerFrame{Frame: &clientpb.ServerFrame_Deliveries{Deliveries: &clientpb.Deliveries{Consumer: k.no, Messages: msgs}}})
+}
+
+func nsToMs(ns int64) int64 {
+	if ns == 0 {
+		return 0
+	}
+	return ns / 1e6
+}
+
+func (c *connection) closeConsumer(requestID uint64, op *clientpb.CloseConsumer) {
+	c.mu.Lock()
+	k, ok := c.consumers[op.Consumer]
+	if ok {
+		k.closed = true
+		delete(c.consumers, k.no)
+		delete(k.session.consumers, k.no)
+	}
+	c.mu.Unlock()
+	if !ok {
+		c.reply(requestID, fmt.Errorf("%w: consumer %d", transport.ErrUnknownSession, op.Consumer), nil)
+		return
+	}
+	k.replica.RemoveConsumer(k.id)
+	byMember, err := c.groupRefs(k.session, op.Unconsumed)
+	if err != nil {
+		c.reply(requestID, err, nil)
+		return
+	}
+	f := newFanout(len(byMember), func(err error) { c.reply(requestID, err, nil) })
+	for _, g := range byMember {
+		// Deliveries the session no longer holds were released already.
+		g.replica.Submit(&fsmpb.Return{Session: k.session.id, DeliveryIds: g.ids}, func(res fsm.Result, err error) { f.finish(err) })
+	}
+}
+
+func (c *connection) credit(op *clientpb.Credit) {
+	c.mu.Lock()
+	k, ok := c.consumers[op.Consumer]
+	c.mu.Unlock()
+	if ok && op.Messages > 0 {
+		k.replica.Credit(k.id, int(op.Messages))
+	}
+}
+
+// refGroup is the deliveries of one member that a request names.
+type refGroup struct {
+	replica *member.Replica
+	ids     []uint64
+}
+
+// groupRefs groups delivery references by member; every member must be one
+// the session is open on.
+func (c *connection) groupRefs(s *session, refs []*clientpb.DeliveryRef) (map[string]*refGroup, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]*refGroup{}
+	for _, ref := range refs {
+		g := out[ref.Member]
+		if g == nil {
+			r, ok := s.members[ref.Member]
+			if !ok {
+				return nil, fmt.Errorf("%w: session %d holds nothing of member %q", transport.ErrLostServer, s.no, ref.Member)
+			}
+			g = &refGroup{replica: r}
+			out[ref.Member] = g
+		}
+		g.ids = append(g.ids, ref.DeliveryId)
+	}
+	return out, nil
+}
+
+func (c *connection) acknowledge(requestID uint64, op *clientpb.Acknowledge) {
+	c.mu.Lock()
+	s, err := c.session(op.Session)
+	c.mu.Unlock()
+	if err != nil {
+		c.reply(requestID, err, nil)
+		return
+	}
+	byMember, err := c.groupRefs(s, op.Deliveries)
+	if err != nil {
+		c.reply(requestID, err, nil)
+		return
+	}
+	var mu sync.Mutex
+	result := &clientpb.AcknowledgeResult{}
+	f := newFanout(len(byMember), func(err error) {
+		if err == nil && len(result.Rejected) > 0 {
+			err = fmt.Errorf("%w: %d of the acknowledged messages no longer belong to this session (released by a recover, the session's end or a failover); they will be redelivered", transport.ErrLostServer, len(result.Rejected))
+		}
+		c.reply(requestID, err, &clientpb.Reply{Result: &clientpb.Reply_Acknowledge{Acknowledge: result}})
+	})
+	for name, g := range byMember {
+		g.replica.Submit(&fsmpb.Ack{Session: s.id, DeliveryIds: g.ids}, func(res fsm.Result, err error) {
+			if err == nil && errors.Is(res.Err, fsm.ErrUnknownSession) {
+				res.Rejected, res.Err = g.ids, nil
+			}
+			mu.Lock()
+			for _, id := range res.Rejected {
+				result.Rejected = append(result.Rejected, &clientpb.DeliveryRef{Member: name, DeliveryId: id})
+			}
+			mu.Unlock()
+			f.finish(errors.Join(err, res.Err))
+		})
+	}
+}
+
+func (c *connection) recover(requestID, no uint64) {
+	c.mu.Lock()
+	s, err := c.session(no)
+	var members map[string]*member.Replica
+	if err == nil {
+		members = make(map[string]*member.Replica, len(s.members))
+		for name, r := range s.members {
+			members[name] = r
+		}
+	}
+	c.mu.Unlock()
+	if err != nil {
+		c.reply(requestID, err, nil)
+		return
+	}
+	var mu sync.Mutex
+	result := &clientpb.RecoverResult{}
+	f := newFanout(len(members), func(err error) {
+		c.reply(requestID, err, &clientpb.Reply{Result: &clientpb.Reply_Recover{Recover: result}})
+	})
+	for name, r := range members {
+		r.Submit(&fsmpb.Recover{Session: s.id}, func(res fsm.Result, err error) {
+			if err == nil && res.Err == nil {
+				mu.Lock()
+				result.Watermarks = append(result.Watermarks, &clientpb.Watermark{Member: name, FirstValid: res.Watermark})
+				mu.Unlock()
+			}
+			f.finish(errors.Join(err, res.Err))
+		})
+	}
+}

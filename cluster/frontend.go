@@ -1,0 +1,409 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/cairnmq/cairn/destination"
+	"github.com/cairnmq/cairn/fsm"
+	"github.com/cairnmq/cairn/fsm/fsmpb"
+	"github.com/cairnmq/cairn/member"
+	"github.com/cairnmq/cairn/transport"
+	"github.com/cairnmq/cairn/transport/clientpb"
+)
+
+// Send limits.
+const (
+	// MaxSendBatch bounds the messages of one Send request.
+	MaxSendBatch = 1000
+	// MaxIDLength bounds message ids and dedup ids.
+	MaxIDLength = 256
+	// DefaultPriority is JMS's default message priority.
+	DefaultPriority = 4
+)
+
+// wireError maps the errors of the layers below to the typed errors the
+// client API carries, keeping their text.
+func wireError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var target error
+	switch {
+	case errors.Is(err, transport.ErrUnavailable), errors.Is(err, transport.ErrUnknownDestination),
+		errors.Is(err, transport.ErrInvalidName), errors.Is(err, transport.ErrDeliveryUnknown),
+		errors.Is(err, transport.ErrLostServer), errors.Is(err, transport.ErrMalformed),
+		errors.Is(err, transport.ErrInvalidArgument), errors.Is(err, transport.ErrMessageTooLarge),
+		errors.Is(err, transport.ErrDestinationFull), errors.Is(err, transport.ErrDestinationExists),
+		errors.Is(err, transport.ErrClientIDInUse), errors.Is(err, transport.ErrUnknownSession),
+		errors.Is(err, transport.ErrDestinationDeleted),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case errors.Is(err, fsm.ErrInvalidName):
+		target = transport.ErrInvalidName
+	case errors.Is(err, fsm.ErrDestinationExists):
+		target = transport.ErrDestinationExists
+	case errors.Is(err, fsm.ErrUnknownDestination):
+		target = transport.ErrUnknownDestination
+	case errors.Is(err, fsm.ErrMemberFull):
+		target = transport.ErrDestinationFull
+	case errors.Is(err, fsm.ErrInvalidMessage), errors.Is(err, fsm.ErrInvalidSettings), errors.Is(err, fsm.ErrDuplicateMessageID):
+		target = transport.ErrInvalidArgument
+	case errors.Is(err, fsm.ErrMalformed):
+		target = transport.ErrMalformed
+	case errors.Is(err, fsm.ErrUnknownSession), errors.Is(err, fsm.ErrSessionOwned):
+		target = transport.ErrLostServer
+	case errors.Is(err, member.ErrNotLeader), errors.Is(err, member.ErrStopped), errors.Is(err, member.ErrOutcomeUnknown):
+		target = transport.ErrUnavailable
+	default:
+		return err
+	}
+	return fmt.Errorf("%w: %v", target, err)
+}
+
+// createDestination places a new destination's members on the registered,
+// live nodes and commits it in the meta group.
+func (n *Node) createDestination(ctx context.Context, req *clientpb.CreateDestinationRequest) (*fsmpb.Destination, error) {
+	if err := fsm.ValidateName(req.Name); err != nil {
+		return nil, wireError(err)
+	}
+	switch req.Kind {
+	case clientpb.DestinationKind_DESTINATION_KIND_QUEUE, clientpb.DestinationKind_DESTINATION_KIND_UNKNOWN:
+	default:
+		return nil, fmt.Errorf("%w: only queues are supported by this server version", transport.ErrInvalidArgument)
+	}
+	if req.TtlMs < 0 || req.MaxBytes < 0 {
+		return nil, fmt.Errorf("%w: --ttl and --max-size must not be negative", transport.ErrInvalidArgument)
+	}
+	nodes := n.placementNodes()
+	if len(nodes) == 0 {
+		return nil, fmt.Errorf("%w: no registered node is alive to place members on", transport.ErrUnavailable)
+	}
+	members := int(req.Members)
+	if members == 0 {
+		members = len(nodes)
+	}
+	if members > fsm.MaxMembers {
+		return nil, fmt.Errorf("%w: %d members; a destination has at most %d", transport.ErrInvalidArgument, members, fsm.MaxMembers)
+	}
+	replicas := int(req.Replicas)
+	if replicas == 0 {
+		replicas = min(DefaultReplicas, len(nodes))
+	}
+	if replicas > len(nodes) {
+		return nil, fmt.Errorf("%w: a replication factor of %d needs %d live nodes; the cluster has %d", transport.ErrInvalidArgument, replicas, replicas, len(nodes))
+	}
+	var offset int
+	n.meta.read(func(m *fsm.Meta) { offset = len(m.Destinations()) })
+	d := &fsmpb.Destination{
+		Name: req.Name, Kind: fsmpb.DestinationKind_DESTINATION_KIND_QUEUE, Replicas: uint32(replicas),
+		TtlNs: req.TtlMs * int64(time.Millisecond), MaxBytes: req.MaxBytes, CreatedAt: n.cfg.Clock().UnixNano(), Uid: newID(8),
+	}
+	// Preferred hosts go round the nodes, starting at a different node for
+	// each destination, so hosts spread over the cluster.
+	for i := range members {
+		p := &fsmpb.MemberPlacement{Index: uint32(i)}
+		for j := range replicas {
+			p.Replicas = append(p.Replicas, nodes[(offset+i+j)%len(nodes)])
+		}
+		d.Members = append(d.Members, p)
+	}
+	if _, err := n.meta.apply(ctx, &fsmpb.CreateDestination{Destination: d}); err != nil {
+		return nil, wireError(err)
+	}
+	n.groups.poke()
+	n.log.Info("destination created", "name", d.Name, "members", members, "replicas", replicas)
+	// Wait for the members hosted here, so the first send need not.
+	for _, p := range d.Members {
+		if slices.Contains(p.Replicas, n.cfg.NodeID) {
+			if _, err := n.groups.host(ctx, fsm.MemberName(d.Name, p.Index)); err != nil {
+				n.log.Warn("new member has no host yet", "member", fsm.MemberName(d.Name, p.Index), "err", err)
+			}
+		}
+	}
+	return d, nil
+}
+
+// placementNodes lists the registered nodes that gossip holds alive.
+func (n *Node) placementNodes() []string {
+	alive := map[string]bool{}
+	for _, m := range n.gossip.members() {
+		alive[m.ID] = m.State == "alive"
+	}
+	var out []string
+	n.meta.read(func(m *fsm.Meta) {
+		for _, nd := range m.Nodes() {
+			if alive[nd.Id] {
+				out = append(out, nd.Id)
+			}
+		}
+	})
+	return out
+}
+
+// resolve finds a destination, creating it on first use unless the node runs
+// with --no-auto-create.
+func (n *Node) resolve(ctx context.Context, name string) (*fsmpb.Destination, error) {
+	if d, ok := n.meta.destination(name); ok {
+		return d, nil
+	}
+	if n.cfg.NoAutoCreate {
+		return nil, fmt.Errorf("%w: %q does not exist and this node does not create destinations on first use (--no-auto-create); create it with: cairn queue create %s", transport.ErrUnknownDestination, name, name)
+	}
+	d, err := n.createDestination(ctx, &clientpb.CreateDestinationRequest{Name: name})
+	if errors.Is(err, transport.ErrDestinationExists) {
+		if d, ok := n.meta.destination(name); ok {
+			return d, nil
+		}
+	}
+	return d, err
+}
+
+// memberOf resolves an address (NAME or NAME#I) to its destination and, for
+// NAME#I, the member index (-1 for a plain name).
+func (n *Node) memberOf(ctx context.Context, addr string, create bool) (*fsmpb.Destination, int, error) {
+	name, idx, err := fsm.ParseAddress(addr)
+	if err != nil {
+		return nil, 0, wireError(err)
+	}
+	var d *fsmpb.Destination
+	if create {
+		d, err = n.resolve(ctx, name)
+	} else if dd, ok := n.meta.destination(name); ok {
+		d = dd
+	} else {
+		err = fmt.Errorf("%w: %q", transport.ErrUnknownDestination, name)
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	if idx >= len(d.Members) {
+		return nil, 0, fmt.Errorf("%w: %s has %d members (%s to %s); %s does not exist", transport.ErrUnknownDestination,
+			name, len(d.Members), fsm.MemberName(name, 0), fsm.MemberName(name, uint32(len(d.Members)-1)), addr)
+	}
+	return d, idx, nil
+}
+
+var rotation atomic.Uint64
+
+// candidates describes a destination's members for the router.
+func (n *Node) candidates(d *fsmpb.Destination) []destination.Candidate {
+	out := make([]destination.Candidate, len(d.Members))
+	for i := range d.Members {
+		c := destination.Candidate{Index: i}
+		if r, ok := n.groups.replica(fsm.MemberName(d.Name, uint32(i))); ok {
+			st := r.Stats()
+			c.Local, c.Pending, c.Consumers = r.Leading(), st.Pending, r.Consumers()
+			// A member hosted elsewhere is reached through its host; until
+			// then only the members this node hosts are available.
+			c.Available = c.Local
+		}
+		out[i] = c
+	}
+	return out
+}
+
+// route chooses the member for a send or a consumer.
+func (n *Node) route(d *fsmpb.Destination, idx int, choose func([]destination.Candidate, uint64) (int, bool)) (string, error) {
+	if idx >= 0 {
+		return fsm.MemberName(d.Name, uint32(idx)), nil
+	}
+	cands := n.candidates(d)
+	i, ok := choose(cands, rotation.Add(1))
+	if !ok {
+		// None is ready yet; take one this node replicates and wait for it.
+		for _, c := range cands {
+			if _, local := n.groups.replica(fsm.MemberName(d.Name, uint32(c.Index))); local {
+				return fsm.MemberName(d.Name, uint32(c.Index)), nil
+			}
+		}
+		return "", fmt.Errorf("%w: no member of %s is hosted on this node", transport.ErrUnavailable, d.Name)
+	}
+	return fsm.MemberName(d.Name, uint32(i)), nil
+}
+
+// pinConsumer chooses the member a new consumer of addr is pinned to.
+func (n *Node) pinConsumer(ctx context.Context, addr string) (string, error) {
+	d, idx, err := n.memberOf(ctx, addr, true)
+	if err != nil {
+		return "", err
+	}
+	return n.route(d, idx, destination.ForConsumer)
+}
+
+func (n *Node) validateSend(req *clientpb.SendRequest) error {
+	if len(req.Messages) == 0 {
+		return fmt.Errorf("%w: a send carries at least one message", transport.ErrMalformed)
+	}
+	if len(req.Messages) > MaxSendBatch {
+		return fmt.Errorf("%w: %d messages in one send; at most %d", transport.ErrMalformed, len(req.Messages), MaxSendBatch)
+	}
+	for i, m := range req.Messages {
+		if m == nil {
+			return fmt.Errorf("%w: message %d is empty", transport.ErrMalformed, i)
+		}
+		size := len(m.Body)
+		for k, v := range m.Properties {
+			if k == "" {
+				return fmt.Errorf("%w: message %d has a property with an empty name", transport.ErrInvalidArgument, i)
+			}
+			size += len(k) + len(v)
+		}
+		switch {
+		case size > n.cfg.MaxMessageBytes:
+			return fmt.Errorf("%w: message %d is %d bytes with its properties; this node accepts at most %d (--max-message-bytes)", transport.ErrMessageTooLarge, i, size, n.cfg.MaxMessageBytes)
+		case m.Priority > fsm.MaxPriority:
+			return fmt.Errorf("%w: message %d has priority %d; priorities go from 0 to %d", transport.ErrInvalidArgument, i, m.Priority, fsm.MaxPriority)
+		case m.TtlMs < 0 || m.ExpirationUnixMs < 0:
+			return fmt.Errorf("%w: message %d has a negative time to live or expiration", transport.ErrInvalidArgument, i)
+		case len(m.Id) > MaxIDLength || len(m.DedupId) > MaxIDLength:
+			return fmt.Errorf("%w: message %d has an id or dedup id over %d bytes", transport.ErrInvalidArgument, i, MaxIDLength)
+		}
+	}
+	return nil
+}
+
+// send enqueues a request's messages on one member and waits for the commit.
+func (n *Node) send(ctx context.Context, req *clientpb.SendRequest) (*clientpb.SendResponse, error) {
+	if err := n.validateSend(req); err != nil {
+		return nil, err
+	}
+	d, idx, err := n.memberOf(ctx, req.Destination, true)
+	if err != nil {
+		return nil, err
+	}
+	name, err := n.route(d, idx, destination.ForSend)
+	if err != nil {
+		return nil, err
+	}
+	r, err := n.groups.host(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	now := n.cfg.Clock()
+	msgs := make([]*fsmpb.Message, len(req.Messages))
+	for i, m := range req.Messages {
+		fm := &fsmpb.Message{Id: m.Id, Body: m.Body, Properties: m.Properties, Priority: DefaultPriority, DedupId: m.DedupId}
+		if fm.Id == "" {
+			fm.Id = "ID:" + newID(16)
+		}
+		if m.PrioritySet {
+			fm.Priority = m.Priority
+		}
+		switch {
+		case m.ExpirationUnixMs > 0:
+			fm.Expiration = m.ExpirationUnixMs * int64(time.Millisecond)
+		case m.TtlMs > 0:
+			fm.Expiration = now.Add(time.Duration(m.TtlMs) * time.Millisecond).UnixNano()
+		case d.TtlNs > 0:
+			fm.Expiration = now.Add(time.Duration(d.TtlNs)).UnixNano()
+		}
+		msgs[i] = fm
+	}
+	enq, err := r.Enqueue(ctx, msgs)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, member.ErrOutcomeUnknown) {
+			return nil, fmt.Errorf("%w: message %s on member %s may or may not have been enqueued (%v); it was not resent", transport.ErrDeliveryUnknown, msgs[0].Id, name, err)
+		}
+		return nil, wireError(err)
+	}
+	resp := &clientpb.SendResponse{Results: make([]*clientpb.SendResult, len(enq))}
+	for i, e := range enq {
+		resp.Results[i] = &clientpb.SendResult{Id: e.ID, Member: name, Duplicate: e.Duplicate}
+	}
+	return resp, nil
+}
+
+// destinationInfo reports a destination's counts, per member and in total.
+func (n *Node) destinationInfo(d *fsmpb.Destination) *clientpb.DestinationInfo {
+	info := &clientpb.DestinationInfo{
+		Name: d.Name, Kind: clientpb.DestinationKind(d.Kind), Replicas: d.Replicas,
+		TtlMs: d.TtlNs / int64(time.Millisecond), MaxBytes: d.MaxBytes,
+	}
+	for _, p := range d.Members {
+		mi := &clientpb.MemberInfo{Name: fsm.MemberName(d.Name, p.Index), Replicas: p.Replicas}
+		if r, ok := n.groups.replica(mi.Name); ok {
+			st := r.Stats()
+			_, leader := r.Raft().LeaderWithID()
+			mi.Host, mi.Pending, mi.Delivered, mi.Bytes = string(leader), uint64(st.Pending), uint64(st.Delivered), st.Bytes
+			mi.Consumers = uint32(r.Consumers())
+		}
+		info.Pending += mi.Pending
+		info.Delivered += mi.Delivered
+		info.Members = append(info.Members, mi)
+	}
+	return info
+}
+
+func (n *Node) purge(ctx context.Context, addr string) (uint64, error) {
+	d, idx, err := n.memberOf(ctx, addr, false)
+	if err != nil {
+		return 0, err
+	}
+	var total uint64
+	for _, p := range d.Members {
+		if idx >= 0 && int(p.Index) != idx {
+			continue
+		}
+		r, err := n.groups.host(ctx, fsm.MemberName(d.Name, p.Index))
+		if err != nil {
+			return total, err
+		}
+		removed, err := r.Purge(ctx)
+		if err != nil {
+			return total, wireError(err)
+		}
+		total += uint64(removed)
+	}
+	return total, nil
+}
+
+func (n *Node) deleteDestination(ctx context.Context, name string) error {
+	if err := fsm.ValidateName(name); err != nil {
+		return wireError(err)
+	}
+	if _, err := n.meta.apply(ctx, &fsmpb.DeleteDestination{Name: name}); err != nil {
+		return wireError(err)
+	}
+	n.groups.poke()
+	n.log.Info("destination deleted", "name", name)
+	return nil
+}
+
+func (n *Node) clusterStatus() *clientpb.ClusterStatusResponse {
+	resp := &clientpb.ClusterStatusResponse{AnsweredBy: n.cfg.NodeID}
+	states := map[string]gossipMember{}
+	for _, m := range n.gossip.members() {
+		states[m.ID] = m
+	}
+	seen := map[string]bool{}
+	n.meta.read(func(m *fsm.Meta) {
+		for _, nd := range m.Nodes() {
+			st := states[nd.Id].State
+			if st == "" {
+				st = "dead"
+			}
+			resp.Nodes = append(resp.Nodes, &clientpb.NodeStatus{Id: nd.Id, ClientAddr: nd.ClientAddr, PeerAddr: nd.PeerAddr,
+				RaftAddr: nd.RaftAddr, GossipAddr: nd.GossipAddr, HttpAddr: nd.HttpAddr, State: st, MetaRole: n.meta.role(nd.Id)})
+			seen[nd.Id] = true
+		}
+	})
+	for id, gm := range states {
+		if !seen[id] {
+			resp.Nodes = append(resp.Nodes, &clientpb.NodeStatus{Id: id, ClientAddr: gm.Meta.Client, PeerAddr: gm.Meta.Peer, RaftAddr: gm.Meta.Raft,
+				GossipAddr: gm.Addr, HttpAddr: gm.Meta.HTTP, State: gm.State, MetaRole: n.meta.role(id)})
+		}
+	}
+	slices.SortFunc(resp.Nodes, func(a, b *clientpb.NodeStatus) int { return strings.Compare(a.Id, b.Id) })
+	resp.Groups = append(resp.Groups, groupStatus(metaGroupID, n.cfg.NodeID, n.meta.group.Raft))
+	for _, r := range n.groups.all() {
+		resp.Groups = append(resp.Groups, groupStatus(r.Name(), n.cfg.NodeID, r.Raft()))
+	}
+	slices.SortFunc(resp.Groups[1:], func(a, b *clientpb.GroupStatus) int { return strings.Compare(a.Name, b.Name) })
+	return resp
+}

@@ -1,0 +1,218 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	sockaddr "github.com/hashicorp/go-sockaddr"
+	"github.com/hashicorp/memberlist"
+)
+
+// nodeMeta is what a node gossips about itself: the run it is (boot) and
+// where to reach it. It must stay under memberlist's 512-byte limit.
+type nodeMeta struct {
+	Boot   string `json:"b"`
+	Client string `json:"c"`
+	Peer   string `json:"p"`
+	Raft   string `json:"r"`
+	HTTP   string `json:"h"`
+}
+
+// gossip is the node's membership: memberlist's view of which nodes are
+// alive. It is a hint for routing and for releasing the sessions of dead
+// front-ends, never a decision to change a Raft configuration.
+type gossip struct {
+	n    *Node
+	ml   *memberlist.Memberlist
+	meta []byte
+
+	mu     sync.Mutex
+	states map[string]string
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+func privateIP() (string, error) {
+	ip, err := sockaddr.GetPrivateIP()
+	if err != nil {
+		return "", fmt.Errorf("finding this machine's private IP to advertise: %w (set --advertise)", err)
+	}
+	if ip == "" {
+		return "127.0.0.1", nil
+	}
+	return ip, nil
+}
+
+func startGossip(n *Node, advertiseHost string) (*gossip, error) {
+	g := &gossip{n: n, states: make(map[string]string), stop: make(chan struct{}), done: make(chan struct{})}
+	meta, err := json.Marshal(nodeMeta{Boot: n.boot, Client: n.addrs.Client, Peer: n.addrs.Peer, Raft: n.addrs.Raft, HTTP: n.addrs.HTTP})
+	if err != nil {
+		return nil, err
+	}
+	if len(meta) > memberlist.MetaMaxSize {
+		return nil, fmt.Errorf("%w: node addresses too long to gossip (%d bytes, at most %d)", ErrConfig, len(meta), memberlist.MetaMaxSize)
+	}
+	g.meta = meta
+
+	host, portStr, err := net.SplitHostPort(n.cfg.GossipAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--gossip-addr %q: %w", n.cfg.GossipAddr, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return nil, fmt.Errorf("--gossip-addr %q: bad port", n.cfg.GossipAddr)
+	}
+	advIP, err := resolveIP(advertiseHost)
+	if err != nil {
+		return nil, err
+	}
+	conf := memberlist.DefaultLANConfig()
+	conf.Name = n.cfg.NodeID
+	if host == "" {
+		host = "0.0.0.0"
+	}
+	conf.BindAddr, conf.BindPort = host, port
+	conf.AdvertiseAddr, conf.AdvertisePort = advIP, port
+	conf.Delegate = g
+	conf.Events = g
+	conf.Logger = slog.NewLogLogger(n.log.With("lib", "memberlist").Handler(), slog.LevelDebug)
+	ml, err := memberlist.Create(conf)
+	if err != nil {
+		return nil, fmt.Errorf("--gossip-addr %s: %w", n.cfg.GossipAddr, err)
+	}
+	g.ml = ml
+	go g.joinLoop(n.cfg.Join)
+	return g, nil
+}
+
+func resolveIP(host string) (string, error) {
+	if ip := net.ParseIP(host); ip != nil {
+		return ip.String(), nil
+	}
+	ips, err := net.LookupIP(host)
+	if err != nil || len(ips) == 0 {
+		return "", fmt.Errorf("--advertise %q does not resolve to an IP: %v", host, err)
+	}
+	return ips[0].String(), nil
+}
+
+// joinLoop joins the listed nodes, retrying until one answers: at start the
+// others may not be up yet.
+func (g *gossip) joinLoop(addrs []string) {
+	defer close(g.done)
+	if len(addrs) == 0 {
+		return
+	}
+	for attempt := 0; ; attempt++ {
+		n, err := g.ml.Join(addrs)
+		if err == nil && n > 0 {
+			g.n.log.Info("joined the gossip pool", "contacted", n)
+			return
+		}
+		if attempt%10 == 0 {
+			g.n.log.Warn("cannot reach the nodes to join yet; retrying", "join", addrs, "err", err)
+		}
+		select {
+		case <-g.stop:
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (g *gossip) addr() string {
+	a := g.ml.LocalNode()
+	return net.JoinHostPort(a.Addr.String(), strconv.Itoa(int(a.Port)))
+}
+
+// member is a gossip member as the status shows it.
+type gossipMember struct {
+	ID    string
+	State string
+	Meta  nodeMeta
+	Addr  string
+}
+
+// members lists every node gossip knows of, with its state.
+func (g *gossip) members() []gossipMember {
+	var out []gossipMember
+	seen := map[string]bool{}
+	for _, m := range g.ml.Members() {
+		var meta nodeMeta
+		_ = json.Unmarshal(m.Meta, &meta)
+		state := "alive"
+		if m.State == memberlist.StateSuspect {
+			state = "suspect"
+		}
+		out = append(out, gossipMember{ID: m.Name, State: state, Meta: meta, Addr: net.JoinHostPort(m.Addr.String(), strconv.Itoa(int(m.Port)))})
+		seen[m.Name] = true
+	}
+	g.mu.Lock()
+	for id, st := range g.states {
+		if !seen[id] {
+			out = append(out, gossipMember{ID: id, State: st})
+		}
+	}
+	g.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func (g *gossip) aliveWithBoot(id, boot string) bool {
+	for _, m := range g.ml.Members() {
+		if m.Name != id {
+			continue
+		}
+		var meta nodeMeta
+		return json.Unmarshal(m.Meta, &meta) == nil && meta.Boot == boot
+	}
+	return false
+}
+
+// aliveCount counts the nodes gossip holds alive or suspect.
+func (g *gossip) aliveCount() int { return g.ml.NumMembers() }
+
+func (g *gossip) leave(timeout time.Duration) {
+	if err := g.ml.Leave(timeout); err != nil {
+		g.n.log.Warn("leaving the gossip pool", "err", err)
+	}
+}
+
+func (g *gossip) shutdown() {
+	close(g.stop)
+	<-g.done
+	_ = g.ml.Shutdown()
+}
+
+// memberlist.Delegate
+
+func (g *gossip) NodeMeta(limit int) []byte               { return g.meta }
+func (g *gossip) NotifyMsg([]byte)                        {}
+func (g *gossip) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (g *gossip) LocalState(join bool) []byte             { return nil }
+func (g *gossip) MergeRemoteState(buf []byte, join bool)  {}
+
+// memberlist.EventDelegate
+
+func (g *gossip) NotifyJoin(m *memberlist.Node)   { g.setState(m.Name, "alive") }
+func (g *gossip) NotifyUpdate(m *memberlist.Node) { g.setState(m.Name, "alive") }
+func (g *gossip) NotifyLeave(m *memberlist.Node) {
+	state := "dead"
+	if m.State == memberlist.StateLeft {
+		state = "left"
+	}
+	g.setState(m.Name, state)
+}
+
+func (g *gossip) setState(id, state string) {
+	g.mu.Lock()
+	g.states[id] = state
+	g.mu.Unlock()
+	g.n.membershipChanged()
+}

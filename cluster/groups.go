@@ -1,0 +1,264 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/cairnmq/cairn/fsm"
+	"github.com/cairnmq/cairn/fsm/fsmpb"
+	"github.com/cairnmq/cairn/member"
+	"github.com/cairnmq/cairn/transport"
+)
+
+// groups runs the member replicas that the meta group places on this node:
+// it opens the ones placed here and destroys the ones whose destination was
+// deleted.
+type groups struct {
+	n    *Node
+	kick chan struct{}
+
+	mu sync.RWMutex
+	// byGroup is keyed by Raft group id, byName by member address.
+	byGroup map[string]*member.Replica
+	byName  map[string]*member.Replica
+}
+
+func newGroups(n *Node) *groups {
+	return &groups{n: n, kick: n.groupsKick, byGroup: make(map[string]*member.Replica), byName: make(map[string]*member.Replica)}
+}
+
+func (gs *groups) poke() {
+	select {
+	case gs.kick <- struct{}{}:
+	default:
+	}
+}
+
+// groupID names a member's Raft group. The destination's uid keeps a group
+// of a deleted destination apart from one of a new destination of the same name.
+func groupID(d *fsmpb.Destination, index uint32) string {
+	return fsm.MemberName(d.Name, index) + "@" + d.Uid
+}
+
+func (gs *groups) run() {
+	defer gs.n.bg.Done()
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-gs.n.stopped:
+			return
+		case <-gs.kick:
+		case <-t.C:
+		}
+		gs.reconcile()
+		gs.sweepSessions()
+	}
+}
+
+type placed struct {
+	dest  *fsmpb.Destination
+	place *fsmpb.MemberPlacement
+}
+
+func (gs *groups) reconcile() {
+	want := map[string]placed{}
+	var nodes map[string]*fsmpb.Node
+	gs.n.meta.read(func(m *fsm.Meta) {
+		for _, d := range m.Destinations() {
+			for _, p := range d.Members {
+				if slices.Contains(p.Replicas, gs.n.cfg.NodeID) {
+					want[groupID(d, p.Index)] = placed{d, p}
+				}
+			}
+		}
+		nodes = map[string]*fsmpb.Node{}
+		for _, nd := range m.Nodes() {
+			nodes[nd.Id] = nd
+		}
+	})
+
+	gs.mu.Lock()
+	var gone []*member.Replica
+	for id, r := range gs.byGroup {
+		if _, ok := want[id]; !ok {
+			gone = append(gone, r)
+			delete(gs.byGroup, id)
+			delete(gs.byName, r.Name())
+		}
+	}
+	gs.mu.Unlock()
+	for _, r := range gone {
+		gs.n.conns.memberGone(r.Name(), fmt.Errorf("%w: member %s was deleted", transport.ErrDestinationDeleted, r.Name()))
+		gs.n.log.Info("destroying member replica of a deleted destination", "member", r.Name())
+		if err := r.Destroy(); err != nil {
+			gs.n.log.Warn("destroying member replica", "member", r.Name(), "err", err)
+		}
+	}
+
+	for id, p := range want {
+		gs.mu.RLock()
+		_, open := gs.byGroup[id]
+		gs.mu.RUnlock()
+		if open {
+			continue
+		}
+		r, err := gs.open(id, p, nodes)
+		if err != nil {
+			gs.n.log.Warn("cannot open member replica yet", "group", id, "err", err)
+			continue
+		}
+		gs.mu.Lock()
+		gs.byGroup[id] = r
+		gs.byName[r.Name()] = r
+		gs.mu.Unlock()
+	}
+}
+
+func (gs *groups) open(id string, p placed, nodes map[string]*fsmpb.Node) (*member.Replica, error) {
+	var peers []raft.Server
+	for _, nid := range p.place.Replicas {
+		nd, ok := nodes[nid]
+		if !ok {
+			return nil, fmt.Errorf("replica node %s is not registered", nid)
+		}
+		peers = append(peers, raft.Server{ID: raft.ServerID(nid), Address: raft.ServerAddress(nd.RaftAddr)})
+	}
+	layer, err := gs.n.mux.Layer(id)
+	if err != nil {
+		return nil, err
+	}
+	cfg := gs.n.replicaConfig()
+	cfg.Name = fsm.MemberName(p.dest.Name, p.place.Index)
+	cfg.GroupID = id
+	cfg.Dir = filepath.Join(gs.n.cfg.DataDir, "members", id)
+	cfg.Stream = layer
+	cfg.Peers = peers
+	cfg.Settings = memberSettings(p.dest)
+	r, err := member.Open(cfg)
+	if err != nil {
+		layer.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// memberSettings splits the destination's limits among its members.
+func memberSettings(d *fsmpb.Destination) *fsmpb.MemberSettings {
+	s := fsm.DefaultSettings()
+	if d.MaxBytes > 0 {
+		n := int64(len(d.Members))
+		s.MaxBytes = (d.MaxBytes + n - 1) / n
+	}
+	return s
+}
+
+// sweepSessions lets each hosted member release the sessions of front-ends
+// that gossip no longer holds alive.
+func (gs *groups) sweepSessions() {
+	for _, r := range gs.all() {
+		if !r.Leading() {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := r.SweepSessions(ctx); err != nil {
+			gs.n.log.Warn("releasing sessions of dead front-ends", "member", r.Name(), "err", err)
+		}
+		cancel()
+	}
+}
+
+func (gs *groups) all() []*member.Replica {
+	gs.mu.RLock()
+	defer gs.mu.RUnlock()
+	out := make([]*member.Replica, 0, len(gs.byName))
+	for _, r := range gs.byName {
+		out = append(out, r)
+	}
+	return out
+}
+
+// replica returns this node's replica of a member, if it has one.
+func (gs *groups) replica(name string) (*member.Replica, bool) {
+	gs.mu.RLock()
+	defer gs.mu.RUnlock()
+	r, ok := gs.byName[name]
+	return r, ok
+}
+
+// host returns the replica of a member that serves as its host, waiting
+// up to ctx for a takeover in progress.
+func (gs *groups) host(ctx context.Context, name string) (*member.Replica, error) {
+	deadline := time.Now().Add(hostWait)
+	for {
+		r, ok := gs.replica(name)
+		if !ok {
+			// The meta group may have just placed it; the reconciler opens it.
+			gs.poke()
+		} else {
+			wctx, cancel := context.WithDeadline(ctx, deadline)
+			err := r.WaitLeading(wctx)
+			cancel()
+			if err == nil {
+				return r, nil
+			}
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+		}
+		if time.Now().After(deadline) {
+			if !ok {
+				return nil, fmt.Errorf("%w: member %s has no replica on this node", transport.ErrUnavailable, name)
+			}
+			_, leader := r.Raft().LeaderWithID()
+			return nil, fmt.Errorf("%w: member %s has no host here (its group's leader is %q)", transport.ErrUnavailable, name, leader)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// hostWait bounds how long a request waits for a member to get a host: an
+// election plus the takeover, with room to spare.
+const hostWait = 5 * time.Second
+
+// ready reports whether every replica placed here has a leader.
+func (gs *groups) ready() error {
+	for _, r := range gs.all() {
+		if _, id := r.Raft().LeaderWithID(); id == "" {
+			return fmt.Errorf("member %s has no leader yet", r.Name())
+		}
+	}
+	return nil
+}
+
+func (gs *groups) closeAll() {
+	gs.mu.Lock()
+	rs := make([]*member.Replica, 0, len(gs.byName))
+	for _, r := range gs.byName {
+		rs = append(rs, r)
+	}
+	gs.byGroup, gs.byName = map[string]*member.Replica{}, map[string]*member.Replica{}
+	gs.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, r := range rs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := r.Close(); err != nil && !errors.Is(err, raft.ErrRaftShutdown) {
+				gs.n.log.Warn("closing member replica", "member", r.Name(), "err", err)
+			}
+		}()
+	}
+	wg.Wait()
+}

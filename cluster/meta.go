@@ -1,0 +1,275 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cairnmq/cairn/fsm"
+	"github.com/cairnmq/cairn/fsm/fsmpb"
+	"github.com/cairnmq/cairn/member"
+	"github.com/cairnmq/cairn/transport"
+)
+
+// metaGroupID names the meta group on the shared Raft port.
+const metaGroupID = "meta"
+
+// metaGroup is this node's replica of the meta group.
+type metaGroup struct {
+	n     *Node
+	group *member.Group
+	fsm   *metaFSM
+	kick  chan struct{}
+}
+
+// metaFSM adapts the pure meta state machine to hashicorp/raft.
+type metaFSM struct {
+	mu      sync.RWMutex
+	m       *fsm.Meta
+	changed func()
+	corrupt func(error)
+}
+
+func (a *metaFSM) Apply(l *raft.Log) interface{} {
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	a.mu.Lock()
+	res, err := a.m.Apply(l.Index, l.Data)
+	a.mu.Unlock()
+	if err != nil {
+		a.corrupt(fmt.Errorf("meta entry %d: %w", l.Index, err))
+		return nil
+	}
+	a.changed()
+	return res
+}
+
+func (a *metaFSM) Snapshot() (raft.FSMSnapshot, error) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	var buf bytes.Buffer
+	if err := a.m.WriteSnapshot(&buf); err != nil {
+		return nil, err
+	}
+	return metaSnapshot(buf.Bytes()), nil
+}
+
+func (a *metaFSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	m, err := fsm.RestoreMeta(rc)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.m = m
+	a.mu.Unlock()
+	a.changed()
+	return nil
+}
+
+func (a *metaFSM) read(fn func(m *fsm.Meta)) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	fn(a.m)
+}
+
+type metaSnapshot []byte
+
+func (s metaSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(s); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (metaSnapshot) Release() {}
+
+func openMeta(n *Node) (*metaGroup, error) {
+	mg := &metaGroup{n: n, kick: n.metaKick}
+	mg.fsm = &metaFSM{
+		m:       fsm.NewMeta(),
+		changed: func() { mg.poke(); n.groups.poke() },
+		corrupt: func(err error) {
+			n.log.Error("meta log entry cannot be applied; stopping to avoid diverging from the other nodes", "err", err)
+			panic(err)
+		},
+	}
+	layer, err := n.mux.Layer(metaGroupID)
+	if err != nil {
+		return nil, err
+	}
+	var peers []raft.Server
+	if n.cfg.BootstrapExpect == 1 {
+		peers = []raft.Server{{ID: raft.ServerID(n.cfg.NodeID), Address: raft.ServerAddress(n.addrs.Raft)}}
+	}
+	g, err := member.OpenRaft(member.RaftConfig{
+		Group: metaGroupID, NodeID: n.cfg.NodeID, Dir: filepath.Join(n.cfg.DataDir, "meta"),
+		Stream: layer, Peers: peers, Timing: n.cfg.Timing, Logger: n.log,
+	}, mg.fsm)
+	if err != nil {
+		return nil, err
+	}
+	mg.group = g
+	return mg, nil
+}
+
+func (mg *metaGroup) poke() {
+	select {
+	case mg.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run keeps the registry current while this node leads the meta group:
+// every node that gossip holds alive is registered with its addresses.
+func (mg *metaGroup) run() {
+	defer mg.n.bg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-mg.n.stopped:
+			return
+		case <-mg.kick:
+		case <-t.C:
+		case <-mg.group.Raft.LeaderCh():
+		}
+		if mg.group.Raft.State() == raft.Leader {
+			if err := mg.registerNodes(); err != nil {
+				mg.n.log.Warn("registering nodes in the meta group", "err", err)
+			}
+		}
+	}
+}
+
+func (mg *metaGroup) registerNodes() error {
+	for _, gm := range mg.n.gossip.members() {
+		if gm.State != "alive" || gm.Meta.Raft == "" {
+			continue
+		}
+		want := &fsmpb.Node{Id: gm.ID, ClientAddr: gm.Meta.Client, PeerAddr: gm.Meta.Peer, RaftAddr: gm.Meta.Raft, GossipAddr: gm.Addr, HttpAddr: gm.Meta.HTTP}
+		var have *fsmpb.Node
+		mg.fsm.read(func(m *fsm.Meta) { have, _ = m.Node(gm.ID) })
+		if proto.Equal(have, want) {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := mg.apply(ctx, &fsmpb.RegisterNode{Node: want})
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// apply proposes one meta command on the leader and returns its result.
+func (mg *metaGroup) apply(ctx context.Context, body proto.Message) (fsm.Result, error) {
+	if mg.group.Raft.State() != raft.Leader {
+		return fsm.Result{}, fmt.Errorf("%w: this node does not lead the meta group (leader: %s)", transport.ErrUnavailable, mg.leaderID())
+	}
+	data, err := fsm.Encode(fsm.MustCommand(body))
+	if err != nil {
+		return fsm.Result{}, err
+	}
+	timeout := 10 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	f := mg.group.Raft.Apply(data, timeout)
+	if err := f.Error(); err != nil {
+		return fsm.Result{}, fmt.Errorf("%w: meta group: %v", transport.ErrUnavailable, err)
+	}
+	res, _ := f.Response().([]fsm.Result)
+	if len(res) != 1 {
+		return fsm.Result{}, errors.New("meta group: no result for the command")
+	}
+	return res[0], res[0].Err
+}
+
+func (mg *metaGroup) leaderID() string {
+	_, id := mg.group.Raft.LeaderWithID()
+	if id == "" {
+		return "none"
+	}
+	return string(id)
+}
+
+// ready reports whether the meta group has a leader, this node is in its
+// configuration and registered, and this replica has applied what it knows.
+func (mg *metaGroup) ready() error {
+	r := mg.group.Raft
+	if _, id := r.LeaderWithID(); id == "" {
+		return errors.New("the meta group has no leader yet")
+	}
+	var registered bool
+	mg.fsm.read(func(m *fsm.Meta) { _, registered = m.Node(mg.n.cfg.NodeID) })
+	if !registered {
+		return errors.New("this node is not registered in the meta group yet")
+	}
+	if r.AppliedIndex() < r.CommitIndex() {
+		return fmt.Errorf("the meta group is catching up (applied %d of %d)", r.AppliedIndex(), r.CommitIndex())
+	}
+	return nil
+}
+
+func (mg *metaGroup) read(fn func(m *fsm.Meta)) { mg.fsm.read(fn) }
+
+// destination returns a destination's definition.
+func (mg *metaGroup) destination(name string) (d *fsmpb.Destination, ok bool) {
+	mg.read(func(m *fsm.Meta) { d, ok = m.Destination(name) })
+	return d, ok
+}
+
+// role is this node's role in the meta group, as the status shows it.
+func (mg *metaGroup) role(nodeID string) string {
+	r := mg.group.Raft
+	if nodeID == mg.n.cfg.NodeID {
+		return roleName(r.State())
+	}
+	_, leader := r.LeaderWithID()
+	if string(leader) == nodeID {
+		return "leader"
+	}
+	f := r.GetConfiguration()
+	if f.Error() != nil {
+		return "unknown"
+	}
+	i := slices.IndexFunc(f.Configuration().Servers, func(s raft.Server) bool { return string(s.ID) == nodeID })
+	switch {
+	case i < 0:
+		return "none"
+	case f.Configuration().Servers[i].Suffrage == raft.Nonvoter:
+		return "nonvoter"
+	}
+	return "follower"
+}
+
+func roleName(s raft.RaftState) string {
+	switch s {
+	case raft.Leader:
+		return "leader"
+	case raft.Follower:
+		return "follower"
+	case raft.Candidate:
+		return "candidate"
+	}
+	return "none"
+}
+
+func (mg *metaGroup) close() {
+	if err := mg.group.Close(); err != nil {
+		mg.n.log.Warn("closing the meta group", "err", err)
+	}
+}

@@ -1,0 +1,344 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/cairnmq/cairn/fsm"
+	"github.com/cairnmq/cairn/fsm/fsmpb"
+	"github.com/cairnmq/cairn/member"
+	"github.com/cairnmq/cairn/transport/clientpb"
+	"github.com/cairnmq/cairn/transport/raftmux"
+)
+
+// Node is one `cairn server`: its listeners, the meta group, the member
+// replicas placed on it, and the front-end that serves clients.
+type Node struct {
+	cfg Config
+	log *slog.Logger
+	// boot identifies this run of the node; sessions opened here are owned
+	// by id/boot, so a restarted node's old sessions are known dead.
+	boot string
+
+	addrs Addresses
+
+	lnClient, lnPeer, lnRaft, lnHTTP net.Listener
+	mux                              *raftmux.Mux
+	gossip                           *gossip
+	meta                             *metaGroup
+	groups                           *groups
+
+	grpcClient, grpcPeer *grpc.Server
+	health               *health.Server
+	httpSrv              *http.Server
+
+	conns *connections
+	// metaKick and groupsKick wake the meta registrar and the groups'
+	// reconciler; they exist before gossip starts calling back.
+	metaKick, groupsKick chan struct{}
+
+	stopOnce sync.Once
+	stopped  chan struct{}
+	bg       sync.WaitGroup
+}
+
+// Addresses are the addresses a node is reached at.
+type Addresses struct {
+	Client, Peer, Raft, Gossip, HTTP string
+}
+
+// Start opens the data directory, binds every listener, and starts the
+// node. It returns once the node serves; Ready tells when it has joined.
+func Start(cfg Config) (_ *Node, err error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := claimDataDir(cfg.DataDir, cfg.NodeID); err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, boot: newID(8), stopped: make(chan struct{}), metaKick: make(chan struct{}, 1), groupsKick: make(chan struct{}, 1)}
+	n.log = cfg.Logger.With("node", cfg.NodeID)
+	defer func() {
+		if err != nil {
+			n.closeListeners()
+		}
+	}()
+	listen := func(flag, addr string) (net.Listener, error) {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w (is another cairn server running? pick another port with %s)", flag, addr, err, flag)
+		}
+		return ln, nil
+	}
+	if n.lnClient, err = listen("--client-addr", cfg.ClientAddr); err != nil {
+		return nil, err
+	}
+	if n.lnPeer, err = listen("--peer-addr", cfg.PeerAddr); err != nil {
+		return nil, err
+	}
+	if n.lnRaft, err = listen("--raft-addr", cfg.RaftAddr); err != nil {
+		return nil, err
+	}
+	if n.lnHTTP, err = listen("--http-addr", cfg.HTTPAddr); err != nil {
+		return nil, err
+	}
+	host, err := advertiseHost(cfg)
+	if err != nil {
+		return nil, err
+	}
+	n.addrs = Addresses{
+		Client: joinHostPort(host, n.lnClient.Addr()),
+		Peer:   joinHostPort(host, n.lnPeer.Addr()),
+		Raft:   joinHostPort(host, n.lnRaft.Addr()),
+		HTTP:   joinHostPort(host, n.lnHTTP.Addr()),
+	}
+	raftAdv, err := net.ResolveTCPAddr("tcp", n.addrs.Raft)
+	if err != nil {
+		return nil, fmt.Errorf("advertised raft address %s: %w", n.addrs.Raft, err)
+	}
+	n.mux = raftmux.New(n.lnRaft, raftAdv, nil, n.log)
+
+	if n.gossip, err = startGossip(n, host); err != nil {
+		return nil, err
+	}
+	n.addrs.Gossip = n.gossip.addr()
+	n.conns = newConnections(n)
+	n.groups = newGroups(n)
+	if n.meta, err = openMeta(n); err != nil {
+		n.gossip.shutdown()
+		return nil, err
+	}
+	n.startServers()
+	n.bg.Add(3)
+	go n.meta.run()
+	go n.groups.run()
+	go n.watchReady()
+	n.log.Info("cairn node started", "client", n.addrs.Client, "peer", n.addrs.Peer, "raft", n.addrs.Raft,
+		"gossip", n.addrs.Gossip, "http", n.addrs.HTTP, "data", cfg.DataDir)
+	return n, nil
+}
+
+// claimDataDir creates the data directory and records which node owns it,
+// so one started by mistake with another --node-id is refused.
+func claimDataDir(dir, nodeID string) error {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("--data-dir %s: %w", dir, err)
+	}
+	path := filepath.Join(dir, "node-id")
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return os.WriteFile(path, []byte(nodeID+"\n"), 0o640)
+	case err != nil:
+		return fmt.Errorf("--data-dir %s: %w", dir, err)
+	}
+	if owner := strings.TrimSpace(string(b)); owner != nodeID {
+		return fmt.Errorf("%w: --data-dir %s belongs to node %q, not %q; use that --node-id or another directory", ErrConfig, dir, owner, nodeID)
+	}
+	return nil
+}
+
+func advertiseHost(cfg Config) (string, error) {
+	if cfg.Advertise != "" {
+		return cfg.Advertise, nil
+	}
+	host, _, _ := net.SplitHostPort(cfg.ClientAddr)
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return host, nil
+	}
+	return privateIP()
+}
+
+func joinHostPort(host string, a net.Addr) string {
+	return net.JoinHostPort(host, fmt.Sprint(a.(*net.TCPAddr).Port))
+}
+
+func newID(bytes int) string {
+	b := make([]byte, bytes)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func (n *Node) startServers() {
+	// Room for the largest message plus its envelope; a larger request is
+	// refused by gRPC itself, which the client reports as too large.
+	maxRecv := n.cfg.MaxMessageBytes + 1<<20
+	n.health = health.NewServer()
+	n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	n.health.SetServingStatus(clientpb.ClientService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+
+	n.grpcClient = grpc.NewServer(grpc.MaxRecvMsgSize(maxRecv), grpc.MaxSendMsgSize(maxRecv))
+	clientpb.RegisterClientServiceServer(n.grpcClient, &clientService{n: n})
+	healthpb.RegisterHealthServer(n.grpcClient, n.health)
+	reflection.Register(n.grpcClient)
+
+	n.grpcPeer = grpc.NewServer(grpc.MaxRecvMsgSize(maxRecv), grpc.MaxSendMsgSize(maxRecv))
+	healthpb.RegisterHealthServer(n.grpcPeer, n.health)
+	reflection.Register(n.grpcPeer)
+
+	n.httpSrv = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+	serve := func(what string, f func() error) {
+		n.bg.Add(1)
+		go func() {
+			defer n.bg.Done()
+			if err := f(); err != nil && !errors.Is(err, grpc.ErrServerStopped) && !errors.Is(err, http.ErrServerClosed) {
+				n.log.Error(what+" server stopped", "err", err)
+			}
+		}()
+	}
+	serve("client gRPC", func() error { return n.grpcClient.Serve(n.lnClient) })
+	serve("peer gRPC", func() error { return n.grpcPeer.Serve(n.lnPeer) })
+	serve("HTTP", func() error { return n.httpSrv.Serve(n.lnHTTP) })
+}
+
+// ID is the node's id.
+func (n *Node) ID() string { return n.cfg.NodeID }
+
+// Addrs are the node's advertised addresses.
+func (n *Node) Addrs() Addresses { return n.addrs }
+
+// owner is the session owner tag of this run of the node.
+func (n *Node) owner() string { return n.cfg.NodeID + "/" + n.boot }
+
+// ownerLive reports whether the node run that owns a session is alive.
+func (n *Node) ownerLive(owner string) bool {
+	if owner == n.owner() {
+		return true
+	}
+	id, boot, _ := strings.Cut(owner, "/")
+	return n.gossip.aliveWithBoot(id, boot)
+}
+
+// Ready reports whether the node has joined the meta group, is registered
+// in it, and every member replica placed on it has a leader.
+func (n *Node) Ready() error {
+	if err := n.meta.ready(); err != nil {
+		return err
+	}
+	return n.groups.ready()
+}
+
+// WaitReady waits until Ready returns nil or ctx ends.
+func (n *Node) WaitReady(ctx context.Context) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		err := n.Ready()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("node %s not ready: %w", n.cfg.NodeID, err)
+		case <-n.stopped:
+			return errors.New("node stopped")
+		case <-t.C:
+		}
+	}
+}
+
+// membershipChanged is gossip's callback: registration and session sweeps
+// may have work to do.
+func (n *Node) membershipChanged() {
+	for _, ch := range []chan struct{}{n.metaKick, n.groupsKick} {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// watchReady mirrors readiness into the gRPC health service.
+func (n *Node) watchReady() {
+	defer n.bg.Done()
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	serving := false
+	for {
+		select {
+		case <-n.stopped:
+			return
+		case <-t.C:
+		}
+		ready := n.Ready() == nil
+		if ready == serving {
+			continue
+		}
+		serving = ready
+		st := healthpb.HealthCheckResponse_NOT_SERVING
+		if ready {
+			st = healthpb.HealthCheckResponse_SERVING
+			n.log.Info("node ready")
+		}
+		n.health.SetServingStatus("", st)
+		n.health.SetServingStatus(clientpb.ClientService_ServiceDesc.ServiceName, st)
+	}
+}
+
+// destinations lists every destination.
+func (n *Node) destinations() (out []*fsmpb.Destination) {
+	n.meta.read(func(m *fsm.Meta) { out = m.Destinations() })
+	return out
+}
+
+// Stop shuts the node down gracefully: it stops being ready, ends client
+// connections (releasing their sessions), leaves the gossip pool, then
+// shuts every Raft group down.
+func (n *Node) Stop() {
+	n.stopOnce.Do(func() {
+		n.log.Info("cairn node stopping")
+		close(n.stopped)
+		n.health.Shutdown()
+		n.conns.closeAll(5 * time.Second)
+		n.grpcClient.Stop()
+		n.grpcPeer.Stop()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = n.httpSrv.Shutdown(ctx)
+		cancel()
+		n.gossip.leave(2 * time.Second)
+		n.groups.closeAll()
+		n.meta.close()
+		n.gossip.shutdown()
+		n.mux.Close()
+		n.bg.Wait()
+		n.log.Info("cairn node stopped")
+	})
+}
+
+func (n *Node) closeListeners() {
+	for _, ln := range []net.Listener{n.lnClient, n.lnPeer, n.lnRaft, n.lnHTTP} {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+}
+
+// memberTiming etc. are the settings member replicas open with.
+func (n *Node) replicaConfig() member.Config {
+	return member.Config{
+		NodeID:            n.cfg.NodeID,
+		Timing:            n.cfg.Timing,
+		SnapshotThreshold: n.cfg.SnapshotThreshold,
+		ExpiryInterval:    n.cfg.ExpiryInterval,
+		Clock:             n.cfg.Clock,
+		OwnerLive:         n.ownerLive,
+		Logger:            n.log,
+	}
+}

@@ -1,0 +1,126 @@
+package fsm
+
+import (
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cairnmq/cairn/fsm/fsmpb"
+)
+
+// EntryVersion is the version of the entry encoding this code writes and the
+// newest it reads.
+const EntryVersion = 1
+
+// Encode wraps typed command bodies into one log entry.
+func Encode(cmds ...*fsmpb.Command) ([]byte, error) {
+	return proto.Marshal(&fsmpb.Entry{Version: EntryVersion, Commands: cmds})
+}
+
+// NewCommand builds a command of the type that matches body's Go type.
+func NewCommand(body proto.Message) (*fsmpb.Command, error) {
+	t, ok := commandTypeOf(body)
+	if !ok {
+		return nil, fmt.Errorf("fsm: %T is not a command body", body)
+	}
+	payload, err := proto.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	return &fsmpb.Command{Type: t, Payload: payload}, nil
+}
+
+// MustCommand is NewCommand for bodies built by this program, which always
+// marshal.
+func MustCommand(body proto.Message) *fsmpb.Command {
+	c, err := NewCommand(body)
+	if err != nil {
+		panic(err)
+	}
+	return c
+}
+
+func commandTypeOf(body proto.Message) (fsmpb.CommandType, bool) {
+	switch body.(type) {
+	case *fsmpb.Enqueue:
+		return fsmpb.CommandType_COMMAND_TYPE_ENQUEUE, true
+	case *fsmpb.Deliver:
+		return fsmpb.CommandType_COMMAND_TYPE_DELIVER, true
+	case *fsmpb.Ack:
+		return fsmpb.CommandType_COMMAND_TYPE_ACK, true
+	case *fsmpb.Recover:
+		return fsmpb.CommandType_COMMAND_TYPE_RECOVER, true
+	case *fsmpb.Release:
+		return fsmpb.CommandType_COMMAND_TYPE_RELEASE, true
+	case *fsmpb.Expire:
+		return fsmpb.CommandType_COMMAND_TYPE_EXPIRE, true
+	case *fsmpb.Purge:
+		return fsmpb.CommandType_COMMAND_TYPE_PURGE, true
+	case *fsmpb.OpenSession:
+		return fsmpb.CommandType_COMMAND_TYPE_OPEN_SESSION, true
+	case *fsmpb.Return:
+		return fsmpb.CommandType_COMMAND_TYPE_RETURN, true
+	case *fsmpb.Configure:
+		return fsmpb.CommandType_COMMAND_TYPE_CONFIGURE, true
+	case *fsmpb.CreateDestination:
+		return fsmpb.CommandType_COMMAND_TYPE_CREATE_DESTINATION, true
+	case *fsmpb.DeleteDestination:
+		return fsmpb.CommandType_COMMAND_TYPE_DELETE_DESTINATION, true
+	case *fsmpb.RegisterNode:
+		return fsmpb.CommandType_COMMAND_TYPE_REGISTER_NODE, true
+	}
+	return 0, false
+}
+
+// Decode parses a log entry. An error wraps ErrCorrupt.
+func Decode(data []byte) (*fsmpb.Entry, error) {
+	var e fsmpb.Entry
+	if err := proto.Unmarshal(data, &e); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	if e.Version == 0 || e.Version > EntryVersion {
+		return nil, fmt.Errorf("%w: entry version %d, this build reads 1..%d", ErrCorrupt, e.Version, EntryVersion)
+	}
+	return &e, nil
+}
+
+// handler applies one decoded command body to a state machine S.
+type handler[S any] struct {
+	newBody func() proto.Message
+	apply   func(s S, body proto.Message) Result
+}
+
+// on registers the handler of one command type; the body type is fixed by T.
+func on[S any, T proto.Message](table map[fsmpb.CommandType]handler[S], t fsmpb.CommandType, newBody func() T, apply func(S, T) Result) {
+	table[t] = handler[S]{
+		newBody: func() proto.Message { return newBody() },
+		apply:   func(s S, b proto.Message) Result { return apply(s, b.(T)) },
+	}
+}
+
+// applyEntry decodes data and applies each command through table.
+func applyEntry[S any](s S, table map[fsmpb.CommandType]handler[S], data []byte) ([]Result, error) {
+	e, err := Decode(data)
+	if err != nil {
+		return nil, err
+	}
+	// Decode every body before applying any, so a corrupt entry changes nothing.
+	bodies := make([]proto.Message, len(e.Commands))
+	hs := make([]handler[S], len(e.Commands))
+	for i, c := range e.Commands {
+		h, ok := table[c.Type]
+		if !ok {
+			return nil, fmt.Errorf("%w: command %d has type %v, which this state machine does not apply", ErrCorrupt, i, c.Type)
+		}
+		b := h.newBody()
+		if err := proto.Unmarshal(c.Payload, b); err != nil {
+			return nil, fmt.Errorf("%w: command %d (%v): %v", ErrCorrupt, i, c.Type, err)
+		}
+		bodies[i], hs[i] = b, h
+	}
+	results := make([]Result, len(bodies))
+	for i, b := range bodies {
+		results[i] = hs[i].apply(s, b)
+	}
+	return results, nil
+}

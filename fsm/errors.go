@@ -1,0 +1,35 @@
+package fsm
+
+import "errors"
+
+// Rejections: a command that breaks a rule is refused, changes nothing, and
+// every replica refuses it identically. They are returned in Result.Err.
+var (
+	// ErrUnknownSession: the session is not open on this member (never
+	// opened, or released because it closed or its front-end died).
+	ErrUnknownSession = errors.New("session is not open on this member")
+	// ErrSessionOwned: the session id is open under another owner.
+	ErrSessionOwned = errors.New("session is open under another owner")
+	// ErrDuplicateMessageID: a message with this id is already stored.
+	ErrDuplicateMessageID = errors.New("a message with this id is already stored")
+	// ErrMemberFull: the member would hold more body bytes than its limit.
+	ErrMemberFull = errors.New("member is full")
+	// ErrInvalidMessage: the message breaks a rule (empty id, priority over 9).
+	ErrInvalidMessage = errors.New("invalid message")
+	// ErrMalformed: a command lacks a field it needs (an empty session id).
+	ErrMalformed = errors.New("malformed command")
+	// ErrInvalidName: a destination name breaks the naming rules.
+	ErrInvalidName = errors.New("invalid destination name")
+	// ErrInvalidSettings: negative limits or an impossible placement.
+	ErrInvalidSettings = errors.New("invalid settings")
+	// ErrDestinationExists: create of a destination that exists.
+	ErrDestinationExists = errors.New("destination already exists")
+	// ErrUnknownDestination: the destination does not exist.
+	ErrUnknownDestination = errors.New("unknown destination")
+)
+
+// ErrCorrupt marks an entry that cannot be applied at all: it does not
+// decode, is of a newer version, or carries a command this state machine does
+// not own. It is never a rejection: the log is damaged or was written by
+// newer software, and the replica must stop rather than diverge.
+var ErrCorrupt = errors.New("corrupt log entry")

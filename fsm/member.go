@@ -1,0 +1,392 @@
+package fsm
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/google/btree"
+
+	"github.com/cairnmq/cairn/fsm/fsmpb"
+)
+
+// MaxPriority is the highest message priority; 0 is the lowest and 4 the
+// JMS default.
+const MaxPriority = 9
+
+// Default member settings, until a Configure command sets others. The dedup
+// window follows NATS JetStream's default duplicate window of two minutes.
+const (
+	DefaultDedupWindowNs = int64(2 * 60 * 1e9)
+	DefaultDedupMaxIDs   = 100_000
+)
+
+// DefaultSettings returns the settings of a member that was never configured.
+func DefaultSettings() *fsmpb.MemberSettings {
+	return &fsmpb.MemberSettings{DedupWindowNs: DefaultDedupWindowNs, DedupMaxIds: DefaultDedupMaxIDs}
+}
+
+// message is a stored message and its delivery state.
+type message struct {
+	msg         *fsmpb.Message
+	seq         uint64
+	size        int64
+	redelivered bool
+	count       uint32
+	// deliveryID and session are set while the message is delivered.
+	deliveryID uint64
+	session    *session
+}
+
+func (m *message) expiredAt(now int64) bool {
+	return m.msg.Expiration != 0 && m.msg.Expiration <= now
+}
+
+type session struct {
+	id         string
+	owner      string
+	deliveries map[uint64]*message
+}
+
+func bySeq(a, b *message) bool { return a.seq < b.seq }
+
+func byExpiration(a, b *message) bool {
+	if a.msg.Expiration != b.msg.Expiration {
+		return a.msg.Expiration < b.msg.Expiration
+	}
+	return a.seq < b.seq
+}
+
+// Member is the state machine of one member of a destination: its messages,
+// their pending order (priority, then arrival), their deliveries to sessions,
+// and the duplicate-detection window. It is not safe for concurrent use; the
+// caller serialises Apply with every read.
+type Member struct {
+	applied      uint64
+	nextSeq      uint64
+	nextDelivery uint64
+	settings     *fsmpb.MemberSettings
+
+	messages   map[string]*message
+	pending    [MaxPriority + 1]*btree.BTreeG[*message]
+	nPending   int
+	expiry     *btree.BTreeG[*message]
+	byDelivery map[uint64]*message
+	sessions   map[string]*session
+	dedup      dedupWindow
+	bytes      int64
+}
+
+// NewMember returns an empty member state machine.
+func NewMember() *Member {
+	m := &Member{
+		nextSeq:      1,
+		nextDelivery: 1,
+		settings:     DefaultSettings(),
+		messages:     make(map[string]*message),
+		expiry:       btree.NewG(32, byExpiration),
+		byDelivery:   make(map[uint64]*message),
+		sessions:     make(map[string]*session),
+		dedup:        newDedupWindow(),
+	}
+	for p := range m.pending {
+		m.pending[p] = btree.NewG(32, bySeq)
+	}
+	return m
+}
+
+var memberHandlers = func() map[fsmpb.CommandType]handler[*Member] {
+	t := make(map[fsmpb.CommandType]handler[*Member])
+	on(t, fsmpb.CommandType_COMMAND_TYPE_ENQUEUE, func() *fsmpb.Enqueue { return new(fsmpb.Enqueue) }, (*Member).enqueue)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_DELIVER, func() *fsmpb.Deliver { return new(fsmpb.Deliver) }, (*Member).deliver)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_ACK, func() *fsmpb.Ack { return new(fsmpb.Ack) }, (*Member).ack)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_RECOVER, func() *fsmpb.Recover { return new(fsmpb.Recover) }, (*Member).recover)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_RELEASE, func() *fsmpb.Release { return new(fsmpb.Release) }, (*Member).release)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_RETURN, func() *fsmpb.Return { return new(fsmpb.Return) }, (*Member).returnDeliveries)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_EXPIRE, func() *fsmpb.Expire { return new(fsmpb.Expire) }, (*Member).expire)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_PURGE, func() *fsmpb.Purge { return new(fsmpb.Purge) }, (*Member).purge)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_OPEN_SESSION, func() *fsmpb.OpenSession { return new(fsmpb.OpenSession) }, (*Member).openSession)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_CONFIGURE, func() *fsmpb.Configure { return new(fsmpb.Configure) }, (*Member).configure)
+	return t
+}()
+
+// Apply applies the log entry at index. It returns one Result per command.
+// An entry at or below the last applied index is skipped (nil, nil), so a
+// replayed entry is harmless. An error wraps ErrCorrupt: the entry changed
+// nothing and the replica must stop. Apply keeps no reference to data.
+func (m *Member) Apply(index uint64, data []byte) ([]Result, error) {
+	if index <= m.applied {
+		return nil, nil
+	}
+	results, err := applyEntry(m, memberHandlers, data)
+	if err != nil {
+		return nil, err
+	}
+	m.applied = index
+	return results, nil
+}
+
+// Applied is the index of the last entry applied.
+func (m *Member) Applied() uint64 { return m.applied }
+
+func messageSize(msg *fsmpb.Message) int64 {
+	n := int64(len(msg.Body))
+	for k, v := range msg.Properties {
+		n += int64(len(k) + len(v))
+	}
+	return n
+}
+
+// ValidateMessage checks the rules every stored message keeps.
+func ValidateMessage(msg *fsmpb.Message) error {
+	switch {
+	case msg == nil:
+		return fmt.Errorf("%w: missing message", ErrInvalidMessage)
+	case msg.Id == "":
+		return fmt.Errorf("%w: empty message id", ErrInvalidMessage)
+	case msg.Priority > MaxPriority:
+		return fmt.Errorf("%w: priority %d is over %d", ErrInvalidMessage, msg.Priority, MaxPriority)
+	case msg.Expiration < 0:
+		return fmt.Errorf("%w: negative expiration", ErrInvalidMessage)
+	}
+	return nil
+}
+
+func (m *Member) enqueue(c *fsmpb.Enqueue) Result {
+	out := make([]Enqueued, len(c.Messages))
+	// Ids new in this batch, to catch a batch that repeats an id or a dedup id.
+	batchIDs := make(map[string]bool, len(c.Messages))
+	batchDedup := make(map[string]string)
+	var add int64
+	for i, msg := range c.Messages {
+		if err := ValidateMessage(msg); err != nil {
+			return Result{Err: fmt.Errorf("message %d: %w", i, err)}
+		}
+		if d := msg.DedupId; d != "" {
+			if id, ok := batchDedup[d]; ok {
+				out[i] = Enqueued{ID: id, Duplicate: true}
+				continue
+			}
+			if id, ok := m.dedup.lookup(d, c.Now, m.settings.DedupWindowNs); ok {
+				out[i] = Enqueued{ID: id, Duplicate: true}
+				continue
+			}
+			batchDedup[d] = msg.Id
+		}
+		if _, ok := m.messages[msg.Id]; ok || batchIDs[msg.Id] {
+			return Result{Err: fmt.Errorf("%w: %s", ErrDuplicateMessageID, msg.Id)}
+		}
+		batchIDs[msg.Id] = true
+		add += messageSize(msg)
+		out[i] = Enqueued{ID: msg.Id}
+	}
+	if limit := m.settings.MaxBytes; limit > 0 && m.bytes+add > limit {
+		return Result{Err: fmt.Errorf("%w: holds %d bytes, limit %d, batch adds %d", ErrMemberFull, m.bytes, limit, add)}
+	}
+	m.dedup.evict(c.Now, m.settings.DedupWindowNs)
+	for i, msg := range c.Messages {
+		if out[i].Duplicate {
+			continue
+		}
+		s := &message{msg: msg, seq: m.nextSeq, size: messageSize(msg)}
+		m.nextSeq++
+		m.messages[msg.Id] = s
+		m.bytes += s.size
+		m.pushPending(s)
+		if msg.Expiration != 0 {
+			m.expiry.ReplaceOrInsert(s)
+		}
+		if msg.DedupId != "" {
+			m.dedup.add(msg.DedupId, msg.Id, c.Now, int(m.settings.DedupMaxIds))
+		}
+	}
+	return Result{Enqueued: out}
+}
+
+func (m *Member) pushPending(s *message) {
+	m.pending[s.msg.Priority].ReplaceOrInsert(s)
+	m.nPending++
+}
+
+func (m *Member) popPending(s *message) {
+	if _, ok := m.pending[s.msg.Priority].Delete(s); ok {
+		m.nPending--
+	}
+}
+
+func (m *Member) deliver(c *fsmpb.Deliver) Result {
+	s := m.sessions[c.Session]
+	if s == nil {
+		return Result{Err: fmt.Errorf("%w: %q", ErrUnknownSession, c.Session)}
+	}
+	var out []Delivery
+	for _, id := range c.MessageIds {
+		msg := m.messages[id]
+		if msg == nil || msg.session != nil || msg.expiredAt(c.Now) {
+			continue
+		}
+		m.popPending(msg)
+		msg.count++
+		msg.deliveryID = m.nextDelivery
+		m.nextDelivery++
+		msg.session = s
+		s.deliveries[msg.deliveryID] = msg
+		m.byDelivery[msg.deliveryID] = msg
+		out = append(out, Delivery{DeliveryID: msg.deliveryID, Message: msg.msg, Redelivered: msg.redelivered, DeliveryCount: msg.count})
+	}
+	return Result{Delivered: out}
+}
+
+// remove drops a message from every index.
+func (m *Member) remove(msg *message) {
+	delete(m.messages, msg.msg.Id)
+	if msg.session != nil {
+		delete(msg.session.deliveries, msg.deliveryID)
+		delete(m.byDelivery, msg.deliveryID)
+		msg.session = nil
+	} else {
+		m.popPending(msg)
+	}
+	if msg.msg.Expiration != 0 {
+		m.expiry.Delete(msg)
+	}
+	m.bytes -= msg.size
+}
+
+// requeue returns a delivered message to pending, marked redelivered.
+func (m *Member) requeue(msg *message) {
+	delete(msg.session.deliveries, msg.deliveryID)
+	delete(m.byDelivery, msg.deliveryID)
+	msg.session = nil
+	msg.deliveryID = 0
+	msg.redelivered = true
+	m.pushPending(msg)
+}
+
+func (m *Member) ack(c *fsmpb.Ack) Result {
+	s := m.sessions[c.Session]
+	if s == nil {
+		return Result{Err: fmt.Errorf("%w: %q", ErrUnknownSession, c.Session)}
+	}
+	var r Result
+	for _, id := range c.DeliveryIds {
+		msg := s.deliveries[id]
+		if msg == nil {
+			r.Rejected = append(r.Rejected, id)
+			continue
+		}
+		m.remove(msg)
+		r.Acked++
+	}
+	if c.UpTo != 0 {
+		for _, id := range s.deliveryIDs(c.UpTo) {
+			m.remove(s.deliveries[id])
+			r.Acked++
+		}
+	}
+	return r
+}
+
+// deliveryIDs lists the session's delivery ids up to upTo (0: all), ascending.
+func (s *session) deliveryIDs(upTo uint64) []uint64 {
+	ids := make([]uint64, 0, len(s.deliveries))
+	for id := range s.deliveries {
+		if upTo == 0 || id <= upTo {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// requeueAll returns every delivery of s to pending.
+func (m *Member) requeueAll(s *session) int {
+	ids := s.deliveryIDs(0)
+	for _, id := range ids {
+		m.requeue(s.deliveries[id])
+	}
+	return len(ids)
+}
+
+func (m *Member) recover(c *fsmpb.Recover) Result {
+	s := m.sessions[c.Session]
+	if s == nil {
+		return Result{Err: fmt.Errorf("%w: %q", ErrUnknownSession, c.Session)}
+	}
+	return Result{Returned: m.requeueAll(s), Watermark: m.nextDelivery}
+}
+
+// release of a session that is not open succeeds and does nothing: a
+// session may be released both by its front-end and by a new leader's sweep.
+func (m *Member) release(c *fsmpb.Release) Result {
+	s := m.sessions[c.Session]
+	if s == nil {
+		return Result{}
+	}
+	n := m.requeueAll(s)
+	delete(m.sessions, s.id)
+	return Result{Returned: n}
+}
+
+func (m *Member) returnDeliveries(c *fsmpb.Return) Result {
+	s := m.sessions[c.Session]
+	if s == nil {
+		return Result{Err: fmt.Errorf("%w: %q", ErrUnknownSession, c.Session)}
+	}
+	var r Result
+	for _, id := range c.DeliveryIds {
+		msg := s.deliveries[id]
+		if msg == nil {
+			r.Rejected = append(r.Rejected, id)
+			continue
+		}
+		m.requeue(msg)
+		r.Returned++
+	}
+	return r
+}
+
+func (m *Member) expire(c *fsmpb.Expire) Result {
+	var r Result
+	for _, id := range c.MessageIds {
+		if msg := m.messages[id]; msg != nil && msg.expiredAt(c.Now) {
+			m.remove(msg)
+			r.Removed++
+		}
+	}
+	return r
+}
+
+func (m *Member) purge(*fsmpb.Purge) Result {
+	var victims []*message
+	for _, t := range m.pending {
+		t.Ascend(func(msg *message) bool { victims = append(victims, msg); return true })
+	}
+	for _, msg := range victims {
+		m.remove(msg)
+	}
+	return Result{Removed: len(victims)}
+}
+
+func (m *Member) openSession(c *fsmpb.OpenSession) Result {
+	if c.Session == "" || c.Owner == "" {
+		return Result{Err: fmt.Errorf("%w: open session needs a session id and an owner", ErrMalformed)}
+	}
+	if s := m.sessions[c.Session]; s != nil {
+		if s.owner != c.Owner {
+			return Result{Err: fmt.Errorf("%w: %q is held by %q", ErrSessionOwned, c.Session, s.owner)}
+		}
+		return Result{}
+	}
+	m.sessions[c.Session] = &session{id: c.Session, owner: c.Owner, deliveries: make(map[uint64]*message)}
+	return Result{}
+}
+
+func (m *Member) configure(c *fsmpb.Configure) Result {
+	st := c.Settings
+	if st == nil || st.MaxBytes < 0 || st.DedupWindowNs < 0 {
+		return Result{Err: fmt.Errorf("%w: limits must be present and not negative", ErrInvalidSettings)}
+	}
+	m.settings = st
+	m.dedup.trim(int(st.DedupMaxIds))
+	return Result{}
+}

@@ -1,0 +1,176 @@
+package fsm
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"slices"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cairnmq/cairn/fsm/fsmpb"
+)
+
+// MaxMembers bounds the members of one destination.
+const MaxMembers = 64
+
+// Meta is the meta group's state machine: destinations with the placement
+// of their members, and the registry of nodes. It changes rarely.
+type Meta struct {
+	applied      uint64
+	destinations map[string]*fsmpb.Destination
+	nodes        map[string]*fsmpb.Node
+}
+
+// NewMeta returns an empty meta state machine.
+func NewMeta() *Meta {
+	return &Meta{destinations: make(map[string]*fsmpb.Destination), nodes: make(map[string]*fsmpb.Node)}
+}
+
+var metaHandlers = func() map[fsmpb.CommandType]handler[*Meta] {
+	t := make(map[fsmpb.CommandType]handler[*Meta])
+	on(t, fsmpb.CommandType_COMMAND_TYPE_CREATE_DESTINATION, func() *fsmpb.CreateDestination { return new(fsmpb.CreateDestination) }, (*Meta).createDestination)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_DELETE_DESTINATION, func() *fsmpb.DeleteDestination { return new(fsmpb.DeleteDestination) }, (*Meta).deleteDestination)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_REGISTER_NODE, func() *fsmpb.RegisterNode { return new(fsmpb.RegisterNode) }, (*Meta).registerNode)
+	return t
+}()
+
+// Apply applies the log entry at index, with the same contract as Member.Apply.
+func (m *Meta) Apply(index uint64, data []byte) ([]Result, error) {
+	if index <= m.applied {
+		return nil, nil
+	}
+	results, err := applyEntry(m, metaHandlers, data)
+	if err != nil {
+		return nil, err
+	}
+	m.applied = index
+	return results, nil
+}
+
+// Applied is the index of the last entry applied.
+func (m *Meta) Applied() uint64 { return m.applied }
+
+// ValidateDestination checks a destination definition.
+func ValidateDestination(d *fsmpb.Destination) error {
+	if d == nil {
+		return fmt.Errorf("%w: missing destination", ErrMalformed)
+	}
+	if err := ValidateName(d.Name); err != nil {
+		return err
+	}
+	switch {
+	case d.Kind != fsmpb.DestinationKind_DESTINATION_KIND_QUEUE && d.Kind != fsmpb.DestinationKind_DESTINATION_KIND_TOPIC:
+		return fmt.Errorf("%w: kind %v", ErrInvalidSettings, d.Kind)
+	case len(d.Members) == 0 || len(d.Members) > MaxMembers:
+		return fmt.Errorf("%w: %d members; a destination has 1 to %d", ErrInvalidSettings, len(d.Members), MaxMembers)
+	case d.Replicas == 0:
+		return fmt.Errorf("%w: replication factor 0", ErrInvalidSettings)
+	case d.TtlNs < 0 || d.MaxBytes < 0:
+		return fmt.Errorf("%w: ttl and max size must not be negative", ErrInvalidSettings)
+	}
+	for i, p := range d.Members {
+		if p.Index != uint32(i) {
+			return fmt.Errorf("%w: member %d has index %d", ErrInvalidSettings, i, p.Index)
+		}
+		if len(p.Replicas) != int(d.Replicas) {
+			return fmt.Errorf("%w: member %d has %d replicas, the destination asks for %d", ErrInvalidSettings, i, len(p.Replicas), d.Replicas)
+		}
+	}
+	return nil
+}
+
+func (m *Meta) createDestination(c *fsmpb.CreateDestination) Result {
+	if err := ValidateDestination(c.Destination); err != nil {
+		return Result{Err: err}
+	}
+	if _, ok := m.destinations[c.Destination.Name]; ok {
+		return Result{Err: fmt.Errorf("%w: %s", ErrDestinationExists, c.Destination.Name)}
+	}
+	m.destinations[c.Destination.Name] = c.Destination
+	return Result{}
+}
+
+func (m *Meta) deleteDestination(c *fsmpb.DeleteDestination) Result {
+	if _, ok := m.destinations[c.Name]; !ok {
+		return Result{Err: fmt.Errorf("%w: %s", ErrUnknownDestination, c.Name)}
+	}
+	delete(m.destinations, c.Name)
+	return Result{}
+}
+
+func (m *Meta) registerNode(c *fsmpb.RegisterNode) Result {
+	if c.Node == nil || c.Node.Id == "" {
+		return Result{Err: fmt.Errorf("%w: a node needs an id", ErrMalformed)}
+	}
+	m.nodes[c.Node.Id] = c.Node
+	return Result{}
+}
+
+// Destination returns a destination's definition; callers must not modify it.
+func (m *Meta) Destination(name string) (*fsmpb.Destination, bool) {
+	d, ok := m.destinations[name]
+	return d, ok
+}
+
+// Destinations lists every destination by name; callers must not modify them.
+func (m *Meta) Destinations() []*fsmpb.Destination {
+	out := make([]*fsmpb.Destination, 0, len(m.destinations))
+	for _, d := range m.destinations {
+		out = append(out, d)
+	}
+	slices.SortFunc(out, func(a, b *fsmpb.Destination) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Node returns a registered node.
+func (m *Meta) Node(id string) (*fsmpb.Node, bool) {
+	n, ok := m.nodes[id]
+	return n, ok
+}
+
+// Nodes lists the registered nodes by id.
+func (m *Meta) Nodes() []*fsmpb.Node {
+	out := make([]*fsmpb.Node, 0, len(m.nodes))
+	for _, n := range m.nodes {
+		out = append(out, n)
+	}
+	slices.SortFunc(out, func(a, b *fsmpb.Node) int { return cmp.Compare(a.Id, b.Id) })
+	return out
+}
+
+// Snapshot returns the whole meta state; it is small.
+func (m *Meta) Snapshot() *fsmpb.MetaSnapshot {
+	return &fsmpb.MetaSnapshot{Applied: m.applied, Destinations: m.Destinations(), Nodes: m.Nodes()}
+}
+
+// WriteSnapshot writes the state for RestoreMeta.
+func (m *Meta) WriteSnapshot(w io.Writer) error {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m.Snapshot())
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
+}
+
+// RestoreMeta reads a state written by WriteSnapshot.
+func RestoreMeta(r io.Reader) (*Meta, error) {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
+	var s fsmpb.MetaSnapshot
+	if err := proto.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("%w: meta snapshot: %v", ErrCorrupt, err)
+	}
+	m := NewMeta()
+	m.applied = s.Applied
+	for _, d := range s.Destinations {
+		m.destinations[d.Name] = d
+	}
+	for _, n := range s.Nodes {
+		m.nodes[n.Id] = n
+	}
+	return m, nil
+}

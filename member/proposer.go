@@ -1,0 +1,200 @@
+package member
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cairnmq/cairn/fsm"
+	"github.com/cairnmq/cairn/fsm/fsmpb"
+)
+
+// Batching limits: one Raft entry carries at most this many commands or
+// about this many bytes. Concurrent proposals that queue up while Raft
+// writes the previous entry go into the next one, so one fsync carries many
+// sends; the limits keep one entry from stalling followers.
+const (
+	maxBatchCommands = 1024
+	maxBatchBytes    = 4 << 20
+	// maxInflight bounds the entries handed to Raft whose results are not back.
+	maxInflight = 64
+	// enqueueTimeout bounds the wait for room in Raft's apply queue.
+	enqueueTimeout = 10 * time.Second
+)
+
+// ErrNotLeader: this replica is not its group's leader, so the command was
+// not appended to the log; it is safe to send it elsewhere.
+var ErrNotLeader = errors.New("member: not the leader of its group")
+
+// ErrOutcomeUnknown: the command was handed to Raft, but leadership was lost
+// or Raft shut down before the result came back; it may or may not be
+// committed.
+var ErrOutcomeUnknown = errors.New("member: outcome unknown")
+
+type proposal struct {
+	cmd  *fsmpb.Command
+	done func(fsm.Result, error)
+}
+
+type inflight struct {
+	future raft.ApplyFuture
+	batch  []proposal
+}
+
+// proposer packs concurrent proposals into Raft entries and hands each
+// proposal its own result.
+type proposer struct {
+	raft *raft.Raft
+	// mu makes submit and close exclusive, so no proposal is queued after
+	// the batcher has stopped.
+	mu       sync.RWMutex
+	closed   bool
+	queue    chan proposal
+	inflight chan inflight
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+func newProposer(r *raft.Raft) *proposer {
+	p := &proposer{
+		raft:     r,
+		queue:    make(chan proposal, maxBatchCommands),
+		inflight: make(chan inflight, maxInflight),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	go p.batch()
+	go p.wait()
+	return p
+}
+
+// submit queues body; done is called once with its result, on the
+// proposer's goroutine, and must not block.
+func (p *proposer) submit(body proto.Message, done func(fsm.Result, error)) {
+	cmd, err := fsm.NewCommand(body)
+	if err != nil {
+		done(fsm.Result{}, err)
+		return
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		done(fsm.Result{}, ErrStopped)
+		return
+	}
+	p.queue <- proposal{cmd: cmd, done: done}
+}
+
+// propose submits body and waits for its result. If ctx ends first the
+// command may still be applied later: the outcome is unknown.
+func (p *proposer) propose(ctx context.Context, body proto.Message) (fsm.Result, error) {
+	type outcome struct {
+		r   fsm.Result
+		err error
+	}
+	ch := make(chan outcome, 1)
+	p.submit(body, func(r fsm.Result, err error) { ch <- outcome{r, err} })
+	select {
+	case o := <-ch:
+		return o.r, o.err
+	case <-ctx.Done():
+		return fsm.Result{}, ctx.Err()
+	}
+}
+
+func (p *proposer) batch() {
+	defer close(p.inflight)
+	for {
+		var first proposal
+		select {
+		case first = <-p.queue:
+		case <-p.stop:
+			p.failQueued()
+			return
+		}
+		batch := []proposal{first}
+		size := proto.Size(first.cmd)
+	drain:
+		for len(batch) < maxBatchCommands && size < maxBatchBytes {
+			select {
+			case q := <-p.queue:
+				batch = append(batch, q)
+				size += proto.Size(q.cmd)
+			default:
+				break drain
+			}
+		}
+		cmds := make([]*fsmpb.Command, len(batch))
+		for i, q := range batch {
+			cmds[i] = q.cmd
+		}
+		data, err := fsm.Encode(cmds...)
+		if err != nil {
+			finish(batch, nil, err)
+			continue
+		}
+		// wait drains inflight until it is closed, so this send ends.
+		p.inflight <- inflight{future: p.raft.Apply(data, enqueueTimeout), batch: batch}
+	}
+}
+
+func (p *proposer) failQueued() {
+	for {
+		select {
+		case q := <-p.queue:
+			q.done(fsm.Result{}, ErrStopped)
+		default:
+			return
+		}
+	}
+}
+
+func (p *proposer) wait() {
+	defer close(p.done)
+	for f := range p.inflight {
+		if err := f.future.Error(); err != nil {
+			finish(f.batch, nil, classify(err))
+			continue
+		}
+		results, _ := f.future.Response().([]fsm.Result)
+		finish(f.batch, results, nil)
+	}
+}
+
+func finish(batch []proposal, results []fsm.Result, err error) {
+	for i, q := range batch {
+		switch {
+		case err != nil:
+			q.done(fsm.Result{}, err)
+		case i < len(results):
+			q.done(results[i], nil)
+		default:
+			q.done(fsm.Result{}, fmt.Errorf("member: entry applied with %d results for %d commands", len(results), len(batch)))
+		}
+	}
+}
+
+// close stops taking proposals and waits for the in-flight ones to end.
+func (p *proposer) close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	close(p.stop)
+	<-p.done
+}
+
+// classify tells a command that never reached the log from one that may have.
+func classify(err error) error {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrEnqueueTimeout):
+		return fmt.Errorf("%w: %v", ErrNotLeader, err)
+	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrAbortedByRestore):
+		return fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
+	}
+	return err
+}

@@ -1,0 +1,180 @@
+package member
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+)
+
+// Timing holds the Raft timeouts of a group. The defaults suit a LAN; tests
+// shorten them.
+type Timing struct {
+	Heartbeat   time.Duration
+	Election    time.Duration
+	LeaderLease time.Duration
+	Commit      time.Duration
+}
+
+// DefaultTiming is hashicorp/raft's LAN timing, halved: a member's clients
+// wait out an election, so it should be short, and three nodes on one LAN
+// answer heartbeats well inside 500 ms.
+var DefaultTiming = Timing{Heartbeat: 500 * time.Millisecond, Election: 500 * time.Millisecond, LeaderLease: 250 * time.Millisecond, Commit: 20 * time.Millisecond}
+
+// RaftConfig says how to open one Raft group on this node.
+type RaftConfig struct {
+	// Group names the group in logs and on the shared Raft port.
+	Group  string
+	NodeID string
+	// Dir holds the group's log, stable store and snapshots.
+	Dir    string
+	Stream raft.StreamLayer
+	// Peers is the group's first configuration, used only when Dir holds
+	// no state yet (every replica bootstraps with the same one).
+	Peers  []raft.Server
+	Timing Timing
+	// SnapshotThreshold is how many entries since the last snapshot trigger
+	// a new one.
+	SnapshotThreshold uint64
+	SnapshotInterval  time.Duration
+	// TrailingLogs is how many entries a snapshot leaves in the log, so a
+	// briefly lagging follower catches up without a snapshot transfer.
+	TrailingLogs uint64
+	Logger       *slog.Logger
+	// NotifyCh receives true on gaining and false on losing leadership.
+	NotifyCh chan<- bool
+}
+
+// Group is an open Raft group and the stores it owns.
+type Group struct {
+	Raft      *raft.Raft
+	store     *raftboltdb.BoltStore
+	transport *raft.NetworkTransport
+	dir       string
+}
+
+// OpenRaft opens (and on first use bootstraps) a Raft group whose log and
+// stable store are one bbolt file with fsync on every write.
+func OpenRaft(cfg RaftConfig, fsm raft.FSM) (*Group, error) {
+	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
+		return nil, fmt.Errorf("raft group %s: %w", cfg.Group, err)
+	}
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.Dir, "raft.db")})
+	if err != nil {
+		return nil, fmt.Errorf("raft group %s: open log store: %w", cfg.Group, err)
+	}
+	logs, err := raft.NewLogCache(512, store)
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	hlog := hclogFor(cfg.Logger, cfg.Group)
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, 2, hlog.Named("snapshots"))
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("raft group %s: open snapshot store: %w", cfg.Group, err)
+	}
+	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  cfg.Stream,
+		MaxPool: 3,
+		Timeout: 10 * time.Second,
+		Logger:  hlog.Named("transport"),
+	})
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.Logger = hlog
+	rc.NotifyCh = cfg.NotifyCh
+	rc.BatchApplyCh = true
+	rc.MaxAppendEntries = 256
+	rc.NoLegacyTelemetry = true
+	if t := cfg.Timing; t.Heartbeat > 0 {
+		rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout, rc.CommitTimeout = t.Heartbeat, t.Election, t.LeaderLease, t.Commit
+	}
+	if cfg.SnapshotThreshold > 0 {
+		rc.SnapshotThreshold = cfg.SnapshotThreshold
+	}
+	if cfg.SnapshotInterval > 0 {
+		rc.SnapshotInterval = cfg.SnapshotInterval
+	}
+	if cfg.TrailingLogs > 0 {
+		rc.TrailingLogs = cfg.TrailingLogs
+	}
+
+	fail := func(err error) (*Group, error) {
+		trans.Close()
+		store.Close()
+		return nil, fmt.Errorf("raft group %s: %w", cfg.Group, err)
+	}
+	has, err := raft.HasExistingState(logs, store, snaps)
+	if err != nil {
+		return fail(err)
+	}
+	if !has && len(cfg.Peers) > 0 {
+		if err := raft.BootstrapCluster(rc, logs, store, snaps, trans, raft.Configuration{Servers: cfg.Peers}); err != nil {
+			return fail(fmt.Errorf("bootstrap: %w", err))
+		}
+	}
+	r, err := raft.NewRaft(rc, fsm, logs, store, snaps, trans)
+	if err != nil {
+		return fail(err)
+	}
+	return &Group{Raft: r, store: store, transport: trans, dir: cfg.Dir}, nil
+}
+
+// Close shuts the group down and closes its stores.
+func (g *Group) Close() error {
+	err := g.Raft.Shutdown().Error()
+	g.transport.Close()
+	if cerr := g.store.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Destroy closes the group and deletes its data.
+func (g *Group) Destroy() error {
+	err := g.Close()
+	if rerr := os.RemoveAll(g.dir); err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// hclogFor routes a library's hclog output into slog, with the group named.
+func hclogFor(log *slog.Logger, group string) hclog.Logger {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	l := hclog.NewInterceptLogger(&hclog.LoggerOptions{Name: "raft", Output: io.Discard, Level: hclog.Debug})
+	l.RegisterSink(slogSink{log: log.With("group", group)})
+	return l
+}
+
+type slogSink struct{ log *slog.Logger }
+
+func (s slogSink) Accept(name string, level hclog.Level, msg string, args ...interface{}) {
+	var lvl slog.Level
+	switch {
+	case level <= hclog.Debug:
+		lvl = slog.LevelDebug
+	case level == hclog.Info:
+		lvl = slog.LevelInfo
+	case level == hclog.Warn:
+		lvl = slog.LevelWarn
+	default:
+		lvl = slog.LevelError
+	}
+	ctx := context.Background()
+	if !s.log.Enabled(ctx, lvl) {
+		return
+	}
+	s.log.Log(ctx, lvl, msg, append([]any{"lib", name}, args...)...)
+}

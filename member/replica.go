@@ -1,0 +1,457 @@
+package member
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cairnmq/cairn/fsm"
+	"github.com/cairnmq/cairn/fsm/fsmpb"
+)
+
+// ErrStopped is returned by a replica that has been closed.
+var ErrStopped = errors.New("member: replica stopped")
+
+// Config describes one member replica on this node.
+type Config struct {
+	// Name is the member's address, "orders#0".
+	Name string
+	// GroupID names the member's Raft group on the shared Raft port; it
+	// differs between incarnations of a destination of the same name.
+	GroupID string
+	NodeID  string
+	Dir     string
+	Stream  raft.StreamLayer
+	Peers   []raft.Server
+	Timing  Timing
+	// SnapshotThreshold is how many entries since the last snapshot trigger
+	// a new one (0: hashicorp/raft's default, 8192).
+	SnapshotThreshold uint64
+	// Settings are the limits the member should have; its leader proposes
+	// them when the replicated ones differ.
+	Settings *fsmpb.MemberSettings
+	// OwnerLive reports whether the front-end incarnation that owns a
+	// session is alive; a new leader releases the sessions of dead ones.
+	OwnerLive func(owner string) bool
+	// Clock is the leader's clock for expiry and the dedup window.
+	Clock func() time.Time
+	// ExpiryInterval is how often the leader looks for expired messages.
+	ExpiryInterval time.Duration
+	// OnLeaderChange, if set, is called when this replica gains (true) or
+	// loses (false) the ability to serve as the member's host.
+	OnLeaderChange func(leading bool)
+	// OnCorrupt is called with an entry that cannot be applied and must stop
+	// the process; by default it panics.
+	OnCorrupt func(error)
+	Logger    *slog.Logger
+}
+
+// Consumer receives a member's deliveries.
+type Consumer struct {
+	// ID is unique among the member's consumers.
+	ID      string
+	Session string
+	// Push hands committed deliveries to the consumer's connection, in order.
+	// It must not block. It returns false if the consumer is gone; the
+	// deliveries then go back to pending, marked redelivered.
+	Push func([]fsm.Delivery) bool
+}
+
+type consumerState struct {
+	*Consumer
+	credit int
+}
+
+// Replica is this node's replica of one member: its Raft group, the
+// proposer that batches commands into entries, and, while it leads the
+// group, the dispatcher that feeds consumers and the expiry loop.
+type Replica struct {
+	cfg   Config
+	log   *slog.Logger
+	group *Group
+	fsm   *memberFSM
+	prop  *proposer
+
+	notify  chan bool
+	wake    chan struct{}
+	leading atomic.Bool
+	// ledCh is closed when the replica starts leading and replaced when it
+	// stops, for WaitLeading.
+	ledMu sync.Mutex
+	ledCh chan struct{}
+	// leaderGen counts leadership changes, so a stale takeover gives up.
+	leaderGen atomic.Uint64
+
+	mu        sync.Mutex
+	consumers map[string]*consumerState
+	order     []string
+	next      int
+	// reserved are message ids in Deliver commands not yet applied.
+	reserved map[string]struct{}
+
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	stopOnce sync.Once
+}
+
+// Open starts the replica, bootstrapping its group on first use.
+func Open(cfg Config) (*Replica, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.ExpiryInterval <= 0 {
+		cfg.ExpiryInterval = time.Second
+	}
+	if cfg.OwnerLive == nil {
+		cfg.OwnerLive = func(string) bool { return true }
+	}
+	if cfg.Settings == nil {
+		cfg.Settings = fsm.DefaultSettings()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	r := &Replica{
+		cfg:       cfg,
+		log:       cfg.Logger.With("member", cfg.Name),
+		notify:    make(chan bool, 16),
+		wake:      make(chan struct{}, 1),
+		consumers: make(map[string]*consumerState),
+		reserved:  make(map[string]struct{}),
+		stop:      make(chan struct{}),
+		ledCh:     make(chan struct{}),
+	}
+	onCorrupt := cfg.OnCorrupt
+	if onCorrupt == nil {
+		onCorrupt = func(err error) { panic(err) }
+	}
+	r.fsm = &memberFSM{m: fsm.NewMember(), applied: r.kick, corrupt: func(err error) {
+		r.log.Error("member log entry cannot be applied; stopping to avoid diverging from the other replicas", "err", err)
+		onCorrupt(fmt.Errorf("member %s: %w", cfg.Name, err))
+	}}
+	g, err := OpenRaft(RaftConfig{
+		Group: cfg.GroupID, NodeID: cfg.NodeID, Dir: cfg.Dir, Stream: cfg.Stream, Peers: cfg.Peers,
+		Timing: cfg.Timing, SnapshotThreshold: cfg.SnapshotThreshold, Logger: cfg.Logger, NotifyCh: r.notify,
+	}, r.fsm)
+	if err != nil {
+		return nil, err
+	}
+	r.group = g
+	r.prop = newProposer(g.Raft)
+	r.wg.Add(3)
+	go r.watchLeadership()
+	go r.dispatchLoop()
+	go r.expiryLoop()
+	return r, nil
+}
+
+// Name is the member's address.
+func (r *Replica) Name() string { return r.cfg.Name }
+
+// Raft exposes the group for status and membership changes.
+func (r *Replica) Raft() *raft.Raft { return r.group.Raft }
+
+// Leading reports whether this replica is the member's host: leader, caught
+// up, and done with its takeover.
+func (r *Replica) Leading() bool { return r.leading.Load() }
+
+func (r *Replica) kick() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (r *Replica) now() time.Time { return r.cfg.Clock() }
+
+func (r *Replica) watchLeadership() {
+	defer r.wg.Done()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case isLeader := <-r.notify:
+			gen := r.leaderGen.Add(1)
+			if !isLeader {
+				r.setLeading(false)
+				continue
+			}
+			r.wg.Add(1)
+			go func() {
+				defer r.wg.Done()
+				r.takeOver(gen)
+			}()
+		}
+	}
+}
+
+// takeOver readies a new leader: it waits until every committed entry is
+// applied, proposes the wanted settings, releases the sessions of dead
+// front-ends, and only then starts dispatching.
+func (r *Replica) takeOver(gen uint64) {
+	for attempt := 0; r.leaderGen.Load() == gen; attempt++ {
+		err := r.prepareLeadership()
+		if err == nil {
+			break
+		}
+		r.log.Warn("member takeover failed; retrying", "err", err, "attempt", attempt)
+		select {
+		case <-r.stop:
+			return
+		case <-time.After(min(time.Duration(attempt+1)*100*time.Millisecond, 2*time.Second)):
+		}
+	}
+	if r.leaderGen.Load() != gen || r.group.Raft.State() != raft.Leader {
+		return
+	}
+	r.setLeading(true)
+	r.log.Debug("member host ready")
+	r.kick()
+}
+
+func (r *Replica) setLeading(leading bool) {
+	r.ledMu.Lock()
+	changed := r.leading.Swap(leading) != leading
+	if changed {
+		if leading {
+			close(r.ledCh)
+		} else {
+			r.ledCh = make(chan struct{})
+		}
+	}
+	r.ledMu.Unlock()
+	if changed && r.cfg.OnLeaderChange != nil {
+		r.cfg.OnLeaderChange(leading)
+	}
+}
+
+// WaitLeading waits until this replica hosts the member, or ctx ends.
+func (r *Replica) WaitLeading(ctx context.Context) error {
+	for {
+		r.ledMu.Lock()
+		ch, leading := r.ledCh, r.leading.Load()
+		r.ledMu.Unlock()
+		if leading {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-r.stop:
+			return ErrStopped
+		}
+	}
+}
+
+func (r *Replica) prepareLeadership() error {
+	if err := r.group.Raft.Barrier(10 * time.Second).Error(); err != nil {
+		return fmt.Errorf("barrier: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var current *fsmpb.MemberSettings
+	r.fsm.read(func(m *fsm.Member) { current = m.Settings() })
+	if !proto.Equal(current, r.cfg.Settings) {
+		if err := r.propose(ctx, &fsmpb.Configure{Settings: r.cfg.Settings}); err != nil {
+			return fmt.Errorf("configure: %w", err)
+		}
+	}
+	return r.SweepSessions(ctx)
+}
+
+// SweepSessions releases every session whose owner is no longer alive, so
+// its unacknowledged messages return to pending, marked redelivered.
+func (r *Replica) SweepSessions(ctx context.Context) error {
+	var dead []string
+	r.fsm.read(func(m *fsm.Member) {
+		for _, s := range m.Sessions() {
+			if !r.cfg.OwnerLive(s.Owner) {
+				dead = append(dead, s.ID)
+			}
+		}
+	})
+	for _, id := range dead {
+		if err := r.Release(ctx, id); err != nil {
+			return fmt.Errorf("release session %s: %w", id, err)
+		}
+	}
+	if len(dead) > 0 {
+		r.log.Info("released the sessions of front-ends that are gone", "sessions", len(dead))
+	}
+	return nil
+}
+
+// Submit proposes one command without waiting. done is called once with its
+// result (a rejection is in Result.Err), in the order of submission, on the
+// proposer's goroutine: it must not block. Commands submitted by one caller
+// apply in the order submitted.
+func (r *Replica) Submit(body proto.Message, done func(fsm.Result, error)) {
+	r.prop.submit(body, func(res fsm.Result, err error) {
+		done(res, err)
+		r.kick()
+	})
+}
+
+// propose runs one command and returns its rejection, if any, as the error.
+func (r *Replica) propose(ctx context.Context, body proto.Message) error {
+	_, err := r.proposeResult(ctx, body)
+	return err
+}
+
+func (r *Replica) proposeResult(ctx context.Context, body proto.Message) (fsm.Result, error) {
+	res, err := r.prop.propose(ctx, body)
+	if err != nil {
+		return res, err
+	}
+	return res, res.Err
+}
+
+// Enqueue stores messages; it returns once they are committed. The leader
+// decides the time that ages the dedup window and stamps the messages.
+func (r *Replica) Enqueue(ctx context.Context, msgs []*fsmpb.Message) ([]fsm.Enqueued, error) {
+	now := r.now().UnixNano()
+	for _, m := range msgs {
+		if m.EnqueuedAt == 0 {
+			m.EnqueuedAt = now
+		}
+	}
+	res, err := r.proposeResult(ctx, &fsmpb.Enqueue{Now: now, Messages: msgs})
+	return res.Enqueued, err
+}
+
+// OpenSession registers a session owned by owner before consumers of it attach.
+func (r *Replica) OpenSession(ctx context.Context, session, owner string) error {
+	var open bool
+	r.fsm.read(func(m *fsm.Member) { open = m.HasSession(session) })
+	if open {
+		return nil
+	}
+	return r.propose(ctx, &fsmpb.OpenSession{Session: session, Owner: owner})
+}
+
+// Ack acknowledges deliveries of a session; rejected lists those the session
+// no longer held.
+func (r *Replica) Ack(ctx context.Context, session string, deliveryIDs []uint64) (acked int, rejected []uint64, err error) {
+	res, err := r.proposeResult(ctx, &fsmpb.Ack{Session: session, DeliveryIds: deliveryIDs})
+	return res.Acked, res.Rejected, err
+}
+
+// Recover returns the session's unacknowledged deliveries to pending; the
+// watermark is the first delivery id made after the recover.
+func (r *Replica) Recover(ctx context.Context, session string) (watermark uint64, err error) {
+	res, err := r.proposeResult(ctx, &fsmpb.Recover{Session: session})
+	r.kick()
+	return res.Watermark, err
+}
+
+// Release ends a session on this member.
+func (r *Replica) Release(ctx context.Context, session string) error {
+	err := r.propose(ctx, &fsmpb.Release{Session: session})
+	r.kick()
+	return err
+}
+
+// Return gives chosen deliveries back to pending.
+func (r *Replica) Return(ctx context.Context, session string, deliveryIDs []uint64) error {
+	err := r.propose(ctx, &fsmpb.Return{Session: session, DeliveryIds: deliveryIDs})
+	r.kick()
+	return err
+}
+
+// Purge removes every pending message.
+func (r *Replica) Purge(ctx context.Context) (int, error) {
+	res, err := r.proposeResult(ctx, &fsmpb.Purge{})
+	return res.Removed, err
+}
+
+// Stats counts what the member holds, as applied on this replica.
+func (r *Replica) Stats() (s fsm.Stats) {
+	r.fsm.read(func(m *fsm.Member) { s = m.Stats() })
+	return s
+}
+
+// Read runs fn on the replica's state, held against applies; fn must not
+// keep the state or block.
+func (r *Replica) Read(fn func(m *fsm.Member)) { r.fsm.read(fn) }
+
+// AddConsumer attaches a consumer with credit for that many messages. Its
+// session must be open (OpenSession).
+func (r *Replica) AddConsumer(c *Consumer, credit int) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.consumers[c.ID]; ok {
+		return fmt.Errorf("member %s: consumer %s is already attached", r.cfg.Name, c.ID)
+	}
+	r.consumers[c.ID] = &consumerState{Consumer: c, credit: credit}
+	r.order = append(r.order, c.ID)
+	r.kick()
+	return nil
+}
+
+// Credit allows n more messages to the consumer.
+func (r *Replica) Credit(consumerID string, n int) {
+	r.mu.Lock()
+	if c := r.consumers[consumerID]; c != nil {
+		c.credit += n
+	}
+	r.mu.Unlock()
+	r.kick()
+}
+
+// RemoveConsumer detaches a consumer; deliveries that commit afterwards go
+// back to pending.
+func (r *Replica) RemoveConsumer(consumerID string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.consumers[consumerID]; !ok {
+		return
+	}
+	delete(r.consumers, consumerID)
+	for i, id := range r.order {
+		if id == consumerID {
+			r.order = append(r.order[:i], r.order[i+1:]...)
+			break
+		}
+	}
+}
+
+// Consumers counts the attached consumers.
+func (r *Replica) Consumers() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.consumers)
+}
+
+// Close stops the replica; its data stays for the next start.
+func (r *Replica) Close() error {
+	return r.shutdown(false)
+}
+
+// Destroy stops the replica and deletes its data.
+func (r *Replica) Destroy() error {
+	return r.shutdown(true)
+}
+
+func (r *Replica) shutdown(destroy bool) error {
+	var err error
+	r.stopOnce.Do(func() {
+		close(r.stop)
+		r.setLeading(false)
+		r.prop.close()
+		if destroy {
+			err = r.group.Destroy()
+		} else {
+			err = r.group.Close()
+		}
+		r.wg.Wait()
+	})
+	return err
+}

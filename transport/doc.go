@@ -1,0 +1,8 @@
+// Package transport owns what crosses the network: the client API's protobuf
+// definitions and generated code (clientpb), the stream multiplexer that lets
+// every Raft group of a node share one port (raftmux), and the one table that
+// maps Cairn's typed errors to gRPC statuses and back (errors.go).
+//
+// It holds no broker logic: the services are implemented by package cluster
+// and called by package client.
+package transport

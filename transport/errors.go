@@ -1,0 +1,186 @@
+package transport
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/cairnmq/cairn/transport/clientpb"
+)
+
+// Errors that cross the wire. Each has a reason string that travels with it
+// (in the gRPC status details, or in-band on the Connect stream) so that the
+// client gets back the same sentinel, checkable with errors.Is.
+var (
+	// ErrUnknownDestination: the destination does not exist (and is not
+	// created on first use, or the operation never creates it).
+	ErrUnknownDestination = errors.New("cairn: unknown destination")
+	// ErrDestinationExists: create of a destination that exists.
+	ErrDestinationExists = errors.New("cairn: destination already exists")
+	// ErrInvalidName: a destination name or member address breaks the rules.
+	ErrInvalidName = errors.New("cairn: invalid destination name")
+	// ErrMessageTooLarge: a message is over the node's maximum message size.
+	ErrMessageTooLarge = errors.New("cairn: message too large")
+	// ErrInvalidArgument: a field is out of range (priority over 9, negative ttl).
+	ErrInvalidArgument = errors.New("cairn: invalid argument")
+	// ErrMalformed: a request lacks what it needs or makes no sense.
+	ErrMalformed = errors.New("cairn: malformed request")
+	// ErrDestinationFull: the destination holds its maximum size.
+	ErrDestinationFull = errors.New("cairn: destination full")
+	// ErrUnavailable: the node cannot serve now (no leader, shutting down).
+	ErrUnavailable = errors.New("cairn: unavailable")
+	// ErrDeliveryUnknown: a send may or may not have been enqueued.
+	ErrDeliveryUnknown = errors.New("cairn: delivery unknown")
+	// ErrLostServer: the server no longer holds the session's state that the
+	// call relied on (its deliveries were released).
+	ErrLostServer = errors.New("cairn: lost server")
+	// ErrClientIDInUse: another connection holds this client id.
+	ErrClientIDInUse = errors.New("cairn: client id in use")
+	// ErrDestinationDeleted: the destination was deleted under a consumer.
+	ErrDestinationDeleted = errors.New("cairn: destination deleted")
+	// ErrUnknownSession: the request names a session or consumer that this
+	// connection does not have open.
+	ErrUnknownSession = errors.New("cairn: unknown session or consumer")
+)
+
+var reasons = []struct {
+	err    error
+	reason string
+	code   codes.Code
+}{
+	{ErrUnknownDestination, "UNKNOWN_DESTINATION", codes.NotFound},
+	{ErrDestinationExists, "DESTINATION_EXISTS", codes.AlreadyExists},
+	{ErrInvalidName, "INVALID_NAME", codes.InvalidArgument},
+	{ErrMessageTooLarge, "MESSAGE_TOO_LARGE", codes.InvalidArgument},
+	{ErrInvalidArgument, "INVALID_ARGUMENT", codes.InvalidArgument},
+	{ErrMalformed, "MALFORMED_REQUEST", codes.InvalidArgument},
+	{ErrDestinationFull, "DESTINATION_FULL", codes.ResourceExhausted},
+	{ErrUnavailable, "UNAVAILABLE", codes.Unavailable},
+	{ErrDeliveryUnknown, "DELIVERY_UNKNOWN", codes.Unknown},
+	{ErrLostServer, "LOST_SERVER", codes.FailedPrecondition},
+	{ErrClientIDInUse, "CLIENT_ID_IN_USE", codes.AlreadyExists},
+	{ErrDestinationDeleted, "DESTINATION_DELETED", codes.NotFound},
+	{ErrUnknownSession, "UNKNOWN_SESSION", codes.FailedPrecondition},
+}
+
+const errorDomain = "cairnmq.io"
+
+// Error is an error received from a server: its text is the server's, and
+// it unwraps to the sentinel its reason names.
+type Error struct {
+	Reason  string
+	Message string
+	kind    error
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Unwrap returns the sentinel (nil if the reason is unknown to this build).
+func (e *Error) Unwrap() error { return e.kind }
+
+func lookup(err error) (reason string, code codes.Code, ok bool) {
+	for _, r := range reasons {
+		if errors.Is(err, r.err) {
+			return r.reason, r.code, true
+		}
+	}
+	return "", codes.Unknown, false
+}
+
+func sentinel(reason string) error {
+	for _, r := range reasons {
+		if r.reason == reason {
+			return r.err
+		}
+	}
+	return nil
+}
+
+// Status converts an error to the gRPC status a server returns.
+func Status(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	}
+	reason, code, ok := lookup(err)
+	if !ok {
+		return status.Error(codes.Internal, err.Error())
+	}
+	st, derr := status.New(code, err.Error()).WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: errorDomain})
+	if derr != nil {
+		return status.Error(code, err.Error())
+	}
+	return st.Err()
+}
+
+// ServerAnswered reports whether a gRPC error is a Cairn server's typed
+// answer, as opposed to a failure of the call itself (no connection, reset,
+// deadline), whose outcome on the server is not known.
+func ServerAnswered(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok || err == nil {
+		return false
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == errorDomain {
+			return true
+		}
+	}
+	return false
+}
+
+// FromStatus converts an error returned by a gRPC call to the typed error.
+func FromStatus(err error) error {
+	st, ok := status.FromError(err)
+	if !ok || err == nil {
+		return err
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == errorDomain {
+			return &Error{Reason: info.Reason, Message: st.Message(), kind: sentinel(info.Reason)}
+		}
+	}
+	switch st.Code() {
+	case codes.Canceled:
+		return context.Canceled
+	case codes.DeadlineExceeded:
+		return &Error{Reason: "DEADLINE_EXCEEDED", Message: st.Message(), kind: context.DeadlineExceeded}
+	case codes.Unavailable:
+		return &Error{Reason: "UNAVAILABLE", Message: "cairn: node unreachable: " + st.Message(), kind: ErrUnavailable}
+	case codes.ResourceExhausted:
+		// gRPC's own limit on message size, hit before the server could look.
+		return &Error{Reason: "MESSAGE_TOO_LARGE", Message: "cairn: message too large: " + st.Message(), kind: ErrMessageTooLarge}
+	}
+	return err
+}
+
+// ToProto converts an error for the Connect stream.
+func ToProto(err error) *clientpb.Error {
+	if err == nil {
+		return nil
+	}
+	reason, _, _ := lookup(err)
+	if reason == "" {
+		reason = "INTERNAL"
+	}
+	return &clientpb.Error{Reason: reason, Message: err.Error()}
+}
+
+// FromProto converts an error received on the Connect stream.
+func FromProto(e *clientpb.Error) error {
+	if e == nil {
+		return nil
+	}
+	return &Error{Reason: e.Reason, Message: e.Message, kind: sentinel(e.Reason)}
+}
