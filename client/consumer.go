@@ -17,6 +17,10 @@ type Consumer struct {
 	dest     string
 	member   string
 	prefetch int
+	// limit, when set, caps the messages the consumer asks for in all;
+	// granted counts what it asked for.
+	limit   int
+	granted int
 
 	mu       sync.Mutex
 	buf      []*Message
@@ -28,8 +32,8 @@ type Consumer struct {
 	done     chan struct{}
 }
 
-func newConsumer(s *Session, no uint64, dest string, prefetch int) *Consumer {
-	return &Consumer{s: s, no: no, dest: dest, prefetch: prefetch, signal: make(chan struct{}, 1), stop: make(chan struct{})}
+func newConsumer(s *Session, no uint64, dest string, prefetch, limit int) *Consumer {
+	return &Consumer{s: s, no: no, dest: dest, prefetch: prefetch, limit: limit, granted: prefetch, signal: make(chan struct{}, 1), stop: make(chan struct{})}
 }
 
 // Destination is the address the consumer was created with.
@@ -56,6 +60,8 @@ func (k *Consumer) deliver(ds []*clientpb.Delivery) {
 		}
 		k.buf = append(k.buf, fromDelivery(d, k.s))
 	}
+	// A returned message comes again and needs room again, within any limit.
+	k.granted -= stale
 	k.mu.Unlock()
 	k.credit(stale)
 	k.wake()
@@ -73,6 +79,7 @@ func (k *Consumer) dropStale() {
 	dropped := len(k.buf) - len(kept)
 	clear(k.buf[len(kept):])
 	k.buf = kept
+	k.granted -= dropped
 	k.mu.Unlock()
 	k.credit(dropped)
 }
@@ -84,9 +91,13 @@ func (k *Consumer) credit(n int) {
 	}
 	k.mu.Lock()
 	k.toCredit += n
+	if k.limit > 0 {
+		k.toCredit = min(k.toCredit, k.limit-k.granted)
+	}
 	send := 0
-	if k.toCredit >= max(1, k.prefetch/4) {
+	if k.toCredit > 0 && (k.toCredit >= max(1, k.prefetch/4) || k.limit > 0) {
 		send, k.toCredit = k.toCredit, 0
+		k.granted += send
 	}
 	k.mu.Unlock()
 	if send > 0 {

@@ -62,10 +62,15 @@ func (s *Session) Producer(dest string) (*Producer, error) {
 // ConsumerOption sets an option of a new consumer.
 type ConsumerOption func(*consumerOptions)
 
-type consumerOptions struct{ prefetch int }
+type consumerOptions struct{ prefetch, limit int }
 
 // WithPrefetch sets how many messages the consumer may hold unconsumed.
 func WithPrefetch(n int) ConsumerOption { return func(o *consumerOptions) { o.prefetch = n } }
+
+// WithLimit caps the messages the consumer ever asks the server for, so a
+// tool that wants exactly n messages is never sent an extra one that would
+// come back marked redelivered when it exits.
+func WithLimit(n int) ConsumerOption { return func(o *consumerOptions) { o.limit = n } }
 
 // Consumer creates a consumer of dest. A consumer of a plain name is pinned
 // to one member, which Consumer.Member names; NAME#I consumes member I.
@@ -73,6 +78,12 @@ func (s *Session) Consumer(ctx context.Context, dest string, opts ...ConsumerOpt
 	o := consumerOptions{prefetch: s.conn.opts.Prefetch}
 	for _, f := range opts {
 		f(&o)
+	}
+	if o.prefetch <= 0 {
+		return nil, fmt.Errorf("%w: prefetch %d; a consumer needs room for at least one message", ErrInvalidArgument, o.prefetch)
+	}
+	if o.limit > 0 {
+		o.prefetch = min(o.prefetch, o.limit)
 	}
 	c := s.conn
 	s.mu.Lock()
@@ -82,7 +93,7 @@ func (s *Session) Consumer(ctx context.Context, dest string, opts ...ConsumerOpt
 	}
 	c.mu.Lock()
 	c.nextConsumer++
-	k := newConsumer(s, c.nextConsumer, dest, o.prefetch)
+	k := newConsumer(s, c.nextConsumer, dest, o.prefetch, o.limit)
 	// Registered before asking, so deliveries that overtake the reply land.
 	c.consumers[k.no] = k
 	c.mu.Unlock()

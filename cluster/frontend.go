@@ -63,8 +63,15 @@ func wireError(err error) error {
 	default:
 		return err
 	}
-	return fmt.Errorf("%w: %v", target, err)
+	return &typedError{kind: target, err: err}
 }
+
+// typedError gives an error of a lower layer the client API's type, keeping
+// its text: "cairn: " and the lower layer's words.
+type typedError struct{ kind, err error }
+
+func (e *typedError) Error() string   { return "cairn: " + e.err.Error() }
+func (e *typedError) Unwrap() []error { return []error{e.kind, e.err} }
 
 // createDestination places a new destination's members on the registered,
 // live nodes and commits it in the meta group.
@@ -245,24 +252,28 @@ func (n *Node) validateSend(req *clientpb.SendRequest) error {
 	}
 	for i, m := range req.Messages {
 		if m == nil {
-			return fmt.Errorf("%w: message %d is empty", transport.ErrMalformed, i)
+			return fmt.Errorf("%w: message %d of the request is empty", transport.ErrMalformed, i)
+		}
+		what := m.Id
+		if what == "" {
+			what = fmt.Sprintf("%d of the request", i)
 		}
 		size := len(m.Body)
 		for k, v := range m.Properties {
 			if k == "" {
-				return fmt.Errorf("%w: message %d has a property with an empty name", transport.ErrInvalidArgument, i)
+				return fmt.Errorf("%w: message %s has a property with an empty name", transport.ErrInvalidArgument, what)
 			}
 			size += len(k) + len(v)
 		}
 		switch {
 		case size > n.cfg.MaxMessageBytes:
-			return fmt.Errorf("%w: message %d is %d bytes with its properties; this node accepts at most %d (--max-message-bytes)", transport.ErrMessageTooLarge, i, size, n.cfg.MaxMessageBytes)
+			return fmt.Errorf("%w: message %s is %d bytes with its properties; this node accepts at most %d (--max-message-bytes)", transport.ErrMessageTooLarge, what, size, n.cfg.MaxMessageBytes)
 		case m.Priority > fsm.MaxPriority:
-			return fmt.Errorf("%w: message %d has priority %d; priorities go from 0 to %d", transport.ErrInvalidArgument, i, m.Priority, fsm.MaxPriority)
+			return fmt.Errorf("%w: message %s has priority %d; priorities go from 0 to %d", transport.ErrInvalidArgument, what, m.Priority, fsm.MaxPriority)
 		case m.TtlMs < 0 || m.ExpirationUnixMs < 0:
-			return fmt.Errorf("%w: message %d has a negative time to live or expiration", transport.ErrInvalidArgument, i)
+			return fmt.Errorf("%w: message %s has a negative time to live or expiration", transport.ErrInvalidArgument, what)
 		case len(m.Id) > MaxIDLength || len(m.DedupId) > MaxIDLength:
-			return fmt.Errorf("%w: message %d has an id or dedup id over %d bytes", transport.ErrInvalidArgument, i, MaxIDLength)
+			return fmt.Errorf("%w: message %s has an id or dedup id over %d bytes", transport.ErrInvalidArgument, what, MaxIDLength)
 		}
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -29,6 +30,8 @@ type metaGroup struct {
 	group *member.Group
 	fsm   *metaFSM
 	kick  chan struct{}
+	// bootstrapped is true once the group has (or had) a configuration.
+	bootstrapped bool
 }
 
 // metaFSM adapts the pure meta state machine to hashicorp/raft.
@@ -109,12 +112,19 @@ func openMeta(n *Node) (*metaGroup, error) {
 	if err != nil {
 		return nil, err
 	}
+	dir := filepath.Join(n.cfg.DataDir, "meta")
+	_, statErr := os.Stat(filepath.Join(dir, "raft.db"))
+	mg.bootstrapped = statErr == nil
+	if !mg.bootstrapped && n.cfg.BootstrapExpect == 0 && len(n.cfg.Join) == 0 {
+		return nil, fmt.Errorf("%w: %s holds no cluster state yet: start a new cluster with --bootstrap-expect N (1 for a single node), or join one with --join ADDR", ErrConfig, n.cfg.DataDir)
+	}
 	var peers []raft.Server
 	if n.cfg.BootstrapExpect == 1 {
+		mg.bootstrapped = true
 		peers = []raft.Server{{ID: raft.ServerID(n.cfg.NodeID), Address: raft.ServerAddress(n.addrs.Raft)}}
 	}
 	g, err := member.OpenRaft(member.RaftConfig{
-		Group: metaGroupID, NodeID: n.cfg.NodeID, Dir: filepath.Join(n.cfg.DataDir, "meta"),
+		Group: metaGroupID, NodeID: n.cfg.NodeID, Dir: dir,
 		Stream: layer, Peers: peers, Timing: n.cfg.Timing, Logger: n.log,
 	}, mg.fsm)
 	if err != nil {
@@ -145,12 +155,49 @@ func (mg *metaGroup) run() {
 		case <-t.C:
 		case <-mg.group.Raft.LeaderCh():
 		}
+		if !mg.bootstrapped {
+			mg.bootstrapWhenExpected()
+		}
 		if mg.group.Raft.State() == raft.Leader {
 			if err := mg.registerNodes(); err != nil {
 				mg.n.log.Warn("registering nodes in the meta group", "err", err)
 			}
 		}
 	}
+}
+
+// bootstrapWhenExpected forms the meta group once --bootstrap-expect nodes
+// are alive in gossip. Every one of them proposes the same configuration
+// (the first N nodes by id), which hashicorp/raft accepts from each.
+func (mg *metaGroup) bootstrapWhenExpected() {
+	want := mg.n.cfg.BootstrapExpect
+	if want < 2 {
+		return
+	}
+	if _, leader := mg.group.Raft.LeaderWithID(); leader != "" {
+		mg.bootstrapped = true
+		return
+	}
+	var servers []raft.Server
+	for _, m := range mg.n.gossip.members() {
+		if m.State == "alive" && m.Meta.Raft != "" {
+			servers = append(servers, raft.Server{ID: raft.ServerID(m.ID), Address: raft.ServerAddress(m.Meta.Raft)})
+		}
+	}
+	if len(servers) < want {
+		return
+	}
+	servers = servers[:want]
+	if !slices.ContainsFunc(servers, func(s raft.Server) bool { return string(s.ID) == mg.n.cfg.NodeID }) {
+		return
+	}
+	err := mg.group.Raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
+	if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+		mg.n.log.Warn("bootstrapping the meta group", "err", err)
+		return
+	}
+	mg.bootstrapped = true
+	mg.n.log.Info("meta group bootstrapped", "servers", len(servers))
 }
 
 func (mg *metaGroup) registerNodes() error {

@@ -161,14 +161,15 @@ func hclogFor(log *slog.Logger, group string) hclog.Logger {
 type slogSink struct{ log *slog.Logger }
 
 func (s slogSink) Accept(name string, level hclog.Level, msg string, args ...interface{}) {
+	// One level down: Raft's routine news ("entering leader state") is
+	// debug detail for a broker's operator, and its warnings include the
+	// election every group starts with.
 	var lvl slog.Level
 	switch {
-	case level <= hclog.Debug:
+	case level <= hclog.Info:
 		lvl = slog.LevelDebug
-	case level == hclog.Info:
-		lvl = slog.LevelInfo
 	case level == hclog.Warn:
-		lvl = slog.LevelWarn
+		lvl = slog.LevelInfo
 	default:
 		lvl = slog.LevelError
 	}

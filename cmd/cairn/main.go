@@ -1,0 +1,110 @@
+// Command cairn is Cairn's one binary: `cairn server` runs a node, and every
+// other subcommand is a client of a running cluster.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// exitError carries a specific exit status.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func main() {
+	root := newRoot()
+	if err := root.Execute(); err != nil {
+		// One line on stderr, whatever the error; the details are in it.
+		msg := strings.ReplaceAll(err.Error(), "\n", " ")
+		// Wrapped errors of the library each start with "cairn: "; say it once.
+		msg = strings.ReplaceAll(msg, ": cairn: ", ": ")
+		if !strings.HasPrefix(msg, "cairn") {
+			msg = "cairn: " + msg
+		}
+		fmt.Fprintln(os.Stderr, msg)
+		code := 1
+		var ee *exitError
+		if errors.As(err, &ee) {
+			code = ee.code
+		}
+		os.Exit(code)
+	}
+}
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "cairn",
+		Short: "Cairn: a clustered message broker with JMS semantics on Raft",
+		Long: `Cairn is a clustered message broker: queues with acknowledge, recover and
+redelivery, every message and acknowledgement replicated with Raft.
+
+Start a node with 'cairn server', then talk to it with the other commands.
+They reach the server given by --server (or $CAIRN_SERVER), 127.0.0.1:7650
+by default.`,
+		Version:       version,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+	}
+	root.PersistentFlags().String("server", "127.0.0.1:7650", "address[,address...] of the nodes to talk to (env CAIRN_SERVER)")
+	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
+		return envFlags(cmd.Root().PersistentFlags(), "server")
+	}
+	root.AddCommand(serverCmd(), queueCmd(), sendCmd(), receiveCmd(), clusterCmd())
+	return root
+}
+
+// envFlags sets each named flag (every flag when none is named) that was not
+// given on the command line from its environment variable CAIRN_<FLAG>.
+func envFlags(fs *pflag.FlagSet, only ...string) error {
+	var err error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if err != nil || f.Changed || (len(only) > 0 && !contains(only, f.Name)) {
+			return
+		}
+		name := envName(f.Name)
+		if v, ok := os.LookupEnv(name); ok {
+			if serr := fs.Set(f.Name, v); serr != nil {
+				err = fmt.Errorf("environment %s=%q: %v", name, v, serr)
+			}
+		}
+	})
+	return err
+}
+
+func envName(flag string) string {
+	return "CAIRN_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// servers reads --server as a list.
+func servers(cmd *cobra.Command) []string {
+	v, _ := cmd.Flags().GetString("server")
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}

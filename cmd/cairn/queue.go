@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cairnmq/cairn/client"
+)
+
+// adminTimeout bounds one admin command.
+const adminTimeout = 30 * time.Second
+
+// withAdmin runs fn with an admin client of --server.
+func withAdmin(cmd *cobra.Command, fn func(ctx context.Context, a *client.Admin) error) error {
+	a, err := client.NewAdmin(servers(cmd))
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	ctx, cancel := context.WithTimeout(cmd.Context(), adminTimeout)
+	defer cancel()
+	return fn(ctx, a)
+}
+
+func queueCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "queue", Short: "Create, inspect, purge and delete queues"}
+	cmd.AddCommand(queueCreateCmd(), queueShowCmd(), queueListCmd(), queuePurgeCmd(), queueDeleteCmd())
+	return cmd
+}
+
+func queueCreateCmd() *cobra.Command {
+	var o client.QueueOptions
+	cmd := &cobra.Command{
+		Use:   "create NAME",
+		Short: "Create a queue",
+		Long: `Create a queue. NAME has letters, digits, '.', '_' and '-'.
+--members splits the queue into members (default: one per live node);
+--replicas sets how many nodes hold each member (default: 3, or fewer nodes).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withAdmin(cmd, func(ctx context.Context, a *client.Admin) error {
+				info, err := a.CreateQueue(ctx, args[0], o)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "created queue %s: %d members, %d replicas each\n", info.Name, len(info.Members), info.Replicas)
+				return nil
+			})
+		},
+	}
+	cmd.Flags().IntVar(&o.Members, "members", 0, "number of members (default: one per live node)")
+	cmd.Flags().IntVar(&o.Replicas, "replicas", 0, "replication factor (default: min(3, nodes))")
+	cmd.Flags().DurationVar(&o.TTL, "ttl", 0, "default time to live of messages, e.g. 10m (default: forever)")
+	cmd.Flags().Int64Var(&o.MaxBytes, "max-size", 0, "largest total size of the messages held, in bytes (default: unlimited)")
+	return cmd
+}
+
+func queueShowCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show NAME",
+		Short: "Show a queue's pending and delivered counts, in total and per member",
+		Long: `Show a queue: pending messages (waiting for a consumer) and delivered ones
+(handed to a consumer, not yet acknowledged), in total and per member with the
+member's host node and consumers.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withAdmin(cmd, func(ctx context.Context, a *client.Admin) error {
+				info, err := a.ShowQueue(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(cmd, info)
+				}
+				w := cmd.OutOrStdout()
+				fmt.Fprintf(w, "queue %s: %d pending, %d delivered\n", info.Name, info.Pending, info.Delivered)
+				t := newTable(w, "MEMBER", "HOST", "PENDING", "DELIVERED", "CONSUMERS")
+				for _, m := range info.Members {
+					t.row(m.Name, orDash(m.Host), m.Pending, m.Delivered, m.Consumers)
+				}
+				return t.flush()
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func queueListCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List queues with their counts",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withAdmin(cmd, func(ctx context.Context, a *client.Admin) error {
+				qs, err := a.ListQueues(ctx)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(cmd, qs)
+				}
+				t := newTable(cmd.OutOrStdout(), "NAME", "MEMBERS", "REPLICAS", "PENDING", "DELIVERED")
+				for _, q := range qs {
+					t.row(q.Name, len(q.Members), q.Replicas, q.Pending, q.Delivered)
+				}
+				return t.flush()
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func queuePurgeCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "purge NAME",
+		Short: "Remove every pending message of a queue (or of member NAME#I)",
+		Long: `Remove every pending message of a queue, or of one member with NAME#I.
+Delivered messages, not yet acknowledged, stay with their consumers.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withAdmin(cmd, func(ctx context.Context, a *client.Admin) error {
+				n, err := a.PurgeQueue(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "purged %d messages from %s\n", n, args[0])
+				return nil
+			})
+		},
+	}
+}
+
+func queueDeleteCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "delete NAME",
+		Short: "Delete a queue and every message in it",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withAdmin(cmd, func(ctx context.Context, a *client.Admin) error {
+				if err := a.DeleteQueue(ctx, args[0]); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "deleted queue %s\n", args[0])
+				return nil
+			})
+		},
+	}
+}

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cairnmq/cairn/cluster"
+)
+
+func serverCmd() *cobra.Command {
+	var (
+		cfg       cluster.Config
+		join      string
+		dev       bool
+		logLevel  string
+		logFormat string
+	)
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run a Cairn node",
+		Long: `Run a Cairn node. Every flag can also be set in the environment as
+CAIRN_<FLAG>, for example CAIRN_NODE_ID=n1 or CAIRN_DATA_DIR=/var/lib/cairn.
+
+A durable single node:     cairn server --node-id n1 --data-dir ./data/n1 --bootstrap-expect 1
+A throwaway node to try:   cairn server --dev
+SIGTERM or Ctrl-C stops the node gracefully.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := envFlags(cmd.Flags()); err != nil {
+				return err
+			}
+			log, err := newLogger(logLevel, logFormat)
+			if err != nil {
+				return err
+			}
+			cfg.Logger = log
+			if join != "" {
+				cfg.Join = strings.Split(join, ",")
+			}
+			if dev {
+				dir, err := os.MkdirTemp("", "cairn-dev-")
+				if err != nil {
+					return err
+				}
+				defer os.RemoveAll(dir)
+				if !cmd.Flags().Changed("data-dir") {
+					cfg.DataDir = dir
+				}
+				if !cmd.Flags().Changed("bootstrap-expect") {
+					cfg.BootstrapExpect = 1
+				}
+				for _, a := range []struct {
+					flag string
+					addr *string
+				}{{"client-addr", &cfg.ClientAddr}, {"peer-addr", &cfg.PeerAddr}, {"raft-addr", &cfg.RaftAddr}, {"gossip-addr", &cfg.GossipAddr}, {"http-addr", &cfg.HTTPAddr}} {
+					if !cmd.Flags().Changed(a.flag) {
+						*a.addr = "127.0.0.1" + *a.addr
+					}
+				}
+			}
+			if cfg.DataDir == "" {
+				return fmt.Errorf("--data-dir is not set: give the node a directory for its data, or use --dev for a throwaway node")
+			}
+			return runServer(cfg)
+		},
+	}
+	host, _ := os.Hostname()
+	f := cmd.Flags()
+	f.StringVar(&cfg.NodeID, "node-id", host, "this node's id, unique in the cluster and stable across restarts")
+	f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the node's data (Raft logs and snapshots)")
+	f.StringVar(&cfg.ClientAddr, "client-addr", cluster.DefaultClientAddr, "address for clients (gRPC)")
+	f.StringVar(&cfg.PeerAddr, "peer-addr", cluster.DefaultPeerAddr, "address for other nodes (gRPC)")
+	f.StringVar(&cfg.RaftAddr, "raft-addr", cluster.DefaultRaftAddr, "address for Raft traffic of every group")
+	f.StringVar(&cfg.GossipAddr, "gossip-addr", cluster.DefaultGossipAddr, "address for gossip (memberlist, TCP and UDP)")
+	f.StringVar(&cfg.HTTPAddr, "http-addr", cluster.DefaultHTTPAddr, "address for /healthz, /livez and /readyz")
+	f.StringVar(&cfg.Advertise, "advertise", "", "host or IP other nodes and clients reach this node at (default: the listen host, or this machine's private IP)")
+	f.StringVar(&join, "join", "", "gossip address[,address...] of nodes to join")
+	f.IntVar(&cfg.BootstrapExpect, "bootstrap-expect", 0, "form a new cluster once this many nodes have joined (1: a single node)")
+	f.BoolVar(&dev, "dev", false, "one throwaway node on 127.0.0.1: temporary data dir, ready at once, deleted on exit")
+	f.BoolVar(&cfg.NoAutoCreate, "no-auto-create", false, "refuse sends and consumers of queues that do not exist, instead of creating them")
+	f.IntVar(&cfg.MaxMessageBytes, "max-message-bytes", cluster.DefaultMaxMessageBytes, "largest message accepted, body and properties")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&logFormat, "log-format", "text", "text or json")
+	return cmd
+}
+
+func newLogger(level, format string) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: use text or json", format)
+}
+
+func runServer(cfg cluster.Config) error {
+	n, err := cluster.Start(cfg)
+	if err != nil {
+		return err
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	ready := make(chan error, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { ready <- n.WaitReady(ctx) }()
+	for {
+		select {
+		case err := <-ready:
+			if err == nil {
+				fmt.Fprintf(os.Stderr, "cairn: node %s ready; clients connect to %s (try: cairn --server %s queue list)\n", n.ID(), n.Addrs().Client, n.Addrs().Client)
+			}
+			ready = nil
+		case s := <-sig:
+			cancel()
+			fmt.Fprintf(os.Stderr, "cairn: %v received, stopping node %s\n", s, n.ID())
+			done := make(chan struct{})
+			go func() { n.Stop(); close(done) }()
+			select {
+			case <-done:
+				return nil
+			case <-sig:
+				return fmt.Errorf("second signal: stopping now, without waiting for a graceful stop")
+			case <-time.After(30 * time.Second):
+				return fmt.Errorf("graceful stop took over 30s; stopping now")
+			}
+		}
+	}
+}
