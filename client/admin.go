@@ -242,4 +242,3 @@ func (a *Admin) ClusterStatus(ctx context.Context) (ClusterStatus, error) {
 	})
 	return st, err
 }
-

@@ -192,11 +192,11 @@ func (g *gossip) shutdown() {
 
 // memberlist.Delegate
 
-func (g *gossip) NodeMeta(limit int) []byte               { return g.meta }
-func (g *gossip) NotifyMsg([]byte)                        {}
+func (g *gossip) NodeMeta(limit int) []byte                  { return g.meta }
+func (g *gossip) NotifyMsg([]byte)                           {}
 func (g *gossip) GetBroadcasts(overhead, limit int) [][]byte { return nil }
-func (g *gossip) LocalState(join bool) []byte             { return nil }
-func (g *gossip) MergeRemoteState(buf []byte, join bool)  {}
+func (g *gossip) LocalState(join bool) []byte                { return nil }
+func (g *gossip) MergeRemoteState(buf []byte, join bool)     {}
 
 // memberlist.EventDelegate
 

@@ -35,15 +35,15 @@ type Dialer func(address string, timeout time.Duration) (net.Conn, error)
 
 // Mux accepts connections on one listener and routes them by group.
 type Mux struct {
-	ln     net.Listener
+	ln net.Listener
 	// advertise is the address peers dial to reach ln.
 	advertise net.Addr
-	log    *slog.Logger
-	dial   Dialer
-	mu     sync.Mutex
-	groups map[string]*Layer
-	closed bool
-	done   chan struct{}
+	log       *slog.Logger
+	dial      Dialer
+	mu        sync.Mutex
+	groups    map[string]*Layer
+	closed    bool
+	done      chan struct{}
 }
 
 // New starts routing the connections accepted on ln. advertise is the
