@@ -285,8 +285,8 @@ func (n *Node) watchReady() {
 		st := healthpb.HealthCheckResponse_NOT_SERVING
 		if ready {
 			st = healthpb.HealthCheckResponse_SERVING
-			n.log.Info("node ready")
 		}
+		n.log.Debug("readiness changed", "ready", ready)
 		n.health.SetServingStatus("", st)
 		n.health.SetServingStatus(clientpb.ClientService_ServiceDesc.ServiceName, st)
 	}

@@ -18,7 +18,7 @@ import (
 var fastTiming = Timing{Heartbeat: 100 * time.Millisecond, Election: 100 * time.Millisecond, LeaderLease: 50 * time.Millisecond, Commit: 5 * time.Millisecond}
 
 // testReplica opens a single-replica member on a fresh loopback mux.
-func testReplica(t *testing.T, dir string, opts ...func(*Config)) *Replica {
+func testReplica(t testing.TB, dir string, opts ...func(*Config)) *Replica {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -48,7 +48,7 @@ func testReplica(t *testing.T, dir string, opts ...func(*Config)) *Replica {
 	return r
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {

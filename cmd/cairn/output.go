@@ -52,3 +52,11 @@ func orDash(s string) string {
 	}
 	return s
 }
+
+// plural says "1 member", "2 members".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}

@@ -46,7 +46,7 @@ func queueCreateCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "created queue %s: %d members, %d replicas each\n", info.Name, len(info.Members), info.Replicas)
+				fmt.Fprintf(cmd.OutOrStdout(), "created queue %s: %s, %s each\n", info.Name, plural(len(info.Members), "member"), plural(info.Replicas, "replica"))
 				return nil
 			})
 		},
@@ -130,7 +130,7 @@ Delivered messages, not yet acknowledged, stay with their consumers.`,
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "purged %d messages from %s\n", n, args[0])
+				fmt.Fprintf(cmd.OutOrStdout(), "purged %s from %s\n", plural(int(n), "message"), args[0])
 				return nil
 			})
 		},

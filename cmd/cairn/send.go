@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -121,7 +122,8 @@ With --json each message prints one line:
 				for m, n := range members {
 					parts = append(parts, fmt.Sprintf("%s: %d", m, n))
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "sent %d messages to %s (%s)\n", count, args[0], strings.Join(parts, ", "))
+				sort.Strings(parts)
+				fmt.Fprintf(cmd.OutOrStdout(), "sent %s to %s (%s)\n", plural(count, "message"), args[0], strings.Join(parts, ", "))
 			}
 			return nil
 		},
