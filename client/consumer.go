@@ -257,6 +257,12 @@ func (k *Consumer) Close() error {
 	if done != nil {
 		<-done
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), k.s.conn.opts.RequestTimeout)
+	defer cancel()
+	// No delivery to the consumer follows the reply, so what is buffered
+	// then is exactly what it holds unconsumed.
+	_, err := k.s.conn.request(ctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_CloseConsumer{CloseConsumer: &clientpb.CloseConsumer{Consumer: k.no}}})
+	k.s.forgetConsumer(k)
 	k.mu.Lock()
 	refs := make([]*clientpb.DeliveryRef, len(k.buf))
 	for i, m := range k.buf {
@@ -264,10 +270,9 @@ func (k *Consumer) Close() error {
 	}
 	k.buf = nil
 	k.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), k.s.conn.opts.RequestTimeout)
-	defer cancel()
-	_, err := k.s.conn.request(ctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_CloseConsumer{CloseConsumer: &clientpb.CloseConsumer{Consumer: k.no, Unconsumed: refs}}})
-	k.s.forgetConsumer(k)
+	if err == nil && len(refs) > 0 {
+		_, err = k.s.conn.request(ctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_ReturnDeliveries{ReturnDeliveries: &clientpb.ReturnDeliveries{Session: k.s.no, Deliveries: refs}}})
+	}
 	if errors.Is(err, ErrClosed) || errors.Is(err, ErrLostServer) {
 		return nil
 	}

@@ -258,6 +258,8 @@ func (c *connection) handle(f *clientpb.ClientFrame) {
 		go c.createConsumer(f.RequestId, op.CreateConsumer)
 	case *clientpb.ClientFrame_CloseConsumer:
 		c.closeConsumer(f.RequestId, op.CloseConsumer)
+	case *clientpb.ClientFrame_ReturnDeliveries:
+		c.returnDeliveries(f.RequestId, op.ReturnDeliveries)
 	case *clientpb.ClientFrame_Credit:
 		c.credit(op.Credit)
 	case *clientpb.ClientFrame_Acknowledge:
@@ -411,12 +413,6 @@ func (c *connection) attachConsumer(op *clientpb.CreateConsumer) (*consumer, err
 // push hands committed deliveries to the client; false means the consumer
 // is gone and they go back to pending.
 func (c *connection) push(k *consumer, ds []fsm.Delivery) bool {
-	c.mu.Lock()
-	live := !k.closed && !c.closed
-	c.mu.Unlock()
-	if !live {
-		return false
-	}
 	msgs := make([]*clientpb.Delivery, len(ds))
 	dest, _, _ := fsm.ParseAddress(k.member)
 	for i, d := range ds {
@@ -427,7 +423,10 @@ func (c *connection) push(k *consumer, ds []fsm.Delivery) bool {
 			DeliveryCount: d.DeliveryCount, TimestampUnixMs: nsToMs(m.EnqueuedAt), Destination: dest,
 		}
 	}
-	return c.out.push(&clientpb.ServerFrame{Frame: &clientpb.ServerFrame_Deliveries{Deliveries: &clientpb.Deliveries{Consumer: k.no, Messages: msgs}}})
+	f := &clientpb.ServerFrame{Frame: &clientpb.ServerFrame_Deliveries{Deliveries: &clientpb.Deliveries{Consumer: k.no, Messages: msgs}}}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !k.closed && !c.closed && c.out.push(f)
 }
 
 func nsToMs(ns int64) int64 {
@@ -437,6 +436,8 @@ func nsToMs(ns int64) int64 {
 	return ns / 1e6
 }
 
+// closeConsumer detaches a consumer. Its deliveries are pushed under c.mu,
+// so once it is marked closed no delivery to it follows the reply.
 func (c *connection) closeConsumer(requestID uint64, op *clientpb.CloseConsumer) {
 	c.mu.Lock()
 	k, ok := c.consumers[op.Consumer]
@@ -451,7 +452,19 @@ func (c *connection) closeConsumer(requestID uint64, op *clientpb.CloseConsumer)
 		return
 	}
 	k.replica.RemoveConsumer(k.id)
-	byMember, err := c.groupRefs(k.session, op.Unconsumed)
+	c.reply(requestID, nil, nil)
+}
+
+// returnDeliveries gives back deliveries a session never handed out.
+func (c *connection) returnDeliveries(requestID uint64, op *clientpb.ReturnDeliveries) {
+	c.mu.Lock()
+	s, err := c.session(op.Session)
+	c.mu.Unlock()
+	if err != nil {
+		c.reply(requestID, err, nil)
+		return
+	}
+	byMember, err := c.groupRefs(s, op.Deliveries)
 	if err != nil {
 		c.reply(requestID, err, nil)
 		return
@@ -459,7 +472,7 @@ func (c *connection) closeConsumer(requestID uint64, op *clientpb.CloseConsumer)
 	f := newFanout(len(byMember), func(err error) { c.reply(requestID, err, nil) })
 	for _, g := range byMember {
 		// Deliveries the session no longer holds were released already.
-		g.replica.Submit(&fsmpb.Return{Session: k.session.id, DeliveryIds: g.ids}, func(res fsm.Result, err error) { f.finish(err) })
+		g.replica.Submit(&fsmpb.Return{Session: s.id, DeliveryIds: g.ids}, func(res fsm.Result, err error) { f.finish(err) })
 	}
 }
 

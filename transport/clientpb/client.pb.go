@@ -1032,6 +1032,7 @@ type ClientFrame struct {
 	//	*ClientFrame_Credit
 	//	*ClientFrame_Acknowledge
 	//	*ClientFrame_Recover
+	//	*ClientFrame_ReturnDeliveries
 	Op            isClientFrame_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1153,6 +1154,15 @@ func (x *ClientFrame) GetRecover() *RecoverSession {
 	return nil
 }
 
+func (x *ClientFrame) GetReturnDeliveries() *ReturnDeliveries {
+	if x != nil {
+		if x, ok := x.Op.(*ClientFrame_ReturnDeliveries); ok {
+			return x.ReturnDeliveries
+		}
+	}
+	return nil
+}
+
 type isClientFrame_Op interface {
 	isClientFrame_Op()
 }
@@ -1189,6 +1199,10 @@ type ClientFrame_Recover struct {
 	Recover *RecoverSession `protobuf:"bytes,17,opt,name=recover,proto3,oneof"`
 }
 
+type ClientFrame_ReturnDeliveries struct {
+	ReturnDeliveries *ReturnDeliveries `protobuf:"bytes,18,opt,name=return_deliveries,json=returnDeliveries,proto3,oneof"`
+}
+
 func (*ClientFrame_Hello) isClientFrame_Op() {}
 
 func (*ClientFrame_OpenSession) isClientFrame_Op() {}
@@ -1204,6 +1218,8 @@ func (*ClientFrame_Credit) isClientFrame_Op() {}
 func (*ClientFrame_Acknowledge) isClientFrame_Op() {}
 
 func (*ClientFrame_Recover) isClientFrame_Op() {}
+
+func (*ClientFrame_ReturnDeliveries) isClientFrame_Op() {}
 
 type Hello struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1413,12 +1429,12 @@ func (x *CreateConsumer) GetPrefetch() uint32 {
 	return 0
 }
 
+// CloseConsumer stops deliveries to a consumer. Its reply comes after every
+// delivery the server pushed to that consumer, so the client then knows
+// which messages it holds unconsumed and returns them with ReturnDeliveries.
 type CloseConsumer struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	Consumer uint64                 `protobuf:"varint,1,opt,name=consumer,proto3" json:"consumer,omitempty"`
-	// unconsumed are deliveries the consumer received but never handed to
-	// the application; they return to pending at once.
-	Unconsumed    []*DeliveryRef `protobuf:"bytes,2,rep,name=unconsumed,proto3" json:"unconsumed,omitempty"`
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Consumer      uint64                 `protobuf:"varint,1,opt,name=consumer,proto3" json:"consumer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1460,9 +1476,56 @@ func (x *CloseConsumer) GetConsumer() uint64 {
 	return 0
 }
 
-func (x *CloseConsumer) GetUnconsumed() []*DeliveryRef {
+// ReturnDeliveries gives back deliveries the session received but never
+// handed to the application; they return to pending at once.
+type ReturnDeliveries struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
+	Deliveries    []*DeliveryRef         `protobuf:"bytes,2,rep,name=deliveries,proto3" json:"deliveries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReturnDeliveries) Reset() {
+	*x = ReturnDeliveries{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReturnDeliveries) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReturnDeliveries) ProtoMessage() {}
+
+func (x *ReturnDeliveries) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[21]
 	if x != nil {
-		return x.Unconsumed
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReturnDeliveries.ProtoReflect.Descriptor instead.
+func (*ReturnDeliveries) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ReturnDeliveries) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *ReturnDeliveries) GetDeliveries() []*DeliveryRef {
+	if x != nil {
+		return x.Deliveries
 	}
 	return nil
 }
@@ -1477,7 +1540,7 @@ type Credit struct {
 
 func (x *Credit) Reset() {
 	*x = Credit{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[21]
+	mi := &file_transport_clientpb_client_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1489,7 +1552,7 @@ func (x *Credit) String() string {
 func (*Credit) ProtoMessage() {}
 
 func (x *Credit) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[21]
+	mi := &file_transport_clientpb_client_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1502,7 +1565,7 @@ func (x *Credit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credit.ProtoReflect.Descriptor instead.
 func (*Credit) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{21}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Credit) GetConsumer() uint64 {
@@ -1529,7 +1592,7 @@ type DeliveryRef struct {
 
 func (x *DeliveryRef) Reset() {
 	*x = DeliveryRef{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[22]
+	mi := &file_transport_clientpb_client_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1541,7 +1604,7 @@ func (x *DeliveryRef) String() string {
 func (*DeliveryRef) ProtoMessage() {}
 
 func (x *DeliveryRef) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[22]
+	mi := &file_transport_clientpb_client_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1554,7 +1617,7 @@ func (x *DeliveryRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliveryRef.ProtoReflect.Descriptor instead.
 func (*DeliveryRef) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{22}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeliveryRef) GetMember() string {
@@ -1581,7 +1644,7 @@ type Acknowledge struct {
 
 func (x *Acknowledge) Reset() {
 	*x = Acknowledge{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[23]
+	mi := &file_transport_clientpb_client_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +1656,7 @@ func (x *Acknowledge) String() string {
 func (*Acknowledge) ProtoMessage() {}
 
 func (x *Acknowledge) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[23]
+	mi := &file_transport_clientpb_client_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +1669,7 @@ func (x *Acknowledge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Acknowledge.ProtoReflect.Descriptor instead.
 func (*Acknowledge) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{23}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Acknowledge) GetSession() uint64 {
@@ -1632,7 +1695,7 @@ type RecoverSession struct {
 
 func (x *RecoverSession) Reset() {
 	*x = RecoverSession{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[24]
+	mi := &file_transport_clientpb_client_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1644,7 +1707,7 @@ func (x *RecoverSession) String() string {
 func (*RecoverSession) ProtoMessage() {}
 
 func (x *RecoverSession) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[24]
+	mi := &file_transport_clientpb_client_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1657,7 +1720,7 @@ func (x *RecoverSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverSession.ProtoReflect.Descriptor instead.
 func (*RecoverSession) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{24}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RecoverSession) GetSession() uint64 {
@@ -1681,7 +1744,7 @@ type ServerFrame struct {
 
 func (x *ServerFrame) Reset() {
 	*x = ServerFrame{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[25]
+	mi := &file_transport_clientpb_client_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1693,7 +1756,7 @@ func (x *ServerFrame) String() string {
 func (*ServerFrame) ProtoMessage() {}
 
 func (x *ServerFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[25]
+	mi := &file_transport_clientpb_client_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1706,7 +1769,7 @@ func (x *ServerFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerFrame.ProtoReflect.Descriptor instead.
 func (*ServerFrame) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{25}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ServerFrame) GetFrame() isServerFrame_Frame {
@@ -1782,7 +1845,7 @@ type Reply struct {
 
 func (x *Reply) Reset() {
 	*x = Reply{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[26]
+	mi := &file_transport_clientpb_client_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1794,7 +1857,7 @@ func (x *Reply) String() string {
 func (*Reply) ProtoMessage() {}
 
 func (x *Reply) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[26]
+	mi := &file_transport_clientpb_client_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1807,7 +1870,7 @@ func (x *Reply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reply.ProtoReflect.Descriptor instead.
 func (*Reply) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{26}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Reply) GetRequestId() uint64 {
@@ -1905,7 +1968,7 @@ type HelloResult struct {
 
 func (x *HelloResult) Reset() {
 	*x = HelloResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[27]
+	mi := &file_transport_clientpb_client_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1917,7 +1980,7 @@ func (x *HelloResult) String() string {
 func (*HelloResult) ProtoMessage() {}
 
 func (x *HelloResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[27]
+	mi := &file_transport_clientpb_client_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1930,7 +1993,7 @@ func (x *HelloResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloResult.ProtoReflect.Descriptor instead.
 func (*HelloResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{27}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *HelloResult) GetConnectionId() string {
@@ -1957,7 +2020,7 @@ type CreateConsumerResult struct {
 
 func (x *CreateConsumerResult) Reset() {
 	*x = CreateConsumerResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[28]
+	mi := &file_transport_clientpb_client_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1969,7 +2032,7 @@ func (x *CreateConsumerResult) String() string {
 func (*CreateConsumerResult) ProtoMessage() {}
 
 func (x *CreateConsumerResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[28]
+	mi := &file_transport_clientpb_client_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1982,7 +2045,7 @@ func (x *CreateConsumerResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConsumerResult.ProtoReflect.Descriptor instead.
 func (*CreateConsumerResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{28}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateConsumerResult) GetMember() string {
@@ -2004,7 +2067,7 @@ type Watermark struct {
 
 func (x *Watermark) Reset() {
 	*x = Watermark{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[29]
+	mi := &file_transport_clientpb_client_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2016,7 +2079,7 @@ func (x *Watermark) String() string {
 func (*Watermark) ProtoMessage() {}
 
 func (x *Watermark) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[29]
+	mi := &file_transport_clientpb_client_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2029,7 +2092,7 @@ func (x *Watermark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Watermark.ProtoReflect.Descriptor instead.
 func (*Watermark) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{29}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Watermark) GetMember() string {
@@ -2055,7 +2118,7 @@ type RecoverResult struct {
 
 func (x *RecoverResult) Reset() {
 	*x = RecoverResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[30]
+	mi := &file_transport_clientpb_client_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2067,7 +2130,7 @@ func (x *RecoverResult) String() string {
 func (*RecoverResult) ProtoMessage() {}
 
 func (x *RecoverResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[30]
+	mi := &file_transport_clientpb_client_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2080,7 +2143,7 @@ func (x *RecoverResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResult.ProtoReflect.Descriptor instead.
 func (*RecoverResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{30}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RecoverResult) GetWatermarks() []*Watermark {
@@ -2100,7 +2163,7 @@ type AcknowledgeResult struct {
 
 func (x *AcknowledgeResult) Reset() {
 	*x = AcknowledgeResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[31]
+	mi := &file_transport_clientpb_client_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2112,7 +2175,7 @@ func (x *AcknowledgeResult) String() string {
 func (*AcknowledgeResult) ProtoMessage() {}
 
 func (x *AcknowledgeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[31]
+	mi := &file_transport_clientpb_client_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2125,7 +2188,7 @@ func (x *AcknowledgeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeResult.ProtoReflect.Descriptor instead.
 func (*AcknowledgeResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{31}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AcknowledgeResult) GetRejected() []*DeliveryRef {
@@ -2154,7 +2217,7 @@ type Delivery struct {
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[32]
+	mi := &file_transport_clientpb_client_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2166,7 +2229,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[32]
+	mi := &file_transport_clientpb_client_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2179,7 +2242,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{32}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Delivery) GetMember() string {
@@ -2269,7 +2332,7 @@ type Deliveries struct {
 
 func (x *Deliveries) Reset() {
 	*x = Deliveries{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[33]
+	mi := &file_transport_clientpb_client_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2281,7 +2344,7 @@ func (x *Deliveries) String() string {
 func (*Deliveries) ProtoMessage() {}
 
 func (x *Deliveries) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[33]
+	mi := &file_transport_clientpb_client_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2294,7 +2357,7 @@ func (x *Deliveries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deliveries.ProtoReflect.Descriptor instead.
 func (*Deliveries) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{33}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Deliveries) GetConsumer() uint64 {
@@ -2321,7 +2384,7 @@ type ConsumerClosed struct {
 
 func (x *ConsumerClosed) Reset() {
 	*x = ConsumerClosed{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[34]
+	mi := &file_transport_clientpb_client_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2333,7 +2396,7 @@ func (x *ConsumerClosed) String() string {
 func (*ConsumerClosed) ProtoMessage() {}
 
 func (x *ConsumerClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[34]
+	mi := &file_transport_clientpb_client_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2346,7 +2409,7 @@ func (x *ConsumerClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerClosed.ProtoReflect.Descriptor instead.
 func (*ConsumerClosed) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{34}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ConsumerClosed) GetConsumer() uint64 {
@@ -2371,7 +2434,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[35]
+	mi := &file_transport_clientpb_client_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2383,7 +2446,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[35]
+	mi := &file_transport_clientpb_client_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2396,7 +2459,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{35}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{36}
 }
 
 type NodeStatus struct {
@@ -2417,7 +2480,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[36]
+	mi := &file_transport_clientpb_client_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2429,7 +2492,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[36]
+	mi := &file_transport_clientpb_client_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2442,7 +2505,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{36}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *NodeStatus) GetId() string {
@@ -2513,7 +2576,7 @@ type ReplicaStatus struct {
 
 func (x *ReplicaStatus) Reset() {
 	*x = ReplicaStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[37]
+	mi := &file_transport_clientpb_client_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2525,7 +2588,7 @@ func (x *ReplicaStatus) String() string {
 func (*ReplicaStatus) ProtoMessage() {}
 
 func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[37]
+	mi := &file_transport_clientpb_client_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2538,7 +2601,7 @@ func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStatus.ProtoReflect.Descriptor instead.
 func (*ReplicaStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{37}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReplicaStatus) GetNode() string {
@@ -2582,7 +2645,7 @@ type GroupStatus struct {
 
 func (x *GroupStatus) Reset() {
 	*x = GroupStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[38]
+	mi := &file_transport_clientpb_client_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2594,7 +2657,7 @@ func (x *GroupStatus) String() string {
 func (*GroupStatus) ProtoMessage() {}
 
 func (x *GroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[38]
+	mi := &file_transport_clientpb_client_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2607,7 +2670,7 @@ func (x *GroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
 func (*GroupStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{38}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GroupStatus) GetName() string {
@@ -2656,7 +2719,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[39]
+	mi := &file_transport_clientpb_client_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2668,7 +2731,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[39]
+	mi := &file_transport_clientpb_client_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2681,7 +2744,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{39}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ClusterStatusResponse) GetAnsweredBy() string {
@@ -2773,7 +2836,7 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x06member\x18\x02 \x01(\tR\x06member\x12\x1c\n" +
 	"\tduplicate\x18\x03 \x01(\bR\tduplicate\"E\n" +
 	"\fSendResponse\x125\n" +
-	"\aresults\x18\x01 \x03(\v2\x1b.cairn.client.v1.SendResultR\aresults\"\xb2\x04\n" +
+	"\aresults\x18\x01 \x03(\v2\x1b.cairn.client.v1.SendResultR\aresults\"\x84\x05\n" +
 	"\vClientFrame\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12.\n" +
@@ -2785,7 +2848,8 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x0eclose_consumer\x18\x0e \x01(\v2\x1e.cairn.client.v1.CloseConsumerH\x00R\rcloseConsumer\x121\n" +
 	"\x06credit\x18\x0f \x01(\v2\x17.cairn.client.v1.CreditH\x00R\x06credit\x12@\n" +
 	"\vacknowledge\x18\x10 \x01(\v2\x1c.cairn.client.v1.AcknowledgeH\x00R\vacknowledge\x12;\n" +
-	"\arecover\x18\x11 \x01(\v2\x1f.cairn.client.v1.RecoverSessionH\x00R\arecoverB\x04\n" +
+	"\arecover\x18\x11 \x01(\v2\x1f.cairn.client.v1.RecoverSessionH\x00R\arecover\x12P\n" +
+	"\x11return_deliveries\x18\x12 \x01(\v2!.cairn.client.v1.ReturnDeliveriesH\x00R\x10returnDeliveriesB\x04\n" +
 	"\x02op\"$\n" +
 	"\x05Hello\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\"\\\n" +
@@ -2798,12 +2862,14 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x1a\n" +
 	"\bconsumer\x18\x02 \x01(\x04R\bconsumer\x12 \n" +
 	"\vdestination\x18\x03 \x01(\tR\vdestination\x12\x1a\n" +
-	"\bprefetch\x18\x04 \x01(\rR\bprefetch\"i\n" +
+	"\bprefetch\x18\x04 \x01(\rR\bprefetch\"+\n" +
 	"\rCloseConsumer\x12\x1a\n" +
-	"\bconsumer\x18\x01 \x01(\x04R\bconsumer\x12<\n" +
+	"\bconsumer\x18\x01 \x01(\x04R\bconsumer\"j\n" +
+	"\x10ReturnDeliveries\x12\x18\n" +
+	"\asession\x18\x01 \x01(\x04R\asession\x12<\n" +
 	"\n" +
-	"unconsumed\x18\x02 \x03(\v2\x1c.cairn.client.v1.DeliveryRefR\n" +
-	"unconsumed\"@\n" +
+	"deliveries\x18\x02 \x03(\v2\x1c.cairn.client.v1.DeliveryRefR\n" +
+	"deliveries\"@\n" +
 	"\x06Credit\x12\x1a\n" +
 	"\bconsumer\x18\x01 \x01(\x04R\bconsumer\x12\x1a\n" +
 	"\bmessages\x18\x02 \x01(\rR\bmessages\"F\n" +
@@ -2940,7 +3006,7 @@ func file_transport_clientpb_client_proto_rawDescGZIP() []byte {
 }
 
 var file_transport_clientpb_client_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_transport_clientpb_client_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_transport_clientpb_client_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_transport_clientpb_client_proto_goTypes = []any{
 	(DestinationKind)(0),              // 0: cairn.client.v1.DestinationKind
 	(AckMode)(0),                      // 1: cairn.client.v1.AckMode
@@ -2965,34 +3031,35 @@ var file_transport_clientpb_client_proto_goTypes = []any{
 	(*CloseSession)(nil),              // 20: cairn.client.v1.CloseSession
 	(*CreateConsumer)(nil),            // 21: cairn.client.v1.CreateConsumer
 	(*CloseConsumer)(nil),             // 22: cairn.client.v1.CloseConsumer
-	(*Credit)(nil),                    // 23: cairn.client.v1.Credit
-	(*DeliveryRef)(nil),               // 24: cairn.client.v1.DeliveryRef
-	(*Acknowledge)(nil),               // 25: cairn.client.v1.Acknowledge
-	(*RecoverSession)(nil),            // 26: cairn.client.v1.RecoverSession
-	(*ServerFrame)(nil),               // 27: cairn.client.v1.ServerFrame
-	(*Reply)(nil),                     // 28: cairn.client.v1.Reply
-	(*HelloResult)(nil),               // 29: cairn.client.v1.HelloResult
-	(*CreateConsumerResult)(nil),      // 30: cairn.client.v1.CreateConsumerResult
-	(*Watermark)(nil),                 // 31: cairn.client.v1.Watermark
-	(*RecoverResult)(nil),             // 32: cairn.client.v1.RecoverResult
-	(*AcknowledgeResult)(nil),         // 33: cairn.client.v1.AcknowledgeResult
-	(*Delivery)(nil),                  // 34: cairn.client.v1.Delivery
-	(*Deliveries)(nil),                // 35: cairn.client.v1.Deliveries
-	(*ConsumerClosed)(nil),            // 36: cairn.client.v1.ConsumerClosed
-	(*ClusterStatusRequest)(nil),      // 37: cairn.client.v1.ClusterStatusRequest
-	(*NodeStatus)(nil),                // 38: cairn.client.v1.NodeStatus
-	(*ReplicaStatus)(nil),             // 39: cairn.client.v1.ReplicaStatus
-	(*GroupStatus)(nil),               // 40: cairn.client.v1.GroupStatus
-	(*ClusterStatusResponse)(nil),     // 41: cairn.client.v1.ClusterStatusResponse
-	nil,                               // 42: cairn.client.v1.Message.PropertiesEntry
-	nil,                               // 43: cairn.client.v1.Delivery.PropertiesEntry
+	(*ReturnDeliveries)(nil),          // 23: cairn.client.v1.ReturnDeliveries
+	(*Credit)(nil),                    // 24: cairn.client.v1.Credit
+	(*DeliveryRef)(nil),               // 25: cairn.client.v1.DeliveryRef
+	(*Acknowledge)(nil),               // 26: cairn.client.v1.Acknowledge
+	(*RecoverSession)(nil),            // 27: cairn.client.v1.RecoverSession
+	(*ServerFrame)(nil),               // 28: cairn.client.v1.ServerFrame
+	(*Reply)(nil),                     // 29: cairn.client.v1.Reply
+	(*HelloResult)(nil),               // 30: cairn.client.v1.HelloResult
+	(*CreateConsumerResult)(nil),      // 31: cairn.client.v1.CreateConsumerResult
+	(*Watermark)(nil),                 // 32: cairn.client.v1.Watermark
+	(*RecoverResult)(nil),             // 33: cairn.client.v1.RecoverResult
+	(*AcknowledgeResult)(nil),         // 34: cairn.client.v1.AcknowledgeResult
+	(*Delivery)(nil),                  // 35: cairn.client.v1.Delivery
+	(*Deliveries)(nil),                // 36: cairn.client.v1.Deliveries
+	(*ConsumerClosed)(nil),            // 37: cairn.client.v1.ConsumerClosed
+	(*ClusterStatusRequest)(nil),      // 38: cairn.client.v1.ClusterStatusRequest
+	(*NodeStatus)(nil),                // 39: cairn.client.v1.NodeStatus
+	(*ReplicaStatus)(nil),             // 40: cairn.client.v1.ReplicaStatus
+	(*GroupStatus)(nil),               // 41: cairn.client.v1.GroupStatus
+	(*ClusterStatusResponse)(nil),     // 42: cairn.client.v1.ClusterStatusResponse
+	nil,                               // 43: cairn.client.v1.Message.PropertiesEntry
+	nil,                               // 44: cairn.client.v1.Delivery.PropertiesEntry
 }
 var file_transport_clientpb_client_proto_depIdxs = []int32{
 	0,  // 0: cairn.client.v1.CreateDestinationRequest.kind:type_name -> cairn.client.v1.DestinationKind
 	12, // 1: cairn.client.v1.ListDestinationsResponse.destinations:type_name -> cairn.client.v1.DestinationInfo
 	0,  // 2: cairn.client.v1.DestinationInfo.kind:type_name -> cairn.client.v1.DestinationKind
 	11, // 3: cairn.client.v1.DestinationInfo.members:type_name -> cairn.client.v1.MemberInfo
-	42, // 4: cairn.client.v1.Message.properties:type_name -> cairn.client.v1.Message.PropertiesEntry
+	43, // 4: cairn.client.v1.Message.properties:type_name -> cairn.client.v1.Message.PropertiesEntry
 	13, // 5: cairn.client.v1.SendRequest.messages:type_name -> cairn.client.v1.Message
 	15, // 6: cairn.client.v1.SendResponse.results:type_name -> cairn.client.v1.SendResult
 	18, // 7: cairn.client.v1.ClientFrame.hello:type_name -> cairn.client.v1.Hello
@@ -3000,49 +3067,50 @@ var file_transport_clientpb_client_proto_depIdxs = []int32{
 	20, // 9: cairn.client.v1.ClientFrame.close_session:type_name -> cairn.client.v1.CloseSession
 	21, // 10: cairn.client.v1.ClientFrame.create_consumer:type_name -> cairn.client.v1.CreateConsumer
 	22, // 11: cairn.client.v1.ClientFrame.close_consumer:type_name -> cairn.client.v1.CloseConsumer
-	23, // 12: cairn.client.v1.ClientFrame.credit:type_name -> cairn.client.v1.Credit
-	25, // 13: cairn.client.v1.ClientFrame.acknowledge:type_name -> cairn.client.v1.Acknowledge
-	26, // 14: cairn.client.v1.ClientFrame.recover:type_name -> cairn.client.v1.RecoverSession
-	1,  // 15: cairn.client.v1.OpenSession.ack_mode:type_name -> cairn.client.v1.AckMode
-	24, // 16: cairn.client.v1.CloseConsumer.unconsumed:type_name -> cairn.client.v1.DeliveryRef
-	24, // 17: cairn.client.v1.Acknowledge.deliveries:type_name -> cairn.client.v1.DeliveryRef
-	28, // 18: cairn.client.v1.ServerFrame.reply:type_name -> cairn.client.v1.Reply
-	35, // 19: cairn.client.v1.ServerFrame.deliveries:type_name -> cairn.client.v1.Deliveries
-	36, // 20: cairn.client.v1.ServerFrame.consumer_closed:type_name -> cairn.client.v1.ConsumerClosed
-	2,  // 21: cairn.client.v1.Reply.error:type_name -> cairn.client.v1.Error
-	29, // 22: cairn.client.v1.Reply.hello:type_name -> cairn.client.v1.HelloResult
-	30, // 23: cairn.client.v1.Reply.create_consumer:type_name -> cairn.client.v1.CreateConsumerResult
-	32, // 24: cairn.client.v1.Reply.recover:type_name -> cairn.client.v1.RecoverResult
-	33, // 25: cairn.client.v1.Reply.acknowledge:type_name -> cairn.client.v1.AcknowledgeResult
-	31, // 26: cairn.client.v1.RecoverResult.watermarks:type_name -> cairn.client.v1.Watermark
-	24, // 27: cairn.client.v1.AcknowledgeResult.rejected:type_name -> cairn.client.v1.DeliveryRef
-	43, // 28: cairn.client.v1.Delivery.properties:type_name -> cairn.client.v1.Delivery.PropertiesEntry
-	34, // 29: cairn.client.v1.Deliveries.messages:type_name -> cairn.client.v1.Delivery
-	2,  // 30: cairn.client.v1.ConsumerClosed.error:type_name -> cairn.client.v1.Error
-	39, // 31: cairn.client.v1.GroupStatus.replicas:type_name -> cairn.client.v1.ReplicaStatus
-	38, // 32: cairn.client.v1.ClusterStatusResponse.nodes:type_name -> cairn.client.v1.NodeStatus
-	40, // 33: cairn.client.v1.ClusterStatusResponse.groups:type_name -> cairn.client.v1.GroupStatus
-	3,  // 34: cairn.client.v1.ClientService.CreateDestination:input_type -> cairn.client.v1.CreateDestinationRequest
-	4,  // 35: cairn.client.v1.ClientService.DeleteDestination:input_type -> cairn.client.v1.DeleteDestinationRequest
-	6,  // 36: cairn.client.v1.ClientService.ListDestinations:input_type -> cairn.client.v1.ListDestinationsRequest
-	8,  // 37: cairn.client.v1.ClientService.ShowDestination:input_type -> cairn.client.v1.ShowDestinationRequest
-	9,  // 38: cairn.client.v1.ClientService.PurgeDestination:input_type -> cairn.client.v1.PurgeDestinationRequest
-	14, // 39: cairn.client.v1.ClientService.Send:input_type -> cairn.client.v1.SendRequest
-	17, // 40: cairn.client.v1.ClientService.Connect:input_type -> cairn.client.v1.ClientFrame
-	37, // 41: cairn.client.v1.ClientService.ClusterStatus:input_type -> cairn.client.v1.ClusterStatusRequest
-	12, // 42: cairn.client.v1.ClientService.CreateDestination:output_type -> cairn.client.v1.DestinationInfo
-	5,  // 43: cairn.client.v1.ClientService.DeleteDestination:output_type -> cairn.client.v1.DeleteDestinationResponse
-	7,  // 44: cairn.client.v1.ClientService.ListDestinations:output_type -> cairn.client.v1.ListDestinationsResponse
-	12, // 45: cairn.client.v1.ClientService.ShowDestination:output_type -> cairn.client.v1.DestinationInfo
-	10, // 46: cairn.client.v1.ClientService.PurgeDestination:output_type -> cairn.client.v1.PurgeDestinationResponse
-	16, // 47: cairn.client.v1.ClientService.Send:output_type -> cairn.client.v1.SendResponse
-	27, // 48: cairn.client.v1.ClientService.Connect:output_type -> cairn.client.v1.ServerFrame
-	41, // 49: cairn.client.v1.ClientService.ClusterStatus:output_type -> cairn.client.v1.ClusterStatusResponse
-	42, // [42:50] is the sub-list for method output_type
-	34, // [34:42] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	24, // 12: cairn.client.v1.ClientFrame.credit:type_name -> cairn.client.v1.Credit
+	26, // 13: cairn.client.v1.ClientFrame.acknowledge:type_name -> cairn.client.v1.Acknowledge
+	27, // 14: cairn.client.v1.ClientFrame.recover:type_name -> cairn.client.v1.RecoverSession
+	23, // 15: cairn.client.v1.ClientFrame.return_deliveries:type_name -> cairn.client.v1.ReturnDeliveries
+	1,  // 16: cairn.client.v1.OpenSession.ack_mode:type_name -> cairn.client.v1.AckMode
+	25, // 17: cairn.client.v1.ReturnDeliveries.deliveries:type_name -> cairn.client.v1.DeliveryRef
+	25, // 18: cairn.client.v1.Acknowledge.deliveries:type_name -> cairn.client.v1.DeliveryRef
+	29, // 19: cairn.client.v1.ServerFrame.reply:type_name -> cairn.client.v1.Reply
+	36, // 20: cairn.client.v1.ServerFrame.deliveries:type_name -> cairn.client.v1.Deliveries
+	37, // 21: cairn.client.v1.ServerFrame.consumer_closed:type_name -> cairn.client.v1.ConsumerClosed
+	2,  // 22: cairn.client.v1.Reply.error:type_name -> cairn.client.v1.Error
+	30, // 23: cairn.client.v1.Reply.hello:type_name -> cairn.client.v1.HelloResult
+	31, // 24: cairn.client.v1.Reply.create_consumer:type_name -> cairn.client.v1.CreateConsumerResult
+	33, // 25: cairn.client.v1.Reply.recover:type_name -> cairn.client.v1.RecoverResult
+	34, // 26: cairn.client.v1.Reply.acknowledge:type_name -> cairn.client.v1.AcknowledgeResult
+	32, // 27: cairn.client.v1.RecoverResult.watermarks:type_name -> cairn.client.v1.Watermark
+	25, // 28: cairn.client.v1.AcknowledgeResult.rejected:type_name -> cairn.client.v1.DeliveryRef
+	44, // 29: cairn.client.v1.Delivery.properties:type_name -> cairn.client.v1.Delivery.PropertiesEntry
+	35, // 30: cairn.client.v1.Deliveries.messages:type_name -> cairn.client.v1.Delivery
+	2,  // 31: cairn.client.v1.ConsumerClosed.error:type_name -> cairn.client.v1.Error
+	40, // 32: cairn.client.v1.GroupStatus.replicas:type_name -> cairn.client.v1.ReplicaStatus
+	39, // 33: cairn.client.v1.ClusterStatusResponse.nodes:type_name -> cairn.client.v1.NodeStatus
+	41, // 34: cairn.client.v1.ClusterStatusResponse.groups:type_name -> cairn.client.v1.GroupStatus
+	3,  // 35: cairn.client.v1.ClientService.CreateDestination:input_type -> cairn.client.v1.CreateDestinationRequest
+	4,  // 36: cairn.client.v1.ClientService.DeleteDestination:input_type -> cairn.client.v1.DeleteDestinationRequest
+	6,  // 37: cairn.client.v1.ClientService.ListDestinations:input_type -> cairn.client.v1.ListDestinationsRequest
+	8,  // 38: cairn.client.v1.ClientService.ShowDestination:input_type -> cairn.client.v1.ShowDestinationRequest
+	9,  // 39: cairn.client.v1.ClientService.PurgeDestination:input_type -> cairn.client.v1.PurgeDestinationRequest
+	14, // 40: cairn.client.v1.ClientService.Send:input_type -> cairn.client.v1.SendRequest
+	17, // 41: cairn.client.v1.ClientService.Connect:input_type -> cairn.client.v1.ClientFrame
+	38, // 42: cairn.client.v1.ClientService.ClusterStatus:input_type -> cairn.client.v1.ClusterStatusRequest
+	12, // 43: cairn.client.v1.ClientService.CreateDestination:output_type -> cairn.client.v1.DestinationInfo
+	5,  // 44: cairn.client.v1.ClientService.DeleteDestination:output_type -> cairn.client.v1.DeleteDestinationResponse
+	7,  // 45: cairn.client.v1.ClientService.ListDestinations:output_type -> cairn.client.v1.ListDestinationsResponse
+	12, // 46: cairn.client.v1.ClientService.ShowDestination:output_type -> cairn.client.v1.DestinationInfo
+	10, // 47: cairn.client.v1.ClientService.PurgeDestination:output_type -> cairn.client.v1.PurgeDestinationResponse
+	16, // 48: cairn.client.v1.ClientService.Send:output_type -> cairn.client.v1.SendResponse
+	28, // 49: cairn.client.v1.ClientService.Connect:output_type -> cairn.client.v1.ServerFrame
+	42, // 50: cairn.client.v1.ClientService.ClusterStatus:output_type -> cairn.client.v1.ClusterStatusResponse
+	43, // [43:51] is the sub-list for method output_type
+	35, // [35:43] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_transport_clientpb_client_proto_init() }
@@ -3059,13 +3127,14 @@ func file_transport_clientpb_client_proto_init() {
 		(*ClientFrame_Credit)(nil),
 		(*ClientFrame_Acknowledge)(nil),
 		(*ClientFrame_Recover)(nil),
+		(*ClientFrame_ReturnDeliveries)(nil),
 	}
-	file_transport_clientpb_client_proto_msgTypes[25].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[26].OneofWrappers = []any{
 		(*ServerFrame_Reply)(nil),
 		(*ServerFrame_Deliveries)(nil),
 		(*ServerFrame_ConsumerClosed)(nil),
 	}
-	file_transport_clientpb_client_proto_msgTypes[26].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[27].OneofWrappers = []any{
 		(*Reply_Hello)(nil),
 		(*Reply_CreateConsumer)(nil),
 		(*Reply_Recover)(nil),
@@ -3077,7 +3146,7 @@ func file_transport_clientpb_client_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_clientpb_client_proto_rawDesc), len(file_transport_clientpb_client_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   42,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
