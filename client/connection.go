@@ -122,7 +122,7 @@ func dialOne(ctx context.Context, addr string, opts Options) (*Connection, error
 	// The stream lives as long as the connection; only its opening is bounded.
 	opened := make(chan error, 1)
 	go func() {
-		s, err := c.api.Connect(sctx, grpc.WaitForReady(true))
+		s, err := c.api.Connect(sctx)
 		c.stream = s
 		opened <- err
 	}()

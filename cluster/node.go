@@ -312,12 +312,14 @@ func (n *Node) Stop() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = n.httpSrv.Shutdown(ctx)
 		cancel()
+		// The background loops end on stopped; none may open a replica or
+		// propose once the groups start closing.
+		n.bg.Wait()
 		n.gossip.leave(2 * time.Second)
 		n.groups.closeAll()
 		n.meta.close()
 		n.gossip.shutdown()
 		n.mux.Close()
-		n.bg.Wait()
 		n.log.Info("cairn node stopped")
 	})
 }

@@ -31,6 +31,9 @@ func main() {
 		msg := strings.ReplaceAll(err.Error(), "\n", " ")
 		// Wrapped errors of the library each start with "cairn: "; say it once.
 		msg = strings.ReplaceAll(msg, ": cairn: ", ": ")
+		if strings.Contains(msg, "connection refused") {
+			msg += " — is a Cairn node running there? Start one with 'make run' or 'cairn server --dev', or point --server at one"
+		}
 		if !strings.HasPrefix(msg, "cairn") {
 			msg = "cairn: " + msg
 		}
