@@ -1,12 +1,13 @@
 package fsm
 
 import (
+	"bufio"
 	"cmp"
 	"fmt"
 	"io"
 	"slices"
 
-	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/encoding/protodelim"
 
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 )
@@ -76,6 +77,11 @@ func ValidateDestination(d *fsmpb.Destination) error {
 		if len(p.Replicas) != int(d.Replicas) {
 			return fmt.Errorf("%w: member %d has %d replicas, the destination asks for %d", ErrInvalidSettings, i, len(p.Replicas), d.Replicas)
 		}
+		for j, id := range p.Replicas {
+			if id == "" || slices.Contains(p.Replicas[:j], id) {
+				return fmt.Errorf("%w: member %d's replicas %q need distinct node ids", ErrInvalidSettings, i, p.Replicas)
+			}
+		}
 	}
 	return nil
 }
@@ -144,24 +150,18 @@ func (m *Meta) Snapshot() *fsmpb.MetaSnapshot {
 	return &fsmpb.MetaSnapshot{Applied: m.applied, Destinations: m.Destinations(), Nodes: m.Nodes()}
 }
 
-// WriteSnapshot writes the state for RestoreMeta.
+// WriteSnapshot writes the state for RestoreMeta, length-delimited so that
+// a stream cut short is recognised.
 func (m *Meta) WriteSnapshot(w io.Writer) error {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m.Snapshot())
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(b)
+	_, err := deterministic.MarshalTo(w, m.Snapshot())
 	return err
 }
 
 // RestoreMeta reads a state written by WriteSnapshot.
 func RestoreMeta(r io.Reader) (*Meta, error) {
-	b, err := io.ReadAll(r)
-	if err != nil {
-		return nil, err
-	}
 	var s fsmpb.MetaSnapshot
-	if err := proto.Unmarshal(b, &s); err != nil {
+	opts := protodelim.UnmarshalOptions{MaxSize: maxSnapshotRecord}
+	if err := opts.UnmarshalFrom(bufio.NewReader(r), &s); err != nil {
 		return nil, fmt.Errorf("%w: meta snapshot: %v", ErrCorrupt, err)
 	}
 	m := NewMeta()

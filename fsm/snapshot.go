@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"google.golang.org/protobuf/encoding/protodelim"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 )
@@ -67,13 +68,13 @@ func cmpUint64(a, b uint64) int {
 func (img *MemberImage) WriteTo(w io.Writer) (int64, error) {
 	bw := bufio.NewWriterSize(w, 256<<10)
 	var n int64
-	k, err := protodelim.MarshalTo(bw, img.header)
+	k, err := deterministic.MarshalTo(bw, img.header)
 	n += int64(k)
 	if err != nil {
 		return n, err
 	}
 	for _, sm := range img.messages {
-		k, err := protodelim.MarshalTo(bw, sm)
+		k, err := deterministic.MarshalTo(bw, sm)
 		n += int64(k)
 		if err != nil {
 			return n, err
@@ -81,6 +82,9 @@ func (img *MemberImage) WriteTo(w io.Writer) (int64, error) {
 	}
 	return n, bw.Flush()
 }
+
+// deterministic makes equal states write equal bytes (map fields sorted).
+var deterministic = protodelim.MarshalOptions{MarshalOptions: proto.MarshalOptions{Deterministic: true}}
 
 // maxSnapshotRecord bounds one record of a snapshot stream: a message of the
 // largest size a node accepts, with room for its headers.

@@ -884,11 +884,14 @@ func (x *Configure) GetSettings() *MemberSettings {
 
 type MemberSettings struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// max_bytes bounds the body bytes held by the member; 0 is unlimited.
+	// max_bytes bounds the bytes (bodies and properties) held by the member;
+	// 0 is unlimited.
 	MaxBytes int64 `protobuf:"varint,1,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
-	// dedup_window_ns is how long a duplicate-detection id is remembered.
+	// dedup_window_ns is how long a duplicate-detection id is remembered;
+	// 0 bounds the ids by count only.
 	DedupWindowNs int64 `protobuf:"varint,2,opt,name=dedup_window_ns,json=dedupWindowNs,proto3" json:"dedup_window_ns,omitempty"`
-	// dedup_max_ids bounds how many duplicate-detection ids are remembered.
+	// dedup_max_ids bounds how many duplicate-detection ids are remembered;
+	// 0 turns duplicate detection off.
 	DedupMaxIds   uint32 `protobuf:"varint,3,opt,name=dedup_max_ids,json=dedupMaxIds,proto3" json:"dedup_max_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
