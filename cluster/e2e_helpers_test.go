@@ -51,7 +51,9 @@ func withSnapshotThreshold(n uint64) func(*Config) {
 }
 
 // Options for dial.
-func withClientID(id string) func(*client.Options) { return func(o *client.Options) { o.ClientID = id } }
+func withClientID(id string) func(*client.Options) {
+	return func(o *client.Options) { o.ClientID = id }
+}
 
 func mustSession(t *testing.T, c *client.Connection, mode client.AckMode) *client.Session {
 	t.Helper()

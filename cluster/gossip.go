@@ -175,9 +175,6 @@ func (g *gossip) aliveWithBoot(id, boot string) bool {
 	return false
 }
 
-// aliveCount counts the nodes gossip holds alive or suspect.
-func (g *gossip) aliveCount() int { return g.ml.NumMembers() }
-
 func (g *gossip) leave(timeout time.Duration) {
 	if err := g.ml.Leave(timeout); err != nil {
 		g.n.log.Warn("leaving the gossip pool", "err", err)
