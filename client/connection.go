@@ -247,6 +247,8 @@ func (c *Connection) Close() error {
 	c.mu.Lock()
 	if c.err != nil || c.closing {
 		c.mu.Unlock()
+		// Lost already: only the gRPC connection is left to release.
+		c.cc.Close()
 		return nil
 	}
 	c.closing = true

@@ -223,10 +223,11 @@ func (n *Node) route(d *fsmpb.Destination, idx int, choose func([]destination.Ca
 	cands := n.candidates(d)
 	i, ok := choose(cands, rotation.Add(1))
 	if !ok {
-		// None is ready yet; take one this node replicates and wait for it.
-		for _, c := range cands {
-			if _, local := n.groups.replica(fsm.MemberName(d.Name, uint32(c.Index))); local {
-				return fsm.MemberName(d.Name, uint32(c.Index)), nil
+		// None is ready yet (a restart, a new queue): take one placed on
+		// this node; the caller waits for its host.
+		for _, p := range d.Members {
+			if slices.Contains(p.Replicas, n.cfg.NodeID) {
+				return fsm.MemberName(d.Name, p.Index), nil
 			}
 		}
 		return "", fmt.Errorf("%w: no member of %s is hosted on this node", transport.ErrUnavailable, d.Name)

@@ -232,11 +232,31 @@ func (gs *groups) host(ctx context.Context, name string) (*member.Replica, error
 // election plus the takeover, with room to spare.
 const hostWait = 5 * time.Second
 
-// ready reports whether every replica placed here has a leader.
+// ready reports whether every member replica placed here is open, has a
+// leader, and — where this node leads — has finished its takeover, so that
+// a ready node serves every queue it hosts.
 func (gs *groups) ready() error {
-	for _, r := range gs.all() {
-		if _, id := r.Raft().LeaderWithID(); id == "" {
-			return fmt.Errorf("member %s has no leader yet", r.Name())
+	var placed []string
+	gs.n.meta.read(func(m *fsm.Meta) {
+		for _, d := range m.Destinations() {
+			for _, p := range d.Members {
+				if slices.Contains(p.Replicas, gs.n.cfg.NodeID) {
+					placed = append(placed, fsm.MemberName(d.Name, p.Index))
+				}
+			}
+		}
+	})
+	for _, name := range placed {
+		r, ok := gs.replica(name)
+		if !ok {
+			return fmt.Errorf("member %s is not open yet", name)
+		}
+		_, leader := r.Raft().LeaderWithID()
+		switch {
+		case leader == "":
+			return fmt.Errorf("member %s has no leader yet", name)
+		case string(leader) == gs.n.cfg.NodeID && !r.Leading():
+			return fmt.Errorf("member %s is taking over here", name)
 		}
 	}
 	return nil
