@@ -47,10 +47,14 @@ type Mux struct {
 }
 
 // New starts routing the connections accepted on ln. advertise is the
-// address peers dial (ln's own address when nil); dial may be nil for plain TCP.
+// address peers dial (ln's own address when nil); dial may be nil for plain
+// TCP, and log nil for silence.
 func New(ln net.Listener, advertise net.Addr, dial Dialer, log *slog.Logger) *Mux {
 	if advertise == nil {
 		advertise = ln.Addr()
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
 	if dial == nil {
 		dial = func(address string, timeout time.Duration) (net.Conn, error) {

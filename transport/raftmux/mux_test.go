@@ -1,0 +1,132 @@
+package raftmux
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+func newMux(t *testing.T) *Mux {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := New(ln, nil, nil, nil)
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func TestMux_RoutesConnectionsByGroup(t *testing.T) {
+	m := newMux(t)
+	a, err := m.Layer("orders#0@a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.Layer("meta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Layer("meta"); err == nil {
+		t.Fatal("a second layer for one group was allowed")
+	}
+	for _, tc := range []struct {
+		from, to *Layer
+		payload  string
+	}{{a, a, "to orders"}, {b, b, "to meta"}} {
+		conn, err := tc.from.Dial("127.0.0.1:0", time.Second)
+		if err == nil {
+			conn.Close()
+			t.Fatal("dialing port 0 succeeded")
+		}
+		conn, err = tc.from.Dial(raft.ServerAddress(m.Addr().String()), time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Write([]byte(tc.payload)); err != nil {
+			t.Fatal(err)
+		}
+		in, err := tc.to.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(tc.payload))
+		if _, err := io.ReadFull(in, got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, []byte(tc.payload)) {
+			t.Fatalf("group %s got %q, want %q", tc.to.group, got, tc.payload)
+		}
+		in.Close()
+		conn.Close()
+	}
+}
+
+// A connection for a group that is not running here, or that does not
+// speak the protocol, is closed; the listener keeps serving.
+func TestMux_DropsUnknownGroupsAndStrangers(t *testing.T) {
+	m := newMux(t)
+	known, err := m.Layer("known")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := raft.ServerAddress(m.Addr().String())
+	stranger, err := net.Dial("tcp", string(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger.Write([]byte("GET / HTTP/1.1\r\n\r\n"))
+	stranger.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := stranger.Read(make([]byte, 1)); err == nil {
+		t.Fatal("a connection with a bad header was not closed")
+	}
+	other, err := m.Layer("other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.Close()
+	conn, err := other.Dial(addr, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Read(make([]byte, 1)); err == nil {
+		t.Fatal("a connection for a closed group was not closed")
+	}
+	c2, err := known.Dial(addr, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	in, err := known.Accept()
+	if err != nil {
+		t.Fatal("the mux stopped routing after dropping strangers:", err)
+	}
+	in.Close()
+}
+
+func TestMux_CloseEndsAccept(t *testing.T) {
+	m := newMux(t)
+	l, err := m.Layer("g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := l.Accept(); done <- err }()
+	m.Close()
+	select {
+	case err := <-done:
+		if err != ErrClosed {
+			t.Fatalf("Accept after Close = %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Accept did not return after the mux closed")
+	}
+	if _, err := m.Layer("h"); err != ErrClosed {
+		t.Fatalf("Layer on a closed mux = %v, want ErrClosed", err)
+	}
+}
