@@ -208,7 +208,7 @@ func (c *Connection) lost(err error) {
 	if closedByUs {
 		return
 	}
-	lostErr := fmt.Errorf("%w: connection to node %s lost: %v", ErrLostServer, c.node, transport.FromStatus(err))
+	lostErr := fmt.Errorf("%w: connection to node %s lost: %w", ErrLostServer, c.node, transport.FromStatus(err))
 	c.shutdown(lostErr)
 	if listener != nil {
 		listener(lostErr)

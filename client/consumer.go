@@ -84,6 +84,22 @@ func (k *Consumer) dropStale() {
 	k.credit(dropped)
 }
 
+// dropExpired discards buffered messages whose expiration has passed: the
+// server removes them from the session by itself, as it does pending ones.
+// It returns how many it dropped; k.mu is held.
+func (k *Consumer) dropExpired(now time.Time) int {
+	kept := k.buf[:0]
+	for _, m := range k.buf {
+		if m.Expiration.IsZero() || m.Expiration.After(now) {
+			kept = append(kept, m)
+		}
+	}
+	n := len(k.buf) - len(kept)
+	clear(k.buf[len(kept):])
+	k.buf = kept
+	return n
+}
+
 // credit gives the server room for n more messages, a batch at a time.
 func (k *Consumer) credit(n int) {
 	if n == 0 {
@@ -122,11 +138,13 @@ func (k *Consumer) next(ctx context.Context, wait bool, record bool) (*Message, 
 	for {
 		k.s.handout.RLock()
 		k.mu.Lock()
+		expired := k.dropExpired(time.Now())
 		if len(k.buf) > 0 {
 			m := k.buf[0]
 			k.buf[0] = nil
 			k.buf = k.buf[1:]
 			k.mu.Unlock()
+			k.credit(expired)
 			if record {
 				k.s.consumed(m)
 			}
@@ -137,6 +155,7 @@ func (k *Consumer) next(ctx context.Context, wait bool, record bool) (*Message, 
 		err := k.err
 		k.mu.Unlock()
 		k.s.handout.RUnlock()
+		k.credit(expired)
 		if err != nil {
 			return nil, err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -103,7 +104,8 @@ func (p *Producer) SendBatch(ctx context.Context, ms []*Message) ([]Receipt, err
 // never left (the connection could not be made), and unknown otherwise.
 func sendError(err error, id string) error {
 	typed := transport.FromStatus(err)
-	if transport.ServerAnswered(err) {
+	// gRPC's own size limit refuses a request before any handler sees it.
+	if transport.ServerAnswered(err) || errors.Is(typed, ErrMessageTooLarge) {
 		return typed
 	}
 	st, _ := status.FromError(err)

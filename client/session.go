@@ -37,6 +37,9 @@ type Session struct {
 	// firstValid is, per member, the lowest delivery id still the
 	// session's after its last recover; earlier ones were returned.
 	firstValid map[string]uint64
+	// epoch counts recovers; a message handed out in an earlier epoch is no
+	// longer the session's.
+	epoch uint64
 	// acksInFlight counts automatic acknowledgements not yet answered.
 	acksInFlight sync.WaitGroup
 }
@@ -128,6 +131,9 @@ func (s *Session) stale(member string, deliveryID uint64) bool {
 
 // consumed records a message handed to the application.
 func (s *Session) consumed(m *Message) {
+	s.mu.Lock()
+	m.epoch = s.epoch
+	s.mu.Unlock()
 	switch s.mode {
 	case AutoAck:
 		s.autoAck(m)
@@ -195,33 +201,47 @@ func (s *Session) flushAcks(ctx context.Context) error {
 }
 
 // ack acknowledges for Message.Ack (m) and Session.Acknowledge (nil: all).
+// A message handed out before a recover is no longer the session's: its
+// ack reports ErrLostServer (after acknowledging, in ClientAck mode, what the
+// session holds now).
 func (s *Session) ack(ctx context.Context, m *Message) error {
-	var refs []*clientpb.DeliveryRef
 	var acked []*Message
 	s.mu.Lock()
+	if s.mode != ClientAck && s.mode != IndividualAck {
+		s.mu.Unlock()
+		return nil
+	}
+	stale := m != nil && m.epoch < s.epoch
 	switch {
-	case s.mode == ClientAck, s.mode == IndividualAck && m == nil:
+	case s.mode == ClientAck, m == nil:
 		acked = s.unacked
 		s.unacked = nil
-	case s.mode == IndividualAck:
+	default:
 		if i := slices.Index(s.unacked, m); i >= 0 {
 			acked = []*Message{m}
 			s.unacked = slices.Delete(s.unacked, i, i+1)
 		}
-	default:
-		s.mu.Unlock()
-		return nil
 	}
 	closed := s.closed
 	s.mu.Unlock()
-	if len(acked) == 0 {
-		return nil
-	}
-	if closed {
+	var err error
+	switch {
+	case len(acked) == 0:
+	case closed:
 		return ErrClosed
+	default:
+		err = s.sendAck(ctx, acked)
 	}
-	for _, a := range acked {
-		refs = append(refs, a.ref())
+	if err == nil && stale {
+		err = fmt.Errorf("%w: message %s was handed out before the session recovered; it was returned and comes again, marked redelivered", ErrLostServer, m.ID)
+	}
+	return err
+}
+
+func (s *Session) sendAck(ctx context.Context, acked []*Message) error {
+	refs := make([]*clientpb.DeliveryRef, len(acked))
+	for i, a := range acked {
+		refs[i] = a.ref()
 	}
 	_, err := s.conn.request(ctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_Acknowledge{Acknowledge: &clientpb.Acknowledge{Session: s.no, Deliveries: refs}}})
 	if err != nil && !errors.Is(err, ErrLostServer) {
@@ -259,6 +279,7 @@ func (s *Session) Recover(ctx context.Context) error {
 		s.firstValid[w.Member] = w.FirstValid
 	}
 	s.unacked = nil
+	s.epoch++
 	consumers := make([]*Consumer, 0, len(s.consumers))
 	for _, k := range s.consumers {
 		consumers = append(consumers, k)

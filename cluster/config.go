@@ -40,6 +40,7 @@ type Config struct {
 	// Member tuning.
 	Timing            member.Timing
 	SnapshotThreshold uint64
+	SnapshotInterval  time.Duration
 	ExpiryInterval    time.Duration
 	// Clock is the node's clock; tests move it.
 	Clock func() time.Time

@@ -94,12 +94,13 @@ func (cs *connections) serve(stream clientpb.ClientService_ConnectServer) error 
 	cs.mu.Unlock()
 	defer cs.end(c)
 
-	writeErr := make(chan error, 1)
-	go func() { writeErr <- c.out.run(ctx, stream) }()
-
+	// The Hello reply is written before the outbox starts, so a refusal
+	// reaches the client before the stream ends.
 	if err := c.hello(stream); err != nil {
 		return transport.Status(err)
 	}
+	writeErr := make(chan error, 1)
+	go func() { writeErr <- c.out.run(ctx, stream) }()
 	recvErr := make(chan error, 1)
 	go func() {
 		for {
@@ -152,12 +153,12 @@ func (c *connection) hello(stream clientpb.ClientService_ConnectServer) error {
 		}
 		cs.mu.Unlock()
 		if taken {
-			c.reply(f.RequestId, fmt.Errorf("%w: client id %q is used by another connection", transport.ErrClientIDInUse, h.ClientId), nil)
-			return fmt.Errorf("%w: %q", transport.ErrClientIDInUse, h.ClientId)
+			err := fmt.Errorf("%w: client id %q is used by another connection", transport.ErrClientIDInUse, h.ClientId)
+			_ = stream.Send(replyFrame(f.RequestId, err, nil))
+			return err
 		}
 	}
-	c.reply(f.RequestId, nil, &clientpb.Reply{Result: &clientpb.Reply_Hello{Hello: &clientpb.HelloResult{ConnectionId: c.id, NodeId: c.n.cfg.NodeID}}})
-	return nil
+	return stream.Send(replyFrame(f.RequestId, nil, &clientpb.Reply{Result: &clientpb.Reply_Hello{Hello: &clientpb.HelloResult{ConnectionId: c.id, NodeId: c.n.cfg.NodeID}}}))
 }
 
 // end detaches the connection's consumers and releases its sessions.
@@ -233,15 +234,18 @@ func (cs *connections) memberGone(name string, err error) {
 }
 
 func (c *connection) reply(requestID uint64, err error, r *clientpb.Reply) {
-	if requestID == 0 {
-		return
+	if requestID != 0 {
+		c.out.push(replyFrame(requestID, err, r))
 	}
+}
+
+func replyFrame(requestID uint64, err error, r *clientpb.Reply) *clientpb.ServerFrame {
 	if r == nil {
 		r = &clientpb.Reply{}
 	}
 	r.RequestId = requestID
 	r.Error = transport.ToProto(wireError(err))
-	c.out.push(&clientpb.ServerFrame{Frame: &clientpb.ServerFrame_Reply{Reply: r}})
+	return &clientpb.ServerFrame{Frame: &clientpb.ServerFrame_Reply{Reply: r}}
 }
 
 // handle serves one frame. It never blocks on Raft: commands are submitted

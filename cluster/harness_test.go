@@ -17,7 +17,7 @@ func testConfig(t *testing.T, dir string, opts ...func(*Config)) Config {
 		NodeID: "n1", DataDir: dir, BootstrapExpect: 1,
 		ClientAddr: "127.0.0.1:0", PeerAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0",
 		GossipAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		Timing: fastTiming, ExpiryInterval: 20 * time.Millisecond,
+		Timing: fastTiming, ExpiryInterval: 20 * time.Millisecond, SnapshotInterval: 100 * time.Millisecond,
 	}
 	for _, o := range opts {
 		o(&cfg)

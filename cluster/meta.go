@@ -261,12 +261,13 @@ func (mg *metaGroup) ready() error {
 		return errors.New("the meta group has no leader yet")
 	}
 	var registered bool
-	mg.fsm.read(func(m *fsm.Meta) { _, registered = m.Node(mg.n.cfg.NodeID) })
+	var applied uint64
+	mg.fsm.read(func(m *fsm.Meta) { _, registered = m.Node(mg.n.cfg.NodeID); applied = m.Applied() })
+	if !mg.group.CaughtUp(applied) {
+		return fmt.Errorf("the meta group is catching up (applied %d, committed %d)", applied, r.CommitIndex())
+	}
 	if !registered {
 		return errors.New("this node is not registered in the meta group yet")
-	}
-	if r.AppliedIndex() < r.CommitIndex() {
-		return fmt.Errorf("the meta group is catching up (applied %d of %d)", r.AppliedIndex(), r.CommitIndex())
 	}
 	return nil
 }

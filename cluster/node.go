@@ -332,12 +332,13 @@ func (n *Node) closeListeners() {
 	}
 }
 
-// memberTiming etc. are the settings member replicas open with.
+// replicaConfig is what every member replica of this node opens with.
 func (n *Node) replicaConfig() member.Config {
 	return member.Config{
 		NodeID:            n.cfg.NodeID,
 		Timing:            n.cfg.Timing,
 		SnapshotThreshold: n.cfg.SnapshotThreshold,
+		SnapshotInterval:  n.cfg.SnapshotInterval,
 		ExpiryInterval:    n.cfg.ExpiryInterval,
 		Clock:             n.cfg.Clock,
 		OwnerLive:         n.ownerLive,

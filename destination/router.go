@@ -21,25 +21,37 @@ type Candidate struct {
 	Consumers int
 }
 
-// load is pending messages per consumer, in a form that compares without
-// division: a/b < c/d as a*d < c*b, with no consumers counted as one.
+// load is pending messages per consumer, compared without division (a/b <
+// c/d as a*d < c*b). A member without consumers strands whatever it holds,
+// so it counts as more loaded than any member with consumers; among members
+// without consumers, the one with fewer pending messages is less loaded.
 type load struct{ pending, consumers int }
 
-func loadOf(c Candidate) load { return load{c.Pending, max(c.Consumers, 1)} }
+func loadOf(c Candidate) load { return load{c.Pending, c.Consumers} }
 
-func (a load) less(b load) bool { return a.pending*b.consumers < b.pending*a.consumers }
+func (a load) less(b load) bool {
+	switch {
+	case (a.consumers == 0) != (b.consumers == 0):
+		return b.consumers == 0
+	case a.consumers == 0:
+		return a.pending < b.pending
+	}
+	return a.pending*b.consumers < b.pending*a.consumers
+}
 
 // ForSend chooses the member a send goes to: an available member hosted on
 // the front-end first (server affinity), then the one with the fewest
-// pending messages per consumer. Among equals, rotation picks one, so
-// equal members share the sends. It returns false if none is available.
+// pending messages per consumer, so sends go where consumers are. Among
+// equals, rotation picks one, so equal members share the sends. It returns
+// false if none is available.
 func ForSend(cands []Candidate, rotation uint64) (int, bool) {
 	return choose(cands, rotation, func(a, b load) bool { return a.less(b) })
 }
 
 // ForConsumer chooses the member a consumer is pinned to: an available
-// member hosted on the front-end first, then the one with the most pending
-// messages per consumer, where a new consumer is most needed.
+// member hosted on the front-end first, then the most loaded one, where a
+// new consumer is most needed: a member without consumers first (the most
+// pending of them), then the most pending messages per consumer.
 func ForConsumer(cands []Candidate, rotation uint64) (int, bool) {
 	return choose(cands, rotation, func(a, b load) bool { return b.less(a) })
 }

@@ -50,3 +50,30 @@ func TestForSend_NoneAvailable(t *testing.T) {
 		t.Fatal("ForConsumer chose from no members")
 	}
 }
+
+func TestForSend_AvoidsMembersWithoutConsumers(t *testing.T) {
+	cands := []Candidate{
+		{Index: 0, Available: true, Local: true, Pending: 0, Consumers: 0},
+		{Index: 1, Available: true, Local: true, Pending: 500, Consumers: 1},
+	}
+	for r := range uint64(4) {
+		if got, _ := ForSend(cands, r); got != 1 {
+			t.Fatalf("rotation %d: ForSend = %d; want 1, the member with a consumer", r, got)
+		}
+	}
+	cands[1].Consumers = 0
+	if got, _ := ForSend(cands, 1); got != 0 {
+		t.Fatalf("with no consumers anywhere, ForSend = %d; want 0, the emptier member", got)
+	}
+}
+
+func TestForConsumer_PrefersMembersWithoutConsumers(t *testing.T) {
+	cands := []Candidate{
+		{Index: 0, Available: true, Pending: 100, Consumers: 1},
+		{Index: 1, Available: true, Pending: 0, Consumers: 0},
+		{Index: 2, Available: true, Pending: 3, Consumers: 0},
+	}
+	if got, _ := ForConsumer(cands, 0); got != 2 {
+		t.Fatalf("ForConsumer = %d; want 2, the member without consumers holding the most", got)
+	}
+}

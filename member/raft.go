@@ -1,6 +1,7 @@
 package member
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -28,6 +29,17 @@ type Timing struct {
 // answer heartbeats well inside 500 ms.
 var DefaultTiming = Timing{Heartbeat: 500 * time.Millisecond, Election: 500 * time.Millisecond, LeaderLease: 250 * time.Millisecond, Commit: 20 * time.Millisecond}
 
+// Snapshot defaults. hashicorp/raft checks the threshold only every
+// SnapshotInterval (its default is 120 s), so a busy member would grow its
+// log for minutes past the threshold; 5 s keeps the log near the threshold
+// at the cost of a cheap index comparison. A snapshot leaves 1024 entries,
+// enough for a follower a few seconds behind at full speed (each entry
+// carries many messages) to catch up from the log.
+const (
+	DefaultSnapshotInterval = 5 * time.Second
+	DefaultTrailingLogs     = 1024
+)
+
 // RaftConfig says how to open one Raft group on this node.
 type RaftConfig struct {
 	// Group names the group in logs and on the shared Raft port.
@@ -54,10 +66,14 @@ type RaftConfig struct {
 
 // Group is an open Raft group and the stores it owns.
 type Group struct {
-	Raft      *raft.Raft
-	store     *raftboltdb.BoltStore
-	transport *raft.NetworkTransport
-	dir       string
+	Raft *raft.Raft
+	// startIndex is the last log index on disk when the group opened: what
+	// this replica knew before it (re)started.
+	startIndex uint64
+	logs       raft.LogStore
+	store      *raftboltdb.BoltStore
+	transport  *raft.NetworkTransport
+	dir        string
 }
 
 // OpenRaft opens (and on first use bootstraps) a Raft group whose log and
@@ -101,12 +117,8 @@ func OpenRaft(cfg RaftConfig, fsm raft.FSM) (*Group, error) {
 	if cfg.SnapshotThreshold > 0 {
 		rc.SnapshotThreshold = cfg.SnapshotThreshold
 	}
-	if cfg.SnapshotInterval > 0 {
-		rc.SnapshotInterval = cfg.SnapshotInterval
-	}
-	if cfg.TrailingLogs > 0 {
-		rc.TrailingLogs = cfg.TrailingLogs
-	}
+	rc.SnapshotInterval = cmp.Or(cfg.SnapshotInterval, DefaultSnapshotInterval)
+	rc.TrailingLogs = cmp.Or(cfg.TrailingLogs, DefaultTrailingLogs)
 
 	fail := func(err error) (*Group, error) {
 		trans.Close()
@@ -126,7 +138,35 @@ func OpenRaft(cfg RaftConfig, fsm raft.FSM) (*Group, error) {
 	if err != nil {
 		return fail(err)
 	}
-	return &Group{Raft: r, store: store, transport: trans, dir: cfg.Dir}, nil
+	return &Group{Raft: r, startIndex: r.LastIndex(), logs: logs, store: store, transport: trans, dir: cfg.Dir}, nil
+}
+
+// maxCatchUpScan bounds the entries CaughtUp reads; a replica further behind
+// is simply not caught up.
+const maxCatchUpScan = 1024
+
+// CaughtUp reports whether the state machine, whose last applied command
+// entry is fsmApplied, holds every committed command, and the group has
+// committed at least what this replica held on disk when it opened (so a
+// restarted replica is not caught up before its old log is committed again).
+// Raft's AppliedIndex cannot tell: it moves when entries are handed to the
+// state machine, not when they are applied, and counts Raft's own entries
+// (the no-op of each new term, configurations), which the state machine
+// never sees.
+func (g *Group) CaughtUp(fsmApplied uint64) bool {
+	commit := g.Raft.CommitIndex()
+	if commit < g.startIndex || commit > fsmApplied+maxCatchUpScan {
+		return false
+	}
+	for i := fsmApplied + 1; i <= commit; i++ {
+		var l raft.Log
+		// An entry no longer in the log is in the snapshot the state
+		// machine was restored from.
+		if err := g.logs.GetLog(i, &l); err == nil && l.Type == raft.LogCommand {
+			return false
+		}
+	}
+	return true
 }
 
 // Close shuts the group down and closes its stores.

@@ -34,6 +34,8 @@ type Config struct {
 	// SnapshotThreshold is how many entries since the last snapshot trigger
 	// a new one (0: hashicorp/raft's default, 8192).
 	SnapshotThreshold uint64
+	// SnapshotInterval is how often Raft checks the threshold (default 5 s).
+	SnapshotInterval time.Duration
 	// Settings are the limits the member should have; its leader proposes
 	// them when the replicated ones differ.
 	Settings *fsmpb.MemberSettings
@@ -138,7 +140,8 @@ func Open(cfg Config) (*Replica, error) {
 	}}
 	g, err := OpenRaft(RaftConfig{
 		Group: cfg.GroupID, NodeID: cfg.NodeID, Dir: cfg.Dir, Stream: cfg.Stream, Peers: cfg.Peers,
-		Timing: cfg.Timing, SnapshotThreshold: cfg.SnapshotThreshold, Logger: cfg.Logger, NotifyCh: r.notify,
+		Timing: cfg.Timing, SnapshotThreshold: cfg.SnapshotThreshold, SnapshotInterval: cfg.SnapshotInterval,
+		Logger: cfg.Logger, NotifyCh: r.notify,
 	}, r.fsm)
 	if err != nil {
 		return nil, err
@@ -201,6 +204,9 @@ func (r *Replica) takeOver(gen uint64) {
 		if err == nil {
 			break
 		}
+		if errors.Is(err, ErrStopped) {
+			return
+		}
 		r.log.Warn("member takeover failed; retrying", "err", err, "attempt", attempt)
 		select {
 		case <-r.stop:
@@ -252,8 +258,18 @@ func (r *Replica) WaitLeading(ctx context.Context) error {
 }
 
 func (r *Replica) prepareLeadership() error {
-	if err := r.group.Raft.Barrier(10 * time.Second).Error(); err != nil {
-		return fmt.Errorf("barrier: %w", err)
+	// A barrier still queued when Raft shuts down is never answered
+	// (hashicorp/raft#498), so wait for it or for the stop, whichever first;
+	// in the second case the waiting goroutine ends with the process.
+	barrier := make(chan error, 1)
+	go func() { barrier <- r.group.Raft.Barrier(10 * time.Second).Error() }()
+	select {
+	case err := <-barrier:
+		if err != nil {
+			return fmt.Errorf("barrier: %w", err)
+		}
+	case <-r.stop:
+		return ErrStopped
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

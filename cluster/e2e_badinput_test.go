@@ -1,0 +1,400 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cairnmq/cairn/client"
+	"github.com/cairnmq/cairn/transport"
+	"github.com/cairnmq/cairn/transport/clientpb"
+)
+
+// Promise 7: bad input gets a clear error, changes nothing, and the node
+// keeps serving.
+
+func TestBadInput_MessageOverMaxSizeIsRefused(t *testing.T) {
+	n := startNode(t, testConfig(t, t.TempDir(), withMaxMessageBytes(1024)))
+	ctx := testCtx(t)
+	a := admin(t, n)
+
+	c := dial(t, n)
+	s := mustSession(t, c, client.ClientAck)
+	p := mustProducer(t, s, "big")
+	_, err := p.Send(ctx, &client.Message{Body: make([]byte, 1025)})
+	wantErr(t, "1025-byte body", err, client.ErrMessageTooLarge)
+	_, err = p.Send(ctx, &client.Message{Body: make([]byte, 1000), Properties: map[string]string{"k": strings.Repeat("v", 30)}})
+	wantErr(t, "body and properties over the limit", err, client.ErrMessageTooLarge)
+	// One bad message fails its whole batch.
+	_, err = p.SendBatch(ctx, []*client.Message{{Body: []byte("fine")}, {Body: make([]byte, 2000)}})
+	wantErr(t, "batch with one oversized message", err, client.ErrMessageTooLarge)
+	if names := queueNames(t, a); len(names) != 0 {
+		t.Fatalf("refused sends created queues: %v", names)
+	}
+
+	// At the limit is fine, and the node serves on.
+	send(t, ctx, p, strings.Repeat("x", 1024))
+	checkQueue(t, a, "big", 1, 0)
+	if m := recv(t, mustConsumer(t, ctx, s, "big")); len(m.Body) != 1024 {
+		t.Fatalf("got %d bytes", len(m.Body))
+	}
+	assertServes(t, n, "alive")
+}
+
+// A message larger than the gRPC receive limit (MaxMessageBytes + 1 MiB) is
+// refused by gRPC itself before the server looks at it: still a known
+// non-delivery, too large.
+func TestBadInput_MessageOverTransportLimitIsTooLarge(t *testing.T) {
+	n := startNode(t, testConfig(t, t.TempDir(), withMaxMessageBytes(1024)))
+	ctx := testCtx(t)
+	a := admin(t, n)
+
+	c := dial(t, n)
+	s := mustSession(t, c, client.ClientAck)
+	_, err := mustProducer(t, s, "huge").Send(ctx, &client.Message{Body: make([]byte, 1024+1<<20+1)})
+	if err == nil {
+		t.Fatal("a message over the transport limit was accepted")
+	}
+	if names := queueNames(t, a); len(names) != 0 {
+		t.Fatalf("refused send created queues: %v", names)
+	}
+	assertServes(t, n, "alive")
+	if !errors.Is(err, client.ErrMessageTooLarge) {
+		t.Fatalf("a send refused by gRPC's own size limit returns %q, which does not match ErrMessageTooLarge", err)
+	}
+}
+
+func TestBadInput_InvalidNamesAreRefused(t *testing.T) {
+	n := startNode(t, testConfig(t, t.TempDir()))
+	ctx := testCtx(t)
+	a := admin(t, n)
+
+	c := dial(t, n)
+	s := mustSession(t, c, client.AutoAck)
+	for _, name := range []string{"bad name", "", "a#b#c", "-dash", "q#01", "q#", "q#-1", "ünï"} {
+		_, err := mustProducer(t, s, name).Send(ctx, &client.Message{Body: []byte("x")})
+		wantErr(t, "send to "+name, err, client.ErrInvalidName)
+		_, err = s.Consumer(ctx, name)
+		wantErr(t, "consumer of "+name, err, client.ErrInvalidName)
+		_, err = a.CreateQueue(ctx, name, client.QueueOptions{})
+		wantErr(t, "create "+name, err, client.ErrInvalidName)
+		_, err = a.ShowQueue(ctx, name)
+		wantErr(t, "show "+name, err, client.ErrInvalidName)
+		err = a.DeleteQueue(ctx, name)
+		wantErr(t, "delete "+name, err, client.ErrInvalidName)
+	}
+	if names := queueNames(t, a); len(names) != 0 {
+		t.Fatalf("invalid names created queues: %v", names)
+	}
+	assertServes(t, n, "alive")
+}
+
+func TestBadInput_UnknownDestinationWithoutAutoCreate(t *testing.T) {
+	n := startNode(t, testConfig(t, t.TempDir(), withNoAutoCreate()))
+	ctx := testCtx(t)
+	a := admin(t, n)
+
+	c := dial(t, n)
+	s := mustSession(t, c, client.AutoAck)
+	for _, name := range []string{"ghost", "ghost#0"} {
+		_, err := mustProducer(t, s, name).Send(ctx, &client.Message{Body: []byte("x")})
+		wantErr(t, "send to "+name, err, client.ErrUnknownDestination)
+		_, err = s.Consumer(ctx, name)
+		wantErr(t, "consumer of "+name, err, client.ErrUnknownDestination)
+		_, err = a.ShowQueue(ctx, name)
+		wantErr(t, "show "+name, err, client.ErrUnknownDestination)
+		_, err = a.PurgeQueue(ctx, name)
+		wantErr(t, "purge "+name, err, client.ErrUnknownDestination)
+	}
+	wantErr(t, "delete ghost", a.DeleteQueue(ctx, "ghost"), client.ErrUnknownDestination)
+	if names := queueNames(t, a); len(names) != 0 {
+		t.Fatalf("unknown destinations were created: %v", names)
+	}
+	// The session that saw the errors still works once the queue exists.
+	if _, err := a.CreateQueue(ctx, "ghost", client.QueueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	send(t, ctx, mustProducer(t, s, "ghost"), "boo")
+	if m := recv(t, mustConsumer(t, ctx, s, "ghost")); string(m.Body) != "boo" {
+		t.Fatalf("got %q", m.Body)
+	}
+	assertServes(t, n, "alive")
+}
+
+func TestBadInput_FullQueueRefusesSends(t *testing.T) {
+	n := startNode(t, testConfig(t, t.TempDir()))
+	ctx := testCtx(t)
+	a := admin(t, n)
+
+	if _, err := a.CreateQueue(ctx, "small", client.QueueOptions{MaxBytes: 100}); err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, n)
+	s := mustSession(t, c, client.ClientAck)
+	p := mustProducer(t, s, "small")
+	send(t, ctx, p, strings.Repeat("a", 60))
+	_, err := p.Send(ctx, &client.Message{Body: []byte(strings.Repeat("b", 60))})
+	wantErr(t, "send over max bytes", err, client.ErrDestinationFull)
+	q := checkQueue(t, a, "small", 1, 0)
+	if q.MaxBytes != 100 || q.Members[0].Bytes != 60 {
+		t.Fatalf("after the refused send: %+v", q)
+	}
+	// Room again once the first is consumed.
+	k := mustConsumer(t, ctx, s, "small")
+	m := recv(t, k)
+	if err := m.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	send(t, ctx, p, strings.Repeat("c", 60))
+	if m := recv(t, k); string(m.Body) != strings.Repeat("c", 60) {
+		t.Fatalf("got %q", m.Body)
+	}
+}
+
+func TestBadInput_CreateQueueArguments(t *testing.T) {
+	n := startNode(t, testConfig(t, t.TempDir()))
+	ctx := testCtx(t)
+	a := admin(t, n)
+
+	_, err := a.CreateQueue(ctx, "r3", client.QueueOptions{Replicas: 3})
+	wantErr(t, "3 replicas on one node", err, client.ErrInvalidArgument)
+	_, err = a.CreateQueue(ctx, "m65", client.QueueOptions{Members: 65})
+	wantErr(t, "65 members", err, client.ErrInvalidArgument)
+	_, err = a.CreateQueue(ctx, "neg", client.QueueOptions{TTL: -time.Second})
+	wantErr(t, "negative ttl", err, client.ErrInvalidArgument)
+	// Straight to the server, past the client's own check.
+	_, err = rawClient(t, n).CreateDestination(ctx, &clientpb.CreateDestinationRequest{Name: "neg", MaxBytes: -1})
+	wantErr(t, "negative max bytes", transport.FromStatus(err), client.ErrInvalidArgument)
+	if names := queueNames(t, a); len(names) != 0 {
+		t.Fatalf("refused creates made queues: %v", names)
+	}
+
+	if _, err := a.CreateQueue(ctx, "once", client.QueueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, n)
+	send(t, ctx, mustProducer(t, mustSession(t, c, client.AutoAck), "once"), "kept")
+	_, err = a.CreateQueue(ctx, "once", client.QueueOptions{Members: 3, TTL: time.Second})
+	wantErr(t, "create existing", err, client.ErrDestinationExists)
+	q := checkQueue(t, a, "once", 1, 0)
+	if len(q.Members) != 1 || q.TTLMillis != 0 {
+		t.Fatalf("existing queue changed: %+v", q)
+	}
+	assertServes(t, n, "alive")
+}
+
+func TestBadInput_MalformedSendRequests(t *testing.T) {
+	n := startNode(t, testConfig(t, t.TempDir()))
+	ctx := testCtx(t)
+	a := admin(t, n)
+	raw := rawClient(t, n)
+
+	cases := []struct {
+		what string
+		req  *clientpb.SendRequest
+		want error
+	}{
+		{"no messages", &clientpb.SendRequest{Destination: "raw"}, client.ErrMalformed},
+		{"priority 12", &clientpb.SendRequest{Destination: "raw", Messages: []*clientpb.Message{{Body: []byte("x"), Priority: 12, PrioritySet: true}}}, client.ErrInvalidArgument},
+		{"negative ttl", &clientpb.SendRequest{Destination: "raw", Messages: []*clientpb.Message{{Body: []byte("x"), TtlMs: -5}}}, client.ErrInvalidArgument},
+		{"negative expiration", &clientpb.SendRequest{Destination: "raw", Messages: []*clientpb.Message{{Body: []byte("x"), ExpirationUnixMs: -5}}}, client.ErrInvalidArgument},
+		{"empty property name", &clientpb.SendRequest{Destination: "raw", Messages: []*clientpb.Message{{Body: []byte("x"), Properties: map[string]string{"": "v"}}}}, client.ErrInvalidArgument},
+		{"id over 256 bytes", &clientpb.SendRequest{Destination: "raw", Messages: []*clientpb.Message{{Id: strings.Repeat("i", 257), Body: []byte("x")}}}, client.ErrInvalidArgument},
+		{"dedup id over 256 bytes", &clientpb.SendRequest{Destination: "raw", Messages: []*clientpb.Message{{DedupId: strings.Repeat("d", 257), Body: []byte("x")}}}, client.ErrInvalidArgument},
+		{"second message bad", &clientpb.SendRequest{Destination: "raw", Messages: []*clientpb.Message{{Body: []byte("ok")}, {Body: []byte("x"), Priority: 10}}}, client.ErrInvalidArgument},
+		{"too many messages", &clientpb.SendRequest{Destination: "raw", Messages: make([]*clientpb.Message, MaxSendBatch+1)}, client.ErrMalformed},
+		{"empty destination", &clientpb.SendRequest{Messages: []*clientpb.Message{{Body: []byte("x")}}}, client.ErrInvalidName},
+	}
+	for i := range cases[8].req.Messages {
+		cases[8].req.Messages[i] = &clientpb.Message{Body: []byte("x")}
+	}
+	for _, tc := range cases {
+		_, err := raw.Send(ctx, tc.req)
+		wantErr(t, tc.what, transport.FromStatus(err), tc.want)
+	}
+	if names := queueNames(t, a); len(names) != 0 {
+		t.Fatalf("malformed sends created queues: %v", names)
+	}
+
+	// Refused by the member itself: the same message id twice in a batch,
+	// then an id the queue already holds. Neither stores anything.
+	_, err := raw.Send(ctx, &clientpb.SendRequest{Destination: "raw", Messages: []*clientpb.Message{{Id: "dup", Body: []byte("1")}, {Id: "dup", Body: []byte("2")}}})
+	wantErr(t, "repeated id in a batch", transport.FromStatus(err), client.ErrInvalidArgument)
+	checkQueue(t, a, "raw", 0, 0)
+	if _, err := raw.Send(ctx, &clientpb.SendRequest{Destination: "raw", Messages: []*clientpb.Message{{Id: "once", Body: []byte("1")}}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = raw.Send(ctx, &clientpb.SendRequest{Destination: "raw", Messages: []*clientpb.Message{{Id: "new", Body: []byte("2")}, {Id: "once", Body: []byte("3")}}})
+	wantErr(t, "id already stored", transport.FromStatus(err), client.ErrInvalidArgument)
+	checkQueue(t, a, "raw", 1, 0)
+	assertServes(t, n, "alive")
+}
+
+// rawStream is a Connect stream driven frame by frame.
+type rawStream struct {
+	t  *testing.T
+	st clientpb.ClientService_ConnectClient
+}
+
+func openRaw(t *testing.T, ctx context.Context, n *Node) *rawStream {
+	t.Helper()
+	st, err := rawClient(t, n).Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.CloseSend() })
+	return &rawStream{t: t, st: st}
+}
+
+func (r *rawStream) send(f *clientpb.ClientFrame) {
+	r.t.Helper()
+	if err := r.st.Send(f); err != nil {
+		r.t.Fatalf("send frame: %v", err)
+	}
+}
+
+// reply waits for the reply to a request, collecting deliveries on the way.
+func (r *rawStream) reply(id uint64, deliveries *[]*clientpb.Delivery) (*clientpb.Reply, error) {
+	r.t.Helper()
+	for {
+		f, err := r.st.Recv()
+		if err != nil {
+			r.t.Fatalf("stream ended waiting for reply %d: %v", id, err)
+		}
+		switch fr := f.Frame.(type) {
+		case *clientpb.ServerFrame_Reply:
+			if fr.Reply.RequestId == id {
+				return fr.Reply, transport.FromProto(fr.Reply.Error)
+			}
+		case *clientpb.ServerFrame_Deliveries:
+			if deliveries != nil {
+				*deliveries = append(*deliveries, fr.Deliveries.Messages...)
+			}
+		}
+	}
+}
+
+// call sends a request and returns its reply's error.
+func (r *rawStream) call(f *clientpb.ClientFrame) error {
+	r.t.Helper()
+	r.send(f)
+	_, err := r.reply(f.RequestId, nil)
+	return err
+}
+
+func TestBadInput_ConnectWithoutHelloIsMalformed(t *testing.T) {
+	n := startNode(t, testConfig(t, t.TempDir()))
+	ctx := testCtx(t)
+
+	r := openRaw(t, ctx, n)
+	r.send(&clientpb.ClientFrame{RequestId: 1, Op: &clientpb.ClientFrame_OpenSession{OpenSession: &clientpb.OpenSession{Session: 1, AckMode: clientpb.AckMode_ACK_MODE_AUTO}}})
+	_, err := r.st.Recv()
+	if err == nil {
+		t.Fatal("a stream without Hello got an answer frame")
+	}
+	wantErr(t, "first frame not Hello", transport.FromStatus(err), client.ErrMalformed)
+	assertServes(t, n, "alive")
+}
+
+func TestBadInput_MalformedStreamFramesAreRefused(t *testing.T) {
+	n := startNode(t, testConfig(t, t.TempDir()))
+	ctx := testCtx(t)
+	a := admin(t, n)
+
+	r := openRaw(t, ctx, n)
+	if err := r.call(&clientpb.ClientFrame{RequestId: 1, Op: &clientpb.ClientFrame_Hello{Hello: &clientpb.Hello{}}}); err != nil {
+		t.Fatalf("hello: %v", err)
+	}
+	id := uint64(1)
+	next := func(op any) *clientpb.ClientFrame {
+		id++
+		f := &clientpb.ClientFrame{RequestId: id}
+		switch op := op.(type) {
+		case *clientpb.Hello:
+			f.Op = &clientpb.ClientFrame_Hello{Hello: op}
+		case *clientpb.OpenSession:
+			f.Op = &clientpb.ClientFrame_OpenSession{OpenSession: op}
+		case *clientpb.CloseSession:
+			f.Op = &clientpb.ClientFrame_CloseSession{CloseSession: op}
+		case *clientpb.CreateConsumer:
+			f.Op = &clientpb.ClientFrame_CreateConsumer{CreateConsumer: op}
+		case *clientpb.CloseConsumer:
+			f.Op = &clientpb.ClientFrame_CloseConsumer{CloseConsumer: op}
+		case *clientpb.Acknowledge:
+			f.Op = &clientpb.ClientFrame_Acknowledge{Acknowledge: op}
+		case *clientpb.RecoverSession:
+			f.Op = &clientpb.ClientFrame_Recover{Recover: op}
+		case *clientpb.ReturnDeliveries:
+			f.Op = &clientpb.ClientFrame_ReturnDeliveries{ReturnDeliveries: op}
+		case nil:
+		default:
+			t.Fatalf("unknown op %T", op)
+		}
+		return f
+	}
+	for _, tc := range []struct {
+		what string
+		op   any
+		want error
+	}{
+		{"consumer of a session never opened", &clientpb.CreateConsumer{Session: 99, Consumer: 1, Destination: "raw-q"}, transport.ErrUnknownSession},
+		{"ack on a session never opened", &clientpb.Acknowledge{Session: 99, Deliveries: []*clientpb.DeliveryRef{{Member: "raw-q#0", DeliveryId: 1}}}, transport.ErrUnknownSession},
+		{"recover of a session never opened", &clientpb.RecoverSession{Session: 99}, transport.ErrUnknownSession},
+		{"close of a session never opened", &clientpb.CloseSession{Session: 99}, transport.ErrUnknownSession},
+		{"return on a session never opened", &clientpb.ReturnDeliveries{Session: 99}, transport.ErrUnknownSession},
+		{"close of a consumer never created", &clientpb.CloseConsumer{Consumer: 99}, transport.ErrUnknownSession},
+		{"second hello", &clientpb.Hello{}, client.ErrMalformed},
+		{"empty frame", nil, client.ErrMalformed},
+		{"unknown ack mode", &clientpb.OpenSession{Session: 1}, client.ErrMalformed},
+		{"transacted session", &clientpb.OpenSession{Session: 1, AckMode: clientpb.AckMode_ACK_MODE_TRANSACTED}, client.ErrInvalidArgument},
+	} {
+		wantErr(t, tc.what, r.call(next(tc.op)), tc.want)
+	}
+	if names := queueNames(t, a); len(names) != 0 {
+		t.Fatalf("refused frames created queues: %v", names)
+	}
+
+	// The same stream still works: open a session, then refuse what is
+	// wrong inside it.
+	if err := r.call(next(&clientpb.OpenSession{Session: 1, AckMode: clientpb.AckMode_ACK_MODE_CLIENT})); err != nil {
+		t.Fatalf("open session: %v", err)
+	}
+	wantErr(t, "session opened twice", r.call(next(&clientpb.OpenSession{Session: 1, AckMode: clientpb.AckMode_ACK_MODE_CLIENT})), client.ErrMalformed)
+	wantErr(t, "prefetch over the maximum", r.call(next(&clientpb.CreateConsumer{Session: 1, Consumer: 1, Destination: "raw-q", Prefetch: MaxPrefetch + 1})), client.ErrInvalidArgument)
+	wantErr(t, "consumer of an invalid name", r.call(next(&clientpb.CreateConsumer{Session: 1, Consumer: 1, Destination: "raw q"})), client.ErrInvalidName)
+
+	if _, err := rawClient(t, n).Send(ctx, &clientpb.SendRequest{Destination: "raw-q", Messages: []*clientpb.Message{{Id: "m1", Body: []byte("hello")}}}); err != nil {
+		t.Fatal(err)
+	}
+	var got []*clientpb.Delivery
+	f := next(&clientpb.CreateConsumer{Session: 1, Consumer: 1, Destination: "raw-q", Prefetch: 1})
+	r.send(f)
+	if _, err := r.reply(f.RequestId, &got); err != nil {
+		t.Fatalf("create consumer: %v", err)
+	}
+	for len(got) == 0 {
+		fr, err := r.st.Recv()
+		if err != nil {
+			t.Fatalf("waiting for a delivery: %v", err)
+		}
+		if ds := fr.GetDeliveries(); ds != nil {
+			got = append(got, ds.Messages...)
+		}
+	}
+	d := got[0]
+	if d.Id != "m1" || d.Member != "raw-q#0" {
+		t.Fatalf("delivery: %+v", d)
+	}
+	// Acks the session cannot make: a member it holds nothing of, a
+	// delivery it does not hold. Neither changes anything.
+	wantErr(t, "ack of a member the session holds nothing of", r.call(next(&clientpb.Acknowledge{Session: 1, Deliveries: []*clientpb.DeliveryRef{{Member: "other#0", DeliveryId: d.DeliveryId}}})), client.ErrLostServer)
+	wantErr(t, "ack of a delivery the session does not hold", r.call(next(&clientpb.Acknowledge{Session: 1, Deliveries: []*clientpb.DeliveryRef{{Member: d.Member, DeliveryId: d.DeliveryId + 100}}})), client.ErrLostServer)
+	checkQueue(t, a, "raw-q", 0, 1)
+	if err := r.call(next(&clientpb.Acknowledge{Session: 1, Deliveries: []*clientpb.DeliveryRef{{Member: d.Member, DeliveryId: d.DeliveryId}}})); err != nil {
+		t.Fatalf("real ack: %v", err)
+	}
+	checkQueue(t, a, "raw-q", 0, 0)
+	assertServes(t, n, "alive")
+}
