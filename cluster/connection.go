@@ -213,6 +213,17 @@ func (cs *connections) closeAll(timeout time.Duration) {
 	}
 }
 
+// consumerGone tells the client that the server ended one of its consumers.
+func (c *connection) consumerGone(k *consumer, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if k.closed {
+		return
+	}
+	k.closed = true
+	c.out.push(&clientpb.ServerFrame{Frame: &clientpb.ServerFrame_ConsumerClosed{ConsumerClosed: &clientpb.ConsumerClosed{Consumer: k.no, Error: transport.ToProto(err)}}})
+}
+
 // memberGone tells the consumers pinned to a member that it is gone.
 func (cs *connections) memberGone(name string, err error) {
 	cs.mu.Lock()
@@ -223,13 +234,16 @@ func (cs *connections) memberGone(name string, err error) {
 	cs.mu.Unlock()
 	for _, c := range conns {
 		c.mu.Lock()
+		var gone []*consumer
 		for _, k := range c.consumers {
-			if k.member == name && !k.closed {
-				k.closed = true
-				c.out.push(&clientpb.ServerFrame{Frame: &clientpb.ServerFrame_ConsumerClosed{ConsumerClosed: &clientpb.ConsumerClosed{Consumer: k.no, Error: transport.ToProto(err)}}})
+			if k.member == name {
+				gone = append(gone, k)
 			}
 		}
 		c.mu.Unlock()
+		for _, k := range gone {
+			c.consumerGone(k, err)
+		}
 	}
 }
 
@@ -405,7 +419,11 @@ func (c *connection) attachConsumer(op *clientpb.CreateConsumer) (*consumer, err
 	s.members[name] = r
 	s.consumers[k.no] = k
 	c.consumers[k.no] = k
-	err = r.AddConsumer(&member.Consumer{ID: k.id, Session: s.id, Push: func(ds []fsm.Delivery) bool { return c.push(k, ds) }}, prefetch)
+	err = r.AddConsumer(&member.Consumer{
+		ID: k.id, Session: s.id,
+		Push: func(ds []fsm.Delivery) bool { return c.push(k, ds) },
+		Gone: func(err error) { c.consumerGone(k, wireError(err)) },
+	}, prefetch)
 	if err != nil {
 		delete(s.consumers, k.no)
 		delete(c.consumers, k.no)
@@ -461,14 +479,7 @@ func (c *connection) closeConsumer(requestID uint64, op *clientpb.CloseConsumer)
 
 // returnDeliveries gives back deliveries a session never handed out.
 func (c *connection) returnDeliveries(requestID uint64, op *clientpb.ReturnDeliveries) {
-	c.mu.Lock()
-	s, err := c.session(op.Session)
-	c.mu.Unlock()
-	if err != nil {
-		c.reply(requestID, err, nil)
-		return
-	}
-	byMember, err := c.groupRefs(s, op.Deliveries)
+	s, byMember, err := c.sessionRefs(op.Session, op.Deliveries)
 	if err != nil {
 		c.reply(requestID, err, nil)
 		return
@@ -495,36 +506,33 @@ type refGroup struct {
 	ids     []uint64
 }
 
-// groupRefs groups delivery references by member; every member must be one
-// the session is open on.
-func (c *connection) groupRefs(s *session, refs []*clientpb.DeliveryRef) (map[string]*refGroup, error) {
+// sessionRefs finds an open session and groups the delivery references of a
+// request by member; every member must be one the session is open on.
+func (c *connection) sessionRefs(no uint64, refs []*clientpb.DeliveryRef) (*session, map[string]*refGroup, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	s, err := c.session(no)
+	if err != nil {
+		return nil, nil, err
+	}
 	out := map[string]*refGroup{}
 	for _, ref := range refs {
 		g := out[ref.Member]
 		if g == nil {
 			r, ok := s.members[ref.Member]
 			if !ok {
-				return nil, fmt.Errorf("%w: session %d holds nothing of member %q", transport.ErrLostServer, s.no, ref.Member)
+				return nil, nil, fmt.Errorf("%w: session %d holds nothing of member %q", transport.ErrLostServer, s.no, ref.Member)
 			}
 			g = &refGroup{replica: r}
 			out[ref.Member] = g
 		}
 		g.ids = append(g.ids, ref.DeliveryId)
 	}
-	return out, nil
+	return s, out, nil
 }
 
 func (c *connection) acknowledge(requestID uint64, op *clientpb.Acknowledge) {
-	c.mu.Lock()
-	s, err := c.session(op.Session)
-	c.mu.Unlock()
-	if err != nil {
-		c.reply(requestID, err, nil)
-		return
-	}
-	byMember, err := c.groupRefs(s, op.Deliveries)
+	s, byMember, err := c.sessionRefs(op.Session, op.Deliveries)
 	if err != nil {
 		c.reply(requestID, err, nil)
 		return

@@ -2,6 +2,7 @@ package member
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/cairnmq/cairn/fsm"
@@ -120,7 +121,16 @@ func (r *Replica) delivered(p pick, res fsm.Result, err error) {
 		p.c.credit += len(p.ids) - len(got)
 	}
 	r.mu.Unlock()
-	if err != nil && err != ErrStopped {
+	if errors.Is(err, fsm.ErrUnknownSession) && live {
+		// The session was released under the consumer: it would be
+		// refused forever, so it goes, and its connection is told.
+		r.RemoveConsumer(p.c.ID)
+		if p.c.Gone != nil {
+			p.c.Gone(err)
+		}
+		return
+	}
+	if err != nil && !errors.Is(err, ErrStopped) {
 		r.log.Debug("deliver not applied", "consumer", p.c.ID, "err", err)
 	}
 	if len(got) > 0 && (!live || !p.c.Push(got)) {

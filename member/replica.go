@@ -64,6 +64,9 @@ type Consumer struct {
 	// It must not block. It returns false if the consumer is gone; the
 	// deliveries then go back to pending, marked redelivered.
 	Push func([]fsm.Delivery) bool
+	// Gone, if set, is called when the replica detaches the consumer by
+	// itself: its session is no longer open on the member.
+	Gone func(error)
 }
 
 type consumerState struct {

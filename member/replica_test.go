@@ -2,6 +2,7 @@ package member
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -231,4 +232,37 @@ func TestReplica_SnapshotAndRestart(t *testing.T) {
 	r.Close()
 	r2 := testReplica(t, dir)
 	waitFor(t, "state restored", func() bool { return r2.Stats().Pending == 61 })
+}
+
+// A consumer whose session was released under it is detached and told,
+// instead of being offered messages that would be refused forever.
+func TestReplica_ConsumerOfReleasedSessionIsDetached(t *testing.T) {
+	ctx := context.Background()
+	r := testReplica(t, t.TempDir())
+	if err := r.OpenSession(ctx, "s1", "owner"); err != nil {
+		t.Fatal(err)
+	}
+	gone := make(chan error, 1)
+	var c collector
+	if err := r.AddConsumer(&Consumer{ID: "c1", Session: "s1", Push: c.push, Gone: func(err error) { gone <- err }}, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Release(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Enqueue(ctx, msgs(1, "m")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-gone:
+		if !errors.Is(err, fsm.ErrUnknownSession) {
+			t.Fatalf("Gone(%v), want ErrUnknownSession", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the consumer of a released session was not detached")
+	}
+	waitFor(t, "consumer detached", func() bool { return r.Consumers() == 0 })
+	if st := r.Stats(); st.Pending != 1 || c.count() != 0 {
+		t.Fatalf("stats %+v, pushed %d; want the message pending and nothing pushed", st, c.count())
+	}
 }
