@@ -74,6 +74,12 @@ type Connection struct {
 	err          error // set once the connection is closed or lost
 	done         chan struct{}
 	readDone     chan struct{}
+
+	// Credit is sent by its own goroutine: the reader, which frees room
+	// (stale or expired deliveries), must never wait on the stream's writer.
+	creditMu   sync.Mutex
+	credits    map[uint64]uint32
+	creditWake chan struct{}
 }
 
 // Dial connects to the first node of addrs that answers.
@@ -113,6 +119,7 @@ func dialOne(ctx context.Context, addr string, opts Options) (*Connection, error
 		opts: opts, cc: cc, api: clientpb.NewClientServiceClient(cc), cancel: cancel,
 		replies: make(map[uint64]func(*clientpb.Reply, error)), sessions: make(map[uint64]*Session),
 		consumers: make(map[uint64]*Consumer), done: make(chan struct{}), readDone: make(chan struct{}),
+		credits: make(map[uint64]uint32), creditWake: make(chan struct{}, 1),
 	}
 	fail := func(err error) (*Connection, error) {
 		cancel()
@@ -137,6 +144,7 @@ func dialOne(ctx context.Context, addr string, opts Options) (*Connection, error
 		return fail(fmt.Errorf("no answer within %v", opts.DialTimeout))
 	}
 	go c.readLoop()
+	go c.creditLoop()
 	reply, err := c.request(dctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_Hello{Hello: &clientpb.Hello{ClientId: opts.ClientID}}})
 	if err != nil {
 		c.shutdown(err)
@@ -211,7 +219,38 @@ func (c *Connection) lost(err error) {
 	lostErr := fmt.Errorf("%w: connection to node %s lost: %w", ErrLostServer, c.node, transport.FromStatus(err))
 	c.shutdown(lostErr)
 	if listener != nil {
-		listener(lostErr)
+		// Not on the reader: the listener may call back into the library.
+		go listener(lostErr)
+	}
+}
+
+// grant queues credit for a consumer; creditLoop sends it.
+func (c *Connection) grant(consumer uint64, n int) {
+	c.creditMu.Lock()
+	c.credits[consumer] += uint32(n)
+	c.creditMu.Unlock()
+	select {
+	case c.creditWake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Connection) creditLoop() {
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-c.creditWake:
+		}
+		c.creditMu.Lock()
+		credits := c.credits
+		c.credits = make(map[uint64]uint32)
+		c.creditMu.Unlock()
+		for no, n := range credits {
+			if c.send(&clientpb.ClientFrame{Op: &clientpb.ClientFrame_Credit{Credit: &clientpb.Credit{Consumer: no, Messages: n}}}) != nil {
+				return
+			}
+		}
 	}
 }
 

@@ -1,9 +1,12 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"strconv"
 	"sync"
 	"time"
 
@@ -117,7 +120,7 @@ func (k *Consumer) credit(n int) {
 	}
 	k.mu.Unlock()
 	if send > 0 {
-		_ = k.s.conn.send(&clientpb.ClientFrame{Op: &clientpb.ClientFrame_Credit{Credit: &clientpb.Credit{Consumer: k.no, Messages: uint32(send)}}})
+		k.s.conn.grant(k.no, send)
 	}
 }
 
@@ -247,7 +250,9 @@ func (k *Consumer) SetListener(fn func(*Message)) error {
 				return
 			default:
 			}
+			k.s.listenerGoroutine.Store(goroutineID())
 			fn(m)
+			k.s.listenerGoroutine.Store(0)
 			k.s.consumed(m)
 			k.s.listenerMu.Unlock()
 		}
@@ -255,9 +260,10 @@ func (k *Consumer) SetListener(fn func(*Message)) error {
 	return nil
 }
 
-// Close stops the consumer. Messages it prefetched and never handed out
-// return to pending at once; messages it handed out stay the session's until
-// acknowledged or recovered.
+// Close stops the consumer, after its listener, if running, returns (unless
+// the listener itself calls Close). Messages it prefetched and never handed
+// out return to pending at once; messages it handed out stay the session's
+// until acknowledged or recovered.
 func (k *Consumer) Close() error {
 	k.mu.Lock()
 	if k.err == nil {
@@ -273,7 +279,9 @@ func (k *Consumer) Close() error {
 	done := k.done
 	k.mu.Unlock()
 	k.wake()
-	if done != nil {
+	// From inside a listener of this session, waiting would wait for the
+	// caller itself, or for listeners queued behind it.
+	if done != nil && k.s.listenerGoroutine.Load() != goroutineID() {
 		<-done
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), k.s.conn.opts.RequestTimeout)
@@ -296,4 +304,19 @@ func (k *Consumer) Close() error {
 		return nil
 	}
 	return err
+}
+
+// goroutineID is the running goroutine's id, read from its stack header
+// ("goroutine 42 [running]:"). It is used for one thing only: telling a
+// Close called from inside a listener, which must not wait for that
+// listener, from a Close called elsewhere, which must.
+func goroutineID() uint64 {
+	var buf [32]byte
+	n := runtime.Stack(buf[:], false)
+	f := bytes.Fields(buf[:n])
+	if len(f) < 2 {
+		return 0
+	}
+	id, _ := strconv.ParseUint(string(f[1]), 10, 64)
+	return id
 }

@@ -29,9 +29,6 @@ type Message struct {
 
 	session    *Session
 	deliveryID uint64
-	// epoch is the session's recover count when the message was handed
-	// out; a recover since then took the message back.
-	epoch uint64
 }
 
 func (m *Message) ref() *clientpb.DeliveryRef {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cairnmq/cairn/transport/clientpb"
@@ -22,8 +23,10 @@ type Session struct {
 	// application and exclusively by Recover, so no message is handed out
 	// while a recover is under way.
 	handout sync.RWMutex
-	// listenerMu runs the session's listeners one at a time, as JMS does.
-	listenerMu sync.Mutex
+	// listenerMu runs the session's listeners one at a time, as JMS does;
+	// listenerGoroutine is the goroutine running one, 0 when none is.
+	listenerMu        sync.Mutex
+	listenerGoroutine atomic.Uint64
 
 	mu        sync.Mutex
 	closed    bool
@@ -37,9 +40,6 @@ type Session struct {
 	// firstValid is, per member, the lowest delivery id still the
 	// session's after its last recover; earlier ones were returned.
 	firstValid map[string]uint64
-	// epoch counts recovers; a message handed out in an earlier epoch is no
-	// longer the session's.
-	epoch uint64
 	// acksInFlight counts automatic acknowledgements not yet answered.
 	acksInFlight sync.WaitGroup
 }
@@ -106,6 +106,12 @@ func (s *Session) Consumer(ctx context.Context, dest string, opts ...ConsumerOpt
 		Session: s.no, Consumer: k.no, Destination: dest, Prefetch: uint32(o.prefetch),
 	}}})
 	if err != nil {
+		if reply == nil {
+			// No answer (ctx ended): the server may attach it yet. Closing
+			// it stops that; whatever it was sent comes back to pending
+			// when the session ends.
+			c.requestAsync(&clientpb.ClientFrame{Op: &clientpb.ClientFrame_CloseConsumer{CloseConsumer: &clientpb.CloseConsumer{Consumer: k.no}}}, func(*clientpb.Reply, error) {})
+		}
 		s.forgetConsumer(k)
 		return nil, err
 	}
@@ -131,9 +137,6 @@ func (s *Session) stale(member string, deliveryID uint64) bool {
 
 // consumed records a message handed to the application.
 func (s *Session) consumed(m *Message) {
-	s.mu.Lock()
-	m.epoch = s.epoch
-	s.mu.Unlock()
 	switch s.mode {
 	case AutoAck:
 		s.autoAck(m)
@@ -211,7 +214,7 @@ func (s *Session) ack(ctx context.Context, m *Message) error {
 		s.mu.Unlock()
 		return nil
 	}
-	stale := m != nil && m.epoch < s.epoch
+	stale := m != nil && m.deliveryID < s.firstValid[m.Member]
 	switch {
 	case s.mode == ClientAck, m == nil:
 		acked = s.unacked
@@ -271,15 +274,17 @@ func (s *Session) Recover(ctx context.Context) error {
 		return err
 	}
 	reply, err := s.conn.request(ctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_Recover{Recover: &clientpb.RecoverSession{Session: s.no}}})
-	if err != nil {
+	if reply == nil {
 		return err
 	}
+	// Even a recover that failed on some member took back the messages of
+	// the members that answered: their prefetched copies must go.
 	s.mu.Lock()
 	for _, w := range reply.GetRecover().Watermarks {
 		s.firstValid[w.Member] = w.FirstValid
 	}
-	s.unacked = nil
-	s.epoch++
+	// What a member that failed to recover still holds stays to be acked.
+	s.unacked = slices.DeleteFunc(s.unacked, func(m *Message) bool { return m.deliveryID < s.firstValid[m.Member] })
 	consumers := make([]*Consumer, 0, len(s.consumers))
 	for _, k := range s.consumers {
 		consumers = append(consumers, k)
@@ -288,7 +293,7 @@ func (s *Session) Recover(ctx context.Context) error {
 	for _, k := range consumers {
 		k.dropStale()
 	}
-	return nil
+	return err
 }
 
 // Close closes the session's consumers and ends the session: messages it

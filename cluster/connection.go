@@ -62,6 +62,9 @@ type session struct {
 	consumers map[uint64]*consumer
 }
 
+// consumer is a client's consumer. It is registered as soon as its creation
+// is asked for, so a close that overtakes the creation stops it; member and
+// replica are set once it is attached (under c.mu).
 type consumer struct {
 	no      uint64
 	id      string
@@ -69,6 +72,23 @@ type consumer struct {
 	member  string
 	replica *member.Replica
 	closed  bool
+}
+
+// detach stops deliveries to the consumer; c.mu is held.
+func (k *consumer) detach() {
+	k.closed = true
+	if k.replica != nil {
+		k.replica.RemoveConsumer(k.id)
+	}
+}
+
+// membersOf copies a session's members; c.mu is held.
+func membersOf(s *session) map[string]*member.Replica {
+	out := make(map[string]*member.Replica, len(s.members))
+	for name, r := range s.members {
+		out[name] = r
+	}
+	return out
 }
 
 // serve runs one Connect stream until it ends, then releases everything the
@@ -167,24 +187,23 @@ func (cs *connections) end(c *connection) {
 	c.cancel()
 	c.mu.Lock()
 	c.closed = true
-	sessions := make([]*session, 0, len(c.sessions))
+	sessions := make(map[string]map[string]*member.Replica, len(c.sessions))
 	for _, s := range c.sessions {
-		sessions = append(sessions, s)
+		sessions[s.id] = membersOf(s)
 	}
 	for _, k := range c.consumers {
-		k.closed = true
-		k.replica.RemoveConsumer(k.id)
+		k.detach()
 	}
 	c.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	for _, s := range sessions {
-		for name, r := range s.members {
-			if err := r.Release(ctx, s.id); err != nil {
+	for id, members := range sessions {
+		for name, r := range members {
+			if err := r.Release(ctx, id); err != nil {
 				// The member's new host sweeps the session once this node's
 				// run is over; until then the messages wait.
-				cs.n.log.Warn("releasing the session of a closed connection", "session", s.id, "member", name, "err", err)
+				cs.n.log.Warn("releasing the session of a closed connection", "session", id, "member", name, "err", err)
 			}
 		}
 	}
@@ -224,8 +243,10 @@ func (c *connection) consumerGone(k *consumer, err error) {
 	c.out.push(&clientpb.ServerFrame{Frame: &clientpb.ServerFrame_ConsumerClosed{ConsumerClosed: &clientpb.ConsumerClosed{Consumer: k.no, Error: transport.ToProto(err)}}})
 }
 
-// memberGone tells the consumers pinned to a member that it is gone.
-func (cs *connections) memberGone(name string, err error) {
+// memberGone tells the consumers pinned to a member that it is gone from
+// this node: deleted (forget: sessions forget the member too, so their acks
+// of its messages report lost server at once) or no longer hosted here.
+func (cs *connections) memberGone(name string, err error, forget bool) {
 	cs.mu.Lock()
 	conns := make([]*connection, 0, len(cs.byID))
 	for _, c := range cs.byID {
@@ -238,6 +259,11 @@ func (cs *connections) memberGone(name string, err error) {
 		for _, k := range c.consumers {
 			if k.member == name {
 				gone = append(gone, k)
+			}
+		}
+		if forget {
+			for _, s := range c.sessions {
+				delete(s.members, name)
 			}
 		}
 		c.mu.Unlock()
@@ -273,7 +299,7 @@ func (c *connection) handle(f *clientpb.ClientFrame) {
 	case *clientpb.ClientFrame_CloseSession:
 		c.closeSession(f.RequestId, op.CloseSession.Session)
 	case *clientpb.ClientFrame_CreateConsumer:
-		go c.createConsumer(f.RequestId, op.CreateConsumer)
+		c.createConsumer(f.RequestId, op.CreateConsumer)
 	case *clientpb.ClientFrame_CloseConsumer:
 		c.closeConsumer(f.RequestId, op.CloseConsumer)
 	case *clientpb.ClientFrame_ReturnDeliveries:
@@ -358,78 +384,95 @@ func (c *connection) closeSession(requestID, no uint64) {
 	}
 	delete(c.sessions, no)
 	for _, k := range s.consumers {
-		k.closed = true
-		k.replica.RemoveConsumer(k.id)
+		k.detach()
 		delete(c.consumers, k.no)
 	}
+	members := membersOf(s)
 	c.mu.Unlock()
-	f := newFanout(len(s.members), func(err error) { c.reply(requestID, err, nil) })
-	for _, r := range s.members {
+	f := newFanout(len(members), func(err error) { c.reply(requestID, err, nil) })
+	for _, r := range members {
 		r.Submit(&fsmpb.Release{Session: s.id}, func(res fsm.Result, err error) { f.finish(errors.Join(err, res.Err)) })
 	}
 }
 
+// createConsumer registers the consumer at once, in frame order, then
+// attaches it on its own goroutine: attaching may create a destination and
+// open the session on a member.
 func (c *connection) createConsumer(requestID uint64, op *clientpb.CreateConsumer) {
-	k, err := c.attachConsumer(op)
+	prefetch := int(op.Prefetch)
+	if prefetch == 0 {
+		prefetch = DefaultPrefetch
+	}
+	c.mu.Lock()
+	s, err := c.session(op.Session)
+	switch {
+	case err != nil:
+	case prefetch > MaxPrefetch:
+		err = fmt.Errorf("%w: prefetch %d is over %d", transport.ErrInvalidArgument, prefetch, MaxPrefetch)
+	case c.consumers[op.Consumer] != nil:
+		err = fmt.Errorf("%w: consumer %d already exists", transport.ErrMalformed, op.Consumer)
+	}
+	var k *consumer
+	if err == nil {
+		k = &consumer{no: op.Consumer, id: fmt.Sprintf("%s/c%d", c.id, op.Consumer), session: s}
+		s.consumers[k.no] = k
+		c.consumers[k.no] = k
+	}
+	c.mu.Unlock()
 	if err != nil {
 		c.reply(requestID, err, nil)
 		return
 	}
-	c.reply(requestID, nil, &clientpb.Reply{Result: &clientpb.Reply_CreateConsumer{CreateConsumer: &clientpb.CreateConsumerResult{Member: k.member}}})
+	go func() {
+		err := c.attach(k, op.Destination, prefetch)
+		if err != nil {
+			c.mu.Lock()
+			if c.consumers[k.no] == k {
+				delete(c.consumers, k.no)
+			}
+			delete(k.session.consumers, k.no)
+			c.mu.Unlock()
+			c.reply(requestID, err, nil)
+			return
+		}
+		c.reply(requestID, nil, &clientpb.Reply{Result: &clientpb.Reply_CreateConsumer{CreateConsumer: &clientpb.CreateConsumerResult{Member: k.member}}})
+	}()
 }
 
-func (c *connection) attachConsumer(op *clientpb.CreateConsumer) (*consumer, error) {
-	prefetch := int(op.Prefetch)
-	switch {
-	case prefetch == 0:
-		prefetch = DefaultPrefetch
-	case prefetch > MaxPrefetch:
-		return nil, fmt.Errorf("%w: prefetch %d is over %d", transport.ErrInvalidArgument, prefetch, MaxPrefetch)
-	}
-	c.mu.Lock()
-	s, err := c.session(op.Session)
-	if err == nil && c.consumers[op.Consumer] != nil {
-		err = fmt.Errorf("%w: consumer %d already exists", transport.ErrMalformed, op.Consumer)
-	}
-	c.mu.Unlock()
-	if err != nil {
-		return nil, err
-	}
+func (c *connection) attach(k *consumer, dest string, prefetch int) error {
 	ctx, cancel := context.WithTimeout(c.ctx, 30*time.Second)
 	defer cancel()
-	name, err := c.n.pinConsumer(ctx, op.Destination)
+	name, err := c.n.pinConsumer(ctx, dest)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	r, err := c.n.groups.host(ctx, name)
 	if err != nil {
-		return nil, err
+		return err
 	}
+	s := k.session
 	if err := r.OpenSession(ctx, s.id, c.n.owner()); err != nil {
-		return nil, wireError(err)
+		return wireError(err)
 	}
-	k := &consumer{no: op.Consumer, id: fmt.Sprintf("%s/c%d", c.id, op.Consumer), session: s, member: name, replica: r}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed || c.sessions[op.Session] != s {
-		// The session ended meanwhile; its release covers this member too.
-		s.members[name] = r
-		return nil, fmt.Errorf("%w: session %d closed while its consumer was created", transport.ErrUnknownSession, op.Session)
+	if k.closed || c.closed || c.sessions[s.no] != s {
+		if c.closed || c.sessions[s.no] != s {
+			// The session ended while this consumer was attaching, and its
+			// release did not know this member: release it here.
+			r.Submit(&fsmpb.Release{Session: s.id}, func(fsm.Result, error) {})
+		} else {
+			s.members[name] = r
+		}
+		return fmt.Errorf("%w: consumer %d, or its session, was closed while the consumer was being created", transport.ErrUnknownSession, k.no)
 	}
 	s.members[name] = r
-	s.consumers[k.no] = k
-	c.consumers[k.no] = k
-	err = r.AddConsumer(&member.Consumer{
+	k.member, k.replica = name, r
+	return r.AddConsumer(&member.Consumer{
 		ID: k.id, Session: s.id,
 		Push: func(ds []fsm.Delivery) bool { return c.push(k, ds) },
 		Gone: func(err error) { c.consumerGone(k, wireError(err)) },
 	}, prefetch)
-	if err != nil {
-		delete(s.consumers, k.no)
-		delete(c.consumers, k.no)
-		return nil, err
-	}
-	return k, nil
 }
 
 // push hands committed deliveries to the client; false means the consumer
@@ -464,22 +507,21 @@ func (c *connection) closeConsumer(requestID uint64, op *clientpb.CloseConsumer)
 	c.mu.Lock()
 	k, ok := c.consumers[op.Consumer]
 	if ok {
-		k.closed = true
+		k.detach()
 		delete(c.consumers, k.no)
 		delete(k.session.consumers, k.no)
 	}
 	c.mu.Unlock()
 	if !ok {
-		c.reply(requestID, fmt.Errorf("%w: consumer %d", transport.ErrUnknownSession, op.Consumer), nil)
+		c.reply(requestID, fmt.Errorf("%w: consumer %d is not open on this connection", transport.ErrUnknownSession, op.Consumer), nil)
 		return
 	}
-	k.replica.RemoveConsumer(k.id)
 	c.reply(requestID, nil, nil)
 }
 
 // returnDeliveries gives back deliveries a session never handed out.
 func (c *connection) returnDeliveries(requestID uint64, op *clientpb.ReturnDeliveries) {
-	s, byMember, err := c.sessionRefs(op.Session, op.Deliveries)
+	s, byMember, _, err := c.sessionRefs(op.Session, op.Deliveries)
 	if err != nil {
 		c.reply(requestID, err, nil)
 		return
@@ -493,10 +535,14 @@ func (c *connection) returnDeliveries(requestID uint64, op *clientpb.ReturnDeliv
 
 func (c *connection) credit(op *clientpb.Credit) {
 	c.mu.Lock()
-	k, ok := c.consumers[op.Consumer]
+	k := c.consumers[op.Consumer]
+	var r *member.Replica
+	if k != nil && !k.closed {
+		r = k.replica
+	}
 	c.mu.Unlock()
-	if ok && op.Messages > 0 {
-		k.replica.Credit(k.id, int(op.Messages))
+	if r != nil && op.Messages > 0 {
+		r.Credit(k.id, int(op.Messages))
 	}
 }
 
@@ -507,41 +553,44 @@ type refGroup struct {
 }
 
 // sessionRefs finds an open session and groups the delivery references of a
-// request by member; every member must be one the session is open on.
-func (c *connection) sessionRefs(no uint64, refs []*clientpb.DeliveryRef) (*session, map[string]*refGroup, error) {
+// request by member. References to members the session is not open on (any
+// more: a deleted queue) are returned apart: the session holds none of them.
+func (c *connection) sessionRefs(no uint64, refs []*clientpb.DeliveryRef) (*session, map[string]*refGroup, []*clientpb.DeliveryRef, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s, err := c.session(no)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	out := map[string]*refGroup{}
+	var foreign []*clientpb.DeliveryRef
 	for _, ref := range refs {
 		g := out[ref.Member]
 		if g == nil {
 			r, ok := s.members[ref.Member]
 			if !ok {
-				return nil, nil, fmt.Errorf("%w: session %d holds nothing of member %q", transport.ErrLostServer, s.no, ref.Member)
+				foreign = append(foreign, ref)
+				continue
 			}
 			g = &refGroup{replica: r}
 			out[ref.Member] = g
 		}
 		g.ids = append(g.ids, ref.DeliveryId)
 	}
-	return s, out, nil
+	return s, out, foreign, nil
 }
 
 func (c *connection) acknowledge(requestID uint64, op *clientpb.Acknowledge) {
-	s, byMember, err := c.sessionRefs(op.Session, op.Deliveries)
+	s, byMember, foreign, err := c.sessionRefs(op.Session, op.Deliveries)
 	if err != nil {
 		c.reply(requestID, err, nil)
 		return
 	}
 	var mu sync.Mutex
-	result := &clientpb.AcknowledgeResult{}
+	result := &clientpb.AcknowledgeResult{Rejected: foreign}
 	f := newFanout(len(byMember), func(err error) {
 		if err == nil && len(result.Rejected) > 0 {
-			err = fmt.Errorf("%w: %d of the acknowledged messages no longer belong to this session (released by a recover, the session's end or a failover); they will be redelivered", transport.ErrLostServer, len(result.Rejected))
+			err = fmt.Errorf("%w: %d of the acknowledged messages no longer belong to this session (returned by a recover, the session's end or a failover, or expired)", transport.ErrLostServer, len(result.Rejected))
 		}
 		c.reply(requestID, err, &clientpb.Reply{Result: &clientpb.Reply_Acknowledge{Acknowledge: result}})
 	})
@@ -565,10 +614,7 @@ func (c *connection) recover(requestID, no uint64) {
 	s, err := c.session(no)
 	var members map[string]*member.Replica
 	if err == nil {
-		members = make(map[string]*member.Replica, len(s.members))
-		for name, r := range s.members {
-			members[name] = r
-		}
+		members = membersOf(s)
 	}
 	c.mu.Unlock()
 	if err != nil {

@@ -27,6 +27,13 @@ const (
 	DefaultPriority = 4
 )
 
+// Expirations are kept in Unix nanoseconds: bounding them at the year 2200
+// keeps every computation far from int64's limit.
+const (
+	maxExpirationUnixMs = 7258118400000 // 2200-01-01
+	maxTTLMillis        = 100 * 365 * 24 * 3600 * 1000
+)
+
 // wireError maps the errors of the layers below to the typed errors the
 // client API carries, keeping their text.
 func wireError(err error) error {
@@ -58,7 +65,7 @@ func wireError(err error) error {
 		target = transport.ErrMalformed
 	case errors.Is(err, fsm.ErrUnknownSession), errors.Is(err, fsm.ErrSessionOwned):
 		target = transport.ErrLostServer
-	case errors.Is(err, member.ErrNotLeader), errors.Is(err, member.ErrStopped), errors.Is(err, member.ErrOutcomeUnknown):
+	case errors.Is(err, member.ErrNotLeader), errors.Is(err, member.ErrStopped), errors.Is(err, member.ErrOutcomeUnknown), errors.Is(err, member.ErrBusy):
 		target = transport.ErrUnavailable
 	default:
 		return err
@@ -86,6 +93,9 @@ func (n *Node) createDestination(ctx context.Context, req *clientpb.CreateDestin
 	}
 	if req.TtlMs < 0 || req.MaxBytes < 0 {
 		return nil, fmt.Errorf("%w: --ttl and --max-size must not be negative", transport.ErrInvalidArgument)
+	}
+	if req.TtlMs > maxTTLMillis {
+		return nil, fmt.Errorf("%w: --ttl is over 100 years", transport.ErrInvalidArgument)
 	}
 	nodes := n.placementNodes()
 	if len(nodes) == 0 {
@@ -179,6 +189,11 @@ func (n *Node) memberOf(ctx context.Context, addr string, create bool) (*fsmpb.D
 		return nil, 0, wireError(err)
 	}
 	var d *fsmpb.Destination
+	if _, exists := n.meta.destination(name); !exists && create && idx >= len(n.placementNodes()) {
+		// NAME#I of a destination that does not exist yet: refuse before
+		// creating one that would not have member I.
+		return nil, 0, fmt.Errorf("%w: %s does not exist, and created now it would have %d members; %s names member %d", transport.ErrUnknownDestination, name, len(n.placementNodes()), addr, idx)
+	}
 	if create {
 		d, err = n.resolve(ctx, name)
 	} else if dd, ok := n.meta.destination(name); ok {
@@ -273,6 +288,8 @@ func (n *Node) validateSend(req *clientpb.SendRequest) error {
 			return fmt.Errorf("%w: message %s has priority %d; priorities go from 0 to %d", transport.ErrInvalidArgument, what, m.Priority, fsm.MaxPriority)
 		case m.TtlMs < 0 || m.ExpirationUnixMs < 0:
 			return fmt.Errorf("%w: message %s has a negative time to live or expiration", transport.ErrInvalidArgument, what)
+		case m.TtlMs > maxTTLMillis || m.ExpirationUnixMs > maxExpirationUnixMs:
+			return fmt.Errorf("%w: message %s has a time to live or expiration beyond the year 2200", transport.ErrInvalidArgument, what)
 		case len(m.Id) > MaxIDLength || len(m.DedupId) > MaxIDLength:
 			return fmt.Errorf("%w: message %s has an id or dedup id over %d bytes", transport.ErrInvalidArgument, what, MaxIDLength)
 		}

@@ -96,7 +96,7 @@ func (gs *groups) reconcile() {
 	}
 	gs.mu.Unlock()
 	for _, r := range gone {
-		gs.n.conns.memberGone(r.Name(), fmt.Errorf("%w: member %s was deleted", transport.ErrDestinationDeleted, r.Name()))
+		gs.n.conns.memberGone(r.Name(), fmt.Errorf("%w: member %s was deleted", transport.ErrDestinationDeleted, r.Name()), true)
 		gs.n.log.Info("destroying member replica of a deleted destination", "member", r.Name())
 		if err := r.Destroy(); err != nil {
 			gs.n.log.Warn("destroying member replica", "member", r.Name(), "err", err)
@@ -142,6 +142,12 @@ func (gs *groups) open(id string, p placed, nodes map[string]*fsmpb.Node) (*memb
 	cfg.Stream = layer
 	cfg.Peers = peers
 	cfg.Settings = memberSettings(p.dest)
+	name := cfg.Name
+	cfg.OnLeaderChange = func(leading bool) {
+		if !leading {
+			gs.n.conns.memberGone(name, fmt.Errorf("%w: member %s is no longer hosted on node %s", transport.ErrLostServer, name, gs.n.cfg.NodeID), false)
+		}
+	}
 	r, err := member.Open(cfg)
 	if err != nil {
 		layer.Close()

@@ -232,7 +232,10 @@ func (mg *metaGroup) apply(ctx context.Context, body proto.Message) (fsm.Result,
 	}
 	timeout := 10 * time.Second
 	if dl, ok := ctx.Deadline(); ok {
-		timeout = time.Until(dl)
+		// hashicorp/raft reads a timeout of 0 as none at all.
+		if timeout = time.Until(dl); timeout <= 0 {
+			return fsm.Result{}, context.DeadlineExceeded
+		}
 	}
 	f := mg.group.Raft.Apply(data, timeout)
 	if err := f.Error(); err != nil {

@@ -31,6 +31,10 @@ const (
 // not appended to the log; it is safe to send it elsewhere.
 var ErrNotLeader = errors.New("member: not the leader of its group")
 
+// ErrBusy: Raft's queue stayed full for the whole enqueue timeout; the
+// command was not appended and may be sent again.
+var ErrBusy = errors.New("member: raft is too busy to take the command")
+
 // ErrOutcomeUnknown: the command was handed to Raft, but leadership was lost
 // or Raft shut down before the result came back; it may or may not be
 // committed.
@@ -191,8 +195,10 @@ func (p *proposer) close() {
 // classify tells a command that never reached the log from one that may have.
 func classify(err error) error {
 	switch {
-	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrEnqueueTimeout):
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
 		return fmt.Errorf("%w: %v", ErrNotLeader, err)
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return fmt.Errorf("%w: %v", ErrBusy, err)
 	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrAbortedByRestore):
 		return fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
 	}

@@ -184,9 +184,11 @@ func (r *Replica) watchLeadership() {
 		case <-r.stop:
 			return
 		case isLeader := <-r.notify:
+			r.ledMu.Lock()
 			gen := r.leaderGen.Add(1)
+			r.ledMu.Unlock()
 			if !isLeader {
-				r.setLeading(false)
+				r.setLeading(false, 0)
 				continue
 			}
 			r.wg.Add(1)
@@ -217,16 +219,23 @@ func (r *Replica) takeOver(gen uint64) {
 		case <-time.After(min(time.Duration(attempt+1)*100*time.Millisecond, 2*time.Second)):
 		}
 	}
-	if r.leaderGen.Load() != gen || r.group.Raft.State() != raft.Leader {
+	if r.group.Raft.State() != raft.Leader || !r.setLeading(true, gen) {
 		return
 	}
-	r.setLeading(true)
 	r.log.Debug("member host ready")
 	r.kick()
 }
 
-func (r *Replica) setLeading(leading bool) {
+// setLeading records whether this replica hosts the member. Gaining it
+// (gen > 0) only counts if no leadership change came since the takeover
+// began; the check and the change are one step under ledMu, which also
+// guards the generation's increments.
+func (r *Replica) setLeading(leading bool, gen uint64) bool {
 	r.ledMu.Lock()
+	if leading && r.leaderGen.Load() != gen {
+		r.ledMu.Unlock()
+		return false
+	}
 	changed := r.leading.Swap(leading) != leading
 	if changed {
 		if leading {
@@ -239,6 +248,7 @@ func (r *Replica) setLeading(leading bool) {
 	if changed && r.cfg.OnLeaderChange != nil {
 		r.cfg.OnLeaderChange(leading)
 	}
+	return true
 }
 
 // WaitLeading waits until this replica hosts the member, or ctx ends.
@@ -463,7 +473,7 @@ func (r *Replica) shutdown(destroy bool) error {
 	var err error
 	r.stopOnce.Do(func() {
 		close(r.stop)
-		r.setLeading(false)
+		r.setLeading(false, 0)
 		r.prop.close()
 		if destroy {
 			err = r.group.Destroy()
