@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -42,8 +43,12 @@ var (
 )
 
 // freeAddrs picks five free loopback ports; the gossip port is free for
-// both TCP and UDP. The probing listeners stay open until all five are
-// picked, so no two are the same.
+// both TCP and UDP. The ports come from below the kernel's ephemeral range:
+// tests elsewhere (other packages run in parallel) bind port 0, which only
+// ever takes ephemeral ports, so they cannot take one of these between the
+// probe and the server's bind, nor while a killed server is down. The
+// probing listeners stay open until all five are picked, so no two are the
+// same.
 func freeAddrs(t testing.TB) addrs {
 	t.Helper()
 	portsMu.Lock()
@@ -54,31 +59,50 @@ func freeAddrs(t testing.TB) addrs {
 			c.Close()
 		}
 	}()
+	low, high := 20000, ephemeralStart()
+	next := low + rand.IntN(max(high-low-1000, 1))
 	pick := func(udpToo bool) string {
-		for range 50 {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatalf("listening on a free port: %v", err)
+		for range high - low {
+			port := next
+			if next++; next >= high {
+				next = low
 			}
-			closers = append(closers, ln)
-			port := ln.Addr().(*net.TCPAddr).Port
 			if portsGiven[port] {
 				continue
 			}
+			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				continue
+			}
+			closers = append(closers, ln)
 			if udpToo {
-				pc, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+				pc, err := net.ListenPacket("udp", addr)
 				if err != nil {
 					continue
 				}
 				closers = append(closers, pc)
 			}
 			portsGiven[port] = true
-			return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+			return addr
 		}
-		t.Fatal("no free port after 50 tries")
+		t.Fatalf("no free port between %d and %d", low, high)
 		return ""
 	}
 	return addrs{client: pick(false), peer: pick(false), raft: pick(false), gossip: pick(true), http: pick(false)}
+}
+
+// ephemeralStart is the first port the kernel hands out for port 0.
+func ephemeralStart() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if p, err := strconv.Atoi(f[0]); err == nil && p > 21000 {
+				return p
+			}
+		}
+	}
+	return 32768
 }
 
 // logBuffer collects a server's output over all its runs.
