@@ -41,7 +41,7 @@ proto:
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 	PATH=$(TOOLS):$$PATH protoc -I . --go_out=. --go_opt=paths=source_relative fsm/fsmpb/fsm.proto
 	PATH=$(TOOLS):$$PATH protoc -I . --go_out=. --go_opt=paths=source_relative \
-		--go-grpc_out=. --go-grpc_opt=paths=source_relative transport/clientpb/client.proto
+		--go-grpc_out=. --go-grpc_opt=paths=source_relative transport/clientpb/client.proto transport/peerpb/peer.proto
 
 clean:
 	rm -rf bin $(TOOLS)

@@ -1,11 +1,14 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"time"
+
+	"github.com/hashicorp/memberlist"
 
 	"github.com/cairnmq/cairn/member"
 )
@@ -44,6 +47,12 @@ type Config struct {
 	ExpiryInterval    time.Duration
 	// Clock is the node's clock; tests move it.
 	Clock func() time.Time
+	// Dial, if set, opens this node's connections to other nodes (Raft and
+	// peer RPC); tests use it to cut links.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// GossipTransport, if set, wraps memberlist's network transport; tests
+	// use it to cut gossip between nodes.
+	GossipTransport func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport
 
 	Logger *slog.Logger
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
-	"github.com/cairnmq/cairn/member"
 	"github.com/cairnmq/cairn/transport"
 	"github.com/cairnmq/cairn/transport/clientpb"
 )
@@ -44,7 +43,7 @@ type connection struct {
 	id     string
 	ctx    context.Context
 	cancel context.CancelFunc
-	out    *outbox
+	out    *outbox[*clientpb.ServerFrame]
 
 	mu        sync.Mutex
 	clientID  string
@@ -57,36 +56,36 @@ type session struct {
 	no   uint64
 	id   string
 	mode clientpb.AckMode
-	// members are the replicas the session is open on, by member address.
-	members   map[string]*member.Replica
+	// members are the members the session is open on, by address.
+	members   map[string]bool
 	consumers map[uint64]*consumer
 }
 
 // consumer is a client's consumer. It is registered as soon as its creation
 // is asked for, so a close that overtakes the creation stops it; member and
-// replica are set once it is attached (under c.mu).
+// att are set once it is attached (under c.mu).
 type consumer struct {
 	no      uint64
 	id      string
 	session *session
 	member  string
-	replica *member.Replica
+	att     *attachment
 	closed  bool
 }
 
 // detach stops deliveries to the consumer; c.mu is held.
 func (k *consumer) detach() {
 	k.closed = true
-	if k.replica != nil {
-		k.replica.RemoveConsumer(k.id)
+	if k.att != nil {
+		k.att.detach()
 	}
 }
 
-// membersOf copies a session's members; c.mu is held.
-func membersOf(s *session) map[string]*member.Replica {
-	out := make(map[string]*member.Replica, len(s.members))
-	for name, r := range s.members {
-		out[name] = r
+// membersOf lists the members a session is open on; c.mu is held.
+func membersOf(s *session) []string {
+	out := make([]string, 0, len(s.members))
+	for name := range s.members {
+		out = append(out, name)
 	}
 	return out
 }
@@ -98,7 +97,7 @@ func (cs *connections) serve(stream clientpb.ClientService_ConnectServer) error 
 	ctx, cancel := context.WithCancel(stream.Context())
 	c := &connection{
 		n: cs.n, id: cs.n.cfg.NodeID + "-" + newID(6), ctx: ctx, cancel: cancel,
-		out:      newOutbox(),
+		out:      newOutbox[*clientpb.ServerFrame](),
 		sessions: make(map[uint64]*session), consumers: make(map[uint64]*consumer),
 	}
 	cs.mu.Lock()
@@ -120,7 +119,7 @@ func (cs *connections) serve(stream clientpb.ClientService_ConnectServer) error 
 		return transport.Status(err)
 	}
 	writeErr := make(chan error, 1)
-	go func() { writeErr <- c.out.run(ctx, stream) }()
+	go func() { writeErr <- c.out.run(ctx, stream.Send) }()
 	recvErr := make(chan error, 1)
 	go func() {
 		for {
@@ -187,7 +186,7 @@ func (cs *connections) end(c *connection) {
 	c.cancel()
 	c.mu.Lock()
 	c.closed = true
-	sessions := make(map[string]map[string]*member.Replica, len(c.sessions))
+	sessions := make(map[string][]string, len(c.sessions))
 	for _, s := range c.sessions {
 		sessions[s.id] = membersOf(s)
 	}
@@ -199,8 +198,8 @@ func (cs *connections) end(c *connection) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	for id, members := range sessions {
-		for name, r := range members {
-			if err := r.Release(ctx, id); err != nil {
+		for _, name := range members {
+			if _, err := cs.n.submit(ctx, name, &fsmpb.Release{Session: id}); err != nil {
 				// The member's new host sweeps the session once this node's
 				// run is over; until then the messages wait.
 				cs.n.log.Warn("releasing the session of a closed connection", "session", id, "member", name, "err", err)
@@ -239,14 +238,14 @@ func (c *connection) consumerGone(k *consumer, err error) {
 	if k.closed {
 		return
 	}
-	k.closed = true
+	k.detach()
 	c.out.push(&clientpb.ServerFrame{Frame: &clientpb.ServerFrame_ConsumerClosed{ConsumerClosed: &clientpb.ConsumerClosed{Consumer: k.no, Error: transport.ToProto(err)}}})
 }
 
-// memberGone tells the consumers pinned to a member that it is gone from
-// this node: deleted (forget: sessions forget the member too, so their acks
-// of its messages report lost server at once) or no longer hosted here.
-func (cs *connections) memberGone(name string, err error, forget bool) {
+// pruneDeleted ends the consumers of members that no longer exist (their
+// destination was deleted), and makes sessions forget those members, so
+// acks of their messages report lost server at once.
+func (cs *connections) pruneDeleted(exists func(member string) bool) {
 	cs.mu.Lock()
 	conns := make([]*connection, 0, len(cs.byID))
 	for _, c := range cs.byID {
@@ -257,18 +256,20 @@ func (cs *connections) memberGone(name string, err error, forget bool) {
 		c.mu.Lock()
 		var gone []*consumer
 		for _, k := range c.consumers {
-			if k.member == name {
+			if k.member != "" && !exists(k.member) {
 				gone = append(gone, k)
 			}
 		}
-		if forget {
-			for _, s := range c.sessions {
-				delete(s.members, name)
+		for _, s := range c.sessions {
+			for name := range s.members {
+				if !exists(name) {
+					delete(s.members, name)
+				}
 			}
 		}
 		c.mu.Unlock()
 		for _, k := range gone {
-			c.consumerGone(k, err)
+			c.consumerGone(k, fmt.Errorf("%w: member %s was deleted", transport.ErrDestinationDeleted, k.member))
 		}
 	}
 }
@@ -332,7 +333,7 @@ func (c *connection) openSession(op *clientpb.OpenSession) error {
 	}
 	c.sessions[op.Session] = &session{
 		no: op.Session, id: fmt.Sprintf("%s/s%d", c.id, op.Session), mode: op.AckMode,
-		members: make(map[string]*member.Replica), consumers: make(map[uint64]*consumer),
+		members: make(map[string]bool), consumers: make(map[uint64]*consumer),
 	}
 	return nil
 }
@@ -390,8 +391,8 @@ func (c *connection) closeSession(requestID, no uint64) {
 	members := membersOf(s)
 	c.mu.Unlock()
 	f := newFanout(len(members), func(err error) { c.reply(requestID, err, nil) })
-	for _, r := range members {
-		r.Submit(&fsmpb.Release{Session: s.id}, func(res fsm.Result, err error) { f.finish(errors.Join(err, res.Err)) })
+	for _, name := range members {
+		c.n.submitAsync(name, &fsmpb.Release{Session: s.id}, func(res fsm.Result, err error) { f.finish(errors.Join(err, res.Err)) })
 	}
 }
 
@@ -446,33 +447,32 @@ func (c *connection) attach(k *consumer, dest string, prefetch int) error {
 	if err != nil {
 		return err
 	}
-	r, err := c.n.groups.host(ctx, name)
-	if err != nil {
-		return err
-	}
 	s := k.session
-	if err := r.OpenSession(ctx, s.id, c.n.owner()); err != nil {
+	if _, err := c.n.submit(ctx, name, &fsmpb.OpenSession{Session: s.id, Owner: c.n.owner()}); err != nil {
 		return wireError(err)
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if k.closed || c.closed || c.sessions[s.no] != s {
-		if c.closed || c.sessions[s.no] != s {
-			// The session ended while this consumer was attaching, and its
-			// release did not know this member: release it here.
-			r.Submit(&fsmpb.Release{Session: s.id}, func(fsm.Result, error) {})
-		} else {
-			s.members[name] = r
-		}
-		return fmt.Errorf("%w: consumer %d, or its session, was closed while the consumer was being created", transport.ErrUnknownSession, k.no)
+	if c.closed || c.sessions[s.no] != s {
+		c.mu.Unlock()
+		// The session ended while this consumer was attaching, and its
+		// release did not know this member: release it here.
+		c.n.submitAsync(name, &fsmpb.Release{Session: s.id}, func(fsm.Result, error) {})
+		return fmt.Errorf("%w: session %d was closed while its consumer was being created", transport.ErrUnknownSession, s.no)
 	}
-	s.members[name] = r
-	k.member, k.replica = name, r
-	return r.AddConsumer(&member.Consumer{
-		ID: k.id, Session: s.id,
-		Push: func(ds []fsm.Delivery) bool { return c.push(k, ds) },
-		Gone: func(err error) { c.consumerGone(k, wireError(err)) },
-	}, prefetch)
+	s.members[name] = true
+	if k.closed {
+		c.mu.Unlock()
+		return fmt.Errorf("%w: consumer %d was closed while it was being created", transport.ErrUnknownSession, k.no)
+	}
+	a := newAttachment(c, k, name, prefetch)
+	k.member, k.att = name, a
+	c.mu.Unlock()
+	// Outside c.mu: the first link may push deliveries, which take it.
+	if err := a.start(ctx); err != nil {
+		a.detach()
+		return err
+	}
+	return nil
 }
 
 // push hands committed deliveries to the client; false means the consumer
@@ -529,27 +529,27 @@ func (c *connection) returnDeliveries(requestID uint64, op *clientpb.ReturnDeliv
 	f := newFanout(len(byMember), func(err error) { c.reply(requestID, err, nil) })
 	for _, g := range byMember {
 		// Deliveries the session no longer holds were released already.
-		g.replica.Submit(&fsmpb.Return{Session: s.id, DeliveryIds: g.ids}, func(res fsm.Result, err error) { f.finish(err) })
+		c.n.submitAsync(g.member, &fsmpb.Return{Session: s.id, DeliveryIds: g.ids}, func(res fsm.Result, err error) { f.finish(err) })
 	}
 }
 
 func (c *connection) credit(op *clientpb.Credit) {
 	c.mu.Lock()
 	k := c.consumers[op.Consumer]
-	var r *member.Replica
+	var a *attachment
 	if k != nil && !k.closed {
-		r = k.replica
+		a = k.att
 	}
 	c.mu.Unlock()
-	if r != nil && op.Messages > 0 {
-		r.Credit(k.id, int(op.Messages))
+	if a != nil && op.Messages > 0 {
+		a.grant(int(op.Messages))
 	}
 }
 
 // refGroup is the deliveries of one member that a request names.
 type refGroup struct {
-	replica *member.Replica
-	ids     []uint64
+	member string
+	ids    []uint64
 }
 
 // sessionRefs finds an open session and groups the delivery references of a
@@ -567,12 +567,11 @@ func (c *connection) sessionRefs(no uint64, refs []*clientpb.DeliveryRef) (*sess
 	for _, ref := range refs {
 		g := out[ref.Member]
 		if g == nil {
-			r, ok := s.members[ref.Member]
-			if !ok {
+			if !s.members[ref.Member] {
 				foreign = append(foreign, ref)
 				continue
 			}
-			g = &refGroup{replica: r}
+			g = &refGroup{member: ref.Member}
 			out[ref.Member] = g
 		}
 		g.ids = append(g.ids, ref.DeliveryId)
@@ -595,7 +594,7 @@ func (c *connection) acknowledge(requestID uint64, op *clientpb.Acknowledge) {
 		c.reply(requestID, err, &clientpb.Reply{Result: &clientpb.Reply_Acknowledge{Acknowledge: result}})
 	})
 	for name, g := range byMember {
-		g.replica.Submit(&fsmpb.Ack{Session: s.id, DeliveryIds: g.ids}, func(res fsm.Result, err error) {
+		c.n.submitAsync(g.member, &fsmpb.Ack{Session: s.id, DeliveryIds: g.ids}, func(res fsm.Result, err error) {
 			if err == nil && errors.Is(res.Err, fsm.ErrUnknownSession) {
 				res.Rejected, res.Err = g.ids, nil
 			}
@@ -612,7 +611,7 @@ func (c *connection) acknowledge(requestID uint64, op *clientpb.Acknowledge) {
 func (c *connection) recover(requestID, no uint64) {
 	c.mu.Lock()
 	s, err := c.session(no)
-	var members map[string]*member.Replica
+	var members []string
 	if err == nil {
 		members = membersOf(s)
 	}
@@ -626,8 +625,8 @@ func (c *connection) recover(requestID, no uint64) {
 	f := newFanout(len(members), func(err error) {
 		c.reply(requestID, err, &clientpb.Reply{Result: &clientpb.Reply_Recover{Recover: result}})
 	})
-	for name, r := range members {
-		r.Submit(&fsmpb.Recover{Session: s.id}, func(res fsm.Result, err error) {
+	for _, name := range members {
+		c.n.submitAsync(name, &fsmpb.Recover{Session: s.id}, func(res fsm.Result, err error) {
 			if err == nil && res.Err == nil {
 				mu.Lock()
 				result.Watermarks = append(result.Watermarks, &clientpb.Watermark{Member: name, FirstValid: res.Watermark})

@@ -135,12 +135,11 @@ func (n *Node) createDestination(ctx context.Context, req *clientpb.CreateDestin
 	}
 	n.groups.poke()
 	n.log.Info("destination created", "name", d.Name, "members", members, "replicas", replicas)
-	// Wait for the members hosted here, so the first send need not.
+	// Wait for every member to have a host, so the first send need not.
 	for _, p := range d.Members {
-		if slices.Contains(p.Replicas, n.cfg.NodeID) {
-			if _, err := n.groups.host(ctx, fsm.MemberName(d.Name, p.Index)); err != nil {
-				n.log.Warn("new member has no host yet", "member", fsm.MemberName(d.Name, p.Index), "err", err)
-			}
+		name := fsm.MemberName(d.Name, p.Index)
+		if err := n.waitHost(ctx, name); err != nil {
+			n.log.Warn("new member has no host yet", "member", name, "err", err)
 		}
 	}
 	return d, nil
@@ -213,17 +212,19 @@ func (n *Node) memberOf(ctx context.Context, addr string, create bool) (*fsmpb.D
 
 var rotation atomic.Uint64
 
-// candidates describes a destination's members for the router.
+// candidates describes a destination's members for the router: where
+// each is hosted, and its load as its host last reported it.
 func (n *Node) candidates(d *fsmpb.Destination) []destination.Candidate {
 	out := make([]destination.Candidate, len(d.Members))
 	for i := range d.Members {
-		c := destination.Candidate{Index: i}
-		if r, ok := n.groups.replica(fsm.MemberName(d.Name, uint32(i))); ok {
-			st := r.Stats()
-			c.Local, c.Pending, c.Consumers = r.Leading(), st.Pending, r.Consumers()
-			// A member hosted elsewhere is reached through its host; until
-			// then only the members this node hosts are available.
-			c.Available = c.Local
+		name := fsm.MemberName(d.Name, uint32(i))
+		r, node := n.host(name)
+		c := destination.Candidate{Index: i, Local: r != nil, Available: r != nil || node != ""}
+		if r != nil {
+			c.Pending, c.Consumers = r.Stats().Pending, r.Consumers()
+		} else if c.Available {
+			st := n.loads.get(n, name)
+			c.Pending, c.Consumers = int(st.pending), st.consumers
 		}
 		out[i] = c
 	}
@@ -238,14 +239,9 @@ func (n *Node) route(d *fsmpb.Destination, idx int, choose func([]destination.Ca
 	cands := n.candidates(d)
 	i, ok := choose(cands, rotation.Add(1))
 	if !ok {
-		// None is ready yet (a restart, a new queue): take one placed on
-		// this node; the caller waits for its host.
-		for _, p := range d.Members {
-			if slices.Contains(p.Replicas, n.cfg.NodeID) {
-				return fsm.MemberName(d.Name, p.Index), nil
-			}
-		}
-		return "", fmt.Errorf("%w: no member of %s is hosted on this node", transport.ErrUnavailable, d.Name)
+		// None has a host now (an election, a restart): take the first and
+		// let the command wait for its host.
+		return fsm.MemberName(d.Name, uint32(rotation.Load()%uint64(len(d.Members)))), nil
 	}
 	return fsm.MemberName(d.Name, uint32(i)), nil
 }
@@ -310,10 +306,6 @@ func (n *Node) send(ctx context.Context, req *clientpb.SendRequest) (*clientpb.S
 	if err != nil {
 		return nil, err
 	}
-	r, err := n.groups.host(ctx, name)
-	if err != nil {
-		return nil, err
-	}
 	now := n.cfg.Clock()
 	msgs := make([]*fsmpb.Message, len(req.Messages))
 	for i, m := range req.Messages {
@@ -334,34 +326,31 @@ func (n *Node) send(ctx context.Context, req *clientpb.SendRequest) (*clientpb.S
 		}
 		msgs[i] = fm
 	}
-	enq, err := r.Enqueue(ctx, msgs)
+	res, err := n.submit(ctx, name, &fsmpb.Enqueue{Messages: msgs})
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, member.ErrOutcomeUnknown) {
 			return nil, fmt.Errorf("%w: message %s on member %s may or may not have been enqueued (%v); it was not resent", transport.ErrDeliveryUnknown, msgs[0].Id, name, err)
 		}
 		return nil, wireError(err)
 	}
-	resp := &clientpb.SendResponse{Results: make([]*clientpb.SendResult, len(enq))}
-	for i, e := range enq {
+	resp := &clientpb.SendResponse{Results: make([]*clientpb.SendResult, len(res.Enqueued))}
+	for i, e := range res.Enqueued {
 		resp.Results[i] = &clientpb.SendResult{Id: e.ID, Member: name, Duplicate: e.Duplicate}
 	}
 	return resp, nil
 }
 
-// destinationInfo reports a destination's counts, per member and in total.
-func (n *Node) destinationInfo(d *fsmpb.Destination) *clientpb.DestinationInfo {
+// destinationInfo reports a destination's counts, per member (as its host
+// reports them) and in total.
+func (n *Node) destinationInfo(ctx context.Context, d *fsmpb.Destination) *clientpb.DestinationInfo {
 	info := &clientpb.DestinationInfo{
 		Name: d.Name, Kind: clientpb.DestinationKind(d.Kind), Replicas: d.Replicas,
 		TtlMs: d.TtlNs / int64(time.Millisecond), MaxBytes: d.MaxBytes,
 	}
 	for _, p := range d.Members {
 		mi := &clientpb.MemberInfo{Name: fsm.MemberName(d.Name, p.Index), Replicas: p.Replicas}
-		if r, ok := n.groups.replica(mi.Name); ok {
-			st := r.Stats()
-			_, leader := r.Raft().LeaderWithID()
-			mi.Host, mi.Pending, mi.Delivered, mi.Bytes = string(leader), uint64(st.Pending), uint64(st.Delivered), st.Bytes
-			mi.Consumers = uint32(r.Consumers())
-		}
+		st := n.memberInfo(ctx, mi.Name)
+		mi.Host, mi.Pending, mi.Delivered, mi.Bytes, mi.Consumers = st.host, uint64(st.pending), uint64(st.delivered), st.bytes, uint32(st.consumers)
 		info.Pending += mi.Pending
 		info.Delivered += mi.Delivered
 		info.Members = append(info.Members, mi)
@@ -379,15 +368,11 @@ func (n *Node) purge(ctx context.Context, addr string) (uint64, error) {
 		if idx >= 0 && int(p.Index) != idx {
 			continue
 		}
-		r, err := n.groups.host(ctx, fsm.MemberName(d.Name, p.Index))
-		if err != nil {
-			return total, err
-		}
-		removed, err := r.Purge(ctx)
+		res, err := n.submit(ctx, fsm.MemberName(d.Name, p.Index), &fsmpb.Purge{})
 		if err != nil {
 			return total, wireError(err)
 		}
-		total += uint64(removed)
+		total += uint64(res.Removed)
 	}
 	return total, nil
 }

@@ -81,7 +81,16 @@ func startGossip(n *Node, advertiseHost string) (*gossip, error) {
 	conf.AdvertiseAddr, conf.AdvertisePort = advIP, port
 	conf.Delegate = g
 	conf.Events = g
+	if wrap := n.cfg.GossipTransport; wrap != nil {
+		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{host}, BindPort: port, Logger: conf.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("--gossip-addr %s: %w", n.cfg.GossipAddr, err)
+		}
+		conf.Transport = wrap(nt)
+		conf.AdvertisePort = nt.GetAutoBindPort()
+	}
 	conf.Logger = slog.NewLogLogger(n.log.With("lib", "memberlist").Handler(), slog.LevelDebug)
+	tuneGossip(conf)
 	ml, err := memberlist.Create(conf)
 	if err != nil {
 		return nil, fmt.Errorf("--gossip-addr %s: %w", n.cfg.GossipAddr, err)
@@ -89,6 +98,26 @@ func startGossip(n *Node, advertiseHost string) (*gossip, error) {
 	g.ml = ml
 	go g.joinLoop(n.cfg.Join)
 	return g, nil
+}
+
+// tuneGossip sets failure detection for a LAN: a node is probed every
+// second with a 500 ms timeout; one that fails a probe (and the indirect
+// probes through other nodes) is suspected, and declared dead when it has
+// not refuted the suspicion within SuspicionMult x max(1, log10(nodes)) x
+// ProbeInterval = 3 s (up to 10 nodes). SuspicionMaxTimeoutMult 1 keeps that
+// timeout fixed: memberlist would otherwise start it 4 times longer and
+// shorten it only as other nodes confirm the suspicion, which a 3-node
+// cluster has too few nodes to do. A killed node is therefore dead in about
+// 5 s (up to 1 s to the next probe, 1 s of probes, 3 s), and a node paused
+// for 2 s hears the suspicion as it resumes and refutes it in time.
+// memberlist's awareness stretches the timeouts of a node whose own probes
+// fail, as they do on an overloaded machine.
+func tuneGossip(conf *memberlist.Config) {
+	conf.ProbeInterval = time.Second
+	conf.ProbeTimeout = 500 * time.Millisecond
+	conf.SuspicionMult = 3
+	conf.SuspicionMaxTimeoutMult = 1
+	conf.GossipInterval = 200 * time.Millisecond
 }
 
 func resolveIP(host string) (string, error) {

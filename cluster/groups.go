@@ -14,7 +14,6 @@ import (
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 	"github.com/cairnmq/cairn/member"
-	"github.com/cairnmq/cairn/transport"
 )
 
 // groups runs the member replicas that the meta group places on this node:
@@ -70,10 +69,12 @@ type placed struct {
 
 func (gs *groups) reconcile() {
 	want := map[string]placed{}
+	existing := map[string]bool{}
 	var nodes map[string]*fsmpb.Node
 	gs.n.meta.read(func(m *fsm.Meta) {
 		for _, d := range m.Destinations() {
 			for _, p := range d.Members {
+				existing[fsm.MemberName(d.Name, p.Index)] = true
 				if slices.Contains(p.Replicas, gs.n.cfg.NodeID) {
 					want[groupID(d, p.Index)] = placed{d, p}
 				}
@@ -95,8 +96,8 @@ func (gs *groups) reconcile() {
 		}
 	}
 	gs.mu.Unlock()
+	gs.n.conns.pruneDeleted(func(name string) bool { _, ok := existing[name]; return ok })
 	for _, r := range gone {
-		gs.n.conns.memberGone(r.Name(), fmt.Errorf("%w: member %s was deleted", transport.ErrDestinationDeleted, r.Name()), true)
 		gs.n.log.Info("destroying member replica of a deleted destination", "member", r.Name())
 		if err := r.Destroy(); err != nil {
 			gs.n.log.Warn("destroying member replica", "member", r.Name(), "err", err)
@@ -142,12 +143,6 @@ func (gs *groups) open(id string, p placed, nodes map[string]*fsmpb.Node) (*memb
 	cfg.Stream = layer
 	cfg.Peers = peers
 	cfg.Settings = memberSettings(p.dest)
-	name := cfg.Name
-	cfg.OnLeaderChange = func(leading bool) {
-		if !leading {
-			gs.n.conns.memberGone(name, fmt.Errorf("%w: member %s is no longer hosted on node %s", transport.ErrLostServer, name, gs.n.cfg.NodeID), false)
-		}
-	}
 	r, err := member.Open(cfg)
 	if err != nil {
 		layer.Close()
@@ -198,45 +193,6 @@ func (gs *groups) replica(name string) (*member.Replica, bool) {
 	r, ok := gs.byName[name]
 	return r, ok
 }
-
-// host returns the replica of a member that serves as its host, waiting
-// up to ctx for a takeover in progress.
-func (gs *groups) host(ctx context.Context, name string) (*member.Replica, error) {
-	deadline := time.Now().Add(hostWait)
-	for {
-		r, ok := gs.replica(name)
-		if !ok {
-			// The meta group may have just placed it; the reconciler opens it.
-			gs.poke()
-		} else {
-			wctx, cancel := context.WithDeadline(ctx, deadline)
-			err := r.WaitLeading(wctx)
-			cancel()
-			if err == nil {
-				return r, nil
-			}
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-		}
-		if time.Now().After(deadline) {
-			if !ok {
-				return nil, fmt.Errorf("%w: member %s has no replica on this node", transport.ErrUnavailable, name)
-			}
-			_, leader := r.Raft().LeaderWithID()
-			return nil, fmt.Errorf("%w: member %s has no host here (its group's leader is %q)", transport.ErrUnavailable, name, leader)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
-// hostWait bounds how long a request waits for a member to get a host: an
-// election plus the takeover, with room to spare.
-const hostWait = 5 * time.Second
 
 // ready reports whether every member replica placed here is open, has a
 // leader, and — where this node leads — has finished its takeover, so that

@@ -19,6 +19,7 @@ import (
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 	"github.com/cairnmq/cairn/member"
 	"github.com/cairnmq/cairn/transport"
+	"github.com/cairnmq/cairn/transport/peerpb"
 )
 
 // metaGroupID names the meta group on the shared Raft port.
@@ -212,7 +213,7 @@ func (mg *metaGroup) registerNodes() error {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := mg.apply(ctx, &fsmpb.RegisterNode{Node: want})
+		_, err := mg.applyLocal(ctx, &fsmpb.RegisterNode{Node: want})
 		cancel()
 		if err != nil {
 			return err
@@ -221,8 +222,37 @@ func (mg *metaGroup) registerNodes() error {
 	return nil
 }
 
-// apply proposes one meta command on the leader and returns its result.
+// apply runs one meta command on the meta group's leader, here or on the
+// node that leads it, and returns its result (a rejection as the error).
 func (mg *metaGroup) apply(ctx context.Context, body proto.Message) (fsm.Result, error) {
+	if mg.group.Raft.State() == raft.Leader {
+		return mg.applyLocal(ctx, body)
+	}
+	_, leader := mg.group.Raft.LeaderWithID()
+	if leader == "" {
+		return fsm.Result{}, fmt.Errorf("%w: the meta group has no leader (is a majority of the nodes up and connected?)", transport.ErrUnavailable)
+	}
+	c, err := mg.n.peers.client(string(leader))
+	if err != nil {
+		return fsm.Result{}, fmt.Errorf("%w: meta leader %s: %v", transport.ErrUnavailable, leader, err)
+	}
+	cmd, err := fsm.NewCommand(body)
+	if err != nil {
+		return fsm.Result{}, err
+	}
+	resp, err := c.MetaApply(ctx, &peerpb.MetaApplyRequest{Command: cmd})
+	if err != nil {
+		return fsm.Result{}, fmt.Errorf("%w: meta leader %s: %v", transport.ErrUnavailable, leader, err)
+	}
+	if e := resp.Error; e != nil {
+		return fsm.Result{}, fmt.Errorf("%w: meta leader %s: %s", transport.ErrUnavailable, leader, e.Message)
+	}
+	res := toResult(resp.Result)
+	return res, res.Err
+}
+
+// applyLocal proposes one meta command on this node, which must lead.
+func (mg *metaGroup) applyLocal(ctx context.Context, body proto.Message) (fsm.Result, error) {
 	if mg.group.Raft.State() != raft.Leader {
 		return fsm.Result{}, fmt.Errorf("%w: this node does not lead the meta group (leader: %s)", transport.ErrUnavailable, mg.leaderID())
 	}

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -24,6 +25,7 @@ import (
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 	"github.com/cairnmq/cairn/member"
 	"github.com/cairnmq/cairn/transport/clientpb"
+	"github.com/cairnmq/cairn/transport/peerpb"
 	"github.com/cairnmq/cairn/transport/raftmux"
 )
 
@@ -48,7 +50,10 @@ type Node struct {
 	health               *health.Server
 	httpSrv              *http.Server
 
-	conns *connections
+	conns   *connections
+	peers   *peers
+	leaders leaders
+	loads   loads
 	// metaKick and groupsKick wake the meta registrar and the groups'
 	// reconciler; they exist before gossip starts calling back.
 	metaKick, groupsKick chan struct{}
@@ -73,7 +78,7 @@ func Start(cfg Config) (_ *Node, err error) {
 	if err := claimDataDir(cfg.DataDir, cfg.NodeID); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, boot: newID(8), stopped: make(chan struct{}), metaKick: make(chan struct{}, 1), groupsKick: make(chan struct{}, 1)}
+	n := &Node{cfg: cfg, boot: newID(8), stopped: make(chan struct{}), metaKick: make(chan struct{}, 1), groupsKick: make(chan struct{}, 1), leaders: leaders{m: map[string]string{}}, loads: loads{m: map[string]*loadEntry{}}}
 	n.log = cfg.Logger.With("node", cfg.NodeID)
 	defer func() {
 		if err != nil {
@@ -113,13 +118,22 @@ func Start(cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("advertised raft address %s: %w", n.addrs.Raft, err)
 	}
-	n.mux = raftmux.New(n.lnRaft, raftAdv, nil, n.log)
+	var dial raftmux.Dialer
+	if d := cfg.Dial; d != nil {
+		dial = func(address string, timeout time.Duration) (net.Conn, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			return d(ctx, "tcp", address)
+		}
+	}
+	n.mux = raftmux.New(n.lnRaft, raftAdv, dial, n.log)
 
 	if n.gossip, err = startGossip(n, host); err != nil {
 		return nil, err
 	}
 	n.addrs.Gossip = n.gossip.addr()
 	n.conns = newConnections(n)
+	n.peers = newPeers(n)
 	n.groups = newGroups(n)
 	if n.meta, err = openMeta(n); err != nil {
 		n.gossip.shutdown()
@@ -179,7 +193,7 @@ func newID(bytes int) string {
 func (n *Node) startServers() {
 	// Room for the largest message plus its envelope; a larger request is
 	// refused by gRPC itself, which the client reports as too large.
-	maxRecv := n.cfg.MaxMessageBytes + 1<<20
+	maxRecv := n.maxWire()
 	n.health = health.NewServer()
 	n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	n.health.SetServingStatus(clientpb.ClientService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
@@ -190,6 +204,7 @@ func (n *Node) startServers() {
 	reflection.Register(n.grpcClient)
 
 	n.grpcPeer = grpc.NewServer(grpc.MaxRecvMsgSize(maxRecv), grpc.MaxSendMsgSize(maxRecv))
+	peerpb.RegisterPeerServiceServer(n.grpcPeer, &peerService{n: n})
 	healthpb.RegisterHealthServer(n.grpcPeer, n.health)
 	reflection.Register(n.grpcPeer)
 
@@ -206,6 +221,41 @@ func (n *Node) startServers() {
 	serve("client gRPC", func() error { return n.grpcClient.Serve(n.lnClient) })
 	serve("peer gRPC", func() error { return n.grpcPeer.Serve(n.lnPeer) })
 	serve("HTTP", func() error { return n.httpSrv.Serve(n.lnHTTP) })
+}
+
+// maxWire bounds one gRPC message between nodes and with clients: the
+// largest message with room for its envelope; deliveries are sent in
+// frames of at most deliveryFrameBytes (or one message).
+func (n *Node) maxWire() int { return n.cfg.MaxMessageBytes + 1<<20 }
+
+// peerAddr is where a node's peer service listens, as gossip (fresher)
+// or the registry knows it.
+func (n *Node) peerAddr(node string) string {
+	for _, m := range n.gossip.members() {
+		if m.ID == node && m.Meta.Peer != "" {
+			return m.Meta.Peer
+		}
+	}
+	var addr string
+	n.meta.read(func(m *fsm.Meta) {
+		if nd, ok := m.Node(node); ok {
+			addr = nd.PeerAddr
+		}
+	})
+	return addr
+}
+
+// localGroups reports every Raft group replica on this node.
+func (n *Node) localGroups() []*peerpb.GroupReplica {
+	report := func(name string, r *raft.Raft) *peerpb.GroupReplica {
+		_, leader := r.LeaderWithID()
+		return &peerpb.GroupReplica{Name: name, Leader: string(leader), CommitIndex: r.CommitIndex(), AppliedIndex: r.AppliedIndex(), LastIndex: r.LastIndex()}
+	}
+	out := []*peerpb.GroupReplica{report(metaGroupID, n.meta.group.Raft)}
+	for _, r := range n.groups.all() {
+		out = append(out, report(r.Name(), r.Raft()))
+	}
+	return out
 }
 
 // ID is the node's id.
@@ -316,6 +366,7 @@ func (n *Node) Stop() {
 		// propose once the groups start closing.
 		n.bg.Wait()
 		n.gossip.leave(2 * time.Second)
+		n.peers.close()
 		n.groups.closeAll()
 		n.meta.close()
 		n.gossip.shutdown()

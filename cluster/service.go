@@ -22,7 +22,7 @@ func (s *clientService) CreateDestination(ctx context.Context, req *clientpb.Cre
 	if err != nil {
 		return nil, transport.Status(err)
 	}
-	return s.n.destinationInfo(d), nil
+	return s.n.destinationInfo(ctx, d), nil
 }
 
 func (s *clientService) DeleteDestination(ctx context.Context, req *clientpb.DeleteDestinationRequest) (*clientpb.DeleteDestinationResponse, error) {
@@ -35,7 +35,7 @@ func (s *clientService) DeleteDestination(ctx context.Context, req *clientpb.Del
 func (s *clientService) ListDestinations(ctx context.Context, req *clientpb.ListDestinationsRequest) (*clientpb.ListDestinationsResponse, error) {
 	resp := &clientpb.ListDestinationsResponse{}
 	for _, d := range s.n.destinations() {
-		resp.Destinations = append(resp.Destinations, s.n.destinationInfo(d))
+		resp.Destinations = append(resp.Destinations, s.n.destinationInfo(ctx, d))
 	}
 	return resp, nil
 }
@@ -45,7 +45,7 @@ func (s *clientService) ShowDestination(ctx context.Context, req *clientpb.ShowD
 	if err != nil {
 		return nil, transport.Status(err)
 	}
-	return s.n.destinationInfo(d), nil
+	return s.n.destinationInfo(ctx, d), nil
 }
 
 func (s *clientService) PurgeDestination(ctx context.Context, req *clientpb.PurgeDestinationRequest) (*clientpb.PurgeDestinationResponse, error) {

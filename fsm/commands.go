@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"errors"
 	"fmt"
 
 	"google.golang.org/protobuf/proto"
@@ -124,3 +125,67 @@ func applyEntry[S any](s S, table map[fsmpb.CommandType]handler[S], data []byte)
 	}
 	return results, nil
 }
+
+// DecodeMemberCommand decodes one member command for a host to submit; it
+// refuses the commands only a leader makes itself (Deliver, Expire,
+// Configure) and any that is not a member command.
+func DecodeMemberCommand(c *fsmpb.Command) (proto.Message, error) {
+	switch c.GetType() {
+	case fsmpb.CommandType_COMMAND_TYPE_DELIVER, fsmpb.CommandType_COMMAND_TYPE_EXPIRE, fsmpb.CommandType_COMMAND_TYPE_CONFIGURE:
+		return nil, fmt.Errorf("%w: %v is made by a member's leader, not forwarded to it", ErrMalformed, c.GetType())
+	}
+	return decodeBody(memberHandlers, c)
+}
+
+// DecodeMetaCommand decodes one meta command for the meta leader to apply.
+func DecodeMetaCommand(c *fsmpb.Command) (proto.Message, error) {
+	return decodeBody(metaHandlers, c)
+}
+
+func decodeBody[S any](table map[fsmpb.CommandType]handler[S], c *fsmpb.Command) (proto.Message, error) {
+	h, ok := table[c.GetType()]
+	if !ok {
+		return nil, fmt.Errorf("%w: command type %v does not belong here", ErrMalformed, c.GetType())
+	}
+	b := h.newBody()
+	if err := proto.Unmarshal(c.Payload, b); err != nil {
+		return nil, fmt.Errorf("%w: %v: %v", ErrMalformed, c.GetType(), err)
+	}
+	return b, nil
+}
+
+// rejections are the rejection errors by name, for carrying a rejection
+// between nodes.
+var rejections = []error{
+	ErrUnknownSession, ErrSessionOwned, ErrDuplicateMessageID, ErrMemberFull, ErrInvalidMessage,
+	ErrMalformed, ErrInvalidName, ErrInvalidSettings, ErrDestinationExists, ErrUnknownDestination,
+}
+
+// RejectionCode names a rejection for the wire ("" if err is none).
+func RejectionCode(err error) string {
+	for _, r := range rejections {
+		if errors.Is(err, r) {
+			return r.Error()
+		}
+	}
+	return ""
+}
+
+// Rejection turns a code and message back into a rejection that matches
+// its sentinel with errors.Is and keeps the text.
+func Rejection(code, message string) error {
+	for _, r := range rejections {
+		if r.Error() == code {
+			return &rejection{kind: r, message: message}
+		}
+	}
+	return &rejection{kind: ErrMalformed, message: message}
+}
+
+type rejection struct {
+	kind    error
+	message string
+}
+
+func (r *rejection) Error() string { return r.message }
+func (r *rejection) Unwrap() error { return r.kind }

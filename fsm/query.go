@@ -113,3 +113,21 @@ func (m *Member) Lookup(id string) (MessageState, bool) {
 	}
 	return st, true
 }
+
+// DeliveriesAfter lists the deliveries a session holds with an id above
+// after, in delivery order: those a host committed but may not have pushed.
+func (m *Member) DeliveriesAfter(session string, after uint64) []Delivery {
+	s := m.sessions[session]
+	if s == nil {
+		return nil
+	}
+	var out []Delivery
+	for _, id := range s.deliveryIDs(0) {
+		if id <= after {
+			continue
+		}
+		msg := s.deliveries[id]
+		out = append(out, Delivery{DeliveryID: id, Message: msg.msg, Redelivered: msg.redelivered, DeliveryCount: msg.count})
+	}
+	return out
+}

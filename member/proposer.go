@@ -1,7 +1,6 @@
 package member
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -92,23 +91,6 @@ func (p *proposer) submit(body proto.Message, done func(fsm.Result, error)) {
 		return
 	}
 	p.queue <- proposal{cmd: cmd, done: done}
-}
-
-// propose submits body and waits for its result. If ctx ends first the
-// command may still be applied later: the outcome is unknown.
-func (p *proposer) propose(ctx context.Context, body proto.Message) (fsm.Result, error) {
-	type outcome struct {
-		r   fsm.Result
-		err error
-	}
-	ch := make(chan outcome, 1)
-	p.submit(body, func(r fsm.Result, err error) { ch <- outcome{r, err} })
-	select {
-	case o := <-ch:
-		return o.r, o.err
-	case <-ctx.Done():
-		return fsm.Result{}, ctx.Err()
-	}
 }
 
 func (p *proposer) batch() {

@@ -65,7 +65,9 @@ type Consumer struct {
 	// deliveries then go back to pending, marked redelivered.
 	Push func([]fsm.Delivery) bool
 	// Gone, if set, is called when the replica detaches the consumer by
-	// itself: its session is no longer open on the member.
+	// itself: its session is no longer open on the member
+	// (fsm.ErrUnknownSession), or the replica stopped hosting the member
+	// (ErrNotLeader). It must not block.
 	Gone func(error)
 }
 
@@ -245,10 +247,28 @@ func (r *Replica) setLeading(leading bool, gen uint64) bool {
 		}
 	}
 	r.ledMu.Unlock()
+	if changed && !leading {
+		r.dropConsumers()
+	}
 	if changed && r.cfg.OnLeaderChange != nil {
 		r.cfg.OnLeaderChange(leading)
 	}
 	return true
+}
+
+// dropConsumers detaches every consumer when this replica stops hosting the
+// member; each is told (Gone with ErrNotLeader) so it can attach to the new
+// host, where its deliveries are replicated.
+func (r *Replica) dropConsumers() {
+	r.mu.Lock()
+	cs := r.consumers
+	r.consumers, r.order, r.next = make(map[string]*consumerState), nil, 0
+	r.mu.Unlock()
+	for _, c := range cs {
+		if c.Gone != nil {
+			c.Gone(fmt.Errorf("%w: member %s is no longer hosted here", ErrNotLeader, r.cfg.Name))
+		}
+	}
 }
 
 // WaitLeading waits until this replica hosts the member, or ctx ends.
@@ -322,7 +342,19 @@ func (r *Replica) SweepSessions(ctx context.Context) error {
 // result (a rejection is in Result.Err), in the order of submission, on the
 // proposer's goroutine: it must not block. Commands submitted by one caller
 // apply in the order submitted.
+//
+// An Enqueue is stamped here with the leader's time, for the dedup window
+// and the messages' arrival.
 func (r *Replica) Submit(body proto.Message, done func(fsm.Result, error)) {
+	if e, ok := body.(*fsmpb.Enqueue); ok {
+		now := r.now().UnixNano()
+		e.Now = now
+		for _, m := range e.Messages {
+			if m.EnqueuedAt == 0 {
+				m.EnqueuedAt = now
+			}
+		}
+	}
 	r.prop.submit(body, func(res fsm.Result, err error) {
 		done(res, err)
 		r.kick()
@@ -336,23 +368,27 @@ func (r *Replica) propose(ctx context.Context, body proto.Message) error {
 }
 
 func (r *Replica) proposeResult(ctx context.Context, body proto.Message) (fsm.Result, error) {
-	res, err := r.prop.propose(ctx, body)
-	if err != nil {
-		return res, err
+	type outcome struct {
+		r   fsm.Result
+		err error
 	}
-	return res, res.Err
+	ch := make(chan outcome, 1)
+	r.Submit(body, func(res fsm.Result, err error) { ch <- outcome{res, err} })
+	select {
+	case o := <-ch:
+		if o.err != nil {
+			return o.r, o.err
+		}
+		return o.r, o.r.Err
+	case <-ctx.Done():
+		return fsm.Result{}, ctx.Err()
+	}
 }
 
 // Enqueue stores messages; it returns once they are committed. The leader
 // decides the time that ages the dedup window and stamps the messages.
 func (r *Replica) Enqueue(ctx context.Context, msgs []*fsmpb.Message) ([]fsm.Enqueued, error) {
-	now := r.now().UnixNano()
-	for _, m := range msgs {
-		if m.EnqueuedAt == 0 {
-			m.EnqueuedAt = now
-		}
-	}
-	res, err := r.proposeResult(ctx, &fsmpb.Enqueue{Now: now, Messages: msgs})
+	res, err := r.proposeResult(ctx, &fsmpb.Enqueue{Messages: msgs})
 	return res.Enqueued, err
 }
 
@@ -414,13 +450,32 @@ func (r *Replica) Read(fn func(m *fsm.Member)) { r.fsm.read(fn) }
 // AddConsumer attaches a consumer with credit for that many messages. Its
 // session must be open (OpenSession).
 func (r *Replica) AddConsumer(c *Consumer, credit int) error {
+	return r.AttachConsumer(c, credit, ^uint64(0))
+}
+
+// AttachConsumer attaches a consumer that has seen its session's deliveries
+// on this member up to pushedUpTo. Deliveries of the session above it were
+// committed by an earlier host that failed before pushing them: they are
+// pushed first (not redelivered: the consumer never saw them), within the
+// credit.
+func (r *Replica) AttachConsumer(c *Consumer, credit int, pushedUpTo uint64) error {
+	var unseen []fsm.Delivery
+	if pushedUpTo != ^uint64(0) {
+		r.fsm.read(func(m *fsm.Member) { unseen = m.DeliveriesAfter(c.Session, pushedUpTo) })
+	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if _, ok := r.consumers[c.ID]; ok {
+		r.mu.Unlock()
 		return fmt.Errorf("member %s: consumer %s is already attached", r.cfg.Name, c.ID)
 	}
-	r.consumers[c.ID] = &consumerState{Consumer: c, credit: credit}
+	cs := &consumerState{Consumer: c, credit: credit - len(unseen)}
+	r.consumers[c.ID] = cs
 	r.order = append(r.order, c.ID)
+	r.mu.Unlock()
+	if len(unseen) > 0 && !c.Push(unseen) {
+		r.RemoveConsumer(c.ID)
+		return fmt.Errorf("member %s: consumer %s left while attaching", r.cfg.Name, c.ID)
+	}
 	r.kick()
 	return nil
 }

@@ -1,0 +1,329 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cairnmq/cairn/fsm"
+	"github.com/cairnmq/cairn/fsm/fsmpb"
+	"github.com/cairnmq/cairn/member"
+	"github.com/cairnmq/cairn/transport"
+	"github.com/cairnmq/cairn/transport/peerpb"
+)
+
+// attachment keeps one client consumer attached to its member's host,
+// wherever the host is: this node's replica (a local link) or another
+// node's over a Consume stream (a remote link). When the host changes, the
+// link ends and the attachment makes a new one to the new host, with the
+// consumer's remaining credit and the last delivery it saw; deliveries the
+// old host committed but never pushed are pushed by the new one. The client
+// notices nothing.
+type attachment struct {
+	n       *Node
+	c       *connection
+	k       *consumer
+	member  string
+	session string
+
+	mu         sync.Mutex
+	credit     int
+	pushedUpTo uint64
+	gen        uint64
+	link       link
+	ended      chan struct{} // closed when the current link ends
+	stopped    bool
+	stop       chan struct{}
+}
+
+// link is one attachment to one host.
+type link interface {
+	grant(n int)
+	close()
+}
+
+func newAttachment(c *connection, k *consumer, memberName string, credit int) *attachment {
+	return &attachment{n: c.n, c: c, k: k, member: memberName, session: k.session.id, credit: credit, stop: make(chan struct{})}
+}
+
+// start makes the first link, retrying through an election until ctx ends,
+// then keeps the consumer attached until stopped.
+func (a *attachment) start(ctx context.Context) error {
+	for delay := 20 * time.Millisecond; ; delay = min(2*delay, 500*time.Millisecond) {
+		err := a.connect()
+		if err == nil {
+			go a.run()
+			return nil
+		}
+		if errors.Is(err, fsm.ErrUnknownSession) {
+			return wireError(err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: consumer of %s: %v", transport.ErrUnavailable, a.member, err)
+		case <-a.stop:
+			return fmt.Errorf("%w: consumer %d was closed while it was created", transport.ErrUnknownSession, a.k.no)
+		case <-time.After(delay):
+		}
+	}
+}
+
+func (a *attachment) run() {
+	for delay := 20 * time.Millisecond; ; {
+		a.mu.Lock()
+		ended := a.ended
+		a.mu.Unlock()
+		select {
+		case <-a.stop:
+			return
+		case <-ended:
+		}
+		for {
+			err := a.connect()
+			if err == nil {
+				delay = 20 * time.Millisecond
+				break
+			}
+			if errors.Is(err, fsm.ErrUnknownSession) {
+				a.c.consumerGone(a.k, wireError(err))
+				return
+			}
+			a.n.log.Debug("consumer waiting for its member's host", "member", a.member, "consumer", a.k.id, "err", err)
+			select {
+			case <-a.stop:
+				return
+			case <-time.After(delay):
+			}
+			delay = min(2*delay, time.Second)
+		}
+	}
+}
+
+// connect makes a link to the member's current host.
+func (a *attachment) connect() error {
+	a.mu.Lock()
+	if a.stopped {
+		a.mu.Unlock()
+		return errors.New("stopped")
+	}
+	a.gen++
+	gen, credit, pushed := a.gen, a.credit, a.pushedUpTo
+	a.ended = make(chan struct{})
+	a.mu.Unlock()
+
+	r, node := a.n.host(a.member)
+	var l link
+	var err error
+	switch {
+	case r != nil:
+		l, err = a.attachLocal(r, gen, credit, pushed)
+	case node != "" && node != a.n.cfg.NodeID:
+		l, err = a.attachRemote(node, gen, credit, pushed)
+	default:
+		err = fmt.Errorf("member %s has no host yet", a.member)
+	}
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.stopped || a.gen != gen {
+		l.close()
+		return errors.New("stopped")
+	}
+	a.link = l
+	return nil
+}
+
+// push hands deliveries of link gen to the client; false if that link is
+// not the current one or the consumer is gone.
+func (a *attachment) push(gen uint64, ds []fsm.Delivery) bool {
+	a.mu.Lock()
+	if a.stopped || gen != a.gen {
+		a.mu.Unlock()
+		return false
+	}
+	a.credit -= len(ds)
+	for _, d := range ds {
+		a.pushedUpTo = max(a.pushedUpTo, d.DeliveryID)
+	}
+	a.mu.Unlock()
+	return a.c.push(a.k, ds)
+}
+
+// returnIfStopped gives back deliveries a remote host pushed after the
+// consumer closed: they never reached the client. (A local host does this
+// itself when Push refuses; after a mere change of host they are not
+// returned, since the new host pushes them again.)
+func (a *attachment) returnIfStopped(ds []fsm.Delivery) {
+	a.mu.Lock()
+	stopped := a.stopped
+	a.mu.Unlock()
+	if !stopped {
+		return
+	}
+	ids := make([]uint64, len(ds))
+	for i, d := range ds {
+		ids[i] = d.DeliveryID
+	}
+	a.n.submitAsync(a.member, &fsmpb.Return{Session: a.session, DeliveryIds: ids}, func(fsm.Result, error) {})
+}
+
+// linkEnded is told by link gen that it ended.
+func (a *attachment) linkEnded(gen uint64, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if gen != a.gen || a.ended == nil {
+		return
+	}
+	select {
+	case <-a.ended:
+	default:
+		a.link = nil
+		close(a.ended)
+	}
+	if errors.Is(err, fsm.ErrUnknownSession) && !a.stopped {
+		// The session was released under the consumer (its front-end was
+		// declared dead): nothing to re-attach to.
+		a.stopped = true
+		close(a.stop)
+		go a.c.consumerGone(a.k, wireError(err))
+	}
+}
+
+// grant gives the consumer room for n more messages.
+func (a *attachment) grant(n int) {
+	a.mu.Lock()
+	a.credit += n
+	l := a.link
+	a.mu.Unlock()
+	if l != nil {
+		l.grant(n)
+	}
+}
+
+// detach stops the attachment for good.
+func (a *attachment) detach() {
+	a.mu.Lock()
+	if a.stopped {
+		a.mu.Unlock()
+		return
+	}
+	a.stopped = true
+	l := a.link
+	a.link = nil
+	close(a.stop)
+	a.mu.Unlock()
+	if l != nil {
+		l.close()
+	}
+}
+
+type localLink struct {
+	r  *member.Replica
+	id string
+}
+
+func (l localLink) grant(n int) { l.r.Credit(l.id, n) }
+func (l localLink) close()      { l.r.RemoveConsumer(l.id) }
+
+func (a *attachment) attachLocal(r *member.Replica, gen uint64, credit int, pushed uint64) (link, error) {
+	c := &member.Consumer{
+		ID: a.k.id, Session: a.session,
+		Push: func(ds []fsm.Delivery) bool { return a.push(gen, ds) },
+		Gone: func(err error) { a.linkEnded(gen, err) },
+	}
+	if err := r.AttachConsumer(c, credit, pushed); err != nil {
+		return nil, err
+	}
+	return localLink{r: r, id: a.k.id}, nil
+}
+
+type remoteLink struct {
+	cancel  context.CancelFunc
+	credits *outbox[*peerpb.ConsumeRequest]
+}
+
+func (l remoteLink) grant(n int) {
+	l.credits.push(&peerpb.ConsumeRequest{Op: &peerpb.ConsumeRequest_Credit{Credit: uint32(n)}})
+}
+func (l remoteLink) close() { l.cancel() }
+
+func (a *attachment) attachRemote(node string, gen uint64, credit int, pushed uint64) (link, error) {
+	c, err := a.n.peers.client(node)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stream, err := c.Consume(ctx)
+	if err == nil {
+		err = stream.Send(&peerpb.ConsumeRequest{Op: &peerpb.ConsumeRequest_Attach{Attach: &peerpb.Attach{
+			Member: a.member, Consumer: a.k.id, Session: a.session, Credit: uint32(max(credit, 0)), PushedUpTo: pushed,
+		}}})
+	}
+	var first *peerpb.ConsumeEvent
+	if err == nil {
+		first, err = recvWithin(stream, peerOpenTimeout)
+	}
+	if err == nil && first.GetGone() != nil {
+		g := first.GetGone()
+		if g.Code == codeNoMember && g.Leader == "" {
+			err = fmt.Errorf("%w: %s", fsm.ErrUnknownSession, g.Message)
+		} else {
+			err = fromPeerError(node, g)
+			a.n.leaders.set(a.member, g.Leader)
+		}
+	}
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	credits := newOutbox[*peerpb.ConsumeRequest]()
+	go func() { _ = credits.run(ctx, stream.Send) }()
+	go func() {
+		defer cancel()
+		for {
+			ev, err := stream.Recv()
+			if err != nil {
+				a.linkEnded(gen, err)
+				return
+			}
+			switch e := ev.Event.(type) {
+			case *peerpb.ConsumeEvent_Deliveries:
+				ds := make([]fsm.Delivery, len(e.Deliveries.Deliveries))
+				for i, d := range e.Deliveries.Deliveries {
+					ds[i] = fsm.Delivery{DeliveryID: d.DeliveryId, Message: d.Message, Redelivered: d.Redelivered, DeliveryCount: d.DeliveryCount}
+				}
+				if !a.push(gen, ds) {
+					a.returnIfStopped(ds)
+					return
+				}
+			case *peerpb.ConsumeEvent_Gone:
+				err := fromPeerError(node, e.Gone)
+				if e.Gone.Code == codeNoMember {
+					err = fmt.Errorf("%w: %s", fsm.ErrUnknownSession, e.Gone.Message)
+				}
+				a.linkEnded(gen, err)
+				return
+			}
+		}
+	}()
+	return remoteLink{cancel: cancel, credits: credits}, nil
+}
+
+func recvWithin(stream peerpb.PeerService_ConsumeClient, d time.Duration) (*peerpb.ConsumeEvent, error) {
+	type got struct {
+		ev  *peerpb.ConsumeEvent
+		err error
+	}
+	ch := make(chan got, 1)
+	go func() { ev, err := stream.Recv(); ch <- got{ev, err} }()
+	select {
+	case g := <-ch:
+		return g.ev, g.err
+	case <-time.After(d):
+		return nil, fmt.Errorf("no answer to attach within %v", d)
+	}
+}

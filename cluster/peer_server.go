@@ -1,0 +1,182 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+
+	"github.com/cairnmq/cairn/fsm"
+	"github.com/cairnmq/cairn/member"
+	"github.com/cairnmq/cairn/transport/peerpb"
+)
+
+// peerService answers other nodes: it hosts members for their front-ends.
+type peerService struct {
+	peerpb.UnimplementedPeerServiceServer
+	n *Node
+}
+
+// notHosting explains why this node cannot take a command for a member.
+func (n *Node) notHosting(name string) *peerpb.Error {
+	r, ok := n.groups.replica(name)
+	if !ok {
+		return &peerpb.Error{Code: codeNoMember, Message: "no replica of member " + name + " here"}
+	}
+	_, leader := r.Raft().LeaderWithID()
+	return &peerpb.Error{Code: codeNotLeader, Message: "member " + name + " is not hosted here", Leader: string(leader)}
+}
+
+// peerErrorOf classifies a member's failure for the front-end that asked.
+func peerErrorOf(n *Node, name string, err error) *peerpb.Error {
+	switch {
+	case errors.Is(err, member.ErrNotLeader), errors.Is(err, member.ErrBusy), errors.Is(err, member.ErrStopped):
+		e := n.notHosting(name)
+		e.Code, e.Message = codeNotLeader, err.Error()
+		return e
+	case errors.Is(err, member.ErrOutcomeUnknown):
+		return &peerpb.Error{Code: codeOutcomeUnknown, Message: err.Error()}
+	}
+	return &peerpb.Error{Code: codeUnavailable, Message: err.Error()}
+}
+
+// Propose submits each command to its member's proposer in arrival order
+// and answers as each is applied.
+func (s *peerService) Propose(stream peerpb.PeerService_ProposeServer) error {
+	var sendMu sync.Mutex
+	send := func(r *peerpb.ProposeResponse) {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		_ = stream.Send(r) // a broken stream ends Recv below too
+	}
+	for {
+		req, err := stream.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		id := req.Id
+		r, ok := s.n.groups.replica(req.Member)
+		if !ok || !r.Leading() {
+			send(&peerpb.ProposeResponse{Id: id, Error: s.n.notHosting(req.Member)})
+			continue
+		}
+		body, err := fsm.DecodeMemberCommand(req.Command)
+		if err != nil {
+			send(&peerpb.ProposeResponse{Id: id, Result: fromResult(fsm.Result{Err: err})})
+			continue
+		}
+		r.Submit(body, func(res fsm.Result, err error) {
+			if err != nil {
+				send(&peerpb.ProposeResponse{Id: id, Error: peerErrorOf(s.n, req.Member, err)})
+				return
+			}
+			send(&peerpb.ProposeResponse{Id: id, Result: fromResult(res)})
+		})
+	}
+}
+
+// Consume attaches a remote front-end's consumer to a member hosted here.
+func (s *peerService) Consume(stream peerpb.PeerService_ConsumeServer) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	a := first.GetAttach()
+	if a == nil {
+		return stream.Send(&peerpb.ConsumeEvent{Event: &peerpb.ConsumeEvent_Gone{Gone: &peerpb.Error{Code: codeUnavailable, Message: "the first request must be Attach"}}})
+	}
+	r, ok := s.n.groups.replica(a.Member)
+	if !ok || !r.Leading() {
+		return stream.Send(&peerpb.ConsumeEvent{Event: &peerpb.ConsumeEvent_Gone{Gone: s.n.notHosting(a.Member)}})
+	}
+	out := newOutbox[*peerpb.ConsumeEvent]()
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	writeErr := make(chan error, 1)
+	go func() { writeErr <- out.run(ctx, stream.Send) }()
+	gone := make(chan error, 1)
+	c := &member.Consumer{
+		ID: a.Consumer, Session: a.Session,
+		Push: func(ds []fsm.Delivery) bool { return out.push(deliveriesEvent(ds)) },
+		Gone: func(err error) {
+			select {
+			case gone <- err:
+			default:
+			}
+		},
+	}
+	if err := r.AttachConsumer(c, int(a.Credit), a.PushedUpTo); err != nil {
+		return stream.Send(&peerpb.ConsumeEvent{Event: &peerpb.ConsumeEvent_Gone{Gone: peerErrorOf(s.n, a.Member, err)}})
+	}
+	defer r.RemoveConsumer(c.ID)
+	out.push(&peerpb.ConsumeEvent{Event: &peerpb.ConsumeEvent_Attached{Attached: true}})
+	credits := make(chan error, 1)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				credits <- err
+				return
+			}
+			if n := req.GetCredit(); n > 0 {
+				r.Credit(c.ID, int(n))
+			}
+		}
+	}()
+	select {
+	case err := <-gone:
+		code := codeNotLeader
+		if errors.Is(err, fsm.ErrUnknownSession) {
+			code = codeNoMember
+		}
+		out.push(&peerpb.ConsumeEvent{Event: &peerpb.ConsumeEvent_Gone{Gone: &peerpb.Error{Code: code, Message: err.Error()}}})
+		out.closeAfterFlush()
+		<-writeErr
+		return nil
+	case <-credits:
+		return nil
+	case err := <-writeErr:
+		return err
+	}
+}
+
+func deliveriesEvent(ds []fsm.Delivery) *peerpb.ConsumeEvent {
+	out := make([]*peerpb.Delivery, len(ds))
+	for i, d := range ds {
+		out[i] = &peerpb.Delivery{DeliveryId: d.DeliveryID, Message: d.Message, Redelivered: d.Redelivered, DeliveryCount: d.DeliveryCount}
+	}
+	return &peerpb.ConsumeEvent{Event: &peerpb.ConsumeEvent_Deliveries{Deliveries: &peerpb.Deliveries{Deliveries: out}}}
+}
+
+func (s *peerService) MetaApply(ctx context.Context, req *peerpb.MetaApplyRequest) (*peerpb.MetaApplyResponse, error) {
+	body, err := fsm.DecodeMetaCommand(req.Command)
+	if err != nil {
+		return &peerpb.MetaApplyResponse{Result: fromResult(fsm.Result{Err: err})}, nil
+	}
+	res, err := s.n.meta.applyLocal(ctx, body)
+	if err != nil && res.Err == nil {
+		return &peerpb.MetaApplyResponse{Error: &peerpb.Error{Code: codeUnavailable, Message: err.Error(), Leader: s.n.meta.leaderID()}}, nil
+	}
+	return &peerpb.MetaApplyResponse{Result: fromResult(res)}, nil
+}
+
+func (s *peerService) Member(ctx context.Context, req *peerpb.MemberRequest) (*peerpb.MemberResponse, error) {
+	r, ok := s.n.groups.replica(req.Member)
+	if !ok {
+		return &peerpb.MemberResponse{Error: &peerpb.Error{Code: codeNoMember, Message: "no replica of member " + req.Member + " here"}}, nil
+	}
+	_, leader := r.Raft().LeaderWithID()
+	resp := &peerpb.MemberResponse{Leader: string(leader), Hosting: r.Leading()}
+	if resp.Hosting {
+		st := r.Stats()
+		resp.Pending, resp.Delivered, resp.Bytes, resp.Consumers = uint64(st.Pending), uint64(st.Delivered), st.Bytes, uint32(r.Consumers())
+	}
+	return resp, nil
+}
+
+func (s *peerService) Groups(ctx context.Context, req *peerpb.GroupsRequest) (*peerpb.GroupsResponse, error) {
+	return &peerpb.GroupsResponse{Node: s.n.cfg.NodeID, Groups: s.n.localGroups()}, nil
+}

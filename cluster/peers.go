@@ -1,0 +1,260 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cairnmq/cairn/fsm"
+	"github.com/cairnmq/cairn/transport/peerpb"
+)
+
+// Peer error codes (peerpb.Error.code).
+const (
+	codeNotLeader      = "NOT_LEADER"
+	codeOutcomeUnknown = "OUTCOME_UNKNOWN"
+	codeNoMember       = "NO_MEMBER"
+	codeUnavailable    = "UNAVAILABLE"
+)
+
+// errNotSent: a forwarded command did not reach the host's log (no
+// connection, not the leader, no replica there); it may be sent again.
+var errNotSent = errors.New("not sent")
+
+// errNoAnswer: a forwarded command may have reached the host's log, but no
+// answer came (the stream broke or the host lost leadership mid-way).
+var errNoAnswer = errors.New("no answer")
+
+// peerError is a failure reported by, or on the way to, another node.
+type peerError struct {
+	kind   error // errNotSent or errNoAnswer
+	node   string
+	leader string // the member's leader as the peer knows it
+	msg    string
+}
+
+func (e *peerError) Error() string {
+	return fmt.Sprintf("node %s: %s", e.node, e.msg)
+}
+func (e *peerError) Unwrap() error { return e.kind }
+
+func fromPeerError(node string, e *peerpb.Error) error {
+	kind := errNotSent
+	if e.Code == codeOutcomeUnknown {
+		kind = errNoAnswer
+	}
+	return &peerError{kind: kind, node: node, leader: e.Leader, msg: e.Message}
+}
+
+// peers holds this node's connections to the other nodes' peer services.
+type peers struct {
+	n  *Node
+	mu sync.Mutex
+	// conns are by address, so a node that moves gets a new connection.
+	conns   map[string]*grpc.ClientConn
+	streams map[string]*proposeStream
+}
+
+func newPeers(n *Node) *peers {
+	return &peers{n: n, conns: make(map[string]*grpc.ClientConn), streams: make(map[string]*proposeStream)}
+}
+
+// client returns a client of node's peer service.
+func (p *peers) client(node string) (peerpb.PeerServiceClient, error) {
+	addr := p.n.peerAddr(node)
+	if addr == "" {
+		return nil, &peerError{kind: errNotSent, node: node, msg: "its peer address is not known here"}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cc, ok := p.conns[addr]
+	if !ok {
+		var err error
+		opts := []grpc.DialOption{
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(p.n.maxWire()), grpc.MaxCallSendMsgSize(p.n.maxWire())),
+		}
+		if d := p.n.cfg.Dial; d != nil {
+			opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) { return d(ctx, "tcp", a) }))
+		}
+		cc, err = grpc.NewClient(addr, opts...)
+		if err != nil {
+			return nil, &peerError{kind: errNotSent, node: node, msg: err.Error()}
+		}
+		p.conns[addr] = cc
+	}
+	return peerpb.NewPeerServiceClient(cc), nil
+}
+
+// proposeStream is the ordered stream of member commands to one host.
+type proposeStream struct {
+	node   string
+	cancel context.CancelFunc
+	stream peerpb.PeerService_ProposeClient
+	sendMu sync.Mutex
+
+	mu      sync.Mutex
+	next    uint64
+	pending map[uint64]func(*peerpb.ProposeResponse, error)
+	dead    bool
+}
+
+func (p *peers) proposeStream(node string) (*proposeStream, error) {
+	p.mu.Lock()
+	s := p.streams[node]
+	p.mu.Unlock()
+	if s != nil {
+		return s, nil
+	}
+	c, err := p.client(node)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	open := make(chan error, 1)
+	var stream peerpb.PeerService_ProposeClient
+	go func() {
+		var err error
+		stream, err = c.Propose(ctx)
+		open <- err
+	}()
+	select {
+	case err = <-open:
+	case <-time.After(peerOpenTimeout):
+		err = fmt.Errorf("no answer within %v", peerOpenTimeout)
+	}
+	if err != nil {
+		cancel()
+		return nil, &peerError{kind: errNotSent, node: node, msg: "opening the command stream: " + err.Error()}
+	}
+	s = &proposeStream{node: node, cancel: cancel, stream: stream, pending: make(map[uint64]func(*peerpb.ProposeResponse, error))}
+	p.mu.Lock()
+	if old := p.streams[node]; old != nil {
+		p.mu.Unlock()
+		cancel()
+		return old, nil
+	}
+	p.streams[node] = s
+	p.mu.Unlock()
+	go s.receive(p)
+	return s, nil
+}
+
+// peerOpenTimeout bounds opening a stream to a peer.
+const peerOpenTimeout = 3 * time.Second
+
+func (s *proposeStream) receive(p *peers) {
+	for {
+		resp, err := s.stream.Recv()
+		if err != nil {
+			s.fail(p, err)
+			return
+		}
+		s.mu.Lock()
+		done := s.pending[resp.Id]
+		delete(s.pending, resp.Id)
+		s.mu.Unlock()
+		if done != nil {
+			done(resp, nil)
+		}
+	}
+}
+
+// fail ends the stream: every command in flight may or may not have been
+// applied.
+func (s *proposeStream) fail(p *peers, cause error) {
+	p.mu.Lock()
+	if p.streams[s.node] == s {
+		delete(p.streams, s.node)
+	}
+	p.mu.Unlock()
+	s.mu.Lock()
+	s.dead = true
+	pending := s.pending
+	s.pending = nil
+	s.mu.Unlock()
+	s.cancel()
+	for _, done := range pending {
+		done(nil, &peerError{kind: errNoAnswer, node: s.node, msg: "the command stream broke: " + cause.Error()})
+	}
+}
+
+// propose sends one member command to node, in order with the others sent
+// to it. done gets the host's answer, on the stream's reader goroutine.
+func (p *peers) propose(node, memberName string, body proto.Message, done func(*peerpb.ProposeResponse, error)) {
+	s, err := p.proposeStream(node)
+	if err != nil {
+		done(nil, err)
+		return
+	}
+	cmd, err := fsm.NewCommand(body)
+	if err != nil {
+		done(nil, err)
+		return
+	}
+	s.mu.Lock()
+	if s.dead {
+		s.mu.Unlock()
+		done(nil, &peerError{kind: errNotSent, node: node, msg: "the command stream is closed"})
+		return
+	}
+	s.next++
+	id := s.next
+	s.pending[id] = done
+	s.mu.Unlock()
+	s.sendMu.Lock()
+	err = s.stream.Send(&peerpb.ProposeRequest{Id: id, Member: memberName, Command: cmd})
+	s.sendMu.Unlock()
+	if err != nil {
+		// The receiver fails the pending commands, this one included, as it
+		// sees the stream end.
+		s.stream.CloseSend()
+		s.cancel()
+	}
+}
+
+func (p *peers) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.streams {
+		s.cancel()
+	}
+	for _, cc := range p.conns {
+		cc.Close()
+	}
+	p.streams, p.conns = map[string]*proposeStream{}, map[string]*grpc.ClientConn{}
+}
+
+// toResult turns a peer's result back into the state machine's.
+func toResult(r *peerpb.Result) fsm.Result {
+	if r == nil {
+		return fsm.Result{}
+	}
+	out := fsm.Result{Acked: int(r.Acked), Rejected: r.Rejected, Returned: int(r.Returned), Watermark: r.Watermark, Removed: int(r.Removed)}
+	if r.Reject != "" {
+		out.Err = fsm.Rejection(r.Reject, r.RejectMessage)
+	}
+	for _, e := range r.Enqueued {
+		out.Enqueued = append(out.Enqueued, fsm.Enqueued{ID: e.Id, Duplicate: e.Duplicate})
+	}
+	return out
+}
+
+// fromResult encodes a state machine result for a peer.
+func fromResult(r fsm.Result) *peerpb.Result {
+	out := &peerpb.Result{Acked: uint32(r.Acked), Rejected: r.Rejected, Returned: uint32(r.Returned), Watermark: r.Watermark, Removed: uint32(r.Removed)}
+	if r.Err != nil {
+		out.Reject, out.RejectMessage = fsm.RejectionCode(r.Err), r.Err.Error()
+	}
+	for _, e := range r.Enqueued {
+		out.Enqueued = append(out.Enqueued, &peerpb.Enqueued{Id: e.ID, Duplicate: e.Duplicate})
+	}
+	return out
+}
