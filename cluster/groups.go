@@ -27,10 +27,12 @@ type groups struct {
 	// byGroup is keyed by Raft group id, byName by member address.
 	byGroup map[string]*member.Replica
 	byName  map[string]*member.Replica
+	// transferred is when each member's leadership was last moved.
+	transferred map[string]time.Time
 }
 
 func newGroups(n *Node) *groups {
-	return &groups{n: n, kick: n.groupsKick, byGroup: make(map[string]*member.Replica), byName: make(map[string]*member.Replica)}
+	return &groups{n: n, kick: n.groupsKick, byGroup: make(map[string]*member.Replica), byName: make(map[string]*member.Replica), transferred: make(map[string]time.Time)}
 }
 
 func (gs *groups) poke() {
@@ -59,7 +61,64 @@ func (gs *groups) run() {
 		}
 		gs.reconcile()
 		gs.sweepSessions()
+		gs.preferHosts()
 	}
+}
+
+// transferEvery bounds how often a member's leadership is moved towards its
+// preferred host, so an unhealthy preferred host cannot make it flap.
+const transferEvery = 5 * time.Second
+
+// preferHosts moves the leadership of each member this node hosts to the
+// member's preferred host (its first replica) when that node is alive:
+// placement spreads preferred hosts over the nodes, so this spreads the
+// hosting. hashicorp/raft brings the target up to date before handing over,
+// and gives up (the leader stays) if it cannot.
+func (gs *groups) preferHosts() {
+	alive := map[string]bool{}
+	for _, m := range gs.n.gossip.members() {
+		alive[m.ID] = m.State == "alive"
+	}
+	for _, r := range gs.all() {
+		if !r.Leading() {
+			continue
+		}
+		preferred := gs.preferred(r.Name())
+		if preferred == "" || preferred == gs.n.cfg.NodeID || !alive[preferred] {
+			continue
+		}
+		gs.mu.Lock()
+		last := gs.transferred[r.Name()]
+		if time.Since(last) < transferEvery {
+			gs.mu.Unlock()
+			continue
+		}
+		gs.transferred[r.Name()] = time.Now()
+		gs.mu.Unlock()
+		addr, err := (raftAddresses{gs.n}).ServerAddr(raft.ServerID(preferred))
+		if err != nil {
+			continue
+		}
+		gs.n.log.Info("moving member leadership to its preferred host", "member", r.Name(), "to", preferred)
+		go func() {
+			if err := r.Raft().LeadershipTransferToServer(raft.ServerID(preferred), addr).Error(); err != nil {
+				gs.n.log.Info("leadership transfer did not happen", "member", r.Name(), "to", preferred, "err", err)
+			}
+		}()
+	}
+}
+
+// preferred is a member's preferred host in the current placement.
+func (gs *groups) preferred(name string) string {
+	dest, idx, err := fsm.ParseAddress(name)
+	if err != nil || idx < 0 {
+		return ""
+	}
+	d, ok := gs.n.meta.destination(dest)
+	if !ok || idx >= len(d.Members) || len(d.Members[idx].Replicas) == 0 {
+		return ""
+	}
+	return d.Members[idx].Replicas[0]
 }
 
 type placed struct {
@@ -143,6 +202,12 @@ func (gs *groups) open(id string, p placed, nodes map[string]*fsmpb.Node) (*memb
 	cfg.Stream = layer
 	cfg.Peers = peers
 	cfg.Settings = memberSettings(p.dest)
+	// A new leader checks at once whether the preferred host should lead.
+	cfg.OnLeaderChange = func(leading bool) {
+		if leading {
+			gs.poke()
+		}
+	}
 	r, err := member.Open(cfg)
 	if err != nil {
 		layer.Close()

@@ -109,6 +109,8 @@ func openMeta(n *Node) (*metaGroup, error) {
 			panic(err)
 		},
 	}
+	// Before Raft starts: its address lookups read the registry through n.meta.
+	n.meta = mg
 	layer, err := n.mux.Layer(metaGroupID)
 	if err != nil {
 		return nil, err
@@ -126,7 +128,7 @@ func openMeta(n *Node) (*metaGroup, error) {
 	}
 	g, err := member.OpenRaft(member.RaftConfig{
 		Group: metaGroupID, NodeID: n.cfg.NodeID, Dir: dir,
-		Stream: layer, Peers: peers, Timing: n.cfg.Timing, Logger: n.log,
+		Stream: layer, Peers: peers, Timing: n.cfg.Timing, Logger: n.log, Addresses: raftAddresses{n},
 	}, mg.fsm)
 	if err != nil {
 		return nil, err

@@ -245,6 +245,29 @@ func (n *Node) peerAddr(node string) string {
 	return addr
 }
 
+// raftAddresses finds a node's current Raft address, as gossip (fresher) or
+// the registry knows it: a node may come back at another address (a new pod
+// IP), and its peers' Raft configurations keep its id, not its address.
+type raftAddresses struct{ n *Node }
+
+func (a raftAddresses) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) {
+	for _, m := range a.n.gossip.members() {
+		if m.ID == string(id) && m.Meta.Raft != "" {
+			return raft.ServerAddress(m.Meta.Raft), nil
+		}
+	}
+	var addr string
+	a.n.meta.read(func(m *fsm.Meta) {
+		if nd, ok := m.Node(string(id)); ok {
+			addr = nd.RaftAddr
+		}
+	})
+	if addr == "" {
+		return "", fmt.Errorf("no known raft address for node %s", id)
+	}
+	return raft.ServerAddress(addr), nil
+}
+
 // localGroups reports every Raft group replica on this node.
 func (n *Node) localGroups() []*peerpb.GroupReplica {
 	report := func(name string, r *raft.Raft) *peerpb.GroupReplica {
@@ -393,6 +416,7 @@ func (n *Node) replicaConfig() member.Config {
 		ExpiryInterval:    n.cfg.ExpiryInterval,
 		Clock:             n.cfg.Clock,
 		OwnerLive:         n.ownerLive,
+		Addresses:         raftAddresses{n},
 		Logger:            n.log,
 	}
 }

@@ -62,6 +62,9 @@ type RaftConfig struct {
 	Logger       *slog.Logger
 	// NotifyCh receives true on gaining and false on losing leadership.
 	NotifyCh chan<- bool
+	// Addresses, if set, finds a server's current Raft address by its id,
+	// so a node that comes back at another address is still reached.
+	Addresses raft.ServerAddressProvider
 }
 
 // Group is an open Raft group and the stores it owns.
@@ -98,10 +101,11 @@ func OpenRaft(cfg RaftConfig, fsm raft.FSM) (*Group, error) {
 		return nil, fmt.Errorf("raft group %s: open snapshot store: %w", cfg.Group, err)
 	}
 	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  cfg.Stream,
-		MaxPool: 3,
-		Timeout: 10 * time.Second,
-		Logger:  hlog.Named("transport"),
+		Stream:                cfg.Stream,
+		MaxPool:               3,
+		Timeout:               10 * time.Second,
+		Logger:                hlog.Named("transport"),
+		ServerAddressProvider: cfg.Addresses,
 	})
 
 	rc := raft.DefaultConfig()

@@ -52,6 +52,8 @@ type Config struct {
 	// OnCorrupt is called with an entry that cannot be applied and must stop
 	// the process; by default it panics.
 	OnCorrupt func(error)
+	// Addresses finds a replica's current Raft address by node id.
+	Addresses raft.ServerAddressProvider
 	Logger    *slog.Logger
 }
 
@@ -146,7 +148,7 @@ func Open(cfg Config) (*Replica, error) {
 	g, err := OpenRaft(RaftConfig{
 		Group: cfg.GroupID, NodeID: cfg.NodeID, Dir: cfg.Dir, Stream: cfg.Stream, Peers: cfg.Peers,
 		Timing: cfg.Timing, SnapshotThreshold: cfg.SnapshotThreshold, SnapshotInterval: cfg.SnapshotInterval,
-		Logger: cfg.Logger, NotifyCh: r.notify,
+		Logger: cfg.Logger, NotifyCh: r.notify, Addresses: cfg.Addresses,
 	}, r.fsm)
 	if err != nil {
 		return nil, err

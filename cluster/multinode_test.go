@@ -1,0 +1,88 @@
+package cluster
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/cairnmq/cairn/client"
+)
+
+// Three nodes started at the same moment with --bootstrap-expect 3 form one
+// cluster: one meta leader, every node a voter, every node registered.
+func TestCluster_SimultaneousStartFormsOneCluster(t *testing.T) {
+	tc := newCluster(t, 3)
+	ctx := testCtx(t)
+	st, err := tc.admin("n1").ClusterStatus(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaders := 0
+	for _, n := range st.Nodes {
+		if n.State != "alive" {
+			t.Errorf("node %s is %s", n.ID, n.State)
+		}
+		if n.MetaRole == "leader" {
+			leaders++
+		}
+	}
+	if len(st.Nodes) != 3 || leaders != 1 {
+		t.Fatalf("status %+v: want 3 alive nodes and one meta leader", st.Nodes)
+	}
+}
+
+// A queue created on three nodes gets one member per node, each hosted on a
+// different node; sends and receives through any front-end reach every
+// member, forwarded to its host.
+func TestCluster_MembersSpreadAndFrontEndsForward(t *testing.T) {
+	tc := newCluster(t, 3)
+	ctx := testCtx(t)
+	info, err := tc.admin("n1").CreateQueue(ctx, "orders", client.QueueOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.Members) != 3 || info.Replicas != 3 {
+		t.Fatalf("queue %+v: want 3 members of 3 replicas", info)
+	}
+	// Leadership moves to each member's preferred host, one per node.
+	eventually(t, "one member hosted on each node", func() bool {
+		hosts := map[string]bool{}
+		for i := range 3 {
+			hosts[tc.hostOf(fmt.Sprintf("orders#%d", i))] = true
+		}
+		return len(hosts) == 3 && !hosts[""]
+	})
+	// Through n1, send to each member directly.
+	for i := range 3 {
+		pm := mustProducer(t, mustSession(t, tc.dial("n1"), client.AutoAck), fmt.Sprintf("orders#%d", i))
+		if _, err := pm.Send(ctx, &client.Message{Body: []byte(fmt.Sprint("direct ", i))}); err != nil {
+			t.Fatalf("send to orders#%d through n1: %v", i, err)
+		}
+	}
+	// Through n2, consume each member.
+	for i := range 3 {
+		s := mustSession(t, tc.dial("n2"), client.ClientAck)
+		k := mustConsumer(t, ctx, s, fmt.Sprintf("orders#%d", i))
+		m, err := k.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprint("direct ", i); string(m.Body) != want {
+			t.Fatalf("orders#%d gave %q, want %q", i, m.Body, want)
+		}
+		if err := m.Ack(); err != nil {
+			t.Fatalf("ack through n2 of a message of orders#%d: %v", i, err)
+		}
+	}
+	q, err := tc.admin("n3").ShowQueue(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Pending != 0 || q.Delivered != 0 {
+		t.Fatalf("after acks: %+v", q)
+	}
+	for _, m := range q.Members {
+		if m.Host == "" {
+			t.Errorf("member %s shows no host", m.Name)
+		}
+	}
+}
