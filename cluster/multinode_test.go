@@ -86,3 +86,65 @@ func TestCluster_MembersSpreadAndFrontEndsForward(t *testing.T) {
 		}
 	}
 }
+
+// The host of a member is stopped while a consumer on another front-end
+// holds unacknowledged messages: a new host takes over, the consumer
+// follows it without noticing, its acks of the held messages succeed (the
+// delivery state is replicated), and sends and receives carry on.
+func TestCluster_HostStopped_ConsumerOnOtherFrontEndKeepsItsDeliveries(t *testing.T) {
+	tc := newCluster(t, 3)
+	ctx := testCtx(t)
+	if _, err := tc.admin("n1").CreateQueue(ctx, "fo", client.QueueOptions{Members: 1}); err != nil {
+		t.Fatal(err)
+	}
+	host := tc.waitHost("fo#0")
+	front := "n1"
+	if host == front {
+		front = "n2"
+	}
+	s := mustSession(t, tc.dial(front), client.ClientAck)
+	p := mustProducer(t, s, "fo")
+	sendN(t, ctx, p, "before", 10)
+	k := mustConsumer(t, ctx, s, "fo")
+	var held []*client.Message
+	for range 5 {
+		m, err := k.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, m)
+	}
+
+	tc.stop(host)
+	newHost := tc.waitHost("fo#0")
+	if newHost == host {
+		t.Fatalf("host %s stopped but still hosts", host)
+	}
+	// The held messages are still this session's: acking them works.
+	if err := held[len(held)-1].Ack(); err != nil {
+		t.Fatalf("ack after the host changed from %s to %s: %v", host, newHost, err)
+	}
+	sendN(t, ctx, p, "after", 5)
+	got := map[string]bool{}
+	for len(got) < 10 {
+		m, err := k.Receive(ctx)
+		if err != nil {
+			t.Fatalf("receive after failover (got %d): %v", len(got), err)
+		}
+		if m.Redelivered {
+			t.Fatalf("message %s redelivered though its session never lost it", m.Body)
+		}
+		got[string(m.Body)] = true
+		if err := m.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tc.start(host)
+	q, err := tc.admin(front).ShowQueue(ctx, "fo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Pending != 0 || q.Delivered != 0 {
+		t.Fatalf("after draining: %+v", q)
+	}
+}
