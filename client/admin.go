@@ -196,6 +196,7 @@ type NodeStatus struct {
 	GossipAddr string `json:"gossip_addr"`
 	HTTPAddr   string `json:"http_addr"`
 	State      string `json:"state"`
+	Alive      bool   `json:"alive"`
 	MetaRole   string `json:"meta_role"`
 }
 
@@ -209,13 +210,15 @@ type GroupStatus struct {
 	Replicas     []ReplicaStatus `json:"replicas"`
 }
 
-// ReplicaStatus is one replica of a group; MatchIndex and Lag are known for
-// the answering node's own replica.
+// ReplicaStatus is one replica of a group: the last log index it holds and
+// how many committed entries it has yet to apply. Reachable is false when
+// its node did not answer; the figures are then unknown.
 type ReplicaStatus struct {
 	Node       string `json:"node"`
 	Role       string `json:"role"`
 	MatchIndex uint64 `json:"match_index"`
 	Lag        uint64 `json:"lag"`
+	Reachable  bool   `json:"reachable"`
 }
 
 // ClusterStatus asks a node for the cluster's status.
@@ -229,16 +232,40 @@ func (a *Admin) ClusterStatus(ctx context.Context) (ClusterStatus, error) {
 		st = ClusterStatus{AnsweredBy: resp.AnsweredBy, Nodes: []NodeStatus{}, Groups: []GroupStatus{}}
 		for _, n := range resp.Nodes {
 			st.Nodes = append(st.Nodes, NodeStatus{ID: n.Id, ClientAddr: n.ClientAddr, PeerAddr: n.PeerAddr, RaftAddr: n.RaftAddr,
-				GossipAddr: n.GossipAddr, HTTPAddr: n.HttpAddr, State: n.State, MetaRole: n.MetaRole})
+				GossipAddr: n.GossipAddr, HTTPAddr: n.HttpAddr, State: n.State, Alive: n.Alive, MetaRole: n.MetaRole})
 		}
 		for _, g := range resp.Groups {
 			gs := GroupStatus{Name: g.Name, Leader: g.Leader, CommitIndex: g.CommitIndex, AppliedIndex: g.AppliedIndex, Replicas: []ReplicaStatus{}}
 			for _, r := range g.Replicas {
-				gs.Replicas = append(gs.Replicas, ReplicaStatus{Node: r.Node, Role: r.Role, MatchIndex: r.MatchIndex, Lag: r.Lag})
+				gs.Replicas = append(gs.Replicas, ReplicaStatus{Node: r.Node, Role: r.Role, MatchIndex: r.MatchIndex, Lag: r.Lag, Reachable: r.Reachable})
 			}
 			st.Groups = append(st.Groups, gs)
 		}
 		return nil
 	})
 	return st, err
+}
+
+// RemoveNode takes a dead node out of the cluster for good: the cluster
+// places its replicas on live nodes and drops it from every Raft group.
+// A node that is alive is refused: stop it (or LeaveNode) first.
+func (a *Admin) RemoveNode(ctx context.Context, id string) error {
+	return a.call(ctx, func(api clientpb.ClientServiceClient) error {
+		_, err := api.RemoveNode(ctx, &clientpb.RemoveNodeRequest{Id: id})
+		return err
+	})
+}
+
+// LeaveNode asks the first node of the admin's addresses that answers to
+// hand its leaderships to other nodes and stop; it returns that node's id.
+func (a *Admin) LeaveNode(ctx context.Context) (string, error) {
+	var node string
+	err := a.call(ctx, func(api clientpb.ClientServiceClient) error {
+		resp, err := api.LeaveNode(ctx, &clientpb.LeaveNodeRequest{})
+		if err == nil {
+			node = resp.Node
+		}
+		return err
+	})
+	return node, err
 }

@@ -50,6 +50,8 @@ type connection struct {
 	sessions  map[uint64]*session
 	consumers map[uint64]*consumer
 	closed    bool
+	// abandoned connections end without releasing their sessions (Crash).
+	abandoned bool
 }
 
 type session struct {
@@ -193,6 +195,9 @@ func (cs *connections) end(c *connection) {
 	for _, k := range c.consumers {
 		k.detach()
 	}
+	if c.abandoned {
+		sessions = nil
+	}
 	c.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
@@ -212,6 +217,20 @@ func (cs *connections) end(c *connection) {
 		delete(cs.clientIDs, c.clientID)
 	}
 	cs.mu.Unlock()
+}
+
+// abandonAll drops every connection without releasing its sessions, as a
+// crash would: the members' hosts release them once gossip finds this node
+// dead.
+func (cs *connections) abandonAll() {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for _, c := range cs.byID {
+		c.mu.Lock()
+		c.abandoned = true
+		c.mu.Unlock()
+		c.cancel()
+	}
 }
 
 // closeAll ends every connection and waits, up to timeout, for their sessions

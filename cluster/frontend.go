@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/cairnmq/cairn/member"
 	"github.com/cairnmq/cairn/transport"
 	"github.com/cairnmq/cairn/transport/clientpb"
+	"github.com/cairnmq/cairn/transport/peerpb"
 )
 
 // Send limits.
@@ -128,6 +130,7 @@ func (n *Node) createDestination(ctx context.Context, req *clientpb.CreateDestin
 		for j := range replicas {
 			p.Replicas = append(p.Replicas, nodes[(offset+i+j)%len(nodes)])
 		}
+		p.Initial = slices.Clone(p.Replicas)
 		d.Members = append(d.Members, p)
 	}
 	if _, err := n.meta.apply(ctx, &fsmpb.CreateDestination{Destination: d}); err != nil {
@@ -389,35 +392,85 @@ func (n *Node) deleteDestination(ctx context.Context, name string) error {
 	return nil
 }
 
-func (n *Node) clusterStatus() *clientpb.ClusterStatusResponse {
+// clusterStatus reports the nodes and every Raft group with each replica's
+// progress, asking every live node for its replicas (in parallel, briefly).
+func (n *Node) clusterStatus(ctx context.Context) *clientpb.ClusterStatusResponse {
 	resp := &clientpb.ClusterStatusResponse{AnsweredBy: n.cfg.NodeID}
 	states := map[string]gossipMember{}
 	for _, m := range n.gossip.members() {
 		states[m.ID] = m
 	}
 	seen := map[string]bool{}
+	var dests []*fsmpb.Destination
 	n.meta.read(func(m *fsm.Meta) {
+		dests = m.Destinations()
 		for _, nd := range m.Nodes() {
 			st := states[nd.Id].State
 			if st == "" {
 				st = "dead"
 			}
 			resp.Nodes = append(resp.Nodes, &clientpb.NodeStatus{Id: nd.Id, ClientAddr: nd.ClientAddr, PeerAddr: nd.PeerAddr,
-				RaftAddr: nd.RaftAddr, GossipAddr: nd.GossipAddr, HttpAddr: nd.HttpAddr, State: st, MetaRole: n.meta.role(nd.Id)})
+				RaftAddr: nd.RaftAddr, GossipAddr: nd.GossipAddr, HttpAddr: nd.HttpAddr, State: st, MetaRole: n.meta.role(nd.Id), Alive: st == "alive"})
 			seen[nd.Id] = true
 		}
 	})
 	for id, gm := range states {
 		if !seen[id] {
 			resp.Nodes = append(resp.Nodes, &clientpb.NodeStatus{Id: id, ClientAddr: gm.Meta.Client, PeerAddr: gm.Meta.Peer, RaftAddr: gm.Meta.Raft,
-				GossipAddr: gm.Addr, HttpAddr: gm.Meta.HTTP, State: gm.State, MetaRole: n.meta.role(id)})
+				GossipAddr: gm.Addr, HttpAddr: gm.Meta.HTTP, State: gm.State, MetaRole: n.meta.role(id), Alive: gm.State == "alive"})
 		}
 	}
 	slices.SortFunc(resp.Nodes, func(a, b *clientpb.NodeStatus) int { return strings.Compare(a.Id, b.Id) })
-	resp.Groups = append(resp.Groups, groupStatus(metaGroupID, n.cfg.NodeID, n.meta.group.Raft))
-	for _, r := range n.groups.all() {
-		resp.Groups = append(resp.Groups, groupStatus(r.Name(), n.cfg.NodeID, r.Raft()))
+
+	reports := n.groupReports(ctx, resp.Nodes)
+	metaServers := []string{}
+	if f := n.meta.group.Raft.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			metaServers = append(metaServers, string(s.ID))
+		}
 	}
-	slices.SortFunc(resp.Groups[1:], func(a, b *clientpb.GroupStatus) int { return strings.Compare(a.Name, b.Name) })
+	resp.Groups = append(resp.Groups, groupStatus(metaGroupID, metaServers, reports))
+	for _, d := range dests {
+		for _, p := range d.Members {
+			resp.Groups = append(resp.Groups, groupStatus(fsm.MemberName(d.Name, p.Index), p.Replicas, reports))
+		}
+	}
 	return resp
+}
+
+// groupReports collects every live node's report of its group replicas.
+func (n *Node) groupReports(ctx context.Context, nodes []*clientpb.NodeStatus) map[string]map[string]*peerpb.GroupReplica {
+	out := map[string]map[string]*peerpb.GroupReplica{}
+	var mu sync.Mutex
+	add := func(node string, gs []*peerpb.GroupReplica) {
+		m := map[string]*peerpb.GroupReplica{}
+		for _, g := range gs {
+			m[g.Name] = g
+		}
+		mu.Lock()
+		out[node] = m
+		mu.Unlock()
+	}
+	add(n.cfg.NodeID, n.localGroups())
+	var wg sync.WaitGroup
+	for _, nd := range nodes {
+		if nd.Id == n.cfg.NodeID || !nd.Alive {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := n.peers.client(nd.Id)
+			if err != nil {
+				return
+			}
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			if r, err := c.Groups(cctx, &peerpb.GroupsRequest{}); err == nil {
+				add(nd.Id, r.Groups)
+			}
+		}()
+	}
+	wg.Wait()
+	return out
 }

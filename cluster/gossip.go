@@ -22,18 +22,24 @@ type nodeMeta struct {
 	Peer   string `json:"p"`
 	Raft   string `json:"r"`
 	HTTP   string `json:"h"`
+	// Leaving is set by a node handing its leaderships away before it stops.
+	Leaving bool `json:"l,omitempty"`
 }
 
 // gossip is the node's membership: memberlist's view of which nodes are
 // alive. It is a hint for routing and for releasing the sessions of dead
 // front-ends, never a decision to change a Raft configuration.
 type gossip struct {
-	n    *Node
-	ml   *memberlist.Memberlist
-	meta []byte
+	n      *Node
+	ml     *memberlist.Memberlist
+	metaMu sync.Mutex
+	meta   []byte
 
-	mu     sync.Mutex
-	states map[string]string
+	// nodes is gossip's view, copied from memberlist's events as they
+	// happen: the nodes memberlist hands out are its own, which it keeps
+	// changing, so they are never read outside its callbacks.
+	mu    sync.Mutex
+	nodes map[string]gossipMember
 	stop   chan struct{}
 	done   chan struct{}
 }
@@ -50,7 +56,7 @@ func privateIP() (string, error) {
 }
 
 func startGossip(n *Node, advertiseHost string) (*gossip, error) {
-	g := &gossip{n: n, states: make(map[string]string), stop: make(chan struct{}), done: make(chan struct{})}
+	g := &gossip{n: n, nodes: make(map[string]gossipMember), stop: make(chan struct{}), done: make(chan struct{})}
 	meta, err := json.Marshal(nodeMeta{Boot: n.boot, Client: n.addrs.Client, Peer: n.addrs.Peer, Raft: n.addrs.Raft, HTTP: n.addrs.HTTP})
 	if err != nil {
 		return nil, err
@@ -168,25 +174,14 @@ type gossipMember struct {
 	Addr  string
 }
 
-// members lists every node gossip knows of, with its state.
+// members lists every node gossip knows of, with its state: alive, dead
+// (failed), or left (said goodbye). memberlist tells no event when it
+// suspects a node, so a suspected node shows alive until declared dead.
 func (g *gossip) members() []gossipMember {
-	var out []gossipMember
-	seen := map[string]bool{}
-	for _, m := range g.ml.Members() {
-		var meta nodeMeta
-		_ = json.Unmarshal(m.Meta, &meta)
-		state := "alive"
-		if m.State == memberlist.StateSuspect {
-			state = "suspect"
-		}
-		out = append(out, gossipMember{ID: m.Name, State: state, Meta: meta, Addr: net.JoinHostPort(m.Addr.String(), strconv.Itoa(int(m.Port)))})
-		seen[m.Name] = true
-	}
 	g.mu.Lock()
-	for id, st := range g.states {
-		if !seen[id] {
-			out = append(out, gossipMember{ID: id, State: st})
-		}
+	out := make([]gossipMember, 0, len(g.nodes))
+	for _, m := range g.nodes {
+		out = append(out, m)
 	}
 	g.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
@@ -194,14 +189,24 @@ func (g *gossip) members() []gossipMember {
 }
 
 func (g *gossip) aliveWithBoot(id, boot string) bool {
-	for _, m := range g.ml.Members() {
-		if m.Name != id {
-			continue
-		}
-		var meta nodeMeta
-		return json.Unmarshal(m.Meta, &meta) == nil && meta.Boot == boot
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	m, ok := g.nodes[id]
+	return ok && m.State == "alive" && m.Meta.Boot == boot
+}
+
+// setLeaving tells the others that this node is handing its leaderships
+// away, so none is handed back to it.
+func (g *gossip) setLeaving() {
+	var meta nodeMeta
+	g.metaMu.Lock()
+	_ = json.Unmarshal(g.meta, &meta)
+	meta.Leaving = true
+	g.meta, _ = json.Marshal(meta)
+	g.metaMu.Unlock()
+	if err := g.ml.UpdateNode(2 * time.Second); err != nil {
+		g.n.log.Warn("telling the others this node is leaving", "err", err)
 	}
-	return false
 }
 
 func (g *gossip) leave(timeout time.Duration) {
@@ -226,19 +231,23 @@ func (g *gossip) MergeRemoteState(buf []byte, join bool)     {}
 
 // memberlist.EventDelegate
 
-func (g *gossip) NotifyJoin(m *memberlist.Node)   { g.setState(m.Name, "alive") }
-func (g *gossip) NotifyUpdate(m *memberlist.Node) { g.setState(m.Name, "alive") }
+func (g *gossip) NotifyJoin(m *memberlist.Node)   { g.record(m, "alive") }
+func (g *gossip) NotifyUpdate(m *memberlist.Node) { g.record(m, "alive") }
 func (g *gossip) NotifyLeave(m *memberlist.Node) {
 	state := "dead"
 	if m.State == memberlist.StateLeft {
 		state = "left"
 	}
-	g.setState(m.Name, state)
+	g.record(m, state)
 }
 
-func (g *gossip) setState(id, state string) {
+// record copies a node out of memberlist's event (it calls with its state
+// locked, so the copy is consistent).
+func (g *gossip) record(m *memberlist.Node, state string) {
+	gm := gossipMember{ID: m.Name, State: state, Addr: net.JoinHostPort(m.Addr.String(), strconv.Itoa(int(m.Port)))}
+	_ = json.Unmarshal(m.Meta, &gm.Meta)
 	g.mu.Lock()
-	g.states[id] = state
+	g.nodes[m.Name] = gm
 	g.mu.Unlock()
 	g.n.membershipChanged()
 }

@@ -77,14 +77,19 @@ const transferEvery = 5 * time.Second
 func (gs *groups) preferHosts() {
 	alive := map[string]bool{}
 	for _, m := range gs.n.gossip.members() {
-		alive[m.ID] = m.State == "alive"
+		alive[m.ID] = m.State == "alive" && !m.Meta.Leaving
 	}
 	for _, r := range gs.all() {
 		if !r.Leading() {
 			continue
 		}
+		if err := gs.reconcileMemberVoters(r); err != nil {
+			gs.n.log.Warn("matching member group to its placement", "member", r.Name(), "err", err)
+			continue
+		}
 		preferred := gs.preferred(r.Name())
-		if preferred == "" || preferred == gs.n.cfg.NodeID || !alive[preferred] {
+		leaving := gs.n.leaving.Load()
+		if preferred == "" || preferred == gs.n.cfg.NodeID || !alive[preferred] || leaving {
 			continue
 		}
 		gs.mu.Lock()
@@ -183,13 +188,21 @@ func (gs *groups) reconcile() {
 }
 
 func (gs *groups) open(id string, p placed, nodes map[string]*fsmpb.Node) (*member.Replica, error) {
+	// Only the replicas the group was created with bootstrap it; one placed
+	// later joins the running group when its leader adds it.
+	initial := p.place.Initial
+	if len(initial) == 0 {
+		initial = p.place.Replicas
+	}
 	var peers []raft.Server
-	for _, nid := range p.place.Replicas {
-		nd, ok := nodes[nid]
-		if !ok {
-			return nil, fmt.Errorf("replica node %s is not registered", nid)
+	if slices.Contains(initial, gs.n.cfg.NodeID) {
+		for _, nid := range initial {
+			nd, ok := nodes[nid]
+			if !ok {
+				return nil, fmt.Errorf("replica node %s is not registered", nid)
+			}
+			peers = append(peers, raft.Server{ID: raft.ServerID(nid), Address: raft.ServerAddress(nd.RaftAddr)})
 		}
-		peers = append(peers, raft.Server{ID: raft.ServerID(nid), Address: raft.ServerAddress(nd.RaftAddr)})
 	}
 	layer, err := gs.n.mux.Layer(id)
 	if err != nil {

@@ -165,6 +165,14 @@ func (mg *metaGroup) run() {
 			if err := mg.registerNodes(); err != nil {
 				mg.n.log.Warn("registering nodes in the meta group", "err", err)
 			}
+			if err := mg.reconcileMetaVoters(); err != nil {
+				mg.n.log.Warn("matching the meta group to the registry", "err", err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if err := mg.replaceRemoved(ctx); err != nil {
+				mg.n.log.Warn("re-placing the replicas of removed nodes", "err", err)
+			}
+			cancel()
 		}
 	}
 }
@@ -206,6 +214,11 @@ func (mg *metaGroup) bootstrapWhenExpected() {
 func (mg *metaGroup) registerNodes() error {
 	for _, gm := range mg.n.gossip.members() {
 		if gm.State != "alive" || gm.Meta.Raft == "" {
+			continue
+		}
+		var removed bool
+		mg.fsm.read(func(m *fsm.Meta) { removed = m.Removed(gm.ID) })
+		if removed {
 			continue
 		}
 		want := &fsmpb.Node{Id: gm.ID, ClientAddr: gm.Meta.Client, PeerAddr: gm.Meta.Peer, RaftAddr: gm.Meta.Raft, GossipAddr: gm.Addr, HttpAddr: gm.Meta.HTTP}

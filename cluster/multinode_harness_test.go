@@ -282,13 +282,21 @@ func (tc *testCluster) index(id string) int {
 	return -1
 }
 
-// stop stops a node as a crash would leave it, as far as the others can
-// tell: it just goes away (its data stays).
+// stop stops a node gracefully (its data stays).
 func (tc *testCluster) stop(id string) {
 	i := tc.index(id)
 	nd := tc.nodes[i]
 	tc.nodes[i] = nil
 	nd.Stop()
+}
+
+// crash stops a node as a kill would, as far as the others can tell: no
+// leadership handed over, no session released, no goodbye (its data stays).
+func (tc *testCluster) crash(id string) {
+	i := tc.index(id)
+	nd := tc.nodes[i]
+	tc.nodes[i] = nil
+	nd.Crash()
 }
 
 // start starts a stopped node again with its data, and waits until it is

@@ -87,11 +87,11 @@ func TestCluster_MembersSpreadAndFrontEndsForward(t *testing.T) {
 	}
 }
 
-// The host of a member is stopped while a consumer on another front-end
+// The host of a member crashes while a consumer on another front-end
 // holds unacknowledged messages: a new host takes over, the consumer
 // follows it without noticing, its acks of the held messages succeed (the
 // delivery state is replicated), and sends and receives carry on.
-func TestCluster_HostStopped_ConsumerOnOtherFrontEndKeepsItsDeliveries(t *testing.T) {
+func TestCluster_HostCrashed_ConsumerOnOtherFrontEndKeepsItsDeliveries(t *testing.T) {
 	tc := newCluster(t, 3)
 	ctx := testCtx(t)
 	if _, err := tc.admin("n1").CreateQueue(ctx, "fo", client.QueueOptions{Members: 1}); err != nil {
@@ -115,7 +115,7 @@ func TestCluster_HostStopped_ConsumerOnOtherFrontEndKeepsItsDeliveries(t *testin
 		held = append(held, m)
 	}
 
-	tc.stop(host)
+	tc.crash(host)
 	newHost := tc.waitHost("fo#0")
 	if newHost == host {
 		t.Fatalf("host %s stopped but still hosts", host)

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -58,6 +59,10 @@ type Node struct {
 	// reconciler; they exist before gossip starts calling back.
 	metaKick, groupsKick chan struct{}
 
+	// leaving is set by Leave: no leadership should come to this node.
+	leaving atomic.Bool
+	leave   chan struct{}
+
 	stopOnce sync.Once
 	stopped  chan struct{}
 	bg       sync.WaitGroup
@@ -78,7 +83,7 @@ func Start(cfg Config) (_ *Node, err error) {
 	if err := claimDataDir(cfg.DataDir, cfg.NodeID); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, boot: newID(8), stopped: make(chan struct{}), metaKick: make(chan struct{}, 1), groupsKick: make(chan struct{}, 1), leaders: leaders{m: map[string]string{}}, loads: loads{m: map[string]*loadEntry{}}}
+	n := &Node{cfg: cfg, boot: newID(8), stopped: make(chan struct{}), metaKick: make(chan struct{}, 1), groupsKick: make(chan struct{}, 1), leaders: leaders{m: map[string]string{}}, loads: loads{m: map[string]*loadEntry{}}, leave: make(chan struct{})}
 	n.log = cfg.Logger.With("node", cfg.NodeID)
 	defer func() {
 		if err != nil {
@@ -371,15 +376,35 @@ func (n *Node) destinations() (out []*fsmpb.Destination) {
 	return out
 }
 
-// Stop shuts the node down gracefully: it stops being ready, ends client
-// connections (releasing their sessions), leaves the gossip pool, then
-// shuts every Raft group down.
-func (n *Node) Stop() {
+// Stop shuts the node down gracefully: it stops being ready, hands its
+// leaderships to other nodes, ends client connections (releasing their
+// sessions), leaves the gossip pool, then shuts every Raft group down.
+func (n *Node) Stop() { n.halt(true) }
+
+// Crash stops the node as a killed process would look to the others: no
+// leadership handed over, no session released, no goodbye to gossip. The
+// data directory stays as a kill leaves it. It is for tests.
+func (n *Node) Crash() { n.halt(false) }
+
+func (n *Node) halt(graceful bool) {
 	n.stopOnce.Do(func() {
-		n.log.Info("cairn node stopping")
+		n.log.Info("cairn node stopping", "graceful", graceful)
 		close(n.stopped)
 		n.health.Shutdown()
-		n.conns.closeAll(5 * time.Second)
+		if graceful {
+			n.leaving.Store(true)
+			n.handOver()
+			n.conns.closeAll(5 * time.Second)
+			// Unary calls in flight (a LeaveNode) get their answer.
+			stopped := make(chan struct{})
+			go func() { n.grpcClient.GracefulStop(); close(stopped) }()
+			select {
+			case <-stopped:
+			case <-time.After(2 * time.Second):
+			}
+		} else {
+			n.conns.abandonAll()
+		}
 		n.grpcClient.Stop()
 		n.grpcPeer.Stop()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -388,7 +413,9 @@ func (n *Node) Stop() {
 		// The background loops end on stopped; none may open a replica or
 		// propose once the groups start closing.
 		n.bg.Wait()
-		n.gossip.leave(2 * time.Second)
+		if graceful {
+			n.gossip.leave(2 * time.Second)
+		}
 		n.peers.close()
 		n.groups.closeAll()
 		n.meta.close()

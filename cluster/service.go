@@ -2,12 +2,10 @@ package cluster
 
 import (
 	"context"
-	"strconv"
-
-	"github.com/hashicorp/raft"
 
 	"github.com/cairnmq/cairn/transport"
 	"github.com/cairnmq/cairn/transport/clientpb"
+	"github.com/cairnmq/cairn/transport/peerpb"
 )
 
 // clientService adapts the front-end to the gRPC client API: every error
@@ -69,30 +67,44 @@ func (s *clientService) Connect(stream clientpb.ClientService_ConnectServer) err
 }
 
 func (s *clientService) ClusterStatus(ctx context.Context, req *clientpb.ClusterStatusRequest) (*clientpb.ClusterStatusResponse, error) {
-	return s.n.clusterStatus(), nil
+	return s.n.clusterStatus(ctx), nil
 }
 
-// groupStatus describes one Raft group as this node's replica sees it.
-func groupStatus(name, self string, r *raft.Raft) *clientpb.GroupStatus {
-	_, leader := r.LeaderWithID()
-	gs := &clientpb.GroupStatus{Name: name, Leader: string(leader), CommitIndex: r.CommitIndex(), AppliedIndex: r.AppliedIndex()}
-	f := r.GetConfiguration()
-	if f.Error() != nil {
-		return gs
+func (s *clientService) RemoveNode(ctx context.Context, req *clientpb.RemoveNodeRequest) (*clientpb.RemoveNodeResponse, error) {
+	if err := s.n.removeNode(ctx, req.Id); err != nil {
+		return nil, transport.Status(err)
 	}
-	last, _ := strconv.ParseUint(r.Stats()["last_log_index"], 10, 64)
-	for _, srv := range f.Configuration().Servers {
-		rs := &clientpb.ReplicaStatus{Node: string(srv.ID), Role: "follower"}
-		switch {
-		case srv.ID == leader:
-			rs.Role = "leader"
-		case srv.Suffrage == raft.Nonvoter:
-			rs.Role = "nonvoter"
+	return &clientpb.RemoveNodeResponse{}, nil
+}
+
+func (s *clientService) LeaveNode(ctx context.Context, req *clientpb.LeaveNodeRequest) (*clientpb.LeaveNodeResponse, error) {
+	if err := s.n.Leave(ctx); err != nil {
+		return nil, transport.Status(err)
+	}
+	return &clientpb.LeaveNodeResponse{Node: s.n.cfg.NodeID}, nil
+}
+
+// groupStatus describes one Raft group from its replicas' reports: the
+// leader, the leader's commit index, and each replica's progress.
+func groupStatus(name string, replicas []string, reports map[string]map[string]*peerpb.GroupReplica) *clientpb.GroupStatus {
+	gs := &clientpb.GroupStatus{Name: name}
+	for _, id := range replicas {
+		if r := reports[id][name]; r != nil && r.Leader != "" {
+			gs.Leader = r.Leader
 		}
-		if string(srv.ID) == self {
-			rs.MatchIndex = last
-			if gs.CommitIndex > gs.AppliedIndex {
-				rs.Lag = gs.CommitIndex - gs.AppliedIndex
+	}
+	if r := reports[gs.Leader][name]; r != nil {
+		gs.CommitIndex, gs.AppliedIndex = r.CommitIndex, r.AppliedIndex
+	}
+	for _, id := range replicas {
+		rs := &clientpb.ReplicaStatus{Node: id, Role: "follower"}
+		if id == gs.Leader {
+			rs.Role = "leader"
+		}
+		if r := reports[id][name]; r != nil {
+			rs.Reachable, rs.MatchIndex = true, r.LastIndex
+			if gs.CommitIndex > r.AppliedIndex {
+				rs.Lag = gs.CommitIndex - r.AppliedIndex
 			}
 		}
 		gs.Replicas = append(gs.Replicas, rs)

@@ -69,6 +69,10 @@ func commandTypeOf(body proto.Message) (fsmpb.CommandType, bool) {
 		return fsmpb.CommandType_COMMAND_TYPE_DELETE_DESTINATION, true
 	case *fsmpb.RegisterNode:
 		return fsmpb.CommandType_COMMAND_TYPE_REGISTER_NODE, true
+	case *fsmpb.RemoveNode:
+		return fsmpb.CommandType_COMMAND_TYPE_REMOVE_NODE, true
+	case *fsmpb.ReplaceReplica:
+		return fsmpb.CommandType_COMMAND_TYPE_REPLACE_REPLICA, true
 	}
 	return 0, false
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"google.golang.org/protobuf/encoding/protodelim"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 )
@@ -21,11 +22,13 @@ type Meta struct {
 	applied      uint64
 	destinations map[string]*fsmpb.Destination
 	nodes        map[string]*fsmpb.Node
+	// removed are nodes an operator removed; they are not registered again.
+	removed map[string]bool
 }
 
 // NewMeta returns an empty meta state machine.
 func NewMeta() *Meta {
-	return &Meta{destinations: make(map[string]*fsmpb.Destination), nodes: make(map[string]*fsmpb.Node)}
+	return &Meta{destinations: make(map[string]*fsmpb.Destination), nodes: make(map[string]*fsmpb.Node), removed: make(map[string]bool)}
 }
 
 var metaHandlers = func() map[fsmpb.CommandType]handler[*Meta] {
@@ -33,6 +36,8 @@ var metaHandlers = func() map[fsmpb.CommandType]handler[*Meta] {
 	on(t, fsmpb.CommandType_COMMAND_TYPE_CREATE_DESTINATION, func() *fsmpb.CreateDestination { return new(fsmpb.CreateDestination) }, (*Meta).createDestination)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_DELETE_DESTINATION, func() *fsmpb.DeleteDestination { return new(fsmpb.DeleteDestination) }, (*Meta).deleteDestination)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_REGISTER_NODE, func() *fsmpb.RegisterNode { return new(fsmpb.RegisterNode) }, (*Meta).registerNode)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_REMOVE_NODE, func() *fsmpb.RemoveNode { return new(fsmpb.RemoveNode) }, (*Meta).removeNode)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_REPLACE_REPLICA, func() *fsmpb.ReplaceReplica { return new(fsmpb.ReplaceReplica) }, (*Meta).replaceReplica)
 	return t
 }()
 
@@ -109,9 +114,58 @@ func (m *Meta) registerNode(c *fsmpb.RegisterNode) Result {
 	if c.Node == nil || c.Node.Id == "" {
 		return Result{Err: fmt.Errorf("%w: a node needs an id", ErrMalformed)}
 	}
+	if m.removed[c.Node.Id] {
+		return Result{Err: fmt.Errorf("%w: node %s was removed from the cluster; a replacement needs a new id", ErrInvalidSettings, c.Node.Id)}
+	}
 	m.nodes[c.Node.Id] = c.Node
 	return Result{}
 }
+
+func (m *Meta) removeNode(c *fsmpb.RemoveNode) Result {
+	if c.Id == "" {
+		return Result{Err: fmt.Errorf("%w: a node needs an id", ErrMalformed)}
+	}
+	if _, ok := m.nodes[c.Id]; !ok && !m.removed[c.Id] {
+		return Result{Err: fmt.Errorf("%w: no node %s in the cluster", ErrInvalidSettings, c.Id)}
+	}
+	delete(m.nodes, c.Id)
+	m.removed[c.Id] = true
+	return Result{}
+}
+
+// replaceReplica changes one member's placement. The destination's record
+// is replaced, never modified, as readers hold it without the lock.
+func (m *Meta) replaceReplica(c *fsmpb.ReplaceReplica) Result {
+	d, ok := m.destinations[c.Destination]
+	if !ok {
+		return Result{Err: fmt.Errorf("%w: %s", ErrUnknownDestination, c.Destination)}
+	}
+	if int(c.Member) >= len(d.Members) {
+		return Result{Err: fmt.Errorf("%w: %s has no member %d", ErrInvalidSettings, c.Destination, c.Member)}
+	}
+	p := d.Members[c.Member]
+	i := slices.Index(p.Replicas, c.Old)
+	switch {
+	case c.Old == "" || i < 0:
+		return Result{Err: fmt.Errorf("%w: %s is not a replica of %s", ErrInvalidSettings, c.Old, MemberName(d.Name, c.Member))}
+	case c.New != "" && slices.Contains(p.Replicas, c.New):
+		return Result{Err: fmt.Errorf("%w: %s is already a replica of %s", ErrInvalidSettings, c.New, MemberName(d.Name, c.Member))}
+	case c.New == "" && len(p.Replicas) == 1:
+		return Result{Err: fmt.Errorf("%w: %s would have no replica left", ErrInvalidSettings, MemberName(d.Name, c.Member))}
+	}
+	nd := proto.Clone(d).(*fsmpb.Destination)
+	np := nd.Members[c.Member]
+	if c.New == "" {
+		np.Replicas = slices.Delete(np.Replicas, i, i+1)
+	} else {
+		np.Replicas[i] = c.New
+	}
+	m.destinations[d.Name] = nd
+	return Result{}
+}
+
+// Removed reports whether an operator removed the node.
+func (m *Meta) Removed(id string) bool { return m.removed[id] }
 
 // Destination returns a destination's definition; callers must not modify it.
 func (m *Meta) Destination(name string) (*fsmpb.Destination, bool) {
@@ -147,7 +201,12 @@ func (m *Meta) Nodes() []*fsmpb.Node {
 
 // Snapshot returns the whole meta state; it is small.
 func (m *Meta) Snapshot() *fsmpb.MetaSnapshot {
-	return &fsmpb.MetaSnapshot{Applied: m.applied, Destinations: m.Destinations(), Nodes: m.Nodes()}
+	s := &fsmpb.MetaSnapshot{Applied: m.applied, Destinations: m.Destinations(), Nodes: m.Nodes()}
+	for id := range m.removed {
+		s.Removed = append(s.Removed, id)
+	}
+	slices.Sort(s.Removed)
+	return s
 }
 
 // WriteSnapshot writes the state for RestoreMeta, length-delimited so that
@@ -171,6 +230,9 @@ func RestoreMeta(r io.Reader) (*Meta, error) {
 	}
 	for _, n := range s.Nodes {
 		m.nodes[n.Id] = n
+	}
+	for _, id := range s.Removed {
+		m.removed[id] = true
 	}
 	return m, nil
 }

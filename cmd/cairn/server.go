@@ -126,6 +126,11 @@ func runServer(cfg cluster.Config) error {
 				fmt.Fprintf(os.Stderr, "cairn: node %s ready; clients connect to %s (try: cairn --server %s queue list)\n", n.ID(), n.Addrs().Client, n.Addrs().Client)
 			}
 			ready = nil
+		case <-n.Left():
+			cancel()
+			fmt.Fprintf(os.Stderr, "cairn: node %s left: its leaderships are handed over; stopping\n", n.ID())
+			n.Stop()
+			return nil
 		case s := <-sig:
 			cancel()
 			fmt.Fprintf(os.Stderr, "cairn: %v received, stopping node %s\n", s, n.ID())

@@ -36,13 +36,17 @@ func clusterCmd() *cobra.Command {
 					return err
 				}
 				fmt.Fprintln(w)
-				t = newTable(w, "GROUP", "LEADER", "COMMIT", "APPLIED", "REPLICAS")
+				t = newTable(w, "GROUP", "LEADER", "COMMIT", "REPLICAS (LAG)")
 				for _, g := range st.Groups {
 					var rs []string
 					for _, r := range g.Replicas {
-						rs = append(rs, r.Node+"("+r.Role+")")
+						lag := "?"
+						if r.Reachable {
+							lag = fmt.Sprint(r.Lag)
+						}
+						rs = append(rs, fmt.Sprintf("%s(%s)", r.Node, lag))
 					}
-					t.row(g.Name, orDash(g.Leader), g.CommitIndex, g.AppliedIndex, strings.Join(rs, " "))
+					t.row(g.Name, orDash(g.Leader), g.CommitIndex, strings.Join(rs, " "))
 				}
 				return t.flush()
 			})
@@ -50,5 +54,48 @@ func clusterCmd() *cobra.Command {
 	}
 	status.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.AddCommand(status)
+	return cmd
+}
+
+func nodeCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "node", Short: "Take nodes out of the cluster"}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "remove ID",
+		Short: "Remove a dead node for good; its replicas move to live nodes",
+		Long: `Remove a node that is gone for good (its machine replaced, its disk lost).
+The cluster places each of its replicas on a live node that holds none of
+that member, adds it to the member's Raft group, then drops the removed node,
+so no group loses its quorum. The node's id can never join again: give a
+replacement a new id. A node that is alive is refused; stop it first.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withAdmin(cmd, func(ctx context.Context, a *client.Admin) error {
+				if err := a.RemoveNode(ctx, args[0]); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "removed node %s; its replicas are being re-placed (watch: cairn cluster status)\n", args[0])
+				return nil
+			})
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use:   "leave",
+		Short: "Make the node at --server hand its leaderships to others and stop",
+		Long: `Make the node at --server hand every leadership it holds (the meta group,
+the members it hosts) to other nodes, then stop gracefully. It stays a
+member of every group: start it again and it catches up. Use it before
+planned maintenance, or as a Kubernetes preStop hook.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withAdmin(cmd, func(ctx context.Context, a *client.Admin) error {
+				node, err := a.LeaveNode(ctx)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "node %s handed its leaderships over and is stopping\n", node)
+				return nil
+			})
+		},
+	})
 	return cmd
 }

@@ -47,6 +47,8 @@ const (
 	CommandType_COMMAND_TYPE_CREATE_DESTINATION CommandType = 11
 	CommandType_COMMAND_TYPE_DELETE_DESTINATION CommandType = 12
 	CommandType_COMMAND_TYPE_REGISTER_NODE      CommandType = 13
+	CommandType_COMMAND_TYPE_REMOVE_NODE        CommandType = 14
+	CommandType_COMMAND_TYPE_REPLACE_REPLICA    CommandType = 15
 )
 
 // Enum value maps for CommandType.
@@ -66,6 +68,8 @@ var (
 		11: "COMMAND_TYPE_CREATE_DESTINATION",
 		12: "COMMAND_TYPE_DELETE_DESTINATION",
 		13: "COMMAND_TYPE_REGISTER_NODE",
+		14: "COMMAND_TYPE_REMOVE_NODE",
+		15: "COMMAND_TYPE_REPLACE_REPLICA",
 	}
 	CommandType_value = map[string]int32{
 		"COMMAND_TYPE_UNKNOWN":            0,
@@ -82,6 +86,8 @@ var (
 		"COMMAND_TYPE_CREATE_DESTINATION": 11,
 		"COMMAND_TYPE_DELETE_DESTINATION": 12,
 		"COMMAND_TYPE_REGISTER_NODE":      13,
+		"COMMAND_TYPE_REMOVE_NODE":        14,
+		"COMMAND_TYPE_REPLACE_REPLICA":    15,
 	}
 )
 
@@ -952,7 +958,10 @@ type MemberPlacement struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Index uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
 	// replicas are node ids; the first is the preferred host.
-	Replicas      []string `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	Replicas []string `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	// initial are the replicas the member's group was created with: only
+	// they bootstrap it. A replica placed later joins the running group.
+	Initial       []string `protobuf:"bytes,3,rep,name=initial,proto3" json:"initial,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -997,6 +1006,13 @@ func (x *MemberPlacement) GetIndex() uint32 {
 func (x *MemberPlacement) GetReplicas() []string {
 	if x != nil {
 		return x.Replicas
+	}
+	return nil
+}
+
+func (x *MemberPlacement) GetInitial() []string {
+	if x != nil {
+		return x.Initial
 	}
 	return nil
 }
@@ -1321,6 +1337,122 @@ func (x *RegisterNode) GetNode() *Node {
 	return nil
 }
 
+// RemoveNode takes a node out of the cluster for good, on an operator's
+// word: it leaves the registry and is never registered again under that id.
+type RemoveNode struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveNode) Reset() {
+	*x = RemoveNode{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveNode) ProtoMessage() {}
+
+func (x *RemoveNode) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveNode.ProtoReflect.Descriptor instead.
+func (*RemoveNode) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *RemoveNode) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// ReplaceReplica moves one replica of a member from a node to another
+// ("" to drop it when no node is left to take it).
+type ReplaceReplica struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Destination   string                 `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
+	Member        uint32                 `protobuf:"varint,2,opt,name=member,proto3" json:"member,omitempty"`
+	Old           string                 `protobuf:"bytes,3,opt,name=old,proto3" json:"old,omitempty"`
+	New           string                 `protobuf:"bytes,4,opt,name=new,proto3" json:"new,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplaceReplica) Reset() {
+	*x = ReplaceReplica{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplaceReplica) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplaceReplica) ProtoMessage() {}
+
+func (x *ReplaceReplica) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplaceReplica.ProtoReflect.Descriptor instead.
+func (*ReplaceReplica) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ReplaceReplica) GetDestination() string {
+	if x != nil {
+		return x.Destination
+	}
+	return ""
+}
+
+func (x *ReplaceReplica) GetMember() uint32 {
+	if x != nil {
+		return x.Member
+	}
+	return 0
+}
+
+func (x *ReplaceReplica) GetOld() string {
+	if x != nil {
+		return x.Old
+	}
+	return ""
+}
+
+func (x *ReplaceReplica) GetNew() string {
+	if x != nil {
+		return x.New
+	}
+	return ""
+}
+
 type StoredMessage struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Message       *Message               `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
@@ -1336,7 +1468,7 @@ type StoredMessage struct {
 
 func (x *StoredMessage) Reset() {
 	*x = StoredMessage{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +1480,7 @@ func (x *StoredMessage) String() string {
 func (*StoredMessage) ProtoMessage() {}
 
 func (x *StoredMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +1493,7 @@ func (x *StoredMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredMessage.ProtoReflect.Descriptor instead.
 func (*StoredMessage) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StoredMessage) GetMessage() *Message {
@@ -1416,7 +1548,7 @@ type StoredSession struct {
 
 func (x *StoredSession) Reset() {
 	*x = StoredSession{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1428,7 +1560,7 @@ func (x *StoredSession) String() string {
 func (*StoredSession) ProtoMessage() {}
 
 func (x *StoredSession) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1441,7 +1573,7 @@ func (x *StoredSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredSession.ProtoReflect.Descriptor instead.
 func (*StoredSession) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StoredSession) GetId() string {
@@ -1469,7 +1601,7 @@ type DedupRecord struct {
 
 func (x *DedupRecord) Reset() {
 	*x = DedupRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1481,7 +1613,7 @@ func (x *DedupRecord) String() string {
 func (*DedupRecord) ProtoMessage() {}
 
 func (x *DedupRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1494,7 +1626,7 @@ func (x *DedupRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupRecord.ProtoReflect.Descriptor instead.
 func (*DedupRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DedupRecord) GetDedupId() string {
@@ -1535,7 +1667,7 @@ type MemberSnapshot struct {
 
 func (x *MemberSnapshot) Reset() {
 	*x = MemberSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1547,7 +1679,7 @@ func (x *MemberSnapshot) String() string {
 func (*MemberSnapshot) ProtoMessage() {}
 
 func (x *MemberSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1560,7 +1692,7 @@ func (x *MemberSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberSnapshot.ProtoReflect.Descriptor instead.
 func (*MemberSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *MemberSnapshot) GetApplied() uint64 {
@@ -1617,13 +1749,14 @@ type MetaSnapshot struct {
 	Applied       uint64                 `protobuf:"varint,1,opt,name=applied,proto3" json:"applied,omitempty"`
 	Destinations  []*Destination         `protobuf:"bytes,2,rep,name=destinations,proto3" json:"destinations,omitempty"`
 	Nodes         []*Node                `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Removed       []string               `protobuf:"bytes,4,rep,name=removed,proto3" json:"removed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MetaSnapshot) Reset() {
 	*x = MetaSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1635,7 +1768,7 @@ func (x *MetaSnapshot) String() string {
 func (*MetaSnapshot) ProtoMessage() {}
 
 func (x *MetaSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1648,7 +1781,7 @@ func (x *MetaSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaSnapshot.ProtoReflect.Descriptor instead.
 func (*MetaSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *MetaSnapshot) GetApplied() uint64 {
@@ -1668,6 +1801,13 @@ func (x *MetaSnapshot) GetDestinations() []*Destination {
 func (x *MetaSnapshot) GetNodes() []*Node {
 	if x != nil {
 		return x.Nodes
+	}
+	return nil
+}
+
+func (x *MetaSnapshot) GetRemoved() []string {
+	if x != nil {
+		return x.Removed
 	}
 	return nil
 }
@@ -1731,10 +1871,11 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x0eMemberSettings\x12\x1b\n" +
 	"\tmax_bytes\x18\x01 \x01(\x03R\bmaxBytes\x12&\n" +
 	"\x0fdedup_window_ns\x18\x02 \x01(\x03R\rdedupWindowNs\x12\"\n" +
-	"\rdedup_max_ids\x18\x03 \x01(\rR\vdedupMaxIds\"C\n" +
+	"\rdedup_max_ids\x18\x03 \x01(\rR\vdedupMaxIds\"]\n" +
 	"\x0fMemberPlacement\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x1a\n" +
-	"\breplicas\x18\x02 \x03(\tR\breplicas\"\x8e\x02\n" +
+	"\breplicas\x18\x02 \x03(\tR\breplicas\x12\x18\n" +
+	"\ainitial\x18\x03 \x03(\tR\ainitial\"\x8e\x02\n" +
 	"\vDestination\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1d.cairn.fsm.v1.DestinationKindR\x04kind\x12\x1a\n" +
@@ -1759,7 +1900,15 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"gossipAddr\x12\x1b\n" +
 	"\thttp_addr\x18\x06 \x01(\tR\bhttpAddr\"6\n" +
 	"\fRegisterNode\x12&\n" +
-	"\x04node\x18\x01 \x01(\v2\x12.cairn.fsm.v1.NodeR\x04node\"\xd6\x01\n" +
+	"\x04node\x18\x01 \x01(\v2\x12.cairn.fsm.v1.NodeR\x04node\"\x1c\n" +
+	"\n" +
+	"RemoveNode\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"n\n" +
+	"\x0eReplaceReplica\x12 \n" +
+	"\vdestination\x18\x01 \x01(\tR\vdestination\x12\x16\n" +
+	"\x06member\x18\x02 \x01(\rR\x06member\x12\x10\n" +
+	"\x03old\x18\x03 \x01(\tR\x03old\x12\x10\n" +
+	"\x03new\x18\x04 \x01(\tR\x03new\"\xd6\x01\n" +
 	"\rStoredMessage\x12/\n" +
 	"\amessage\x18\x01 \x01(\v2\x15.cairn.fsm.v1.MessageR\amessage\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12 \n" +
@@ -1783,11 +1932,12 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\bsettings\x18\x04 \x01(\v2\x1c.cairn.fsm.v1.MemberSettingsR\bsettings\x12#\n" +
 	"\rmessage_count\x18\x05 \x01(\x04R\fmessageCount\x127\n" +
 	"\bsessions\x18\x06 \x03(\v2\x1b.cairn.fsm.v1.StoredSessionR\bsessions\x12/\n" +
-	"\x05dedup\x18\a \x03(\v2\x19.cairn.fsm.v1.DedupRecordR\x05dedup\"\x91\x01\n" +
+	"\x05dedup\x18\a \x03(\v2\x19.cairn.fsm.v1.DedupRecordR\x05dedup\"\xab\x01\n" +
 	"\fMetaSnapshot\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\x04R\aapplied\x12=\n" +
 	"\fdestinations\x18\x02 \x03(\v2\x19.cairn.fsm.v1.DestinationR\fdestinations\x12(\n" +
-	"\x05nodes\x18\x03 \x03(\v2\x12.cairn.fsm.v1.NodeR\x05nodes*\x94\x03\n" +
+	"\x05nodes\x18\x03 \x03(\v2\x12.cairn.fsm.v1.NodeR\x05nodes\x12\x18\n" +
+	"\aremoved\x18\x04 \x03(\tR\aremoved*\xd4\x03\n" +
 	"\vCommandType\x12\x18\n" +
 	"\x14COMMAND_TYPE_UNKNOWN\x10\x00\x12\x18\n" +
 	"\x14COMMAND_TYPE_ENQUEUE\x10\x01\x12\x18\n" +
@@ -1803,7 +1953,9 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x12#\n" +
 	"\x1fCOMMAND_TYPE_CREATE_DESTINATION\x10\v\x12#\n" +
 	"\x1fCOMMAND_TYPE_DELETE_DESTINATION\x10\f\x12\x1e\n" +
-	"\x1aCOMMAND_TYPE_REGISTER_NODE\x10\r*g\n" +
+	"\x1aCOMMAND_TYPE_REGISTER_NODE\x10\r\x12\x1c\n" +
+	"\x18COMMAND_TYPE_REMOVE_NODE\x10\x0e\x12 \n" +
+	"\x1cCOMMAND_TYPE_REPLACE_REPLICA\x10\x0f*g\n" +
 	"\x0fDestinationKind\x12\x1c\n" +
 	"\x18DESTINATION_KIND_UNKNOWN\x10\x00\x12\x1a\n" +
 	"\x16DESTINATION_KIND_QUEUE\x10\x01\x12\x1a\n" +
@@ -1822,7 +1974,7 @@ func file_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_fsm_fsmpb_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(CommandType)(0),          // 0: cairn.fsm.v1.CommandType
 	(DestinationKind)(0),      // 1: cairn.fsm.v1.DestinationKind
@@ -1846,17 +1998,19 @@ var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*DeleteDestination)(nil), // 19: cairn.fsm.v1.DeleteDestination
 	(*Node)(nil),              // 20: cairn.fsm.v1.Node
 	(*RegisterNode)(nil),      // 21: cairn.fsm.v1.RegisterNode
-	(*StoredMessage)(nil),     // 22: cairn.fsm.v1.StoredMessage
-	(*StoredSession)(nil),     // 23: cairn.fsm.v1.StoredSession
-	(*DedupRecord)(nil),       // 24: cairn.fsm.v1.DedupRecord
-	(*MemberSnapshot)(nil),    // 25: cairn.fsm.v1.MemberSnapshot
-	(*MetaSnapshot)(nil),      // 26: cairn.fsm.v1.MetaSnapshot
-	nil,                       // 27: cairn.fsm.v1.Message.PropertiesEntry
+	(*RemoveNode)(nil),        // 22: cairn.fsm.v1.RemoveNode
+	(*ReplaceReplica)(nil),    // 23: cairn.fsm.v1.ReplaceReplica
+	(*StoredMessage)(nil),     // 24: cairn.fsm.v1.StoredMessage
+	(*StoredSession)(nil),     // 25: cairn.fsm.v1.StoredSession
+	(*DedupRecord)(nil),       // 26: cairn.fsm.v1.DedupRecord
+	(*MemberSnapshot)(nil),    // 27: cairn.fsm.v1.MemberSnapshot
+	(*MetaSnapshot)(nil),      // 28: cairn.fsm.v1.MetaSnapshot
+	nil,                       // 29: cairn.fsm.v1.Message.PropertiesEntry
 }
 var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	3,  // 0: cairn.fsm.v1.Entry.commands:type_name -> cairn.fsm.v1.Command
 	0,  // 1: cairn.fsm.v1.Command.type:type_name -> cairn.fsm.v1.CommandType
-	27, // 2: cairn.fsm.v1.Message.properties:type_name -> cairn.fsm.v1.Message.PropertiesEntry
+	29, // 2: cairn.fsm.v1.Message.properties:type_name -> cairn.fsm.v1.Message.PropertiesEntry
 	4,  // 3: cairn.fsm.v1.Enqueue.messages:type_name -> cairn.fsm.v1.Message
 	15, // 4: cairn.fsm.v1.Configure.settings:type_name -> cairn.fsm.v1.MemberSettings
 	1,  // 5: cairn.fsm.v1.Destination.kind:type_name -> cairn.fsm.v1.DestinationKind
@@ -1865,8 +2019,8 @@ var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	20, // 8: cairn.fsm.v1.RegisterNode.node:type_name -> cairn.fsm.v1.Node
 	4,  // 9: cairn.fsm.v1.StoredMessage.message:type_name -> cairn.fsm.v1.Message
 	15, // 10: cairn.fsm.v1.MemberSnapshot.settings:type_name -> cairn.fsm.v1.MemberSettings
-	23, // 11: cairn.fsm.v1.MemberSnapshot.sessions:type_name -> cairn.fsm.v1.StoredSession
-	24, // 12: cairn.fsm.v1.MemberSnapshot.dedup:type_name -> cairn.fsm.v1.DedupRecord
+	25, // 11: cairn.fsm.v1.MemberSnapshot.sessions:type_name -> cairn.fsm.v1.StoredSession
+	26, // 12: cairn.fsm.v1.MemberSnapshot.dedup:type_name -> cairn.fsm.v1.DedupRecord
 	17, // 13: cairn.fsm.v1.MetaSnapshot.destinations:type_name -> cairn.fsm.v1.Destination
 	20, // 14: cairn.fsm.v1.MetaSnapshot.nodes:type_name -> cairn.fsm.v1.Node
 	15, // [15:15] is the sub-list for method output_type
@@ -1887,7 +2041,7 @@ func file_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_fsmpb_fsm_proto_rawDesc), len(file_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   26,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

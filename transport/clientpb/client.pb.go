@@ -133,6 +133,166 @@ func (AckMode) EnumDescriptor() ([]byte, []int) {
 	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{1}
 }
 
+type RemoveNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveNodeRequest) Reset() {
+	*x = RemoveNodeRequest{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveNodeRequest) ProtoMessage() {}
+
+func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
+func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *RemoveNodeRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type RemoveNodeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveNodeResponse) Reset() {
+	*x = RemoveNodeResponse{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveNodeResponse) ProtoMessage() {}
+
+func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
+func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{1}
+}
+
+type LeaveNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaveNodeRequest) Reset() {
+	*x = LeaveNodeRequest{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaveNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaveNodeRequest) ProtoMessage() {}
+
+func (x *LeaveNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaveNodeRequest.ProtoReflect.Descriptor instead.
+func (*LeaveNodeRequest) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{2}
+}
+
+type LeaveNodeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaveNodeResponse) Reset() {
+	*x = LeaveNodeResponse{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaveNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaveNodeResponse) ProtoMessage() {}
+
+func (x *LeaveNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaveNodeResponse.ProtoReflect.Descriptor instead.
+func (*LeaveNodeResponse) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *LeaveNodeResponse) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
 // Error travels in-band on the Connect stream; reason is one of the reasons
 // of transport/errors.go, message is for humans.
 type Error struct {
@@ -145,7 +305,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[0]
+	mi := &file_transport_clientpb_client_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -157,7 +317,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[0]
+	mi := &file_transport_clientpb_client_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -170,7 +330,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{0}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Error) GetReason() string {
@@ -203,7 +363,7 @@ type CreateDestinationRequest struct {
 
 func (x *CreateDestinationRequest) Reset() {
 	*x = CreateDestinationRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[1]
+	mi := &file_transport_clientpb_client_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -215,7 +375,7 @@ func (x *CreateDestinationRequest) String() string {
 func (*CreateDestinationRequest) ProtoMessage() {}
 
 func (x *CreateDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[1]
+	mi := &file_transport_clientpb_client_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -228,7 +388,7 @@ func (x *CreateDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDestinationRequest.ProtoReflect.Descriptor instead.
 func (*CreateDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{1}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CreateDestinationRequest) GetName() string {
@@ -282,7 +442,7 @@ type DeleteDestinationRequest struct {
 
 func (x *DeleteDestinationRequest) Reset() {
 	*x = DeleteDestinationRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[2]
+	mi := &file_transport_clientpb_client_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -294,7 +454,7 @@ func (x *DeleteDestinationRequest) String() string {
 func (*DeleteDestinationRequest) ProtoMessage() {}
 
 func (x *DeleteDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[2]
+	mi := &file_transport_clientpb_client_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -307,7 +467,7 @@ func (x *DeleteDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDestinationRequest.ProtoReflect.Descriptor instead.
 func (*DeleteDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{2}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DeleteDestinationRequest) GetName() string {
@@ -325,7 +485,7 @@ type DeleteDestinationResponse struct {
 
 func (x *DeleteDestinationResponse) Reset() {
 	*x = DeleteDestinationResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[3]
+	mi := &file_transport_clientpb_client_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -337,7 +497,7 @@ func (x *DeleteDestinationResponse) String() string {
 func (*DeleteDestinationResponse) ProtoMessage() {}
 
 func (x *DeleteDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[3]
+	mi := &file_transport_clientpb_client_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -350,7 +510,7 @@ func (x *DeleteDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDestinationResponse.ProtoReflect.Descriptor instead.
 func (*DeleteDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{3}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{7}
 }
 
 type ListDestinationsRequest struct {
@@ -361,7 +521,7 @@ type ListDestinationsRequest struct {
 
 func (x *ListDestinationsRequest) Reset() {
 	*x = ListDestinationsRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[4]
+	mi := &file_transport_clientpb_client_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -373,7 +533,7 @@ func (x *ListDestinationsRequest) String() string {
 func (*ListDestinationsRequest) ProtoMessage() {}
 
 func (x *ListDestinationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[4]
+	mi := &file_transport_clientpb_client_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -386,7 +546,7 @@ func (x *ListDestinationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDestinationsRequest.ProtoReflect.Descriptor instead.
 func (*ListDestinationsRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{4}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{8}
 }
 
 type ListDestinationsResponse struct {
@@ -398,7 +558,7 @@ type ListDestinationsResponse struct {
 
 func (x *ListDestinationsResponse) Reset() {
 	*x = ListDestinationsResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[5]
+	mi := &file_transport_clientpb_client_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -410,7 +570,7 @@ func (x *ListDestinationsResponse) String() string {
 func (*ListDestinationsResponse) ProtoMessage() {}
 
 func (x *ListDestinationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[5]
+	mi := &file_transport_clientpb_client_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -423,7 +583,7 @@ func (x *ListDestinationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDestinationsResponse.ProtoReflect.Descriptor instead.
 func (*ListDestinationsResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{5}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListDestinationsResponse) GetDestinations() []*DestinationInfo {
@@ -442,7 +602,7 @@ type ShowDestinationRequest struct {
 
 func (x *ShowDestinationRequest) Reset() {
 	*x = ShowDestinationRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[6]
+	mi := &file_transport_clientpb_client_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -454,7 +614,7 @@ func (x *ShowDestinationRequest) String() string {
 func (*ShowDestinationRequest) ProtoMessage() {}
 
 func (x *ShowDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[6]
+	mi := &file_transport_clientpb_client_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -467,7 +627,7 @@ func (x *ShowDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowDestinationRequest.ProtoReflect.Descriptor instead.
 func (*ShowDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{6}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ShowDestinationRequest) GetName() string {
@@ -486,7 +646,7 @@ type PurgeDestinationRequest struct {
 
 func (x *PurgeDestinationRequest) Reset() {
 	*x = PurgeDestinationRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[7]
+	mi := &file_transport_clientpb_client_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +658,7 @@ func (x *PurgeDestinationRequest) String() string {
 func (*PurgeDestinationRequest) ProtoMessage() {}
 
 func (x *PurgeDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[7]
+	mi := &file_transport_clientpb_client_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +671,7 @@ func (x *PurgeDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDestinationRequest.ProtoReflect.Descriptor instead.
 func (*PurgeDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{7}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PurgeDestinationRequest) GetName() string {
@@ -530,7 +690,7 @@ type PurgeDestinationResponse struct {
 
 func (x *PurgeDestinationResponse) Reset() {
 	*x = PurgeDestinationResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[8]
+	mi := &file_transport_clientpb_client_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -542,7 +702,7 @@ func (x *PurgeDestinationResponse) String() string {
 func (*PurgeDestinationResponse) ProtoMessage() {}
 
 func (x *PurgeDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[8]
+	mi := &file_transport_clientpb_client_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -555,7 +715,7 @@ func (x *PurgeDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDestinationResponse.ProtoReflect.Descriptor instead.
 func (*PurgeDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{8}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PurgeDestinationResponse) GetPurged() uint64 {
@@ -580,7 +740,7 @@ type MemberInfo struct {
 
 func (x *MemberInfo) Reset() {
 	*x = MemberInfo{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[9]
+	mi := &file_transport_clientpb_client_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -592,7 +752,7 @@ func (x *MemberInfo) String() string {
 func (*MemberInfo) ProtoMessage() {}
 
 func (x *MemberInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[9]
+	mi := &file_transport_clientpb_client_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -605,7 +765,7 @@ func (x *MemberInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberInfo.ProtoReflect.Descriptor instead.
 func (*MemberInfo) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{9}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *MemberInfo) GetName() string {
@@ -673,7 +833,7 @@ type DestinationInfo struct {
 
 func (x *DestinationInfo) Reset() {
 	*x = DestinationInfo{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[10]
+	mi := &file_transport_clientpb_client_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -685,7 +845,7 @@ func (x *DestinationInfo) String() string {
 func (*DestinationInfo) ProtoMessage() {}
 
 func (x *DestinationInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[10]
+	mi := &file_transport_clientpb_client_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -698,7 +858,7 @@ func (x *DestinationInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestinationInfo.ProtoReflect.Descriptor instead.
 func (*DestinationInfo) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{10}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DestinationInfo) GetName() string {
@@ -775,7 +935,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[11]
+	mi := &file_transport_clientpb_client_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -787,7 +947,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[11]
+	mi := &file_transport_clientpb_client_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -800,7 +960,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{11}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Message) GetId() string {
@@ -870,7 +1030,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[12]
+	mi := &file_transport_clientpb_client_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -882,7 +1042,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[12]
+	mi := &file_transport_clientpb_client_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -895,7 +1055,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{12}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SendRequest) GetDestination() string {
@@ -925,7 +1085,7 @@ type SendResult struct {
 
 func (x *SendResult) Reset() {
 	*x = SendResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[13]
+	mi := &file_transport_clientpb_client_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -937,7 +1097,7 @@ func (x *SendResult) String() string {
 func (*SendResult) ProtoMessage() {}
 
 func (x *SendResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[13]
+	mi := &file_transport_clientpb_client_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -950,7 +1110,7 @@ func (x *SendResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResult.ProtoReflect.Descriptor instead.
 func (*SendResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{13}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SendResult) GetId() string {
@@ -983,7 +1143,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[14]
+	mi := &file_transport_clientpb_client_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -995,7 +1155,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[14]
+	mi := &file_transport_clientpb_client_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1008,7 +1168,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{14}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SendResponse) GetResults() []*SendResult {
@@ -1040,7 +1200,7 @@ type ClientFrame struct {
 
 func (x *ClientFrame) Reset() {
 	*x = ClientFrame{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[15]
+	mi := &file_transport_clientpb_client_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1052,7 +1212,7 @@ func (x *ClientFrame) String() string {
 func (*ClientFrame) ProtoMessage() {}
 
 func (x *ClientFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[15]
+	mi := &file_transport_clientpb_client_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1065,7 +1225,7 @@ func (x *ClientFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientFrame.ProtoReflect.Descriptor instead.
 func (*ClientFrame) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{15}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ClientFrame) GetRequestId() uint64 {
@@ -1230,7 +1390,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[16]
+	mi := &file_transport_clientpb_client_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1402,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[16]
+	mi := &file_transport_clientpb_client_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1415,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{16}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Hello) GetClientId() string {
@@ -1275,7 +1435,7 @@ type OpenSession struct {
 
 func (x *OpenSession) Reset() {
 	*x = OpenSession{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[17]
+	mi := &file_transport_clientpb_client_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1287,7 +1447,7 @@ func (x *OpenSession) String() string {
 func (*OpenSession) ProtoMessage() {}
 
 func (x *OpenSession) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[17]
+	mi := &file_transport_clientpb_client_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1300,7 +1460,7 @@ func (x *OpenSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSession.ProtoReflect.Descriptor instead.
 func (*OpenSession) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{17}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *OpenSession) GetSession() uint64 {
@@ -1326,7 +1486,7 @@ type CloseSession struct {
 
 func (x *CloseSession) Reset() {
 	*x = CloseSession{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[18]
+	mi := &file_transport_clientpb_client_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1498,7 @@ func (x *CloseSession) String() string {
 func (*CloseSession) ProtoMessage() {}
 
 func (x *CloseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[18]
+	mi := &file_transport_clientpb_client_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1511,7 @@ func (x *CloseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSession.ProtoReflect.Descriptor instead.
 func (*CloseSession) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{18}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CloseSession) GetSession() uint64 {
@@ -1373,7 +1533,7 @@ type CreateConsumer struct {
 
 func (x *CreateConsumer) Reset() {
 	*x = CreateConsumer{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[19]
+	mi := &file_transport_clientpb_client_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1385,7 +1545,7 @@ func (x *CreateConsumer) String() string {
 func (*CreateConsumer) ProtoMessage() {}
 
 func (x *CreateConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[19]
+	mi := &file_transport_clientpb_client_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1398,7 +1558,7 @@ func (x *CreateConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConsumer.ProtoReflect.Descriptor instead.
 func (*CreateConsumer) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{19}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CreateConsumer) GetSession() uint64 {
@@ -1441,7 +1601,7 @@ type CloseConsumer struct {
 
 func (x *CloseConsumer) Reset() {
 	*x = CloseConsumer{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[20]
+	mi := &file_transport_clientpb_client_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1453,7 +1613,7 @@ func (x *CloseConsumer) String() string {
 func (*CloseConsumer) ProtoMessage() {}
 
 func (x *CloseConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[20]
+	mi := &file_transport_clientpb_client_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1466,7 +1626,7 @@ func (x *CloseConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseConsumer.ProtoReflect.Descriptor instead.
 func (*CloseConsumer) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{20}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CloseConsumer) GetConsumer() uint64 {
@@ -1488,7 +1648,7 @@ type ReturnDeliveries struct {
 
 func (x *ReturnDeliveries) Reset() {
 	*x = ReturnDeliveries{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[21]
+	mi := &file_transport_clientpb_client_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1500,7 +1660,7 @@ func (x *ReturnDeliveries) String() string {
 func (*ReturnDeliveries) ProtoMessage() {}
 
 func (x *ReturnDeliveries) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[21]
+	mi := &file_transport_clientpb_client_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1513,7 +1673,7 @@ func (x *ReturnDeliveries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnDeliveries.ProtoReflect.Descriptor instead.
 func (*ReturnDeliveries) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{21}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReturnDeliveries) GetSession() uint64 {
@@ -1540,7 +1700,7 @@ type Credit struct {
 
 func (x *Credit) Reset() {
 	*x = Credit{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[22]
+	mi := &file_transport_clientpb_client_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +1712,7 @@ func (x *Credit) String() string {
 func (*Credit) ProtoMessage() {}
 
 func (x *Credit) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[22]
+	mi := &file_transport_clientpb_client_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +1725,7 @@ func (x *Credit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credit.ProtoReflect.Descriptor instead.
 func (*Credit) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{22}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Credit) GetConsumer() uint64 {
@@ -1592,7 +1752,7 @@ type DeliveryRef struct {
 
 func (x *DeliveryRef) Reset() {
 	*x = DeliveryRef{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[23]
+	mi := &file_transport_clientpb_client_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1604,7 +1764,7 @@ func (x *DeliveryRef) String() string {
 func (*DeliveryRef) ProtoMessage() {}
 
 func (x *DeliveryRef) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[23]
+	mi := &file_transport_clientpb_client_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1617,7 +1777,7 @@ func (x *DeliveryRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliveryRef.ProtoReflect.Descriptor instead.
 func (*DeliveryRef) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{23}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeliveryRef) GetMember() string {
@@ -1644,7 +1804,7 @@ type Acknowledge struct {
 
 func (x *Acknowledge) Reset() {
 	*x = Acknowledge{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[24]
+	mi := &file_transport_clientpb_client_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1656,7 +1816,7 @@ func (x *Acknowledge) String() string {
 func (*Acknowledge) ProtoMessage() {}
 
 func (x *Acknowledge) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[24]
+	mi := &file_transport_clientpb_client_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1669,7 +1829,7 @@ func (x *Acknowledge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Acknowledge.ProtoReflect.Descriptor instead.
 func (*Acknowledge) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{24}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Acknowledge) GetSession() uint64 {
@@ -1695,7 +1855,7 @@ type RecoverSession struct {
 
 func (x *RecoverSession) Reset() {
 	*x = RecoverSession{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[25]
+	mi := &file_transport_clientpb_client_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1707,7 +1867,7 @@ func (x *RecoverSession) String() string {
 func (*RecoverSession) ProtoMessage() {}
 
 func (x *RecoverSession) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[25]
+	mi := &file_transport_clientpb_client_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1720,7 +1880,7 @@ func (x *RecoverSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverSession.ProtoReflect.Descriptor instead.
 func (*RecoverSession) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{25}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RecoverSession) GetSession() uint64 {
@@ -1744,7 +1904,7 @@ type ServerFrame struct {
 
 func (x *ServerFrame) Reset() {
 	*x = ServerFrame{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[26]
+	mi := &file_transport_clientpb_client_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1756,7 +1916,7 @@ func (x *ServerFrame) String() string {
 func (*ServerFrame) ProtoMessage() {}
 
 func (x *ServerFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[26]
+	mi := &file_transport_clientpb_client_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1769,7 +1929,7 @@ func (x *ServerFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerFrame.ProtoReflect.Descriptor instead.
 func (*ServerFrame) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{26}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ServerFrame) GetFrame() isServerFrame_Frame {
@@ -1845,7 +2005,7 @@ type Reply struct {
 
 func (x *Reply) Reset() {
 	*x = Reply{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[27]
+	mi := &file_transport_clientpb_client_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +2017,7 @@ func (x *Reply) String() string {
 func (*Reply) ProtoMessage() {}
 
 func (x *Reply) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[27]
+	mi := &file_transport_clientpb_client_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +2030,7 @@ func (x *Reply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reply.ProtoReflect.Descriptor instead.
 func (*Reply) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{27}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Reply) GetRequestId() uint64 {
@@ -1968,7 +2128,7 @@ type HelloResult struct {
 
 func (x *HelloResult) Reset() {
 	*x = HelloResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[28]
+	mi := &file_transport_clientpb_client_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1980,7 +2140,7 @@ func (x *HelloResult) String() string {
 func (*HelloResult) ProtoMessage() {}
 
 func (x *HelloResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[28]
+	mi := &file_transport_clientpb_client_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1993,7 +2153,7 @@ func (x *HelloResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloResult.ProtoReflect.Descriptor instead.
 func (*HelloResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{28}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *HelloResult) GetConnectionId() string {
@@ -2020,7 +2180,7 @@ type CreateConsumerResult struct {
 
 func (x *CreateConsumerResult) Reset() {
 	*x = CreateConsumerResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[29]
+	mi := &file_transport_clientpb_client_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2032,7 +2192,7 @@ func (x *CreateConsumerResult) String() string {
 func (*CreateConsumerResult) ProtoMessage() {}
 
 func (x *CreateConsumerResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[29]
+	mi := &file_transport_clientpb_client_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2045,7 +2205,7 @@ func (x *CreateConsumerResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConsumerResult.ProtoReflect.Descriptor instead.
 func (*CreateConsumerResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{29}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CreateConsumerResult) GetMember() string {
@@ -2067,7 +2227,7 @@ type Watermark struct {
 
 func (x *Watermark) Reset() {
 	*x = Watermark{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[30]
+	mi := &file_transport_clientpb_client_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2079,7 +2239,7 @@ func (x *Watermark) String() string {
 func (*Watermark) ProtoMessage() {}
 
 func (x *Watermark) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[30]
+	mi := &file_transport_clientpb_client_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2092,7 +2252,7 @@ func (x *Watermark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Watermark.ProtoReflect.Descriptor instead.
 func (*Watermark) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{30}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Watermark) GetMember() string {
@@ -2118,7 +2278,7 @@ type RecoverResult struct {
 
 func (x *RecoverResult) Reset() {
 	*x = RecoverResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[31]
+	mi := &file_transport_clientpb_client_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2130,7 +2290,7 @@ func (x *RecoverResult) String() string {
 func (*RecoverResult) ProtoMessage() {}
 
 func (x *RecoverResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[31]
+	mi := &file_transport_clientpb_client_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2143,7 +2303,7 @@ func (x *RecoverResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResult.ProtoReflect.Descriptor instead.
 func (*RecoverResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{31}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RecoverResult) GetWatermarks() []*Watermark {
@@ -2163,7 +2323,7 @@ type AcknowledgeResult struct {
 
 func (x *AcknowledgeResult) Reset() {
 	*x = AcknowledgeResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[32]
+	mi := &file_transport_clientpb_client_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2175,7 +2335,7 @@ func (x *AcknowledgeResult) String() string {
 func (*AcknowledgeResult) ProtoMessage() {}
 
 func (x *AcknowledgeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[32]
+	mi := &file_transport_clientpb_client_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2188,7 +2348,7 @@ func (x *AcknowledgeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeResult.ProtoReflect.Descriptor instead.
 func (*AcknowledgeResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{32}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AcknowledgeResult) GetRejected() []*DeliveryRef {
@@ -2217,7 +2377,7 @@ type Delivery struct {
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[33]
+	mi := &file_transport_clientpb_client_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2229,7 +2389,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[33]
+	mi := &file_transport_clientpb_client_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2242,7 +2402,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{33}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Delivery) GetMember() string {
@@ -2332,7 +2492,7 @@ type Deliveries struct {
 
 func (x *Deliveries) Reset() {
 	*x = Deliveries{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[34]
+	mi := &file_transport_clientpb_client_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2344,7 +2504,7 @@ func (x *Deliveries) String() string {
 func (*Deliveries) ProtoMessage() {}
 
 func (x *Deliveries) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[34]
+	mi := &file_transport_clientpb_client_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2357,7 +2517,7 @@ func (x *Deliveries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deliveries.ProtoReflect.Descriptor instead.
 func (*Deliveries) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{34}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Deliveries) GetConsumer() uint64 {
@@ -2384,7 +2544,7 @@ type ConsumerClosed struct {
 
 func (x *ConsumerClosed) Reset() {
 	*x = ConsumerClosed{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[35]
+	mi := &file_transport_clientpb_client_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2396,7 +2556,7 @@ func (x *ConsumerClosed) String() string {
 func (*ConsumerClosed) ProtoMessage() {}
 
 func (x *ConsumerClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[35]
+	mi := &file_transport_clientpb_client_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2409,7 +2569,7 @@ func (x *ConsumerClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerClosed.ProtoReflect.Descriptor instead.
 func (*ConsumerClosed) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{35}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ConsumerClosed) GetConsumer() uint64 {
@@ -2434,7 +2594,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[36]
+	mi := &file_transport_clientpb_client_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2446,7 +2606,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[36]
+	mi := &file_transport_clientpb_client_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2459,7 +2619,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{36}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{40}
 }
 
 type NodeStatus struct {
@@ -2473,14 +2633,16 @@ type NodeStatus struct {
 	// state is alive, suspect, dead or left (memberlist's view from the answering node).
 	State string `protobuf:"bytes,7,opt,name=state,proto3" json:"state,omitempty"`
 	// meta_role is leader, follower, candidate, nonvoter or none.
-	MetaRole      string `protobuf:"bytes,8,opt,name=meta_role,json=metaRole,proto3" json:"meta_role,omitempty"`
+	MetaRole string `protobuf:"bytes,8,opt,name=meta_role,json=metaRole,proto3" json:"meta_role,omitempty"`
+	// alive is state == "alive".
+	Alive         bool `protobuf:"varint,9,opt,name=alive,proto3" json:"alive,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[37]
+	mi := &file_transport_clientpb_client_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2492,7 +2654,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[37]
+	mi := &file_transport_clientpb_client_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2505,7 +2667,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{37}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *NodeStatus) GetId() string {
@@ -2564,19 +2726,30 @@ func (x *NodeStatus) GetMetaRole() string {
 	return ""
 }
 
+func (x *NodeStatus) GetAlive() bool {
+	if x != nil {
+		return x.Alive
+	}
+	return false
+}
+
 type ReplicaStatus struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Role          string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
-	MatchIndex    uint64                 `protobuf:"varint,3,opt,name=match_index,json=matchIndex,proto3" json:"match_index,omitempty"`
-	Lag           uint64                 `protobuf:"varint,4,opt,name=lag,proto3" json:"lag,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Role  string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	// match_index is the last log index the replica holds; lag is how many
+	// committed entries it has yet to apply. reachable is false when the
+	// replica's node did not answer, and then both are unknown (0).
+	MatchIndex    uint64 `protobuf:"varint,3,opt,name=match_index,json=matchIndex,proto3" json:"match_index,omitempty"`
+	Lag           uint64 `protobuf:"varint,4,opt,name=lag,proto3" json:"lag,omitempty"`
+	Reachable     bool   `protobuf:"varint,5,opt,name=reachable,proto3" json:"reachable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReplicaStatus) Reset() {
 	*x = ReplicaStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[38]
+	mi := &file_transport_clientpb_client_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2588,7 +2761,7 @@ func (x *ReplicaStatus) String() string {
 func (*ReplicaStatus) ProtoMessage() {}
 
 func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[38]
+	mi := &file_transport_clientpb_client_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2601,7 +2774,7 @@ func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStatus.ProtoReflect.Descriptor instead.
 func (*ReplicaStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{38}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ReplicaStatus) GetNode() string {
@@ -2632,6 +2805,13 @@ func (x *ReplicaStatus) GetLag() uint64 {
 	return 0
 }
 
+func (x *ReplicaStatus) GetReachable() bool {
+	if x != nil {
+		return x.Reachable
+	}
+	return false
+}
+
 type GroupStatus struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -2645,7 +2825,7 @@ type GroupStatus struct {
 
 func (x *GroupStatus) Reset() {
 	*x = GroupStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[39]
+	mi := &file_transport_clientpb_client_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2657,7 +2837,7 @@ func (x *GroupStatus) String() string {
 func (*GroupStatus) ProtoMessage() {}
 
 func (x *GroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[39]
+	mi := &file_transport_clientpb_client_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2670,7 +2850,7 @@ func (x *GroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
 func (*GroupStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{39}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GroupStatus) GetName() string {
@@ -2719,7 +2899,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[40]
+	mi := &file_transport_clientpb_client_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2731,7 +2911,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[40]
+	mi := &file_transport_clientpb_client_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2744,7 +2924,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{40}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ClusterStatusResponse) GetAnsweredBy() string {
@@ -2772,7 +2952,13 @@ var File_transport_clientpb_client_proto protoreflect.FileDescriptor
 
 const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\n" +
-	"\x1ftransport/clientpb/client.proto\x12\x0fcairn.client.v1\"9\n" +
+	"\x1ftransport/clientpb/client.proto\x12\x0fcairn.client.v1\"#\n" +
+	"\x11RemoveNodeRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x14\n" +
+	"\x12RemoveNodeResponse\"\x12\n" +
+	"\x10LeaveNodeRequest\"'\n" +
+	"\x11LeaveNodeResponse\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\"9\n" +
 	"\x05Error\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"\xce\x01\n" +
@@ -2942,7 +3128,7 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x0eConsumerClosed\x12\x1a\n" +
 	"\bconsumer\x18\x01 \x01(\x04R\bconsumer\x12,\n" +
 	"\x05error\x18\x02 \x01(\v2\x16.cairn.client.v1.ErrorR\x05error\"\x16\n" +
-	"\x14ClusterStatusRequest\"\xe8\x01\n" +
+	"\x14ClusterStatusRequest\"\xfe\x01\n" +
 	"\n" +
 	"NodeStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
@@ -2954,13 +3140,15 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"gossipAddr\x12\x1b\n" +
 	"\thttp_addr\x18\x06 \x01(\tR\bhttpAddr\x12\x14\n" +
 	"\x05state\x18\a \x01(\tR\x05state\x12\x1b\n" +
-	"\tmeta_role\x18\b \x01(\tR\bmetaRole\"j\n" +
+	"\tmeta_role\x18\b \x01(\tR\bmetaRole\x12\x14\n" +
+	"\x05alive\x18\t \x01(\bR\x05alive\"\x88\x01\n" +
 	"\rReplicaStatus\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x1f\n" +
 	"\vmatch_index\x18\x03 \x01(\x04R\n" +
 	"matchIndex\x12\x10\n" +
-	"\x03lag\x18\x04 \x01(\x04R\x03lag\"\xbd\x01\n" +
+	"\x03lag\x18\x04 \x01(\x04R\x03lag\x12\x1c\n" +
+	"\treachable\x18\x05 \x01(\bR\treachable\"\xbd\x01\n" +
 	"\vGroupStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12!\n" +
@@ -2982,7 +3170,7 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x0fACK_MODE_CLIENT\x10\x02\x12\x14\n" +
 	"\x10ACK_MODE_DUPS_OK\x10\x03\x12\x17\n" +
 	"\x13ACK_MODE_INDIVIDUAL\x10\x04\x12\x17\n" +
-	"\x13ACK_MODE_TRANSACTED\x10\x052\xfd\x05\n" +
+	"\x13ACK_MODE_TRANSACTED\x10\x052\xa8\a\n" +
 	"\rClientService\x12`\n" +
 	"\x11CreateDestination\x12).cairn.client.v1.CreateDestinationRequest\x1a .cairn.client.v1.DestinationInfo\x12j\n" +
 	"\x11DeleteDestination\x12).cairn.client.v1.DeleteDestinationRequest\x1a*.cairn.client.v1.DeleteDestinationResponse\x12g\n" +
@@ -2991,7 +3179,10 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x10PurgeDestination\x12(.cairn.client.v1.PurgeDestinationRequest\x1a).cairn.client.v1.PurgeDestinationResponse\x12C\n" +
 	"\x04Send\x12\x1c.cairn.client.v1.SendRequest\x1a\x1d.cairn.client.v1.SendResponse\x12I\n" +
 	"\aConnect\x12\x1c.cairn.client.v1.ClientFrame\x1a\x1c.cairn.client.v1.ServerFrame(\x010\x01\x12^\n" +
-	"\rClusterStatus\x12%.cairn.client.v1.ClusterStatusRequest\x1a&.cairn.client.v1.ClusterStatusResponseB-Z+github.com/cairnmq/cairn/transport/clientpbb\x06proto3"
+	"\rClusterStatus\x12%.cairn.client.v1.ClusterStatusRequest\x1a&.cairn.client.v1.ClusterStatusResponse\x12U\n" +
+	"\n" +
+	"RemoveNode\x12\".cairn.client.v1.RemoveNodeRequest\x1a#.cairn.client.v1.RemoveNodeResponse\x12R\n" +
+	"\tLeaveNode\x12!.cairn.client.v1.LeaveNodeRequest\x1a\".cairn.client.v1.LeaveNodeResponseB-Z+github.com/cairnmq/cairn/transport/clientpbb\x06proto3"
 
 var (
 	file_transport_clientpb_client_proto_rawDescOnce sync.Once
@@ -3006,108 +3197,116 @@ func file_transport_clientpb_client_proto_rawDescGZIP() []byte {
 }
 
 var file_transport_clientpb_client_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_transport_clientpb_client_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_transport_clientpb_client_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_transport_clientpb_client_proto_goTypes = []any{
 	(DestinationKind)(0),              // 0: cairn.client.v1.DestinationKind
 	(AckMode)(0),                      // 1: cairn.client.v1.AckMode
-	(*Error)(nil),                     // 2: cairn.client.v1.Error
-	(*CreateDestinationRequest)(nil),  // 3: cairn.client.v1.CreateDestinationRequest
-	(*DeleteDestinationRequest)(nil),  // 4: cairn.client.v1.DeleteDestinationRequest
-	(*DeleteDestinationResponse)(nil), // 5: cairn.client.v1.DeleteDestinationResponse
-	(*ListDestinationsRequest)(nil),   // 6: cairn.client.v1.ListDestinationsRequest
-	(*ListDestinationsResponse)(nil),  // 7: cairn.client.v1.ListDestinationsResponse
-	(*ShowDestinationRequest)(nil),    // 8: cairn.client.v1.ShowDestinationRequest
-	(*PurgeDestinationRequest)(nil),   // 9: cairn.client.v1.PurgeDestinationRequest
-	(*PurgeDestinationResponse)(nil),  // 10: cairn.client.v1.PurgeDestinationResponse
-	(*MemberInfo)(nil),                // 11: cairn.client.v1.MemberInfo
-	(*DestinationInfo)(nil),           // 12: cairn.client.v1.DestinationInfo
-	(*Message)(nil),                   // 13: cairn.client.v1.Message
-	(*SendRequest)(nil),               // 14: cairn.client.v1.SendRequest
-	(*SendResult)(nil),                // 15: cairn.client.v1.SendResult
-	(*SendResponse)(nil),              // 16: cairn.client.v1.SendResponse
-	(*ClientFrame)(nil),               // 17: cairn.client.v1.ClientFrame
-	(*Hello)(nil),                     // 18: cairn.client.v1.Hello
-	(*OpenSession)(nil),               // 19: cairn.client.v1.OpenSession
-	(*CloseSession)(nil),              // 20: cairn.client.v1.CloseSession
-	(*CreateConsumer)(nil),            // 21: cairn.client.v1.CreateConsumer
-	(*CloseConsumer)(nil),             // 22: cairn.client.v1.CloseConsumer
-	(*ReturnDeliveries)(nil),          // 23: cairn.client.v1.ReturnDeliveries
-	(*Credit)(nil),                    // 24: cairn.client.v1.Credit
-	(*DeliveryRef)(nil),               // 25: cairn.client.v1.DeliveryRef
-	(*Acknowledge)(nil),               // 26: cairn.client.v1.Acknowledge
-	(*RecoverSession)(nil),            // 27: cairn.client.v1.RecoverSession
-	(*ServerFrame)(nil),               // 28: cairn.client.v1.ServerFrame
-	(*Reply)(nil),                     // 29: cairn.client.v1.Reply
-	(*HelloResult)(nil),               // 30: cairn.client.v1.HelloResult
-	(*CreateConsumerResult)(nil),      // 31: cairn.client.v1.CreateConsumerResult
-	(*Watermark)(nil),                 // 32: cairn.client.v1.Watermark
-	(*RecoverResult)(nil),             // 33: cairn.client.v1.RecoverResult
-	(*AcknowledgeResult)(nil),         // 34: cairn.client.v1.AcknowledgeResult
-	(*Delivery)(nil),                  // 35: cairn.client.v1.Delivery
-	(*Deliveries)(nil),                // 36: cairn.client.v1.Deliveries
-	(*ConsumerClosed)(nil),            // 37: cairn.client.v1.ConsumerClosed
-	(*ClusterStatusRequest)(nil),      // 38: cairn.client.v1.ClusterStatusRequest
-	(*NodeStatus)(nil),                // 39: cairn.client.v1.NodeStatus
-	(*ReplicaStatus)(nil),             // 40: cairn.client.v1.ReplicaStatus
-	(*GroupStatus)(nil),               // 41: cairn.client.v1.GroupStatus
-	(*ClusterStatusResponse)(nil),     // 42: cairn.client.v1.ClusterStatusResponse
-	nil,                               // 43: cairn.client.v1.Message.PropertiesEntry
-	nil,                               // 44: cairn.client.v1.Delivery.PropertiesEntry
+	(*RemoveNodeRequest)(nil),         // 2: cairn.client.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),        // 3: cairn.client.v1.RemoveNodeResponse
+	(*LeaveNodeRequest)(nil),          // 4: cairn.client.v1.LeaveNodeRequest
+	(*LeaveNodeResponse)(nil),         // 5: cairn.client.v1.LeaveNodeResponse
+	(*Error)(nil),                     // 6: cairn.client.v1.Error
+	(*CreateDestinationRequest)(nil),  // 7: cairn.client.v1.CreateDestinationRequest
+	(*DeleteDestinationRequest)(nil),  // 8: cairn.client.v1.DeleteDestinationRequest
+	(*DeleteDestinationResponse)(nil), // 9: cairn.client.v1.DeleteDestinationResponse
+	(*ListDestinationsRequest)(nil),   // 10: cairn.client.v1.ListDestinationsRequest
+	(*ListDestinationsResponse)(nil),  // 11: cairn.client.v1.ListDestinationsResponse
+	(*ShowDestinationRequest)(nil),    // 12: cairn.client.v1.ShowDestinationRequest
+	(*PurgeDestinationRequest)(nil),   // 13: cairn.client.v1.PurgeDestinationRequest
+	(*PurgeDestinationResponse)(nil),  // 14: cairn.client.v1.PurgeDestinationResponse
+	(*MemberInfo)(nil),                // 15: cairn.client.v1.MemberInfo
+	(*DestinationInfo)(nil),           // 16: cairn.client.v1.DestinationInfo
+	(*Message)(nil),                   // 17: cairn.client.v1.Message
+	(*SendRequest)(nil),               // 18: cairn.client.v1.SendRequest
+	(*SendResult)(nil),                // 19: cairn.client.v1.SendResult
+	(*SendResponse)(nil),              // 20: cairn.client.v1.SendResponse
+	(*ClientFrame)(nil),               // 21: cairn.client.v1.ClientFrame
+	(*Hello)(nil),                     // 22: cairn.client.v1.Hello
+	(*OpenSession)(nil),               // 23: cairn.client.v1.OpenSession
+	(*CloseSession)(nil),              // 24: cairn.client.v1.CloseSession
+	(*CreateConsumer)(nil),            // 25: cairn.client.v1.CreateConsumer
+	(*CloseConsumer)(nil),             // 26: cairn.client.v1.CloseConsumer
+	(*ReturnDeliveries)(nil),          // 27: cairn.client.v1.ReturnDeliveries
+	(*Credit)(nil),                    // 28: cairn.client.v1.Credit
+	(*DeliveryRef)(nil),               // 29: cairn.client.v1.DeliveryRef
+	(*Acknowledge)(nil),               // 30: cairn.client.v1.Acknowledge
+	(*RecoverSession)(nil),            // 31: cairn.client.v1.RecoverSession
+	(*ServerFrame)(nil),               // 32: cairn.client.v1.ServerFrame
+	(*Reply)(nil),                     // 33: cairn.client.v1.Reply
+	(*HelloResult)(nil),               // 34: cairn.client.v1.HelloResult
+	(*CreateConsumerResult)(nil),      // 35: cairn.client.v1.CreateConsumerResult
+	(*Watermark)(nil),                 // 36: cairn.client.v1.Watermark
+	(*RecoverResult)(nil),             // 37: cairn.client.v1.RecoverResult
+	(*AcknowledgeResult)(nil),         // 38: cairn.client.v1.AcknowledgeResult
+	(*Delivery)(nil),                  // 39: cairn.client.v1.Delivery
+	(*Deliveries)(nil),                // 40: cairn.client.v1.Deliveries
+	(*ConsumerClosed)(nil),            // 41: cairn.client.v1.ConsumerClosed
+	(*ClusterStatusRequest)(nil),      // 42: cairn.client.v1.ClusterStatusRequest
+	(*NodeStatus)(nil),                // 43: cairn.client.v1.NodeStatus
+	(*ReplicaStatus)(nil),             // 44: cairn.client.v1.ReplicaStatus
+	(*GroupStatus)(nil),               // 45: cairn.client.v1.GroupStatus
+	(*ClusterStatusResponse)(nil),     // 46: cairn.client.v1.ClusterStatusResponse
+	nil,                               // 47: cairn.client.v1.Message.PropertiesEntry
+	nil,                               // 48: cairn.client.v1.Delivery.PropertiesEntry
 }
 var file_transport_clientpb_client_proto_depIdxs = []int32{
 	0,  // 0: cairn.client.v1.CreateDestinationRequest.kind:type_name -> cairn.client.v1.DestinationKind
-	12, // 1: cairn.client.v1.ListDestinationsResponse.destinations:type_name -> cairn.client.v1.DestinationInfo
+	16, // 1: cairn.client.v1.ListDestinationsResponse.destinations:type_name -> cairn.client.v1.DestinationInfo
 	0,  // 2: cairn.client.v1.DestinationInfo.kind:type_name -> cairn.client.v1.DestinationKind
-	11, // 3: cairn.client.v1.DestinationInfo.members:type_name -> cairn.client.v1.MemberInfo
-	43, // 4: cairn.client.v1.Message.properties:type_name -> cairn.client.v1.Message.PropertiesEntry
-	13, // 5: cairn.client.v1.SendRequest.messages:type_name -> cairn.client.v1.Message
-	15, // 6: cairn.client.v1.SendResponse.results:type_name -> cairn.client.v1.SendResult
-	18, // 7: cairn.client.v1.ClientFrame.hello:type_name -> cairn.client.v1.Hello
-	19, // 8: cairn.client.v1.ClientFrame.open_session:type_name -> cairn.client.v1.OpenSession
-	20, // 9: cairn.client.v1.ClientFrame.close_session:type_name -> cairn.client.v1.CloseSession
-	21, // 10: cairn.client.v1.ClientFrame.create_consumer:type_name -> cairn.client.v1.CreateConsumer
-	22, // 11: cairn.client.v1.ClientFrame.close_consumer:type_name -> cairn.client.v1.CloseConsumer
-	24, // 12: cairn.client.v1.ClientFrame.credit:type_name -> cairn.client.v1.Credit
-	26, // 13: cairn.client.v1.ClientFrame.acknowledge:type_name -> cairn.client.v1.Acknowledge
-	27, // 14: cairn.client.v1.ClientFrame.recover:type_name -> cairn.client.v1.RecoverSession
-	23, // 15: cairn.client.v1.ClientFrame.return_deliveries:type_name -> cairn.client.v1.ReturnDeliveries
+	15, // 3: cairn.client.v1.DestinationInfo.members:type_name -> cairn.client.v1.MemberInfo
+	47, // 4: cairn.client.v1.Message.properties:type_name -> cairn.client.v1.Message.PropertiesEntry
+	17, // 5: cairn.client.v1.SendRequest.messages:type_name -> cairn.client.v1.Message
+	19, // 6: cairn.client.v1.SendResponse.results:type_name -> cairn.client.v1.SendResult
+	22, // 7: cairn.client.v1.ClientFrame.hello:type_name -> cairn.client.v1.Hello
+	23, // 8: cairn.client.v1.ClientFrame.open_session:type_name -> cairn.client.v1.OpenSession
+	24, // 9: cairn.client.v1.ClientFrame.close_session:type_name -> cairn.client.v1.CloseSession
+	25, // 10: cairn.client.v1.ClientFrame.create_consumer:type_name -> cairn.client.v1.CreateConsumer
+	26, // 11: cairn.client.v1.ClientFrame.close_consumer:type_name -> cairn.client.v1.CloseConsumer
+	28, // 12: cairn.client.v1.ClientFrame.credit:type_name -> cairn.client.v1.Credit
+	30, // 13: cairn.client.v1.ClientFrame.acknowledge:type_name -> cairn.client.v1.Acknowledge
+	31, // 14: cairn.client.v1.ClientFrame.recover:type_name -> cairn.client.v1.RecoverSession
+	27, // 15: cairn.client.v1.ClientFrame.return_deliveries:type_name -> cairn.client.v1.ReturnDeliveries
 	1,  // 16: cairn.client.v1.OpenSession.ack_mode:type_name -> cairn.client.v1.AckMode
-	25, // 17: cairn.client.v1.ReturnDeliveries.deliveries:type_name -> cairn.client.v1.DeliveryRef
-	25, // 18: cairn.client.v1.Acknowledge.deliveries:type_name -> cairn.client.v1.DeliveryRef
-	29, // 19: cairn.client.v1.ServerFrame.reply:type_name -> cairn.client.v1.Reply
-	36, // 20: cairn.client.v1.ServerFrame.deliveries:type_name -> cairn.client.v1.Deliveries
-	37, // 21: cairn.client.v1.ServerFrame.consumer_closed:type_name -> cairn.client.v1.ConsumerClosed
-	2,  // 22: cairn.client.v1.Reply.error:type_name -> cairn.client.v1.Error
-	30, // 23: cairn.client.v1.Reply.hello:type_name -> cairn.client.v1.HelloResult
-	31, // 24: cairn.client.v1.Reply.create_consumer:type_name -> cairn.client.v1.CreateConsumerResult
-	33, // 25: cairn.client.v1.Reply.recover:type_name -> cairn.client.v1.RecoverResult
-	34, // 26: cairn.client.v1.Reply.acknowledge:type_name -> cairn.client.v1.AcknowledgeResult
-	32, // 27: cairn.client.v1.RecoverResult.watermarks:type_name -> cairn.client.v1.Watermark
-	25, // 28: cairn.client.v1.AcknowledgeResult.rejected:type_name -> cairn.client.v1.DeliveryRef
-	44, // 29: cairn.client.v1.Delivery.properties:type_name -> cairn.client.v1.Delivery.PropertiesEntry
-	35, // 30: cairn.client.v1.Deliveries.messages:type_name -> cairn.client.v1.Delivery
-	2,  // 31: cairn.client.v1.ConsumerClosed.error:type_name -> cairn.client.v1.Error
-	40, // 32: cairn.client.v1.GroupStatus.replicas:type_name -> cairn.client.v1.ReplicaStatus
-	39, // 33: cairn.client.v1.ClusterStatusResponse.nodes:type_name -> cairn.client.v1.NodeStatus
-	41, // 34: cairn.client.v1.ClusterStatusResponse.groups:type_name -> cairn.client.v1.GroupStatus
-	3,  // 35: cairn.client.v1.ClientService.CreateDestination:input_type -> cairn.client.v1.CreateDestinationRequest
-	4,  // 36: cairn.client.v1.ClientService.DeleteDestination:input_type -> cairn.client.v1.DeleteDestinationRequest
-	6,  // 37: cairn.client.v1.ClientService.ListDestinations:input_type -> cairn.client.v1.ListDestinationsRequest
-	8,  // 38: cairn.client.v1.ClientService.ShowDestination:input_type -> cairn.client.v1.ShowDestinationRequest
-	9,  // 39: cairn.client.v1.ClientService.PurgeDestination:input_type -> cairn.client.v1.PurgeDestinationRequest
-	14, // 40: cairn.client.v1.ClientService.Send:input_type -> cairn.client.v1.SendRequest
-	17, // 41: cairn.client.v1.ClientService.Connect:input_type -> cairn.client.v1.ClientFrame
-	38, // 42: cairn.client.v1.ClientService.ClusterStatus:input_type -> cairn.client.v1.ClusterStatusRequest
-	12, // 43: cairn.client.v1.ClientService.CreateDestination:output_type -> cairn.client.v1.DestinationInfo
-	5,  // 44: cairn.client.v1.ClientService.DeleteDestination:output_type -> cairn.client.v1.DeleteDestinationResponse
-	7,  // 45: cairn.client.v1.ClientService.ListDestinations:output_type -> cairn.client.v1.ListDestinationsResponse
-	12, // 46: cairn.client.v1.ClientService.ShowDestination:output_type -> cairn.client.v1.DestinationInfo
-	10, // 47: cairn.client.v1.ClientService.PurgeDestination:output_type -> cairn.client.v1.PurgeDestinationResponse
-	16, // 48: cairn.client.v1.ClientService.Send:output_type -> cairn.client.v1.SendResponse
-	28, // 49: cairn.client.v1.ClientService.Connect:output_type -> cairn.client.v1.ServerFrame
-	42, // 50: cairn.client.v1.ClientService.ClusterStatus:output_type -> cairn.client.v1.ClusterStatusResponse
-	43, // [43:51] is the sub-list for method output_type
-	35, // [35:43] is the sub-list for method input_type
+	29, // 17: cairn.client.v1.ReturnDeliveries.deliveries:type_name -> cairn.client.v1.DeliveryRef
+	29, // 18: cairn.client.v1.Acknowledge.deliveries:type_name -> cairn.client.v1.DeliveryRef
+	33, // 19: cairn.client.v1.ServerFrame.reply:type_name -> cairn.client.v1.Reply
+	40, // 20: cairn.client.v1.ServerFrame.deliveries:type_name -> cairn.client.v1.Deliveries
+	41, // 21: cairn.client.v1.ServerFrame.consumer_closed:type_name -> cairn.client.v1.ConsumerClosed
+	6,  // 22: cairn.client.v1.Reply.error:type_name -> cairn.client.v1.Error
+	34, // 23: cairn.client.v1.Reply.hello:type_name -> cairn.client.v1.HelloResult
+	35, // 24: cairn.client.v1.Reply.create_consumer:type_name -> cairn.client.v1.CreateConsumerResult
+	37, // 25: cairn.client.v1.Reply.recover:type_name -> cairn.client.v1.RecoverResult
+	38, // 26: cairn.client.v1.Reply.acknowledge:type_name -> cairn.client.v1.AcknowledgeResult
+	36, // 27: cairn.client.v1.RecoverResult.watermarks:type_name -> cairn.client.v1.Watermark
+	29, // 28: cairn.client.v1.AcknowledgeResult.rejected:type_name -> cairn.client.v1.DeliveryRef
+	48, // 29: cairn.client.v1.Delivery.properties:type_name -> cairn.client.v1.Delivery.PropertiesEntry
+	39, // 30: cairn.client.v1.Deliveries.messages:type_name -> cairn.client.v1.Delivery
+	6,  // 31: cairn.client.v1.ConsumerClosed.error:type_name -> cairn.client.v1.Error
+	44, // 32: cairn.client.v1.GroupStatus.replicas:type_name -> cairn.client.v1.ReplicaStatus
+	43, // 33: cairn.client.v1.ClusterStatusResponse.nodes:type_name -> cairn.client.v1.NodeStatus
+	45, // 34: cairn.client.v1.ClusterStatusResponse.groups:type_name -> cairn.client.v1.GroupStatus
+	7,  // 35: cairn.client.v1.ClientService.CreateDestination:input_type -> cairn.client.v1.CreateDestinationRequest
+	8,  // 36: cairn.client.v1.ClientService.DeleteDestination:input_type -> cairn.client.v1.DeleteDestinationRequest
+	10, // 37: cairn.client.v1.ClientService.ListDestinations:input_type -> cairn.client.v1.ListDestinationsRequest
+	12, // 38: cairn.client.v1.ClientService.ShowDestination:input_type -> cairn.client.v1.ShowDestinationRequest
+	13, // 39: cairn.client.v1.ClientService.PurgeDestination:input_type -> cairn.client.v1.PurgeDestinationRequest
+	18, // 40: cairn.client.v1.ClientService.Send:input_type -> cairn.client.v1.SendRequest
+	21, // 41: cairn.client.v1.ClientService.Connect:input_type -> cairn.client.v1.ClientFrame
+	42, // 42: cairn.client.v1.ClientService.ClusterStatus:input_type -> cairn.client.v1.ClusterStatusRequest
+	2,  // 43: cairn.client.v1.ClientService.RemoveNode:input_type -> cairn.client.v1.RemoveNodeRequest
+	4,  // 44: cairn.client.v1.ClientService.LeaveNode:input_type -> cairn.client.v1.LeaveNodeRequest
+	16, // 45: cairn.client.v1.ClientService.CreateDestination:output_type -> cairn.client.v1.DestinationInfo
+	9,  // 46: cairn.client.v1.ClientService.DeleteDestination:output_type -> cairn.client.v1.DeleteDestinationResponse
+	11, // 47: cairn.client.v1.ClientService.ListDestinations:output_type -> cairn.client.v1.ListDestinationsResponse
+	16, // 48: cairn.client.v1.ClientService.ShowDestination:output_type -> cairn.client.v1.DestinationInfo
+	14, // 49: cairn.client.v1.ClientService.PurgeDestination:output_type -> cairn.client.v1.PurgeDestinationResponse
+	20, // 50: cairn.client.v1.ClientService.Send:output_type -> cairn.client.v1.SendResponse
+	32, // 51: cairn.client.v1.ClientService.Connect:output_type -> cairn.client.v1.ServerFrame
+	46, // 52: cairn.client.v1.ClientService.ClusterStatus:output_type -> cairn.client.v1.ClusterStatusResponse
+	3,  // 53: cairn.client.v1.ClientService.RemoveNode:output_type -> cairn.client.v1.RemoveNodeResponse
+	5,  // 54: cairn.client.v1.ClientService.LeaveNode:output_type -> cairn.client.v1.LeaveNodeResponse
+	45, // [45:55] is the sub-list for method output_type
+	35, // [35:45] is the sub-list for method input_type
 	35, // [35:35] is the sub-list for extension type_name
 	35, // [35:35] is the sub-list for extension extendee
 	0,  // [0:35] is the sub-list for field type_name
@@ -3118,7 +3317,7 @@ func file_transport_clientpb_client_proto_init() {
 	if File_transport_clientpb_client_proto != nil {
 		return
 	}
-	file_transport_clientpb_client_proto_msgTypes[15].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[19].OneofWrappers = []any{
 		(*ClientFrame_Hello)(nil),
 		(*ClientFrame_OpenSession)(nil),
 		(*ClientFrame_CloseSession)(nil),
@@ -3129,12 +3328,12 @@ func file_transport_clientpb_client_proto_init() {
 		(*ClientFrame_Recover)(nil),
 		(*ClientFrame_ReturnDeliveries)(nil),
 	}
-	file_transport_clientpb_client_proto_msgTypes[26].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[30].OneofWrappers = []any{
 		(*ServerFrame_Reply)(nil),
 		(*ServerFrame_Deliveries)(nil),
 		(*ServerFrame_ConsumerClosed)(nil),
 	}
-	file_transport_clientpb_client_proto_msgTypes[27].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[31].OneofWrappers = []any{
 		(*Reply_Hello)(nil),
 		(*Reply_CreateConsumer)(nil),
 		(*Reply_Recover)(nil),
@@ -3146,7 +3345,7 @@ func file_transport_clientpb_client_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_clientpb_client_proto_rawDesc), len(file_transport_clientpb_client_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   43,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

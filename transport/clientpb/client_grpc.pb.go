@@ -32,6 +32,8 @@ const (
 	ClientService_Send_FullMethodName              = "/cairn.client.v1.ClientService/Send"
 	ClientService_Connect_FullMethodName           = "/cairn.client.v1.ClientService/Connect"
 	ClientService_ClusterStatus_FullMethodName     = "/cairn.client.v1.ClientService/ClusterStatus"
+	ClientService_RemoveNode_FullMethodName        = "/cairn.client.v1.ClientService/RemoveNode"
+	ClientService_LeaveNode_FullMethodName         = "/cairn.client.v1.ClientService/LeaveNode"
 )
 
 // ClientServiceClient is the client API for ClientService service.
@@ -51,6 +53,12 @@ type ClientServiceClient interface {
 	// acknowledgements travel on it, and its end releases every session it held.
 	Connect(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ClientFrame, ServerFrame], error)
 	ClusterStatus(ctx context.Context, in *ClusterStatusRequest, opts ...grpc.CallOption) (*ClusterStatusResponse, error)
+	// RemoveNode takes a dead node out of the cluster for good: its replicas
+	// are placed on live nodes and it leaves every Raft group.
+	RemoveNode(ctx context.Context, in *RemoveNodeRequest, opts ...grpc.CallOption) (*RemoveNodeResponse, error)
+	// LeaveNode makes the node that answers hand its leaderships to other
+	// nodes and stop.
+	LeaveNode(ctx context.Context, in *LeaveNodeRequest, opts ...grpc.CallOption) (*LeaveNodeResponse, error)
 }
 
 type clientServiceClient struct {
@@ -144,6 +152,26 @@ func (c *clientServiceClient) ClusterStatus(ctx context.Context, in *ClusterStat
 	return out, nil
 }
 
+func (c *clientServiceClient) RemoveNode(ctx context.Context, in *RemoveNodeRequest, opts ...grpc.CallOption) (*RemoveNodeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveNodeResponse)
+	err := c.cc.Invoke(ctx, ClientService_RemoveNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clientServiceClient) LeaveNode(ctx context.Context, in *LeaveNodeRequest, opts ...grpc.CallOption) (*LeaveNodeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeaveNodeResponse)
+	err := c.cc.Invoke(ctx, ClientService_LeaveNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClientServiceServer is the server API for ClientService service.
 // All implementations must embed UnimplementedClientServiceServer
 // for forward compatibility.
@@ -161,6 +189,12 @@ type ClientServiceServer interface {
 	// acknowledgements travel on it, and its end releases every session it held.
 	Connect(grpc.BidiStreamingServer[ClientFrame, ServerFrame]) error
 	ClusterStatus(context.Context, *ClusterStatusRequest) (*ClusterStatusResponse, error)
+	// RemoveNode takes a dead node out of the cluster for good: its replicas
+	// are placed on live nodes and it leaves every Raft group.
+	RemoveNode(context.Context, *RemoveNodeRequest) (*RemoveNodeResponse, error)
+	// LeaveNode makes the node that answers hand its leaderships to other
+	// nodes and stop.
+	LeaveNode(context.Context, *LeaveNodeRequest) (*LeaveNodeResponse, error)
 	mustEmbedUnimplementedClientServiceServer()
 }
 
@@ -194,6 +228,12 @@ func (UnimplementedClientServiceServer) Connect(grpc.BidiStreamingServer[ClientF
 }
 func (UnimplementedClientServiceServer) ClusterStatus(context.Context, *ClusterStatusRequest) (*ClusterStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ClusterStatus not implemented")
+}
+func (UnimplementedClientServiceServer) RemoveNode(context.Context, *RemoveNodeRequest) (*RemoveNodeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveNode not implemented")
+}
+func (UnimplementedClientServiceServer) LeaveNode(context.Context, *LeaveNodeRequest) (*LeaveNodeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method LeaveNode not implemented")
 }
 func (UnimplementedClientServiceServer) mustEmbedUnimplementedClientServiceServer() {}
 func (UnimplementedClientServiceServer) testEmbeddedByValue()                       {}
@@ -349,6 +389,42 @@ func _ClientService_ClusterStatus_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ClientService_RemoveNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClientServiceServer).RemoveNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClientService_RemoveNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClientServiceServer).RemoveNode(ctx, req.(*RemoveNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClientService_LeaveNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeaveNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClientServiceServer).LeaveNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClientService_LeaveNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClientServiceServer).LeaveNode(ctx, req.(*LeaveNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ClientService_ServiceDesc is the grpc.ServiceDesc for ClientService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -383,6 +459,14 @@ var ClientService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ClusterStatus",
 			Handler:    _ClientService_ClusterStatus_Handler,
+		},
+		{
+			MethodName: "RemoveNode",
+			Handler:    _ClientService_RemoveNode_Handler,
+		},
+		{
+			MethodName: "LeaveNode",
+			Handler:    _ClientService_LeaveNode_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,256 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/cairnmq/cairn/fsm"
+	"github.com/cairnmq/cairn/fsm/fsmpb"
+	"github.com/cairnmq/cairn/transport"
+)
+
+// maxMetaVoters bounds the meta group's voters; more nodes join as
+// non-voters, which replicate it without slowing its commits.
+const maxMetaVoters = 5
+
+// Raft configurations follow the meta group's decisions, never gossip's
+// verdicts: a node is added to a group when it is registered (alive, joined)
+// and placed, and removed only when an operator removed it (RemoveNode) and
+// the meta group re-placed its replicas.
+
+// reconcileMetaVoters, on the meta leader, adds registered nodes that gossip
+// holds alive to the meta group, and removes the nodes an operator removed.
+func (mg *metaGroup) reconcileMetaVoters() error {
+	r := mg.group.Raft
+	f := r.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	servers := f.Configuration().Servers
+	voters := 0
+	in := map[string]bool{}
+	for _, s := range servers {
+		in[string(s.ID)] = true
+		if s.Suffrage == raft.Voter {
+			voters++
+		}
+	}
+	alive := mg.n.aliveNodes()
+	var toAdd []*fsmpb.Node
+	var toRemove []string
+	mg.read(func(m *fsm.Meta) {
+		for _, nd := range m.Nodes() {
+			if !in[nd.Id] && alive[nd.Id] {
+				toAdd = append(toAdd, nd)
+			}
+		}
+		for _, s := range servers {
+			if m.Removed(string(s.ID)) {
+				toRemove = append(toRemove, string(s.ID))
+			}
+		}
+	})
+	for _, nd := range toAdd {
+		var err error
+		if voters < maxMetaVoters {
+			err = r.AddVoter(raft.ServerID(nd.Id), raft.ServerAddress(nd.RaftAddr), 0, 10*time.Second).Error()
+			voters++
+		} else {
+			err = r.AddNonvoter(raft.ServerID(nd.Id), raft.ServerAddress(nd.RaftAddr), 0, 10*time.Second).Error()
+		}
+		if err != nil {
+			return fmt.Errorf("adding node %s to the meta group: %w", nd.Id, err)
+		}
+		mg.n.log.Info("node added to the meta group", "id", nd.Id)
+	}
+	for _, id := range toRemove {
+		if err := r.RemoveServer(raft.ServerID(id), 0, 10*time.Second).Error(); err != nil {
+			return fmt.Errorf("removing node %s from the meta group: %w", id, err)
+		}
+		mg.n.log.Info("removed node taken out of the meta group", "id", id)
+	}
+	return nil
+}
+
+// replaceRemoved, on the meta leader, moves every replica placed on a
+// removed node to a live node that holds no replica of that member (the one
+// with the fewest replicas), or drops it when there is none.
+func (mg *metaGroup) replaceRemoved(ctx context.Context) error {
+	alive := mg.n.aliveNodes()
+	type move struct {
+		dest     string
+		index    uint32
+		old, new string
+	}
+	var moves []move
+	mg.read(func(m *fsm.Meta) {
+		load := map[string]int{}
+		var candidates []string
+		for _, nd := range m.Nodes() {
+			if alive[nd.Id] {
+				candidates = append(candidates, nd.Id)
+				load[nd.Id] = 0
+			}
+		}
+		for _, d := range m.Destinations() {
+			for _, p := range d.Members {
+				for _, id := range p.Replicas {
+					load[id]++
+				}
+			}
+		}
+		for _, d := range m.Destinations() {
+			for _, p := range d.Members {
+				for _, id := range p.Replicas {
+					if !m.Removed(id) {
+						continue
+					}
+					var free []string
+					for _, c := range candidates {
+						if !slices.Contains(p.Replicas, c) {
+							free = append(free, c)
+						}
+					}
+					sort.SliceStable(free, func(i, j int) bool { return load[free[i]] < load[free[j]] })
+					mv := move{dest: d.Name, index: p.Index, old: id}
+					if len(free) > 0 {
+						mv.new = free[0]
+						load[mv.new]++
+					}
+					moves = append(moves, mv)
+				}
+			}
+		}
+	})
+	for _, mv := range moves {
+		if _, err := mg.applyLocal(ctx, &fsmpb.ReplaceReplica{Destination: mv.dest, Member: mv.index, Old: mv.old, New: mv.new}); err != nil {
+			return fmt.Errorf("re-placing %s's replica on %s: %w", fsm.MemberName(mv.dest, mv.index), mv.old, err)
+		}
+		mg.n.log.Info("replica of a removed node re-placed", "member", fsm.MemberName(mv.dest, mv.index), "from", mv.old, "to", mv.new)
+	}
+	return nil
+}
+
+// reconcileMemberVoters, on a member's leader, makes the group's Raft
+// configuration match the member's placement: new replicas are added before
+// any is removed, so the group never has fewer voters than it needs.
+func (gs *groups) reconcileMemberVoters(r interface {
+	Name() string
+	Raft() *raft.Raft
+}) error {
+	dest, idx, err := fsm.ParseAddress(r.Name())
+	if err != nil {
+		return err
+	}
+	d, ok := gs.n.meta.destination(dest)
+	if !ok || idx < 0 || idx >= len(d.Members) {
+		return nil
+	}
+	want := d.Members[idx].Replicas
+	f := r.Raft().GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	have := map[string]bool{}
+	for _, s := range f.Configuration().Servers {
+		have[string(s.ID)] = true
+	}
+	added := false
+	for _, id := range want {
+		if have[id] {
+			continue
+		}
+		addr, err := (raftAddresses{gs.n}).ServerAddr(raft.ServerID(id))
+		if err != nil {
+			return err
+		}
+		if err := r.Raft().AddVoter(raft.ServerID(id), addr, 0, 10*time.Second).Error(); err != nil {
+			return fmt.Errorf("adding %s to member %s: %w", id, r.Name(), err)
+		}
+		gs.n.log.Info("replica added to member group", "member", r.Name(), "node", id)
+		added = true
+	}
+	if added {
+		return nil // remove on a later pass, once the new voters are in
+	}
+	for id := range have {
+		if slices.Contains(want, id) {
+			continue
+		}
+		if err := r.Raft().RemoveServer(raft.ServerID(id), 0, 10*time.Second).Error(); err != nil {
+			return fmt.Errorf("removing %s from member %s: %w", id, r.Name(), err)
+		}
+		gs.n.log.Info("replica removed from member group", "member", r.Name(), "node", id)
+	}
+	return nil
+}
+
+// aliveNodes are the nodes gossip holds alive.
+func (n *Node) aliveNodes() map[string]bool {
+	alive := map[string]bool{}
+	for _, m := range n.gossip.members() {
+		if m.State == "alive" {
+			alive[m.ID] = true
+		}
+	}
+	return alive
+}
+
+// removeNode takes a node out of the cluster for good, on the operator's
+// word; the meta leader then re-places its replicas and the groups drop it.
+func (n *Node) removeNode(ctx context.Context, id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: which node? give its id", transport.ErrInvalidArgument)
+	}
+	if n.aliveNodes()[id] {
+		return fmt.Errorf("%w: node %s is alive; stop it first (or run 'cairn node leave' against it), then remove it", transport.ErrInvalidArgument, id)
+	}
+	if _, err := n.meta.apply(ctx, &fsmpb.RemoveNode{Id: id}); err != nil {
+		return wireError(err)
+	}
+	n.log.Info("node removed from the cluster", "id", id)
+	return nil
+}
+
+// Leave hands every leadership this node holds to another node and asks
+// the process to stop (Left); the stop then interrupts nothing.
+func (n *Node) Leave(ctx context.Context) error {
+	n.leaving.Store(true)
+	n.handOver()
+	select {
+	case <-n.leave:
+	default:
+		close(n.leave)
+	}
+	return ctx.Err()
+}
+
+// handOver transfers every leadership this node holds to another replica,
+// after telling the others (through gossip) not to hand any back.
+func (n *Node) handOver() {
+	n.gossip.setLeaving()
+	transfer := func(what string, r *raft.Raft) {
+		if r.State() != raft.Leader {
+			return
+		}
+		if err := r.LeadershipTransfer().Error(); err != nil {
+			n.log.Info("leadership not handed over", "group", what, "err", err)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, r := range n.groups.all() {
+		wg.Add(1)
+		go func() { defer wg.Done(); transfer(r.Name(), r.Raft()) }()
+	}
+	wg.Wait()
+	transfer(metaGroupID, n.meta.group.Raft)
+}
+
+// Left is closed once Leave asked the node to stop.
+func (n *Node) Left() <-chan struct{} { return n.leave }
