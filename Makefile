@@ -12,12 +12,10 @@ DATA      ?= ./data
 build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/cairn
 
-# run starts a durable single node on the default ports, data under ./data/.
+# run starts a three-node cluster on 127.0.0.1 (clients on 7650, 7660, 7670),
+# data under ./data/; Ctrl-C stops all three.
 run: build
-	@echo "cairn: starting one node; data in $(DATA)/n1; client port 127.0.0.1:7650; Ctrl-C stops it"
-	$(BIN) server --node-id n1 --data-dir $(DATA)/n1 --bootstrap-expect 1 \
-		--client-addr 127.0.0.1:7650 --peer-addr 127.0.0.1:7651 --raft-addr 127.0.0.1:7652 \
-		--gossip-addr 127.0.0.1:7653 --http-addr 127.0.0.1:7654
+	BIN=$(BIN) DATA=$(DATA) scripts/run-cluster.sh
 
 test:
 	$(GO) vet $(PKGS)

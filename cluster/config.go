@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -54,6 +55,11 @@ type Config struct {
 	// use it to cut gossip between nodes.
 	GossipTransport func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport
 
+	// OnFatal stops the process on a failure after which the node cannot
+	// keep its promises (a failed fsync, a corrupt log entry); by default
+	// it logs and exits with status 70.
+	OnFatal func(error)
+
 	Logger *slog.Logger
 }
 
@@ -100,6 +106,13 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.OnFatal == nil {
+		log := c.Logger
+		c.OnFatal = func(err error) {
+			log.Error("stopping at once: this node can no longer keep its promises", "err", err)
+			os.Exit(70)
+		}
 	}
 }
 

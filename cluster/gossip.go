@@ -40,8 +40,8 @@ type gossip struct {
 	// changing, so they are never read outside its callbacks.
 	mu    sync.Mutex
 	nodes map[string]gossipMember
-	stop   chan struct{}
-	done   chan struct{}
+	stop  chan struct{}
+	done  chan struct{}
 }
 
 func privateIP() (string, error) {

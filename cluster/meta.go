@@ -105,8 +105,7 @@ func openMeta(n *Node) (*metaGroup, error) {
 		m:       fsm.NewMeta(),
 		changed: func() { mg.poke(); n.groups.poke() },
 		corrupt: func(err error) {
-			n.log.Error("meta log entry cannot be applied; stopping to avoid diverging from the other nodes", "err", err)
-			panic(err)
+			n.cfg.OnFatal(fmt.Errorf("meta log entry cannot be applied; stopping to avoid diverging from the other nodes: %w", err))
 		},
 	}
 	// Before Raft starts: its address lookups read the registry through n.meta.
@@ -128,7 +127,7 @@ func openMeta(n *Node) (*metaGroup, error) {
 	}
 	g, err := member.OpenRaft(member.RaftConfig{
 		Group: metaGroupID, NodeID: n.cfg.NodeID, Dir: dir,
-		Stream: layer, Peers: peers, Timing: n.cfg.Timing, Logger: n.log, Addresses: raftAddresses{n},
+		Stream: layer, Peers: peers, Timing: n.cfg.Timing, Logger: n.log, Addresses: raftAddresses{n}, OnStorageError: n.cfg.OnFatal,
 	}, mg.fsm)
 	if err != nil {
 		return nil, err

@@ -444,6 +444,7 @@ func (n *Node) replicaConfig() member.Config {
 		Clock:             n.cfg.Clock,
 		OwnerLive:         n.ownerLive,
 		Addresses:         raftAddresses{n},
+		OnFatal:           n.cfg.OnFatal,
 		Logger:            n.log,
 	}
 }

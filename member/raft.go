@@ -65,6 +65,10 @@ type RaftConfig struct {
 	// Addresses, if set, finds a server's current Raft address by its id,
 	// so a node that comes back at another address is still reached.
 	Addresses raft.ServerAddressProvider
+	// OnStorageError is called when the log or stable store fails a write
+	// (an fsync error): the replica can no longer promise durability and the
+	// node must stop. By default it panics.
+	OnStorageError func(error)
 }
 
 // Group is an open Raft group and the stores it owns.
@@ -89,7 +93,14 @@ func OpenRaft(cfg RaftConfig, fsm raft.FSM) (*Group, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raft group %s: open log store: %w", cfg.Group, err)
 	}
-	logs, err := raft.NewLogCache(512, store)
+	onErr := cfg.OnStorageError
+	if onErr == nil {
+		onErr = func(err error) { panic(err) }
+	}
+	guarded := &storageGuard{BoltStore: store, fail: func(err error) {
+		onErr(fmt.Errorf("raft group %s: storage write failed: %w", cfg.Group, err))
+	}}
+	logs, err := raft.NewLogCache(512, guarded)
 	if err != nil {
 		store.Close()
 		return nil, err
@@ -129,16 +140,16 @@ func OpenRaft(cfg RaftConfig, fsm raft.FSM) (*Group, error) {
 		store.Close()
 		return nil, fmt.Errorf("raft group %s: %w", cfg.Group, err)
 	}
-	has, err := raft.HasExistingState(logs, store, snaps)
+	has, err := raft.HasExistingState(logs, guarded, snaps)
 	if err != nil {
 		return fail(err)
 	}
 	if !has && len(cfg.Peers) > 0 {
-		if err := raft.BootstrapCluster(rc, logs, store, snaps, trans, raft.Configuration{Servers: cfg.Peers}); err != nil {
+		if err := raft.BootstrapCluster(rc, logs, guarded, snaps, trans, raft.Configuration{Servers: cfg.Peers}); err != nil {
 			return fail(fmt.Errorf("bootstrap: %w", err))
 		}
 	}
-	r, err := raft.NewRaft(rc, fsm, logs, store, snaps, trans)
+	r, err := raft.NewRaft(rc, fsm, logs, guarded, snaps, trans)
 	if err != nil {
 		return fail(err)
 	}
@@ -222,4 +233,31 @@ func (s slogSink) Accept(name string, level hclog.Level, msg string, args ...int
 		return
 	}
 	s.log.Log(ctx, lvl, msg, append([]any{"lib", name}, args...)...)
+}
+
+// storageGuard stops the node on a failed write. hashicorp/raft answers a
+// failed log write by stepping down and trying again later, which after an
+// fsync error would let a replica that may have lost acknowledged entries
+// keep voting and serving; a failed write is the end of the replica's
+// promises, so it ends the process instead (as etcd does).
+type storageGuard struct {
+	*raftboltdb.BoltStore
+	fail func(error)
+}
+
+func (g *storageGuard) check(err error) error {
+	if err != nil {
+		g.fail(err)
+	}
+	return err
+}
+
+func (g *storageGuard) StoreLog(l *raft.Log) error     { return g.check(g.BoltStore.StoreLog(l)) }
+func (g *storageGuard) StoreLogs(ls []*raft.Log) error { return g.check(g.BoltStore.StoreLogs(ls)) }
+func (g *storageGuard) DeleteRange(min, max uint64) error {
+	return g.check(g.BoltStore.DeleteRange(min, max))
+}
+func (g *storageGuard) Set(k, v []byte) error { return g.check(g.BoltStore.Set(k, v)) }
+func (g *storageGuard) SetUint64(k []byte, v uint64) error {
+	return g.check(g.BoltStore.SetUint64(k, v))
 }

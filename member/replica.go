@@ -49,9 +49,9 @@ type Config struct {
 	// OnLeaderChange, if set, is called when this replica gains (true) or
 	// loses (false) the ability to serve as the member's host.
 	OnLeaderChange func(leading bool)
-	// OnCorrupt is called with an entry that cannot be applied and must stop
-	// the process; by default it panics.
-	OnCorrupt func(error)
+	// OnFatal is called with an entry that cannot be applied, or a failed
+	// write of the Raft log: it must stop the process. By default it panics.
+	OnFatal func(error)
 	// Addresses finds a replica's current Raft address by node id.
 	Addresses raft.ServerAddressProvider
 	Logger    *slog.Logger
@@ -137,7 +137,7 @@ func Open(cfg Config) (*Replica, error) {
 		stop:      make(chan struct{}),
 		ledCh:     make(chan struct{}),
 	}
-	onCorrupt := cfg.OnCorrupt
+	onCorrupt := cfg.OnFatal
 	if onCorrupt == nil {
 		onCorrupt = func(err error) { panic(err) }
 	}
@@ -148,7 +148,7 @@ func Open(cfg Config) (*Replica, error) {
 	g, err := OpenRaft(RaftConfig{
 		Group: cfg.GroupID, NodeID: cfg.NodeID, Dir: cfg.Dir, Stream: cfg.Stream, Peers: cfg.Peers,
 		Timing: cfg.Timing, SnapshotThreshold: cfg.SnapshotThreshold, SnapshotInterval: cfg.SnapshotInterval,
-		Logger: cfg.Logger, NotifyCh: r.notify, Addresses: cfg.Addresses,
+		Logger: cfg.Logger, NotifyCh: r.notify, Addresses: cfg.Addresses, OnStorageError: cfg.OnFatal,
 	}, r.fsm)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,36 @@
+package member
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+)
+
+// A failed write of the Raft log (an fsync error) stops the node instead of
+// letting Raft step down and try again.
+func TestStorageGuard_FailedWriteStopsTheNode(t *testing.T) {
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(t.TempDir(), "raft.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failed []error
+	g := &storageGuard{BoltStore: store, fail: func(err error) { failed = append(failed, err) }}
+	if err := g.StoreLogs([]*raft.Log{{Index: 1, Term: 1, Data: []byte("x")}}); err != nil || len(failed) != 0 {
+		t.Fatalf("a good write: err %v, fail called %d times", err, len(failed))
+	}
+	store.Close() // every later write fails, as after an fsync error
+	for _, write := range []func() error{
+		func() error { return g.StoreLog(&raft.Log{Index: 2, Term: 1}) },
+		func() error { return g.SetUint64([]byte("CurrentTerm"), 2) },
+		func() error { return g.DeleteRange(1, 1) },
+	} {
+		if err := write(); err == nil {
+			t.Fatal("a write to a closed store succeeded")
+		}
+	}
+	if len(failed) != 3 {
+		t.Fatalf("fail called %d times for 3 failed writes", len(failed))
+	}
+}
