@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
+	"google.golang.org/grpc/keepalive"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
@@ -208,7 +209,8 @@ func (n *Node) startServers() {
 	healthpb.RegisterHealthServer(n.grpcClient, n.health)
 	reflection.Register(n.grpcClient)
 
-	n.grpcPeer = grpc.NewServer(grpc.MaxRecvMsgSize(maxRecv), grpc.MaxSendMsgSize(maxRecv))
+	n.grpcPeer = grpc.NewServer(grpc.MaxRecvMsgSize(maxRecv), grpc.MaxSendMsgSize(maxRecv),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: peerKeepalive / 2, PermitWithoutStream: true}))
 	peerpb.RegisterPeerServiceServer(n.grpcPeer, &peerService{n: n})
 	healthpb.RegisterHealthServer(n.grpcPeer, n.health)
 	reflection.Register(n.grpcPeer)

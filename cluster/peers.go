@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairnmq/cairn/fsm"
@@ -79,6 +80,10 @@ func (p *peers) client(node string) (peerpb.PeerServiceClient, error) {
 		var err error
 		opts := []grpc.DialOption{
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			// A peer that vanished without closing its connections (a
+			// partition, a pulled cable) is noticed in seconds, not at the
+			// operating system's TCP timeout.
+			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: peerKeepalive, Timeout: peerKeepalive, PermitWithoutStream: true}),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(p.n.maxWire()), grpc.MaxCallSendMsgSize(p.n.maxWire())),
 		}
 		if d := p.n.cfg.Dial; d != nil {
@@ -146,6 +151,10 @@ func (p *peers) proposeStream(node string) (*proposeStream, error) {
 	go s.receive(p)
 	return s, nil
 }
+
+// peerKeepalive is how often an idle peer connection is pinged, and how
+// long a ping may go unanswered before the connection is dropped.
+const peerKeepalive = 5 * time.Second
 
 // peerOpenTimeout bounds opening a stream to a peer.
 const peerOpenTimeout = 3 * time.Second

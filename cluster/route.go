@@ -99,7 +99,7 @@ func (n *Node) submitAsync(name string, body proto.Message, done func(fsm.Result
 func (n *Node) attempt(name string, body proto.Message, deadline time.Time, done func(fsm.Result, error)) {
 	retry := func(err error) {
 		if time.Now().After(deadline) {
-			done(fsm.Result{}, fmt.Errorf("%w: member %s has no reachable host: %v", transport.ErrUnavailable, name, err))
+			done(fsm.Result{}, fmt.Errorf("%w: member %s has no reachable host after %v (is a majority of its replicas up and connected to this node?): %v", transport.ErrUnavailable, name, routeWindow, err))
 			return
 		}
 		// Off the caller's goroutine: it may be a proposer's or a stream's.
