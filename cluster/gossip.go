@@ -137,21 +137,25 @@ func resolveIP(host string) (string, error) {
 	return ips[0].String(), nil
 }
 
-// joinLoop joins the listed nodes, retrying until one answers: at start the
-// others may not be up yet.
+// joinLoop joins the listed nodes (addresses or DNS names, resolved again on
+// every try), retrying until this node knows as many nodes as it needs: the
+// --bootstrap-expect count, or one other node. Stopping at the first answer
+// would not do: in a StatefulSet the first pod may resolve only its own name
+// and "join" itself, and two pods doing so would stay apart.
 func (g *gossip) joinLoop(addrs []string) {
 	defer close(g.done)
 	if len(addrs) == 0 {
 		return
 	}
+	want := max(g.n.cfg.BootstrapExpect, 2)
 	for attempt := 0; ; attempt++ {
-		n, err := g.ml.Join(addrs)
-		if err == nil && n > 0 {
-			g.n.log.Info("joined the gossip pool", "contacted", n)
+		_, err := g.ml.Join(addrs)
+		if known := g.ml.NumMembers(); known >= want {
+			g.n.log.Info("joined the gossip pool", "nodes", known)
 			return
 		}
 		if attempt%10 == 0 {
-			g.n.log.Warn("cannot reach the nodes to join yet; retrying", "join", addrs, "err", err)
+			g.n.log.Info("waiting for the other nodes to join", "join", addrs, "known", g.ml.NumMembers(), "want", want, "err", err)
 		}
 		select {
 		case <-g.stop:
