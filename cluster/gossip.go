@@ -139,7 +139,7 @@ func resolveIP(host string) (string, error) {
 
 // joinLoop joins the listed nodes (addresses or DNS names, resolved again on
 // every try), retrying until this node knows as many nodes as it needs: the
-// --bootstrap-expect count, or one other node. Stopping at the first answer
+// --bootstrap-expect count for a new node, or one other node. Stopping at the first answer
 // would not do: in a StatefulSet the first pod may resolve only its own name
 // and "join" itself, and two pods doing so would stay apart.
 func (g *gossip) joinLoop(addrs []string) {
@@ -147,7 +147,10 @@ func (g *gossip) joinLoop(addrs []string) {
 	if len(addrs) == 0 {
 		return
 	}
-	want := max(g.n.cfg.BootstrapExpect, 2)
+	want := 2
+	if !g.n.hadState {
+		want = max(g.n.cfg.BootstrapExpect, 2)
+	}
 	for attempt := 0; ; attempt++ {
 		_, err := g.ml.Join(addrs)
 		if known := g.ml.NumMembers(); known >= want {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -115,8 +114,7 @@ func openMeta(n *Node) (*metaGroup, error) {
 		return nil, err
 	}
 	dir := filepath.Join(n.cfg.DataDir, "meta")
-	_, statErr := os.Stat(filepath.Join(dir, "raft.db"))
-	mg.bootstrapped = statErr == nil
+	mg.bootstrapped = n.hadState
 	if !mg.bootstrapped && n.cfg.BootstrapExpect == 0 && len(n.cfg.Join) == 0 {
 		return nil, fmt.Errorf("%w: %s holds no cluster state yet: start a new cluster with --bootstrap-expect N (1 for a single node), or join one with --join ADDR", ErrConfig, n.cfg.DataDir)
 	}

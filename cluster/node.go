@@ -60,6 +60,8 @@ type Node struct {
 	// reconciler; they exist before gossip starts calling back.
 	metaKick, groupsKick chan struct{}
 
+	// hadState is true when the node started with cluster state on disk.
+	hadState bool
 	// leaving is set by Leave: no leadership should come to this node.
 	leaving atomic.Bool
 	leave   chan struct{}
@@ -86,6 +88,8 @@ func Start(cfg Config) (_ *Node, err error) {
 	}
 	n := &Node{cfg: cfg, boot: newID(8), stopped: make(chan struct{}), metaKick: make(chan struct{}, 1), groupsKick: make(chan struct{}, 1), leaders: leaders{m: map[string]string{}}, loads: loads{m: map[string]*loadEntry{}}, leave: make(chan struct{})}
 	n.log = cfg.Logger.With("node", cfg.NodeID)
+	_, statErr := os.Stat(filepath.Join(cfg.DataDir, "meta", "raft.db"))
+	n.hadState = statErr == nil
 	defer func() {
 		if err != nil {
 			n.closeListeners()
