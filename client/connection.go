@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -80,7 +82,17 @@ type Connection struct {
 	creditMu   sync.Mutex
 	credits    map[uint64]uint32
 	creditWake chan struct{}
+
+	// lastHeard is when the last frame came, in Unix nanoseconds.
+	lastHeard atomic.Int64
 }
+
+// silenceLimit is how long a connection waits without a frame (the server
+// sends a heartbeat every second) before it counts the server as lost. It is
+// shorter than the cluster's failure detection (about 5 s), so a client of
+// a paused or cut-off node drops its prefetched messages before the cluster
+// releases them to other sessions.
+const silenceLimit = 3 * time.Second
 
 // Dial connects to the first node of addrs that answers.
 func Dial(ctx context.Context, addrs []string, opts Options) (*Connection, error) {
@@ -143,8 +155,10 @@ func dialOne(ctx context.Context, addr string, opts Options) (*Connection, error
 	case <-dctx.Done():
 		return fail(fmt.Errorf("no answer within %v", opts.DialTimeout))
 	}
+	c.lastHeard.Store(time.Now().UnixNano())
 	go c.readLoop()
 	go c.creditLoop()
+	go c.watchSilence()
 	reply, err := c.request(dctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_Hello{Hello: &clientpb.Hello{ClientId: opts.ClientID}}})
 	if err != nil {
 		c.shutdown(err)
@@ -180,6 +194,7 @@ func (c *Connection) readLoop() {
 			c.lost(err)
 			return
 		}
+		c.lastHeard.Store(time.Now().UnixNano())
 		switch fr := f.Frame.(type) {
 		case *clientpb.ServerFrame_Reply:
 			c.mu.Lock()
@@ -203,6 +218,24 @@ func (c *Connection) readLoop() {
 			if k != nil {
 				k.fail(transport.FromProto(fr.ConsumerClosed.Error))
 			}
+		}
+	}
+}
+
+// watchSilence counts the server as lost when it has not been heard from
+// for silenceLimit.
+func (c *Connection) watchSilence() {
+	t := time.NewTicker(silenceLimit / 6)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-t.C:
+		}
+		if quiet := time.Since(time.Unix(0, c.lastHeard.Load())); quiet > silenceLimit {
+			c.lost(fmt.Errorf("no word from the server for %v", quiet.Round(time.Millisecond)))
+			return
 		}
 	}
 }

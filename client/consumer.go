@@ -124,11 +124,18 @@ func (k *Consumer) credit(n int) {
 	}
 }
 
-// fail ends the consumer with err; blocked receives return it.
+// fail ends the consumer with err; blocked receives return it. Unless the
+// application closed it, what it prefetched is dropped: the server releases
+// those deliveries (they come again, marked redelivered), so handing them
+// out now could give a message to two sessions.
 func (k *Consumer) fail(err error) {
 	k.mu.Lock()
 	if k.err == nil {
 		k.err = err
+	}
+	if !errors.Is(err, ErrClosed) {
+		clear(k.buf)
+		k.buf = nil
 	}
 	k.mu.Unlock()
 	k.wake()

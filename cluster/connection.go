@@ -9,6 +9,7 @@ import (
 
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
+	"github.com/cairnmq/cairn/member"
 	"github.com/cairnmq/cairn/transport"
 	"github.com/cairnmq/cairn/transport/clientpb"
 )
@@ -122,6 +123,7 @@ func (cs *connections) serve(stream clientpb.ClientService_ConnectServer) error 
 	}
 	writeErr := make(chan error, 1)
 	go func() { writeErr <- c.out.run(ctx, stream.Send) }()
+	go c.heartbeat(ctx)
 	recvErr := make(chan error, 1)
 	go func() {
 		for {
@@ -140,6 +142,24 @@ func (cs *connections) serve(stream clientpb.ClientService_ConnectServer) error 
 		return err
 	case <-ctx.Done():
 		return transport.Status(fmt.Errorf("%w: connection closed by node %s", transport.ErrUnavailable, cs.n.cfg.NodeID))
+	}
+}
+
+// HeartbeatInterval is how often a connection hears from its server when
+// nothing else is sent.
+const HeartbeatInterval = time.Second
+
+func (c *connection) heartbeat(ctx context.Context) {
+	t := time.NewTicker(HeartbeatInterval)
+	defer t.Stop()
+	beat := &clientpb.ServerFrame{Frame: &clientpb.ServerFrame_Heartbeat{Heartbeat: &clientpb.Heartbeat{}}}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.out.push(beat)
+		}
 	}
 }
 
@@ -616,6 +636,11 @@ func (c *connection) acknowledge(requestID uint64, op *clientpb.Acknowledge) {
 		c.n.submitAsync(g.member, &fsmpb.Ack{Session: s.id, DeliveryIds: g.ids}, func(res fsm.Result, err error) {
 			if err == nil && errors.Is(res.Err, fsm.ErrUnknownSession) {
 				res.Rejected, res.Err = g.ids, nil
+			}
+			if errors.Is(err, member.ErrOutcomeUnknown) {
+				// As DESIGN.md has it: the client cannot tell whether these
+				// are acknowledged; if not, they come again, marked.
+				err = fmt.Errorf("%w: the acknowledgement of %d messages of %s may not have been applied (%v); any that was not will be redelivered, marked", transport.ErrLostServer, len(g.ids), g.member, err)
 			}
 			mu.Lock()
 			for _, id := range res.Rejected {

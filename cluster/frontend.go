@@ -99,7 +99,7 @@ func (n *Node) createDestination(ctx context.Context, req *clientpb.CreateDestin
 	if req.TtlMs > maxTTLMillis {
 		return nil, fmt.Errorf("%w: --ttl is over 100 years", transport.ErrInvalidArgument)
 	}
-	nodes := n.placementNodes()
+	nodes := n.placementNodes(ctx)
 	if len(nodes) == 0 {
 		return nil, fmt.Errorf("%w: no registered node is alive to place members on", transport.ErrUnavailable)
 	}
@@ -148,21 +148,44 @@ func (n *Node) createDestination(ctx context.Context, req *clientpb.CreateDestin
 	return d, nil
 }
 
-// placementNodes lists the registered nodes that gossip holds alive.
-func (n *Node) placementNodes() []string {
-	alive := map[string]bool{}
-	for _, m := range n.gossip.members() {
-		alive[m.ID] = m.State == "alive"
-	}
-	var out []string
-	n.meta.read(func(m *fsm.Meta) {
-		for _, nd := range m.Nodes() {
-			if alive[nd.Id] {
-				out = append(out, nd.Id)
-			}
+// registrationWait bounds how long a placement waits for nodes that gossip
+// knows alive to be registered: the meta leader registers a node as soon as
+// it hears of it, so this is only ever a moment after a node joins.
+const registrationWait = 5 * time.Second
+
+// placementNodes lists the registered nodes that gossip holds alive (and not
+// leaving), first waiting, briefly, for every such node to be registered, so
+// that a queue created just after a node joined is spread over it too.
+func (n *Node) placementNodes(ctx context.Context) []string {
+	deadline := time.Now().Add(registrationWait)
+	for {
+		alive := map[string]bool{}
+		for _, m := range n.gossip.members() {
+			alive[m.ID] = m.State == "alive" && !m.Meta.Leaving && m.Meta.Raft != ""
 		}
-	})
-	return out
+		var out []string
+		unregistered := 0
+		n.meta.read(func(m *fsm.Meta) {
+			for id, ok := range alive {
+				if _, registered := m.Node(id); ok && !registered && !m.Removed(id) {
+					unregistered++
+				}
+			}
+			for _, nd := range m.Nodes() {
+				if alive[nd.Id] {
+					out = append(out, nd.Id)
+				}
+			}
+		})
+		if unregistered == 0 || time.Now().After(deadline) {
+			return out
+		}
+		select {
+		case <-ctx.Done():
+			return out
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // resolve finds a destination, creating it on first use unless the node runs
@@ -191,10 +214,12 @@ func (n *Node) memberOf(ctx context.Context, addr string, create bool) (*fsmpb.D
 		return nil, 0, wireError(err)
 	}
 	var d *fsmpb.Destination
-	if _, exists := n.meta.destination(name); !exists && create && idx >= len(n.placementNodes()) {
+	if _, exists := n.meta.destination(name); !exists && create && idx >= 0 {
 		// NAME#I of a destination that does not exist yet: refuse before
 		// creating one that would not have member I.
-		return nil, 0, fmt.Errorf("%w: %s does not exist, and created now it would have %d members; %s names member %d", transport.ErrUnknownDestination, name, len(n.placementNodes()), addr, idx)
+		if nodes := len(n.placementNodes(ctx)); idx >= nodes {
+			return nil, 0, fmt.Errorf("%w: %s does not exist, and created now it would have %d members; %s names member %d", transport.ErrUnknownDestination, name, nodes, addr, idx)
+		}
 	}
 	if create {
 		d, err = n.resolve(ctx, name)

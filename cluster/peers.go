@@ -108,8 +108,17 @@ type proposeStream struct {
 	mu      sync.Mutex
 	next    uint64
 	pending map[uint64]func(*peerpb.ProposeResponse, error)
-	dead    bool
+	// sent is when each pending command was sent.
+	sent map[uint64]time.Time
+	dead bool
 }
+
+// forwardTimeout bounds the wait for a forwarded command's answer. A healthy
+// host answers within a commit (milliseconds); one that stopped answering
+// (paused, partitioned) has lost its leadership to another replica long
+// before this, so its stream is given up and what was in flight is reported
+// unknown rather than waited on until the connection's keepalive notices.
+const forwardTimeout = 5 * time.Second
 
 func (p *peers) proposeStream(node string) (*proposeStream, error) {
 	p.mu.Lock()
@@ -139,7 +148,7 @@ func (p *peers) proposeStream(node string) (*proposeStream, error) {
 		cancel()
 		return nil, &peerError{kind: errNotSent, node: node, msg: "opening the command stream: " + err.Error()}
 	}
-	s = &proposeStream{node: node, cancel: cancel, stream: stream, pending: make(map[uint64]func(*peerpb.ProposeResponse, error))}
+	s = &proposeStream{node: node, cancel: cancel, stream: stream, pending: make(map[uint64]func(*peerpb.ProposeResponse, error)), sent: make(map[uint64]time.Time)}
 	p.mu.Lock()
 	if old := p.streams[node]; old != nil {
 		p.mu.Unlock()
@@ -149,7 +158,35 @@ func (p *peers) proposeStream(node string) (*proposeStream, error) {
 	p.streams[node] = s
 	p.mu.Unlock()
 	go s.receive(p)
+	go s.watch(ctx)
 	return s, nil
+}
+
+// watch cancels the stream when a command waits too long for its answer;
+// the receiver then fails every command in flight.
+func (s *proposeStream) watch(ctx context.Context) {
+	t := time.NewTicker(forwardTimeout / 5)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		late := false
+		for _, at := range s.sent {
+			if time.Since(at) > forwardTimeout {
+				late = true
+				break
+			}
+		}
+		s.mu.Unlock()
+		if late {
+			s.cancel()
+			return
+		}
+	}
 }
 
 // peerKeepalive is how often an idle peer connection is pinged, and how
@@ -169,6 +206,7 @@ func (s *proposeStream) receive(p *peers) {
 		s.mu.Lock()
 		done := s.pending[resp.Id]
 		delete(s.pending, resp.Id)
+		delete(s.sent, resp.Id)
 		s.mu.Unlock()
 		if done != nil {
 			done(resp, nil)
@@ -217,6 +255,7 @@ func (p *peers) propose(node, memberName string, body proto.Message, done func(*
 	s.next++
 	id := s.next
 	s.pending[id] = done
+	s.sent[id] = time.Now()
 	s.mu.Unlock()
 	s.sendMu.Lock()
 	err = s.stream.Send(&peerpb.ProposeRequest{Id: id, Member: memberName, Command: cmd})
