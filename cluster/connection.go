@@ -640,7 +640,7 @@ func (c *connection) acknowledge(requestID uint64, op *clientpb.Acknowledge) {
 			if errors.Is(err, member.ErrOutcomeUnknown) {
 				// As DESIGN.md has it: the client cannot tell whether these
 				// are acknowledged; if not, they come again, marked.
-				err = fmt.Errorf("%w: the acknowledgement of %d messages of %s may not have been applied (%v); any that was not will be redelivered, marked", transport.ErrLostServer, len(g.ids), g.member, err)
+				err = fmt.Errorf("%w: the acknowledgement of %d message(s) of %s may not have been applied (%v); any that was not will be redelivered, marked", transport.ErrLostServer, len(g.ids), g.member, err)
 			}
 			mu.Lock()
 			for _, id := range res.Rejected {

@@ -111,6 +111,8 @@ type proposeStream struct {
 	// sent is when each pending command was sent.
 	sent map[uint64]time.Time
 	dead bool
+	// gaveUp is set when watch ended the stream for a late answer.
+	gaveUp bool
 }
 
 // forwardTimeout bounds the wait for a forwarded command's answer. A healthy
@@ -181,6 +183,7 @@ func (s *proposeStream) watch(ctx context.Context) {
 				break
 			}
 		}
+		s.gaveUp = late
 		s.mu.Unlock()
 		if late {
 			s.cancel()
@@ -226,10 +229,14 @@ func (s *proposeStream) fail(p *peers, cause error) {
 	s.dead = true
 	pending := s.pending
 	s.pending = nil
+	why := "the command stream broke: " + cause.Error()
+	if s.gaveUp {
+		why = fmt.Sprintf("no answer within %v", forwardTimeout)
+	}
 	s.mu.Unlock()
 	s.cancel()
 	for _, done := range pending {
-		done(nil, &peerError{kind: errNoAnswer, node: s.node, msg: "the command stream broke: " + cause.Error()})
+		done(nil, &peerError{kind: errNoAnswer, node: s.node, msg: why})
 	}
 }
 
