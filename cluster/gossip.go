@@ -103,6 +103,7 @@ func startGossip(n *Node, advertiseHost string) (*gossip, error) {
 	}
 	g.ml = ml
 	go g.joinLoop(n.cfg.Join)
+	go g.reconnectLoop()
 	return g, nil
 }
 
@@ -164,6 +165,39 @@ func (g *gossip) joinLoop(addrs []string) {
 		case <-g.stop:
 			return
 		case <-time.After(time.Second):
+		}
+	}
+}
+
+// reconnectInterval is how often this node tries to reach the nodes it
+// holds dead.
+const reconnectInterval = 5 * time.Second
+
+// reconnectLoop tries, every few seconds, to join again the nodes gossip
+// holds dead. memberlist stops talking to a dead node after a while, so two
+// sides of a partition that lasted longer than failure detection would
+// otherwise never find each other again when it heals (Serf does the same).
+func (g *gossip) reconnectLoop() {
+	t := time.NewTicker(reconnectInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-t.C:
+		}
+		var dead []string
+		g.mu.Lock()
+		for _, m := range g.nodes {
+			if m.State == "dead" {
+				dead = append(dead, m.Addr)
+			}
+		}
+		g.mu.Unlock()
+		if len(dead) > 0 {
+			if n, err := g.ml.Join(dead); err == nil && n > 0 {
+				g.n.log.Info("reached nodes held dead again", "nodes", n)
+			}
 		}
 	}
 }

@@ -183,14 +183,28 @@ func (n *Node) memberInfo(ctx context.Context, name string) memberStats {
 		st := r.Stats()
 		return memberStats{host: n.cfg.NodeID, pending: int64(st.Pending), delivered: int64(st.Delivered), bytes: st.Bytes, consumers: r.Consumers()}
 	}
-	if node != "" {
-		if c, err := n.peers.client(node); err == nil {
-			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			resp, err := c.Member(cctx, &peerpb.MemberRequest{Member: name})
-			cancel()
-			if err == nil && resp.Hosting {
-				return memberStats{host: node, pending: int64(resp.Pending), delivered: int64(resp.Delivered), bytes: resp.Bytes, consumers: int(resp.Consumers)}
-			}
+	// A cached host may have moved on: its answer names the new one.
+	for try := 0; node != "" && try < 2; try++ {
+		c, err := n.peers.client(node)
+		if err != nil {
+			break
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		resp, err := c.Member(cctx, &peerpb.MemberRequest{Member: name})
+		cancel()
+		if err != nil {
+			n.leaders.set(name, "")
+			break
+		}
+		if resp.Hosting {
+			return memberStats{host: node, pending: int64(resp.Pending), delivered: int64(resp.Delivered), bytes: resp.Bytes, consumers: int(resp.Consumers)}
+		}
+		if resp.Leader == "" || resp.Leader == node {
+			break
+		}
+		node = resp.Leader
+		if _, local := n.groups.replica(name); !local {
+			n.leaders.set(name, node)
 		}
 	}
 	if r, ok := n.groups.replica(name); ok {

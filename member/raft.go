@@ -112,8 +112,15 @@ func OpenRaft(cfg RaftConfig, fsm raft.FSM) (*Group, error) {
 		return nil, fmt.Errorf("raft group %s: open snapshot store: %w", cfg.Group, err)
 	}
 	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:                cfg.Stream,
-		MaxPool:               3,
+		Stream:  cfg.Stream,
+		MaxPool: 3,
+		// Pipelined replication (the default, 2) can deadlock in
+		// hashicorp/raft v1.7 when a follower fails under load: the pipeline
+		// sender blocks on AppendEntries while the response decoder blocks
+		// on the finished channel, and Shutdown then never returns. One RPC
+		// in flight turns pipelining off; batching many messages per entry
+		// (and many entries per AppendEntries) keeps the throughput.
+		MaxRPCsInFlight:       1,
 		Timeout:               10 * time.Second,
 		Logger:                hlog.Named("transport"),
 		ServerAddressProvider: cfg.Addresses,
