@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/cairnmq/cairn/client"
+	"github.com/cairnmq/cairn/fsm/fsmpb"
 )
 
 // faultNet is the network of an in-process cluster: every connection and
@@ -460,17 +460,28 @@ func (tc *testCluster) statusErr(id string) (client.ClusterStatus, error) {
 	return a.ClusterStatus(ctx)
 }
 
-// waitSpread waits until each of a destination's members is hosted on a
-// different node (each on its preferred host) and returns the hosts by
-// member index.
+// waitSpread waits until each of a destination's members is hosted by its
+// preferred host (its first replica), each on a different node, and
+// returns the hosts by member index: after that no leadership moves by
+// itself.
 func (tc *testCluster) waitSpread(dest string, members int) []string {
 	tc.t.Helper()
 	hosts := make([]string, members)
-	waitFor(tc.t, 20*time.Second, "the members of "+dest+" hosted one per node", func() bool {
+	tc.converge(20*time.Second, "the members of "+dest+" hosted one per node by their preferred hosts", func() bool {
+		var d *fsmpb.Destination
+		for _, nd := range tc.nodes {
+			if nd != nil {
+				d, _ = nd.meta.destination(dest)
+				break
+			}
+		}
+		if d == nil || len(d.Members) != members {
+			return false
+		}
 		seen := map[string]bool{}
 		for i := range members {
 			hosts[i] = tc.hostOf(fmt.Sprintf("%s#%d", dest, i))
-			if hosts[i] == "" || seen[hosts[i]] {
+			if hosts[i] == "" || seen[hosts[i]] || hosts[i] != d.Members[i].Replicas[0] {
 				return false
 			}
 			seen[hosts[i]] = true
@@ -576,45 +587,6 @@ func (w testWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// raftPipelineBug is the bug that makes a node's stop hang at random: a
-// hashicorp/raft replication goroutine deadlocks in pipeline replication
-// (see TestCluster_BUG_RaftPipelineDeadlock_StopHangs). Tests that meet it
-// say so and stop instead of hanging the package.
-const raftPipelineBug = "BUG: hashicorp/raft pipeline replication deadlocked (pipelineSend parked in netPipeline.AppendEntries while decodeResponses is parked on doneCh), so Raft.Shutdown never returns; member/raft.go leaves MaxRPCsInFlight at 2"
-
-// stuckRaftPipelines lists the goroutines of this process that stay parked
-// in hashicorp/raft's pipelineSend -> netPipeline.AppendEntries for 3 s:
-// a healthy pipeline hands a request to its decoder within a round trip,
-// a deadlocked one never does.
-func stuckRaftPipelines() []string {
-	senders := func() map[string]bool {
-		buf := make([]byte, 32<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		out := map[string]bool{}
-		for _, g := range strings.Split(string(buf), "\n\n") {
-			if strings.Contains(g, "raft.(*netPipeline).AppendEntries") && strings.Contains(g, "raft.(*Raft).pipelineSend") {
-				id, _, _ := strings.Cut(strings.TrimPrefix(g, "goroutine "), " ")
-				out[id] = true
-			}
-		}
-		return out
-	}
-	stuck := senders()
-	for range 6 {
-		if len(stuck) == 0 {
-			return nil
-		}
-		time.Sleep(500 * time.Millisecond)
-		now := senders()
-		for id := range stuck {
-			if !now[id] {
-				delete(stuck, id)
-			}
-		}
-	}
-	return keys(stuck)
-}
-
 // newMultiNode is newCluster whose nodes are stopped at the end within a
 // bound: a stop that hangs in the known Raft deadlock is reported and the
 // node abandoned (its ports are its own), any other hang fails the test.
@@ -631,17 +603,23 @@ func newMultiNode(t *testing.T, n int, opts ...func(*Config)) *testCluster {
 			}
 			tc.nodes[i] = nil
 			wg.Add(1)
-			go func() { defer wg.Done(); tc.haltNode(nd, true, 20*time.Second, t.Logf) }()
+			go func() {
+				defer wg.Done()
+				if !haltNode(nd, true, 20*time.Second) {
+					t.Errorf("stopping %s did not finish within 20 s", nd.ID())
+				}
+			}()
 		}
 		wg.Wait()
 	})
 	return tc
 }
 
-// haltNode stops (graceful) or crashes a node, waiting at most d. A hang in
-// the known Raft deadlock is told to report (Skipf or Logf); any other
-// hang fails the test.
-func (tc *testCluster) haltNode(nd *Node, graceful bool, d time.Duration, report func(string, ...any)) {
+// haltNode stops (graceful) or crashes a node and reports whether it
+// finished within d: a stop that hangs is a bug (Raft.Shutdown waiting on
+// a parked replication goroutine was one) that would otherwise hang the
+// whole package.
+func haltNode(nd *Node, graceful bool, d time.Duration) bool {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -653,50 +631,89 @@ func (tc *testCluster) haltNode(nd *Node, graceful bool, d time.Duration, report
 	}()
 	select {
 	case <-done:
-		return
+		return true
 	case <-time.After(d):
+		return false
 	}
-	if stuck := stuckRaftPipelines(); len(stuck) > 0 {
-		report("%s: stopping %s hung (goroutines %v); the node is abandoned", raftPipelineBug, nd.ID(), stuck)
-		return
-	}
-	tc.t.Errorf("stopping %s did not finish within %v", nd.ID(), d)
 }
 
-// crashNode is tc.crash bounded: if the crash hangs in the known Raft
-// deadlock the test is skipped with the bug (the node cannot be said to
-// have crashed); any other hang fails it.
+// crashNode is tc.crash bounded: a crash that does not finish fails the
+// test.
 func (tc *testCluster) crashNode(id string) {
 	tc.t.Helper()
-	i := tc.index(id)
-	nd := tc.nodes[i]
-	tc.nodes[i] = nil
-	tc.haltNode(nd, false, 20*time.Second, tc.t.Skipf)
+	tc.halt(id, false)
 }
 
 // stopNode is tc.stop bounded, as crashNode.
 func (tc *testCluster) stopNode(id string) {
 	tc.t.Helper()
+	tc.halt(id, true)
+}
+
+func (tc *testCluster) halt(id string, graceful bool) {
+	tc.t.Helper()
 	i := tc.index(id)
 	nd := tc.nodes[i]
 	tc.nodes[i] = nil
-	tc.haltNode(nd, true, 20*time.Second, tc.t.Skipf)
+	if !haltNode(nd, graceful, 20*time.Second) {
+		tc.t.Fatalf("stopping %s did not finish within 20 s", id)
+	}
 }
 
-// converge waits up to d for cond; on timeout it skips the test if a Raft
-// replication goroutine is stuck in the known deadlock (a follower that
-// leader never sends entries to again cannot catch up), and fails it
-// otherwise.
+// converge waits up to d for cond and fails the test if it never holds.
 func (tc *testCluster) converge(d time.Duration, what string, cond func() bool) {
 	tc.t.Helper()
+	tc.settle(d, what, func() string {
+		if cond() {
+			return ""
+		}
+		return "not yet"
+	})
+}
+
+// settle is converge for a condition that explains what is missing ("" when
+// it holds); a timeout reports the last explanation.
+func (tc *testCluster) settle(d time.Duration, what string, missing func() string) {
+	tc.t.Helper()
 	deadline := time.Now().Add(d)
-	for !cond() {
+	for {
+		why := missing()
+		if why == "" {
+			return
+		}
 		if time.Now().After(deadline) {
-			if stuck := stuckRaftPipelines(); len(stuck) > 0 {
-				tc.t.Skipf("%s: timed out after %v waiting for %s (goroutines %v stuck)", raftPipelineBug, d, what, stuck)
-			}
-			tc.t.Fatalf("timed out after %v waiting for %s", d, what)
+			tc.t.Fatalf("timed out after %v waiting for %s: %s", d, what, why)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// counts explains how a queue's counts, as its members' hosts hold them,
+// differ from pending and delivered ("" when they do not).
+func (tc *testCluster) counts(dest string, pending, delivered int) string {
+	var d *fsmpb.Destination
+	for _, nd := range tc.nodes {
+		if nd != nil {
+			d, _ = nd.meta.destination(dest)
+			break
+		}
+	}
+	if d == nil {
+		return "no queue " + dest
+	}
+	p, dl := 0, 0
+	for i := range d.Members {
+		name := fmt.Sprintf("%s#%d", dest, i)
+		host := tc.hostOf(name)
+		if host == "" {
+			return name + " has no host"
+		}
+		r, _ := tc.node(host).groups.replica(name)
+		st := r.Stats()
+		p, dl = p+st.Pending, dl+st.Delivered
+	}
+	if p != pending || dl != delivered {
+		return fmt.Sprintf("%s holds %d pending and %d delivered; want %d and %d", dest, p, dl, pending, delivered)
+	}
+	return ""
 }

@@ -1,0 +1,203 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cairnmq/cairn/client"
+)
+
+// A front-end crashes while a ClientAck consumer connected to it holds
+// messages of a member hosted elsewhere: once gossip declares the front-end
+// dead, the member's host releases the session, and a consumer on another
+// node gets the held messages again, marked redelivered with delivery count
+// 2 (the messages it never held come unmarked). Cluster status then shows
+// the crashed node dead and its replicas unreachable.
+func TestCluster_FrontEndCrash_HostReleasesItsSessions(t *testing.T) {
+	tc := newMultiNode(t, 3)
+	ctx := testCtx(t)
+	if _, err := tc.admin("n1").CreateQueue(ctx, "fe", client.QueueOptions{Members: 1}); err != nil {
+		t.Fatal(err)
+	}
+	host := tc.waitHost("fe#0")
+	rest := tc.others(host)
+	front, other := rest[0], rest[1]
+
+	sent := sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial(other), client.AutoAck), "fe"), "fe-", 10)
+	s := mustSession(t, tc.dial(front), client.ClientAck)
+	k := mustConsumer(t, ctx, s, "fe", client.WithLimit(5))
+	held := bodiesOf(recvN(t, k, 5))
+	sameSet(t, "held by the consumer on "+front, held, sent[:5])
+	checkQueue(t, tc.admin(other), "fe", 5, 5)
+
+	tc.crashNode(front)
+	crashed := time.Now()
+
+	// Within gossip's failure detection (about 5 s) and a sweep, the held
+	// messages come back; 12 s leaves room for a loaded machine.
+	s2 := mustSession(t, tc.dial(other), client.ClientAck)
+	k2 := mustConsumer(t, ctx, s2, "fe")
+	rctx := stepCtx(t, 12*time.Second)
+	var last *client.Message
+	got := map[string]*client.Message{}
+	for len(got) < 10 {
+		m, err := k2.Receive(rctx)
+		if err != nil {
+			t.Fatalf("after %v, %d of 10 messages received on %s (%v): %v", time.Since(crashed).Round(time.Millisecond), len(got), other, keys(got), err)
+		}
+		if got[string(m.Body)] != nil {
+			t.Fatalf("%q received twice by one session", m.Body)
+		}
+		got[string(m.Body)] = m
+		last = m
+	}
+	t.Logf("front-end %s crashed; its session's messages redelivered on %s after %v", front, other, time.Since(crashed).Round(time.Millisecond))
+	for i, b := range sent {
+		m := got[b]
+		wantRedelivered, wantCount := i < 5, 1
+		if wantRedelivered {
+			wantCount = 2
+		}
+		if m.Redelivered != wantRedelivered || m.DeliveryCount != wantCount {
+			t.Errorf("%q: redelivered %v count %d; want %v %d", b, m.Redelivered, m.DeliveryCount, wantRedelivered, wantCount)
+		}
+	}
+	if err := last.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	checkQueue(t, tc.admin(other), "fe", 0, 0)
+
+	t.Run("status shows the crashed node dead and its replicas unreachable", func(t *testing.T) {
+		st := tc.status(other)
+		checkStatusShape(t, st)
+		for _, n := range st.Nodes {
+			if wantAlive := n.ID != front; n.Alive != wantAlive {
+				t.Errorf("node %s: alive %v (state %s); want %v", n.ID, n.Alive, n.State, wantAlive)
+			}
+		}
+		for _, g := range st.Groups {
+			if g.Leader == "" || g.Leader == front {
+				t.Errorf("group %s: leader %q", g.Name, g.Leader)
+			}
+			for _, r := range g.Replicas {
+				if wantReachable := r.Node != front; r.Reachable != wantReachable {
+					t.Errorf("group %s, replica on %s: reachable %v; want %v", g.Name, r.Node, r.Reachable, wantReachable)
+				}
+			}
+		}
+		if i := slices.IndexFunc(st.Groups, func(g client.GroupStatus) bool { return g.Name == "fe#0" }); i < 0 || len(st.Groups[i].Replicas) != 3 {
+			t.Errorf("status groups %+v: want fe#0 with 3 replicas", st.Groups)
+		}
+	})
+}
+
+// The JSON shape of cluster status on a healthy cluster: every node alive
+// with its meta role (one leader), the meta group and every member group
+// with a leader and every replica reachable with its lag.
+func TestCluster_Status_JSONShape(t *testing.T) {
+	tc := newMultiNode(t, 3)
+	ctx := testCtx(t)
+	if _, err := tc.admin("n1").CreateQueue(ctx, "shape", client.QueueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tc.waitSpread("shape", 3)
+	var st client.ClusterStatus
+	tc.converge(10*time.Second, "every replica caught up", func() bool {
+		st = tc.status("n2")
+		for _, id := range tc.ids() {
+			if caughtUp(st, id) != "" {
+				return false
+			}
+		}
+		return true
+	})
+	checkStatusShape(t, st)
+	if st.AnsweredBy != "n2" {
+		t.Errorf("answered_by %q; want n2", st.AnsweredBy)
+	}
+	leaders := 0
+	for _, n := range st.Nodes {
+		switch n.MetaRole {
+		case "leader":
+			leaders++
+		case "follower":
+		default:
+			t.Errorf("node %s: meta_role %q", n.ID, n.MetaRole)
+		}
+		if !n.Alive || n.State != "alive" {
+			t.Errorf("node %s: alive %v state %q", n.ID, n.Alive, n.State)
+		}
+	}
+	if leaders != 1 {
+		t.Errorf("%d meta leaders in %+v", leaders, st.Nodes)
+	}
+	var names []string
+	for _, g := range st.Groups {
+		names = append(names, g.Name)
+		roles := map[string]int{}
+		for _, r := range g.Replicas {
+			roles[r.Role]++
+			if r.Role == "leader" && r.Node != g.Leader {
+				t.Errorf("group %s: replica %s has role leader; leader is %s", g.Name, r.Node, g.Leader)
+			}
+		}
+		if len(g.Replicas) != 3 || roles["leader"] != 1 || roles["follower"] != 2 {
+			t.Errorf("group %s: replicas %+v; want one leader and two followers", g.Name, g.Replicas)
+		}
+	}
+	sameSet(t, "groups", names, []string{"meta", "shape#0", "shape#1", "shape#2"})
+}
+
+// checkStatusShape checks the JSON form of a cluster status: the keys
+// `cairn cluster status --json` promises.
+func checkStatusShape(t *testing.T, st client.ClusterStatus) {
+	t.Helper()
+	b, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	has := func(obj any, what string, keys ...string) map[string]any {
+		m, ok := obj.(map[string]any)
+		if !ok {
+			t.Fatalf("%s is %T in %s", what, obj, b)
+		}
+		for _, k := range keys {
+			if _, ok := m[k]; !ok {
+				t.Errorf("%s has no %q in %s", what, k, b)
+			}
+		}
+		return m
+	}
+	list := func(v any, what string) []any {
+		l, ok := v.([]any)
+		if !ok || len(l) == 0 {
+			t.Fatalf("%s is %v, want a non-empty list, in %s", what, v, b)
+		}
+		return l
+	}
+	has(doc, "status", "nodes", "groups")
+	for i, n := range list(doc["nodes"], "nodes") {
+		has(n, fmt.Sprintf("nodes[%d]", i), "id", "alive", "meta_role")
+	}
+	for i, g := range list(doc["groups"], "groups") {
+		gm := has(g, fmt.Sprintf("groups[%d]", i), "name", "leader", "replicas")
+		for j, r := range list(gm["replicas"], fmt.Sprintf("groups[%d].replicas", i)) {
+			has(r, fmt.Sprintf("groups[%d].replicas[%d]", i, j), "node", "role", "lag", "reachable")
+		}
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return sorted(out)
+}

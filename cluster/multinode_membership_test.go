@@ -1,0 +1,339 @@
+package cluster
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/cairnmq/cairn/client"
+	"github.com/cairnmq/cairn/fsm"
+)
+
+// `cairn node leave` on the node that leads the meta group and hosts a
+// member: when LeaveNode returns, it leads no group (every leadership was
+// handed to another node), its Left channel is closed, and once it stops,
+// sends and receives carry on through the others with nothing lost.
+func TestCluster_NodeLeave_HandsLeadershipsOverAndSendsCarryOn(t *testing.T) {
+	tc := newMultiNode(t, 3)
+	ctx := testCtx(t)
+	if _, err := tc.admin("n1").CreateQueue(ctx, "lv", client.QueueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	hosts := tc.waitSpread("lv", 3)
+	var leaving string
+	eventually(t, "a meta leader", func() bool { leaving = tc.metaLeader(); return leaving != "" })
+	stay := tc.others(leaving)[0]
+	s := mustSession(t, tc.dial(stay), client.ClientAck)
+	p := mustProducer(t, s, "lv")
+	sent := sendN(t, ctx, p, "before-", 9)
+
+	id, err := tc.admin(leaving).LeaveNode(ctx)
+	if err != nil || id != leaving {
+		t.Fatalf("leave %s: node %q, %v", leaving, id, err)
+	}
+	nd := tc.node(leaving)
+	select {
+	case <-nd.Left():
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: Left not closed after LeaveNode returned", leaving)
+	}
+	if st := nd.meta.group.Raft.State(); st == raft.Leader {
+		t.Errorf("%s still leads the meta group after leaving", leaving)
+	}
+	for _, r := range nd.groups.all() {
+		if r.Raft().State() == raft.Leader {
+			t.Errorf("%s still leads %s after leaving (it hosted %v)", leaving, r.Name(), hosts)
+		}
+		// The replica hears of its lost leadership through Raft's notify
+		// channel, a moment later.
+		eventually(t, leaving+" no longer hosting "+r.Name(), func() bool { return !r.Leading() })
+	}
+	tc.stopNode(leaving) // as cmd/cairn does once Left is closed
+
+	eventually(t, "a meta leader among the nodes that stay", func() bool { return tc.metaLeader() != "" })
+	ctx = stepCtx(t, 20*time.Second)
+	for i := range 3 {
+		name := fmt.Sprintf("lv#%d", i)
+		if h := tc.waitHost(name); h == leaving {
+			t.Fatalf("%s hosted by %s, which left", name, h)
+		}
+		sent = append(sent, sendN(t, ctx, mustProducer(t, s, name), name+"/after-", 2)...)
+	}
+	sent = append(sent, sendN(t, ctx, p, "after-", 3)...)
+	sameSet(t, "received after "+leaving+" left", drainMembers(t, s, "lv", 3), sent)
+}
+
+// `cairn node remove`: refused for a live node; for a crashed node in a
+// 4-node cluster with a queue of 3 replicas, every member that had a
+// replica on it gets one on the node it lacked, the member groups' Raft
+// configurations (and the meta group's) drop it, no message is lost, and
+// the removed id is not registered again even when that node comes back.
+func TestCluster_NodeRemove_ReplacesReplicasAndNeverReadmits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("four nodes, a crash and a re-placement")
+	}
+	tc := newMultiNode(t, 4)
+	ctx := testCtx(t)
+	if _, err := tc.admin("n1").CreateQueue(ctx, "rm", client.QueueOptions{Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		tc.waitHost(fmt.Sprintf("rm#%d", i))
+	}
+	var meta string
+	eventually(t, "a meta leader", func() bool { meta = tc.metaLeader(); return meta != "" })
+	// The removed node is one that does not lead the meta group; the
+	// operator talks to another.
+	var victim string
+	for _, id := range slices.Backward(tc.ids()) {
+		if id != meta {
+			victim = id
+			break
+		}
+	}
+	op := tc.admin(tc.others(victim)[0])
+
+	err := op.RemoveNode(ctx, victim)
+	wantErr(t, "remove live node "+victim, err, client.ErrInvalidArgument)
+
+	p := mustProducer(t, mustSession(t, tc.dial(meta), client.AutoAck), "rm")
+	sent := sendN(t, ctx, p, "m", 20)
+	// Counts come from each member's host: ShowQueue through a node without
+	// a replica may not find a member whose host moved (see
+	// TestCluster_BUG_ShowQueueThroughNodeWithoutReplica_StaleHost).
+	if why := tc.counts("rm", 20, 0); why != "" {
+		t.Fatalf("before the crash: %s", why)
+	}
+	before := showQueue(t, op, "rm")
+	lacked := map[string]string{} // member -> the node that had no replica of it
+	for _, m := range before.Members {
+		if slices.Contains(m.Replicas, victim) {
+			for _, id := range tc.ids() {
+				if !slices.Contains(m.Replicas, id) {
+					lacked[m.Name] = id
+				}
+			}
+		}
+	}
+	if len(lacked) != 3 {
+		t.Fatalf("members %+v: want 3 with a replica on %s", before.Members, victim)
+	}
+
+	tc.crashNode(victim)
+	waitFor(t, 15*time.Second, "gossip declaring "+victim+" dead", func() bool {
+		for _, n := range tc.status(tc.others(victim)[0]).Nodes {
+			if n.ID == victim {
+				return !n.Alive
+			}
+		}
+		return false
+	})
+	ctx = stepCtx(t, 20*time.Second)
+	if err := op.RemoveNode(ctx, victim); err != nil {
+		t.Fatalf("remove crashed %s: %v", victim, err)
+	}
+
+	tc.converge(30*time.Second, "the replicas on "+victim+" re-placed and the groups' configurations following", func() bool {
+		return replacedEverywhere(tc, op, victim, lacked) == ""
+	})
+	st := tc.status(tc.others(victim)[0])
+	for _, n := range st.Nodes {
+		if n.ID == victim && n.MetaRole != "none" {
+			t.Errorf("removed %s has meta role %q", victim, n.MetaRole)
+		}
+	}
+	for _, g := range st.Groups {
+		for _, r := range g.Replicas {
+			if r.Node == victim {
+				t.Errorf("status: group %s still lists a replica on removed %s", g.Name, victim)
+			}
+		}
+		if g.Name != metaGroupID && len(g.Replicas) != 3 {
+			t.Errorf("status: group %s has replicas %+v; want 3", g.Name, g.Replicas)
+		}
+	}
+
+	// Nothing lost.
+	tc.settle(10*time.Second, "20 messages pending on the members' hosts", func() string { return tc.counts("rm", 20, 0) })
+	s := mustSession(t, tc.dial(tc.others(victim)[1]), client.ClientAck)
+	sameSet(t, "received after "+victim+" was removed", drainMembers(t, s, "rm", 4), sent)
+
+	// The removed node, started again by mistake on its old data, is never
+	// registered again (a replacement needs a new id).
+	tc.launch(victim)
+	consistently(t, 3*time.Second, victim+" staying out of the registry and the meta group", func() bool {
+		for _, id := range tc.others(victim) {
+			nd := tc.node(id)
+			var registered bool
+			nd.meta.read(func(m *fsm.Meta) { _, registered = m.Node(victim) })
+			if registered || inConfiguration(nd.meta.group.Raft, victim) {
+				return false
+			}
+		}
+		return true
+	})
+	// Meanwhile the others serve every member.
+	ctx = stepCtx(t, 20*time.Second)
+	s = mustSession(t, tc.dial(tc.others(victim)[0]), client.ClientAck)
+	sent = nil
+	for i := range 4 {
+		name := fmt.Sprintf("rm#%d", i)
+		send(t, ctx, mustProducer(t, s, name), name+"/last")
+		sent = append(sent, name+"/last")
+	}
+	sameSet(t, "received with removed "+victim+" running again", drainMembers(t, s, "rm", 4), sent)
+}
+
+// drainMembers receives and acknowledges everything each member of dest
+// holds, through one session, and returns the bodies; no message may be
+// marked redelivered.
+func drainMembers(t *testing.T, s *client.Session, dest string, members int) []string {
+	t.Helper()
+	ctx := stepCtx(t, 20*time.Second)
+	var got []string
+	for i := range members {
+		k := mustConsumer(t, ctx, s, fmt.Sprintf("%s#%d", dest, i))
+		for {
+			m, err := k.ReceiveTimeout(300 * time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m == nil {
+				break
+			}
+			if m.Redelivered {
+				t.Errorf("%q redelivered, though never delivered before", m.Body)
+			}
+			got = append(got, string(m.Body))
+			if err := m.Ack(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := k.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return got
+}
+
+// replacedEverywhere explains what is left to do after removing a node
+// ("" when done): the placement of every member that had a replica on it
+// names the node it lacked instead, and the member's Raft configuration on
+// its host is exactly its placement; the meta group dropped the node.
+func replacedEverywhere(tc *testCluster, op *client.Admin, removed string, lacked map[string]string) string {
+	ctx := stepCtx(tc.t, 5*time.Second)
+	q, err := op.ShowQueue(ctx, "rm")
+	if err != nil {
+		return err.Error()
+	}
+	for _, m := range q.Members {
+		if slices.Contains(m.Replicas, removed) || len(m.Replicas) != 3 {
+			return fmt.Sprintf("%s placed on %v", m.Name, m.Replicas)
+		}
+		if want := lacked[m.Name]; want != "" && !slices.Contains(m.Replicas, want) {
+			return fmt.Sprintf("%s placed on %v, not on %s", m.Name, m.Replicas, want)
+		}
+		host := tc.hostOf(m.Name)
+		if host == "" {
+			return m.Name + " has no host"
+		}
+		r, _ := tc.node(host).groups.replica(m.Name)
+		if got := configuration(r.Raft()); !slices.Equal(got, sorted(m.Replicas)) {
+			return fmt.Sprintf("%s: Raft configuration %v, placement %v", m.Name, got, m.Replicas)
+		}
+	}
+	for _, id := range tc.others(removed) {
+		if inConfiguration(tc.node(id).meta.group.Raft, removed) {
+			return "the meta group on " + id + " still has " + removed
+		}
+	}
+	return ""
+}
+
+// configuration lists the servers of a group's latest Raft configuration.
+func configuration(r *raft.Raft) []string {
+	f := r.GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	var out []string
+	for _, s := range f.Configuration().Servers {
+		out = append(out, string(s.ID))
+	}
+	return sorted(out)
+}
+
+func inConfiguration(r *raft.Raft, id string) bool {
+	return slices.Contains(configuration(r), id)
+}
+
+// A fourth node started later with only --join (no bootstrap, a fresh data
+// directory) is added to the meta group as a voter, shows alive and a
+// follower in cluster status, and a queue created afterwards places members
+// on it and has it host one.
+func TestCluster_NodeJoinsLater_BecomesMetaVoterAndHostsNewMembers(t *testing.T) {
+	tc := newMultiNode(t, 3)
+	ctx := testCtx(t)
+	if _, err := tc.admin("n1").CreateQueue(ctx, "old", client.QueueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	nd := tc.addNode(withLogs(t))
+	id := nd.ID()
+	waitFor(t, 10*time.Second, id+" a voter of the meta group", func() bool {
+		f := tc.node("n1").meta.group.Raft.GetConfiguration()
+		if f.Error() != nil {
+			return false
+		}
+		for _, s := range f.Configuration().Servers {
+			if string(s.ID) == id {
+				return s.Suffrage == raft.Voter
+			}
+		}
+		return false
+	})
+	for _, from := range []string{"n1", id} {
+		st := tc.status(from)
+		i := slices.IndexFunc(st.Nodes, func(n client.NodeStatus) bool { return n.ID == id })
+		if i < 0 || !st.Nodes[i].Alive || st.Nodes[i].MetaRole != "follower" {
+			t.Fatalf("status from %s: nodes %+v; want %s alive, meta follower", from, st.Nodes, id)
+		}
+	}
+
+	// A queue created now has a member per node, one preferring the new node.
+	info, err := tc.admin(id).CreateQueue(ctx, "new", client.QueueOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.Members) != 4 {
+		t.Fatalf("queue created on 4 nodes: %+v", info)
+	}
+	hosts := tc.waitSpread("new", 4)
+	if !slices.Contains(hosts, id) {
+		t.Fatalf("hosts %v: none on %s", hosts, id)
+	}
+	replicas := 0
+	for _, m := range info.Members {
+		if slices.Contains(m.Replicas, id) {
+			replicas++
+		}
+	}
+	if replicas != 3 {
+		t.Errorf("%s holds %d replicas of the 4 members of 3 replicas; want 3", id, replicas)
+	}
+	// The queue created before it joined stays where it was.
+	if q := showQueue(t, tc.admin(id), "old"); len(q.Members) != 3 {
+		t.Errorf("queue old: %+v", q)
+	}
+	s := mustSession(t, tc.dial(id), client.ClientAck)
+	var sent []string
+	for i := range 4 {
+		name := fmt.Sprintf("new#%d", i)
+		send(t, ctx, mustProducer(t, s, name), name)
+		sent = append(sent, name)
+	}
+	sameSet(t, "sent to each member through "+id, drainMembers(t, s, "new", 4), sent)
+	tc.converge(10*time.Second, id+" caught up on every group", func() bool { return caughtUp(tc.status("n1"), id) == "" })
+}

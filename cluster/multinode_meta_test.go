@@ -1,0 +1,101 @@
+package cluster
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/cairnmq/cairn/client"
+)
+
+// The node that leads the meta group crashes: the survivors elect a new
+// meta leader; a queue created through a surviving follower is created (the
+// follower forwards the meta command to the leader) and serves; the crashed
+// node, restarted on its data, catches up with every group it replicates,
+// including the entries it missed (cluster status: alive, lag 0 everywhere).
+func TestCluster_MetaLeaderCrash_NewLeaderTakesMetaCommandsAndOldLeaderCatchesUp(t *testing.T) {
+	tc := newMultiNode(t, 3)
+	ctx := testCtx(t)
+	if _, err := tc.admin("n1").CreateQueue(ctx, "before", client.QueueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var old string
+	eventually(t, "a meta leader", func() bool { old = tc.metaLeader(); return old != "" })
+	p := mustProducer(t, mustSession(t, tc.dial(tc.others(old)[0]), client.AutoAck), "before")
+	sendN(t, ctx, p, "b", 9)
+	tc.crashNode(old)
+
+	var leader string
+	eventually(t, "a new meta leader among the survivors", func() bool {
+		leader = tc.metaLeader()
+		return leader != "" && leader != old
+	})
+	follower := tc.others(old, leader)[0]
+	// The follower learns of the new leader from its first append. (A meta
+	// command through it before that fails at once with ErrUnavailable:
+	// unlike member commands, meta commands do not wait out an election.)
+	eventually(t, follower+" following the new meta leader "+leader, func() bool {
+		_, id := tc.node(follower).meta.group.Raft.LeaderWithID()
+		return string(id) == leader
+	})
+
+	// A meta command through a follower: it is forwarded to the new leader.
+	ctx = stepCtx(t, 20*time.Second)
+	info, err := tc.admin(follower).CreateQueue(ctx, "after", client.QueueOptions{})
+	if err != nil {
+		t.Fatalf("create through follower %s with %s crashed and %s leading: %v", follower, old, leader, err)
+	}
+	if len(info.Members) == 0 {
+		t.Fatalf("queue created with no members: %+v", info)
+	}
+	if _, ok := tc.node(leader).meta.destination("after"); !ok {
+		t.Fatalf("meta leader %s does not know the queue created through %s", leader, follower)
+	}
+	s := mustSession(t, tc.dial(follower), client.ClientAck)
+	sent := sendN(t, ctx, mustProducer(t, s, "after"), "a", 6)
+	sameSet(t, "received from the queue created during the crash", drainMembers(t, s, "after", len(info.Members)), sent)
+
+	// Entries the crashed node misses, in a member group and in the meta group.
+	sendN(t, ctx, p, "missed", 20)
+	if _, err := tc.admin(leader).CreateQueue(ctx, "later", client.QueueOptions{Members: 1}); err != nil {
+		t.Fatal(err)
+	}
+
+	tc.start(old)
+	tc.settle(20*time.Second, "restarted "+old+" alive with lag 0 on every group it replicates", func() string {
+		return caughtUp(tc.status(leader), old)
+	})
+	for _, name := range []string{"before", "after", "later"} {
+		if _, ok := tc.node(old).meta.destination(name); !ok {
+			t.Fatalf("restarted %s does not know queue %s", old, name)
+		}
+	}
+	if q := showQueue(t, tc.admin(old), "before"); q.Pending != 29 || q.Delivered != 0 {
+		t.Fatalf("queue before, shown by %s: %+v; want 29 pending", old, q)
+	}
+}
+
+// caughtUp explains why a node is not shown alive and caught up on every
+// group that places a replica on it ("" when it is).
+func caughtUp(st client.ClusterStatus, id string) string {
+	alive := false
+	for _, n := range st.Nodes {
+		if n.ID == id {
+			alive = n.Alive
+		}
+	}
+	if !alive {
+		return id + " is not alive"
+	}
+	for _, g := range st.Groups {
+		for _, r := range g.Replicas {
+			if r.Node != id {
+				continue
+			}
+			if !r.Reachable || r.Lag != 0 || g.Leader == "" {
+				return fmt.Sprintf("group %s: leader %q, replica on %s reachable %v lag %d", g.Name, g.Leader, id, r.Reachable, r.Lag)
+			}
+		}
+	}
+	return ""
+}

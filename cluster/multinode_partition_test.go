@@ -1,0 +1,322 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cairnmq/cairn/client"
+)
+
+// One node is cut off from the other two (Raft, peer RPC and gossip).
+//
+// On the isolated node, a send to a member that the majority hosts fails
+// within the routing window with a clear error: ErrUnavailable, since the
+// forward to the host cannot even be opened (the link refuses the dial), so
+// the router knows nothing was sent, retries until routeWindow and gives up
+// ("member has no reachable host"). ErrDeliveryUnknown is the other
+// acceptable answer, for a send that raced the cut on a forward stream that
+// was already open: then the command may have reached the host.
+//
+// On the majority side, sends and receives go on, to the member the
+// isolated node hosted too (a new host takes over; a consumer holding its
+// messages acks them there). Once the node is back, everything is drained
+// through the majority and the history checked: every send that returned
+// ok is received and acked exactly once, no send that failed with
+// ErrUnavailable is ever received, no message whose ack returned nil comes
+// back, and every message delivered again carries Redelivered and a
+// delivery count above 1.
+func TestCluster_MinorityPartition_IsolatedNodeRefusesMajorityServesNothingLost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the routing window and gossip's failure detection")
+	}
+	tc := newMultiNode(t, 3)
+	ctx := testCtx(t)
+	if _, err := tc.admin("n1").CreateQueue(ctx, "part", client.QueueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	hosts := tc.waitSpread("part", 3)
+	x, y, z := hosts[0], hosts[1], hosts[2] // x is isolated; y and z host part#1 and part#2
+	mx, my := "part#0", "part#1"
+	h := newHistory()
+
+	cx, cy, cz := tc.dial(x), tc.dial(y), tc.dial(z)
+	producers := map[string]*client.Producer{} // "node>dest"
+	producer := func(node string, c *client.Connection, dest string) *client.Producer {
+		key := node + ">" + dest
+		if producers[key] == nil {
+			producers[key] = mustProducer(t, mustSession(t, c, client.AutoAck), dest)
+		}
+		return producers[key]
+	}
+	mustSend := func(ctx context.Context, node string, c *client.Connection, dest, body string) {
+		t.Helper()
+		if err := h.send(ctx, producer(node, c, dest), body); err != nil {
+			t.Fatalf("send %q from %s to %s: %v", body, node, dest, err)
+		}
+	}
+
+	// Before the cut: 4 messages to each member from x and from y; a
+	// consumer on x of y's member holds 2 and acks 2; one on z of x's
+	// member does the same.
+	for i := range 3 {
+		dest := fmt.Sprintf("part#%d", i)
+		for k := range 4 {
+			mustSend(ctx, x, cx, dest, fmt.Sprintf("pre/%s/%s/%d", x, dest, k))
+			mustSend(ctx, y, cy, dest, fmt.Sprintf("pre/%s/%s/%d", y, dest, k))
+		}
+	}
+	kx := mustConsumer(t, ctx, mustSession(t, cx, client.IndividualAck), my, client.WithLimit(4))
+	kz := mustConsumer(t, ctx, mustSession(t, cz, client.IndividualAck), mx)
+	var heldX, heldZ []*client.Message
+	for _, k := range []*client.Consumer{kx, kz} {
+		for j := range 4 {
+			m := recv(t, k)
+			h.delivered(m)
+			if j%2 == 1 {
+				if k == kx {
+					heldX = append(heldX, m)
+				} else {
+					heldZ = append(heldZ, m)
+				}
+				continue
+			}
+			if err := h.ack(m); err != nil {
+				t.Fatalf("ack before the cut: %v", err)
+			}
+		}
+	}
+
+	tc.isolate(x)
+	cut := time.Now()
+	type outcome struct {
+		err  error
+		took time.Duration
+	}
+	toMajority, toOwn := make(chan outcome, 1), make(chan outcome, 1)
+	isolatedSend := func(p *client.Producer, dest string, out chan<- outcome) {
+		sctx, cancel := context.WithTimeout(context.Background(), routeWindow+10*time.Second)
+		defer cancel()
+		start := time.Now()
+		err := h.send(sctx, p, "iso/"+x+"/"+dest)
+		out <- outcome{err, time.Since(start)}
+	}
+	go isolatedSend(producer(x, cx, my), my, toMajority)
+	go isolatedSend(producer(x, cx, mx), mx, toOwn)
+
+	// The majority keeps sending, to x's member too (it fails over), and
+	// z's consumer keeps receiving it and acks what it held.
+	ctx = stepCtx(t, 30*time.Second)
+	for k := range 8 {
+		for _, n := range []struct {
+			id string
+			c  *client.Connection
+		}{{y, cy}, {z, cz}} {
+			mustSend(ctx, n.id, n.c, mx, fmt.Sprintf("cut/%s/%s/%d", n.id, mx, k))
+			mustSend(ctx, n.id, n.c, "part", fmt.Sprintf("cut/%s/part/%d", n.id, k))
+		}
+	}
+	for _, m := range heldZ {
+		if err := h.ack(m); err != nil {
+			t.Fatalf("ack on %s of a message of %s held since before the cut: %v", z, mx, err)
+		}
+	}
+	for range 16 {
+		m, err := kz.Receive(ctx)
+		if err != nil {
+			t.Fatalf("receive on %s from %s during the cut: %v", z, mx, err)
+		}
+		h.delivered(m)
+		if err := h.ack(m); err != nil {
+			t.Fatalf("ack on %s during the cut: %v", z, err)
+		}
+	}
+	if host := tc.hostOf(mx); host == x || host == "" {
+		t.Fatalf("%s hosted by %q during the cut", mx, host)
+	}
+
+	// The isolated node's send to y's member: a clear error within the
+	// routing window.
+	o := <-toMajority
+	switch {
+	case errors.Is(o.err, client.ErrUnavailable):
+		t.Logf("send on isolated %s to %s (hosted by %s): ErrUnavailable after %v: %v", x, my, y, o.took.Round(time.Millisecond), o.err)
+	case errors.Is(o.err, client.ErrDeliveryUnknown):
+		t.Logf("send on isolated %s to %s (hosted by %s): ErrDeliveryUnknown after %v: %v", x, my, y, o.took.Round(time.Millisecond), o.err)
+	default:
+		t.Fatalf("send on isolated %s to %s: %v after %v; want ErrUnavailable or ErrDeliveryUnknown", x, my, o.err, o.took)
+	}
+	if o.took > routeWindow+3*time.Second {
+		t.Errorf("the isolated send took %v to fail; the routing window is %v", o.took, routeWindow)
+	}
+	o = <-toOwn
+	t.Logf("send on isolated %s to its own former member %s: %v after %v", x, mx, o.err, o.took.Round(time.Millisecond))
+
+	// By now gossip holds x dead on the majority side, and y has released
+	// the session of x's consumer: its held messages are pending again.
+	ay := tc.admin(y)
+	tc.converge(10*time.Second, "the session of "+x+"'s consumer released", func() bool {
+		q, err := ay.ShowQueue(ctx, "part")
+		return err == nil && q.Members[1].Delivered == 0
+	})
+	t.Logf("cut for %v", time.Since(cut).Round(time.Millisecond))
+
+	tc.rejoin(x)
+	// Raft needs nothing from gossip to take x back: its replicas catch up
+	// with every group. (Gossip itself never takes x back; see
+	// TestCluster_BUG_GossipNeverHealsAfterPartition.)
+	tc.settle(30*time.Second, x+"'s replicas caught up after the cut", func() string {
+		if why := replicasMatch(tc, tc.ids()...); why != "" {
+			return why
+		}
+		return metaCaughtUp(tc, x)
+	})
+	// x's consumer's session was released: acks of what it held are refused.
+	for _, m := range heldX {
+		err := h.ack(m)
+		if !errors.Is(err, client.ErrLostServer) {
+			t.Errorf("ack on %s, after the cut, of %q held in a released session: %v; want ErrLostServer", x, m.Body, err)
+		}
+	}
+	for _, c := range []*client.Connection{cx, cz} {
+		if err := c.Close(); err != nil {
+			t.Logf("close: %v", err)
+		}
+	}
+
+	// Drain through the majority.
+	ctx = stepCtx(t, 30*time.Second)
+	s := mustSession(t, tc.dial(y), client.IndividualAck)
+	var ks []*client.Consumer
+	for i := range 3 {
+		ks = append(ks, mustConsumer(t, ctx, s, fmt.Sprintf("part#%d", i)))
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got := 0
+		for _, k := range ks {
+			for {
+				m, err := k.ReceiveTimeout(100 * time.Millisecond)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if m == nil {
+					break
+				}
+				got++
+				h.delivered(m)
+				if err := h.ack(m); err != nil {
+					t.Fatalf("ack while draining: %v", err)
+				}
+			}
+		}
+		if got == 0 {
+			q := showQueue(t, ay, "part")
+			if q.Pending == 0 && q.Delivered == 0 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue not drained: %+v", showQueue(t, ay, "part"))
+		}
+	}
+	if problems := h.check(); len(problems) > 0 {
+		t.Fatalf("history:\n%s", strings.Join(problems, "\n"))
+	}
+	t.Logf("history: %s", h.summary())
+}
+
+// history records what a workload was told (sends, deliveries, acks) and
+// checks it against the promises.
+type history struct {
+	mu         sync.Mutex
+	sent       map[string]error // body -> the send's error (nil: ok)
+	acked      map[string]bool  // bodies whose ack returned nil
+	times      map[string]int   // deliveries per body
+	problems   []string
+	deliveries int
+}
+
+func newHistory() *history {
+	return &history{sent: map[string]error{}, acked: map[string]bool{}, times: map[string]int{}}
+}
+
+// send sends one message and records the outcome.
+func (h *history) send(ctx context.Context, p *client.Producer, body string) error {
+	_, err := p.Send(ctx, &client.Message{Body: []byte(body)})
+	h.mu.Lock()
+	h.sent[body] = err
+	h.mu.Unlock()
+	return err
+}
+
+// delivered records a message handed out and checks it may be.
+func (h *history) delivered(m *client.Message) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	b := string(m.Body)
+	h.deliveries++
+	err, known := h.sent[b]
+	switch {
+	case !known:
+		h.problems = append(h.problems, fmt.Sprintf("%q delivered but never sent", b))
+	case errors.Is(err, client.ErrUnavailable):
+		h.problems = append(h.problems, fmt.Sprintf("%q delivered though its send failed with %v", b, err))
+	case h.acked[b]:
+		h.problems = append(h.problems, fmt.Sprintf("%q delivered again after its ack returned nil (redelivered %v, count %d)", b, m.Redelivered, m.DeliveryCount))
+	case h.times[b] > 0 && (!m.Redelivered || m.DeliveryCount < 2):
+		h.problems = append(h.problems, fmt.Sprintf("%q delivered again without the mark (redelivered %v, count %d)", b, m.Redelivered, m.DeliveryCount))
+	}
+	h.times[b]++
+}
+
+// ack acknowledges one message (IndividualAck) and records a success.
+func (h *history) ack(m *client.Message) error {
+	err := m.Ack()
+	if err == nil {
+		h.mu.Lock()
+		h.acked[string(m.Body)] = true
+		h.mu.Unlock()
+	}
+	return err
+}
+
+// check reports every send that returned ok and was not acked (lost), and
+// the problems seen on the way.
+func (h *history) check() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := append([]string{}, h.problems...)
+	for b, err := range h.sent {
+		if err == nil && !h.acked[b] {
+			out = append(out, fmt.Sprintf("%q: its send returned ok, and it was never received and acked (delivered %d times)", b, h.times[b]))
+		}
+	}
+	return out
+}
+
+func (h *history) summary() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ok, failed, unknown, again := 0, 0, 0, 0
+	for _, err := range h.sent {
+		switch {
+		case err == nil:
+			ok++
+		case errors.Is(err, client.ErrUnavailable):
+			failed++
+		default:
+			unknown++
+		}
+	}
+	for _, n := range h.times {
+		if n > 1 {
+			again++
+		}
+	}
+	return fmt.Sprintf("%d sends ok, %d unavailable, %d unknown; %d deliveries, %d messages delivered more than once, %d acked", ok, failed, unknown, h.deliveries, again, len(h.acked))
+}

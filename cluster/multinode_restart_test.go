@@ -1,0 +1,257 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cairnmq/cairn/client"
+	"github.com/cairnmq/cairn/fsm"
+)
+
+// Every node crashes (as with SIGKILL), then all three start again on their
+// data: every message sent comes back exactly once, except those acked;
+// the ones held unacknowledged by sessions of the crashed front-ends come
+// back redelivered with delivery count 2, the others unmarked; the counts
+// are right right after the restart.
+func TestCluster_FullRestart_EverySentMessageComesBack(t *testing.T) {
+	tc := newMultiNode(t, 3)
+	ctx := testCtx(t)
+	if _, err := tc.admin("n1").CreateQueue(ctx, "fr", client.QueueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	hosts := tc.waitSpread("fr", 3)
+
+	// Per member: 12 sent through n1, 6 received by a consumer on the
+	// member's host's neighbour, 3 of them acked, 3 held.
+	type fate struct{ acked, held, never []string }
+	fates := make([]fate, 3)
+	p := mustSession(t, tc.dial("n1"), client.AutoAck)
+	for i := range 3 {
+		name := fmt.Sprintf("fr#%d", i)
+		bodies := sendN(t, ctx, mustProducer(t, p, name), name+"/", 12)
+		front := tc.others(hosts[i])[0]
+		s := mustSession(t, tc.dial(front), client.IndividualAck)
+		k := mustConsumer(t, ctx, s, name, client.WithLimit(6))
+		for j, m := range recvN(t, k, 6) {
+			if string(m.Body) != bodies[j] || m.Redelivered || m.DeliveryCount != 1 {
+				t.Fatalf("%s, message %d: %q redelivered %v count %d", name, j, m.Body, m.Redelivered, m.DeliveryCount)
+			}
+			if j%2 == 1 {
+				fates[i].held = append(fates[i].held, bodies[j])
+				continue
+			}
+			if err := m.Ack(); err != nil {
+				t.Fatal(err)
+			}
+			fates[i].acked = append(fates[i].acked, bodies[j])
+		}
+		fates[i].never = bodies[6:]
+	}
+	checkQueue(t, tc.admin("n2"), "fr", 18, 9)
+
+	for _, id := range tc.ids() {
+		tc.crashNode(id)
+	}
+	tc.startAll()
+
+	// The held messages' sessions belonged to the crashed runs: each
+	// member's new host releases them as it takes over.
+	waitQueue(t, tc.admin("n3"), "fr", 27, 0)
+	ctx = stepCtx(t, 20*time.Second)
+	s := mustSession(t, tc.dial("n2"), client.ClientAck)
+	for i := range 3 {
+		name := fmt.Sprintf("fr#%d", i)
+		k := mustConsumer(t, ctx, s, name)
+		got := recvN(t, k, 9)
+		expectNothing(t, k, 200*time.Millisecond)
+		sameSet(t, name+" after the restart", bodiesOf(got), append(append([]string{}, fates[i].held...), fates[i].never...))
+		isHeld := set(fates[i].held)
+		for _, m := range got {
+			wantCount := 1
+			if isHeld[string(m.Body)] {
+				wantCount = 2
+			}
+			if m.Redelivered != (wantCount == 2) || m.DeliveryCount != wantCount {
+				t.Errorf("%q: redelivered %v count %d; want count %d", m.Body, m.Redelivered, m.DeliveryCount, wantCount)
+			}
+		}
+		if err := got[len(got)-1].Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkQueue(t, tc.admin("n1"), "fr", 0, 0)
+}
+
+// A node stopped while its groups' logs move on, and are compacted (a
+// snapshot every 32 entries), past everything it holds, catches up by
+// installing a snapshot when it comes back: its replicas reach the
+// leaders' commit index with the same counts, and the member whose
+// preferred host it is is hosted by it again.
+func TestCluster_StoppedNodeBehindCompactedLogs_CatchesUpBySnapshot(t *testing.T) {
+	if testing.Short() {
+		t.Skip("sends a few thousand messages")
+	}
+	tc := newMultiNode(t, 3, withSnapshotThreshold(32))
+	ctx := testCtx(t)
+	info, err := tc.admin("n1").CreateQueue(ctx, "snap", client.QueueOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts := tc.waitSpread("snap", 3)
+	// The node to stop is n2, the preferred host of one member.
+	const stopped = "n2"
+	var mine string
+	for i, m := range info.Members {
+		if m.Replicas[0] == stopped {
+			mine = m.Name
+			if hosts[i] != stopped {
+				t.Fatalf("%s is hosted by %s, not by its preferred host %s", m.Name, hosts[i], stopped)
+			}
+		}
+	}
+	if mine == "" {
+		t.Fatalf("no member of %+v prefers %s", info.Members, stopped)
+	}
+	r, _ := tc.node(stopped).groups.replica(mine)
+	before := r.Raft().LastIndex()
+	tc.stopNode(stopped)
+	host := tc.waitHost(mine)
+
+	// Send and ack through the others until the host's log is compacted
+	// past what the stopped node holds (the log keeps 1024 entries behind
+	// each snapshot), bounded at 6000 messages.
+	var mu sync.Mutex
+	sent := 0
+	compacted := func() bool {
+		hr, ok := tc.node(host).groups.replica(mine)
+		if !ok {
+			return false
+		}
+		snap, _ := strconv.ParseUint(hr.Raft().Stats()["last_snapshot_index"], 10, 64)
+		return snap > before+1024+1
+	}
+	for round := 0; !compacted(); round++ {
+		if round == 6 {
+			t.Fatalf("after %d messages the log of %s is not compacted past index %d", sent, mine, before)
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for w := range 8 {
+			front := tc.others(stopped)[w%2]
+			p := mustProducer(t, mustSession(t, tc.dial(front), client.AutoAck), mine)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range 125 {
+					sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					_, err := p.Send(sctx, &client.Message{Body: []byte(fmt.Sprintf("r%d-w%d-%d", round, w, j))})
+					cancel()
+					if err != nil {
+						errs <- err
+						return
+					}
+					mu.Lock()
+					sent++
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("send to %s with %s stopped: %v", mine, stopped, err)
+		}
+		// Ack a third of them, one by one.
+		s := mustSession(t, tc.dial(host), client.IndividualAck)
+		k := mustConsumer(t, ctx, s, mine, client.WithLimit(333))
+		for j := range 333 {
+			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			m, err := k.Receive(rctx)
+			cancel()
+			if err != nil {
+				hr, _ := tc.node(tc.hostOf(mine)).groups.replica(mine)
+				t.Fatalf("round %d: receive %d of 333 from %s (consumer on %s, host now %s: %+v, %d consumers): %v", round, j, mine, host, tc.hostOf(mine), hr.Stats(), hr.Consumers(), err)
+			}
+			if err := m.Ack(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("%d messages sent to %s while %s was stopped at index %d", sent, mine, stopped, before)
+
+	restarted := time.Now()
+	tc.start(stopped)
+	t.Logf("%s ready %v after its restart began", stopped, time.Since(restarted).Round(time.Millisecond))
+	tc.converge(20*time.Second, stopped+"'s replicas caught up with their leaders", func() bool {
+		return replicasMatch(tc, stopped) == ""
+	})
+	t.Logf("%s caught up %v after its restart began", stopped, time.Since(restarted).Round(time.Millisecond))
+	tc.converge(20*time.Second, stopped+" hosting "+mine+" again", func() bool { return tc.hostOf(mine) == stopped })
+	t.Logf("%s hosts %s again %v after its restart began", stopped, mine, time.Since(restarted).Round(time.Millisecond))
+	tc.settle(10*time.Second, "every replica matching its leader after "+stopped+" took "+mine+" back", func() string {
+		return replicasMatch(tc, tc.ids()...)
+	})
+	q := showQueue(t, tc.admin(stopped), "snap")
+	if q.Delivered != 0 || q.Pending != uint64(sent-333*(sent/1000)) {
+		t.Fatalf("queue snap: %+v; want %d pending", q, sent-333*(sent/1000))
+	}
+}
+
+// replicasMatch explains how the member replicas of the given nodes differ
+// from their leaders' ("" when every one has applied its leader's commit
+// index and holds the same counts).
+func replicasMatch(tc *testCluster, ids ...string) string {
+	for _, id := range ids {
+		if why := nodeReplicasMatch(tc, id); why != "" {
+			return why
+		}
+	}
+	return ""
+}
+
+func nodeReplicasMatch(tc *testCluster, id string) string {
+	nd := tc.node(id)
+	for _, d := range nd.destinations() {
+		for _, p := range d.Members {
+			name := fsm.MemberName(d.Name, p.Index)
+			r, ok := nd.groups.replica(name)
+			if !ok {
+				return name + " not open on " + id
+			}
+			host := tc.hostOf(name)
+			if host == "" {
+				return name + " has no host"
+			}
+			l, _ := tc.node(host).groups.replica(name)
+			commit := l.Raft().CommitIndex()
+			if applied := r.Raft().AppliedIndex(); applied < commit {
+				return fmt.Sprintf("%s on %s applied %d of %d", name, id, applied, commit)
+			}
+			if a, b := r.Stats(), l.Stats(); a != b {
+				return fmt.Sprintf("%s on %s: %+v, on its host %s: %+v", name, id, a, host, b)
+			}
+		}
+	}
+	return ""
+}
+
+// metaCaughtUp explains how a node's meta replica lags the meta leader's
+// commit index ("" when it does not).
+func metaCaughtUp(tc *testCluster, id string) string {
+	leader := tc.metaLeader()
+	if leader == "" {
+		return "no meta leader"
+	}
+	commit := tc.node(leader).meta.group.Raft.CommitIndex()
+	if applied := tc.node(id).meta.group.Raft.AppliedIndex(); applied < commit {
+		return fmt.Sprintf("meta replica on %s applied %d of %d", id, applied, commit)
+	}
+	return ""
+}
