@@ -33,7 +33,7 @@ func TestCluster_FrontEndCrash_HostReleasesItsSessions(t *testing.T) {
 	sameSet(t, "held by the consumer on "+front, held, sent[:5])
 	checkQueue(t, tc.admin(other), "fe", 5, 5)
 
-	tc.crashNode(front)
+	tc.crash(front)
 	crashed := time.Now()
 
 	// Within gossip's failure detection (about 5 s) and a sweep, the held

@@ -288,23 +288,6 @@ func (tc *testCluster) index(id string) int {
 	return -1
 }
 
-// stop stops a node gracefully (its data stays).
-func (tc *testCluster) stop(id string) {
-	i := tc.index(id)
-	nd := tc.nodes[i]
-	tc.nodes[i] = nil
-	nd.Stop()
-}
-
-// crash stops a node as a kill would, as far as the others can tell: no
-// leadership handed over, no session released, no goodbye (its data stays).
-func (tc *testCluster) crash(id string) {
-	i := tc.index(id)
-	nd := tc.nodes[i]
-	tc.nodes[i] = nil
-	nd.Crash()
-}
-
 // start starts a stopped node again with its data, and waits until it is
 // ready.
 func (tc *testCluster) start(id string) *Node {
@@ -637,15 +620,16 @@ func haltNode(nd *Node, graceful bool, d time.Duration) bool {
 	}
 }
 
-// crashNode is tc.crash bounded: a crash that does not finish fails the
-// test.
-func (tc *testCluster) crashNode(id string) {
+// crash stops a node as a kill would, as far as the others can tell: no
+// leadership handed over, no session released, no goodbye (its data
+// stays). A crash that does not finish within 20 s fails the test.
+func (tc *testCluster) crash(id string) {
 	tc.t.Helper()
 	tc.halt(id, false)
 }
 
-// stopNode is tc.stop bounded, as crashNode.
-func (tc *testCluster) stopNode(id string) {
+// stop stops a node gracefully (its data stays), bounded as crash.
+func (tc *testCluster) stop(id string) {
 	tc.t.Helper()
 	tc.halt(id, true)
 }

@@ -51,7 +51,7 @@ func TestCluster_NodeLeave_HandsLeadershipsOverAndSendsCarryOn(t *testing.T) {
 		// channel, a moment later.
 		eventually(t, leaving+" no longer hosting "+r.Name(), func() bool { return !r.Leading() })
 	}
-	tc.stopNode(leaving) // as cmd/cairn does once Left is closed
+	tc.stop(leaving) // as cmd/cairn does once Left is closed
 
 	eventually(t, "a meta leader among the nodes that stay", func() bool { return tc.metaLeader() != "" })
 	ctx = stepCtx(t, 20*time.Second)
@@ -122,7 +122,7 @@ func TestCluster_NodeRemove_ReplacesReplicasAndNeverReadmits(t *testing.T) {
 		t.Fatalf("members %+v: want 3 with a replica on %s", before.Members, victim)
 	}
 
-	tc.crashNode(victim)
+	tc.crash(victim)
 	waitFor(t, 15*time.Second, "gossip declaring "+victim+" dead", func() bool {
 		for _, n := range tc.status(tc.others(victim)[0]).Nodes {
 			if n.ID == victim {

@@ -23,7 +23,7 @@ func TestCluster_MetaLeaderCrash_NewLeaderTakesMetaCommandsAndOldLeaderCatchesUp
 	eventually(t, "a meta leader", func() bool { old = tc.metaLeader(); return old != "" })
 	p := mustProducer(t, mustSession(t, tc.dial(tc.others(old)[0]), client.AutoAck), "before")
 	sendN(t, ctx, p, "b", 9)
-	tc.crashNode(old)
+	tc.crash(old)
 
 	var leader string
 	eventually(t, "a new meta leader among the survivors", func() bool {

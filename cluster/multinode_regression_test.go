@@ -122,6 +122,6 @@ func TestCluster_ShowQueueFollowsMovedHost(t *testing.T) {
 	// The host n1 learned when the queue was created is the first leader
 	// elected, which then handed the member to its preferred host.
 	shows("after the queue was created", host)
-	tc.crashNode(host)
+	tc.crash(host)
 	shows("after its host crashed", tc.waitHost(name))
 }

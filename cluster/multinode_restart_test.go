@@ -54,7 +54,7 @@ func TestCluster_FullRestart_EverySentMessageComesBack(t *testing.T) {
 	checkQueue(t, tc.admin("n2"), "fr", 18, 9)
 
 	for _, id := range tc.ids() {
-		tc.crashNode(id)
+		tc.crash(id)
 	}
 	tc.startAll()
 
@@ -118,7 +118,7 @@ func TestCluster_StoppedNodeBehindCompactedLogs_CatchesUpBySnapshot(t *testing.T
 	}
 	r, _ := tc.node(stopped).groups.replica(mine)
 	before := r.Raft().LastIndex()
-	tc.stopNode(stopped)
+	tc.stop(stopped)
 	host := tc.waitHost(mine)
 
 	// Send and ack through the others until the host's log is compacted
