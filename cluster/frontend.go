@@ -448,6 +448,15 @@ func (n *Node) clusterStatus(ctx context.Context) *clientpb.ClusterStatusRespons
 	slices.SortFunc(resp.Nodes, func(a, b *clientpb.NodeStatus) int { return strings.Compare(a.Id, b.Id) })
 
 	reports := n.groupReports(ctx, resp.Nodes)
+	// memberlist keeps its own suspicion to itself (no event, and Members
+	// does not carry it), so a node is suspect here when gossip still holds
+	// it alive but it did not answer the report: paused, overloaded, or
+	// cut off from this node.
+	for _, nd := range resp.Nodes {
+		if _, answered := reports[nd.Id]; nd.State == "alive" && !answered {
+			nd.State = "suspect"
+		}
+	}
 	metaServers := []string{}
 	if f := n.meta.group.Raft.GetConfiguration(); f.Error() == nil {
 		for _, s := range f.Configuration().Servers {

@@ -217,7 +217,9 @@ type gossipMember struct {
 
 // members lists every node gossip knows of, with its state: alive, dead
 // (failed), or left (said goodbye). memberlist tells no event when it
-// suspects a node, so a suspected node shows alive until declared dead.
+// suspects a node, so a suspected node shows alive here until declared
+// dead; the status calls it suspect when it does not answer
+// (Node.clusterStatus).
 func (g *gossip) members() []gossipMember {
 	g.mu.Lock()
 	out := make([]gossipMember, 0, len(g.nodes))

@@ -201,3 +201,32 @@ func keys[V any](m map[string]V) []string {
 	}
 	return sorted(out)
 }
+
+// A node that gossip still holds alive (other nodes vouch for it) but that
+// does not answer this node shows as suspect, not dead: alive stays true,
+// since nothing has declared it failed. Once the link heals it is alive
+// again.
+func TestCluster_Status_UnansweringNodeIsSuspect(t *testing.T) {
+	tc := newMultiNode(t, 3)
+	state := func() (string, bool) {
+		for _, n := range tc.status("n1").Nodes {
+			if n.ID == "n2" {
+				return n.State, n.Alive
+			}
+		}
+		return "missing", false
+	}
+	tc.net.cutLink("n1", "n2")
+	tc.converge(15*time.Second, "n1's status showing n2 suspect", func() bool {
+		st, _ := state()
+		return st == "suspect"
+	})
+	if st, alive := state(); st == "suspect" && !alive {
+		t.Errorf("n2 suspect but alive false; a suspect node is not declared dead")
+	}
+	tc.net.heal("n1", "n2")
+	tc.converge(15*time.Second, "n1's status showing n2 alive again", func() bool {
+		st, alive := state()
+		return st == "alive" && alive
+	})
+}

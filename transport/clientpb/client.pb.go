@@ -2684,11 +2684,13 @@ type NodeStatus struct {
 	RaftAddr   string                 `protobuf:"bytes,4,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
 	GossipAddr string                 `protobuf:"bytes,5,opt,name=gossip_addr,json=gossipAddr,proto3" json:"gossip_addr,omitempty"`
 	HttpAddr   string                 `protobuf:"bytes,6,opt,name=http_addr,json=httpAddr,proto3" json:"http_addr,omitempty"`
-	// state is alive, suspect, dead or left (memberlist's view from the answering node).
+	// state is alive, suspect, dead or left: memberlist's view from the
+	// answering node, where suspect is a node gossip holds alive that did not
+	// answer the answering node's status request.
 	State string `protobuf:"bytes,7,opt,name=state,proto3" json:"state,omitempty"`
 	// meta_role is leader, follower, candidate, nonvoter or none.
 	MetaRole string `protobuf:"bytes,8,opt,name=meta_role,json=metaRole,proto3" json:"meta_role,omitempty"`
-	// alive is state == "alive".
+	// alive is true while the node is neither dead nor left (alive or suspect).
 	Alive         bool `protobuf:"varint,9,opt,name=alive,proto3" json:"alive,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
