@@ -166,6 +166,15 @@ type testCluster struct {
 // all at the same moment. Each node keeps its ports across restarts.
 func newCluster(t *testing.T, n int, opts ...func(*Config)) *testCluster {
 	t.Helper()
+	tc := planCluster(t, n, opts...)
+	tc.startAll()
+	return tc
+}
+
+// planCluster configures n nodes with --bootstrap-expect n, each joining
+// all, on a fault-injecting network, and starts none of them.
+func planCluster(t *testing.T, n int, opts ...func(*Config)) *testCluster {
+	t.Helper()
 	tc := &testCluster{t: t, net: newFaultNet(), nodes: make([]*Node, n)}
 	var join []string
 	for i := range n {
@@ -188,23 +197,7 @@ func newCluster(t *testing.T, n int, opts ...func(*Config)) *testCluster {
 	for i := range tc.cfgs {
 		tc.cfgs[i].Join = join
 	}
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tc.nodes[i], errs[i] = Start(tc.cfgs[i])
-		}()
-	}
-	wg.Wait()
 	t.Cleanup(tc.stopAll)
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("node %d: %v", i+1, err)
-		}
-	}
-	tc.waitReady()
 	return tc
 }
 

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
 
 	"github.com/cairnmq/cairn/client"
 )
@@ -164,11 +167,27 @@ func TestCluster_MinorityPartition_IsolatedNodeRefusesMajorityServesNothingLost(
 		return err == nil && q.Members[1].Delivered == 0
 	})
 	t.Logf("cut for %v", time.Since(cut).Round(time.Millisecond))
+	// A gossip verdict is a hint, not a decision: while held dead, x stays
+	// a voter of the meta group and a replica of every member.
+	if f := tc.node(y).meta.group.Raft.GetConfiguration(); f.Error() != nil || !slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool {
+		return string(s.ID) == x && s.Suffrage == raft.Voter
+	}) {
+		t.Errorf("%s held dead by gossip is no longer a meta voter: %+v (%v)", x, f.Configuration().Servers, f.Error())
+	}
+	if d, _ := tc.node(y).meta.destination("part"); d == nil {
+		t.Error("queue part gone from the meta state")
+	} else {
+		for _, m := range d.Members {
+			if !slices.Contains(m.Replicas, x) {
+				t.Errorf("member %d re-placed on %v while %s was only held dead by gossip", m.Index, m.Replicas, x)
+			}
+		}
+	}
 
 	tc.rejoin(x)
 	// Raft needs nothing from gossip to take x back: its replicas catch up
-	// with every group. (Gossip itself never takes x back; see
-	// TestCluster_BUG_GossipNeverHealsAfterPartition.)
+	// with every group (gossip takes it back too; see
+	// TestCluster_GossipHealsAfterLongPartition).
 	tc.settle(30*time.Second, x+"'s replicas caught up after the cut", func() string {
 		if why := replicasMatch(tc, tc.ids()...); why != "" {
 			return why

@@ -1,8 +1,13 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"net"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/cairnmq/cairn/client"
 )
@@ -147,4 +152,54 @@ func TestCluster_HostCrashed_ConsumerOnOtherFrontEndKeepsItsDeliveries(t *testin
 	if q.Pending != 0 || q.Delivered != 0 {
 		t.Fatalf("after draining: %+v", q)
 	}
+}
+
+// --join takes DNS names and keeps trying them: the first pod of a
+// StatefulSet starts before its peers' names lead anywhere, and must find
+// them when they come. Here only n1 lists the others, by name, and they
+// start only after n1 has failed to reach them, so only n1's retries can
+// bring the three together.
+func TestCluster_JoinByNameKeepsTryingUntilTheOthersStart(t *testing.T) {
+	waiting := &logWatch{msg: "waiting for the other nodes to join", seen: make(chan struct{})}
+	tc := planCluster(t, 3)
+	for i := range tc.cfgs {
+		tc.cfgs[i].Join = nil
+	}
+	for _, c := range tc.cfgs[1:] {
+		_, port, _ := net.SplitHostPort(c.GossipAddr)
+		tc.cfgs[0].Join = append(tc.cfgs[0].Join, net.JoinHostPort("localhost", port))
+	}
+	tc.cfgs[0].Logger = slog.New(waiting)
+	n1 := tc.launch("n1")
+	select {
+	case <-waiting.seen:
+	case <-time.After(10 * time.Second):
+		t.Fatal("n1 never reported waiting for the others")
+	}
+	if err := n1.Ready(); err == nil {
+		t.Fatal("n1 is ready alone with --bootstrap-expect 3")
+	}
+	tc.startAll()
+	st := tc.status("n3")
+	if len(st.Nodes) != 3 {
+		t.Fatalf("n3's status shows %d nodes: %+v", len(st.Nodes), st.Nodes)
+	}
+}
+
+// logWatch is a slog handler that closes seen the first time msg is
+// logged.
+type logWatch struct {
+	msg  string
+	once sync.Once
+	seen chan struct{}
+}
+
+func (w *logWatch) Enabled(context.Context, slog.Level) bool { return true }
+func (w *logWatch) WithAttrs([]slog.Attr) slog.Handler       { return w }
+func (w *logWatch) WithGroup(string) slog.Handler            { return w }
+func (w *logWatch) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == w.msg {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return nil
 }
