@@ -72,6 +72,24 @@ type QueueOptions struct {
 	TTL time.Duration
 	// MaxBytes bounds the message bytes the queue holds (0: unlimited).
 	MaxBytes int64
+	// MaxDeliveries: a message delivered this many times and given back
+	// again (recover, session end) moves to the dead-letter queue with its
+	// properties and delivery count (0: unlimited).
+	MaxDeliveries int
+	// DeadLetterQueue is where dead messages go (default NAME.DLQ, created
+	// on first use).
+	DeadLetterQueue string
+	// RedeliveryDelay is how long a message given back waits before it is
+	// delivered again (0: at once); each later delivery waits
+	// RedeliveryBackoff times longer (0 or 1: the same), at most
+	// RedeliveryMaxDelay (0: 1 hour).
+	RedeliveryDelay    time.Duration
+	RedeliveryBackoff  int
+	RedeliveryMaxDelay time.Duration
+	// ForwardDelay is how long a member's pending messages wait with no
+	// consumer on it before they move to a member that has consumers
+	// (0: the default, 5 s; negative: never).
+	ForwardDelay time.Duration
 }
 
 // QueueInfo describes a queue and what it holds; its JSON form is the one
@@ -85,6 +103,19 @@ type QueueInfo struct {
 	Replicas  int          `json:"replicas"`
 	TTLMillis int64        `json:"ttl_ms"`
 	MaxBytes  int64        `json:"max_bytes"`
+	// Delayed messages wait out a redelivery delay; DeadLettered ones were
+	// moved to the dead-letter queue.
+	Delayed      uint64 `json:"delayed"`
+	DeadLettered uint64 `json:"dead_lettered"`
+	Consumers    int    `json:"consumers"`
+	// The poison-message and forwarding settings; ForwardDelayMillis is 0
+	// when the queue never forwards.
+	MaxDeliveries            int    `json:"max_deliveries"`
+	DeadLetterQueue          string `json:"dead_letter_queue"`
+	RedeliveryDelayMillis    int64  `json:"redelivery_delay_ms"`
+	RedeliveryBackoff        int    `json:"redelivery_backoff"`
+	RedeliveryMaxDelayMillis int64  `json:"redelivery_max_delay_ms"`
+	ForwardDelayMillis       int64  `json:"forward_delay_ms"`
 }
 
 // MemberInfo describes one member of a queue.
@@ -96,26 +127,44 @@ type MemberInfo struct {
 	Consumers int      `json:"consumers"`
 	Bytes     int64    `json:"bytes"`
 	Replicas  []string `json:"replicas"`
+	// Delayed: waiting out a redelivery delay. Moving: on the way to another
+	// member or the dead-letter queue. DeadLettered: moved to the
+	// dead-letter queue.
+	Delayed      uint64 `json:"delayed"`
+	Moving       uint64 `json:"moving"`
+	DeadLettered uint64 `json:"dead_lettered"`
 }
 
 func queueInfo(d *clientpb.DestinationInfo) QueueInfo {
-	q := QueueInfo{Name: d.Name, Pending: d.Pending, Delivered: d.Delivered, Replicas: int(d.Replicas), TTLMillis: d.TtlMs, MaxBytes: d.MaxBytes, Members: []MemberInfo{}}
+	q := QueueInfo{Name: d.Name, Pending: d.Pending, Delivered: d.Delivered, Replicas: int(d.Replicas), TTLMillis: d.TtlMs, MaxBytes: d.MaxBytes, Members: []MemberInfo{},
+		Delayed: d.Delayed, DeadLettered: d.DeadLettered, Consumers: int(d.Consumers),
+		MaxDeliveries: int(d.MaxDeliveries), DeadLetterQueue: d.DeadLetterQueue, RedeliveryDelayMillis: d.RedeliveryDelayMs,
+		RedeliveryBackoff: int(d.RedeliveryBackoff), RedeliveryMaxDelayMillis: d.RedeliveryMaxDelayMs, ForwardDelayMillis: d.ForwardDelayMs}
 	for _, m := range d.Members {
-		q.Members = append(q.Members, MemberInfo{Name: m.Name, Host: m.Host, Pending: m.Pending, Delivered: m.Delivered, Consumers: int(m.Consumers), Bytes: m.Bytes, Replicas: m.Replicas})
+		q.Members = append(q.Members, MemberInfo{Name: m.Name, Host: m.Host, Pending: m.Pending, Delivered: m.Delivered, Consumers: int(m.Consumers), Bytes: m.Bytes, Replicas: m.Replicas,
+			Delayed: m.Delayed, Moving: m.Moving, DeadLettered: m.DeadLettered})
 	}
 	return q
 }
 
 // CreateQueue creates a queue.
 func (a *Admin) CreateQueue(ctx context.Context, name string, o QueueOptions) (QueueInfo, error) {
-	if o.Members < 0 || o.Replicas < 0 || o.TTL < 0 || o.MaxBytes < 0 {
-		return QueueInfo{}, fmt.Errorf("%w: members, replicas, ttl and max size must not be negative", ErrInvalidArgument)
+	if o.Members < 0 || o.Replicas < 0 || o.TTL < 0 || o.MaxBytes < 0 || o.MaxDeliveries < 0 || o.RedeliveryDelay < 0 || o.RedeliveryBackoff < 0 || o.RedeliveryMaxDelay < 0 {
+		return QueueInfo{}, fmt.Errorf("%w: members, replicas, ttl, max size, max deliveries, redelivery delays and backoff must not be negative", ErrInvalidArgument)
+	}
+	forward := o.ForwardDelay.Milliseconds()
+	if o.ForwardDelay < 0 {
+		forward = -1
+	} else if o.ForwardDelay > 0 && forward == 0 {
+		forward = 1
 	}
 	var info QueueInfo
 	err := a.call(ctx, func(api clientpb.ClientServiceClient) error {
 		d, err := api.CreateDestination(ctx, &clientpb.CreateDestinationRequest{
 			Name: name, Kind: clientpb.DestinationKind_DESTINATION_KIND_QUEUE, Members: uint32(o.Members),
 			Replicas: uint32(o.Replicas), TtlMs: o.TTL.Milliseconds(), MaxBytes: o.MaxBytes,
+			MaxDeliveries: uint32(o.MaxDeliveries), DeadLetterQueue: o.DeadLetterQueue, RedeliveryDelayMs: o.RedeliveryDelay.Milliseconds(),
+			RedeliveryBackoff: uint32(o.RedeliveryBackoff), RedeliveryMaxDelayMs: o.RedeliveryMaxDelay.Milliseconds(), ForwardDelayMs: forward,
 		})
 		if err == nil {
 			info = queueInfo(d)

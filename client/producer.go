@@ -20,10 +20,11 @@ const defaultPriority = 4
 
 // Producer sends messages to one destination.
 type Producer struct {
-	s        *Session
-	dest     string
-	priority int
-	ttl      time.Duration
+	s          *Session
+	dest       string
+	priority   int
+	ttl        time.Duration
+	idempotent bool
 }
 
 // Receipt is what the server answered for one sent message.
@@ -54,6 +55,14 @@ func (p *Producer) SetTimeToLive(d time.Duration) error {
 	return nil
 }
 
+// SetIdempotent makes every message sent without a DedupID carry its
+// message id as one. The server then resends a send whose outcome it could
+// not learn (its member's host died mid-request) to the same member, whose
+// replicated dedup window drops a second copy: Send returns a definite
+// answer instead of ErrDeliveryUnknown, and no message is stored twice
+// within the member's dedup window (2 minutes by default).
+func (p *Producer) SetIdempotent(on bool) { p.idempotent = on }
+
 // NewMessageID returns a fresh message id.
 func NewMessageID() string {
 	b := make([]byte, 16)
@@ -81,6 +90,9 @@ func (p *Producer) SendBatch(ctx context.Context, ms []*Message) ([]Receipt, err
 	for i, m := range ms {
 		if m.ID == "" {
 			m.ID = NewMessageID()
+		}
+		if p.idempotent && m.DedupID == "" {
+			m.DedupID = m.ID
 		}
 		req.Messages[i] = &clientpb.Message{
 			Id: m.ID, Body: m.Body, Properties: m.Properties, DedupId: m.DedupID,

@@ -99,6 +99,10 @@ func (n *Node) createDestination(ctx context.Context, req *clientpb.CreateDestin
 	if req.TtlMs > maxTTLMillis {
 		return nil, fmt.Errorf("%w: --ttl is over 100 years", transport.ErrInvalidArgument)
 	}
+	poison, err := poisonSettings(req)
+	if err != nil {
+		return nil, err
+	}
 	nodes := n.placementNodes(ctx)
 	if len(nodes) == 0 {
 		return nil, fmt.Errorf("%w: no registered node is alive to place members on", transport.ErrUnavailable)
@@ -123,6 +127,7 @@ func (n *Node) createDestination(ctx context.Context, req *clientpb.CreateDestin
 		Name: req.Name, Kind: fsmpb.DestinationKind_DESTINATION_KIND_QUEUE, Replicas: uint32(replicas),
 		TtlNs: req.TtlMs * int64(time.Millisecond), MaxBytes: req.MaxBytes, CreatedAt: n.cfg.Clock().UnixNano(), Uid: newID(8),
 	}
+	poison(d)
 	// Preferred hosts go round the nodes, starting at a different node for
 	// each destination, so hosts spread over the cluster.
 	for i := range members {
@@ -146,6 +151,52 @@ func (n *Node) createDestination(ctx context.Context, req *clientpb.CreateDestin
 		}
 	}
 	return d, nil
+}
+
+// Defaults and bounds of the poison-message and forwarding settings.
+const (
+	DefaultForwardDelay       = 5 * time.Second
+	defaultRedeliveryMaxDelay = time.Hour
+	maxRedeliveryBackoff      = 100
+	maxDelayMillis            = 7 * 24 * 3600 * 1000
+)
+
+// poisonSettings checks a creation's poison-message and forwarding settings
+// and returns what sets them on the destination.
+func poisonSettings(req *clientpb.CreateDestinationRequest) (func(*fsmpb.Destination), error) {
+	switch {
+	case req.RedeliveryDelayMs < 0 || req.RedeliveryMaxDelayMs < 0:
+		return nil, fmt.Errorf("%w: --redelivery-delay and --redelivery-max-delay must not be negative", transport.ErrInvalidArgument)
+	case req.RedeliveryDelayMs > maxDelayMillis || req.RedeliveryMaxDelayMs > maxDelayMillis || req.ForwardDelayMs > maxDelayMillis:
+		return nil, fmt.Errorf("%w: redelivery and forward delays are at most 7 days", transport.ErrInvalidArgument)
+	case req.RedeliveryBackoff > maxRedeliveryBackoff:
+		return nil, fmt.Errorf("%w: --redelivery-backoff %d is over %d", transport.ErrInvalidArgument, req.RedeliveryBackoff, maxRedeliveryBackoff)
+	}
+	dlq := req.DeadLetterQueue
+	if dlq == "" {
+		dlq = req.Name + ".DLQ"
+	}
+	if err := fsm.ValidateName(dlq); err != nil {
+		return nil, fmt.Errorf("%w: --dlq: %v", transport.ErrInvalidName, err)
+	}
+	if dlq == req.Name {
+		return nil, fmt.Errorf("%w: --dlq %s is the queue itself", transport.ErrInvalidArgument, dlq)
+	}
+	return func(d *fsmpb.Destination) {
+		d.MaxDeliveries, d.DeadLetterQueue = req.MaxDeliveries, dlq
+		d.RedeliveryDelayNs = req.RedeliveryDelayMs * int64(time.Millisecond)
+		d.RedeliveryBackoff = max(req.RedeliveryBackoff, 1)
+		d.RedeliveryMaxDelayNs = req.RedeliveryMaxDelayMs * int64(time.Millisecond)
+		if d.RedeliveryMaxDelayNs == 0 {
+			d.RedeliveryMaxDelayNs = int64(defaultRedeliveryMaxDelay)
+		}
+		switch {
+		case req.ForwardDelayMs == 0:
+			d.ForwardDelayNs = int64(DefaultForwardDelay)
+		case req.ForwardDelayMs > 0:
+			d.ForwardDelayNs = req.ForwardDelayMs * int64(time.Millisecond)
+		}
+	}, nil
 }
 
 // registrationWait bounds how long a placement waits for nodes that gossip
@@ -197,6 +248,15 @@ func (n *Node) resolve(ctx context.Context, name string) (*fsmpb.Destination, er
 	if n.cfg.NoAutoCreate {
 		return nil, fmt.Errorf("%w: %q does not exist and this node does not create destinations on first use (--no-auto-create); create it with: cairn queue create %s", transport.ErrUnknownDestination, name, name)
 	}
+	return n.ensure(ctx, name)
+}
+
+// ensure returns the destination name, creating it with the defaults if it
+// does not exist.
+func (n *Node) ensure(ctx context.Context, name string) (*fsmpb.Destination, error) {
+	if d, ok := n.meta.destination(name); ok {
+		return d, nil
+	}
 	d, err := n.createDestination(ctx, &clientpb.CreateDestinationRequest{Name: name})
 	if errors.Is(err, transport.ErrDestinationExists) {
 		if d, ok := n.meta.destination(name); ok {
@@ -247,7 +307,7 @@ func (n *Node) candidates(d *fsmpb.Destination) []destination.Candidate {
 	for i := range d.Members {
 		name := fsm.MemberName(d.Name, uint32(i))
 		r, node := n.host(name)
-		c := destination.Candidate{Index: i, Local: r != nil, Available: r != nil || node != ""}
+		c := destination.Candidate{Index: i, Local: r != nil, Available: r != nil || (node != "" && n.gossip.alive(node))}
 		if r != nil {
 			c.Pending, c.Consumers = r.Stats().Pending, r.Consumers()
 		} else if c.Available {
@@ -330,12 +390,9 @@ func (n *Node) send(ctx context.Context, req *clientpb.SendRequest) (*clientpb.S
 	if err != nil {
 		return nil, err
 	}
-	name, err := n.route(d, idx, destination.ForSend)
-	if err != nil {
-		return nil, err
-	}
 	now := n.cfg.Clock()
 	msgs := make([]*fsmpb.Message, len(req.Messages))
+	idempotent := true
 	for i, m := range req.Messages {
 		fm := &fsmpb.Message{Id: m.Id, Body: m.Body, Properties: m.Properties, Priority: DefaultPriority, DedupId: m.DedupId}
 		if fm.Id == "" {
@@ -352,12 +409,17 @@ func (n *Node) send(ctx context.Context, req *clientpb.SendRequest) (*clientpb.S
 		case d.TtlNs > 0:
 			fm.Expiration = now.Add(time.Duration(d.TtlNs)).UnixNano()
 		}
+		idempotent = idempotent && fm.DedupId != ""
 		msgs[i] = fm
 	}
-	res, err := n.submit(ctx, name, &fsmpb.Enqueue{Messages: msgs})
+	name, res, err := n.enqueue(ctx, d, idx, &fsmpb.Enqueue{Messages: msgs}, idempotent)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, member.ErrOutcomeUnknown) {
-			return nil, fmt.Errorf("%w: message %s on member %s may or may not have been enqueued (%v); it was not resent", transport.ErrDeliveryUnknown, msgs[0].Id, name, err)
+			resent := "it was not resent (only messages with a dedup id are)"
+			if idempotent {
+				resent = "resending it with its dedup id got no answer either"
+			}
+			return nil, fmt.Errorf("%w: message %s on member %s may or may not have been enqueued (%v); %s", transport.ErrDeliveryUnknown, msgs[0].Id, name, err, resent)
 		}
 		return nil, wireError(err)
 	}
@@ -368,19 +430,110 @@ func (n *Node) send(ctx context.Context, req *clientpb.SendRequest) (*clientpb.S
 	return resp, nil
 }
 
+// enqueue stores a send on a member of d (member idx, or one the router
+// chooses for a plain name) and returns the member's name.
+//
+// For a plain name the router moves on to another member, transparently,
+// when the one it chose is known not to have taken the send: no host, a
+// host gossip holds dead, a forward refused before a byte left. Each
+// member gets one try per round; only when every member has failed does
+// the send wait and start a new round, until routeWindow.
+//
+// A send whose outcome is unknown (it may have reached the member) is never
+// given to another member. When every message carries a dedup id
+// (idempotent), it is sent again to the same member until routeWindow: the
+// member's replicated dedup window drops a second copy, so the producer
+// gets a definite answer. Otherwise the unknown outcome is returned.
+func (n *Node) enqueue(ctx context.Context, d *fsmpb.Destination, idx int, cmd *fsmpb.Enqueue, idempotent bool) (string, fsm.Result, error) {
+	deadline := time.Now().Add(routeWindow)
+	failed := make([]bool, len(d.Members))
+	pinned := -1 // the member a send of unknown outcome must go to again
+	for {
+		i := idx
+		switch {
+		case i >= 0:
+		case pinned >= 0:
+			i = pinned
+		default:
+			i = n.chooseMember(d, failed)
+		}
+		name := fsm.MemberName(d.Name, uint32(i))
+		try := deadline
+		if idx < 0 && pinned < 0 && slices.Contains(failed, false) {
+			try = time.Now() // one try: another member may take it at once
+		}
+		res, err := n.submitBy(ctx, name, cmd, try)
+		switch {
+		case err == nil, ctx.Err() != nil, !time.Now().Before(deadline):
+			return name, res, err
+		case errors.Is(err, member.ErrOutcomeUnknown):
+			if !idempotent {
+				return name, res, err
+			}
+			pinned = i
+			n.log.Info("resending a send of unknown outcome; the member's dedup window drops a second copy", "member", name, "id", cmd.Messages[0].Id, "err", err)
+		case errors.Is(err, transport.ErrUnavailable) && idx < 0 && pinned < 0:
+			failed[i] = true
+			if !slices.Contains(failed, false) {
+				clear(failed)
+			} else {
+				continue
+			}
+		default:
+			if pinned < 0 || !errors.Is(err, transport.ErrUnavailable) {
+				return name, res, err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return name, fsm.Result{}, ctx.Err()
+		case <-n.stopped:
+			return name, fsm.Result{}, fmt.Errorf("%w: node %s is stopping", transport.ErrUnavailable, n.cfg.NodeID)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// chooseMember is the router's choice for a send among the members not
+// failed in this round.
+func (n *Node) chooseMember(d *fsmpb.Destination, failed []bool) int {
+	cands := n.candidates(d)
+	for i := range cands {
+		cands[i].Available = cands[i].Available && !failed[i]
+	}
+	if i, ok := destination.ForSend(cands, rotation.Add(1)); ok {
+		return i
+	}
+	// None has a host now (an election, a restart): take one not failed
+	// and let the command wait for its host.
+	for k := range len(d.Members) {
+		if i := int((rotation.Load() + uint64(k)) % uint64(len(d.Members))); !failed[i] {
+			return i
+		}
+	}
+	return 0
+}
+
 // destinationInfo reports a destination's counts, per member (as its host
 // reports them) and in total.
 func (n *Node) destinationInfo(ctx context.Context, d *fsmpb.Destination) *clientpb.DestinationInfo {
 	info := &clientpb.DestinationInfo{
 		Name: d.Name, Kind: clientpb.DestinationKind(d.Kind), Replicas: d.Replicas,
 		TtlMs: d.TtlNs / int64(time.Millisecond), MaxBytes: d.MaxBytes,
+		MaxDeliveries: d.MaxDeliveries, DeadLetterQueue: d.DeadLetterQueue, RedeliveryDelayMs: d.RedeliveryDelayNs / int64(time.Millisecond),
+		RedeliveryBackoff: d.RedeliveryBackoff, RedeliveryMaxDelayMs: d.RedeliveryMaxDelayNs / int64(time.Millisecond),
+		ForwardDelayMs: d.ForwardDelayNs / int64(time.Millisecond),
 	}
 	for _, p := range d.Members {
 		mi := &clientpb.MemberInfo{Name: fsm.MemberName(d.Name, p.Index), Replicas: p.Replicas}
 		st := n.memberInfo(ctx, mi.Name)
 		mi.Host, mi.Pending, mi.Delivered, mi.Bytes, mi.Consumers = st.host, uint64(st.pending), uint64(st.delivered), st.bytes, uint32(st.consumers)
+		mi.Delayed, mi.Moving, mi.DeadLettered = uint64(st.delayed), uint64(st.moving), uint64(st.deadLettered)
 		info.Pending += mi.Pending
 		info.Delivered += mi.Delivered
+		info.Delayed += mi.Delayed
+		info.DeadLettered += mi.DeadLettered
+		info.Consumers += mi.Consumers
 		info.Members = append(info.Members, mi)
 	}
 	return info

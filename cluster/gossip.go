@@ -231,6 +231,13 @@ func (g *gossip) members() []gossipMember {
 	return out
 }
 
+// alive is false for a node gossip holds dead or gone.
+func (g *gossip) alive(id string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.nodes[id].State == "alive"
+}
+
 func (g *gossip) aliveWithBoot(id, boot string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -215,6 +215,8 @@ func (gs *groups) open(id string, p placed, nodes map[string]*fsmpb.Node) (*memb
 	cfg.Stream = layer
 	cfg.Peers = peers
 	cfg.Settings = memberSettings(p.dest)
+	cfg.Mover = mover{gs.n}
+	cfg.ForwardDelay = time.Duration(p.dest.ForwardDelayNs)
 	// A new leader checks at once whether the preferred host should lead.
 	cfg.OnLeaderChange = func(leading bool) {
 		if leading {
@@ -236,6 +238,8 @@ func memberSettings(d *fsmpb.Destination) *fsmpb.MemberSettings {
 		n := int64(len(d.Members))
 		s.MaxBytes = (d.MaxBytes + n - 1) / n
 	}
+	s.MaxDeliveries = d.MaxDeliveries
+	s.RedeliveryDelayNs, s.RedeliveryBackoff, s.RedeliveryMaxDelayNs = d.RedeliveryDelayNs, d.RedeliveryBackoff, d.RedeliveryMaxDelayNs
 	return s
 }
 

@@ -171,8 +171,9 @@ func (s *peerService) Member(ctx context.Context, req *peerpb.MemberRequest) (*p
 	_, leader := r.Raft().LeaderWithID()
 	resp := &peerpb.MemberResponse{Leader: string(leader), Hosting: r.Leading()}
 	if resp.Hosting {
-		st := r.Stats()
-		resp.Pending, resp.Delivered, resp.Bytes, resp.Consumers = uint64(st.Pending), uint64(st.Delivered), st.Bytes, uint32(r.Consumers())
+		st := hostStats(s.n.cfg.NodeID, r)
+		resp.Pending, resp.Delivered, resp.Bytes, resp.Consumers = uint64(st.pending), uint64(st.delivered), st.bytes, uint32(st.consumers)
+		resp.Delayed, resp.Moving, resp.DeadLettered = uint64(st.delayed), uint64(st.moving), uint64(st.deadLettered)
 	}
 	return resp, nil
 }

@@ -98,8 +98,8 @@ func (n *Node) submitAsync(name string, body proto.Message, done func(fsm.Result
 
 func (n *Node) attempt(name string, body proto.Message, deadline time.Time, done func(fsm.Result, error)) {
 	retry := func(err error) {
-		if time.Now().After(deadline) {
-			done(fsm.Result{}, fmt.Errorf("%w: member %s has no reachable host after %v (is a majority of its replicas up and connected to this node?): %v", transport.ErrUnavailable, name, routeWindow, err))
+		if !time.Now().Before(deadline) {
+			done(fsm.Result{}, fmt.Errorf("%w: member %s has no reachable host (is a majority of its replicas up and connected to this node?): %v", transport.ErrUnavailable, name, err))
 			return
 		}
 		// Off the caller's goroutine: it may be a proposer's or a stream's.
@@ -151,12 +151,17 @@ func (n *Node) attempt(name string, body proto.Message, deadline time.Time, done
 // submit runs a member command on its host and waits for the result; a
 // rejection is returned as the error, as well as in the result.
 func (n *Node) submit(ctx context.Context, name string, body proto.Message) (fsm.Result, error) {
+	return n.submitBy(ctx, name, body, time.Now().Add(routeWindow))
+}
+
+// submitBy is submit that stops looking for the member's host at deadline.
+func (n *Node) submitBy(ctx context.Context, name string, body proto.Message, deadline time.Time) (fsm.Result, error) {
 	type outcome struct {
 		r   fsm.Result
 		err error
 	}
 	ch := make(chan outcome, 1)
-	n.submitAsync(name, body, func(r fsm.Result, err error) { ch <- outcome{r, err} })
+	n.attempt(name, body, deadline, func(r fsm.Result, err error) { ch <- outcome{r, err} })
 	select {
 	case o := <-ch:
 		if o.err == nil {
@@ -170,9 +175,17 @@ func (n *Node) submit(ctx context.Context, name string, body proto.Message) (fsm
 
 // memberStats is what a member's host reports about it.
 type memberStats struct {
-	host                      string
-	pending, delivered, bytes int64
-	consumers                 int
+	host                          string
+	pending, delivered, bytes     int64
+	delayed, moving, deadLettered int64
+	consumers                     int
+}
+
+// hostStats is what the host r reports.
+func hostStats(host string, r *member.Replica) memberStats {
+	st := r.Stats()
+	return memberStats{host: host, pending: int64(st.Pending), delivered: int64(st.Delivered), bytes: st.Bytes,
+		delayed: int64(st.Delayed), moving: int64(st.Moving), deadLettered: int64(st.DeadLettered), consumers: r.Consumers()}
 }
 
 // memberInfo asks the member's host for its counts; without a host it
@@ -180,8 +193,7 @@ type memberStats struct {
 func (n *Node) memberInfo(ctx context.Context, name string) memberStats {
 	r, node := n.host(name)
 	if r != nil {
-		st := r.Stats()
-		return memberStats{host: n.cfg.NodeID, pending: int64(st.Pending), delivered: int64(st.Delivered), bytes: st.Bytes, consumers: r.Consumers()}
+		return hostStats(n.cfg.NodeID, r)
 	}
 	// A cached host may have moved on: its answer names the new one.
 	for try := 0; node != "" && try < 2; try++ {
@@ -197,7 +209,8 @@ func (n *Node) memberInfo(ctx context.Context, name string) memberStats {
 			break
 		}
 		if resp.Hosting {
-			return memberStats{host: node, pending: int64(resp.Pending), delivered: int64(resp.Delivered), bytes: resp.Bytes, consumers: int(resp.Consumers)}
+			return memberStats{host: node, pending: int64(resp.Pending), delivered: int64(resp.Delivered), bytes: resp.Bytes,
+				delayed: int64(resp.Delayed), moving: int64(resp.Moving), deadLettered: int64(resp.DeadLettered), consumers: int(resp.Consumers)}
 		}
 		if resp.Leader == "" || resp.Leader == node {
 			break
@@ -208,8 +221,9 @@ func (n *Node) memberInfo(ctx context.Context, name string) memberStats {
 		}
 	}
 	if r, ok := n.groups.replica(name); ok {
-		st := r.Stats()
-		return memberStats{pending: int64(st.Pending), delivered: int64(st.Delivered), bytes: st.Bytes}
+		st := hostStats("", r)
+		st.consumers = 0
+		return st
 	}
 	return memberStats{}
 }

@@ -63,6 +63,12 @@ func commandTypeOf(body proto.Message) (fsmpb.CommandType, bool) {
 		return fsmpb.CommandType_COMMAND_TYPE_RETURN, true
 	case *fsmpb.Configure:
 		return fsmpb.CommandType_COMMAND_TYPE_CONFIGURE, true
+	case *fsmpb.Move:
+		return fsmpb.CommandType_COMMAND_TYPE_MOVE, true
+	case *fsmpb.Moved:
+		return fsmpb.CommandType_COMMAND_TYPE_MOVED, true
+	case *fsmpb.Wake:
+		return fsmpb.CommandType_COMMAND_TYPE_WAKE, true
 	case *fsmpb.CreateDestination:
 		return fsmpb.CommandType_COMMAND_TYPE_CREATE_DESTINATION, true
 	case *fsmpb.DeleteDestination:
@@ -131,11 +137,12 @@ func applyEntry[S any](s S, table map[fsmpb.CommandType]handler[S], data []byte)
 }
 
 // DecodeMemberCommand decodes one member command for a host to submit; it
-// refuses the commands only a leader makes itself (Deliver, Expire,
-// Configure) and any that is not a member command.
+// refuses the commands only a leader makes itself (Deliver, Expire, Move,
+// Moved, Wake, Configure) and any that is not a member command.
 func DecodeMemberCommand(c *fsmpb.Command) (proto.Message, error) {
 	switch c.GetType() {
-	case fsmpb.CommandType_COMMAND_TYPE_DELIVER, fsmpb.CommandType_COMMAND_TYPE_EXPIRE, fsmpb.CommandType_COMMAND_TYPE_CONFIGURE:
+	case fsmpb.CommandType_COMMAND_TYPE_DELIVER, fsmpb.CommandType_COMMAND_TYPE_EXPIRE, fsmpb.CommandType_COMMAND_TYPE_CONFIGURE,
+		fsmpb.CommandType_COMMAND_TYPE_MOVE, fsmpb.CommandType_COMMAND_TYPE_MOVED, fsmpb.CommandType_COMMAND_TYPE_WAKE:
 		return nil, fmt.Errorf("%w: %v is made by a member's leader, not forwarded to it", ErrMalformed, c.GetType())
 	}
 	return decodeBody(memberHandlers, c)

@@ -35,6 +35,18 @@ type message struct {
 	// deliveryID and session are set while the message is delivered.
 	deliveryID uint64
 	session    *session
+	// availableAt is set while the message waits out a redelivery delay.
+	availableAt int64
+	// dead: delivered max_deliveries times, waiting to move to the
+	// dead-letter queue. movingTo: the member it is moving to.
+	dead     bool
+	movingTo string
+}
+
+// waiting is true for a message in none of the other states: pending (or
+// expired and not yet removed).
+func (m *message) waiting() bool {
+	return m.session == nil && m.availableAt == 0 && !m.dead && m.movingTo == ""
 }
 
 func (m *message) expiredAt(now int64) bool {
@@ -48,6 +60,13 @@ type session struct {
 }
 
 func bySeq(a, b *message) bool { return a.seq < b.seq }
+
+func byAvailability(a, b *message) bool {
+	if a.availableAt != b.availableAt {
+		return a.availableAt < b.availableAt
+	}
+	return a.seq < b.seq
+}
 
 func byExpiration(a, b *message) bool {
 	if a.msg.Expiration != b.msg.Expiration {
@@ -66,14 +85,18 @@ type Member struct {
 	nextDelivery uint64
 	settings     *fsmpb.MemberSettings
 
-	messages   map[string]*message
-	pending    [MaxPriority + 1]*btree.BTreeG[*message]
-	nPending   int
-	expiry     *btree.BTreeG[*message]
-	byDelivery map[uint64]*message
-	sessions   map[string]*session
-	dedup      dedupWindow
-	bytes      int64
+	messages map[string]*message
+	pending  [MaxPriority + 1]*btree.BTreeG[*message]
+	nPending int
+	expiry   *btree.BTreeG[*message]
+	delayed  *btree.BTreeG[*message]
+	// aside holds the dead and the moving messages, by sequence.
+	aside        *btree.BTreeG[*message]
+	deadLettered uint64
+	byDelivery   map[uint64]*message
+	sessions     map[string]*session
+	dedup        dedupWindow
+	bytes        int64
 }
 
 // NewMember returns an empty member state machine.
@@ -84,6 +107,8 @@ func NewMember() *Member {
 		settings:     DefaultSettings(),
 		messages:     make(map[string]*message),
 		expiry:       btree.NewG(32, byExpiration),
+		delayed:      btree.NewG(32, byAvailability),
+		aside:        btree.NewG(32, bySeq),
 		byDelivery:   make(map[uint64]*message),
 		sessions:     make(map[string]*session),
 		dedup:        newDedupWindow(),
@@ -106,6 +131,9 @@ var memberHandlers = func() map[fsmpb.CommandType]handler[*Member] {
 	on(t, fsmpb.CommandType_COMMAND_TYPE_PURGE, func() *fsmpb.Purge { return new(fsmpb.Purge) }, (*Member).purge)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_OPEN_SESSION, func() *fsmpb.OpenSession { return new(fsmpb.OpenSession) }, (*Member).openSession)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_CONFIGURE, func() *fsmpb.Configure { return new(fsmpb.Configure) }, (*Member).configure)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_MOVE, func() *fsmpb.Move { return new(fsmpb.Move) }, (*Member).move)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_MOVED, func() *fsmpb.Moved { return new(fsmpb.Moved) }, (*Member).moved)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_WAKE, func() *fsmpb.Wake { return new(fsmpb.Wake) }, (*Member).wake)
 	return t
 }()
 
@@ -187,7 +215,7 @@ func (m *Member) enqueue(c *fsmpb.Enqueue) Result {
 		if out[i].Duplicate {
 			continue
 		}
-		s := &message{msg: msg, seq: m.nextSeq, size: messageSize(msg)}
+		s := &message{msg: msg, seq: m.nextSeq, size: messageSize(msg), count: msg.DeliveryCount, redelivered: msg.Redelivered}
 		m.nextSeq++
 		m.messages[msg.Id] = s
 		m.bytes += s.size
@@ -221,7 +249,7 @@ func (m *Member) deliver(c *fsmpb.Deliver) Result {
 	var out []Delivery
 	for _, id := range c.MessageIds {
 		msg := m.messages[id]
-		if msg == nil || msg.session != nil || msg.expiredAt(c.Now) {
+		if msg == nil || !msg.waiting() || msg.expiredAt(c.Now) {
 			continue
 		}
 		m.popPending(msg)
@@ -239,11 +267,16 @@ func (m *Member) deliver(c *fsmpb.Deliver) Result {
 // remove drops a message from every index.
 func (m *Member) remove(msg *message) {
 	delete(m.messages, msg.msg.Id)
-	if msg.session != nil {
+	switch {
+	case msg.session != nil:
 		delete(msg.session.deliveries, msg.deliveryID)
 		delete(m.byDelivery, msg.deliveryID)
 		msg.session = nil
-	} else {
+	case msg.availableAt != 0:
+		m.delayed.Delete(msg)
+	case msg.dead || msg.movingTo != "":
+		m.aside.Delete(msg)
+	default:
 		m.popPending(msg)
 	}
 	if msg.msg.Expiration != 0 {
@@ -252,14 +285,43 @@ func (m *Member) remove(msg *message) {
 	m.bytes -= msg.size
 }
 
-// requeue returns a delivered message to pending, marked redelivered.
-func (m *Member) requeue(msg *message) {
+// requeue takes a message back from its session, marked redelivered: dead
+// once delivered max_deliveries times, else delayed if the member has a
+// redelivery delay, else pending.
+func (m *Member) requeue(msg *message, now int64) {
 	delete(msg.session.deliveries, msg.deliveryID)
 	delete(m.byDelivery, msg.deliveryID)
 	msg.session = nil
 	msg.deliveryID = 0
 	msg.redelivered = true
-	m.pushPending(msg)
+	st := m.settings
+	switch {
+	case st.MaxDeliveries > 0 && msg.count >= st.MaxDeliveries:
+		msg.dead = true
+		m.aside.ReplaceOrInsert(msg)
+	case st.RedeliveryDelayNs > 0:
+		msg.availableAt = max(now+redeliveryDelay(st, msg.count), 1)
+		m.delayed.ReplaceOrInsert(msg)
+	default:
+		m.pushPending(msg)
+	}
+}
+
+// redeliveryDelay is the wait before a message delivered count times is
+// pending again: the delay, times the backoff for each delivery after the
+// first, capped.
+func redeliveryDelay(st *fsmpb.MemberSettings, count uint32) int64 {
+	d, limit := st.RedeliveryDelayNs, st.RedeliveryMaxDelayNs
+	if limit <= 0 {
+		limit = 1 << 62
+	}
+	for i := uint32(1); i < count && st.RedeliveryBackoff > 1 && d < limit; i++ {
+		if d > limit/int64(st.RedeliveryBackoff) {
+			return limit
+		}
+		d *= int64(st.RedeliveryBackoff)
+	}
+	return min(d, limit)
 }
 
 func (m *Member) ack(c *fsmpb.Ack) Result {
@@ -298,11 +360,11 @@ func (s *session) deliveryIDs(upTo uint64) []uint64 {
 	return ids
 }
 
-// requeueAll returns every delivery of s to pending.
-func (m *Member) requeueAll(s *session) int {
+// requeueAll takes back every delivery of s.
+func (m *Member) requeueAll(s *session, now int64) int {
 	ids := s.deliveryIDs(0)
 	for _, id := range ids {
-		m.requeue(s.deliveries[id])
+		m.requeue(s.deliveries[id], now)
 	}
 	return len(ids)
 }
@@ -312,7 +374,7 @@ func (m *Member) recover(c *fsmpb.Recover) Result {
 	if s == nil {
 		return Result{Err: fmt.Errorf("%w: %q", ErrUnknownSession, c.Session)}
 	}
-	return Result{Returned: m.requeueAll(s), Watermark: m.nextDelivery}
+	return Result{Returned: m.requeueAll(s, c.Now), Watermark: m.nextDelivery}
 }
 
 // release of a session that is not open succeeds and does nothing: a
@@ -322,7 +384,7 @@ func (m *Member) release(c *fsmpb.Release) Result {
 	if s == nil {
 		return Result{}
 	}
-	n := m.requeueAll(s)
+	n := m.requeueAll(s, c.Now)
 	delete(m.sessions, s.id)
 	return Result{Returned: n}
 }
@@ -339,7 +401,7 @@ func (m *Member) returnDeliveries(c *fsmpb.Return) Result {
 			r.Rejected = append(r.Rejected, id)
 			continue
 		}
-		m.requeue(msg)
+		m.requeue(msg, c.Now)
 		r.Returned++
 	}
 	return r
@@ -356,9 +418,11 @@ func (m *Member) expire(c *fsmpb.Expire) Result {
 	return r
 }
 
+// purge removes what waits for delivery: pending and delayed messages.
+// Dead and moving ones finish their move.
 func (m *Member) purge(*fsmpb.Purge) Result {
 	var victims []*message
-	for _, t := range m.pending {
+	for _, t := range append(m.pending[:], m.delayed) {
 		t.Ascend(func(msg *message) bool { victims = append(victims, msg); return true })
 	}
 	for _, msg := range victims {
@@ -383,10 +447,63 @@ func (m *Member) openSession(c *fsmpb.OpenSession) Result {
 
 func (m *Member) configure(c *fsmpb.Configure) Result {
 	st := c.Settings
-	if st == nil || st.MaxBytes < 0 || st.DedupWindowNs < 0 {
+	if st == nil || st.MaxBytes < 0 || st.DedupWindowNs < 0 || st.RedeliveryDelayNs < 0 || st.RedeliveryMaxDelayNs < 0 {
 		return Result{Err: fmt.Errorf("%w: limits must be present and not negative", ErrInvalidSettings)}
 	}
 	m.settings = st
 	m.dedup.trim(int(st.DedupMaxIds))
 	return Result{}
+}
+
+func (m *Member) move(c *fsmpb.Move) Result {
+	if _, i, err := ParseAddress(c.Target); err != nil || i < 0 {
+		return Result{Err: fmt.Errorf("%w: move target %q is not a member address", ErrMalformed, c.Target)}
+	}
+	var r Result
+	for _, id := range c.MessageIds {
+		msg := m.messages[id]
+		switch {
+		case msg == nil || msg.session != nil || msg.availableAt != 0 || msg.movingTo != "":
+			continue
+		case msg.dead:
+			m.aside.Delete(msg)
+		default:
+			m.popPending(msg)
+		}
+		msg.movingTo = c.Target
+		m.aside.ReplaceOrInsert(msg)
+		r.Moved++
+	}
+	return r
+}
+
+func (m *Member) moved(c *fsmpb.Moved) Result {
+	var r Result
+	for _, id := range c.MessageIds {
+		if msg := m.messages[id]; msg != nil && msg.movingTo != "" {
+			if msg.dead {
+				m.deadLettered++
+			}
+			m.remove(msg)
+			r.Removed++
+		}
+	}
+	return r
+}
+
+func (m *Member) wake(c *fsmpb.Wake) Result {
+	var due []*message
+	m.delayed.Ascend(func(msg *message) bool {
+		if msg.availableAt > c.Now {
+			return false
+		}
+		due = append(due, msg)
+		return true
+	})
+	for _, msg := range due {
+		m.delayed.Delete(msg)
+		msg.availableAt = 0
+		m.pushPending(msg)
+	}
+	return Result{Returned: len(due)}
 }

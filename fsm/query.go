@@ -11,20 +11,65 @@ import (
 type Stats struct {
 	Pending   int
 	Delivered int
-	Bytes     int64
-	Sessions  int
-	DedupIDs  int
+	// Delayed: waiting out a redelivery delay. Moving: on their way to
+	// another member (forwarded, or dead on the way to the dead-letter
+	// queue). DeadLettered: moved to the dead-letter queue, ever.
+	Delayed      int
+	Moving       int
+	DeadLettered uint64
+	Bytes        int64
+	Sessions     int
+	DedupIDs     int
 }
 
 // Stats returns the member's counts.
 func (m *Member) Stats() Stats {
 	return Stats{
-		Pending:   m.nPending,
-		Delivered: len(m.byDelivery),
-		Bytes:     m.bytes,
-		Sessions:  len(m.sessions),
-		DedupIDs:  m.dedup.len(),
+		Pending:      m.nPending,
+		Delivered:    len(m.byDelivery),
+		Delayed:      m.delayed.Len(),
+		Moving:       m.aside.Len(),
+		DeadLettered: m.deadLettered,
+		Bytes:        m.bytes,
+		Sessions:     len(m.sessions),
+		DedupIDs:     m.dedup.len(),
 	}
+}
+
+// NextWake is when the earliest redelivery delay ends, 0 if none.
+func (m *Member) NextWake() int64 {
+	if msg, ok := m.delayed.Min(); ok {
+		return msg.availableAt
+	}
+	return 0
+}
+
+// Aside is a message taken out of delivery to move to another member.
+type Aside struct {
+	// Message is shared with the state machine and must not be modified.
+	Message *fsmpb.Message
+	// Seq is the message's sequence here, unique to this stay.
+	Seq uint64
+	// Dead: delivered max_deliveries times, for the dead-letter queue.
+	Dead bool
+	// Target is the member it moves to; "" until a Move chose one.
+	Target        string
+	Redelivered   bool
+	DeliveryCount uint32
+}
+
+// AsideMessages lists up to limit messages that are dead or moving, by
+// sequence.
+func (m *Member) AsideMessages(limit int) []Aside {
+	var out []Aside
+	m.aside.Ascend(func(msg *message) bool {
+		if len(out) >= limit {
+			return false
+		}
+		out = append(out, Aside{Message: msg.msg, Seq: msg.seq, Dead: msg.dead, Target: msg.movingTo, Redelivered: msg.redelivered, DeliveryCount: msg.count})
+		return true
+	})
+	return out
 }
 
 // Settings returns the member's replicated settings; callers must not modify them.
@@ -93,8 +138,13 @@ func (m *Member) HasSession(id string) bool { return m.sessions[id] != nil }
 
 // MessageState is the state of one stored message, for inspection.
 type MessageState struct {
-	Message       *fsmpb.Message
+	Message *fsmpb.Message
+	// Pending: waiting for delivery now (not delivered, delayed, dead or
+	// moving).
 	Pending       bool
+	AvailableAt   int64
+	Dead          bool
+	MovingTo      string
 	Session       string
 	DeliveryID    uint64
 	Redelivered   bool
@@ -107,7 +157,8 @@ func (m *Member) Lookup(id string) (MessageState, bool) {
 	if msg == nil {
 		return MessageState{}, false
 	}
-	st := MessageState{Message: msg.msg, Pending: msg.session == nil, DeliveryID: msg.deliveryID, Redelivered: msg.redelivered, DeliveryCount: msg.count}
+	st := MessageState{Message: msg.msg, Pending: msg.waiting(), AvailableAt: msg.availableAt, Dead: msg.dead, MovingTo: msg.movingTo,
+		DeliveryID: msg.deliveryID, Redelivered: msg.redelivered, DeliveryCount: msg.count}
 	if msg.session != nil {
 		st.Session = msg.session.id
 	}

@@ -15,13 +15,16 @@ type Result struct {
 	Acked int
 	// Ack, Return: delivery ids that did not belong to the session.
 	Rejected []uint64
-	// Recover, Release, Return: how many deliveries went back to pending.
+	// Recover, Release, Return: how many deliveries were taken back
+	// (pending, delayed or dead). Wake: how many became pending again.
 	Returned int
 	// Recover: every delivery id below Watermark that the session held was
 	// returned; deliveries with this id or higher are made after the recover.
 	Watermark uint64
-	// Expire, Purge: how many messages were removed.
+	// Expire, Purge, Moved: how many messages were removed.
 	Removed int
+	// Move: how many messages were taken out of delivery to move.
+	Moved int
 }
 
 // Enqueued is the outcome of one message of an Enqueue.

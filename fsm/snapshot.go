@@ -34,11 +34,13 @@ func (m *Member) Capture() *MemberImage {
 			NextDeliveryId: m.nextDelivery,
 			Settings:       m.settings,
 			MessageCount:   uint64(len(msgs)),
+			DeadLettered:   m.deadLettered,
 		},
 		messages: make([]*fsmpb.StoredMessage, len(msgs)),
 	}
 	for i, msg := range msgs {
-		sm := &fsmpb.StoredMessage{Message: msg.msg, Seq: msg.seq, Redelivered: msg.redelivered, DeliveryCount: msg.count}
+		sm := &fsmpb.StoredMessage{Message: msg.msg, Seq: msg.seq, Redelivered: msg.redelivered, DeliveryCount: msg.count,
+			AvailableAt: msg.availableAt, Dead: msg.dead, MovingTo: msg.movingTo}
 		if msg.session != nil {
 			sm.DeliveryId, sm.Session = msg.deliveryID, msg.session.id
 		}
@@ -99,7 +101,7 @@ func RestoreMember(r io.Reader) (*Member, error) {
 		return nil, fmt.Errorf("%w: snapshot header: %v", ErrCorrupt, err)
 	}
 	m := NewMember()
-	m.applied, m.nextSeq, m.nextDelivery = h.Applied, h.NextSeq, h.NextDeliveryId
+	m.applied, m.nextSeq, m.nextDelivery, m.deadLettered = h.Applied, h.NextSeq, h.NextDeliveryId, h.DeadLettered
 	if h.Settings != nil {
 		m.settings = h.Settings
 	}
@@ -119,13 +121,22 @@ func RestoreMember(r io.Reader) (*Member, error) {
 		if err := ValidateMessage(sm.Message); err != nil {
 			return nil, fmt.Errorf("%w: snapshot message %d: %v", ErrCorrupt, i, err)
 		}
-		msg := &message{msg: sm.Message, seq: sm.Seq, size: messageSize(sm.Message), redelivered: sm.Redelivered, count: sm.DeliveryCount}
+		msg := &message{msg: sm.Message, seq: sm.Seq, size: messageSize(sm.Message), redelivered: sm.Redelivered, count: sm.DeliveryCount,
+			availableAt: sm.AvailableAt, dead: sm.Dead, movingTo: sm.MovingTo}
 		m.messages[sm.Message.Id] = msg
 		m.bytes += msg.size
 		if sm.Message.Expiration != 0 {
 			m.expiry.ReplaceOrInsert(msg)
 		}
-		if sm.Session == "" {
+		switch {
+		case sm.Session != "":
+		case msg.availableAt != 0:
+			m.delayed.ReplaceOrInsert(msg)
+			continue
+		case msg.dead || msg.movingTo != "":
+			m.aside.ReplaceOrInsert(msg)
+			continue
+		default:
 			m.pushPending(msg)
 			continue
 		}

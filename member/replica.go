@@ -44,8 +44,15 @@ type Config struct {
 	OwnerLive func(owner string) bool
 	// Clock is the leader's clock for expiry and the dedup window.
 	Clock func() time.Time
-	// ExpiryInterval is how often the leader looks for expired messages.
+	// ExpiryInterval is how often the leader looks for expired messages,
+	// redelivery delays that are over, and messages to move.
 	ExpiryInterval time.Duration
+	// Mover, if set, moves dead messages to the dead-letter queue and
+	// stranded ones to members with consumers.
+	Mover Mover
+	// ForwardDelay is how long pending messages wait with no consumer on
+	// this member before they are forwarded; 0 never forwards.
+	ForwardDelay time.Duration
 	// OnLeaderChange, if set, is called when this replica gains (true) or
 	// loses (false) the ability to serve as the member's host.
 	OnLeaderChange func(leading bool)
@@ -155,10 +162,11 @@ func Open(cfg Config) (*Replica, error) {
 	}
 	r.group = g
 	r.prop = newProposer(g.Raft)
-	r.wg.Add(3)
+	r.wg.Add(4)
 	go r.watchLeadership()
 	go r.dispatchLoop()
 	go r.expiryLoop()
+	go r.moveLoop()
 	return r, nil
 }
 
@@ -345,17 +353,25 @@ func (r *Replica) SweepSessions(ctx context.Context) error {
 // proposer's goroutine: it must not block. Commands submitted by one caller
 // apply in the order submitted.
 //
-// An Enqueue is stamped here with the leader's time, for the dedup window
-// and the messages' arrival.
+// Commands that need the time are stamped here with the leader's: an
+// Enqueue for the dedup window and the messages' arrival; a Recover,
+// Release or Return for the redelivery delay.
 func (r *Replica) Submit(body proto.Message, done func(fsm.Result, error)) {
-	if e, ok := body.(*fsmpb.Enqueue); ok {
-		now := r.now().UnixNano()
-		e.Now = now
-		for _, m := range e.Messages {
+	now := r.now().UnixNano()
+	switch c := body.(type) {
+	case *fsmpb.Enqueue:
+		c.Now = now
+		for _, m := range c.Messages {
 			if m.EnqueuedAt == 0 {
 				m.EnqueuedAt = now
 			}
 		}
+	case *fsmpb.Recover:
+		c.Now = now
+	case *fsmpb.Release:
+		c.Now = now
+	case *fsmpb.Return:
+		c.Now = now
 	}
 	r.prop.submit(body, func(res fsm.Result, err error) {
 		done(res, err)

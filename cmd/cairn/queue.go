@@ -38,9 +38,22 @@ func queueCreateCmd() *cobra.Command {
 		Short: "Create a queue",
 		Long: `Create a queue. NAME has letters, digits, '.', '_' and '-'.
 --members splits the queue into members (default: one per live node);
---replicas sets how many nodes hold each member (default: 3, or fewer nodes).`,
+--replicas sets how many nodes hold each member (default: 3, or fewer nodes).
+
+Poison messages: with --max-deliveries N, a message delivered N times and
+given back once more (recover, consumer or session closed, client died)
+moves to the dead-letter queue (--dlq, default NAME.DLQ, created on first
+use) with its properties and delivery count. --redelivery-delay makes a
+message given back wait before it is delivered again, --redelivery-backoff
+times longer for each later delivery, at most --redelivery-max-delay.
+
+Stranded messages: a member whose pending messages have had no consumer for
+--forward-delay moves them to a member that has consumers (0 never does).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.ForwardDelay == 0 {
+				o.ForwardDelay = -1 // the flag's 0 is "never"; the library's is "default"
+			}
 			return withAdmin(cmd, func(ctx context.Context, a *client.Admin) error {
 				info, err := a.CreateQueue(ctx, args[0], o)
 				if err != nil {
@@ -55,6 +68,12 @@ func queueCreateCmd() *cobra.Command {
 	cmd.Flags().IntVar(&o.Replicas, "replicas", 0, "replication factor (default: min(3, nodes))")
 	cmd.Flags().DurationVar(&o.TTL, "ttl", 0, "default time to live of messages, e.g. 10m (default: forever)")
 	cmd.Flags().Int64Var(&o.MaxBytes, "max-size", 0, "largest total size of the messages held, in bytes (default: unlimited)")
+	cmd.Flags().IntVar(&o.MaxDeliveries, "max-deliveries", 0, "deliveries after which a message given back goes to the dead-letter queue (default: unlimited)")
+	cmd.Flags().StringVar(&o.DeadLetterQueue, "dlq", "", "dead-letter queue (default: NAME.DLQ)")
+	cmd.Flags().DurationVar(&o.RedeliveryDelay, "redelivery-delay", 0, "wait before a message given back is delivered again, e.g. 1s (default: none)")
+	cmd.Flags().IntVar(&o.RedeliveryBackoff, "redelivery-backoff", 1, "multiplier of the redelivery delay for each later delivery")
+	cmd.Flags().DurationVar(&o.RedeliveryMaxDelay, "redelivery-max-delay", time.Hour, "longest redelivery delay")
+	cmd.Flags().DurationVar(&o.ForwardDelay, "forward-delay", 5*time.Second, "how long pending messages wait on a member without consumers before they move to one with consumers (0: never)")
 	return cmd
 }
 
@@ -63,9 +82,11 @@ func queueShowCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "show NAME",
 		Short: "Show a queue's pending and delivered counts, in total and per member",
-		Long: `Show a queue: pending messages (waiting for a consumer) and delivered ones
-(handed to a consumer, not yet acknowledged), in total and per member with the
-member's host node and consumers.`,
+		Long: `Show a queue: pending messages (waiting for a consumer), delivered ones
+(handed to a consumer, not yet acknowledged), delayed ones (waiting out a
+redelivery delay), moving ones (on the way to another member or to the
+dead-letter queue) and those moved to the dead-letter queue, in total and per
+member with the member's host node and its consumers.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withAdmin(cmd, func(ctx context.Context, a *client.Admin) error {
@@ -77,10 +98,11 @@ member's host node and consumers.`,
 					return printJSON(cmd, info)
 				}
 				w := cmd.OutOrStdout()
-				fmt.Fprintf(w, "queue %s: %d pending, %d delivered\n", info.Name, info.Pending, info.Delivered)
-				t := newTable(w, "MEMBER", "HOST", "PENDING", "DELIVERED", "CONSUMERS")
+				fmt.Fprintf(w, "queue %s: %d pending, %d delivered, %d delayed, %d dead-lettered, %s\n",
+					info.Name, info.Pending, info.Delivered, info.Delayed, info.DeadLettered, plural(info.Consumers, "consumer"))
+				t := newTable(w, "MEMBER", "HOST", "PENDING", "DELIVERED", "DELAYED", "MOVING", "DEAD-LETTERED", "CONSUMERS")
 				for _, m := range info.Members {
-					t.row(m.Name, orDash(m.Host), m.Pending, m.Delivered, m.Consumers)
+					t.row(m.Name, orDash(m.Host), m.Pending, m.Delivered, m.Delayed, m.Moving, m.DeadLettered, m.Consumers)
 				}
 				return t.flush()
 			})

@@ -34,13 +34,14 @@ func outcome(err error) string {
 
 func sendCmd() *cobra.Command {
 	var (
-		count    int
-		body     string
-		size     int
-		ttl      time.Duration
-		priority int
-		dedupID  string
-		asJSON   bool
+		count      int
+		body       string
+		size       int
+		ttl        time.Duration
+		priority   int
+		dedupID    string
+		idempotent bool
+		asJSON     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "send DEST",
@@ -48,11 +49,15 @@ func sendCmd() *cobra.Command {
 		Long: `Send messages to a queue, one at a time, each confirmed once stored on a
 quorum of its member's replicas. The body is --body, or --size bytes of
 filler, or "message N" when neither is given. With --dedup-id and --count
-over 1, message N gets the dedup id ID-N.
+over 1, message N gets the dedup id ID-N. With --idempotent every message
+without one gets its message id as its dedup id.
 
 With --json each message prints one line:
   {"id":"...","member":"orders#0","outcome":"ok|unknown|error","error":""}
-"unknown" means the message may or may not have been stored; it is not resent.`,
+"unknown" means the message may or may not have been stored (its member's
+host died mid-request). A message with a dedup id is resent by the server
+to the same member until it gets an answer, so it ends "ok" (duplicate true
+if the first copy had been stored); one without is not resent.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if count < 1 {
@@ -84,6 +89,7 @@ With --json each message prints one line:
 			if err := p.SetTimeToLive(ttl); err != nil {
 				return err
 			}
+			p.SetIdempotent(idempotent)
 			out := newJSONLines(cmd.OutOrStdout())
 			members := map[string]int{}
 			for i := 1; i <= count; i++ {
@@ -135,6 +141,7 @@ With --json each message prints one line:
 	f.DurationVar(&ttl, "ttl", 0, "time to live, e.g. 30s (default: the queue's)")
 	f.IntVar(&priority, "priority", 4, "priority, 0 (lowest) to 9 (highest)")
 	f.StringVar(&dedupID, "dedup-id", "", "duplicate-detection id")
+	f.BoolVar(&idempotent, "idempotent", false, "give each message without --dedup-id its message id as dedup id, so a send of unknown outcome is resent safely")
 	f.BoolVar(&asJSON, "json", false, "print one JSON line per message")
 	return cmd
 }

@@ -49,6 +49,10 @@ const (
 	CommandType_COMMAND_TYPE_REGISTER_NODE      CommandType = 13
 	CommandType_COMMAND_TYPE_REMOVE_NODE        CommandType = 14
 	CommandType_COMMAND_TYPE_REPLACE_REPLICA    CommandType = 15
+	// Member group commands, continued.
+	CommandType_COMMAND_TYPE_MOVE  CommandType = 16
+	CommandType_COMMAND_TYPE_MOVED CommandType = 17
+	CommandType_COMMAND_TYPE_WAKE  CommandType = 18
 )
 
 // Enum value maps for CommandType.
@@ -70,6 +74,9 @@ var (
 		13: "COMMAND_TYPE_REGISTER_NODE",
 		14: "COMMAND_TYPE_REMOVE_NODE",
 		15: "COMMAND_TYPE_REPLACE_REPLICA",
+		16: "COMMAND_TYPE_MOVE",
+		17: "COMMAND_TYPE_MOVED",
+		18: "COMMAND_TYPE_WAKE",
 	}
 	CommandType_value = map[string]int32{
 		"COMMAND_TYPE_UNKNOWN":            0,
@@ -88,6 +95,9 @@ var (
 		"COMMAND_TYPE_REGISTER_NODE":      13,
 		"COMMAND_TYPE_REMOVE_NODE":        14,
 		"COMMAND_TYPE_REPLACE_REPLICA":    15,
+		"COMMAND_TYPE_MOVE":               16,
+		"COMMAND_TYPE_MOVED":              17,
+		"COMMAND_TYPE_WAKE":               18,
 	}
 )
 
@@ -287,7 +297,12 @@ type Message struct {
 	Expiration int64  `protobuf:"varint,5,opt,name=expiration,proto3" json:"expiration,omitempty"`
 	DedupId    string `protobuf:"bytes,6,opt,name=dedup_id,json=dedupId,proto3" json:"dedup_id,omitempty"`
 	// enqueued_at in Unix nanoseconds, from the leader's clock.
-	EnqueuedAt    int64 `protobuf:"varint,7,opt,name=enqueued_at,json=enqueuedAt,proto3" json:"enqueued_at,omitempty"`
+	EnqueuedAt int64 `protobuf:"varint,7,opt,name=enqueued_at,json=enqueuedAt,proto3" json:"enqueued_at,omitempty"`
+	// delivery_count and redelivered are carried by a message moved from
+	// another member (forwarded, or dead-lettered), which keeps them; a
+	// message from a producer has neither.
+	DeliveryCount uint32 `protobuf:"varint,8,opt,name=delivery_count,json=deliveryCount,proto3" json:"delivery_count,omitempty"`
+	Redelivered   bool   `protobuf:"varint,9,opt,name=redelivered,proto3" json:"redelivered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -369,6 +384,20 @@ func (x *Message) GetEnqueuedAt() int64 {
 		return x.EnqueuedAt
 	}
 	return 0
+}
+
+func (x *Message) GetDeliveryCount() uint32 {
+	if x != nil {
+		return x.DeliveryCount
+	}
+	return 0
+}
+
+func (x *Message) GetRedelivered() bool {
+	if x != nil {
+		return x.Redelivered
+	}
+	return false
 }
 
 // Enqueue appends messages to the member. now (Unix ns, leader's clock) ages
@@ -552,8 +581,10 @@ func (x *Ack) GetUpTo() uint64 {
 // Recover returns every unacknowledged delivery of a live session to pending,
 // marked redelivered. The session stays open.
 type Recover struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Session string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	// now (Unix ns, leader's clock) starts the redelivery delay, if any.
+	Now           int64 `protobuf:"varint,2,opt,name=now,proto3" json:"now,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -595,11 +626,19 @@ func (x *Recover) GetSession() string {
 	return ""
 }
 
+func (x *Recover) GetNow() int64 {
+	if x != nil {
+		return x.Now
+	}
+	return 0
+}
+
 // Release ends a session (closed, its connection dropped, or its front-end
 // died) and returns its unacknowledged deliveries to pending, marked redelivered.
 type Release struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Session       string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	Now           int64                  `protobuf:"varint,2,opt,name=now,proto3" json:"now,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -641,6 +680,13 @@ func (x *Release) GetSession() string {
 	return ""
 }
 
+func (x *Release) GetNow() int64 {
+	if x != nil {
+		return x.Now
+	}
+	return 0
+}
+
 // Return gives chosen deliveries of a live session back to pending, marked
 // redelivered: messages prefetched by a consumer that closed, or a push that
 // could not be made.
@@ -648,6 +694,7 @@ type Return struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Session       string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
 	DeliveryIds   []uint64               `protobuf:"varint,2,rep,packed,name=delivery_ids,json=deliveryIds,proto3" json:"delivery_ids,omitempty"`
+	Now           int64                  `protobuf:"varint,3,opt,name=now,proto3" json:"now,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -696,6 +743,162 @@ func (x *Return) GetDeliveryIds() []uint64 {
 	return nil
 }
 
+func (x *Return) GetNow() int64 {
+	if x != nil {
+		return x.Now
+	}
+	return 0
+}
+
+// Move takes messages that wait here (pending, or dead: delivered
+// max_deliveries times) out of delivery, to be moved to the member target
+// (NAME#I). The leader then enqueues each on target with a dedup id unique
+// to this move, and confirms with Moved; a new leader finds the moves under
+// way and finishes them, so a message moves exactly once. Ids that are not
+// waiting (delivered, moving already, gone) are skipped.
+type Move struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Target        string                 `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	MessageIds    []string               `protobuf:"bytes,2,rep,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Move) Reset() {
+	*x = Move{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Move) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Move) ProtoMessage() {}
+
+func (x *Move) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Move.ProtoReflect.Descriptor instead.
+func (*Move) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Move) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *Move) GetMessageIds() []string {
+	if x != nil {
+		return x.MessageIds
+	}
+	return nil
+}
+
+// Moved removes messages whose move was stored on its target.
+type Moved struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MessageIds    []string               `protobuf:"bytes,1,rep,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Moved) Reset() {
+	*x = Moved{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Moved) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Moved) ProtoMessage() {}
+
+func (x *Moved) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Moved.ProtoReflect.Descriptor instead.
+func (*Moved) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Moved) GetMessageIds() []string {
+	if x != nil {
+		return x.MessageIds
+	}
+	return nil
+}
+
+// Wake returns to pending the messages whose redelivery delay ended at or
+// before now (leader's clock).
+type Wake struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Now           int64                  `protobuf:"varint,1,opt,name=now,proto3" json:"now,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Wake) Reset() {
+	*x = Wake{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Wake) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Wake) ProtoMessage() {}
+
+func (x *Wake) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Wake.ProtoReflect.Descriptor instead.
+func (*Wake) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Wake) GetNow() int64 {
+	if x != nil {
+		return x.Now
+	}
+	return 0
+}
+
 // Expire removes the listed messages whose expiration is at or before now,
 // whether pending or delivered. now comes from the leader's clock.
 type Expire struct {
@@ -708,7 +911,7 @@ type Expire struct {
 
 func (x *Expire) Reset() {
 	*x = Expire{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -720,7 +923,7 @@ func (x *Expire) String() string {
 func (*Expire) ProtoMessage() {}
 
 func (x *Expire) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -733,7 +936,7 @@ func (x *Expire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Expire.ProtoReflect.Descriptor instead.
 func (*Expire) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Expire) GetNow() int64 {
@@ -759,7 +962,7 @@ type Purge struct {
 
 func (x *Purge) Reset() {
 	*x = Purge{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -771,7 +974,7 @@ func (x *Purge) String() string {
 func (*Purge) ProtoMessage() {}
 
 func (x *Purge) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -784,7 +987,7 @@ func (x *Purge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Purge.ProtoReflect.Descriptor instead.
 func (*Purge) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 // OpenSession registers a session before anything is delivered to it.
@@ -800,7 +1003,7 @@ type OpenSession struct {
 
 func (x *OpenSession) Reset() {
 	*x = OpenSession{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -812,7 +1015,7 @@ func (x *OpenSession) String() string {
 func (*OpenSession) ProtoMessage() {}
 
 func (x *OpenSession) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -825,7 +1028,7 @@ func (x *OpenSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSession.ProtoReflect.Descriptor instead.
 func (*OpenSession) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *OpenSession) GetSession() string {
@@ -853,7 +1056,7 @@ type Configure struct {
 
 func (x *Configure) Reset() {
 	*x = Configure{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -865,7 +1068,7 @@ func (x *Configure) String() string {
 func (*Configure) ProtoMessage() {}
 
 func (x *Configure) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -878,7 +1081,7 @@ func (x *Configure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Configure.ProtoReflect.Descriptor instead.
 func (*Configure) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Configure) GetSettings() *MemberSettings {
@@ -898,14 +1101,24 @@ type MemberSettings struct {
 	DedupWindowNs int64 `protobuf:"varint,2,opt,name=dedup_window_ns,json=dedupWindowNs,proto3" json:"dedup_window_ns,omitempty"`
 	// dedup_max_ids bounds how many duplicate-detection ids are remembered;
 	// 0 turns duplicate detection off.
-	DedupMaxIds   uint32 `protobuf:"varint,3,opt,name=dedup_max_ids,json=dedupMaxIds,proto3" json:"dedup_max_ids,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DedupMaxIds uint32 `protobuf:"varint,3,opt,name=dedup_max_ids,json=dedupMaxIds,proto3" json:"dedup_max_ids,omitempty"`
+	// max_deliveries: a message delivered this many times and returned again
+	// is dead (to be moved to the dead-letter queue) instead of pending;
+	// 0 is unlimited.
+	MaxDeliveries uint32 `protobuf:"varint,4,opt,name=max_deliveries,json=maxDeliveries,proto3" json:"max_deliveries,omitempty"`
+	// A returned message waits redelivery_delay_ns before it is pending
+	// again, times redelivery_backoff for every delivery after the first,
+	// at most redelivery_max_delay_ns (0: no cap). 0 delay: at once.
+	RedeliveryDelayNs    int64  `protobuf:"varint,5,opt,name=redelivery_delay_ns,json=redeliveryDelayNs,proto3" json:"redelivery_delay_ns,omitempty"`
+	RedeliveryBackoff    uint32 `protobuf:"varint,6,opt,name=redelivery_backoff,json=redeliveryBackoff,proto3" json:"redelivery_backoff,omitempty"`
+	RedeliveryMaxDelayNs int64  `protobuf:"varint,7,opt,name=redelivery_max_delay_ns,json=redeliveryMaxDelayNs,proto3" json:"redelivery_max_delay_ns,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *MemberSettings) Reset() {
 	*x = MemberSettings{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -917,7 +1130,7 @@ func (x *MemberSettings) String() string {
 func (*MemberSettings) ProtoMessage() {}
 
 func (x *MemberSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -930,7 +1143,7 @@ func (x *MemberSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberSettings.ProtoReflect.Descriptor instead.
 func (*MemberSettings) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MemberSettings) GetMaxBytes() int64 {
@@ -954,6 +1167,34 @@ func (x *MemberSettings) GetDedupMaxIds() uint32 {
 	return 0
 }
 
+func (x *MemberSettings) GetMaxDeliveries() uint32 {
+	if x != nil {
+		return x.MaxDeliveries
+	}
+	return 0
+}
+
+func (x *MemberSettings) GetRedeliveryDelayNs() int64 {
+	if x != nil {
+		return x.RedeliveryDelayNs
+	}
+	return 0
+}
+
+func (x *MemberSettings) GetRedeliveryBackoff() uint32 {
+	if x != nil {
+		return x.RedeliveryBackoff
+	}
+	return 0
+}
+
+func (x *MemberSettings) GetRedeliveryMaxDelayNs() int64 {
+	if x != nil {
+		return x.RedeliveryMaxDelayNs
+	}
+	return 0
+}
+
 type MemberPlacement struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Index uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
@@ -968,7 +1209,7 @@ type MemberPlacement struct {
 
 func (x *MemberPlacement) Reset() {
 	*x = MemberPlacement{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -980,7 +1221,7 @@ func (x *MemberPlacement) String() string {
 func (*MemberPlacement) ProtoMessage() {}
 
 func (x *MemberPlacement) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -993,7 +1234,7 @@ func (x *MemberPlacement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberPlacement.ProtoReflect.Descriptor instead.
 func (*MemberPlacement) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *MemberPlacement) GetIndex() uint32 {
@@ -1030,14 +1271,24 @@ type Destination struct {
 	Members   []*MemberPlacement `protobuf:"bytes,7,rep,name=members,proto3" json:"members,omitempty"`
 	// uid tells this destination apart from an earlier one of the same name;
 	// it is part of its members' Raft group ids.
-	Uid           string `protobuf:"bytes,8,opt,name=uid,proto3" json:"uid,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Uid string `protobuf:"bytes,8,opt,name=uid,proto3" json:"uid,omitempty"`
+	// Poison messages: see MemberSettings. dead_letter_queue is the
+	// destination dead messages move to (NAME.DLQ unless set).
+	MaxDeliveries        uint32 `protobuf:"varint,9,opt,name=max_deliveries,json=maxDeliveries,proto3" json:"max_deliveries,omitempty"`
+	RedeliveryDelayNs    int64  `protobuf:"varint,10,opt,name=redelivery_delay_ns,json=redeliveryDelayNs,proto3" json:"redelivery_delay_ns,omitempty"`
+	RedeliveryBackoff    uint32 `protobuf:"varint,11,opt,name=redelivery_backoff,json=redeliveryBackoff,proto3" json:"redelivery_backoff,omitempty"`
+	RedeliveryMaxDelayNs int64  `protobuf:"varint,12,opt,name=redelivery_max_delay_ns,json=redeliveryMaxDelayNs,proto3" json:"redelivery_max_delay_ns,omitempty"`
+	DeadLetterQueue      string `protobuf:"bytes,13,opt,name=dead_letter_queue,json=deadLetterQueue,proto3" json:"dead_letter_queue,omitempty"`
+	// forward_delay_ns is how long a member's pending messages wait without a
+	// consumer before they move to a member that has consumers; 0 never.
+	ForwardDelayNs int64 `protobuf:"varint,14,opt,name=forward_delay_ns,json=forwardDelayNs,proto3" json:"forward_delay_ns,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Destination) Reset() {
 	*x = Destination{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1049,7 +1300,7 @@ func (x *Destination) String() string {
 func (*Destination) ProtoMessage() {}
 
 func (x *Destination) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1062,7 +1313,7 @@ func (x *Destination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Destination.ProtoReflect.Descriptor instead.
 func (*Destination) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Destination) GetName() string {
@@ -1121,6 +1372,48 @@ func (x *Destination) GetUid() string {
 	return ""
 }
 
+func (x *Destination) GetMaxDeliveries() uint32 {
+	if x != nil {
+		return x.MaxDeliveries
+	}
+	return 0
+}
+
+func (x *Destination) GetRedeliveryDelayNs() int64 {
+	if x != nil {
+		return x.RedeliveryDelayNs
+	}
+	return 0
+}
+
+func (x *Destination) GetRedeliveryBackoff() uint32 {
+	if x != nil {
+		return x.RedeliveryBackoff
+	}
+	return 0
+}
+
+func (x *Destination) GetRedeliveryMaxDelayNs() int64 {
+	if x != nil {
+		return x.RedeliveryMaxDelayNs
+	}
+	return 0
+}
+
+func (x *Destination) GetDeadLetterQueue() string {
+	if x != nil {
+		return x.DeadLetterQueue
+	}
+	return ""
+}
+
+func (x *Destination) GetForwardDelayNs() int64 {
+	if x != nil {
+		return x.ForwardDelayNs
+	}
+	return 0
+}
+
 type CreateDestination struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Destination   *Destination           `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
@@ -1130,7 +1423,7 @@ type CreateDestination struct {
 
 func (x *CreateDestination) Reset() {
 	*x = CreateDestination{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1142,7 +1435,7 @@ func (x *CreateDestination) String() string {
 func (*CreateDestination) ProtoMessage() {}
 
 func (x *CreateDestination) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1155,7 +1448,7 @@ func (x *CreateDestination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDestination.ProtoReflect.Descriptor instead.
 func (*CreateDestination) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CreateDestination) GetDestination() *Destination {
@@ -1174,7 +1467,7 @@ type DeleteDestination struct {
 
 func (x *DeleteDestination) Reset() {
 	*x = DeleteDestination{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1186,7 +1479,7 @@ func (x *DeleteDestination) String() string {
 func (*DeleteDestination) ProtoMessage() {}
 
 func (x *DeleteDestination) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1199,7 +1492,7 @@ func (x *DeleteDestination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDestination.ProtoReflect.Descriptor instead.
 func (*DeleteDestination) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DeleteDestination) GetName() string {
@@ -1223,7 +1516,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1528,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1541,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Node) GetId() string {
@@ -1302,7 +1595,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +1607,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,7 +1620,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RegisterNode) GetNode() *Node {
@@ -1348,7 +1641,7 @@ type RemoveNode struct {
 
 func (x *RemoveNode) Reset() {
 	*x = RemoveNode{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1360,7 +1653,7 @@ func (x *RemoveNode) String() string {
 func (*RemoveNode) ProtoMessage() {}
 
 func (x *RemoveNode) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1373,7 +1666,7 @@ func (x *RemoveNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNode.ProtoReflect.Descriptor instead.
 func (*RemoveNode) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RemoveNode) GetId() string {
@@ -1397,7 +1690,7 @@ type ReplaceReplica struct {
 
 func (x *ReplaceReplica) Reset() {
 	*x = ReplaceReplica{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1409,7 +1702,7 @@ func (x *ReplaceReplica) String() string {
 func (*ReplaceReplica) ProtoMessage() {}
 
 func (x *ReplaceReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1422,7 +1715,7 @@ func (x *ReplaceReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceReplica.ProtoReflect.Descriptor instead.
 func (*ReplaceReplica) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReplaceReplica) GetDestination() string {
@@ -1460,15 +1753,20 @@ type StoredMessage struct {
 	Redelivered   bool                   `protobuf:"varint,3,opt,name=redelivered,proto3" json:"redelivered,omitempty"`
 	DeliveryCount uint32                 `protobuf:"varint,4,opt,name=delivery_count,json=deliveryCount,proto3" json:"delivery_count,omitempty"`
 	// delivery_id and session are set while the message is delivered.
-	DeliveryId    uint64 `protobuf:"varint,5,opt,name=delivery_id,json=deliveryId,proto3" json:"delivery_id,omitempty"`
-	Session       string `protobuf:"bytes,6,opt,name=session,proto3" json:"session,omitempty"`
+	DeliveryId uint64 `protobuf:"varint,5,opt,name=delivery_id,json=deliveryId,proto3" json:"delivery_id,omitempty"`
+	Session    string `protobuf:"bytes,6,opt,name=session,proto3" json:"session,omitempty"`
+	// available_at is set while the message waits out a redelivery delay.
+	AvailableAt int64 `protobuf:"varint,7,opt,name=available_at,json=availableAt,proto3" json:"available_at,omitempty"`
+	// dead: delivered max_deliveries times; moving_to: the member it moves to.
+	Dead          bool   `protobuf:"varint,8,opt,name=dead,proto3" json:"dead,omitempty"`
+	MovingTo      string `protobuf:"bytes,9,opt,name=moving_to,json=movingTo,proto3" json:"moving_to,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StoredMessage) Reset() {
 	*x = StoredMessage{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1480,7 +1778,7 @@ func (x *StoredMessage) String() string {
 func (*StoredMessage) ProtoMessage() {}
 
 func (x *StoredMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1493,7 +1791,7 @@ func (x *StoredMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredMessage.ProtoReflect.Descriptor instead.
 func (*StoredMessage) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StoredMessage) GetMessage() *Message {
@@ -1538,6 +1836,27 @@ func (x *StoredMessage) GetSession() string {
 	return ""
 }
 
+func (x *StoredMessage) GetAvailableAt() int64 {
+	if x != nil {
+		return x.AvailableAt
+	}
+	return 0
+}
+
+func (x *StoredMessage) GetDead() bool {
+	if x != nil {
+		return x.Dead
+	}
+	return false
+}
+
+func (x *StoredMessage) GetMovingTo() string {
+	if x != nil {
+		return x.MovingTo
+	}
+	return ""
+}
+
 type StoredSession struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1548,7 +1867,7 @@ type StoredSession struct {
 
 func (x *StoredSession) Reset() {
 	*x = StoredSession{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1560,7 +1879,7 @@ func (x *StoredSession) String() string {
 func (*StoredSession) ProtoMessage() {}
 
 func (x *StoredSession) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1573,7 +1892,7 @@ func (x *StoredSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredSession.ProtoReflect.Descriptor instead.
 func (*StoredSession) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *StoredSession) GetId() string {
@@ -1601,7 +1920,7 @@ type DedupRecord struct {
 
 func (x *DedupRecord) Reset() {
 	*x = DedupRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +1932,7 @@ func (x *DedupRecord) String() string {
 func (*DedupRecord) ProtoMessage() {}
 
 func (x *DedupRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +1945,7 @@ func (x *DedupRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupRecord.ProtoReflect.Descriptor instead.
 func (*DedupRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DedupRecord) GetDedupId() string {
@@ -1658,16 +1977,18 @@ type MemberSnapshot struct {
 	Settings       *MemberSettings        `protobuf:"bytes,4,opt,name=settings,proto3" json:"settings,omitempty"`
 	// message_count StoredMessage records follow this header in the snapshot
 	// stream, each length-delimited, in sequence order.
-	MessageCount  uint64           `protobuf:"varint,5,opt,name=message_count,json=messageCount,proto3" json:"message_count,omitempty"`
-	Sessions      []*StoredSession `protobuf:"bytes,6,rep,name=sessions,proto3" json:"sessions,omitempty"`
-	Dedup         []*DedupRecord   `protobuf:"bytes,7,rep,name=dedup,proto3" json:"dedup,omitempty"`
+	MessageCount uint64           `protobuf:"varint,5,opt,name=message_count,json=messageCount,proto3" json:"message_count,omitempty"`
+	Sessions     []*StoredSession `protobuf:"bytes,6,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	Dedup        []*DedupRecord   `protobuf:"bytes,7,rep,name=dedup,proto3" json:"dedup,omitempty"`
+	// dead_lettered counts messages moved to the dead-letter queue.
+	DeadLettered  uint64 `protobuf:"varint,8,opt,name=dead_lettered,json=deadLettered,proto3" json:"dead_lettered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MemberSnapshot) Reset() {
 	*x = MemberSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1679,7 +2000,7 @@ func (x *MemberSnapshot) String() string {
 func (*MemberSnapshot) ProtoMessage() {}
 
 func (x *MemberSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1692,7 +2013,7 @@ func (x *MemberSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberSnapshot.ProtoReflect.Descriptor instead.
 func (*MemberSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *MemberSnapshot) GetApplied() uint64 {
@@ -1744,6 +2065,13 @@ func (x *MemberSnapshot) GetDedup() []*DedupRecord {
 	return nil
 }
 
+func (x *MemberSnapshot) GetDeadLettered() uint64 {
+	if x != nil {
+		return x.DeadLettered
+	}
+	return 0
+}
+
 type MetaSnapshot struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Applied       uint64                 `protobuf:"varint,1,opt,name=applied,proto3" json:"applied,omitempty"`
@@ -1756,7 +2084,7 @@ type MetaSnapshot struct {
 
 func (x *MetaSnapshot) Reset() {
 	*x = MetaSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1768,7 +2096,7 @@ func (x *MetaSnapshot) String() string {
 func (*MetaSnapshot) ProtoMessage() {}
 
 func (x *MetaSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1781,7 +2109,7 @@ func (x *MetaSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaSnapshot.ProtoReflect.Descriptor instead.
 func (*MetaSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *MetaSnapshot) GetApplied() uint64 {
@@ -1822,7 +2150,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\bcommands\x18\x02 \x03(\v2\x15.cairn.fsm.v1.CommandR\bcommands\"R\n" +
 	"\aCommand\x12-\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x19.cairn.fsm.v1.CommandTypeR\x04type\x12\x18\n" +
-	"\apayload\x18\x02 \x01(\fR\apayload\"\xab\x02\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\"\xf4\x02\n" +
 	"\aMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04body\x18\x02 \x01(\fR\x04body\x12E\n" +
@@ -1835,7 +2163,9 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"expiration\x12\x19\n" +
 	"\bdedup_id\x18\x06 \x01(\tR\adedupId\x12\x1f\n" +
 	"\venqueued_at\x18\a \x01(\x03R\n" +
-	"enqueuedAt\x1a=\n" +
+	"enqueuedAt\x12%\n" +
+	"\x0edelivery_count\x18\b \x01(\rR\rdeliveryCount\x12 \n" +
+	"\vredelivered\x18\t \x01(\bR\vredelivered\x1a=\n" +
 	"\x0fPropertiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"N\n" +
@@ -1850,14 +2180,26 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x03Ack\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12!\n" +
 	"\fdelivery_ids\x18\x02 \x03(\x04R\vdeliveryIds\x12\x13\n" +
-	"\x05up_to\x18\x03 \x01(\x04R\x04upTo\"#\n" +
+	"\x05up_to\x18\x03 \x01(\x04R\x04upTo\"5\n" +
 	"\aRecover\x12\x18\n" +
-	"\asession\x18\x01 \x01(\tR\asession\"#\n" +
+	"\asession\x18\x01 \x01(\tR\asession\x12\x10\n" +
+	"\x03now\x18\x02 \x01(\x03R\x03now\"5\n" +
 	"\aRelease\x12\x18\n" +
-	"\asession\x18\x01 \x01(\tR\asession\"E\n" +
+	"\asession\x18\x01 \x01(\tR\asession\x12\x10\n" +
+	"\x03now\x18\x02 \x01(\x03R\x03now\"W\n" +
 	"\x06Return\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12!\n" +
-	"\fdelivery_ids\x18\x02 \x03(\x04R\vdeliveryIds\";\n" +
+	"\fdelivery_ids\x18\x02 \x03(\x04R\vdeliveryIds\x12\x10\n" +
+	"\x03now\x18\x03 \x01(\x03R\x03now\"?\n" +
+	"\x04Move\x12\x16\n" +
+	"\x06target\x18\x01 \x01(\tR\x06target\x12\x1f\n" +
+	"\vmessage_ids\x18\x02 \x03(\tR\n" +
+	"messageIds\"(\n" +
+	"\x05Moved\x12\x1f\n" +
+	"\vmessage_ids\x18\x01 \x03(\tR\n" +
+	"messageIds\"\x18\n" +
+	"\x04Wake\x12\x10\n" +
+	"\x03now\x18\x01 \x01(\x03R\x03now\";\n" +
 	"\x06Expire\x12\x10\n" +
 	"\x03now\x18\x01 \x01(\x03R\x03now\x12\x1f\n" +
 	"\vmessage_ids\x18\x02 \x03(\tR\n" +
@@ -1867,15 +2209,19 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\"E\n" +
 	"\tConfigure\x128\n" +
-	"\bsettings\x18\x01 \x01(\v2\x1c.cairn.fsm.v1.MemberSettingsR\bsettings\"y\n" +
+	"\bsettings\x18\x01 \x01(\v2\x1c.cairn.fsm.v1.MemberSettingsR\bsettings\"\xb6\x02\n" +
 	"\x0eMemberSettings\x12\x1b\n" +
 	"\tmax_bytes\x18\x01 \x01(\x03R\bmaxBytes\x12&\n" +
 	"\x0fdedup_window_ns\x18\x02 \x01(\x03R\rdedupWindowNs\x12\"\n" +
-	"\rdedup_max_ids\x18\x03 \x01(\rR\vdedupMaxIds\"]\n" +
+	"\rdedup_max_ids\x18\x03 \x01(\rR\vdedupMaxIds\x12%\n" +
+	"\x0emax_deliveries\x18\x04 \x01(\rR\rmaxDeliveries\x12.\n" +
+	"\x13redelivery_delay_ns\x18\x05 \x01(\x03R\x11redeliveryDelayNs\x12-\n" +
+	"\x12redelivery_backoff\x18\x06 \x01(\rR\x11redeliveryBackoff\x125\n" +
+	"\x17redelivery_max_delay_ns\x18\a \x01(\x03R\x14redeliveryMaxDelayNs\"]\n" +
 	"\x0fMemberPlacement\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x1a\n" +
 	"\breplicas\x18\x02 \x03(\tR\breplicas\x12\x18\n" +
-	"\ainitial\x18\x03 \x03(\tR\ainitial\"\x8e\x02\n" +
+	"\ainitial\x18\x03 \x03(\tR\ainitial\"\xa1\x04\n" +
 	"\vDestination\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1d.cairn.fsm.v1.DestinationKindR\x04kind\x12\x1a\n" +
@@ -1885,7 +2231,14 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x06 \x01(\x03R\tcreatedAt\x127\n" +
 	"\amembers\x18\a \x03(\v2\x1d.cairn.fsm.v1.MemberPlacementR\amembers\x12\x10\n" +
-	"\x03uid\x18\b \x01(\tR\x03uid\"P\n" +
+	"\x03uid\x18\b \x01(\tR\x03uid\x12%\n" +
+	"\x0emax_deliveries\x18\t \x01(\rR\rmaxDeliveries\x12.\n" +
+	"\x13redelivery_delay_ns\x18\n" +
+	" \x01(\x03R\x11redeliveryDelayNs\x12-\n" +
+	"\x12redelivery_backoff\x18\v \x01(\rR\x11redeliveryBackoff\x125\n" +
+	"\x17redelivery_max_delay_ns\x18\f \x01(\x03R\x14redeliveryMaxDelayNs\x12*\n" +
+	"\x11dead_letter_queue\x18\r \x01(\tR\x0fdeadLetterQueue\x12(\n" +
+	"\x10forward_delay_ns\x18\x0e \x01(\x03R\x0eforwardDelayNs\"P\n" +
 	"\x11CreateDestination\x12;\n" +
 	"\vdestination\x18\x01 \x01(\v2\x19.cairn.fsm.v1.DestinationR\vdestination\"'\n" +
 	"\x11DeleteDestination\x12\x12\n" +
@@ -1908,7 +2261,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\vdestination\x18\x01 \x01(\tR\vdestination\x12\x16\n" +
 	"\x06member\x18\x02 \x01(\rR\x06member\x12\x10\n" +
 	"\x03old\x18\x03 \x01(\tR\x03old\x12\x10\n" +
-	"\x03new\x18\x04 \x01(\tR\x03new\"\xd6\x01\n" +
+	"\x03new\x18\x04 \x01(\tR\x03new\"\xaa\x02\n" +
 	"\rStoredMessage\x12/\n" +
 	"\amessage\x18\x01 \x01(\v2\x15.cairn.fsm.v1.MessageR\amessage\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12 \n" +
@@ -1916,7 +2269,10 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x0edelivery_count\x18\x04 \x01(\rR\rdeliveryCount\x12\x1f\n" +
 	"\vdelivery_id\x18\x05 \x01(\x04R\n" +
 	"deliveryId\x12\x18\n" +
-	"\asession\x18\x06 \x01(\tR\asession\"5\n" +
+	"\asession\x18\x06 \x01(\tR\asession\x12!\n" +
+	"\favailable_at\x18\a \x01(\x03R\vavailableAt\x12\x12\n" +
+	"\x04dead\x18\b \x01(\bR\x04dead\x12\x1b\n" +
+	"\tmoving_to\x18\t \x01(\tR\bmovingTo\"5\n" +
 	"\rStoredSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\"W\n" +
@@ -1924,7 +2280,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\bdedup_id\x18\x01 \x01(\tR\adedupId\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x02 \x01(\tR\tmessageId\x12\x0e\n" +
-	"\x02at\x18\x03 \x01(\x03R\x02at\"\xb8\x02\n" +
+	"\x02at\x18\x03 \x01(\x03R\x02at\"\xdd\x02\n" +
 	"\x0eMemberSnapshot\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\x04R\aapplied\x12\x19\n" +
 	"\bnext_seq\x18\x02 \x01(\x04R\anextSeq\x12(\n" +
@@ -1932,12 +2288,13 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\bsettings\x18\x04 \x01(\v2\x1c.cairn.fsm.v1.MemberSettingsR\bsettings\x12#\n" +
 	"\rmessage_count\x18\x05 \x01(\x04R\fmessageCount\x127\n" +
 	"\bsessions\x18\x06 \x03(\v2\x1b.cairn.fsm.v1.StoredSessionR\bsessions\x12/\n" +
-	"\x05dedup\x18\a \x03(\v2\x19.cairn.fsm.v1.DedupRecordR\x05dedup\"\xab\x01\n" +
+	"\x05dedup\x18\a \x03(\v2\x19.cairn.fsm.v1.DedupRecordR\x05dedup\x12#\n" +
+	"\rdead_lettered\x18\b \x01(\x04R\fdeadLettered\"\xab\x01\n" +
 	"\fMetaSnapshot\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\x04R\aapplied\x12=\n" +
 	"\fdestinations\x18\x02 \x03(\v2\x19.cairn.fsm.v1.DestinationR\fdestinations\x12(\n" +
 	"\x05nodes\x18\x03 \x03(\v2\x12.cairn.fsm.v1.NodeR\x05nodes\x12\x18\n" +
-	"\aremoved\x18\x04 \x03(\tR\aremoved*\xd4\x03\n" +
+	"\aremoved\x18\x04 \x03(\tR\aremoved*\x9a\x04\n" +
 	"\vCommandType\x12\x18\n" +
 	"\x14COMMAND_TYPE_UNKNOWN\x10\x00\x12\x18\n" +
 	"\x14COMMAND_TYPE_ENQUEUE\x10\x01\x12\x18\n" +
@@ -1955,7 +2312,10 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x1fCOMMAND_TYPE_DELETE_DESTINATION\x10\f\x12\x1e\n" +
 	"\x1aCOMMAND_TYPE_REGISTER_NODE\x10\r\x12\x1c\n" +
 	"\x18COMMAND_TYPE_REMOVE_NODE\x10\x0e\x12 \n" +
-	"\x1cCOMMAND_TYPE_REPLACE_REPLICA\x10\x0f*g\n" +
+	"\x1cCOMMAND_TYPE_REPLACE_REPLICA\x10\x0f\x12\x15\n" +
+	"\x11COMMAND_TYPE_MOVE\x10\x10\x12\x16\n" +
+	"\x12COMMAND_TYPE_MOVED\x10\x11\x12\x15\n" +
+	"\x11COMMAND_TYPE_WAKE\x10\x12*g\n" +
 	"\x0fDestinationKind\x12\x1c\n" +
 	"\x18DESTINATION_KIND_UNKNOWN\x10\x00\x12\x1a\n" +
 	"\x16DESTINATION_KIND_QUEUE\x10\x01\x12\x1a\n" +
@@ -1974,7 +2334,7 @@ func file_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_fsm_fsmpb_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(CommandType)(0),          // 0: cairn.fsm.v1.CommandType
 	(DestinationKind)(0),      // 1: cairn.fsm.v1.DestinationKind
@@ -1987,42 +2347,45 @@ var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*Recover)(nil),           // 8: cairn.fsm.v1.Recover
 	(*Release)(nil),           // 9: cairn.fsm.v1.Release
 	(*Return)(nil),            // 10: cairn.fsm.v1.Return
-	(*Expire)(nil),            // 11: cairn.fsm.v1.Expire
-	(*Purge)(nil),             // 12: cairn.fsm.v1.Purge
-	(*OpenSession)(nil),       // 13: cairn.fsm.v1.OpenSession
-	(*Configure)(nil),         // 14: cairn.fsm.v1.Configure
-	(*MemberSettings)(nil),    // 15: cairn.fsm.v1.MemberSettings
-	(*MemberPlacement)(nil),   // 16: cairn.fsm.v1.MemberPlacement
-	(*Destination)(nil),       // 17: cairn.fsm.v1.Destination
-	(*CreateDestination)(nil), // 18: cairn.fsm.v1.CreateDestination
-	(*DeleteDestination)(nil), // 19: cairn.fsm.v1.DeleteDestination
-	(*Node)(nil),              // 20: cairn.fsm.v1.Node
-	(*RegisterNode)(nil),      // 21: cairn.fsm.v1.RegisterNode
-	(*RemoveNode)(nil),        // 22: cairn.fsm.v1.RemoveNode
-	(*ReplaceReplica)(nil),    // 23: cairn.fsm.v1.ReplaceReplica
-	(*StoredMessage)(nil),     // 24: cairn.fsm.v1.StoredMessage
-	(*StoredSession)(nil),     // 25: cairn.fsm.v1.StoredSession
-	(*DedupRecord)(nil),       // 26: cairn.fsm.v1.DedupRecord
-	(*MemberSnapshot)(nil),    // 27: cairn.fsm.v1.MemberSnapshot
-	(*MetaSnapshot)(nil),      // 28: cairn.fsm.v1.MetaSnapshot
-	nil,                       // 29: cairn.fsm.v1.Message.PropertiesEntry
+	(*Move)(nil),              // 11: cairn.fsm.v1.Move
+	(*Moved)(nil),             // 12: cairn.fsm.v1.Moved
+	(*Wake)(nil),              // 13: cairn.fsm.v1.Wake
+	(*Expire)(nil),            // 14: cairn.fsm.v1.Expire
+	(*Purge)(nil),             // 15: cairn.fsm.v1.Purge
+	(*OpenSession)(nil),       // 16: cairn.fsm.v1.OpenSession
+	(*Configure)(nil),         // 17: cairn.fsm.v1.Configure
+	(*MemberSettings)(nil),    // 18: cairn.fsm.v1.MemberSettings
+	(*MemberPlacement)(nil),   // 19: cairn.fsm.v1.MemberPlacement
+	(*Destination)(nil),       // 20: cairn.fsm.v1.Destination
+	(*CreateDestination)(nil), // 21: cairn.fsm.v1.CreateDestination
+	(*DeleteDestination)(nil), // 22: cairn.fsm.v1.DeleteDestination
+	(*Node)(nil),              // 23: cairn.fsm.v1.Node
+	(*RegisterNode)(nil),      // 24: cairn.fsm.v1.RegisterNode
+	(*RemoveNode)(nil),        // 25: cairn.fsm.v1.RemoveNode
+	(*ReplaceReplica)(nil),    // 26: cairn.fsm.v1.ReplaceReplica
+	(*StoredMessage)(nil),     // 27: cairn.fsm.v1.StoredMessage
+	(*StoredSession)(nil),     // 28: cairn.fsm.v1.StoredSession
+	(*DedupRecord)(nil),       // 29: cairn.fsm.v1.DedupRecord
+	(*MemberSnapshot)(nil),    // 30: cairn.fsm.v1.MemberSnapshot
+	(*MetaSnapshot)(nil),      // 31: cairn.fsm.v1.MetaSnapshot
+	nil,                       // 32: cairn.fsm.v1.Message.PropertiesEntry
 }
 var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	3,  // 0: cairn.fsm.v1.Entry.commands:type_name -> cairn.fsm.v1.Command
 	0,  // 1: cairn.fsm.v1.Command.type:type_name -> cairn.fsm.v1.CommandType
-	29, // 2: cairn.fsm.v1.Message.properties:type_name -> cairn.fsm.v1.Message.PropertiesEntry
+	32, // 2: cairn.fsm.v1.Message.properties:type_name -> cairn.fsm.v1.Message.PropertiesEntry
 	4,  // 3: cairn.fsm.v1.Enqueue.messages:type_name -> cairn.fsm.v1.Message
-	15, // 4: cairn.fsm.v1.Configure.settings:type_name -> cairn.fsm.v1.MemberSettings
+	18, // 4: cairn.fsm.v1.Configure.settings:type_name -> cairn.fsm.v1.MemberSettings
 	1,  // 5: cairn.fsm.v1.Destination.kind:type_name -> cairn.fsm.v1.DestinationKind
-	16, // 6: cairn.fsm.v1.Destination.members:type_name -> cairn.fsm.v1.MemberPlacement
-	17, // 7: cairn.fsm.v1.CreateDestination.destination:type_name -> cairn.fsm.v1.Destination
-	20, // 8: cairn.fsm.v1.RegisterNode.node:type_name -> cairn.fsm.v1.Node
+	19, // 6: cairn.fsm.v1.Destination.members:type_name -> cairn.fsm.v1.MemberPlacement
+	20, // 7: cairn.fsm.v1.CreateDestination.destination:type_name -> cairn.fsm.v1.Destination
+	23, // 8: cairn.fsm.v1.RegisterNode.node:type_name -> cairn.fsm.v1.Node
 	4,  // 9: cairn.fsm.v1.StoredMessage.message:type_name -> cairn.fsm.v1.Message
-	15, // 10: cairn.fsm.v1.MemberSnapshot.settings:type_name -> cairn.fsm.v1.MemberSettings
-	25, // 11: cairn.fsm.v1.MemberSnapshot.sessions:type_name -> cairn.fsm.v1.StoredSession
-	26, // 12: cairn.fsm.v1.MemberSnapshot.dedup:type_name -> cairn.fsm.v1.DedupRecord
-	17, // 13: cairn.fsm.v1.MetaSnapshot.destinations:type_name -> cairn.fsm.v1.Destination
-	20, // 14: cairn.fsm.v1.MetaSnapshot.nodes:type_name -> cairn.fsm.v1.Node
+	18, // 10: cairn.fsm.v1.MemberSnapshot.settings:type_name -> cairn.fsm.v1.MemberSettings
+	28, // 11: cairn.fsm.v1.MemberSnapshot.sessions:type_name -> cairn.fsm.v1.StoredSession
+	29, // 12: cairn.fsm.v1.MemberSnapshot.dedup:type_name -> cairn.fsm.v1.DedupRecord
+	20, // 13: cairn.fsm.v1.MetaSnapshot.destinations:type_name -> cairn.fsm.v1.Destination
+	23, // 14: cairn.fsm.v1.MetaSnapshot.nodes:type_name -> cairn.fsm.v1.Node
 	15, // [15:15] is the sub-list for method output_type
 	15, // [15:15] is the sub-list for method input_type
 	15, // [15:15] is the sub-list for extension type_name
@@ -2041,7 +2404,7 @@ func file_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_fsmpb_fsm_proto_rawDesc), len(file_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   28,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -354,11 +354,25 @@ type CreateDestinationRequest struct {
 	// members is the number of members; 0 means one per live node.
 	Members uint32 `protobuf:"varint,3,opt,name=members,proto3" json:"members,omitempty"`
 	// replicas is the replication factor; 0 means min(3, nodes).
-	Replicas      uint32 `protobuf:"varint,4,opt,name=replicas,proto3" json:"replicas,omitempty"`
-	TtlMs         int64  `protobuf:"varint,5,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
-	MaxBytes      int64  `protobuf:"varint,6,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Replicas uint32 `protobuf:"varint,4,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	TtlMs    int64  `protobuf:"varint,5,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	MaxBytes int64  `protobuf:"varint,6,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// max_deliveries: a message delivered this many times and given back
+	// again moves to dead_letter_queue (NAME.DLQ unless set); 0 is unlimited.
+	MaxDeliveries   uint32 `protobuf:"varint,7,opt,name=max_deliveries,json=maxDeliveries,proto3" json:"max_deliveries,omitempty"`
+	DeadLetterQueue string `protobuf:"bytes,8,opt,name=dead_letter_queue,json=deadLetterQueue,proto3" json:"dead_letter_queue,omitempty"`
+	// A message given back waits redelivery_delay_ms before it is delivered
+	// again, times redelivery_backoff (1 or more; 0 means 1) for every
+	// delivery after the first, at most redelivery_max_delay_ms (0: 1 hour).
+	RedeliveryDelayMs    int64  `protobuf:"varint,9,opt,name=redelivery_delay_ms,json=redeliveryDelayMs,proto3" json:"redelivery_delay_ms,omitempty"`
+	RedeliveryBackoff    uint32 `protobuf:"varint,10,opt,name=redelivery_backoff,json=redeliveryBackoff,proto3" json:"redelivery_backoff,omitempty"`
+	RedeliveryMaxDelayMs int64  `protobuf:"varint,11,opt,name=redelivery_max_delay_ms,json=redeliveryMaxDelayMs,proto3" json:"redelivery_max_delay_ms,omitempty"`
+	// forward_delay_ms: pending messages of a member without consumers move
+	// to a member with consumers after this long. 0 is the default (5 s);
+	// negative never forwards.
+	ForwardDelayMs int64 `protobuf:"varint,12,opt,name=forward_delay_ms,json=forwardDelayMs,proto3" json:"forward_delay_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CreateDestinationRequest) Reset() {
@@ -429,6 +443,48 @@ func (x *CreateDestinationRequest) GetTtlMs() int64 {
 func (x *CreateDestinationRequest) GetMaxBytes() int64 {
 	if x != nil {
 		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *CreateDestinationRequest) GetMaxDeliveries() uint32 {
+	if x != nil {
+		return x.MaxDeliveries
+	}
+	return 0
+}
+
+func (x *CreateDestinationRequest) GetDeadLetterQueue() string {
+	if x != nil {
+		return x.DeadLetterQueue
+	}
+	return ""
+}
+
+func (x *CreateDestinationRequest) GetRedeliveryDelayMs() int64 {
+	if x != nil {
+		return x.RedeliveryDelayMs
+	}
+	return 0
+}
+
+func (x *CreateDestinationRequest) GetRedeliveryBackoff() uint32 {
+	if x != nil {
+		return x.RedeliveryBackoff
+	}
+	return 0
+}
+
+func (x *CreateDestinationRequest) GetRedeliveryMaxDelayMs() int64 {
+	if x != nil {
+		return x.RedeliveryMaxDelayMs
+	}
+	return 0
+}
+
+func (x *CreateDestinationRequest) GetForwardDelayMs() int64 {
+	if x != nil {
+		return x.ForwardDelayMs
 	}
 	return 0
 }
@@ -726,14 +782,20 @@ func (x *PurgeDestinationResponse) GetPurged() uint64 {
 }
 
 type MemberInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Host          string                 `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`
-	Pending       uint64                 `protobuf:"varint,3,opt,name=pending,proto3" json:"pending,omitempty"`
-	Delivered     uint64                 `protobuf:"varint,4,opt,name=delivered,proto3" json:"delivered,omitempty"`
-	Consumers     uint32                 `protobuf:"varint,5,opt,name=consumers,proto3" json:"consumers,omitempty"`
-	Bytes         int64                  `protobuf:"varint,6,opt,name=bytes,proto3" json:"bytes,omitempty"`
-	Replicas      []string               `protobuf:"bytes,7,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Name      string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Host      string                 `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`
+	Pending   uint64                 `protobuf:"varint,3,opt,name=pending,proto3" json:"pending,omitempty"`
+	Delivered uint64                 `protobuf:"varint,4,opt,name=delivered,proto3" json:"delivered,omitempty"`
+	Consumers uint32                 `protobuf:"varint,5,opt,name=consumers,proto3" json:"consumers,omitempty"`
+	Bytes     int64                  `protobuf:"varint,6,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Replicas  []string               `protobuf:"bytes,7,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	// delayed: waiting out a redelivery delay. moving: on the way to another
+	// member or the dead-letter queue. dead_lettered: moved to the
+	// dead-letter queue, ever.
+	Delayed       uint64 `protobuf:"varint,8,opt,name=delayed,proto3" json:"delayed,omitempty"`
+	Moving        uint64 `protobuf:"varint,9,opt,name=moving,proto3" json:"moving,omitempty"`
+	DeadLettered  uint64 `protobuf:"varint,10,opt,name=dead_lettered,json=deadLettered,proto3" json:"dead_lettered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -817,18 +879,49 @@ func (x *MemberInfo) GetReplicas() []string {
 	return nil
 }
 
+func (x *MemberInfo) GetDelayed() uint64 {
+	if x != nil {
+		return x.Delayed
+	}
+	return 0
+}
+
+func (x *MemberInfo) GetMoving() uint64 {
+	if x != nil {
+		return x.Moving
+	}
+	return 0
+}
+
+func (x *MemberInfo) GetDeadLettered() uint64 {
+	if x != nil {
+		return x.DeadLettered
+	}
+	return 0
+}
+
 type DestinationInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Kind          DestinationKind        `protobuf:"varint,2,opt,name=kind,proto3,enum=cairn.client.v1.DestinationKind" json:"kind,omitempty"`
-	Pending       uint64                 `protobuf:"varint,3,opt,name=pending,proto3" json:"pending,omitempty"`
-	Delivered     uint64                 `protobuf:"varint,4,opt,name=delivered,proto3" json:"delivered,omitempty"`
-	Members       []*MemberInfo          `protobuf:"bytes,5,rep,name=members,proto3" json:"members,omitempty"`
-	Replicas      uint32                 `protobuf:"varint,6,opt,name=replicas,proto3" json:"replicas,omitempty"`
-	TtlMs         int64                  `protobuf:"varint,7,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
-	MaxBytes      int64                  `protobuf:"varint,8,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state                protoimpl.MessageState `protogen:"open.v1"`
+	Name                 string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Kind                 DestinationKind        `protobuf:"varint,2,opt,name=kind,proto3,enum=cairn.client.v1.DestinationKind" json:"kind,omitempty"`
+	Pending              uint64                 `protobuf:"varint,3,opt,name=pending,proto3" json:"pending,omitempty"`
+	Delivered            uint64                 `protobuf:"varint,4,opt,name=delivered,proto3" json:"delivered,omitempty"`
+	Members              []*MemberInfo          `protobuf:"bytes,5,rep,name=members,proto3" json:"members,omitempty"`
+	Replicas             uint32                 `protobuf:"varint,6,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	TtlMs                int64                  `protobuf:"varint,7,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	MaxBytes             int64                  `protobuf:"varint,8,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	Delayed              uint64                 `protobuf:"varint,9,opt,name=delayed,proto3" json:"delayed,omitempty"`
+	DeadLettered         uint64                 `protobuf:"varint,10,opt,name=dead_lettered,json=deadLettered,proto3" json:"dead_lettered,omitempty"`
+	Consumers            uint32                 `protobuf:"varint,11,opt,name=consumers,proto3" json:"consumers,omitempty"`
+	MaxDeliveries        uint32                 `protobuf:"varint,12,opt,name=max_deliveries,json=maxDeliveries,proto3" json:"max_deliveries,omitempty"`
+	DeadLetterQueue      string                 `protobuf:"bytes,13,opt,name=dead_letter_queue,json=deadLetterQueue,proto3" json:"dead_letter_queue,omitempty"`
+	RedeliveryDelayMs    int64                  `protobuf:"varint,14,opt,name=redelivery_delay_ms,json=redeliveryDelayMs,proto3" json:"redelivery_delay_ms,omitempty"`
+	RedeliveryBackoff    uint32                 `protobuf:"varint,15,opt,name=redelivery_backoff,json=redeliveryBackoff,proto3" json:"redelivery_backoff,omitempty"`
+	RedeliveryMaxDelayMs int64                  `protobuf:"varint,16,opt,name=redelivery_max_delay_ms,json=redeliveryMaxDelayMs,proto3" json:"redelivery_max_delay_ms,omitempty"`
+	// forward_delay_ms is 0 when the destination never forwards.
+	ForwardDelayMs int64 `protobuf:"varint,17,opt,name=forward_delay_ms,json=forwardDelayMs,proto3" json:"forward_delay_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *DestinationInfo) Reset() {
@@ -913,6 +1006,69 @@ func (x *DestinationInfo) GetTtlMs() int64 {
 func (x *DestinationInfo) GetMaxBytes() int64 {
 	if x != nil {
 		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *DestinationInfo) GetDelayed() uint64 {
+	if x != nil {
+		return x.Delayed
+	}
+	return 0
+}
+
+func (x *DestinationInfo) GetDeadLettered() uint64 {
+	if x != nil {
+		return x.DeadLettered
+	}
+	return 0
+}
+
+func (x *DestinationInfo) GetConsumers() uint32 {
+	if x != nil {
+		return x.Consumers
+	}
+	return 0
+}
+
+func (x *DestinationInfo) GetMaxDeliveries() uint32 {
+	if x != nil {
+		return x.MaxDeliveries
+	}
+	return 0
+}
+
+func (x *DestinationInfo) GetDeadLetterQueue() string {
+	if x != nil {
+		return x.DeadLetterQueue
+	}
+	return ""
+}
+
+func (x *DestinationInfo) GetRedeliveryDelayMs() int64 {
+	if x != nil {
+		return x.RedeliveryDelayMs
+	}
+	return 0
+}
+
+func (x *DestinationInfo) GetRedeliveryBackoff() uint32 {
+	if x != nil {
+		return x.RedeliveryBackoff
+	}
+	return 0
+}
+
+func (x *DestinationInfo) GetRedeliveryMaxDelayMs() int64 {
+	if x != nil {
+		return x.RedeliveryMaxDelayMs
+	}
+	return 0
+}
+
+func (x *DestinationInfo) GetForwardDelayMs() int64 {
+	if x != nil {
+		return x.ForwardDelayMs
 	}
 	return 0
 }
@@ -3017,14 +3173,21 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\tR\x04node\"9\n" +
 	"\x05Error\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xce\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xe1\x03\n" +
 	"\x18CreateDestinationRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x124\n" +
 	"\x04kind\x18\x02 \x01(\x0e2 .cairn.client.v1.DestinationKindR\x04kind\x12\x18\n" +
 	"\amembers\x18\x03 \x01(\rR\amembers\x12\x1a\n" +
 	"\breplicas\x18\x04 \x01(\rR\breplicas\x12\x15\n" +
 	"\x06ttl_ms\x18\x05 \x01(\x03R\x05ttlMs\x12\x1b\n" +
-	"\tmax_bytes\x18\x06 \x01(\x03R\bmaxBytes\".\n" +
+	"\tmax_bytes\x18\x06 \x01(\x03R\bmaxBytes\x12%\n" +
+	"\x0emax_deliveries\x18\a \x01(\rR\rmaxDeliveries\x12*\n" +
+	"\x11dead_letter_queue\x18\b \x01(\tR\x0fdeadLetterQueue\x12.\n" +
+	"\x13redelivery_delay_ms\x18\t \x01(\x03R\x11redeliveryDelayMs\x12-\n" +
+	"\x12redelivery_backoff\x18\n" +
+	" \x01(\rR\x11redeliveryBackoff\x125\n" +
+	"\x17redelivery_max_delay_ms\x18\v \x01(\x03R\x14redeliveryMaxDelayMs\x12(\n" +
+	"\x10forward_delay_ms\x18\f \x01(\x03R\x0eforwardDelayMs\".\n" +
 	"\x18DeleteDestinationRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x1b\n" +
 	"\x19DeleteDestinationResponse\"\x19\n" +
@@ -3036,7 +3199,7 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x17PurgeDestinationRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"2\n" +
 	"\x18PurgeDestinationResponse\x12\x16\n" +
-	"\x06purged\x18\x01 \x01(\x04R\x06purged\"\xbc\x01\n" +
+	"\x06purged\x18\x01 \x01(\x04R\x06purged\"\x93\x02\n" +
 	"\n" +
 	"MemberInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -3045,7 +3208,11 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\tdelivered\x18\x04 \x01(\x04R\tdelivered\x12\x1c\n" +
 	"\tconsumers\x18\x05 \x01(\rR\tconsumers\x12\x14\n" +
 	"\x05bytes\x18\x06 \x01(\x03R\x05bytes\x12\x1a\n" +
-	"\breplicas\x18\a \x03(\tR\breplicas\"\x9a\x02\n" +
+	"\breplicas\x18\a \x03(\tR\breplicas\x12\x18\n" +
+	"\adelayed\x18\b \x01(\x04R\adelayed\x12\x16\n" +
+	"\x06moving\x18\t \x01(\x04R\x06moving\x12#\n" +
+	"\rdead_lettered\x18\n" +
+	" \x01(\x04R\fdeadLettered\"\x8a\x05\n" +
 	"\x0fDestinationInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x124\n" +
 	"\x04kind\x18\x02 \x01(\x0e2 .cairn.client.v1.DestinationKindR\x04kind\x12\x18\n" +
@@ -3054,7 +3221,17 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\amembers\x18\x05 \x03(\v2\x1b.cairn.client.v1.MemberInfoR\amembers\x12\x1a\n" +
 	"\breplicas\x18\x06 \x01(\rR\breplicas\x12\x15\n" +
 	"\x06ttl_ms\x18\a \x01(\x03R\x05ttlMs\x12\x1b\n" +
-	"\tmax_bytes\x18\b \x01(\x03R\bmaxBytes\"\xd5\x02\n" +
+	"\tmax_bytes\x18\b \x01(\x03R\bmaxBytes\x12\x18\n" +
+	"\adelayed\x18\t \x01(\x04R\adelayed\x12#\n" +
+	"\rdead_lettered\x18\n" +
+	" \x01(\x04R\fdeadLettered\x12\x1c\n" +
+	"\tconsumers\x18\v \x01(\rR\tconsumers\x12%\n" +
+	"\x0emax_deliveries\x18\f \x01(\rR\rmaxDeliveries\x12*\n" +
+	"\x11dead_letter_queue\x18\r \x01(\tR\x0fdeadLetterQueue\x12.\n" +
+	"\x13redelivery_delay_ms\x18\x0e \x01(\x03R\x11redeliveryDelayMs\x12-\n" +
+	"\x12redelivery_backoff\x18\x0f \x01(\rR\x11redeliveryBackoff\x125\n" +
+	"\x17redelivery_max_delay_ms\x18\x10 \x01(\x03R\x14redeliveryMaxDelayMs\x12(\n" +
+	"\x10forward_delay_ms\x18\x11 \x01(\x03R\x0eforwardDelayMs\"\xd5\x02\n" +
 	"\aMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04body\x18\x02 \x01(\fR\x04body\x12H\n" +

@@ -890,6 +890,9 @@ type MemberResponse struct {
 	Delivered     uint64                 `protobuf:"varint,5,opt,name=delivered,proto3" json:"delivered,omitempty"`
 	Consumers     uint32                 `protobuf:"varint,6,opt,name=consumers,proto3" json:"consumers,omitempty"`
 	Bytes         int64                  `protobuf:"varint,7,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Delayed       uint64                 `protobuf:"varint,8,opt,name=delayed,proto3" json:"delayed,omitempty"`
+	Moving        uint64                 `protobuf:"varint,9,opt,name=moving,proto3" json:"moving,omitempty"`
+	DeadLettered  uint64                 `protobuf:"varint,10,opt,name=dead_lettered,json=deadLettered,proto3" json:"dead_lettered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -969,6 +972,27 @@ func (x *MemberResponse) GetConsumers() uint32 {
 func (x *MemberResponse) GetBytes() int64 {
 	if x != nil {
 		return x.Bytes
+	}
+	return 0
+}
+
+func (x *MemberResponse) GetDelayed() uint64 {
+	if x != nil {
+		return x.Delayed
+	}
+	return 0
+}
+
+func (x *MemberResponse) GetMoving() uint64 {
+	if x != nil {
+		return x.Moving
+	}
+	return 0
+}
+
+func (x *MemberResponse) GetDeadLettered() uint64 {
+	if x != nil {
+		return x.DeadLettered
 	}
 	return 0
 }
@@ -1201,7 +1225,7 @@ const file_transport_peerpb_peer_proto_rawDesc = "" +
 	"\x05error\x18\x01 \x01(\v2\x14.cairn.peer.v1.ErrorR\x05error\x12-\n" +
 	"\x06result\x18\x02 \x01(\v2\x15.cairn.peer.v1.ResultR\x06result\"'\n" +
 	"\rMemberRequest\x12\x16\n" +
-	"\x06member\x18\x01 \x01(\tR\x06member\"\xda\x01\n" +
+	"\x06member\x18\x01 \x01(\tR\x06member\"\xb1\x02\n" +
 	"\x0eMemberResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.cairn.peer.v1.ErrorR\x05error\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x18\n" +
@@ -1209,7 +1233,11 @@ const file_transport_peerpb_peer_proto_rawDesc = "" +
 	"\apending\x18\x04 \x01(\x04R\apending\x12\x1c\n" +
 	"\tdelivered\x18\x05 \x01(\x04R\tdelivered\x12\x1c\n" +
 	"\tconsumers\x18\x06 \x01(\rR\tconsumers\x12\x14\n" +
-	"\x05bytes\x18\a \x01(\x03R\x05bytes\"\x0f\n" +
+	"\x05bytes\x18\a \x01(\x03R\x05bytes\x12\x18\n" +
+	"\adelayed\x18\b \x01(\x04R\adelayed\x12\x16\n" +
+	"\x06moving\x18\t \x01(\x04R\x06moving\x12#\n" +
+	"\rdead_lettered\x18\n" +
+	" \x01(\x04R\fdeadLettered\"\x0f\n" +
 	"\rGroupsRequest\"\xa1\x01\n" +
 	"\fGroupReplica\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +

@@ -1,0 +1,83 @@
+package cluster
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/cairnmq/cairn/client"
+)
+
+// A distributed queue whose only consumer is on member 2 drains members 0
+// and 1 to it after the forward delay: every message arrives exactly once,
+// keeping its redelivered mark and delivery count, and nothing is left
+// anywhere, moving or not.
+func TestDD_StrandedMembersDrainToTheMemberWithConsumers(t *testing.T) {
+	tc := newMultiNode(t, 3)
+	ctx := testCtx(t)
+	a := tc.admin("n1")
+	if _, err := a.CreateQueue(ctx, "st", client.QueueOptions{ForwardDelay: 300 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	tc.waitSpread("st", 3)
+	c := tc.dial("n1")
+	var want []string
+	for i := range 2 {
+		want = append(want, sendN(t, ctx, mustProducer(t, mustSession(t, c, client.AutoAck), fmt.Sprintf("st#%d", i)), fmt.Sprintf("m%d-", i), 10)...)
+	}
+	// Three of member 0's messages are delivered once and given back: they
+	// must arrive marked redelivered, delivered for the second time.
+	s0 := mustSession(t, c, client.ClientAck)
+	k0 := mustConsumer(t, ctx, s0, "st#0", client.WithPrefetch(3))
+	recvN(t, k0, 3)
+	if err := s0.Close(); err != nil {
+		t.Fatal(err)
+	}
+	redelivered := map[string]bool{"m0-0": true, "m0-1": true, "m0-2": true}
+
+	k := mustConsumer(t, ctx, mustSession(t, tc.dial("n2"), client.AutoAck), "st#2")
+	got := map[string]int{}
+	for range len(want) {
+		m := recv(t, k)
+		b := string(m.Body)
+		got[b]++
+		wantCount := 1
+		if redelivered[b] {
+			wantCount = 2
+		}
+		if m.Redelivered != redelivered[b] || m.DeliveryCount != wantCount {
+			t.Errorf("%q: redelivered %v count %d; want %v, %d", b, m.Redelivered, m.DeliveryCount, redelivered[b], wantCount)
+		}
+	}
+	for _, b := range want {
+		if got[b] != 1 {
+			t.Errorf("%q received %d times; want once", b, got[b])
+		}
+	}
+	expectNothing(t, k, 500*time.Millisecond)
+	q := checkQueue(t, a, "st", 0, 0)
+	for _, m := range q.Members {
+		if m.Moving != 0 || m.Delayed != 0 {
+			t.Errorf("member %s: moving %d delayed %d; want none", m.Name, m.Moving, m.Delayed)
+		}
+	}
+}
+
+// With the forward delay off, a member without consumers keeps its
+// messages.
+func TestDD_ForwardDelayOffKeepsMessagesWhereTheyAre(t *testing.T) {
+	tc := newMultiNode(t, 3)
+	ctx := testCtx(t)
+	a := tc.admin("n1")
+	if _, err := a.CreateQueue(ctx, "keep", client.QueueOptions{ForwardDelay: -1}); err != nil {
+		t.Fatal(err)
+	}
+	tc.waitSpread("keep", 3)
+	c := tc.dial("n1")
+	sendN(t, ctx, mustProducer(t, mustSession(t, c, client.AutoAck), "keep#0"), "m", 5)
+	k := mustConsumer(t, ctx, mustSession(t, tc.dial("n2"), client.AutoAck), "keep#2")
+	expectNothing(t, k, time.Second)
+	if q := showQueue(t, a, "keep"); q.Members[0].Pending != 5 || q.ForwardDelayMillis != 0 {
+		t.Errorf("keep#0 pending %d, forward_delay_ms %d; want 5, 0", q.Members[0].Pending, q.ForwardDelayMillis)
+	}
+}
