@@ -133,6 +133,9 @@ type MemberInfo struct {
 	Delayed      uint64 `json:"delayed"`
 	Moving       uint64 `json:"moving"`
 	DeadLettered uint64 `json:"dead_lettered"`
+	// Draining: being removed by an update; it takes no new sends or
+	// consumers and moves its messages to the other members.
+	Draining bool `json:"draining"`
 }
 
 func queueInfo(d *clientpb.DestinationInfo) QueueInfo {
@@ -142,7 +145,7 @@ func queueInfo(d *clientpb.DestinationInfo) QueueInfo {
 		RedeliveryBackoff: int(d.RedeliveryBackoff), RedeliveryMaxDelayMillis: d.RedeliveryMaxDelayMs, ForwardDelayMillis: d.ForwardDelayMs}
 	for _, m := range d.Members {
 		q.Members = append(q.Members, MemberInfo{Name: m.Name, Host: m.Host, Pending: m.Pending, Delivered: m.Delivered, Consumers: int(m.Consumers), Bytes: m.Bytes, Replicas: m.Replicas,
-			Delayed: m.Delayed, Moving: m.Moving, DeadLettered: m.DeadLettered})
+			Delayed: m.Delayed, Moving: m.Moving, DeadLettered: m.DeadLettered, Draining: m.Draining})
 	}
 	return q
 }
@@ -179,6 +182,24 @@ func (a *Admin) ShowQueue(ctx context.Context, name string) (QueueInfo, error) {
 	var info QueueInfo
 	err := a.call(ctx, func(api clientpb.ClientServiceClient) error {
 		d, err := api.ShowDestination(ctx, &clientpb.ShowDestinationRequest{Name: name})
+		if err == nil {
+			info = queueInfo(d)
+		}
+		return err
+	})
+	return info, err
+}
+
+// UpdateQueue changes a queue's number of members. New members take sends
+// at once; removed ones (the highest) first drain their messages to the
+// others, and show as draining until they are empty and gone.
+func (a *Admin) UpdateQueue(ctx context.Context, name string, members int) (QueueInfo, error) {
+	if members < 1 {
+		return QueueInfo{}, fmt.Errorf("%w: a queue has at least one member", ErrInvalidArgument)
+	}
+	var info QueueInfo
+	err := a.call(ctx, func(api clientpb.ClientServiceClient) error {
+		d, err := api.UpdateDestination(ctx, &clientpb.UpdateDestinationRequest{Name: name, Members: uint32(members)})
 		if err == nil {
 			info = queueInfo(d)
 		}

@@ -308,7 +308,7 @@ func (cs *connections) pruneDeleted(exists func(member string) bool) {
 		}
 		c.mu.Unlock()
 		for _, k := range gone {
-			c.consumerGone(k, fmt.Errorf("%w: member %s was deleted", transport.ErrDestinationDeleted, k.member))
+			c.consumerGone(k, fmt.Errorf("%w: member %s no longer exists (its queue was deleted, or an update removed the member); open the consumer again", transport.ErrDestinationDeleted, k.member))
 		}
 	}
 }

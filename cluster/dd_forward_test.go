@@ -81,3 +81,59 @@ func TestDD_ForwardDelayOffKeepsMessagesWhereTheyAre(t *testing.T) {
 		t.Errorf("keep#0 pending %d, forward_delay_ms %d; want 5, 0", q.Members[0].Pending, q.ForwardDelayMillis)
 	}
 }
+
+// `queue update --members`: a new member takes sends at once (on the node
+// that hosted none, a send goes to it); shrinking drains the highest
+// members into the others, which then hold every message once, and removes
+// them when empty. While they drain, no send goes to them.
+func TestDD_UpdateMembers_GrowTakesSendsShrinkDrains(t *testing.T) {
+	tc := newMultiNode(t, 3)
+	ctx := testCtx(t)
+	a := tc.admin("n1")
+	if _, err := a.CreateQueue(ctx, "rs", client.QueueOptions{Members: 2, ForwardDelay: -1}); err != nil {
+		t.Fatal(err)
+	}
+	hosts := tc.waitSpread("rs", 2)
+	free := tc.others(hosts...)[0]
+	info, err := a.UpdateQueue(ctx, "rs", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.Members) != 3 || info.Members[2].Replicas[0] != free {
+		t.Fatalf("after update: members %+v; want 3, rs#2 preferring %s", info.Members, free)
+	}
+	tc.waitSpread("rs", 3)
+	p := mustProducer(t, mustSession(t, tc.dial(free), client.AutoAck), "rs")
+	if r := send(t, ctx, p, "new"); r.Member != "rs#2" {
+		t.Errorf("send on %s went to %s; want the new member rs#2", free, r.Member)
+	}
+
+	c := tc.dial("n1")
+	var want []string
+	for i := range 3 {
+		want = append(want, sendN(t, ctx, mustProducer(t, mustSession(t, c, client.AutoAck), fmt.Sprintf("rs#%d", i)), fmt.Sprintf("m%d-", i), 5)...)
+	}
+	want = append(want, "new")
+	if _, err := a.UpdateQueue(ctx, "rs", 1); err != nil {
+		t.Fatal(err)
+	}
+	// The resize is committed; free applies it a moment later.
+	tc.converge(5*time.Second, free+" learning that rs#1 and rs#2 drain", func() bool {
+		d, ok := tc.node(free).meta.destination("rs")
+		return ok && len(d.Members) > 0 && !d.Members[0].Draining && (len(d.Members) < 3 || d.Members[2].Draining)
+	})
+	for range 5 {
+		if r := send(t, ctx, p, "late"); r.Member != "rs#0" {
+			t.Errorf("send while draining went to %s; want rs#0", r.Member)
+		}
+	}
+	want = append(want, "late", "late", "late", "late", "late")
+	tc.converge(20*time.Second, "rs drained into rs#0 and shrunk to one member", func() bool {
+		q, err := a.ShowQueue(ctx, "rs")
+		return err == nil && len(q.Members) == 1 && q.Members[0].Pending == uint64(len(want))
+	})
+	k := mustConsumer(t, ctx, mustSession(t, tc.dial("n2"), client.AutoAck), "rs")
+	got := recvN(t, k, len(want))
+	sameSet(t, "after the drain", bodiesOf(got), want)
+	expectNothing(t, k, 300*time.Millisecond)
+}

@@ -131,12 +131,7 @@ func (n *Node) createDestination(ctx context.Context, req *clientpb.CreateDestin
 	// Preferred hosts go round the nodes, starting at a different node for
 	// each destination, so hosts spread over the cluster.
 	for i := range members {
-		p := &fsmpb.MemberPlacement{Index: uint32(i)}
-		for j := range replicas {
-			p.Replicas = append(p.Replicas, nodes[(offset+i+j)%len(nodes)])
-		}
-		p.Initial = slices.Clone(p.Replicas)
-		d.Members = append(d.Members, p)
+		d.Members = append(d.Members, placeMember(uint32(i), nodes, offset+i, replicas))
 	}
 	if _, err := n.meta.apply(ctx, &fsmpb.CreateDestination{Destination: d}); err != nil {
 		return nil, wireError(err)
@@ -150,6 +145,75 @@ func (n *Node) createDestination(ctx context.Context, req *clientpb.CreateDestin
 			n.log.Warn("new member has no host yet", "member", name, "err", err)
 		}
 	}
+	return d, nil
+}
+
+// placeMember places member index on replicas nodes, the preferred host
+// first: nodes[first] and the ones after it, round the list.
+func placeMember(index uint32, nodes []string, first, replicas int) *fsmpb.MemberPlacement {
+	p := &fsmpb.MemberPlacement{Index: index}
+	for j := range replicas {
+		p.Replicas = append(p.Replicas, nodes[(first+j)%len(nodes)])
+	}
+	p.Initial = slices.Clone(p.Replicas)
+	return p
+}
+
+// updateDestination changes a destination's number of members. Growing
+// first takes back members still draining from an earlier shrink, then
+// adds new ones, each preferring the live node that is preferred host of
+// the fewest active members; the router sends to them at once. Shrinking
+// drains the highest members: they take no new sends or consumers, move
+// their messages to the others, and are removed once empty.
+func (n *Node) updateDestination(ctx context.Context, req *clientpb.UpdateDestinationRequest) (*fsmpb.Destination, error) {
+	d, ok := n.meta.destination(req.Name)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", transport.ErrUnknownDestination, req.Name)
+	}
+	want := int(req.Members)
+	switch {
+	case want == 0:
+		return d, nil
+	case want > fsm.MaxMembers:
+		return nil, fmt.Errorf("%w: %d members; a destination has at most %d", transport.ErrInvalidArgument, want, fsm.MaxMembers)
+	}
+	cmd := &fsmpb.ResizeDestination{Name: d.Name, Active: uint32(want)}
+	if add := want - len(d.Members); add > 0 {
+		nodes := n.placementNodes(ctx)
+		if len(nodes) < int(d.Replicas) {
+			return nil, fmt.Errorf("%w: new members need %d live nodes for their replicas; %d are alive", transport.ErrUnavailable, d.Replicas, len(nodes))
+		}
+		hosted := map[string]int{}
+		for _, p := range d.Members {
+			if !p.Draining {
+				hosted[p.Replicas[0]]++
+			}
+		}
+		for i := range add {
+			first := 0
+			for j, node := range nodes {
+				if hosted[node] < hosted[nodes[first]] {
+					first = j
+				}
+			}
+			hosted[nodes[first]]++
+			p := placeMember(uint32(len(d.Members)+i), nodes, first, int(d.Replicas))
+			p.Uid = newID(8)
+			cmd.Add = append(cmd.Add, p)
+		}
+	}
+	if _, err := n.meta.apply(ctx, cmd); err != nil {
+		return nil, wireError(err)
+	}
+	n.groups.poke()
+	n.log.Info("destination resized", "name", d.Name, "members", want, "added", len(cmd.Add))
+	for _, p := range cmd.Add {
+		name := fsm.MemberName(d.Name, p.Index)
+		if err := n.waitHost(ctx, name); err != nil {
+			n.log.Warn("new member has no host yet", "member", name, "err", err)
+		}
+	}
+	d, _ = n.meta.destination(req.Name)
 	return d, nil
 }
 
@@ -307,7 +371,7 @@ func (n *Node) candidates(d *fsmpb.Destination) []destination.Candidate {
 	for i := range d.Members {
 		name := fsm.MemberName(d.Name, uint32(i))
 		r, node := n.host(name)
-		c := destination.Candidate{Index: i, Local: r != nil, Available: r != nil || (node != "" && n.gossip.alive(node))}
+		c := destination.Candidate{Index: i, Local: r != nil, Available: !d.Members[i].Draining && (r != nil || (node != "" && n.gossip.alive(node)))}
 		if r != nil {
 			c.Pending, c.Consumers = r.Stats().Pending, r.Consumers()
 		} else if c.Available {
@@ -528,7 +592,7 @@ func (n *Node) destinationInfo(ctx context.Context, d *fsmpb.Destination) *clien
 		mi := &clientpb.MemberInfo{Name: fsm.MemberName(d.Name, p.Index), Replicas: p.Replicas}
 		st := n.memberInfo(ctx, mi.Name)
 		mi.Host, mi.Pending, mi.Delivered, mi.Bytes, mi.Consumers = st.host, uint64(st.pending), uint64(st.delivered), st.bytes, uint32(st.consumers)
-		mi.Delayed, mi.Moving, mi.DeadLettered = uint64(st.delayed), uint64(st.moving), uint64(st.deadLettered)
+		mi.Delayed, mi.Moving, mi.DeadLettered, mi.Draining = uint64(st.delayed), uint64(st.moving), uint64(st.deadLettered), p.Draining
 		info.Pending += mi.Pending
 		info.Delivered += mi.Delivered
 		info.Delayed += mi.Delayed

@@ -43,8 +43,13 @@ func (gs *groups) poke() {
 }
 
 // groupID names a member's Raft group. The destination's uid keeps a group
-// of a deleted destination apart from one of a new destination of the same name.
+// of a deleted destination apart from one of a new destination of the same
+// name; a member's own uid (members added by a resize) keeps it apart from
+// an earlier member of the same index that a resize removed.
 func groupID(d *fsmpb.Destination, index uint32) string {
+	if uid := d.Members[index].Uid; uid != "" {
+		return fsm.MemberName(d.Name, index) + "@" + d.Uid + "." + uid
+	}
 	return fsm.MemberName(d.Name, index) + "@" + d.Uid
 }
 
@@ -162,7 +167,7 @@ func (gs *groups) reconcile() {
 	gs.mu.Unlock()
 	gs.n.conns.pruneDeleted(func(name string) bool { _, ok := existing[name]; return ok })
 	for _, r := range gone {
-		gs.n.log.Info("destroying member replica of a deleted destination", "member", r.Name())
+		gs.n.log.Info("destroying member replica: its destination was deleted, the member removed, or this node no longer holds it", "member", r.Name())
 		if err := r.Destroy(); err != nil {
 			gs.n.log.Warn("destroying member replica", "member", r.Name(), "err", err)
 		}

@@ -237,16 +237,41 @@ func (mg *metaGroup) registerNodes() error {
 // apply runs one meta command on the meta group's leader, here or on the
 // node that leads it, and returns its result (a rejection as the error).
 func (mg *metaGroup) apply(ctx context.Context, body proto.Message) (fsm.Result, error) {
+	// A command that certainly did not reach the log (no leader known, the
+	// leader not reachable, a node that no longer leads) waits out an
+	// election, as member commands do (routeWindow).
+	deadline := time.Now().Add(routeWindow)
+	for {
+		res, err := mg.applyOnce(ctx, body)
+		if !errors.Is(err, errMetaNotSent) || !time.Now().Before(deadline) {
+			return res, err
+		}
+		select {
+		case <-ctx.Done():
+			return fsm.Result{}, err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// errMetaNotSent marks a meta command that certainly did not reach the log.
+var errMetaNotSent = errors.New("not sent")
+
+type metaNotSent struct{ error }
+
+func (e metaNotSent) Unwrap() []error { return []error{e.error, errMetaNotSent} }
+
+func (mg *metaGroup) applyOnce(ctx context.Context, body proto.Message) (fsm.Result, error) {
 	if mg.group.Raft.State() == raft.Leader {
 		return mg.applyLocal(ctx, body)
 	}
 	_, leader := mg.group.Raft.LeaderWithID()
 	if leader == "" {
-		return fsm.Result{}, fmt.Errorf("%w: the meta group has no leader (is a majority of the nodes up and connected?)", transport.ErrUnavailable)
+		return fsm.Result{}, metaNotSent{fmt.Errorf("%w: the meta group has no leader (is a majority of the nodes up and connected?)", transport.ErrUnavailable)}
 	}
 	c, err := mg.n.peers.client(string(leader))
 	if err != nil {
-		return fsm.Result{}, fmt.Errorf("%w: meta leader %s: %v", transport.ErrUnavailable, leader, err)
+		return fsm.Result{}, metaNotSent{fmt.Errorf("%w: meta leader %s: %v", transport.ErrUnavailable, leader, err)}
 	}
 	cmd, err := fsm.NewCommand(body)
 	if err != nil {
@@ -257,7 +282,11 @@ func (mg *metaGroup) apply(ctx context.Context, body proto.Message) (fsm.Result,
 		return fsm.Result{}, fmt.Errorf("%w: meta leader %s: %v", transport.ErrUnavailable, leader, err)
 	}
 	if e := resp.Error; e != nil {
-		return fsm.Result{}, fmt.Errorf("%w: meta leader %s: %s", transport.ErrUnavailable, leader, e.Message)
+		err := fmt.Errorf("%w: meta leader %s: %s", transport.ErrUnavailable, leader, e.Message)
+		if e.Code == codeNotLeader {
+			return fsm.Result{}, metaNotSent{err}
+		}
+		return fsm.Result{}, err
 	}
 	res := toResult(resp.Result)
 	return res, res.Err
@@ -266,7 +295,7 @@ func (mg *metaGroup) apply(ctx context.Context, body proto.Message) (fsm.Result,
 // applyLocal proposes one meta command on this node, which must lead.
 func (mg *metaGroup) applyLocal(ctx context.Context, body proto.Message) (fsm.Result, error) {
 	if mg.group.Raft.State() != raft.Leader {
-		return fsm.Result{}, fmt.Errorf("%w: this node does not lead the meta group (leader: %s)", transport.ErrUnavailable, mg.leaderID())
+		return fsm.Result{}, metaNotSent{fmt.Errorf("%w: this node does not lead the meta group (leader: %s)", transport.ErrUnavailable, mg.leaderID())}
 	}
 	data, err := fsm.Encode(fsm.MustCommand(body))
 	if err != nil {
@@ -281,7 +310,11 @@ func (mg *metaGroup) applyLocal(ctx context.Context, body proto.Message) (fsm.Re
 	}
 	f := mg.group.Raft.Apply(data, timeout)
 	if err := f.Error(); err != nil {
-		return fsm.Result{}, fmt.Errorf("%w: meta group: %v", transport.ErrUnavailable, err)
+		err = fmt.Errorf("%w: meta group: %w", transport.ErrUnavailable, err)
+		if errors.Is(err, raft.ErrNotLeader) {
+			err = metaNotSent{err}
+		}
+		return fsm.Result{}, err
 	}
 	res, _ := f.Response().([]fsm.Result)
 	if len(res) != 1 {

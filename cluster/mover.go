@@ -39,15 +39,40 @@ func (m mover) Target(ctx context.Context, member string, dead bool) string {
 		}
 		return fsm.MemberName(dlq, uint32(m.n.chooseMember(dd, make([]bool, len(dd.Members)))))
 	}
+	// candidates leaves draining members out.
 	cands := m.n.candidates(d)
+	draining := idx < len(d.Members) && d.Members[idx].Draining
 	for i := range cands {
-		cands[i].Available = cands[i].Available && cands[i].Consumers > 0 && i != idx
+		cands[i].Available = cands[i].Available && i != idx && (draining || cands[i].Consumers > 0)
 	}
 	i, ok := destination.ForSend(cands, rotation.Add(1))
 	if !ok {
 		return ""
 	}
 	return fsm.MemberName(name, uint32(i))
+}
+
+// Draining is true for a member that a resize is removing.
+func (m mover) Draining(member string) bool {
+	name, idx, err := fsm.ParseAddress(member)
+	d, ok := m.n.meta.destination(name)
+	return err == nil && ok && idx >= 0 && idx < len(d.Members) && d.Members[idx].Draining
+}
+
+// Drained removes an empty draining member, once it is the last one (the
+// members' names must stay NAME#0 to NAME#n-1).
+func (m mover) Drained(ctx context.Context, member string) {
+	name, idx, err := fsm.ParseAddress(member)
+	d, ok := m.n.meta.destination(name)
+	if err != nil || !ok || idx != len(d.Members)-1 {
+		return
+	}
+	if _, err := m.n.meta.apply(ctx, &fsmpb.RemoveMember{Name: name, Index: uint32(idx)}); err != nil {
+		m.n.log.Warn("removing a drained member failed; trying again", "member", member, "err", err)
+		return
+	}
+	m.n.groups.poke()
+	m.n.log.Info("drained member removed", "member", member)
 }
 
 // Store enqueues moved messages on their target.

@@ -158,7 +158,11 @@ func (s *peerService) MetaApply(ctx context.Context, req *peerpb.MetaApplyReques
 	}
 	res, err := s.n.meta.applyLocal(ctx, body)
 	if err != nil && res.Err == nil {
-		return &peerpb.MetaApplyResponse{Error: &peerpb.Error{Code: codeUnavailable, Message: err.Error(), Leader: s.n.meta.leaderID()}}, nil
+		code := codeUnavailable
+		if errors.Is(err, errMetaNotSent) {
+			code = codeNotLeader
+		}
+		return &peerpb.MetaApplyResponse{Error: &peerpb.Error{Code: code, Message: err.Error(), Leader: s.n.meta.leaderID()}}, nil
 	}
 	return &peerpb.MetaApplyResponse{Result: fromResult(res)}, nil
 }

@@ -23,6 +23,14 @@ func (s *clientService) CreateDestination(ctx context.Context, req *clientpb.Cre
 	return s.n.destinationInfo(ctx, d), nil
 }
 
+func (s *clientService) UpdateDestination(ctx context.Context, req *clientpb.UpdateDestinationRequest) (*clientpb.DestinationInfo, error) {
+	d, err := s.n.updateDestination(ctx, req)
+	if err != nil {
+		return nil, transport.Status(err)
+	}
+	return s.n.destinationInfo(ctx, d), nil
+}
+
 func (s *clientService) DeleteDestination(ctx context.Context, req *clientpb.DeleteDestinationRequest) (*clientpb.DeleteDestinationResponse, error) {
 	if err := s.n.deleteDestination(ctx, req.Name); err != nil {
 		return nil, transport.Status(err)

@@ -38,6 +38,8 @@ var metaHandlers = func() map[fsmpb.CommandType]handler[*Meta] {
 	on(t, fsmpb.CommandType_COMMAND_TYPE_REGISTER_NODE, func() *fsmpb.RegisterNode { return new(fsmpb.RegisterNode) }, (*Meta).registerNode)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_REMOVE_NODE, func() *fsmpb.RemoveNode { return new(fsmpb.RemoveNode) }, (*Meta).removeNode)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_REPLACE_REPLICA, func() *fsmpb.ReplaceReplica { return new(fsmpb.ReplaceReplica) }, (*Meta).replaceReplica)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_RESIZE_DESTINATION, func() *fsmpb.ResizeDestination { return new(fsmpb.ResizeDestination) }, (*Meta).resizeDestination)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_REMOVE_MEMBER, func() *fsmpb.RemoveMember { return new(fsmpb.RemoveMember) }, (*Meta).removeMember)
 	return t
 }()
 
@@ -107,6 +109,46 @@ func (m *Meta) deleteDestination(c *fsmpb.DeleteDestination) Result {
 		return Result{Err: fmt.Errorf("%w: %s", ErrUnknownDestination, c.Name)}
 	}
 	delete(m.destinations, c.Name)
+	return Result{}
+}
+
+// resizeDestination works on a copy, validated whole before it replaces
+// the original, so a rejected resize changes nothing.
+func (m *Meta) resizeDestination(c *fsmpb.ResizeDestination) Result {
+	d, ok := m.destinations[c.Name]
+	if !ok {
+		return Result{Err: fmt.Errorf("%w: %s", ErrUnknownDestination, c.Name)}
+	}
+	nd := proto.Clone(d).(*fsmpb.Destination)
+	nd.Members = append(nd.Members, c.Add...)
+	if c.Active == 0 || int(c.Active) > len(nd.Members) {
+		return Result{Err: fmt.Errorf("%w: %d active members of %d", ErrInvalidSettings, c.Active, len(nd.Members))}
+	}
+	for i, p := range nd.Members {
+		p.Draining = uint32(i) >= c.Active
+	}
+	if err := ValidateDestination(nd); err != nil {
+		return Result{Err: err}
+	}
+	m.destinations[c.Name] = nd
+	return Result{}
+}
+
+func (m *Meta) removeMember(c *fsmpb.RemoveMember) Result {
+	d, ok := m.destinations[c.Name]
+	if !ok {
+		return Result{Err: fmt.Errorf("%w: %s", ErrUnknownDestination, c.Name)}
+	}
+	last := len(d.Members) - 1
+	switch {
+	case int(c.Index) != last:
+		return Result{Err: fmt.Errorf("%w: only the last member (%s) can be removed", ErrInvalidSettings, MemberName(d.Name, uint32(last)))}
+	case !d.Members[last].Draining:
+		return Result{Err: fmt.Errorf("%w: %s is not draining", ErrInvalidSettings, MemberName(d.Name, c.Index))}
+	}
+	nd := proto.Clone(d).(*fsmpb.Destination)
+	nd.Members = nd.Members[:last]
+	m.destinations[c.Name] = nd
 	return Result{}
 }
 

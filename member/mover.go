@@ -23,6 +23,11 @@ type Mover interface {
 	// stored, or dropped by target's dedup window as copies of an earlier
 	// try.
 	Store(ctx context.Context, target string, msgs []*fsmpb.Message) error
+	// Draining tells whether member is being removed from its destination:
+	// it moves all its pending messages at once, consumers or not.
+	Draining(member string) bool
+	// Drained is called while a draining member holds nothing more.
+	Drained(ctx context.Context, member string)
 }
 
 // Moves are batched: at most moveBatch messages, and no more than
@@ -43,7 +48,8 @@ func MoveDedupID(member string, seq uint64) string {
 // moveLoop, while this replica hosts the member, ends redelivery delays
 // (Wake), sends dead messages to the dead-letter queue and, after
 // ForwardDelay without consumers, forwards stranded pending messages to a
-// member that has consumers. Each move is Move (taken out of delivery,
+// member that has consumers; a draining member moves all its pending
+// messages at once and reports when it is empty. Each move is Move (taken out of delivery,
 // replicated), Store on the target under a dedup id, then Moved: a new
 // leader finds the moves under way and finishes them, so each message
 // moves exactly once.
@@ -107,26 +113,41 @@ func (r *Replica) moveOnce(strandedSince time.Time) time.Time {
 		r.startMove(ctx, dead, true)
 	}
 
+	draining := r.cfg.Mover.Draining(r.cfg.Name)
 	switch {
+	case draining && pending > 0:
+		r.movePending(ctx)
 	case r.cfg.ForwardDelay <= 0 || pending == 0 || r.Consumers() > 0:
 		strandedSince = time.Time{}
 	case strandedSince.IsZero():
 		strandedSince = time.Now()
 	case time.Since(strandedSince) >= r.cfg.ForwardDelay:
-		var ids []string
-		r.fsm.read(func(m *fsm.Member) {
-			m.ScanPending(r.now().UnixNano(), func(id string) bool {
-				ids = append(ids, id)
-				return len(ids) < moveBatch
-			})
-		})
-		if len(ids) > 0 {
-			r.startMove(ctx, ids, false)
-		}
+		r.movePending(ctx)
 	}
 
 	r.finishMoves(ctx)
+	if draining {
+		var st fsm.Stats
+		r.fsm.read(func(m *fsm.Member) { st = m.Stats() })
+		if st.Pending+st.Delivered+st.Delayed+st.Moving == 0 {
+			r.cfg.Mover.Drained(ctx, r.cfg.Name)
+		}
+	}
 	return strandedSince
+}
+
+// movePending starts moving a batch of pending messages to another member.
+func (r *Replica) movePending(ctx context.Context) {
+	var ids []string
+	r.fsm.read(func(m *fsm.Member) {
+		m.ScanPending(r.now().UnixNano(), func(id string) bool {
+			ids = append(ids, id)
+			return len(ids) < moveBatch
+		})
+	})
+	if len(ids) > 0 {
+		r.startMove(ctx, ids, false)
+	}
 }
 
 // startMove takes messages out of delivery, to move where the Mover says.

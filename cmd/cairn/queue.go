@@ -27,7 +27,7 @@ func withAdmin(cmd *cobra.Command, fn func(ctx context.Context, a *client.Admin)
 
 func queueCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "queue", Short: "Create, inspect, purge and delete queues"}
-	cmd.AddCommand(queueCreateCmd(), queueShowCmd(), queueListCmd(), queuePurgeCmd(), queueDeleteCmd())
+	cmd.AddCommand(queueCreateCmd(), queueShowCmd(), queueListCmd(), queueUpdateCmd(), queuePurgeCmd(), queueDeleteCmd())
 	return cmd
 }
 
@@ -77,6 +77,47 @@ Stranded messages: a member whose pending messages have had no consumer for
 	return cmd
 }
 
+func queueUpdateCmd() *cobra.Command {
+	var members int
+	cmd := &cobra.Command{
+		Use:   "update NAME --members N",
+		Short: "Change a queue's number of members",
+		Long: `Change a queue's number of members. New members are placed on the live
+nodes that host the fewest and take sends at once. When N is lower, the
+highest members drain: they take no new sends or consumers, move their
+messages to the other members (keeping redelivered marks and delivery
+counts), and are removed once empty; queue show lists them as draining
+until then. Consumers still pinned to a removed member are ended and must
+be opened again.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !cmd.Flags().Changed("members") {
+				return fmt.Errorf("nothing to update: give --members N")
+			}
+			return withAdmin(cmd, func(ctx context.Context, a *client.Admin) error {
+				info, err := a.UpdateQueue(ctx, args[0], members)
+				if err != nil {
+					return err
+				}
+				draining := 0
+				for _, m := range info.Members {
+					if m.Draining {
+						draining++
+					}
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "updated queue %s: %s", info.Name, plural(len(info.Members)-draining, "member"))
+				if draining > 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), ", %d draining", draining)
+				}
+				fmt.Fprintln(cmd.OutOrStdout())
+				return nil
+			})
+		},
+	}
+	cmd.Flags().IntVar(&members, "members", 0, "number of members wanted")
+	return cmd
+}
+
 func queueShowCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -102,7 +143,11 @@ member with the member's host node and its consumers.`,
 					info.Name, info.Pending, info.Delivered, info.Delayed, info.DeadLettered, plural(info.Consumers, "consumer"))
 				t := newTable(w, "MEMBER", "HOST", "PENDING", "DELIVERED", "DELAYED", "MOVING", "DEAD-LETTERED", "CONSUMERS")
 				for _, m := range info.Members {
-					t.row(m.Name, orDash(m.Host), m.Pending, m.Delivered, m.Delayed, m.Moving, m.DeadLettered, m.Consumers)
+					name := m.Name
+					if m.Draining {
+						name += " (draining)"
+					}
+					t.row(name, orDash(m.Host), m.Pending, m.Delivered, m.Delayed, m.Moving, m.DeadLettered, m.Consumers)
 				}
 				return t.flush()
 			})

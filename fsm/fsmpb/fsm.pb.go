@@ -53,6 +53,9 @@ const (
 	CommandType_COMMAND_TYPE_MOVE  CommandType = 16
 	CommandType_COMMAND_TYPE_MOVED CommandType = 17
 	CommandType_COMMAND_TYPE_WAKE  CommandType = 18
+	// Meta group commands, continued.
+	CommandType_COMMAND_TYPE_RESIZE_DESTINATION CommandType = 19
+	CommandType_COMMAND_TYPE_REMOVE_MEMBER      CommandType = 20
 )
 
 // Enum value maps for CommandType.
@@ -77,6 +80,8 @@ var (
 		16: "COMMAND_TYPE_MOVE",
 		17: "COMMAND_TYPE_MOVED",
 		18: "COMMAND_TYPE_WAKE",
+		19: "COMMAND_TYPE_RESIZE_DESTINATION",
+		20: "COMMAND_TYPE_REMOVE_MEMBER",
 	}
 	CommandType_value = map[string]int32{
 		"COMMAND_TYPE_UNKNOWN":            0,
@@ -98,6 +103,8 @@ var (
 		"COMMAND_TYPE_MOVE":               16,
 		"COMMAND_TYPE_MOVED":              17,
 		"COMMAND_TYPE_WAKE":               18,
+		"COMMAND_TYPE_RESIZE_DESTINATION": 19,
+		"COMMAND_TYPE_REMOVE_MEMBER":      20,
 	}
 )
 
@@ -1202,7 +1209,14 @@ type MemberPlacement struct {
 	Replicas []string `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
 	// initial are the replicas the member's group was created with: only
 	// they bootstrap it. A replica placed later joins the running group.
-	Initial       []string `protobuf:"bytes,3,rep,name=initial,proto3" json:"initial,omitempty"`
+	Initial []string `protobuf:"bytes,3,rep,name=initial,proto3" json:"initial,omitempty"`
+	// draining: the member takes no new sends or consumers and moves its
+	// messages to the other members; once empty it is removed.
+	Draining bool `protobuf:"varint,4,opt,name=draining,proto3" json:"draining,omitempty"`
+	// uid tells a member added by a resize apart from an earlier member of
+	// the same index; it is part of its Raft group id ("" for the members a
+	// destination was created with).
+	Uid           string `protobuf:"bytes,5,opt,name=uid,proto3" json:"uid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1256,6 +1270,20 @@ func (x *MemberPlacement) GetInitial() []string {
 		return x.Initial
 	}
 	return nil
+}
+
+func (x *MemberPlacement) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
+func (x *MemberPlacement) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
 }
 
 type Destination struct {
@@ -1502,6 +1530,123 @@ func (x *DeleteDestination) GetName() string {
 	return ""
 }
 
+// ResizeDestination appends members (indices continuing the destination's)
+// and then makes the members below active take sends and consumers and
+// those from active on drain.
+type ResizeDestination struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Add           []*MemberPlacement     `protobuf:"bytes,2,rep,name=add,proto3" json:"add,omitempty"`
+	Active        uint32                 `protobuf:"varint,3,opt,name=active,proto3" json:"active,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResizeDestination) Reset() {
+	*x = ResizeDestination{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResizeDestination) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResizeDestination) ProtoMessage() {}
+
+func (x *ResizeDestination) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResizeDestination.ProtoReflect.Descriptor instead.
+func (*ResizeDestination) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ResizeDestination) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ResizeDestination) GetAdd() []*MemberPlacement {
+	if x != nil {
+		return x.Add
+	}
+	return nil
+}
+
+func (x *ResizeDestination) GetActive() uint32 {
+	if x != nil {
+		return x.Active
+	}
+	return 0
+}
+
+// RemoveMember removes a destination's last member, which must be draining
+// (and, as its host checked, empty).
+type RemoveMember struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Index         uint32                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveMember) Reset() {
+	*x = RemoveMember{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveMember) ProtoMessage() {}
+
+func (x *RemoveMember) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveMember.ProtoReflect.Descriptor instead.
+func (*RemoveMember) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *RemoveMember) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RemoveMember) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
 type Node struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1516,7 +1661,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1528,7 +1673,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1541,7 +1686,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Node) GetId() string {
@@ -1595,7 +1740,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1752,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1765,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RegisterNode) GetNode() *Node {
@@ -1641,7 +1786,7 @@ type RemoveNode struct {
 
 func (x *RemoveNode) Reset() {
 	*x = RemoveNode{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1653,7 +1798,7 @@ func (x *RemoveNode) String() string {
 func (*RemoveNode) ProtoMessage() {}
 
 func (x *RemoveNode) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1666,7 +1811,7 @@ func (x *RemoveNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNode.ProtoReflect.Descriptor instead.
 func (*RemoveNode) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RemoveNode) GetId() string {
@@ -1690,7 +1835,7 @@ type ReplaceReplica struct {
 
 func (x *ReplaceReplica) Reset() {
 	*x = ReplaceReplica{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1702,7 +1847,7 @@ func (x *ReplaceReplica) String() string {
 func (*ReplaceReplica) ProtoMessage() {}
 
 func (x *ReplaceReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1715,7 +1860,7 @@ func (x *ReplaceReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceReplica.ProtoReflect.Descriptor instead.
 func (*ReplaceReplica) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReplaceReplica) GetDestination() string {
@@ -1766,7 +1911,7 @@ type StoredMessage struct {
 
 func (x *StoredMessage) Reset() {
 	*x = StoredMessage{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1778,7 +1923,7 @@ func (x *StoredMessage) String() string {
 func (*StoredMessage) ProtoMessage() {}
 
 func (x *StoredMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1791,7 +1936,7 @@ func (x *StoredMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredMessage.ProtoReflect.Descriptor instead.
 func (*StoredMessage) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StoredMessage) GetMessage() *Message {
@@ -1867,7 +2012,7 @@ type StoredSession struct {
 
 func (x *StoredSession) Reset() {
 	*x = StoredSession{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1879,7 +2024,7 @@ func (x *StoredSession) String() string {
 func (*StoredSession) ProtoMessage() {}
 
 func (x *StoredSession) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1892,7 +2037,7 @@ func (x *StoredSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredSession.ProtoReflect.Descriptor instead.
 func (*StoredSession) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StoredSession) GetId() string {
@@ -1920,7 +2065,7 @@ type DedupRecord struct {
 
 func (x *DedupRecord) Reset() {
 	*x = DedupRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1932,7 +2077,7 @@ func (x *DedupRecord) String() string {
 func (*DedupRecord) ProtoMessage() {}
 
 func (x *DedupRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1945,7 +2090,7 @@ func (x *DedupRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupRecord.ProtoReflect.Descriptor instead.
 func (*DedupRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DedupRecord) GetDedupId() string {
@@ -1988,7 +2133,7 @@ type MemberSnapshot struct {
 
 func (x *MemberSnapshot) Reset() {
 	*x = MemberSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2000,7 +2145,7 @@ func (x *MemberSnapshot) String() string {
 func (*MemberSnapshot) ProtoMessage() {}
 
 func (x *MemberSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2013,7 +2158,7 @@ func (x *MemberSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberSnapshot.ProtoReflect.Descriptor instead.
 func (*MemberSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *MemberSnapshot) GetApplied() uint64 {
@@ -2084,7 +2229,7 @@ type MetaSnapshot struct {
 
 func (x *MetaSnapshot) Reset() {
 	*x = MetaSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2096,7 +2241,7 @@ func (x *MetaSnapshot) String() string {
 func (*MetaSnapshot) ProtoMessage() {}
 
 func (x *MetaSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2109,7 +2254,7 @@ func (x *MetaSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaSnapshot.ProtoReflect.Descriptor instead.
 func (*MetaSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *MetaSnapshot) GetApplied() uint64 {
@@ -2217,11 +2362,13 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x0emax_deliveries\x18\x04 \x01(\rR\rmaxDeliveries\x12.\n" +
 	"\x13redelivery_delay_ns\x18\x05 \x01(\x03R\x11redeliveryDelayNs\x12-\n" +
 	"\x12redelivery_backoff\x18\x06 \x01(\rR\x11redeliveryBackoff\x125\n" +
-	"\x17redelivery_max_delay_ns\x18\a \x01(\x03R\x14redeliveryMaxDelayNs\"]\n" +
+	"\x17redelivery_max_delay_ns\x18\a \x01(\x03R\x14redeliveryMaxDelayNs\"\x8b\x01\n" +
 	"\x0fMemberPlacement\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x1a\n" +
 	"\breplicas\x18\x02 \x03(\tR\breplicas\x12\x18\n" +
-	"\ainitial\x18\x03 \x03(\tR\ainitial\"\xa1\x04\n" +
+	"\ainitial\x18\x03 \x03(\tR\ainitial\x12\x1a\n" +
+	"\bdraining\x18\x04 \x01(\bR\bdraining\x12\x10\n" +
+	"\x03uid\x18\x05 \x01(\tR\x03uid\"\xa1\x04\n" +
 	"\vDestination\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1d.cairn.fsm.v1.DestinationKindR\x04kind\x12\x1a\n" +
@@ -2242,7 +2389,14 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x11CreateDestination\x12;\n" +
 	"\vdestination\x18\x01 \x01(\v2\x19.cairn.fsm.v1.DestinationR\vdestination\"'\n" +
 	"\x11DeleteDestination\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xaf\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"p\n" +
+	"\x11ResizeDestination\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
+	"\x03add\x18\x02 \x03(\v2\x1d.cairn.fsm.v1.MemberPlacementR\x03add\x12\x16\n" +
+	"\x06active\x18\x03 \x01(\rR\x06active\"8\n" +
+	"\fRemoveMember\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\rR\x05index\"\xaf\x01\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
 	"\vclient_addr\x18\x02 \x01(\tR\n" +
@@ -2294,7 +2448,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\aapplied\x18\x01 \x01(\x04R\aapplied\x12=\n" +
 	"\fdestinations\x18\x02 \x03(\v2\x19.cairn.fsm.v1.DestinationR\fdestinations\x12(\n" +
 	"\x05nodes\x18\x03 \x03(\v2\x12.cairn.fsm.v1.NodeR\x05nodes\x12\x18\n" +
-	"\aremoved\x18\x04 \x03(\tR\aremoved*\x9a\x04\n" +
+	"\aremoved\x18\x04 \x03(\tR\aremoved*\xdf\x04\n" +
 	"\vCommandType\x12\x18\n" +
 	"\x14COMMAND_TYPE_UNKNOWN\x10\x00\x12\x18\n" +
 	"\x14COMMAND_TYPE_ENQUEUE\x10\x01\x12\x18\n" +
@@ -2315,7 +2469,9 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x1cCOMMAND_TYPE_REPLACE_REPLICA\x10\x0f\x12\x15\n" +
 	"\x11COMMAND_TYPE_MOVE\x10\x10\x12\x16\n" +
 	"\x12COMMAND_TYPE_MOVED\x10\x11\x12\x15\n" +
-	"\x11COMMAND_TYPE_WAKE\x10\x12*g\n" +
+	"\x11COMMAND_TYPE_WAKE\x10\x12\x12#\n" +
+	"\x1fCOMMAND_TYPE_RESIZE_DESTINATION\x10\x13\x12\x1e\n" +
+	"\x1aCOMMAND_TYPE_REMOVE_MEMBER\x10\x14*g\n" +
 	"\x0fDestinationKind\x12\x1c\n" +
 	"\x18DESTINATION_KIND_UNKNOWN\x10\x00\x12\x1a\n" +
 	"\x16DESTINATION_KIND_QUEUE\x10\x01\x12\x1a\n" +
@@ -2334,7 +2490,7 @@ func file_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_fsm_fsmpb_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(CommandType)(0),          // 0: cairn.fsm.v1.CommandType
 	(DestinationKind)(0),      // 1: cairn.fsm.v1.DestinationKind
@@ -2359,38 +2515,41 @@ var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*Destination)(nil),       // 20: cairn.fsm.v1.Destination
 	(*CreateDestination)(nil), // 21: cairn.fsm.v1.CreateDestination
 	(*DeleteDestination)(nil), // 22: cairn.fsm.v1.DeleteDestination
-	(*Node)(nil),              // 23: cairn.fsm.v1.Node
-	(*RegisterNode)(nil),      // 24: cairn.fsm.v1.RegisterNode
-	(*RemoveNode)(nil),        // 25: cairn.fsm.v1.RemoveNode
-	(*ReplaceReplica)(nil),    // 26: cairn.fsm.v1.ReplaceReplica
-	(*StoredMessage)(nil),     // 27: cairn.fsm.v1.StoredMessage
-	(*StoredSession)(nil),     // 28: cairn.fsm.v1.StoredSession
-	(*DedupRecord)(nil),       // 29: cairn.fsm.v1.DedupRecord
-	(*MemberSnapshot)(nil),    // 30: cairn.fsm.v1.MemberSnapshot
-	(*MetaSnapshot)(nil),      // 31: cairn.fsm.v1.MetaSnapshot
-	nil,                       // 32: cairn.fsm.v1.Message.PropertiesEntry
+	(*ResizeDestination)(nil), // 23: cairn.fsm.v1.ResizeDestination
+	(*RemoveMember)(nil),      // 24: cairn.fsm.v1.RemoveMember
+	(*Node)(nil),              // 25: cairn.fsm.v1.Node
+	(*RegisterNode)(nil),      // 26: cairn.fsm.v1.RegisterNode
+	(*RemoveNode)(nil),        // 27: cairn.fsm.v1.RemoveNode
+	(*ReplaceReplica)(nil),    // 28: cairn.fsm.v1.ReplaceReplica
+	(*StoredMessage)(nil),     // 29: cairn.fsm.v1.StoredMessage
+	(*StoredSession)(nil),     // 30: cairn.fsm.v1.StoredSession
+	(*DedupRecord)(nil),       // 31: cairn.fsm.v1.DedupRecord
+	(*MemberSnapshot)(nil),    // 32: cairn.fsm.v1.MemberSnapshot
+	(*MetaSnapshot)(nil),      // 33: cairn.fsm.v1.MetaSnapshot
+	nil,                       // 34: cairn.fsm.v1.Message.PropertiesEntry
 }
 var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	3,  // 0: cairn.fsm.v1.Entry.commands:type_name -> cairn.fsm.v1.Command
 	0,  // 1: cairn.fsm.v1.Command.type:type_name -> cairn.fsm.v1.CommandType
-	32, // 2: cairn.fsm.v1.Message.properties:type_name -> cairn.fsm.v1.Message.PropertiesEntry
+	34, // 2: cairn.fsm.v1.Message.properties:type_name -> cairn.fsm.v1.Message.PropertiesEntry
 	4,  // 3: cairn.fsm.v1.Enqueue.messages:type_name -> cairn.fsm.v1.Message
 	18, // 4: cairn.fsm.v1.Configure.settings:type_name -> cairn.fsm.v1.MemberSettings
 	1,  // 5: cairn.fsm.v1.Destination.kind:type_name -> cairn.fsm.v1.DestinationKind
 	19, // 6: cairn.fsm.v1.Destination.members:type_name -> cairn.fsm.v1.MemberPlacement
 	20, // 7: cairn.fsm.v1.CreateDestination.destination:type_name -> cairn.fsm.v1.Destination
-	23, // 8: cairn.fsm.v1.RegisterNode.node:type_name -> cairn.fsm.v1.Node
-	4,  // 9: cairn.fsm.v1.StoredMessage.message:type_name -> cairn.fsm.v1.Message
-	18, // 10: cairn.fsm.v1.MemberSnapshot.settings:type_name -> cairn.fsm.v1.MemberSettings
-	28, // 11: cairn.fsm.v1.MemberSnapshot.sessions:type_name -> cairn.fsm.v1.StoredSession
-	29, // 12: cairn.fsm.v1.MemberSnapshot.dedup:type_name -> cairn.fsm.v1.DedupRecord
-	20, // 13: cairn.fsm.v1.MetaSnapshot.destinations:type_name -> cairn.fsm.v1.Destination
-	23, // 14: cairn.fsm.v1.MetaSnapshot.nodes:type_name -> cairn.fsm.v1.Node
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	19, // 8: cairn.fsm.v1.ResizeDestination.add:type_name -> cairn.fsm.v1.MemberPlacement
+	25, // 9: cairn.fsm.v1.RegisterNode.node:type_name -> cairn.fsm.v1.Node
+	4,  // 10: cairn.fsm.v1.StoredMessage.message:type_name -> cairn.fsm.v1.Message
+	18, // 11: cairn.fsm.v1.MemberSnapshot.settings:type_name -> cairn.fsm.v1.MemberSettings
+	30, // 12: cairn.fsm.v1.MemberSnapshot.sessions:type_name -> cairn.fsm.v1.StoredSession
+	31, // 13: cairn.fsm.v1.MemberSnapshot.dedup:type_name -> cairn.fsm.v1.DedupRecord
+	20, // 14: cairn.fsm.v1.MetaSnapshot.destinations:type_name -> cairn.fsm.v1.Destination
+	25, // 15: cairn.fsm.v1.MetaSnapshot.nodes:type_name -> cairn.fsm.v1.Node
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_fsm_fsmpb_fsm_proto_init() }
@@ -2404,7 +2563,7 @@ func file_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_fsmpb_fsm_proto_rawDesc), len(file_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   31,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -489,6 +489,59 @@ func (x *CreateDestinationRequest) GetForwardDelayMs() int64 {
 	return 0
 }
 
+type UpdateDestinationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// members is the number of members wanted (0 leaves it as it is).
+	Members       uint32 `protobuf:"varint,2,opt,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateDestinationRequest) Reset() {
+	*x = UpdateDestinationRequest{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateDestinationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateDestinationRequest) ProtoMessage() {}
+
+func (x *UpdateDestinationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateDestinationRequest.ProtoReflect.Descriptor instead.
+func (*UpdateDestinationRequest) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *UpdateDestinationRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UpdateDestinationRequest) GetMembers() uint32 {
+	if x != nil {
+		return x.Members
+	}
+	return 0
+}
+
 type DeleteDestinationRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -498,7 +551,7 @@ type DeleteDestinationRequest struct {
 
 func (x *DeleteDestinationRequest) Reset() {
 	*x = DeleteDestinationRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[6]
+	mi := &file_transport_clientpb_client_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -510,7 +563,7 @@ func (x *DeleteDestinationRequest) String() string {
 func (*DeleteDestinationRequest) ProtoMessage() {}
 
 func (x *DeleteDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[6]
+	mi := &file_transport_clientpb_client_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -523,7 +576,7 @@ func (x *DeleteDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDestinationRequest.ProtoReflect.Descriptor instead.
 func (*DeleteDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{6}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DeleteDestinationRequest) GetName() string {
@@ -541,7 +594,7 @@ type DeleteDestinationResponse struct {
 
 func (x *DeleteDestinationResponse) Reset() {
 	*x = DeleteDestinationResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[7]
+	mi := &file_transport_clientpb_client_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -553,7 +606,7 @@ func (x *DeleteDestinationResponse) String() string {
 func (*DeleteDestinationResponse) ProtoMessage() {}
 
 func (x *DeleteDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[7]
+	mi := &file_transport_clientpb_client_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -566,7 +619,7 @@ func (x *DeleteDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDestinationResponse.ProtoReflect.Descriptor instead.
 func (*DeleteDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{7}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{8}
 }
 
 type ListDestinationsRequest struct {
@@ -577,7 +630,7 @@ type ListDestinationsRequest struct {
 
 func (x *ListDestinationsRequest) Reset() {
 	*x = ListDestinationsRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[8]
+	mi := &file_transport_clientpb_client_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -589,7 +642,7 @@ func (x *ListDestinationsRequest) String() string {
 func (*ListDestinationsRequest) ProtoMessage() {}
 
 func (x *ListDestinationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[8]
+	mi := &file_transport_clientpb_client_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -602,7 +655,7 @@ func (x *ListDestinationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDestinationsRequest.ProtoReflect.Descriptor instead.
 func (*ListDestinationsRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{8}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{9}
 }
 
 type ListDestinationsResponse struct {
@@ -614,7 +667,7 @@ type ListDestinationsResponse struct {
 
 func (x *ListDestinationsResponse) Reset() {
 	*x = ListDestinationsResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[9]
+	mi := &file_transport_clientpb_client_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -626,7 +679,7 @@ func (x *ListDestinationsResponse) String() string {
 func (*ListDestinationsResponse) ProtoMessage() {}
 
 func (x *ListDestinationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[9]
+	mi := &file_transport_clientpb_client_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -639,7 +692,7 @@ func (x *ListDestinationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDestinationsResponse.ProtoReflect.Descriptor instead.
 func (*ListDestinationsResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{9}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListDestinationsResponse) GetDestinations() []*DestinationInfo {
@@ -658,7 +711,7 @@ type ShowDestinationRequest struct {
 
 func (x *ShowDestinationRequest) Reset() {
 	*x = ShowDestinationRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[10]
+	mi := &file_transport_clientpb_client_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -670,7 +723,7 @@ func (x *ShowDestinationRequest) String() string {
 func (*ShowDestinationRequest) ProtoMessage() {}
 
 func (x *ShowDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[10]
+	mi := &file_transport_clientpb_client_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -683,7 +736,7 @@ func (x *ShowDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowDestinationRequest.ProtoReflect.Descriptor instead.
 func (*ShowDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{10}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ShowDestinationRequest) GetName() string {
@@ -702,7 +755,7 @@ type PurgeDestinationRequest struct {
 
 func (x *PurgeDestinationRequest) Reset() {
 	*x = PurgeDestinationRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[11]
+	mi := &file_transport_clientpb_client_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -714,7 +767,7 @@ func (x *PurgeDestinationRequest) String() string {
 func (*PurgeDestinationRequest) ProtoMessage() {}
 
 func (x *PurgeDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[11]
+	mi := &file_transport_clientpb_client_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -727,7 +780,7 @@ func (x *PurgeDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDestinationRequest.ProtoReflect.Descriptor instead.
 func (*PurgeDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{11}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PurgeDestinationRequest) GetName() string {
@@ -746,7 +799,7 @@ type PurgeDestinationResponse struct {
 
 func (x *PurgeDestinationResponse) Reset() {
 	*x = PurgeDestinationResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[12]
+	mi := &file_transport_clientpb_client_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -758,7 +811,7 @@ func (x *PurgeDestinationResponse) String() string {
 func (*PurgeDestinationResponse) ProtoMessage() {}
 
 func (x *PurgeDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[12]
+	mi := &file_transport_clientpb_client_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -771,7 +824,7 @@ func (x *PurgeDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDestinationResponse.ProtoReflect.Descriptor instead.
 func (*PurgeDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{12}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PurgeDestinationResponse) GetPurged() uint64 {
@@ -793,16 +846,19 @@ type MemberInfo struct {
 	// delayed: waiting out a redelivery delay. moving: on the way to another
 	// member or the dead-letter queue. dead_lettered: moved to the
 	// dead-letter queue, ever.
-	Delayed       uint64 `protobuf:"varint,8,opt,name=delayed,proto3" json:"delayed,omitempty"`
-	Moving        uint64 `protobuf:"varint,9,opt,name=moving,proto3" json:"moving,omitempty"`
-	DeadLettered  uint64 `protobuf:"varint,10,opt,name=dead_lettered,json=deadLettered,proto3" json:"dead_lettered,omitempty"`
+	Delayed      uint64 `protobuf:"varint,8,opt,name=delayed,proto3" json:"delayed,omitempty"`
+	Moving       uint64 `protobuf:"varint,9,opt,name=moving,proto3" json:"moving,omitempty"`
+	DeadLettered uint64 `protobuf:"varint,10,opt,name=dead_lettered,json=deadLettered,proto3" json:"dead_lettered,omitempty"`
+	// draining: being removed by an update; it takes no new sends or
+	// consumers and moves its messages to the other members.
+	Draining      bool `protobuf:"varint,11,opt,name=draining,proto3" json:"draining,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MemberInfo) Reset() {
 	*x = MemberInfo{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[13]
+	mi := &file_transport_clientpb_client_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -814,7 +870,7 @@ func (x *MemberInfo) String() string {
 func (*MemberInfo) ProtoMessage() {}
 
 func (x *MemberInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[13]
+	mi := &file_transport_clientpb_client_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -827,7 +883,7 @@ func (x *MemberInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberInfo.ProtoReflect.Descriptor instead.
 func (*MemberInfo) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{13}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *MemberInfo) GetName() string {
@@ -900,6 +956,13 @@ func (x *MemberInfo) GetDeadLettered() uint64 {
 	return 0
 }
 
+func (x *MemberInfo) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
 type DestinationInfo struct {
 	state                protoimpl.MessageState `protogen:"open.v1"`
 	Name                 string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -926,7 +989,7 @@ type DestinationInfo struct {
 
 func (x *DestinationInfo) Reset() {
 	*x = DestinationInfo{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[14]
+	mi := &file_transport_clientpb_client_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -938,7 +1001,7 @@ func (x *DestinationInfo) String() string {
 func (*DestinationInfo) ProtoMessage() {}
 
 func (x *DestinationInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[14]
+	mi := &file_transport_clientpb_client_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -951,7 +1014,7 @@ func (x *DestinationInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestinationInfo.ProtoReflect.Descriptor instead.
 func (*DestinationInfo) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{14}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DestinationInfo) GetName() string {
@@ -1091,7 +1154,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[15]
+	mi := &file_transport_clientpb_client_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1103,7 +1166,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[15]
+	mi := &file_transport_clientpb_client_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1116,7 +1179,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{15}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Message) GetId() string {
@@ -1186,7 +1249,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[16]
+	mi := &file_transport_clientpb_client_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1198,7 +1261,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[16]
+	mi := &file_transport_clientpb_client_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1211,7 +1274,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{16}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SendRequest) GetDestination() string {
@@ -1241,7 +1304,7 @@ type SendResult struct {
 
 func (x *SendResult) Reset() {
 	*x = SendResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[17]
+	mi := &file_transport_clientpb_client_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1253,7 +1316,7 @@ func (x *SendResult) String() string {
 func (*SendResult) ProtoMessage() {}
 
 func (x *SendResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[17]
+	mi := &file_transport_clientpb_client_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1266,7 +1329,7 @@ func (x *SendResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResult.ProtoReflect.Descriptor instead.
 func (*SendResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{17}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SendResult) GetId() string {
@@ -1299,7 +1362,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[18]
+	mi := &file_transport_clientpb_client_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1311,7 +1374,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[18]
+	mi := &file_transport_clientpb_client_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1324,7 +1387,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{18}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SendResponse) GetResults() []*SendResult {
@@ -1356,7 +1419,7 @@ type ClientFrame struct {
 
 func (x *ClientFrame) Reset() {
 	*x = ClientFrame{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[19]
+	mi := &file_transport_clientpb_client_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1368,7 +1431,7 @@ func (x *ClientFrame) String() string {
 func (*ClientFrame) ProtoMessage() {}
 
 func (x *ClientFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[19]
+	mi := &file_transport_clientpb_client_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1381,7 +1444,7 @@ func (x *ClientFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientFrame.ProtoReflect.Descriptor instead.
 func (*ClientFrame) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{19}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ClientFrame) GetRequestId() uint64 {
@@ -1546,7 +1609,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[20]
+	mi := &file_transport_clientpb_client_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1558,7 +1621,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[20]
+	mi := &file_transport_clientpb_client_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1571,7 +1634,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{20}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Hello) GetClientId() string {
@@ -1591,7 +1654,7 @@ type OpenSession struct {
 
 func (x *OpenSession) Reset() {
 	*x = OpenSession{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[21]
+	mi := &file_transport_clientpb_client_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1603,7 +1666,7 @@ func (x *OpenSession) String() string {
 func (*OpenSession) ProtoMessage() {}
 
 func (x *OpenSession) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[21]
+	mi := &file_transport_clientpb_client_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1616,7 +1679,7 @@ func (x *OpenSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSession.ProtoReflect.Descriptor instead.
 func (*OpenSession) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{21}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *OpenSession) GetSession() uint64 {
@@ -1642,7 +1705,7 @@ type CloseSession struct {
 
 func (x *CloseSession) Reset() {
 	*x = CloseSession{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[22]
+	mi := &file_transport_clientpb_client_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1654,7 +1717,7 @@ func (x *CloseSession) String() string {
 func (*CloseSession) ProtoMessage() {}
 
 func (x *CloseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[22]
+	mi := &file_transport_clientpb_client_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1667,7 +1730,7 @@ func (x *CloseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSession.ProtoReflect.Descriptor instead.
 func (*CloseSession) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{22}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CloseSession) GetSession() uint64 {
@@ -1689,7 +1752,7 @@ type CreateConsumer struct {
 
 func (x *CreateConsumer) Reset() {
 	*x = CreateConsumer{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[23]
+	mi := &file_transport_clientpb_client_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1701,7 +1764,7 @@ func (x *CreateConsumer) String() string {
 func (*CreateConsumer) ProtoMessage() {}
 
 func (x *CreateConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[23]
+	mi := &file_transport_clientpb_client_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1714,7 +1777,7 @@ func (x *CreateConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConsumer.ProtoReflect.Descriptor instead.
 func (*CreateConsumer) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{23}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CreateConsumer) GetSession() uint64 {
@@ -1757,7 +1820,7 @@ type CloseConsumer struct {
 
 func (x *CloseConsumer) Reset() {
 	*x = CloseConsumer{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[24]
+	mi := &file_transport_clientpb_client_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1769,7 +1832,7 @@ func (x *CloseConsumer) String() string {
 func (*CloseConsumer) ProtoMessage() {}
 
 func (x *CloseConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[24]
+	mi := &file_transport_clientpb_client_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1782,7 +1845,7 @@ func (x *CloseConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseConsumer.ProtoReflect.Descriptor instead.
 func (*CloseConsumer) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{24}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CloseConsumer) GetConsumer() uint64 {
@@ -1804,7 +1867,7 @@ type ReturnDeliveries struct {
 
 func (x *ReturnDeliveries) Reset() {
 	*x = ReturnDeliveries{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[25]
+	mi := &file_transport_clientpb_client_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1816,7 +1879,7 @@ func (x *ReturnDeliveries) String() string {
 func (*ReturnDeliveries) ProtoMessage() {}
 
 func (x *ReturnDeliveries) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[25]
+	mi := &file_transport_clientpb_client_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1829,7 +1892,7 @@ func (x *ReturnDeliveries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnDeliveries.ProtoReflect.Descriptor instead.
 func (*ReturnDeliveries) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{25}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReturnDeliveries) GetSession() uint64 {
@@ -1856,7 +1919,7 @@ type Credit struct {
 
 func (x *Credit) Reset() {
 	*x = Credit{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[26]
+	mi := &file_transport_clientpb_client_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1868,7 +1931,7 @@ func (x *Credit) String() string {
 func (*Credit) ProtoMessage() {}
 
 func (x *Credit) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[26]
+	mi := &file_transport_clientpb_client_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1881,7 +1944,7 @@ func (x *Credit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credit.ProtoReflect.Descriptor instead.
 func (*Credit) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{26}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Credit) GetConsumer() uint64 {
@@ -1908,7 +1971,7 @@ type DeliveryRef struct {
 
 func (x *DeliveryRef) Reset() {
 	*x = DeliveryRef{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[27]
+	mi := &file_transport_clientpb_client_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1920,7 +1983,7 @@ func (x *DeliveryRef) String() string {
 func (*DeliveryRef) ProtoMessage() {}
 
 func (x *DeliveryRef) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[27]
+	mi := &file_transport_clientpb_client_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1933,7 +1996,7 @@ func (x *DeliveryRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliveryRef.ProtoReflect.Descriptor instead.
 func (*DeliveryRef) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{27}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DeliveryRef) GetMember() string {
@@ -1960,7 +2023,7 @@ type Acknowledge struct {
 
 func (x *Acknowledge) Reset() {
 	*x = Acknowledge{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[28]
+	mi := &file_transport_clientpb_client_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1972,7 +2035,7 @@ func (x *Acknowledge) String() string {
 func (*Acknowledge) ProtoMessage() {}
 
 func (x *Acknowledge) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[28]
+	mi := &file_transport_clientpb_client_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1985,7 +2048,7 @@ func (x *Acknowledge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Acknowledge.ProtoReflect.Descriptor instead.
 func (*Acknowledge) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{28}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Acknowledge) GetSession() uint64 {
@@ -2011,7 +2074,7 @@ type RecoverSession struct {
 
 func (x *RecoverSession) Reset() {
 	*x = RecoverSession{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[29]
+	mi := &file_transport_clientpb_client_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2023,7 +2086,7 @@ func (x *RecoverSession) String() string {
 func (*RecoverSession) ProtoMessage() {}
 
 func (x *RecoverSession) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[29]
+	mi := &file_transport_clientpb_client_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2036,7 +2099,7 @@ func (x *RecoverSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverSession.ProtoReflect.Descriptor instead.
 func (*RecoverSession) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{29}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RecoverSession) GetSession() uint64 {
@@ -2061,7 +2124,7 @@ type ServerFrame struct {
 
 func (x *ServerFrame) Reset() {
 	*x = ServerFrame{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[30]
+	mi := &file_transport_clientpb_client_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2073,7 +2136,7 @@ func (x *ServerFrame) String() string {
 func (*ServerFrame) ProtoMessage() {}
 
 func (x *ServerFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[30]
+	mi := &file_transport_clientpb_client_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2086,7 +2149,7 @@ func (x *ServerFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerFrame.ProtoReflect.Descriptor instead.
 func (*ServerFrame) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{30}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ServerFrame) GetFrame() isServerFrame_Frame {
@@ -2170,7 +2233,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[31]
+	mi := &file_transport_clientpb_client_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2182,7 +2245,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[31]
+	mi := &file_transport_clientpb_client_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2195,7 +2258,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{31}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{32}
 }
 
 type Reply struct {
@@ -2215,7 +2278,7 @@ type Reply struct {
 
 func (x *Reply) Reset() {
 	*x = Reply{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[32]
+	mi := &file_transport_clientpb_client_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2227,7 +2290,7 @@ func (x *Reply) String() string {
 func (*Reply) ProtoMessage() {}
 
 func (x *Reply) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[32]
+	mi := &file_transport_clientpb_client_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2240,7 +2303,7 @@ func (x *Reply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reply.ProtoReflect.Descriptor instead.
 func (*Reply) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{32}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Reply) GetRequestId() uint64 {
@@ -2338,7 +2401,7 @@ type HelloResult struct {
 
 func (x *HelloResult) Reset() {
 	*x = HelloResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[33]
+	mi := &file_transport_clientpb_client_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2350,7 +2413,7 @@ func (x *HelloResult) String() string {
 func (*HelloResult) ProtoMessage() {}
 
 func (x *HelloResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[33]
+	mi := &file_transport_clientpb_client_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2363,7 +2426,7 @@ func (x *HelloResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloResult.ProtoReflect.Descriptor instead.
 func (*HelloResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{33}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *HelloResult) GetConnectionId() string {
@@ -2390,7 +2453,7 @@ type CreateConsumerResult struct {
 
 func (x *CreateConsumerResult) Reset() {
 	*x = CreateConsumerResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[34]
+	mi := &file_transport_clientpb_client_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2402,7 +2465,7 @@ func (x *CreateConsumerResult) String() string {
 func (*CreateConsumerResult) ProtoMessage() {}
 
 func (x *CreateConsumerResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[34]
+	mi := &file_transport_clientpb_client_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2415,7 +2478,7 @@ func (x *CreateConsumerResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConsumerResult.ProtoReflect.Descriptor instead.
 func (*CreateConsumerResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{34}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CreateConsumerResult) GetMember() string {
@@ -2437,7 +2500,7 @@ type Watermark struct {
 
 func (x *Watermark) Reset() {
 	*x = Watermark{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[35]
+	mi := &file_transport_clientpb_client_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2449,7 +2512,7 @@ func (x *Watermark) String() string {
 func (*Watermark) ProtoMessage() {}
 
 func (x *Watermark) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[35]
+	mi := &file_transport_clientpb_client_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2462,7 +2525,7 @@ func (x *Watermark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Watermark.ProtoReflect.Descriptor instead.
 func (*Watermark) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{35}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Watermark) GetMember() string {
@@ -2488,7 +2551,7 @@ type RecoverResult struct {
 
 func (x *RecoverResult) Reset() {
 	*x = RecoverResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[36]
+	mi := &file_transport_clientpb_client_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2500,7 +2563,7 @@ func (x *RecoverResult) String() string {
 func (*RecoverResult) ProtoMessage() {}
 
 func (x *RecoverResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[36]
+	mi := &file_transport_clientpb_client_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2513,7 +2576,7 @@ func (x *RecoverResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResult.ProtoReflect.Descriptor instead.
 func (*RecoverResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{36}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RecoverResult) GetWatermarks() []*Watermark {
@@ -2533,7 +2596,7 @@ type AcknowledgeResult struct {
 
 func (x *AcknowledgeResult) Reset() {
 	*x = AcknowledgeResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[37]
+	mi := &file_transport_clientpb_client_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2545,7 +2608,7 @@ func (x *AcknowledgeResult) String() string {
 func (*AcknowledgeResult) ProtoMessage() {}
 
 func (x *AcknowledgeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[37]
+	mi := &file_transport_clientpb_client_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2558,7 +2621,7 @@ func (x *AcknowledgeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeResult.ProtoReflect.Descriptor instead.
 func (*AcknowledgeResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{37}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *AcknowledgeResult) GetRejected() []*DeliveryRef {
@@ -2587,7 +2650,7 @@ type Delivery struct {
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[38]
+	mi := &file_transport_clientpb_client_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2599,7 +2662,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[38]
+	mi := &file_transport_clientpb_client_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2612,7 +2675,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{38}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Delivery) GetMember() string {
@@ -2702,7 +2765,7 @@ type Deliveries struct {
 
 func (x *Deliveries) Reset() {
 	*x = Deliveries{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[39]
+	mi := &file_transport_clientpb_client_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2714,7 +2777,7 @@ func (x *Deliveries) String() string {
 func (*Deliveries) ProtoMessage() {}
 
 func (x *Deliveries) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[39]
+	mi := &file_transport_clientpb_client_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2727,7 +2790,7 @@ func (x *Deliveries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deliveries.ProtoReflect.Descriptor instead.
 func (*Deliveries) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{39}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Deliveries) GetConsumer() uint64 {
@@ -2754,7 +2817,7 @@ type ConsumerClosed struct {
 
 func (x *ConsumerClosed) Reset() {
 	*x = ConsumerClosed{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[40]
+	mi := &file_transport_clientpb_client_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2766,7 +2829,7 @@ func (x *ConsumerClosed) String() string {
 func (*ConsumerClosed) ProtoMessage() {}
 
 func (x *ConsumerClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[40]
+	mi := &file_transport_clientpb_client_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2779,7 +2842,7 @@ func (x *ConsumerClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerClosed.ProtoReflect.Descriptor instead.
 func (*ConsumerClosed) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{40}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ConsumerClosed) GetConsumer() uint64 {
@@ -2804,7 +2867,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[41]
+	mi := &file_transport_clientpb_client_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2816,7 +2879,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[41]
+	mi := &file_transport_clientpb_client_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2829,7 +2892,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{41}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{42}
 }
 
 type NodeStatus struct {
@@ -2854,7 +2917,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[42]
+	mi := &file_transport_clientpb_client_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2866,7 +2929,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[42]
+	mi := &file_transport_clientpb_client_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2879,7 +2942,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{42}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *NodeStatus) GetId() string {
@@ -2961,7 +3024,7 @@ type ReplicaStatus struct {
 
 func (x *ReplicaStatus) Reset() {
 	*x = ReplicaStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[43]
+	mi := &file_transport_clientpb_client_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2973,7 +3036,7 @@ func (x *ReplicaStatus) String() string {
 func (*ReplicaStatus) ProtoMessage() {}
 
 func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[43]
+	mi := &file_transport_clientpb_client_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2986,7 +3049,7 @@ func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStatus.ProtoReflect.Descriptor instead.
 func (*ReplicaStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{43}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ReplicaStatus) GetNode() string {
@@ -3037,7 +3100,7 @@ type GroupStatus struct {
 
 func (x *GroupStatus) Reset() {
 	*x = GroupStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[44]
+	mi := &file_transport_clientpb_client_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3049,7 +3112,7 @@ func (x *GroupStatus) String() string {
 func (*GroupStatus) ProtoMessage() {}
 
 func (x *GroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[44]
+	mi := &file_transport_clientpb_client_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3062,7 +3125,7 @@ func (x *GroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
 func (*GroupStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{44}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GroupStatus) GetName() string {
@@ -3111,7 +3174,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[45]
+	mi := &file_transport_clientpb_client_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3123,7 +3186,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[45]
+	mi := &file_transport_clientpb_client_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3136,7 +3199,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{45}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ClusterStatusResponse) GetAnsweredBy() string {
@@ -3187,7 +3250,10 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x12redelivery_backoff\x18\n" +
 	" \x01(\rR\x11redeliveryBackoff\x125\n" +
 	"\x17redelivery_max_delay_ms\x18\v \x01(\x03R\x14redeliveryMaxDelayMs\x12(\n" +
-	"\x10forward_delay_ms\x18\f \x01(\x03R\x0eforwardDelayMs\".\n" +
+	"\x10forward_delay_ms\x18\f \x01(\x03R\x0eforwardDelayMs\"H\n" +
+	"\x18UpdateDestinationRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\amembers\x18\x02 \x01(\rR\amembers\".\n" +
 	"\x18DeleteDestinationRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x1b\n" +
 	"\x19DeleteDestinationResponse\"\x19\n" +
@@ -3199,7 +3265,7 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x17PurgeDestinationRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"2\n" +
 	"\x18PurgeDestinationResponse\x12\x16\n" +
-	"\x06purged\x18\x01 \x01(\x04R\x06purged\"\x93\x02\n" +
+	"\x06purged\x18\x01 \x01(\x04R\x06purged\"\xaf\x02\n" +
 	"\n" +
 	"MemberInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -3212,7 +3278,8 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\adelayed\x18\b \x01(\x04R\adelayed\x12\x16\n" +
 	"\x06moving\x18\t \x01(\x04R\x06moving\x12#\n" +
 	"\rdead_lettered\x18\n" +
-	" \x01(\x04R\fdeadLettered\"\x8a\x05\n" +
+	" \x01(\x04R\fdeadLettered\x12\x1a\n" +
+	"\bdraining\x18\v \x01(\bR\bdraining\"\x8a\x05\n" +
 	"\x0fDestinationInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x124\n" +
 	"\x04kind\x18\x02 \x01(\x0e2 .cairn.client.v1.DestinationKindR\x04kind\x12\x18\n" +
@@ -3405,13 +3472,14 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x0fACK_MODE_CLIENT\x10\x02\x12\x14\n" +
 	"\x10ACK_MODE_DUPS_OK\x10\x03\x12\x17\n" +
 	"\x13ACK_MODE_INDIVIDUAL\x10\x04\x12\x17\n" +
-	"\x13ACK_MODE_TRANSACTED\x10\x052\xa8\a\n" +
+	"\x13ACK_MODE_TRANSACTED\x10\x052\x8a\b\n" +
 	"\rClientService\x12`\n" +
 	"\x11CreateDestination\x12).cairn.client.v1.CreateDestinationRequest\x1a .cairn.client.v1.DestinationInfo\x12j\n" +
 	"\x11DeleteDestination\x12).cairn.client.v1.DeleteDestinationRequest\x1a*.cairn.client.v1.DeleteDestinationResponse\x12g\n" +
 	"\x10ListDestinations\x12(.cairn.client.v1.ListDestinationsRequest\x1a).cairn.client.v1.ListDestinationsResponse\x12\\\n" +
 	"\x0fShowDestination\x12'.cairn.client.v1.ShowDestinationRequest\x1a .cairn.client.v1.DestinationInfo\x12g\n" +
-	"\x10PurgeDestination\x12(.cairn.client.v1.PurgeDestinationRequest\x1a).cairn.client.v1.PurgeDestinationResponse\x12C\n" +
+	"\x10PurgeDestination\x12(.cairn.client.v1.PurgeDestinationRequest\x1a).cairn.client.v1.PurgeDestinationResponse\x12`\n" +
+	"\x11UpdateDestination\x12).cairn.client.v1.UpdateDestinationRequest\x1a .cairn.client.v1.DestinationInfo\x12C\n" +
 	"\x04Send\x12\x1c.cairn.client.v1.SendRequest\x1a\x1d.cairn.client.v1.SendResponse\x12I\n" +
 	"\aConnect\x12\x1c.cairn.client.v1.ClientFrame\x1a\x1c.cairn.client.v1.ServerFrame(\x010\x01\x12^\n" +
 	"\rClusterStatus\x12%.cairn.client.v1.ClusterStatusRequest\x1a&.cairn.client.v1.ClusterStatusResponse\x12U\n" +
@@ -3432,7 +3500,7 @@ func file_transport_clientpb_client_proto_rawDescGZIP() []byte {
 }
 
 var file_transport_clientpb_client_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_transport_clientpb_client_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_transport_clientpb_client_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_transport_clientpb_client_proto_goTypes = []any{
 	(DestinationKind)(0),              // 0: cairn.client.v1.DestinationKind
 	(AckMode)(0),                      // 1: cairn.client.v1.AckMode
@@ -3442,108 +3510,111 @@ var file_transport_clientpb_client_proto_goTypes = []any{
 	(*LeaveNodeResponse)(nil),         // 5: cairn.client.v1.LeaveNodeResponse
 	(*Error)(nil),                     // 6: cairn.client.v1.Error
 	(*CreateDestinationRequest)(nil),  // 7: cairn.client.v1.CreateDestinationRequest
-	(*DeleteDestinationRequest)(nil),  // 8: cairn.client.v1.DeleteDestinationRequest
-	(*DeleteDestinationResponse)(nil), // 9: cairn.client.v1.DeleteDestinationResponse
-	(*ListDestinationsRequest)(nil),   // 10: cairn.client.v1.ListDestinationsRequest
-	(*ListDestinationsResponse)(nil),  // 11: cairn.client.v1.ListDestinationsResponse
-	(*ShowDestinationRequest)(nil),    // 12: cairn.client.v1.ShowDestinationRequest
-	(*PurgeDestinationRequest)(nil),   // 13: cairn.client.v1.PurgeDestinationRequest
-	(*PurgeDestinationResponse)(nil),  // 14: cairn.client.v1.PurgeDestinationResponse
-	(*MemberInfo)(nil),                // 15: cairn.client.v1.MemberInfo
-	(*DestinationInfo)(nil),           // 16: cairn.client.v1.DestinationInfo
-	(*Message)(nil),                   // 17: cairn.client.v1.Message
-	(*SendRequest)(nil),               // 18: cairn.client.v1.SendRequest
-	(*SendResult)(nil),                // 19: cairn.client.v1.SendResult
-	(*SendResponse)(nil),              // 20: cairn.client.v1.SendResponse
-	(*ClientFrame)(nil),               // 21: cairn.client.v1.ClientFrame
-	(*Hello)(nil),                     // 22: cairn.client.v1.Hello
-	(*OpenSession)(nil),               // 23: cairn.client.v1.OpenSession
-	(*CloseSession)(nil),              // 24: cairn.client.v1.CloseSession
-	(*CreateConsumer)(nil),            // 25: cairn.client.v1.CreateConsumer
-	(*CloseConsumer)(nil),             // 26: cairn.client.v1.CloseConsumer
-	(*ReturnDeliveries)(nil),          // 27: cairn.client.v1.ReturnDeliveries
-	(*Credit)(nil),                    // 28: cairn.client.v1.Credit
-	(*DeliveryRef)(nil),               // 29: cairn.client.v1.DeliveryRef
-	(*Acknowledge)(nil),               // 30: cairn.client.v1.Acknowledge
-	(*RecoverSession)(nil),            // 31: cairn.client.v1.RecoverSession
-	(*ServerFrame)(nil),               // 32: cairn.client.v1.ServerFrame
-	(*Heartbeat)(nil),                 // 33: cairn.client.v1.Heartbeat
-	(*Reply)(nil),                     // 34: cairn.client.v1.Reply
-	(*HelloResult)(nil),               // 35: cairn.client.v1.HelloResult
-	(*CreateConsumerResult)(nil),      // 36: cairn.client.v1.CreateConsumerResult
-	(*Watermark)(nil),                 // 37: cairn.client.v1.Watermark
-	(*RecoverResult)(nil),             // 38: cairn.client.v1.RecoverResult
-	(*AcknowledgeResult)(nil),         // 39: cairn.client.v1.AcknowledgeResult
-	(*Delivery)(nil),                  // 40: cairn.client.v1.Delivery
-	(*Deliveries)(nil),                // 41: cairn.client.v1.Deliveries
-	(*ConsumerClosed)(nil),            // 42: cairn.client.v1.ConsumerClosed
-	(*ClusterStatusRequest)(nil),      // 43: cairn.client.v1.ClusterStatusRequest
-	(*NodeStatus)(nil),                // 44: cairn.client.v1.NodeStatus
-	(*ReplicaStatus)(nil),             // 45: cairn.client.v1.ReplicaStatus
-	(*GroupStatus)(nil),               // 46: cairn.client.v1.GroupStatus
-	(*ClusterStatusResponse)(nil),     // 47: cairn.client.v1.ClusterStatusResponse
-	nil,                               // 48: cairn.client.v1.Message.PropertiesEntry
-	nil,                               // 49: cairn.client.v1.Delivery.PropertiesEntry
+	(*UpdateDestinationRequest)(nil),  // 8: cairn.client.v1.UpdateDestinationRequest
+	(*DeleteDestinationRequest)(nil),  // 9: cairn.client.v1.DeleteDestinationRequest
+	(*DeleteDestinationResponse)(nil), // 10: cairn.client.v1.DeleteDestinationResponse
+	(*ListDestinationsRequest)(nil),   // 11: cairn.client.v1.ListDestinationsRequest
+	(*ListDestinationsResponse)(nil),  // 12: cairn.client.v1.ListDestinationsResponse
+	(*ShowDestinationRequest)(nil),    // 13: cairn.client.v1.ShowDestinationRequest
+	(*PurgeDestinationRequest)(nil),   // 14: cairn.client.v1.PurgeDestinationRequest
+	(*PurgeDestinationResponse)(nil),  // 15: cairn.client.v1.PurgeDestinationResponse
+	(*MemberInfo)(nil),                // 16: cairn.client.v1.MemberInfo
+	(*DestinationInfo)(nil),           // 17: cairn.client.v1.DestinationInfo
+	(*Message)(nil),                   // 18: cairn.client.v1.Message
+	(*SendRequest)(nil),               // 19: cairn.client.v1.SendRequest
+	(*SendResult)(nil),                // 20: cairn.client.v1.SendResult
+	(*SendResponse)(nil),              // 21: cairn.client.v1.SendResponse
+	(*ClientFrame)(nil),               // 22: cairn.client.v1.ClientFrame
+	(*Hello)(nil),                     // 23: cairn.client.v1.Hello
+	(*OpenSession)(nil),               // 24: cairn.client.v1.OpenSession
+	(*CloseSession)(nil),              // 25: cairn.client.v1.CloseSession
+	(*CreateConsumer)(nil),            // 26: cairn.client.v1.CreateConsumer
+	(*CloseConsumer)(nil),             // 27: cairn.client.v1.CloseConsumer
+	(*ReturnDeliveries)(nil),          // 28: cairn.client.v1.ReturnDeliveries
+	(*Credit)(nil),                    // 29: cairn.client.v1.Credit
+	(*DeliveryRef)(nil),               // 30: cairn.client.v1.DeliveryRef
+	(*Acknowledge)(nil),               // 31: cairn.client.v1.Acknowledge
+	(*RecoverSession)(nil),            // 32: cairn.client.v1.RecoverSession
+	(*ServerFrame)(nil),               // 33: cairn.client.v1.ServerFrame
+	(*Heartbeat)(nil),                 // 34: cairn.client.v1.Heartbeat
+	(*Reply)(nil),                     // 35: cairn.client.v1.Reply
+	(*HelloResult)(nil),               // 36: cairn.client.v1.HelloResult
+	(*CreateConsumerResult)(nil),      // 37: cairn.client.v1.CreateConsumerResult
+	(*Watermark)(nil),                 // 38: cairn.client.v1.Watermark
+	(*RecoverResult)(nil),             // 39: cairn.client.v1.RecoverResult
+	(*AcknowledgeResult)(nil),         // 40: cairn.client.v1.AcknowledgeResult
+	(*Delivery)(nil),                  // 41: cairn.client.v1.Delivery
+	(*Deliveries)(nil),                // 42: cairn.client.v1.Deliveries
+	(*ConsumerClosed)(nil),            // 43: cairn.client.v1.ConsumerClosed
+	(*ClusterStatusRequest)(nil),      // 44: cairn.client.v1.ClusterStatusRequest
+	(*NodeStatus)(nil),                // 45: cairn.client.v1.NodeStatus
+	(*ReplicaStatus)(nil),             // 46: cairn.client.v1.ReplicaStatus
+	(*GroupStatus)(nil),               // 47: cairn.client.v1.GroupStatus
+	(*ClusterStatusResponse)(nil),     // 48: cairn.client.v1.ClusterStatusResponse
+	nil,                               // 49: cairn.client.v1.Message.PropertiesEntry
+	nil,                               // 50: cairn.client.v1.Delivery.PropertiesEntry
 }
 var file_transport_clientpb_client_proto_depIdxs = []int32{
 	0,  // 0: cairn.client.v1.CreateDestinationRequest.kind:type_name -> cairn.client.v1.DestinationKind
-	16, // 1: cairn.client.v1.ListDestinationsResponse.destinations:type_name -> cairn.client.v1.DestinationInfo
+	17, // 1: cairn.client.v1.ListDestinationsResponse.destinations:type_name -> cairn.client.v1.DestinationInfo
 	0,  // 2: cairn.client.v1.DestinationInfo.kind:type_name -> cairn.client.v1.DestinationKind
-	15, // 3: cairn.client.v1.DestinationInfo.members:type_name -> cairn.client.v1.MemberInfo
-	48, // 4: cairn.client.v1.Message.properties:type_name -> cairn.client.v1.Message.PropertiesEntry
-	17, // 5: cairn.client.v1.SendRequest.messages:type_name -> cairn.client.v1.Message
-	19, // 6: cairn.client.v1.SendResponse.results:type_name -> cairn.client.v1.SendResult
-	22, // 7: cairn.client.v1.ClientFrame.hello:type_name -> cairn.client.v1.Hello
-	23, // 8: cairn.client.v1.ClientFrame.open_session:type_name -> cairn.client.v1.OpenSession
-	24, // 9: cairn.client.v1.ClientFrame.close_session:type_name -> cairn.client.v1.CloseSession
-	25, // 10: cairn.client.v1.ClientFrame.create_consumer:type_name -> cairn.client.v1.CreateConsumer
-	26, // 11: cairn.client.v1.ClientFrame.close_consumer:type_name -> cairn.client.v1.CloseConsumer
-	28, // 12: cairn.client.v1.ClientFrame.credit:type_name -> cairn.client.v1.Credit
-	30, // 13: cairn.client.v1.ClientFrame.acknowledge:type_name -> cairn.client.v1.Acknowledge
-	31, // 14: cairn.client.v1.ClientFrame.recover:type_name -> cairn.client.v1.RecoverSession
-	27, // 15: cairn.client.v1.ClientFrame.return_deliveries:type_name -> cairn.client.v1.ReturnDeliveries
+	16, // 3: cairn.client.v1.DestinationInfo.members:type_name -> cairn.client.v1.MemberInfo
+	49, // 4: cairn.client.v1.Message.properties:type_name -> cairn.client.v1.Message.PropertiesEntry
+	18, // 5: cairn.client.v1.SendRequest.messages:type_name -> cairn.client.v1.Message
+	20, // 6: cairn.client.v1.SendResponse.results:type_name -> cairn.client.v1.SendResult
+	23, // 7: cairn.client.v1.ClientFrame.hello:type_name -> cairn.client.v1.Hello
+	24, // 8: cairn.client.v1.ClientFrame.open_session:type_name -> cairn.client.v1.OpenSession
+	25, // 9: cairn.client.v1.ClientFrame.close_session:type_name -> cairn.client.v1.CloseSession
+	26, // 10: cairn.client.v1.ClientFrame.create_consumer:type_name -> cairn.client.v1.CreateConsumer
+	27, // 11: cairn.client.v1.ClientFrame.close_consumer:type_name -> cairn.client.v1.CloseConsumer
+	29, // 12: cairn.client.v1.ClientFrame.credit:type_name -> cairn.client.v1.Credit
+	31, // 13: cairn.client.v1.ClientFrame.acknowledge:type_name -> cairn.client.v1.Acknowledge
+	32, // 14: cairn.client.v1.ClientFrame.recover:type_name -> cairn.client.v1.RecoverSession
+	28, // 15: cairn.client.v1.ClientFrame.return_deliveries:type_name -> cairn.client.v1.ReturnDeliveries
 	1,  // 16: cairn.client.v1.OpenSession.ack_mode:type_name -> cairn.client.v1.AckMode
-	29, // 17: cairn.client.v1.ReturnDeliveries.deliveries:type_name -> cairn.client.v1.DeliveryRef
-	29, // 18: cairn.client.v1.Acknowledge.deliveries:type_name -> cairn.client.v1.DeliveryRef
-	34, // 19: cairn.client.v1.ServerFrame.reply:type_name -> cairn.client.v1.Reply
-	41, // 20: cairn.client.v1.ServerFrame.deliveries:type_name -> cairn.client.v1.Deliveries
-	42, // 21: cairn.client.v1.ServerFrame.consumer_closed:type_name -> cairn.client.v1.ConsumerClosed
-	33, // 22: cairn.client.v1.ServerFrame.heartbeat:type_name -> cairn.client.v1.Heartbeat
+	30, // 17: cairn.client.v1.ReturnDeliveries.deliveries:type_name -> cairn.client.v1.DeliveryRef
+	30, // 18: cairn.client.v1.Acknowledge.deliveries:type_name -> cairn.client.v1.DeliveryRef
+	35, // 19: cairn.client.v1.ServerFrame.reply:type_name -> cairn.client.v1.Reply
+	42, // 20: cairn.client.v1.ServerFrame.deliveries:type_name -> cairn.client.v1.Deliveries
+	43, // 21: cairn.client.v1.ServerFrame.consumer_closed:type_name -> cairn.client.v1.ConsumerClosed
+	34, // 22: cairn.client.v1.ServerFrame.heartbeat:type_name -> cairn.client.v1.Heartbeat
 	6,  // 23: cairn.client.v1.Reply.error:type_name -> cairn.client.v1.Error
-	35, // 24: cairn.client.v1.Reply.hello:type_name -> cairn.client.v1.HelloResult
-	36, // 25: cairn.client.v1.Reply.create_consumer:type_name -> cairn.client.v1.CreateConsumerResult
-	38, // 26: cairn.client.v1.Reply.recover:type_name -> cairn.client.v1.RecoverResult
-	39, // 27: cairn.client.v1.Reply.acknowledge:type_name -> cairn.client.v1.AcknowledgeResult
-	37, // 28: cairn.client.v1.RecoverResult.watermarks:type_name -> cairn.client.v1.Watermark
-	29, // 29: cairn.client.v1.AcknowledgeResult.rejected:type_name -> cairn.client.v1.DeliveryRef
-	49, // 30: cairn.client.v1.Delivery.properties:type_name -> cairn.client.v1.Delivery.PropertiesEntry
-	40, // 31: cairn.client.v1.Deliveries.messages:type_name -> cairn.client.v1.Delivery
+	36, // 24: cairn.client.v1.Reply.hello:type_name -> cairn.client.v1.HelloResult
+	37, // 25: cairn.client.v1.Reply.create_consumer:type_name -> cairn.client.v1.CreateConsumerResult
+	39, // 26: cairn.client.v1.Reply.recover:type_name -> cairn.client.v1.RecoverResult
+	40, // 27: cairn.client.v1.Reply.acknowledge:type_name -> cairn.client.v1.AcknowledgeResult
+	38, // 28: cairn.client.v1.RecoverResult.watermarks:type_name -> cairn.client.v1.Watermark
+	30, // 29: cairn.client.v1.AcknowledgeResult.rejected:type_name -> cairn.client.v1.DeliveryRef
+	50, // 30: cairn.client.v1.Delivery.properties:type_name -> cairn.client.v1.Delivery.PropertiesEntry
+	41, // 31: cairn.client.v1.Deliveries.messages:type_name -> cairn.client.v1.Delivery
 	6,  // 32: cairn.client.v1.ConsumerClosed.error:type_name -> cairn.client.v1.Error
-	45, // 33: cairn.client.v1.GroupStatus.replicas:type_name -> cairn.client.v1.ReplicaStatus
-	44, // 34: cairn.client.v1.ClusterStatusResponse.nodes:type_name -> cairn.client.v1.NodeStatus
-	46, // 35: cairn.client.v1.ClusterStatusResponse.groups:type_name -> cairn.client.v1.GroupStatus
+	46, // 33: cairn.client.v1.GroupStatus.replicas:type_name -> cairn.client.v1.ReplicaStatus
+	45, // 34: cairn.client.v1.ClusterStatusResponse.nodes:type_name -> cairn.client.v1.NodeStatus
+	47, // 35: cairn.client.v1.ClusterStatusResponse.groups:type_name -> cairn.client.v1.GroupStatus
 	7,  // 36: cairn.client.v1.ClientService.CreateDestination:input_type -> cairn.client.v1.CreateDestinationRequest
-	8,  // 37: cairn.client.v1.ClientService.DeleteDestination:input_type -> cairn.client.v1.DeleteDestinationRequest
-	10, // 38: cairn.client.v1.ClientService.ListDestinations:input_type -> cairn.client.v1.ListDestinationsRequest
-	12, // 39: cairn.client.v1.ClientService.ShowDestination:input_type -> cairn.client.v1.ShowDestinationRequest
-	13, // 40: cairn.client.v1.ClientService.PurgeDestination:input_type -> cairn.client.v1.PurgeDestinationRequest
-	18, // 41: cairn.client.v1.ClientService.Send:input_type -> cairn.client.v1.SendRequest
-	21, // 42: cairn.client.v1.ClientService.Connect:input_type -> cairn.client.v1.ClientFrame
-	43, // 43: cairn.client.v1.ClientService.ClusterStatus:input_type -> cairn.client.v1.ClusterStatusRequest
-	2,  // 44: cairn.client.v1.ClientService.RemoveNode:input_type -> cairn.client.v1.RemoveNodeRequest
-	4,  // 45: cairn.client.v1.ClientService.LeaveNode:input_type -> cairn.client.v1.LeaveNodeRequest
-	16, // 46: cairn.client.v1.ClientService.CreateDestination:output_type -> cairn.client.v1.DestinationInfo
-	9,  // 47: cairn.client.v1.ClientService.DeleteDestination:output_type -> cairn.client.v1.DeleteDestinationResponse
-	11, // 48: cairn.client.v1.ClientService.ListDestinations:output_type -> cairn.client.v1.ListDestinationsResponse
-	16, // 49: cairn.client.v1.ClientService.ShowDestination:output_type -> cairn.client.v1.DestinationInfo
-	14, // 50: cairn.client.v1.ClientService.PurgeDestination:output_type -> cairn.client.v1.PurgeDestinationResponse
-	20, // 51: cairn.client.v1.ClientService.Send:output_type -> cairn.client.v1.SendResponse
-	32, // 52: cairn.client.v1.ClientService.Connect:output_type -> cairn.client.v1.ServerFrame
-	47, // 53: cairn.client.v1.ClientService.ClusterStatus:output_type -> cairn.client.v1.ClusterStatusResponse
-	3,  // 54: cairn.client.v1.ClientService.RemoveNode:output_type -> cairn.client.v1.RemoveNodeResponse
-	5,  // 55: cairn.client.v1.ClientService.LeaveNode:output_type -> cairn.client.v1.LeaveNodeResponse
-	46, // [46:56] is the sub-list for method output_type
-	36, // [36:46] is the sub-list for method input_type
+	9,  // 37: cairn.client.v1.ClientService.DeleteDestination:input_type -> cairn.client.v1.DeleteDestinationRequest
+	11, // 38: cairn.client.v1.ClientService.ListDestinations:input_type -> cairn.client.v1.ListDestinationsRequest
+	13, // 39: cairn.client.v1.ClientService.ShowDestination:input_type -> cairn.client.v1.ShowDestinationRequest
+	14, // 40: cairn.client.v1.ClientService.PurgeDestination:input_type -> cairn.client.v1.PurgeDestinationRequest
+	8,  // 41: cairn.client.v1.ClientService.UpdateDestination:input_type -> cairn.client.v1.UpdateDestinationRequest
+	19, // 42: cairn.client.v1.ClientService.Send:input_type -> cairn.client.v1.SendRequest
+	22, // 43: cairn.client.v1.ClientService.Connect:input_type -> cairn.client.v1.ClientFrame
+	44, // 44: cairn.client.v1.ClientService.ClusterStatus:input_type -> cairn.client.v1.ClusterStatusRequest
+	2,  // 45: cairn.client.v1.ClientService.RemoveNode:input_type -> cairn.client.v1.RemoveNodeRequest
+	4,  // 46: cairn.client.v1.ClientService.LeaveNode:input_type -> cairn.client.v1.LeaveNodeRequest
+	17, // 47: cairn.client.v1.ClientService.CreateDestination:output_type -> cairn.client.v1.DestinationInfo
+	10, // 48: cairn.client.v1.ClientService.DeleteDestination:output_type -> cairn.client.v1.DeleteDestinationResponse
+	12, // 49: cairn.client.v1.ClientService.ListDestinations:output_type -> cairn.client.v1.ListDestinationsResponse
+	17, // 50: cairn.client.v1.ClientService.ShowDestination:output_type -> cairn.client.v1.DestinationInfo
+	15, // 51: cairn.client.v1.ClientService.PurgeDestination:output_type -> cairn.client.v1.PurgeDestinationResponse
+	17, // 52: cairn.client.v1.ClientService.UpdateDestination:output_type -> cairn.client.v1.DestinationInfo
+	21, // 53: cairn.client.v1.ClientService.Send:output_type -> cairn.client.v1.SendResponse
+	33, // 54: cairn.client.v1.ClientService.Connect:output_type -> cairn.client.v1.ServerFrame
+	48, // 55: cairn.client.v1.ClientService.ClusterStatus:output_type -> cairn.client.v1.ClusterStatusResponse
+	3,  // 56: cairn.client.v1.ClientService.RemoveNode:output_type -> cairn.client.v1.RemoveNodeResponse
+	5,  // 57: cairn.client.v1.ClientService.LeaveNode:output_type -> cairn.client.v1.LeaveNodeResponse
+	47, // [47:58] is the sub-list for method output_type
+	36, // [36:47] is the sub-list for method input_type
 	36, // [36:36] is the sub-list for extension type_name
 	36, // [36:36] is the sub-list for extension extendee
 	0,  // [0:36] is the sub-list for field type_name
@@ -3554,7 +3625,7 @@ func file_transport_clientpb_client_proto_init() {
 	if File_transport_clientpb_client_proto != nil {
 		return
 	}
-	file_transport_clientpb_client_proto_msgTypes[19].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[20].OneofWrappers = []any{
 		(*ClientFrame_Hello)(nil),
 		(*ClientFrame_OpenSession)(nil),
 		(*ClientFrame_CloseSession)(nil),
@@ -3565,13 +3636,13 @@ func file_transport_clientpb_client_proto_init() {
 		(*ClientFrame_Recover)(nil),
 		(*ClientFrame_ReturnDeliveries)(nil),
 	}
-	file_transport_clientpb_client_proto_msgTypes[30].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[31].OneofWrappers = []any{
 		(*ServerFrame_Reply)(nil),
 		(*ServerFrame_Deliveries)(nil),
 		(*ServerFrame_ConsumerClosed)(nil),
 		(*ServerFrame_Heartbeat)(nil),
 	}
-	file_transport_clientpb_client_proto_msgTypes[32].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[33].OneofWrappers = []any{
 		(*Reply_Hello)(nil),
 		(*Reply_CreateConsumer)(nil),
 		(*Reply_Recover)(nil),
@@ -3583,7 +3654,7 @@ func file_transport_clientpb_client_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_clientpb_client_proto_rawDesc), len(file_transport_clientpb_client_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   48,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,7 @@ const (
 	ClientService_ListDestinations_FullMethodName  = "/cairn.client.v1.ClientService/ListDestinations"
 	ClientService_ShowDestination_FullMethodName   = "/cairn.client.v1.ClientService/ShowDestination"
 	ClientService_PurgeDestination_FullMethodName  = "/cairn.client.v1.ClientService/PurgeDestination"
+	ClientService_UpdateDestination_FullMethodName = "/cairn.client.v1.ClientService/UpdateDestination"
 	ClientService_Send_FullMethodName              = "/cairn.client.v1.ClientService/Send"
 	ClientService_Connect_FullMethodName           = "/cairn.client.v1.ClientService/Connect"
 	ClientService_ClusterStatus_FullMethodName     = "/cairn.client.v1.ClientService/ClusterStatus"
@@ -46,6 +47,9 @@ type ClientServiceClient interface {
 	ListDestinations(ctx context.Context, in *ListDestinationsRequest, opts ...grpc.CallOption) (*ListDestinationsResponse, error)
 	ShowDestination(ctx context.Context, in *ShowDestinationRequest, opts ...grpc.CallOption) (*DestinationInfo, error)
 	PurgeDestination(ctx context.Context, in *PurgeDestinationRequest, opts ...grpc.CallOption) (*PurgeDestinationResponse, error)
+	// UpdateDestination changes a destination's number of members: new ones
+	// take sends at once; removed ones first drain to the others.
+	UpdateDestination(ctx context.Context, in *UpdateDestinationRequest, opts ...grpc.CallOption) (*DestinationInfo, error)
 	// Send enqueues messages on one destination. It returns once they are
 	// committed on a quorum of the chosen member's replicas.
 	Send(ctx context.Context, in *SendRequest, opts ...grpc.CallOption) (*SendResponse, error)
@@ -119,6 +123,16 @@ func (c *clientServiceClient) PurgeDestination(ctx context.Context, in *PurgeDes
 	return out, nil
 }
 
+func (c *clientServiceClient) UpdateDestination(ctx context.Context, in *UpdateDestinationRequest, opts ...grpc.CallOption) (*DestinationInfo, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DestinationInfo)
+	err := c.cc.Invoke(ctx, ClientService_UpdateDestination_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *clientServiceClient) Send(ctx context.Context, in *SendRequest, opts ...grpc.CallOption) (*SendResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(SendResponse)
@@ -182,6 +196,9 @@ type ClientServiceServer interface {
 	ListDestinations(context.Context, *ListDestinationsRequest) (*ListDestinationsResponse, error)
 	ShowDestination(context.Context, *ShowDestinationRequest) (*DestinationInfo, error)
 	PurgeDestination(context.Context, *PurgeDestinationRequest) (*PurgeDestinationResponse, error)
+	// UpdateDestination changes a destination's number of members: new ones
+	// take sends at once; removed ones first drain to the others.
+	UpdateDestination(context.Context, *UpdateDestinationRequest) (*DestinationInfo, error)
 	// Send enqueues messages on one destination. It returns once they are
 	// committed on a quorum of the chosen member's replicas.
 	Send(context.Context, *SendRequest) (*SendResponse, error)
@@ -219,6 +236,9 @@ func (UnimplementedClientServiceServer) ShowDestination(context.Context, *ShowDe
 }
 func (UnimplementedClientServiceServer) PurgeDestination(context.Context, *PurgeDestinationRequest) (*PurgeDestinationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PurgeDestination not implemented")
+}
+func (UnimplementedClientServiceServer) UpdateDestination(context.Context, *UpdateDestinationRequest) (*DestinationInfo, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateDestination not implemented")
 }
 func (UnimplementedClientServiceServer) Send(context.Context, *SendRequest) (*SendResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Send not implemented")
@@ -346,6 +366,24 @@ func _ClientService_PurgeDestination_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ClientService_UpdateDestination_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateDestinationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClientServiceServer).UpdateDestination(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClientService_UpdateDestination_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClientServiceServer).UpdateDestination(ctx, req.(*UpdateDestinationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ClientService_Send_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(SendRequest)
 	if err := dec(in); err != nil {
@@ -451,6 +489,10 @@ var ClientService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PurgeDestination",
 			Handler:    _ClientService_PurgeDestination_Handler,
+		},
+		{
+			MethodName: "UpdateDestination",
+			Handler:    _ClientService_UpdateDestination_Handler,
 		},
 		{
 			MethodName: "Send",
