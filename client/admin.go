@@ -90,6 +90,11 @@ type QueueOptions struct {
 	// consumer on it before they move to a member that has consumers
 	// (0: the default, 5 s; negative: never).
 	ForwardDelay time.Duration
+	// DedupWindow and DedupMaxIDs bound each member's duplicate-detection
+	// window: how long and how many dedup ids it remembers (0: 2 minutes,
+	// 100 000 ids).
+	DedupWindow time.Duration
+	DedupMaxIDs int
 }
 
 // QueueInfo describes a queue and what it holds; its JSON form is the one
@@ -116,6 +121,8 @@ type QueueInfo struct {
 	RedeliveryBackoff        int    `json:"redelivery_backoff"`
 	RedeliveryMaxDelayMillis int64  `json:"redelivery_max_delay_ms"`
 	ForwardDelayMillis       int64  `json:"forward_delay_ms"`
+	DedupWindowMillis        int64  `json:"dedup_window_ms"`
+	DedupMaxIDs              int    `json:"dedup_max_ids"`
 }
 
 // MemberInfo describes one member of a queue.
@@ -142,7 +149,8 @@ func queueInfo(d *clientpb.DestinationInfo) QueueInfo {
 	q := QueueInfo{Name: d.Name, Pending: d.Pending, Delivered: d.Delivered, Replicas: int(d.Replicas), TTLMillis: d.TtlMs, MaxBytes: d.MaxBytes, Members: []MemberInfo{},
 		Delayed: d.Delayed, DeadLettered: d.DeadLettered, Consumers: int(d.Consumers),
 		MaxDeliveries: int(d.MaxDeliveries), DeadLetterQueue: d.DeadLetterQueue, RedeliveryDelayMillis: d.RedeliveryDelayMs,
-		RedeliveryBackoff: int(d.RedeliveryBackoff), RedeliveryMaxDelayMillis: d.RedeliveryMaxDelayMs, ForwardDelayMillis: d.ForwardDelayMs}
+		RedeliveryBackoff: int(d.RedeliveryBackoff), RedeliveryMaxDelayMillis: d.RedeliveryMaxDelayMs, ForwardDelayMillis: d.ForwardDelayMs,
+		DedupWindowMillis: d.DedupWindowMs, DedupMaxIDs: int(d.DedupMaxIds)}
 	for _, m := range d.Members {
 		q.Members = append(q.Members, MemberInfo{Name: m.Name, Host: m.Host, Pending: m.Pending, Delivered: m.Delivered, Consumers: int(m.Consumers), Bytes: m.Bytes, Replicas: m.Replicas,
 			Delayed: m.Delayed, Moving: m.Moving, DeadLettered: m.DeadLettered, Draining: m.Draining})
@@ -152,8 +160,8 @@ func queueInfo(d *clientpb.DestinationInfo) QueueInfo {
 
 // CreateQueue creates a queue.
 func (a *Admin) CreateQueue(ctx context.Context, name string, o QueueOptions) (QueueInfo, error) {
-	if o.Members < 0 || o.Replicas < 0 || o.TTL < 0 || o.MaxBytes < 0 || o.MaxDeliveries < 0 || o.RedeliveryDelay < 0 || o.RedeliveryBackoff < 0 || o.RedeliveryMaxDelay < 0 {
-		return QueueInfo{}, fmt.Errorf("%w: members, replicas, ttl, max size, max deliveries, redelivery delays and backoff must not be negative", ErrInvalidArgument)
+	if o.Members < 0 || o.Replicas < 0 || o.TTL < 0 || o.MaxBytes < 0 || o.MaxDeliveries < 0 || o.RedeliveryDelay < 0 || o.RedeliveryBackoff < 0 || o.RedeliveryMaxDelay < 0 || o.DedupWindow < 0 || o.DedupMaxIDs < 0 {
+		return QueueInfo{}, fmt.Errorf("%w: members, replicas, ttl, max size, max deliveries, redelivery delays, backoff and the dedup window must not be negative", ErrInvalidArgument)
 	}
 	forward := o.ForwardDelay.Milliseconds()
 	if o.ForwardDelay < 0 {
@@ -168,6 +176,7 @@ func (a *Admin) CreateQueue(ctx context.Context, name string, o QueueOptions) (Q
 			Replicas: uint32(o.Replicas), TtlMs: o.TTL.Milliseconds(), MaxBytes: o.MaxBytes,
 			MaxDeliveries: uint32(o.MaxDeliveries), DeadLetterQueue: o.DeadLetterQueue, RedeliveryDelayMs: o.RedeliveryDelay.Milliseconds(),
 			RedeliveryBackoff: uint32(o.RedeliveryBackoff), RedeliveryMaxDelayMs: o.RedeliveryMaxDelay.Milliseconds(), ForwardDelayMs: forward,
+			DedupWindowMs: o.DedupWindow.Milliseconds(), DedupMaxIds: uint32(o.DedupMaxIDs),
 		})
 		if err == nil {
 			info = queueInfo(d)

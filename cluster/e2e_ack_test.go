@@ -530,6 +530,47 @@ func TestDedup_SameDedupIDStoresOneMessage(t *testing.T) {
 	expectNothing(t, k, 200*time.Millisecond)
 }
 
+// A queue's dedup window is set at creation: an id is remembered for the
+// window (by the leader's clock) and no longer, and for at most the given
+// number of ids.
+func TestDedup_WindowAndSizeAreSetPerQueue(t *testing.T) {
+	clock := newTestClock()
+	n := startNode(t, testConfig(t, t.TempDir(), withClock(clock)))
+	ctx := testCtx(t)
+	a := admin(t, n)
+	q, err := a.CreateQueue(ctx, "dw", client.QueueOptions{DedupWindow: 10 * time.Second, DedupMaxIDs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.DedupWindowMillis != 10_000 || q.DedupMaxIDs != 2 {
+		t.Fatalf("queue dedup settings %d ms, %d ids; want 10000, 2", q.DedupWindowMillis, q.DedupMaxIDs)
+	}
+	p := mustProducer(t, mustSession(t, dial(t, n), client.AutoAck), "dw")
+	dup := func(id string) bool {
+		t.Helper()
+		r, err := p.Send(ctx, &client.Message{Body: []byte(id), DedupID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Duplicate
+	}
+	if dup("a") || !dup("a") {
+		t.Fatal("a second send of dedup id a within the window was stored")
+	}
+	clock.Advance(11 * time.Second)
+	if dup("a") {
+		t.Fatal("dedup id a still remembered after the 10 s window")
+	}
+	// Two ids at most: b and c push a out.
+	if dup("b") || dup("c") || dup("a") {
+		t.Fatal("a new id was taken for a duplicate")
+	}
+	if !dup("c") {
+		t.Fatal("the newest id was forgotten")
+	}
+	checkQueue(t, a, "dw", 5, 0)
+}
+
 func TestClientID_SecondConnectionWithSameIDIsRefused(t *testing.T) {
 	n := startNode(t, testConfig(t, t.TempDir()))
 	ctx := testCtx(t)

@@ -217,16 +217,19 @@ func (n *Node) updateDestination(ctx context.Context, req *clientpb.UpdateDestin
 	return d, nil
 }
 
-// Defaults and bounds of the poison-message and forwarding settings.
+// Defaults and bounds of the poison-message, forwarding and dedup settings.
 const (
 	DefaultForwardDelay       = 5 * time.Second
 	defaultRedeliveryMaxDelay = time.Hour
 	maxRedeliveryBackoff      = 100
 	maxDelayMillis            = 7 * 24 * 3600 * 1000
+	// maxDedupIDs bounds a member's dedup window: each id costs about 100
+	// bytes on every replica and in every snapshot.
+	maxDedupIDs = 10_000_000
 )
 
-// poisonSettings checks a creation's poison-message and forwarding settings
-// and returns what sets them on the destination.
+// poisonSettings checks a creation's poison-message, forwarding and dedup
+// settings and returns what sets them on the destination.
 func poisonSettings(req *clientpb.CreateDestinationRequest) (func(*fsmpb.Destination), error) {
 	switch {
 	case req.RedeliveryDelayMs < 0 || req.RedeliveryMaxDelayMs < 0:
@@ -235,6 +238,10 @@ func poisonSettings(req *clientpb.CreateDestinationRequest) (func(*fsmpb.Destina
 		return nil, fmt.Errorf("%w: redelivery and forward delays are at most 7 days", transport.ErrInvalidArgument)
 	case req.RedeliveryBackoff > maxRedeliveryBackoff:
 		return nil, fmt.Errorf("%w: --redelivery-backoff %d is over %d", transport.ErrInvalidArgument, req.RedeliveryBackoff, maxRedeliveryBackoff)
+	case req.DedupWindowMs < 0 || req.DedupWindowMs > maxDelayMillis:
+		return nil, fmt.Errorf("%w: --dedup-window must be between 0 and 7 days", transport.ErrInvalidArgument)
+	case req.DedupMaxIds > maxDedupIDs:
+		return nil, fmt.Errorf("%w: --dedup-max-ids %d is over %d", transport.ErrInvalidArgument, req.DedupMaxIds, maxDedupIDs)
 	}
 	dlq := req.DeadLetterQueue
 	if dlq == "" {
@@ -254,6 +261,7 @@ func poisonSettings(req *clientpb.CreateDestinationRequest) (func(*fsmpb.Destina
 		if d.RedeliveryMaxDelayNs == 0 {
 			d.RedeliveryMaxDelayNs = int64(defaultRedeliveryMaxDelay)
 		}
+		d.DedupWindowNs, d.DedupMaxIds = req.DedupWindowMs*int64(time.Millisecond), req.DedupMaxIds
 		switch {
 		case req.ForwardDelayMs == 0:
 			d.ForwardDelayNs = int64(DefaultForwardDelay)
@@ -588,6 +596,8 @@ func (n *Node) destinationInfo(ctx context.Context, d *fsmpb.Destination) *clien
 		RedeliveryBackoff: d.RedeliveryBackoff, RedeliveryMaxDelayMs: d.RedeliveryMaxDelayNs / int64(time.Millisecond),
 		ForwardDelayMs: d.ForwardDelayNs / int64(time.Millisecond),
 	}
+	st := memberSettings(d)
+	info.DedupWindowMs, info.DedupMaxIds = st.DedupWindowNs/int64(time.Millisecond), st.DedupMaxIds
 	for _, p := range d.Members {
 		mi := &clientpb.MemberInfo{Name: fsm.MemberName(d.Name, p.Index), Replicas: p.Replicas}
 		st := n.memberInfo(ctx, mi.Name)

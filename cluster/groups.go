@@ -243,6 +243,12 @@ func memberSettings(d *fsmpb.Destination) *fsmpb.MemberSettings {
 		n := int64(len(d.Members))
 		s.MaxBytes = (d.MaxBytes + n - 1) / n
 	}
+	if d.DedupWindowNs > 0 {
+		s.DedupWindowNs = d.DedupWindowNs
+	}
+	if d.DedupMaxIds > 0 {
+		s.DedupMaxIds = d.DedupMaxIds
+	}
 	s.MaxDeliveries = d.MaxDeliveries
 	s.RedeliveryDelayNs, s.RedeliveryBackoff, s.RedeliveryMaxDelayNs = d.RedeliveryDelayNs, d.RedeliveryBackoff, d.RedeliveryMaxDelayNs
 	return s

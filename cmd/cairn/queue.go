@@ -73,6 +73,8 @@ Stranded messages: a member whose pending messages have had no consumer for
 	cmd.Flags().DurationVar(&o.RedeliveryDelay, "redelivery-delay", 0, "wait before a message given back is delivered again, e.g. 1s (default: none)")
 	cmd.Flags().IntVar(&o.RedeliveryBackoff, "redelivery-backoff", 1, "multiplier of the redelivery delay for each later delivery")
 	cmd.Flags().DurationVar(&o.RedeliveryMaxDelay, "redelivery-max-delay", time.Hour, "longest redelivery delay")
+	cmd.Flags().DurationVar(&o.DedupWindow, "dedup-window", 2*time.Minute, "how long each member remembers dedup ids")
+	cmd.Flags().IntVar(&o.DedupMaxIDs, "dedup-max-ids", 100_000, "how many dedup ids each member remembers at most")
 	cmd.Flags().DurationVar(&o.ForwardDelay, "forward-delay", 5*time.Second, "how long pending messages wait on a member without consumers before they move to one with consumers (0: never)")
 	return cmd
 }

@@ -1310,8 +1310,12 @@ type Destination struct {
 	// forward_delay_ns is how long a member's pending messages wait without a
 	// consumer before they move to a member that has consumers; 0 never.
 	ForwardDelayNs int64 `protobuf:"varint,14,opt,name=forward_delay_ns,json=forwardDelayNs,proto3" json:"forward_delay_ns,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The members' duplicate-detection window (see MemberSettings); 0 takes
+	// the defaults (2 minutes, 100 000 ids).
+	DedupWindowNs int64  `protobuf:"varint,15,opt,name=dedup_window_ns,json=dedupWindowNs,proto3" json:"dedup_window_ns,omitempty"`
+	DedupMaxIds   uint32 `protobuf:"varint,16,opt,name=dedup_max_ids,json=dedupMaxIds,proto3" json:"dedup_max_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Destination) Reset() {
@@ -1438,6 +1442,20 @@ func (x *Destination) GetDeadLetterQueue() string {
 func (x *Destination) GetForwardDelayNs() int64 {
 	if x != nil {
 		return x.ForwardDelayNs
+	}
+	return 0
+}
+
+func (x *Destination) GetDedupWindowNs() int64 {
+	if x != nil {
+		return x.DedupWindowNs
+	}
+	return 0
+}
+
+func (x *Destination) GetDedupMaxIds() uint32 {
+	if x != nil {
+		return x.DedupMaxIds
 	}
 	return 0
 }
@@ -2368,7 +2386,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\breplicas\x18\x02 \x03(\tR\breplicas\x12\x18\n" +
 	"\ainitial\x18\x03 \x03(\tR\ainitial\x12\x1a\n" +
 	"\bdraining\x18\x04 \x01(\bR\bdraining\x12\x10\n" +
-	"\x03uid\x18\x05 \x01(\tR\x03uid\"\xa1\x04\n" +
+	"\x03uid\x18\x05 \x01(\tR\x03uid\"\xed\x04\n" +
 	"\vDestination\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1d.cairn.fsm.v1.DestinationKindR\x04kind\x12\x1a\n" +
@@ -2385,7 +2403,9 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x12redelivery_backoff\x18\v \x01(\rR\x11redeliveryBackoff\x125\n" +
 	"\x17redelivery_max_delay_ns\x18\f \x01(\x03R\x14redeliveryMaxDelayNs\x12*\n" +
 	"\x11dead_letter_queue\x18\r \x01(\tR\x0fdeadLetterQueue\x12(\n" +
-	"\x10forward_delay_ns\x18\x0e \x01(\x03R\x0eforwardDelayNs\"P\n" +
+	"\x10forward_delay_ns\x18\x0e \x01(\x03R\x0eforwardDelayNs\x12&\n" +
+	"\x0fdedup_window_ns\x18\x0f \x01(\x03R\rdedupWindowNs\x12\"\n" +
+	"\rdedup_max_ids\x18\x10 \x01(\rR\vdedupMaxIds\"P\n" +
 	"\x11CreateDestination\x12;\n" +
 	"\vdestination\x18\x01 \x01(\v2\x19.cairn.fsm.v1.DestinationR\vdestination\"'\n" +
 	"\x11DeleteDestination\x12\x12\n" +

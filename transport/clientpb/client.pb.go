@@ -371,8 +371,12 @@ type CreateDestinationRequest struct {
 	// to a member with consumers after this long. 0 is the default (5 s);
 	// negative never forwards.
 	ForwardDelayMs int64 `protobuf:"varint,12,opt,name=forward_delay_ms,json=forwardDelayMs,proto3" json:"forward_delay_ms,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The duplicate-detection window of each member: how long and how many
+	// dedup ids it remembers (0: 2 minutes, 100 000 ids).
+	DedupWindowMs int64  `protobuf:"varint,13,opt,name=dedup_window_ms,json=dedupWindowMs,proto3" json:"dedup_window_ms,omitempty"`
+	DedupMaxIds   uint32 `protobuf:"varint,14,opt,name=dedup_max_ids,json=dedupMaxIds,proto3" json:"dedup_max_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateDestinationRequest) Reset() {
@@ -485,6 +489,20 @@ func (x *CreateDestinationRequest) GetRedeliveryMaxDelayMs() int64 {
 func (x *CreateDestinationRequest) GetForwardDelayMs() int64 {
 	if x != nil {
 		return x.ForwardDelayMs
+	}
+	return 0
+}
+
+func (x *CreateDestinationRequest) GetDedupWindowMs() int64 {
+	if x != nil {
+		return x.DedupWindowMs
+	}
+	return 0
+}
+
+func (x *CreateDestinationRequest) GetDedupMaxIds() uint32 {
+	if x != nil {
+		return x.DedupMaxIds
 	}
 	return 0
 }
@@ -982,7 +1000,9 @@ type DestinationInfo struct {
 	RedeliveryBackoff    uint32                 `protobuf:"varint,15,opt,name=redelivery_backoff,json=redeliveryBackoff,proto3" json:"redelivery_backoff,omitempty"`
 	RedeliveryMaxDelayMs int64                  `protobuf:"varint,16,opt,name=redelivery_max_delay_ms,json=redeliveryMaxDelayMs,proto3" json:"redelivery_max_delay_ms,omitempty"`
 	// forward_delay_ms is 0 when the destination never forwards.
-	ForwardDelayMs int64 `protobuf:"varint,17,opt,name=forward_delay_ms,json=forwardDelayMs,proto3" json:"forward_delay_ms,omitempty"`
+	ForwardDelayMs int64  `protobuf:"varint,17,opt,name=forward_delay_ms,json=forwardDelayMs,proto3" json:"forward_delay_ms,omitempty"`
+	DedupWindowMs  int64  `protobuf:"varint,18,opt,name=dedup_window_ms,json=dedupWindowMs,proto3" json:"dedup_window_ms,omitempty"`
+	DedupMaxIds    uint32 `protobuf:"varint,19,opt,name=dedup_max_ids,json=dedupMaxIds,proto3" json:"dedup_max_ids,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -1132,6 +1152,20 @@ func (x *DestinationInfo) GetRedeliveryMaxDelayMs() int64 {
 func (x *DestinationInfo) GetForwardDelayMs() int64 {
 	if x != nil {
 		return x.ForwardDelayMs
+	}
+	return 0
+}
+
+func (x *DestinationInfo) GetDedupWindowMs() int64 {
+	if x != nil {
+		return x.DedupWindowMs
+	}
+	return 0
+}
+
+func (x *DestinationInfo) GetDedupMaxIds() uint32 {
+	if x != nil {
+		return x.DedupMaxIds
 	}
 	return 0
 }
@@ -3236,7 +3270,7 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\tR\x04node\"9\n" +
 	"\x05Error\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xe1\x03\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xad\x04\n" +
 	"\x18CreateDestinationRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x124\n" +
 	"\x04kind\x18\x02 \x01(\x0e2 .cairn.client.v1.DestinationKindR\x04kind\x12\x18\n" +
@@ -3250,7 +3284,9 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x12redelivery_backoff\x18\n" +
 	" \x01(\rR\x11redeliveryBackoff\x125\n" +
 	"\x17redelivery_max_delay_ms\x18\v \x01(\x03R\x14redeliveryMaxDelayMs\x12(\n" +
-	"\x10forward_delay_ms\x18\f \x01(\x03R\x0eforwardDelayMs\"H\n" +
+	"\x10forward_delay_ms\x18\f \x01(\x03R\x0eforwardDelayMs\x12&\n" +
+	"\x0fdedup_window_ms\x18\r \x01(\x03R\rdedupWindowMs\x12\"\n" +
+	"\rdedup_max_ids\x18\x0e \x01(\rR\vdedupMaxIds\"H\n" +
 	"\x18UpdateDestinationRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\amembers\x18\x02 \x01(\rR\amembers\".\n" +
@@ -3279,7 +3315,7 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x06moving\x18\t \x01(\x04R\x06moving\x12#\n" +
 	"\rdead_lettered\x18\n" +
 	" \x01(\x04R\fdeadLettered\x12\x1a\n" +
-	"\bdraining\x18\v \x01(\bR\bdraining\"\x8a\x05\n" +
+	"\bdraining\x18\v \x01(\bR\bdraining\"\xd6\x05\n" +
 	"\x0fDestinationInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x124\n" +
 	"\x04kind\x18\x02 \x01(\x0e2 .cairn.client.v1.DestinationKindR\x04kind\x12\x18\n" +
@@ -3298,7 +3334,9 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x13redelivery_delay_ms\x18\x0e \x01(\x03R\x11redeliveryDelayMs\x12-\n" +
 	"\x12redelivery_backoff\x18\x0f \x01(\rR\x11redeliveryBackoff\x125\n" +
 	"\x17redelivery_max_delay_ms\x18\x10 \x01(\x03R\x14redeliveryMaxDelayMs\x12(\n" +
-	"\x10forward_delay_ms\x18\x11 \x01(\x03R\x0eforwardDelayMs\"\xd5\x02\n" +
+	"\x10forward_delay_ms\x18\x11 \x01(\x03R\x0eforwardDelayMs\x12&\n" +
+	"\x0fdedup_window_ms\x18\x12 \x01(\x03R\rdedupWindowMs\x12\"\n" +
+	"\rdedup_max_ids\x18\x13 \x01(\rR\vdedupMaxIds\"\xd5\x02\n" +
 	"\aMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04body\x18\x02 \x01(\fR\x04body\x12H\n" +
