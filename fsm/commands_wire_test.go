@@ -25,7 +25,8 @@ func TestRejection_RoundTripKeepsSentinelAndText(t *testing.T) {
 }
 
 func TestDecodeMemberCommand_RefusesLeaderOnlyAndForeignCommands(t *testing.T) {
-	for _, body := range []proto.Message{&fsmpb.Deliver{}, &fsmpb.Expire{}, &fsmpb.Configure{}, &fsmpb.CreateDestination{}} {
+	for _, body := range []proto.Message{&fsmpb.Deliver{}, &fsmpb.Expire{}, &fsmpb.Configure{}, &fsmpb.CreateDestination{},
+		&fsmpb.Move{Target: "q#1", MessageIds: []string{"a"}}, &fsmpb.Moved{MessageIds: []string{"a"}}, &fsmpb.Wake{Now: 1}} {
 		if _, err := fsm.DecodeMemberCommand(fsm.MustCommand(body)); !errors.Is(err, fsm.ErrMalformed) {
 			t.Errorf("%T: %v, want ErrMalformed", body, err)
 		}
@@ -33,6 +34,18 @@ func TestDecodeMemberCommand_RefusesLeaderOnlyAndForeignCommands(t *testing.T) {
 	got, err := fsm.DecodeMemberCommand(fsm.MustCommand(&fsmpb.Ack{Session: "s", DeliveryIds: []uint64{3}}))
 	if err != nil || got.(*fsmpb.Ack).Session != "s" {
 		t.Fatalf("ack decoded as %v, %v", got, err)
+	}
+	// Forwarded commands keep the fields the redelivery delay needs.
+	for _, body := range []proto.Message{
+		&fsmpb.Recover{Session: "s", Now: 7},
+		&fsmpb.Release{Session: "s", Now: 7},
+		&fsmpb.Return{Session: "s", DeliveryIds: []uint64{1}, Now: 7},
+		&fsmpb.Enqueue{Now: 7, Messages: []*fsmpb.Message{{Id: "m", DeliveryCount: 2, Redelivered: true}}},
+	} {
+		got, err := fsm.DecodeMemberCommand(fsm.MustCommand(body))
+		if err != nil || !proto.Equal(got, body) {
+			t.Errorf("%T decoded as %v, %v", body, got, err)
+		}
 	}
 	if _, err := fsm.DecodeMetaCommand(&fsmpb.Command{Type: fsmpb.CommandType_COMMAND_TYPE_CREATE_DESTINATION, Payload: []byte{0xff}}); !errors.Is(err, fsm.ErrMalformed) {
 		t.Errorf("a bad payload: %v, want ErrMalformed", err)

@@ -95,11 +95,39 @@ func seedEntries(t tb) [][]byte {
 		entry(t, &fsmpb.Deliver{Session: "s2", Now: 30, MessageIds: []string{"a"}},
 			&fsmpb.Enqueue{Now: 200, Messages: []*fsmpb.Message{msg("f", dedup("da"))}},
 			&fsmpb.Deliver{Session: "s1", Now: 200, MessageIds: []string{"f", "c", "e"}}),
+		// 17..: max deliveries, redelivery delays, moves (seedRedelivery).
+		entry(t, &fsmpb.Configure{Settings: &fsmpb.MemberSettings{DedupWindowNs: 100, DedupMaxIds: 3,
+			MaxDeliveries: 2, RedeliveryDelayNs: 10, RedeliveryBackoff: 2, RedeliveryMaxDelayNs: 40}}),
+		entry(t, &fsmpb.Enqueue{Now: 40, Messages: []*fsmpb.Message{
+			{Id: "g", Body: []byte("moved here"), DeliveryCount: 1, Redelivered: true},
+			msg("h", expires(500)),
+		}}),
+		entry(t, &fsmpb.Deliver{Session: "s1", Now: 45, MessageIds: []string{"a", "b", "c", "g", "h"}}),
+		entry(t, &fsmpb.Recover{Session: "s1", Now: 50}),
+		entry(t, &fsmpb.Return{Session: "s1", DeliveryIds: []uint64{1, 2, 3, 4, 5, 6, 7, 8}, Now: 55}),
+		entry(t, &fsmpb.Release{Session: "s1", Now: 60}),
+		entry(t, &fsmpb.Wake{Now: 100}),
+		entry(t, &fsmpb.Move{Target: "q.DLQ#0", MessageIds: []string{"a", "b", "c", "d", "e", "f", "g", "h"}}),
+		entry(t, &fsmpb.Moved{MessageIds: []string{"a", "b", "c", "d", "e", "f", "g", "h"}}),
+		entry(t, &fsmpb.Move{Target: "q", MessageIds: []string{"a", "h"}}),
+		entry(t, &fsmpb.Deliver{Session: "s1", Now: 110, MessageIds: []string{"h"}},
+			&fsmpb.Return{Session: "s1", DeliveryIds: []uint64{6, 7, 8, 9, 10, 11, 12}, Now: 120},
+			&fsmpb.Wake{Now: 1 << 62},
+			&fsmpb.Move{Target: "q#1", MessageIds: []string{"h"}},
+			&fsmpb.Expire{Now: 500, MessageIds: []string{"h"}},
+			&fsmpb.Purge{}),
 		entry(t, &fsmpb.CreateDestination{Destination: &fsmpb.Destination{Name: "q"}}),
 		rawEntry(t, 2, fsm.MustCommand(&fsmpb.Purge{})),
 		rawEntry(t, 1, &fsmpb.Command{Type: 99}),
 		[]byte("garbage"),
 	}
+}
+
+// seedRedelivery is a sequence of seedEntries that takes messages through
+// every state: delayed, pending again, dead, moving and dead-lettered.
+func seedRedelivery(seeds [][]byte) []byte {
+	return frame(seeds[0], seeds[17], seeds[3], seeds[18], seeds[19], seeds[20], seeds[23], seeds[19], seeds[21],
+		seeds[26], seeds[24], seeds[4], seeds[24], seeds[25], seeds[1], seeds[6], seeds[22], seeds[13], seeds[27])
 }
 
 // FuzzMemberApply: a sequence of arbitrary entries applied to a Member never
@@ -113,6 +141,8 @@ func FuzzMemberApply(f *testing.F) {
 	f.Add(frame(seeds[2], seeds[3], seeds[4], seeds[16], seeds[1], seeds[6], seeds[11], seeds[12]))
 	f.Add(frame(seeds[0], seeds[1], seeds[3], seeds[5], seeds[6], seeds[8], seeds[9], seeds[13], seeds[14]))
 	f.Add(frame(seeds[len(seeds)-4:]...))
+	f.Add(seedRedelivery(seeds))
+	f.Add(frame(seeds[17], seeds[3], seeds[0], seeds[19], seeds[22], seeds[23], seeds[26], seeds[0], seeds[19], seeds[20], seeds[24], seeds[27]))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m := fsm.NewMember()
@@ -139,7 +169,7 @@ func FuzzMemberApply(f *testing.F) {
 				t.Fatalf("entry %d: Applied = %d, want %d", i, m.Applied(), idx)
 			}
 			for j, r := range rs {
-				if r.Err != nil && (r.Enqueued != nil || r.Delivered != nil || r.Acked != 0 || r.Returned != 0 || r.Removed != 0) {
+				if r.Err != nil && (r.Enqueued != nil || r.Delivered != nil || r.Acked != 0 || r.Returned != 0 || r.Removed != 0 || r.Moved != 0) {
 					t.Fatalf("entry %d command %d: rejected with effects: %+v", i, j, r)
 				}
 			}
@@ -174,6 +204,7 @@ func FuzzMemberApply(f *testing.F) {
 func FuzzRestoreMember(f *testing.F) {
 	f.Add(snapshotBytes(f, fsm.NewMember()))
 	f.Add(snapshotBytes(f, richMember(f).m))
+	f.Add(snapshotBytes(f, everyState(f).m))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := fsm.RestoreMember(bytes.NewReader(data))
@@ -188,6 +219,45 @@ func FuzzRestoreMember(f *testing.F) {
 		_ = allPending(m)
 		_ = m.Sessions()
 		_ = m.ExpiredBy(1<<62, 10)
+		_ = m.AsideMessages(10)
+		_ = m.NextWake()
 		_ = snapshotBytes(t, m)
 	})
+}
+
+// TestSeedRedelivery_ReachesEveryState keeps the fuzz seeds honest: the
+// seedRedelivery sequence takes messages through every state.
+func TestSeedRedelivery_ReachesEveryState(t *testing.T) {
+	m := fsm.NewMember()
+	seen := map[string]bool{}
+	for i, e := range unframe(seedRedelivery(seedEntries(t))) {
+		rs, err := m.Apply(uint64(i+1), e)
+		if err != nil {
+			t.Fatalf("entry %d: %v", i, err)
+		}
+		for _, r := range rs {
+			if errors.Is(r.Err, fsm.ErrMalformed) {
+				seen["move rejected"] = true
+			}
+			for _, d := range r.Delivered {
+				if d.DeliveryCount > 1 && d.Redelivered {
+					seen["redelivered"] = true
+				}
+			}
+		}
+		st := m.Stats()
+		seen["delayed"] = seen["delayed"] || st.Delayed > 0
+		seen["dead-lettered"] = seen["dead-lettered"] || st.DeadLettered > 0
+		for _, a := range m.AsideMessages(100) {
+			seen["dead"] = seen["dead"] || (a.Dead && a.Target == "")
+			seen["moving"] = seen["moving"] || (!a.Dead && a.Target != "")
+			seen["dead and moving"] = seen["dead and moving"] || (a.Dead && a.Target != "")
+		}
+		checkCounts(t, m)
+	}
+	for _, s := range []string{"delayed", "redelivered", "dead", "moving", "dead and moving", "dead-lettered", "move rejected"} {
+		if !seen[s] {
+			t.Errorf("the seed sequence never reaches %q", s)
+		}
+	}
 }

@@ -297,6 +297,25 @@ func checkCounts(t tb, m *fsm.Member) {
 	if st.Sessions != len(sessions) {
 		t.Errorf("Stats().Sessions = %d, Sessions lists %d", st.Sessions, len(sessions))
 	}
+	// Aside (dead or moving) with AsideMessages, which lists them by sequence.
+	aside := m.AsideMessages(math.MaxInt)
+	if st.Moving != len(aside) {
+		t.Errorf("Stats().Moving = %d, AsideMessages lists %d", st.Moving, len(aside))
+	}
+	for i, a := range aside {
+		if i > 0 && aside[i-1].Seq >= a.Seq {
+			t.Errorf("AsideMessages not by sequence: %d before %d", aside[i-1].Seq, a.Seq)
+		}
+		ms, ok := m.Lookup(a.Message.GetId())
+		if !ok || ms.Pending || ms.Session != "" || ms.AvailableAt != 0 || !(a.Dead || a.Target != "") ||
+			ms.Dead != a.Dead || ms.MovingTo != a.Target || ms.Redelivered != a.Redelivered || ms.DeliveryCount != a.DeliveryCount {
+			t.Errorf("AsideMessages lists %+v, Lookup says %+v (found %v)", a, ms, ok)
+		}
+	}
+	// Delayed: NextWake is set exactly when something is delayed.
+	if next := m.NextWake(); (st.Delayed == 0) != (next == 0) {
+		t.Errorf("Stats().Delayed = %d, NextWake = %d", st.Delayed, next)
+	}
 }
 
 // mustErr fails unless err wraps want.

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/google/btree"
@@ -300,11 +301,20 @@ func (m *Member) requeue(msg *message, now int64) {
 		msg.dead = true
 		m.aside.ReplaceOrInsert(msg)
 	case st.RedeliveryDelayNs > 0:
-		msg.availableAt = max(now+redeliveryDelay(st, msg.count), 1)
+		msg.availableAt = max(addSaturating(now, redeliveryDelay(st, msg.count)), 1)
 		m.delayed.ReplaceOrInsert(msg)
 	default:
 		m.pushPending(msg)
 	}
+}
+
+// addSaturating is now+d for d >= 0, stopping at the largest time instead
+// of wrapping to the past.
+func addSaturating(now, d int64) int64 {
+	if now > 0 && d > math.MaxInt64-now {
+		return math.MaxInt64
+	}
+	return now + d
 }
 
 // redeliveryDelay is the wait before a message delivered count times is

@@ -3,6 +3,7 @@ package fsm_test
 import (
 	"bytes"
 	"errors"
+	"math"
 	"slices"
 	"testing"
 
@@ -828,6 +829,9 @@ func TestConfigure_RejectsInvalidSettingsAndChangesNothing(t *testing.T) {
 		{"missing", nil},
 		{"negative max bytes", &fsmpb.MemberSettings{MaxBytes: -1, DedupWindowNs: 1, DedupMaxIds: 1}},
 		{"negative window", &fsmpb.MemberSettings{DedupWindowNs: -1, DedupMaxIds: 1}},
+		{"negative redelivery delay", &fsmpb.MemberSettings{DedupWindowNs: 1, DedupMaxIds: 1, RedeliveryDelayNs: -1}},
+		{"negative max redelivery delay", &fsmpb.MemberSettings{DedupWindowNs: 1, DedupMaxIds: 1, RedeliveryDelayNs: 10, RedeliveryMaxDelayNs: -1}},
+		{"negative redelivery delay with max deliveries", &fsmpb.MemberSettings{MaxDeliveries: 3, RedeliveryDelayNs: math.MinInt64}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -1008,6 +1012,9 @@ func TestNewCommand_TypesMatchBodies(t *testing.T) {
 		{&fsmpb.OpenSession{}, fsmpb.CommandType_COMMAND_TYPE_OPEN_SESSION},
 		{&fsmpb.Return{}, fsmpb.CommandType_COMMAND_TYPE_RETURN},
 		{&fsmpb.Configure{}, fsmpb.CommandType_COMMAND_TYPE_CONFIGURE},
+		{&fsmpb.Move{}, fsmpb.CommandType_COMMAND_TYPE_MOVE},
+		{&fsmpb.Moved{}, fsmpb.CommandType_COMMAND_TYPE_MOVED},
+		{&fsmpb.Wake{}, fsmpb.CommandType_COMMAND_TYPE_WAKE},
 		{&fsmpb.CreateDestination{}, fsmpb.CommandType_COMMAND_TYPE_CREATE_DESTINATION},
 		{&fsmpb.DeleteDestination{}, fsmpb.CommandType_COMMAND_TYPE_DELETE_DESTINATION},
 		{&fsmpb.RegisterNode{}, fsmpb.CommandType_COMMAND_TYPE_REGISTER_NODE},

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"slices"
 	"testing"
@@ -22,7 +23,9 @@ import (
 // The property test runs random command sequences against a Member and a
 // reference model written from the commands' documentation, and after every
 // step checks that the two agree and that promises 2 and 3 hold, judged
-// from what the Member itself reported. Promise 4 (transactions) is not
+// from what the Member itself reported, and that no message is lost: every
+// message ever stored is exactly one of pending, delivered, delayed, dead,
+// moving, acked, expired, purged or moved. Promise 4 (transactions) is not
 // implemented in the FSM yet.
 //
 // Reproduce a failure with the seed rapid prints, e.g.
@@ -37,8 +40,16 @@ type modelMsg struct {
 	size        int64
 	redelivered bool
 	count       uint32
-	session     string // "" while pending
+	session     string // "" while not delivered
 	deliveryID  uint64
+	availableAt int64  // set while delayed
+	dead        bool   // delivered max_deliveries times
+	movingTo    string // set while moving
+}
+
+// waiting: pending, in no other state.
+func (m *modelMsg) waiting() bool {
+	return m.session == "" && m.availableAt == 0 && !m.dead && m.movingTo == ""
 }
 
 func (m *modelMsg) expiredAt(now int64) bool {
@@ -65,6 +76,12 @@ type model struct {
 	maxIDs       int   // 0: no id is remembered
 	dedup        []modelDedup
 	bytes        int64
+	// Redelivery settings, and the dead messages moved, ever.
+	maxDeliveries uint32
+	delay         int64
+	backoff       uint32
+	maxDelay      int64 // 0: no cap
+	deadLettered  uint64
 }
 
 func newModel() *model {
@@ -146,7 +163,9 @@ func (md *model) enqueue(c *fsmpb.Enqueue) fsm.Result {
 		if out[i].Duplicate {
 			continue
 		}
-		md.msgs[m.Id] = &modelMsg{msg: proto.Clone(m).(*fsmpb.Message), seq: md.nextSeq, size: sizeOf(m)}
+		// A moved message keeps the count and mark it carries.
+		md.msgs[m.Id] = &modelMsg{msg: proto.Clone(m).(*fsmpb.Message), seq: md.nextSeq, size: sizeOf(m),
+			count: m.DeliveryCount, redelivered: m.Redelivered}
 		md.nextSeq++
 		md.bytes += sizeOf(m)
 		if m.DedupId != "" && md.maxIDs > 0 {
@@ -165,7 +184,7 @@ func (md *model) deliver(c *fsmpb.Deliver) fsm.Result {
 	var r fsm.Result
 	for _, id := range c.MessageIds {
 		m := md.msgs[id]
-		if m == nil || m.session != "" || m.expiredAt(c.Now) {
+		if m == nil || !m.waiting() || m.expiredAt(c.Now) {
 			continue
 		}
 		m.count++
@@ -186,10 +205,42 @@ func (md *model) remove(id string) {
 	delete(md.msgs, id)
 }
 
-func (md *model) requeue(id string) {
+// requeue takes a delivery back at now: dead once delivered max_deliveries
+// times (when there is a maximum), else delayed when there is a delay, else
+// pending; marked redelivered in every case.
+func (md *model) requeue(id string, now int64) {
 	m := md.msgs[id]
 	delete(md.sessions[m.session].deliveries, m.deliveryID)
 	m.session, m.deliveryID, m.redelivered = "", 0, true
+	switch {
+	case md.maxDeliveries > 0 && m.count >= md.maxDeliveries:
+		m.dead = true
+	case md.delay > 0:
+		m.availableAt = now + md.delayFor(m.count)
+	}
+}
+
+// delayFor is the redelivery delay of a message delivered count times: the
+// delay times the backoff for every delivery after the first, at most the
+// cap (0: none).
+func (md *model) delayFor(count uint32) int64 {
+	d := md.delay
+	for i := uint32(1); i < count; i++ {
+		if md.maxDelay > 0 && d >= md.maxDelay {
+			break
+		}
+		if md.backoff > 1 {
+			if d > math.MaxInt64/int64(md.backoff)/4 {
+				// The test's delays, backoffs and counts are kept small.
+				panic(fmt.Sprintf("model: delay %d x %d overflows", d, md.backoff))
+			}
+			d *= int64(md.backoff)
+		}
+	}
+	if md.maxDelay > 0 {
+		d = min(d, md.maxDelay)
+	}
+	return d
 }
 
 func sortedKeys[V any](m map[uint64]V) []uint64 { return slices.Sorted(maps.Keys(m)) }
@@ -220,10 +271,10 @@ func (md *model) ack(c *fsmpb.Ack) fsm.Result {
 	return r
 }
 
-func (md *model) requeueAll(s *modelSession) int {
+func (md *model) requeueAll(s *modelSession, now int64) int {
 	ds := sortedKeys(s.deliveries)
 	for _, d := range ds {
-		md.requeue(s.deliveries[d])
+		md.requeue(s.deliveries[d], now)
 	}
 	return len(ds)
 }
@@ -233,7 +284,7 @@ func (md *model) recover(c *fsmpb.Recover) fsm.Result {
 	if s == nil {
 		return fsm.Result{Err: fsm.ErrUnknownSession}
 	}
-	return fsm.Result{Returned: md.requeueAll(s), Watermark: md.nextDelivery}
+	return fsm.Result{Returned: md.requeueAll(s, c.Now), Watermark: md.nextDelivery}
 }
 
 func (md *model) release(c *fsmpb.Release) fsm.Result {
@@ -241,7 +292,7 @@ func (md *model) release(c *fsmpb.Release) fsm.Result {
 	if s == nil {
 		return fsm.Result{}
 	}
-	n := md.requeueAll(s)
+	n := md.requeueAll(s, c.Now)
 	delete(md.sessions, c.Session)
 	return fsm.Result{Returned: n}
 }
@@ -258,7 +309,7 @@ func (md *model) giveBack(c *fsmpb.Return) fsm.Result {
 			r.Rejected = append(r.Rejected, d)
 			continue
 		}
-		md.requeue(id)
+		md.requeue(id, c.Now)
 		r.Returned++
 	}
 	return r
@@ -275,10 +326,11 @@ func (md *model) expire(c *fsmpb.Expire) fsm.Result {
 	return r
 }
 
+// purge removes what waits for delivery: pending and delayed messages.
 func (md *model) purge() fsm.Result {
 	var r fsm.Result
 	for id, m := range md.msgs {
-		if m.session == "" {
+		if m.session == "" && !m.dead && m.movingTo == "" {
 			md.remove(id)
 			r.Removed++
 		}
@@ -302,12 +354,57 @@ func (md *model) openSession(c *fsmpb.OpenSession) fsm.Result {
 
 func (md *model) configure(c *fsmpb.Configure) fsm.Result {
 	s := c.Settings
-	if s == nil || s.MaxBytes < 0 || s.DedupWindowNs < 0 {
+	if s == nil || s.MaxBytes < 0 || s.DedupWindowNs < 0 || s.RedeliveryDelayNs < 0 || s.RedeliveryMaxDelayNs < 0 {
 		return fsm.Result{Err: fsm.ErrInvalidSettings}
 	}
 	md.maxBytes, md.window, md.maxIDs = s.MaxBytes, s.DedupWindowNs, int(s.DedupMaxIds)
+	md.maxDeliveries, md.delay, md.backoff, md.maxDelay = s.MaxDeliveries, s.RedeliveryDelayNs, s.RedeliveryBackoff, s.RedeliveryMaxDelayNs
 	md.trimDedup(md.maxIDs)
 	return fsm.Result{}
+}
+
+// move takes waiting and dead messages out of delivery, to a member NAME#I.
+func (md *model) move(c *fsmpb.Move) fsm.Result {
+	if _, member, err := fsm.ParseAddress(c.Target); err != nil || member < 0 {
+		return fsm.Result{Err: fsm.ErrMalformed}
+	}
+	var r fsm.Result
+	for _, id := range c.MessageIds {
+		m := md.msgs[id]
+		if m == nil || m.session != "" || m.availableAt != 0 || m.movingTo != "" {
+			continue
+		}
+		m.movingTo = c.Target
+		r.Moved++
+	}
+	return r
+}
+
+// moved removes moving messages, counting the dead ones as dead-lettered.
+func (md *model) moved(c *fsmpb.Moved) fsm.Result {
+	var r fsm.Result
+	for _, id := range c.MessageIds {
+		if m := md.msgs[id]; m != nil && m.movingTo != "" {
+			if m.dead {
+				md.deadLettered++
+			}
+			md.remove(id)
+			r.Removed++
+		}
+	}
+	return r
+}
+
+// wake makes the delayed messages due at now pending.
+func (md *model) wake(c *fsmpb.Wake) fsm.Result {
+	var r fsm.Result
+	for _, m := range md.msgs {
+		if m.availableAt != 0 && m.availableAt <= c.Now {
+			m.availableAt = 0
+			r.Returned++
+		}
+	}
+	return r
 }
 
 func (md *model) apply(body proto.Message) fsm.Result {
@@ -332,6 +429,12 @@ func (md *model) apply(body proto.Message) fsm.Result {
 		return md.openSession(c)
 	case *fsmpb.Configure:
 		return md.configure(c)
+	case *fsmpb.Move:
+		return md.move(c)
+	case *fsmpb.Moved:
+		return md.moved(c)
+	case *fsmpb.Wake:
+		return md.wake(c)
 	}
 	panic(fmt.Sprintf("no model for %T", body))
 }
@@ -340,7 +443,7 @@ func (md *model) apply(body proto.Message) fsm.Result {
 func (md *model) pendingOrder(now int64) []string {
 	var ms []*modelMsg
 	for _, m := range md.msgs {
-		if m.session == "" && !m.expiredAt(now) {
+		if m.waiting() && !m.expiredAt(now) {
 			ms = append(ms, m)
 		}
 	}
@@ -377,6 +480,29 @@ func (md *model) expiredBy(now int64) []string {
 	return ids
 }
 
+// aside lists the dead and the moving messages, by sequence.
+func (md *model) aside() []*modelMsg {
+	var ms []*modelMsg
+	for _, m := range md.msgs {
+		if m.dead || m.movingTo != "" {
+			ms = append(ms, m)
+		}
+	}
+	slices.SortFunc(ms, func(a, b *modelMsg) int { return cmp.Compare(a.seq, b.seq) })
+	return ms
+}
+
+// nextWake is the earliest end of a redelivery delay, 0 if none.
+func (md *model) nextWake() int64 {
+	var next int64
+	for _, m := range md.msgs {
+		if m.availableAt != 0 && (next == 0 || m.availableAt < next) {
+			next = m.availableAt
+		}
+	}
+	return next
+}
+
 // ---- the machine under test ----
 
 var (
@@ -399,6 +525,12 @@ type propMachine struct {
 	acked     map[string]bool   // acknowledged, and not stored again since
 	lastCount map[string]uint32 // delivery count last reported per message
 	stored    map[string]bool   // stored, from the Enqueue results and removals seen
+	// Where the messages no longer stored went: acked, expired, purged or
+	// moved, by id (the last time the id was stored); and how many went
+	// each way and how many were ever stored, to account for every one.
+	fate     map[string]string
+	fates    map[string]int
+	enqueued int
 }
 
 type replay struct {
@@ -415,6 +547,8 @@ func newPropMachine(t *rapid.T) *propMachine {
 		acked:     map[string]bool{},
 		lastCount: map[string]uint32{},
 		stored:    map[string]bool{},
+		fate:      map[string]string{},
+		fates:     map[string]int{},
 	}
 }
 
@@ -450,13 +584,14 @@ func errClass(err error) error {
 func sameMessage(a, b *fsmpb.Message) bool {
 	return a.GetId() == b.GetId() && a.GetPriority() == b.GetPriority() && a.GetExpiration() == b.GetExpiration() &&
 		a.GetDedupId() == b.GetDedupId() && a.GetEnqueuedAt() == b.GetEnqueuedAt() &&
+		a.GetDeliveryCount() == b.GetDeliveryCount() && a.GetRedelivered() == b.GetRedelivered() &&
 		bytes.Equal(a.GetBody(), b.GetBody()) && maps.Equal(a.GetProperties(), b.GetProperties())
 }
 
 func sameResult(want, got fsm.Result) bool {
 	if errClass(got.Err) != want.Err || !slices.Equal(want.Enqueued, got.Enqueued) || want.Acked != got.Acked ||
 		!slices.Equal(want.Rejected, got.Rejected) || want.Returned != got.Returned || want.Watermark != got.Watermark ||
-		want.Removed != got.Removed || len(want.Delivered) != len(got.Delivered) {
+		want.Removed != got.Removed || want.Moved != got.Moved || len(want.Delivered) != len(got.Delivered) {
 		return false
 	}
 	for i, d := range want.Delivered {
@@ -469,10 +604,34 @@ func sameResult(want, got fsm.Result) bool {
 	return true
 }
 
+// liveState names the one state a stored message is in, or fails.
+func liveState(t *rapid.T, id string, ms fsm.MessageState) string {
+	state, n := "", 0
+	if ms.Pending {
+		state, n = "pending", n+1
+	}
+	if ms.Session != "" || ms.DeliveryID != 0 {
+		state, n = "delivered", n+1
+	}
+	if ms.AvailableAt != 0 {
+		state, n = "delayed", n+1
+	}
+	if ms.MovingTo != "" {
+		state, n = "moving", n+1 // dead or not
+	} else if ms.Dead {
+		state, n = "dead", n+1
+	}
+	if n != 1 || (ms.Dead && (ms.Session != "" || ms.AvailableAt != 0)) {
+		t.Fatalf("%s is in %d states: %+v", id, n, ms)
+	}
+	return state
+}
+
 // step applies one command to the Member and the model and checks them.
 func (p *propMachine) step(t *rapid.T, body proto.Message) fsm.Result {
 	t.Helper()
 	before := p.lookupAll()
+	st0 := p.f.m.Stats()
 	hadSession := map[string]bool{}
 	for _, s := range propSessions {
 		hadSession[s] = p.f.m.HasSession(s)
@@ -500,10 +659,14 @@ func (p *propMachine) step(t *rapid.T, body proto.Message) fsm.Result {
 		noop = noop || want.Returned == 0
 	case *fsmpb.Release:
 		noop = noop || !hadSession[c.Session]
-	case *fsmpb.Expire, *fsmpb.Purge:
+	case *fsmpb.Expire, *fsmpb.Purge, *fsmpb.Moved:
 		noop = noop || want.Removed == 0
 	case *fsmpb.OpenSession:
 		noop = noop || hadSession[c.Session]
+	case *fsmpb.Move:
+		noop = noop || want.Moved == 0
+	case *fsmpb.Wake:
+		noop = noop || want.Returned == 0
 	}
 	var stateBefore []byte
 	if noop {
@@ -523,29 +686,36 @@ func (p *propMachine) step(t *rapid.T, body proto.Message) fsm.Result {
 	after := p.lookupAll()
 
 	// Messages appear only through Enqueue, as reported.
-	appeared := map[string]bool{}
-	for _, e := range got.Enqueued {
+	appeared := map[string]*fsmpb.Message{}
+	for i, e := range got.Enqueued {
 		if !e.Duplicate {
-			appeared[e.ID] = true
+			appeared[e.ID] = body.(*fsmpb.Enqueue).Messages[i]
 		}
 	}
 	for id := range after {
-		if _, was := before[id]; !was && !appeared[id] {
+		if _, was := before[id]; !was && appeared[id] == nil {
 			t.Fatalf("%T: message %s appeared", body, id)
 		}
 	}
-	for id := range appeared {
-		if _, is := after[id]; !is {
+	for id, carried := range appeared {
+		ms, is := after[id]
+		if !is {
 			t.Fatalf("%T: message %s reported enqueued but is not stored", body, id)
 		}
 		if _, was := before[id]; was {
 			t.Fatalf("%T: message %s stored twice", body, id)
 		}
 		// An acknowledged message stored again is a resend that no remembered
-		// dedup id guarded (checked below): a new incarnation.
+		// dedup id guarded (checked below): a new incarnation. A message
+		// moved here carries its delivery count and mark, and is pending.
+		if !ms.Pending || ms.DeliveryCount != carried.DeliveryCount || ms.Redelivered != carried.Redelivered {
+			t.Fatalf("%s enqueued as %+v, stored as %+v", id, carried, ms)
+		}
 		delete(p.acked, id)
-		delete(p.lastCount, id)
+		delete(p.fate, id)
+		p.lastCount[id] = carried.DeliveryCount
 		p.stored[id] = true
+		p.enqueued++
 	}
 	// Promise 5: with a dedup id, no message is enqueued twice.
 	if c, ok := body.(*fsmpb.Enqueue); ok && got.Err == nil {
@@ -569,6 +739,7 @@ func (p *propMachine) step(t *rapid.T, body proto.Message) fsm.Result {
 		}
 	}
 	slices.Sort(gone)
+	fate := ""
 	switch c := body.(type) {
 	case *fsmpb.Ack:
 		if len(gone) != got.Acked {
@@ -580,6 +751,7 @@ func (p *propMachine) step(t *rapid.T, body proto.Message) fsm.Result {
 			}
 			p.acked[id] = true
 		}
+		fate = "acked"
 	case *fsmpb.Expire:
 		if len(gone) != got.Removed {
 			t.Fatalf("expire reported %d removed, %d went", got.Removed, len(gone))
@@ -589,15 +761,34 @@ func (p *propMachine) step(t *rapid.T, body proto.Message) fsm.Result {
 				t.Fatalf("expire at %d removed %s expiring at %d", c.Now, id, e)
 			}
 		}
+		fate = "expired"
 	case *fsmpb.Purge:
 		if len(gone) != got.Removed {
 			t.Fatalf("purge reported %d removed, %d went", got.Removed, len(gone))
 		}
 		for _, id := range gone {
-			if !before[id].Pending {
-				t.Fatalf("purge removed %s, delivered to %s", id, before[id].Session)
+			if b := before[id]; !b.Pending && b.AvailableAt == 0 {
+				t.Fatalf("purge removed %s, which was neither pending nor delayed: %+v", id, b)
 			}
 		}
+		fate = "purged"
+	case *fsmpb.Moved:
+		if len(gone) != got.Removed {
+			t.Fatalf("moved reported %d removed, %d went", got.Removed, len(gone))
+		}
+		var dead uint64
+		for _, id := range gone {
+			if before[id].MovingTo == "" {
+				t.Fatalf("moved removed %s, which was not moving: %+v", id, before[id])
+			}
+			if before[id].Dead {
+				dead++
+			}
+		}
+		if dl := p.f.m.Stats().DeadLettered; dl != st0.DeadLettered+dead {
+			t.Fatalf("moved removed %d dead messages, DeadLettered went from %d to %d", dead, st0.DeadLettered, dl)
+		}
+		fate = "moved"
 	default:
 		if len(gone) != 0 {
 			t.Fatalf("%T lost messages %v", body, gone)
@@ -605,6 +796,59 @@ func (p *propMachine) step(t *rapid.T, body proto.Message) fsm.Result {
 	}
 	for _, id := range gone {
 		delete(p.stored, id)
+		p.fate[id] = fate
+		p.fates[fate]++
+	}
+	if _, ok := body.(*fsmpb.Moved); !ok && p.f.m.Stats().DeadLettered != st0.DeadLettered {
+		t.Fatalf("%T changed DeadLettered from %d to %d", body, st0.DeadLettered, p.f.m.Stats().DeadLettered)
+	}
+
+	// What changed state, and how, for the commands that move messages
+	// between the states.
+	switch c := body.(type) {
+	case *fsmpb.Recover, *fsmpb.Release, *fsmpb.Return:
+		// A delivery taken back is marked, and dead exactly when it was
+		// delivered max_deliveries times.
+		maxd := p.f.m.Settings().GetMaxDeliveries()
+		for id, b := range before {
+			a, ok := after[id]
+			if b.Session == "" || !ok || a.Session != "" {
+				continue
+			}
+			if !a.Redelivered || a.DeliveryCount != b.DeliveryCount || a.Dead != (maxd > 0 && b.DeliveryCount >= maxd) {
+				t.Fatalf("%T took back %s: %+v, was %+v (max deliveries %d)", body, id, a, b, maxd)
+			}
+		}
+	case *fsmpb.Move:
+		moved := 0
+		for id, b := range before {
+			a := after[id]
+			if a.MovingTo == b.MovingTo {
+				continue
+			}
+			moved++
+			if b.MovingTo != "" || a.MovingTo != c.Target || (!b.Pending && !b.Dead) || a.Dead != b.Dead {
+				t.Fatalf("move to %s: %s was %+v, is %+v", c.Target, id, b, a)
+			}
+		}
+		if moved != got.Moved {
+			t.Fatalf("move reported %d, %d messages started moving", got.Moved, moved)
+		}
+	case *fsmpb.Wake:
+		woken := 0
+		for id, b := range before {
+			a := after[id]
+			due := b.AvailableAt != 0 && b.AvailableAt <= c.Now
+			if due != (a.AvailableAt == 0 && b.AvailableAt != 0) || (due && !a.Pending) {
+				t.Fatalf("wake at %d: %s was %+v, is %+v", c.Now, id, b, a)
+			}
+			if due {
+				woken++
+			}
+		}
+		if woken != got.Returned {
+			t.Fatalf("wake reported %d, %d messages woke", got.Returned, woken)
+		}
 	}
 
 	// Promise 3: a delivery takes a pending message, to one session, and every
@@ -625,7 +869,8 @@ func (p *propMachine) step(t *rapid.T, body proto.Message) fsm.Result {
 		p.lastCount[id] = d.DeliveryCount
 	}
 
-	p.check(t)
+	// p.check runs next: it is the "" action of t.Repeat, which runs after
+	// every action.
 	return got
 }
 
@@ -644,53 +889,100 @@ func (p *propMachine) check(t *rapid.T) {
 			t.Fatalf("promise 2: acknowledged message %s is stored", id)
 		}
 	}
-	// Nothing is lost: what is stored is what was enqueued and not removed.
+	// Nothing is lost: what is stored is what was enqueued and not removed,
+	// each in exactly one state; what is not went one way, once.
 	view := p.lookupAll()
 	if len(view) != len(p.stored) {
 		t.Fatalf("%d messages stored, %d enqueued and not removed", len(view), len(p.stored))
 	}
-	st := m.Stats()
-	if st.Pending+st.Delivered != len(view) {
-		t.Fatalf("Stats %+v, %d messages stored", st, len(view))
-	}
-	// Each delivery id belongs to one message.
-	dids := map[uint64]string{}
+	states := map[string]int{}
 	for id, ms := range view {
-		if ms.Pending {
-			continue
+		states[liveState(t, id, ms)]++
+		if !p.stored[id] || p.fate[id] != "" {
+			t.Fatalf("%s is stored, but went: %q", id, p.fate[id])
 		}
-		if other, dup := dids[ms.DeliveryID]; dup {
-			t.Fatalf("promise 3: delivery id %d held by %s and %s", ms.DeliveryID, id, other)
+	}
+	for id, fate := range p.fate {
+		if _, ok := view[id]; ok || fate == "" {
+			t.Fatalf("%s went (%q) and is stored", id, fate)
 		}
-		dids[ms.DeliveryID] = id
-		if !m.HasSession(ms.Session) {
-			t.Fatalf("%s delivered to %s, which is not open", id, ms.Session)
+	}
+	if gone := p.fates["acked"] + p.fates["expired"] + p.fates["purged"] + p.fates["moved"]; p.enqueued != len(view)+gone {
+		t.Fatalf("%d messages stored ever; %d are stored, %v went", p.enqueued, len(view), p.fates)
+	}
+	st := m.Stats()
+	if st.Pending != states["pending"] || st.Delivered != states["delivered"] || st.Delayed != states["delayed"] ||
+		st.Moving != states["dead"]+states["moving"] {
+		t.Fatalf("Stats %+v, messages by state %v", st, states)
+	}
+	// Promise 3: a delivered message is with exactly one session, under
+	// one delivery id.
+	dids := map[uint64]string{}
+	for _, s := range m.Sessions() {
+		for _, d := range m.DeliveriesAfter(s.ID, 0) {
+			id := d.Message.GetId()
+			if other, dup := dids[d.DeliveryID]; dup {
+				t.Fatalf("promise 3: delivery id %d held by %s and %s", d.DeliveryID, id, other)
+			}
+			dids[d.DeliveryID] = id
+			if ms := view[id]; ms.Session != s.ID || ms.DeliveryID != d.DeliveryID || ms.DeliveryCount != d.DeliveryCount {
+				t.Fatalf("promise 3: session %s holds delivery %d of %s, which is %+v", s.ID, d.DeliveryID, id, ms)
+			}
+		}
+	}
+	for id, ms := range view {
+		if ms.Session != "" && dids[ms.DeliveryID] != id {
+			t.Fatalf("promise 3: %s delivered to %s, which does not hold it", id, ms.Session)
 		}
 	}
 
 	// The Member agrees with the model.
-	pending, delivered := 0, 0
+	pending, delivered, delayed := 0, 0, 0
 	for id, mm := range md.msgs {
 		ms, ok := view[id]
 		if !ok {
 			t.Fatalf("model holds %s, member does not", id)
 		}
-		if ms.Pending != (mm.session == "") || ms.Session != mm.session || ms.DeliveryID != mm.deliveryID ||
+		if ms.Pending != mm.waiting() || ms.Session != mm.session || ms.DeliveryID != mm.deliveryID ||
+			ms.AvailableAt != mm.availableAt || ms.Dead != mm.dead || ms.MovingTo != mm.movingTo ||
 			ms.Redelivered != mm.redelivered || ms.DeliveryCount != mm.count || !sameMessage(ms.Message, mm.msg) {
 			t.Fatalf("%s: member %+v, model %+v", id, ms, *mm)
 		}
-		if mm.session == "" {
+		switch {
+		case mm.waiting():
 			pending++
-		} else {
+		case mm.session != "":
 			delivered++
+		case mm.availableAt != 0:
+			delayed++
 		}
 	}
 	if len(view) != len(md.msgs) {
 		t.Fatalf("member holds %d messages, model %d", len(view), len(md.msgs))
 	}
-	want := fsm.Stats{Pending: pending, Delivered: delivered, Bytes: md.bytes, Sessions: len(md.sessions), DedupIDs: len(md.dedup)}
+	aside := md.aside()
+	want := fsm.Stats{Pending: pending, Delivered: delivered, Delayed: delayed, Moving: len(aside), DeadLettered: md.deadLettered,
+		Bytes: md.bytes, Sessions: len(md.sessions), DedupIDs: len(md.dedup)}
 	if st != want {
 		t.Fatalf("Stats = %+v, model %+v", st, want)
+	}
+	if got, want := m.NextWake(), md.nextWake(); got != want {
+		t.Fatalf("NextWake = %d, model %d", got, want)
+	}
+	limit := len(aside)
+	if limit > 0 {
+		limit = 1 + (p.nextID % limit) // not always all of them
+	}
+	got := m.AsideMessages(limit)
+	if len(got) != limit {
+		t.Fatalf("AsideMessages(%d) lists %d", limit, len(got))
+	}
+	for i, a := range got {
+		mm := aside[i]
+		if a.Message.GetId() != mm.msg.Id || a.Seq != mm.seq || a.Dead != mm.dead || a.Target != mm.movingTo ||
+			a.Redelivered != mm.redelivered || a.DeliveryCount != mm.count {
+			t.Fatalf("AsideMessages[%d] = %+v, model %+v", i, a, *mm)
+		}
 	}
 	for _, now := range []int64{p.now, p.now + 100} {
 		if got, want := pendingIDs(m, now), md.pendingOrder(now); !slices.Equal(got, want) {
@@ -716,8 +1008,10 @@ func (p *propMachine) check(t *rapid.T) {
 		t.Fatalf("Sessions = %+v, model %+v", got, sessions)
 	}
 	s := m.Settings()
-	if s.GetMaxBytes() != md.maxBytes || s.GetDedupWindowNs() != md.window || int(s.GetDedupMaxIds()) != md.maxIDs {
-		t.Fatalf("Settings = %v, model %d %d %d", s, md.maxBytes, md.window, md.maxIDs)
+	if s.GetMaxBytes() != md.maxBytes || s.GetDedupWindowNs() != md.window || int(s.GetDedupMaxIds()) != md.maxIDs ||
+		s.GetMaxDeliveries() != md.maxDeliveries || s.GetRedeliveryDelayNs() != md.delay ||
+		s.GetRedeliveryBackoff() != md.backoff || s.GetRedeliveryMaxDelayNs() != md.maxDelay {
+		t.Fatalf("Settings = %v, model %+v", s, *md)
 	}
 }
 
@@ -786,7 +1080,34 @@ func (p *propMachine) newMessage(t *rapid.T) *fsmpb.Message {
 		// One property at most: the snapshot encodes a map in map order.
 		m.Properties = map[string]string{"k": rapid.StringMatching(`[a-z]{0,4}`).Draw(t, "value")}
 	}
+	if rapid.IntRange(0, 7).Draw(t, "moved here") == 0 {
+		// Moved from another member, after deliveries there.
+		m.DeliveryCount = uint32(rapid.IntRange(0, 3).Draw(t, "carried count"))
+		m.Redelivered = m.DeliveryCount > 0
+	}
 	return m
+}
+
+// redelivery draws small redelivery settings into s.
+func redelivery(t *rapid.T, s *fsmpb.MemberSettings) {
+	s.MaxDeliveries = rapid.SampledFrom([]uint32{0, 0, 1, 2, 3}).Draw(t, "max deliveries")
+	s.RedeliveryDelayNs = rapid.SampledFrom([]int64{0, 0, 10, 50, 200}).Draw(t, "delay")
+	s.RedeliveryBackoff = rapid.SampledFrom([]uint32{0, 1, 2, 3}).Draw(t, "backoff")
+	s.RedeliveryMaxDelayNs = rapid.SampledFrom([]int64{0, 0, 100, 300}).Draw(t, "max delay")
+}
+
+// idsIn lists the known ids the model holds in a state (in a
+// deterministic order, as rapid needs), each n times.
+func (p *propMachine) idsIn(n int, in func(*modelMsg) bool) []string {
+	var ids []string
+	for _, id := range p.known {
+		if m := p.md.msgs[id]; m != nil && in(m) {
+			for range n {
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids
 }
 
 func (p *propMachine) enqueue(t *rapid.T) {
@@ -888,16 +1209,44 @@ func (p *propMachine) actions() map[string]func(*rapid.T) {
 		"ack2":     ack,
 		"ack3":     ack,
 		"recover": func(t *rapid.T) {
-			p.step(t, &fsmpb.Recover{Session: p.session(t)})
+			p.step(t, &fsmpb.Recover{Session: p.session(t), Now: p.now})
 		},
 		"release": func(t *rapid.T) {
 			if rapid.IntRange(0, 2).Draw(t, "really") == 0 {
-				p.step(t, &fsmpb.Release{Session: p.session(t)})
+				p.step(t, &fsmpb.Release{Session: p.session(t), Now: p.now})
 			}
 		},
 		"return": func(t *rapid.T) {
 			s := p.session(t)
-			p.step(t, &fsmpb.Return{Session: s, DeliveryIds: p.deliveryIDs(t, s)})
+			p.step(t, &fsmpb.Return{Session: s, DeliveryIds: p.deliveryIDs(t, s), Now: p.now})
+		},
+		"move": func(t *rapid.T) {
+			target := rapid.SampledFrom([]string{"q#0", "q#1", "q.DLQ#0"}).Draw(t, "target")
+			if rapid.IntRange(0, 9).Draw(t, "bad target") == 0 {
+				target = rapid.SampledFrom([]string{"", "q", "q#", "q#x", "q#01", "#1"}).Draw(t, "bad")
+			}
+			pool := p.idsIn(3, func(m *modelMsg) bool { return m.dead && m.movingTo == "" })
+			pool = append(pool, p.anyIDs(t, "ids")...)
+			ids := rapid.SliceOfN(rapid.SampledFrom(append(pool, "never-sent")), 0, 4).Draw(t, "move ids")
+			if rapid.Bool().Draw(t, "take the head") {
+				// Stranded: the first pending ones are forwarded.
+				head := p.md.pendingOrder(p.now)
+				ids = append(head[:min(len(head), 2)], ids...)
+			}
+			p.step(t, &fsmpb.Move{Target: target, MessageIds: ids})
+		},
+		"moved": func(t *rapid.T) {
+			pool := p.idsIn(4, func(m *modelMsg) bool { return m.movingTo != "" })
+			pool = append(pool, p.anyIDs(t, "ids")...)
+			ids := rapid.SliceOfN(rapid.SampledFrom(append(pool, "never-sent")), 0, 4).Draw(t, "moved ids")
+			p.step(t, &fsmpb.Moved{MessageIds: ids})
+		},
+		"wake": func(t *rapid.T) {
+			if next := p.md.nextWake(); next > p.now && rapid.Bool().Draw(t, "wait for the next wake") {
+				p.now = next // the leader wakes the messages when their delay ends
+			}
+			ahead := rapid.SampledFrom([]int64{0, 0, 0, -10, 60}).Draw(t, "clock ahead")
+			p.step(t, &fsmpb.Wake{Now: p.now + ahead})
 		},
 		"time":  advance,
 		"time2": advance,
@@ -917,13 +1266,18 @@ func (p *propMachine) actions() map[string]func(*rapid.T) {
 				DedupWindowNs: rapid.SampledFrom([]int64{0, 50, 200, 1000, fsm.DefaultDedupWindowNs}).Draw(t, "window"),
 				DedupMaxIds:   rapid.SampledFrom([]uint32{0, 1, 3, 8, fsm.DefaultDedupMaxIDs}).Draw(t, "max ids"),
 			}
-			switch rapid.IntRange(0, 9).Draw(t, "invalid") {
+			redelivery(t, s)
+			switch rapid.IntRange(0, 14).Draw(t, "invalid") {
 			case 0:
 				s = nil
 			case 1:
 				s.MaxBytes = -1
 			case 2:
 				s.DedupWindowNs = -int64(rapid.IntRange(1, 100).Draw(t, "negative window"))
+			case 3:
+				s.RedeliveryDelayNs = -int64(rapid.IntRange(1, 100).Draw(t, "negative delay"))
+			case 4:
+				s.RedeliveryMaxDelayNs = -int64(rapid.IntRange(1, 100).Draw(t, "negative max delay"))
 			}
 			p.step(t, &fsmpb.Configure{Settings: s})
 		},
@@ -960,6 +1314,7 @@ func (p *propMachine) actions() map[string]func(*rapid.T) {
 				rawEntry(t, 0, fsm.MustCommand(&fsmpb.Purge{})),
 				entry(t, &fsmpb.Purge{}, &fsmpb.DeleteDestination{Name: "x"}),
 				rawEntry(t, 1, fsm.MustCommand(&fsmpb.Purge{}), &fsmpb.Command{Type: fsmpb.CommandType_COMMAND_TYPE_ACK, Payload: []byte{0xff}}),
+				rawEntry(t, 1, fsm.MustCommand(&fsmpb.Wake{Now: 1 << 62}), &fsmpb.Command{Type: fsmpb.CommandType_COMMAND_TYPE_MOVE, Payload: []byte{0x0a, 0x05}}),
 			}).Draw(t, "corrupt entry")
 			before := fullState(t, p.f.m)
 			if rs, err := p.f.m.Apply(p.f.idx+1, data); !errors.Is(err, fsm.ErrCorrupt) || rs != nil {
@@ -999,6 +1354,11 @@ func TestProperty_MemberAgainstModel(t *testing.T) {
 		p := newPropMachine(t)
 		p.step(t, &fsmpb.OpenSession{Session: "s1", Owner: propOwners["s1"]})
 		p.step(t, &fsmpb.OpenSession{Session: "s2", Owner: propOwners["s2"]})
+		if rapid.Bool().Draw(t, "redelivery settings") {
+			s := fsm.DefaultSettings()
+			redelivery(t, s)
+			p.step(t, &fsmpb.Configure{Settings: s})
+		}
 		t.Repeat(p.actions())
 	})
 }
