@@ -143,6 +143,9 @@ func TestCluster_StoppedNodeBehindCompactedLogs_CatchesUpBySnapshot(t *testing.T
 		for w := range 8 {
 			front := tc.others(stopped)[w%2]
 			p := mustProducer(t, mustSession(t, tc.dial(front), client.AutoAck), mine)
+			// Under load a leader change may leave a send's outcome unknown;
+			// this test is about catching up, so sends resolve it by dedup id.
+			p.SetIdempotent(true)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
