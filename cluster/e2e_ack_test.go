@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -532,18 +533,23 @@ func TestDedup_SameDedupIDStoresOneMessage(t *testing.T) {
 
 // A queue's dedup window is set at creation: an id is remembered for the
 // window (by the leader's clock) and no longer, and for at most the given
-// number of ids.
+// number of ids. Windows too small for resends and moves are refused.
 func TestDedup_WindowAndSizeAreSetPerQueue(t *testing.T) {
 	clock := newTestClock()
 	n := startNode(t, testConfig(t, t.TempDir(), withClock(clock)))
 	ctx := testCtx(t)
 	a := admin(t, n)
-	q, err := a.CreateQueue(ctx, "dw", client.QueueOptions{DedupWindow: 10 * time.Second, DedupMaxIDs: 2})
+	for _, o := range []client.QueueOptions{{DedupWindow: time.Second}, {DedupMaxIDs: 10}} {
+		if _, err := a.CreateQueue(ctx, "tiny", o); !errors.Is(err, client.ErrInvalidArgument) {
+			t.Errorf("create with %+v: %v; want invalid argument", o, err)
+		}
+	}
+	q, err := a.CreateQueue(ctx, "dw", client.QueueOptions{DedupWindow: time.Minute, DedupMaxIDs: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if q.DedupWindowMillis != 10_000 || q.DedupMaxIDs != 2 {
-		t.Fatalf("queue dedup settings %d ms, %d ids; want 10000, 2", q.DedupWindowMillis, q.DedupMaxIDs)
+	if q.DedupWindowMillis != 60_000 || q.DedupMaxIDs != 1000 {
+		t.Fatalf("queue dedup settings %d ms, %d ids; want 60000, 1000", q.DedupWindowMillis, q.DedupMaxIDs)
 	}
 	p := mustProducer(t, mustSession(t, dial(t, n), client.AutoAck), "dw")
 	dup := func(id string) bool {
@@ -557,18 +563,25 @@ func TestDedup_WindowAndSizeAreSetPerQueue(t *testing.T) {
 	if dup("a") || !dup("a") {
 		t.Fatal("a second send of dedup id a within the window was stored")
 	}
-	clock.Advance(11 * time.Second)
+	clock.Advance(61 * time.Second)
 	if dup("a") {
-		t.Fatal("dedup id a still remembered after the 10 s window")
+		t.Fatal("dedup id a still remembered after the 1 minute window")
 	}
-	// Two ids at most: b and c push a out.
-	if dup("b") || dup("c") || dup("a") {
-		t.Fatal("a new id was taken for a duplicate")
+	// A thousand newer ids push a out.
+	batch := make([]*client.Message, 1000)
+	for i := range batch {
+		batch[i] = &client.Message{Body: []byte("b"), DedupID: "b" + strconv.Itoa(i)}
 	}
-	if !dup("c") {
-		t.Fatal("the newest id was forgotten")
+	if _, err := p.SendBatch(ctx, batch); err != nil {
+		t.Fatal(err)
 	}
-	checkQueue(t, a, "dw", 5, 0)
+	if dup("a") {
+		t.Fatal("dedup id a still remembered beyond the 1000 newest")
+	}
+	if !dup("b999") {
+		t.Fatal("a recent id was forgotten")
+	}
+	checkQueue(t, a, "dw", 1003, 0)
 }
 
 func TestClientID_SecondConnectionWithSameIDIsRefused(t *testing.T) {

@@ -61,6 +61,8 @@ func wireError(err error) error {
 		target = transport.ErrUnknownDestination
 	case errors.Is(err, fsm.ErrMemberFull):
 		target = transport.ErrDestinationFull
+	case errors.Is(err, fsm.ErrSealed):
+		target = transport.ErrUnavailable
 	case errors.Is(err, fsm.ErrInvalidMessage), errors.Is(err, fsm.ErrInvalidSettings), errors.Is(err, fsm.ErrDuplicateMessageID):
 		target = transport.ErrInvalidArgument
 	case errors.Is(err, fsm.ErrMalformed):
@@ -148,6 +150,18 @@ func (n *Node) createDestination(ctx context.Context, req *clientpb.CreateDestin
 	return d, nil
 }
 
+// forwardDelay is how long d's stranded messages wait before they move; 0
+// never. A destination records 0 for the default, negative for never.
+func forwardDelay(d *fsmpb.Destination) time.Duration {
+	switch {
+	case d.ForwardDelayNs < 0:
+		return 0
+	case d.ForwardDelayNs == 0:
+		return DefaultForwardDelay
+	}
+	return time.Duration(d.ForwardDelayNs)
+}
+
 // placeMember places member index on replicas nodes, the preferred host
 // first: nodes[first] and the ones after it, round the list.
 func placeMember(index uint32, nodes []string, first, replicas int) *fsmpb.MemberPlacement {
@@ -224,8 +238,11 @@ const (
 	maxRedeliveryBackoff      = 100
 	maxDelayMillis            = 7 * 24 * 3600 * 1000
 	// maxDedupIDs bounds a member's dedup window: each id costs about 100
-	// bytes on every replica and in every snapshot.
-	maxDedupIDs = 10_000_000
+	// bytes on every replica and in every snapshot. The minimums keep the
+	// window well over routeWindow and a move's retries.
+	maxDedupIDs    = 10_000_000
+	minDedupIDs    = 1000
+	minDedupWindow = 30 * time.Second
 )
 
 // poisonSettings checks a creation's poison-message, forwarding and dedup
@@ -238,23 +255,23 @@ func poisonSettings(req *clientpb.CreateDestinationRequest) (func(*fsmpb.Destina
 		return nil, fmt.Errorf("%w: redelivery and forward delays are at most 7 days", transport.ErrInvalidArgument)
 	case req.RedeliveryBackoff > maxRedeliveryBackoff:
 		return nil, fmt.Errorf("%w: --redelivery-backoff %d is over %d", transport.ErrInvalidArgument, req.RedeliveryBackoff, maxRedeliveryBackoff)
-	case req.DedupWindowMs < 0 || req.DedupWindowMs > maxDelayMillis:
-		return nil, fmt.Errorf("%w: --dedup-window must be between 0 and 7 days", transport.ErrInvalidArgument)
-	case req.DedupMaxIds > maxDedupIDs:
-		return nil, fmt.Errorf("%w: --dedup-max-ids %d is over %d", transport.ErrInvalidArgument, req.DedupMaxIds, maxDedupIDs)
+	case req.DedupWindowMs != 0 && (req.DedupWindowMs < minDedupWindow.Milliseconds() || req.DedupWindowMs > maxDelayMillis):
+		return nil, fmt.Errorf("%w: --dedup-window must be between %v and 7 days: idempotent resends and moves between members rely on it", transport.ErrInvalidArgument, minDedupWindow)
+	case req.DedupMaxIds != 0 && (req.DedupMaxIds < minDedupIDs || req.DedupMaxIds > maxDedupIDs):
+		return nil, fmt.Errorf("%w: --dedup-max-ids must be between %d and %d", transport.ErrInvalidArgument, minDedupIDs, maxDedupIDs)
 	}
-	dlq := req.DeadLetterQueue
-	if dlq == "" {
-		dlq = req.Name + ".DLQ"
-	}
-	if err := fsm.ValidateName(dlq); err != nil {
-		return nil, fmt.Errorf("%w: --dlq: %v", transport.ErrInvalidName, err)
-	}
-	if dlq == req.Name {
-		return nil, fmt.Errorf("%w: --dlq %s is the queue itself", transport.ErrInvalidArgument, dlq)
+	// The dead-letter queue's name matters only when messages can die.
+	if req.DeadLetterQueue != "" || req.MaxDeliveries > 0 {
+		dlq := deadLetterQueue(&fsmpb.Destination{Name: req.Name, DeadLetterQueue: req.DeadLetterQueue})
+		if err := fsm.ValidateName(dlq); err != nil {
+			return nil, fmt.Errorf("%w: dead-letter queue %q: %v (give a shorter one with --dlq)", transport.ErrInvalidName, dlq, err)
+		}
+		if dlq == req.Name {
+			return nil, fmt.Errorf("%w: --dlq %s is the queue itself", transport.ErrInvalidArgument, dlq)
+		}
 	}
 	return func(d *fsmpb.Destination) {
-		d.MaxDeliveries, d.DeadLetterQueue = req.MaxDeliveries, dlq
+		d.MaxDeliveries, d.DeadLetterQueue = req.MaxDeliveries, req.DeadLetterQueue
 		d.RedeliveryDelayNs = req.RedeliveryDelayMs * int64(time.Millisecond)
 		d.RedeliveryBackoff = max(req.RedeliveryBackoff, 1)
 		d.RedeliveryMaxDelayNs = req.RedeliveryMaxDelayMs * int64(time.Millisecond)
@@ -262,11 +279,9 @@ func poisonSettings(req *clientpb.CreateDestinationRequest) (func(*fsmpb.Destina
 			d.RedeliveryMaxDelayNs = int64(defaultRedeliveryMaxDelay)
 		}
 		d.DedupWindowNs, d.DedupMaxIds = req.DedupWindowMs*int64(time.Millisecond), req.DedupMaxIds
-		switch {
-		case req.ForwardDelayMs == 0:
-			d.ForwardDelayNs = int64(DefaultForwardDelay)
-		case req.ForwardDelayMs > 0:
-			d.ForwardDelayNs = req.ForwardDelayMs * int64(time.Millisecond)
+		d.ForwardDelayNs = req.ForwardDelayMs * int64(time.Millisecond)
+		if req.ForwardDelayMs < 0 {
+			d.ForwardDelayNs = -1
 		}
 	}, nil
 }
@@ -396,14 +411,31 @@ func (n *Node) route(d *fsmpb.Destination, idx int, choose func([]destination.Ca
 	if idx >= 0 {
 		return fsm.MemberName(d.Name, uint32(idx)), nil
 	}
-	cands := n.candidates(d)
-	i, ok := choose(cands, rotation.Add(1))
+	i, ok := choose(n.candidates(d), rotation.Add(1))
 	if !ok {
-		// None has a host now (an election, a restart): take the first and
-		// let the command wait for its host.
-		return fsm.MemberName(d.Name, uint32(rotation.Load()%uint64(len(d.Members)))), nil
+		i = anyMember(d, make([]bool, len(d.Members)))
 	}
 	return fsm.MemberName(d.Name, uint32(i)), nil
+}
+
+// anyMember is the router's choice when no member has a host now (an
+// election, a restart): one not failed, not draining if it can, in
+// rotation; the command then waits for its host.
+func anyMember(d *fsmpb.Destination, failed []bool) int {
+	n := uint64(len(d.Members))
+	start := rotation.Add(1)
+	fallback := -1
+	for k := range n {
+		i := int((start + k) % n)
+		switch {
+		case failed[i]:
+		case !d.Members[i].Draining:
+			return i
+		case fallback < 0:
+			fallback = i
+		}
+	}
+	return max(fallback, 0)
 }
 
 // pinConsumer chooses the member a new consumer of addr is pinned to.
@@ -517,6 +549,9 @@ func (n *Node) send(ctx context.Context, req *clientpb.SendRequest) (*clientpb.S
 // member's replicated dedup window drops a second copy, so the producer
 // gets a definite answer. Otherwise the unknown outcome is returned.
 func (n *Node) enqueue(ctx context.Context, d *fsmpb.Destination, idx int, cmd *fsmpb.Enqueue, idempotent bool) (string, fsm.Result, error) {
+	if idx >= 0 && d.Members[idx].Draining {
+		return fsm.MemberName(d.Name, uint32(idx)), fsm.Result{}, fmt.Errorf("%w: member %s is draining (an update is removing it); send to %s", transport.ErrUnavailable, fsm.MemberName(d.Name, uint32(idx)), d.Name)
+	}
 	deadline := time.Now().Add(routeWindow)
 	failed := make([]bool, len(d.Members))
 	pinned := -1 // the member a send of unknown outcome must go to again
@@ -535,8 +570,18 @@ func (n *Node) enqueue(ctx context.Context, d *fsmpb.Destination, idx int, cmd *
 			try = time.Now() // one try: another member may take it at once
 		}
 		res, err := n.submitBy(ctx, name, cmd, try)
+		notSent := errors.Is(err, transport.ErrUnavailable) || errors.Is(err, fsm.ErrSealed)
 		switch {
-		case err == nil, ctx.Err() != nil, !time.Now().Before(deadline):
+		case err == nil:
+			return name, res, nil
+		case pinned >= 0 && (notSent || ctx.Err() != nil || !time.Now().Before(deadline)):
+			// An earlier try may have stored it: whatever this one says,
+			// the outcome stays unknown.
+			if ctx.Err() == nil && time.Now().Before(deadline) {
+				break
+			}
+			return name, res, fmt.Errorf("%w: resent with its dedup id until %v, without an answer: %v", member.ErrOutcomeUnknown, routeWindow, err)
+		case ctx.Err() != nil, !time.Now().Before(deadline):
 			return name, res, err
 		case errors.Is(err, member.ErrOutcomeUnknown):
 			if !idempotent {
@@ -544,23 +589,27 @@ func (n *Node) enqueue(ctx context.Context, d *fsmpb.Destination, idx int, cmd *
 			}
 			pinned = i
 			n.log.Info("resending a send of unknown outcome; the member's dedup window drops a second copy", "member", name, "id", cmd.Messages[0].Id, "err", err)
-		case errors.Is(err, transport.ErrUnavailable) && idx < 0 && pinned < 0:
+		case notSent && idx < 0:
 			failed[i] = true
-			if !slices.Contains(failed, false) {
-				clear(failed)
-			} else {
+			if slices.Contains(failed, false) {
 				continue
 			}
+			clear(failed)
 		default:
-			if pinned < 0 || !errors.Is(err, transport.ErrUnavailable) {
-				return name, res, err
-			}
+			return name, res, err
 		}
 		select {
 		case <-ctx.Done():
+			if pinned >= 0 {
+				return name, fsm.Result{}, fmt.Errorf("%w: %v", member.ErrOutcomeUnknown, ctx.Err())
+			}
 			return name, fsm.Result{}, ctx.Err()
 		case <-n.stopped:
-			return name, fsm.Result{}, fmt.Errorf("%w: node %s is stopping", transport.ErrUnavailable, n.cfg.NodeID)
+			err := fmt.Errorf("%w: node %s is stopping", transport.ErrUnavailable, n.cfg.NodeID)
+			if pinned >= 0 {
+				err = fmt.Errorf("%w: %v", member.ErrOutcomeUnknown, err)
+			}
+			return name, fsm.Result{}, err
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -576,14 +625,7 @@ func (n *Node) chooseMember(d *fsmpb.Destination, failed []bool) int {
 	if i, ok := destination.ForSend(cands, rotation.Add(1)); ok {
 		return i
 	}
-	// None has a host now (an election, a restart): take one not failed
-	// and let the command wait for its host.
-	for k := range len(d.Members) {
-		if i := int((rotation.Load() + uint64(k)) % uint64(len(d.Members))); !failed[i] {
-			return i
-		}
-	}
-	return 0
+	return anyMember(d, failed)
 }
 
 // destinationInfo reports a destination's counts, per member (as its host
@@ -592,9 +634,9 @@ func (n *Node) destinationInfo(ctx context.Context, d *fsmpb.Destination) *clien
 	info := &clientpb.DestinationInfo{
 		Name: d.Name, Kind: clientpb.DestinationKind(d.Kind), Replicas: d.Replicas,
 		TtlMs: d.TtlNs / int64(time.Millisecond), MaxBytes: d.MaxBytes,
-		MaxDeliveries: d.MaxDeliveries, DeadLetterQueue: d.DeadLetterQueue, RedeliveryDelayMs: d.RedeliveryDelayNs / int64(time.Millisecond),
+		MaxDeliveries: d.MaxDeliveries, DeadLetterQueue: deadLetterQueue(d), RedeliveryDelayMs: d.RedeliveryDelayNs / int64(time.Millisecond),
 		RedeliveryBackoff: d.RedeliveryBackoff, RedeliveryMaxDelayMs: d.RedeliveryMaxDelayNs / int64(time.Millisecond),
-		ForwardDelayMs: d.ForwardDelayNs / int64(time.Millisecond),
+		ForwardDelayMs: forwardDelay(d).Milliseconds(),
 	}
 	st := memberSettings(d)
 	info.DedupWindowMs, info.DedupMaxIds = st.DedupWindowNs/int64(time.Millisecond), st.DedupMaxIds

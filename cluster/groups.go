@@ -221,7 +221,7 @@ func (gs *groups) open(id string, p placed, nodes map[string]*fsmpb.Node) (*memb
 	cfg.Peers = peers
 	cfg.Settings = memberSettings(p.dest)
 	cfg.Mover = mover{gs.n}
-	cfg.ForwardDelay = time.Duration(p.dest.ForwardDelayNs)
+	cfg.ForwardDelay = forwardDelay(p.dest)
 	// A new leader checks at once whether the preferred host should lead.
 	cfg.OnLeaderChange = func(leading bool) {
 		if leading {

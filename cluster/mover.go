@@ -2,10 +2,13 @@ package cluster
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/cairnmq/cairn/destination"
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
+	"github.com/cairnmq/cairn/member"
 )
 
 // mover is the member.Mover of this node's replicas: it finds where a
@@ -28,10 +31,7 @@ func (m mover) Target(ctx context.Context, member string, dead bool) string {
 		return ""
 	}
 	if dead {
-		dlq := d.DeadLetterQueue
-		if dlq == "" {
-			dlq = name + ".DLQ"
-		}
+		dlq := deadLetterQueue(d)
 		dd, err := m.n.ensure(ctx, dlq)
 		if err != nil {
 			m.n.log.Warn("dead-letter queue unavailable; dead messages wait", "queue", dlq, "member", member, "err", err)
@@ -75,8 +75,26 @@ func (m mover) Drained(ctx context.Context, member string) {
 	m.n.log.Info("drained member removed", "member", member)
 }
 
-// Store enqueues moved messages on their target.
+// Store enqueues moved messages on their target. A target that no longer
+// exists, drains, or answers that it is sealed certainly stored none of
+// them: the move needs another target (member.ErrTargetGone).
 func (m mover) Store(ctx context.Context, target string, msgs []*fsmpb.Message) error {
-	_, err := m.n.submit(ctx, target, &fsmpb.Enqueue{Messages: msgs})
+	name, idx, err := fsm.ParseAddress(target)
+	d, ok := m.n.meta.destination(name)
+	if err != nil || !ok || idx < 0 || idx >= len(d.Members) || d.Members[idx].Draining {
+		return fmt.Errorf("%w: %s no longer exists or drains", member.ErrTargetGone, target)
+	}
+	_, err = m.n.submit(ctx, target, &fsmpb.Enqueue{Messages: msgs})
+	if errors.Is(err, fsm.ErrSealed) {
+		return fmt.Errorf("%w: %v", member.ErrTargetGone, err)
+	}
 	return err
+}
+
+// deadLetterQueue is where d's dead messages go.
+func deadLetterQueue(d *fsmpb.Destination) string {
+	if d.DeadLetterQueue != "" {
+		return d.DeadLetterQueue
+	}
+	return d.Name + ".DLQ"
 }

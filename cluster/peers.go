@@ -266,11 +266,14 @@ func (p *peers) propose(node, memberName string, body proto.Message, done func(*
 	s.mu.Unlock()
 	s.sendMu.Lock()
 	err = s.stream.Send(&peerpb.ProposeRequest{Id: id, Member: memberName, Command: cmd})
+	if err != nil {
+		// Under sendMu: gRPC forbids CloseSend during another Send.
+		s.stream.CloseSend()
+	}
 	s.sendMu.Unlock()
 	if err != nil {
 		// The receiver fails the pending commands, this one included, as it
 		// sees the stream end.
-		s.stream.CloseSend()
 		s.cancel()
 	}
 }

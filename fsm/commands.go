@@ -69,6 +69,8 @@ func commandTypeOf(body proto.Message) (fsmpb.CommandType, bool) {
 		return fsmpb.CommandType_COMMAND_TYPE_MOVED, true
 	case *fsmpb.Wake:
 		return fsmpb.CommandType_COMMAND_TYPE_WAKE, true
+	case *fsmpb.Seal:
+		return fsmpb.CommandType_COMMAND_TYPE_SEAL, true
 	case *fsmpb.CreateDestination:
 		return fsmpb.CommandType_COMMAND_TYPE_CREATE_DESTINATION, true
 	case *fsmpb.DeleteDestination:
@@ -142,11 +144,12 @@ func applyEntry[S any](s S, table map[fsmpb.CommandType]handler[S], data []byte)
 
 // DecodeMemberCommand decodes one member command for a host to submit; it
 // refuses the commands only a leader makes itself (Deliver, Expire, Move,
-// Moved, Wake, Configure) and any that is not a member command.
+// Moved, Wake, Seal, Configure) and any that is not a member command.
 func DecodeMemberCommand(c *fsmpb.Command) (proto.Message, error) {
 	switch c.GetType() {
 	case fsmpb.CommandType_COMMAND_TYPE_DELIVER, fsmpb.CommandType_COMMAND_TYPE_EXPIRE, fsmpb.CommandType_COMMAND_TYPE_CONFIGURE,
-		fsmpb.CommandType_COMMAND_TYPE_MOVE, fsmpb.CommandType_COMMAND_TYPE_MOVED, fsmpb.CommandType_COMMAND_TYPE_WAKE:
+		fsmpb.CommandType_COMMAND_TYPE_MOVE, fsmpb.CommandType_COMMAND_TYPE_MOVED, fsmpb.CommandType_COMMAND_TYPE_WAKE,
+		fsmpb.CommandType_COMMAND_TYPE_SEAL:
 		return nil, fmt.Errorf("%w: %v is made by a member's leader, not forwarded to it", ErrMalformed, c.GetType())
 	}
 	return decodeBody(memberHandlers, c)
@@ -172,7 +175,7 @@ func decodeBody[S any](table map[fsmpb.CommandType]handler[S], c *fsmpb.Command)
 // rejections are the rejection errors by name, for carrying a rejection
 // between nodes.
 var rejections = []error{
-	ErrUnknownSession, ErrSessionOwned, ErrDuplicateMessageID, ErrMemberFull, ErrInvalidMessage,
+	ErrUnknownSession, ErrSessionOwned, ErrDuplicateMessageID, ErrMemberFull, ErrSealed, ErrInvalidMessage,
 	ErrMalformed, ErrInvalidName, ErrInvalidSettings, ErrDestinationExists, ErrUnknownDestination,
 }
 

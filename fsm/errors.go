@@ -14,6 +14,9 @@ var (
 	ErrDuplicateMessageID = errors.New("a message with this id is already stored")
 	// ErrMemberFull: the member would hold more body bytes than its limit.
 	ErrMemberFull = errors.New("member is full")
+	// ErrSealed: the member is draining (being removed from its
+	// destination) and takes no new messages.
+	ErrSealed = errors.New("member is draining and takes no new messages")
 	// ErrInvalidMessage: the message breaks a rule (empty id, priority over 9).
 	ErrInvalidMessage = errors.New("invalid message")
 	// ErrMalformed: a command lacks a field it needs (an empty session id).

@@ -94,6 +94,7 @@ type Member struct {
 	// aside holds the dead and the moving messages, by sequence.
 	aside        *btree.BTreeG[*message]
 	deadLettered uint64
+	sealed       bool
 	byDelivery   map[uint64]*message
 	sessions     map[string]*session
 	dedup        dedupWindow
@@ -135,6 +136,7 @@ var memberHandlers = func() map[fsmpb.CommandType]handler[*Member] {
 	on(t, fsmpb.CommandType_COMMAND_TYPE_MOVE, func() *fsmpb.Move { return new(fsmpb.Move) }, (*Member).move)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_MOVED, func() *fsmpb.Moved { return new(fsmpb.Moved) }, (*Member).moved)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_WAKE, func() *fsmpb.Wake { return new(fsmpb.Wake) }, (*Member).wake)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_SEAL, func() *fsmpb.Seal { return new(fsmpb.Seal) }, (*Member).seal)
 	return t
 }()
 
@@ -157,7 +159,9 @@ func (m *Member) Apply(index uint64, data []byte) ([]Result, error) {
 // Applied is the index of the last entry applied.
 func (m *Member) Applied() uint64 { return m.applied }
 
-func messageSize(msg *fsmpb.Message) int64 {
+// MessageSize is what a message counts against a member's byte limit: its
+// body and properties.
+func MessageSize(msg *fsmpb.Message) int64 {
 	n := int64(len(msg.Body))
 	for k, v := range msg.Properties {
 		n += int64(len(k) + len(v))
@@ -205,8 +209,11 @@ func (m *Member) enqueue(c *fsmpb.Enqueue) Result {
 			return Result{Err: fmt.Errorf("%w: %s", ErrDuplicateMessageID, msg.Id)}
 		}
 		batchIDs[msg.Id] = true
-		add += messageSize(msg)
+		add += MessageSize(msg)
 		out[i] = Enqueued{ID: msg.Id}
+	}
+	if m.sealed && len(batchIDs) > 0 {
+		return Result{Err: ErrSealed}
 	}
 	if limit := m.settings.MaxBytes; limit > 0 && m.bytes+add > limit {
 		return Result{Err: fmt.Errorf("%w: holds %d bytes, limit %d, batch adds %d", ErrMemberFull, m.bytes, limit, add)}
@@ -216,7 +223,7 @@ func (m *Member) enqueue(c *fsmpb.Enqueue) Result {
 		if out[i].Duplicate {
 			continue
 		}
-		s := &message{msg: msg, seq: m.nextSeq, size: messageSize(msg), count: msg.DeliveryCount, redelivered: msg.Redelivered}
+		s := &message{msg: msg, seq: m.nextSeq, size: MessageSize(msg), count: msg.DeliveryCount, redelivered: msg.Redelivered}
 		m.nextSeq++
 		m.messages[msg.Id] = s
 		m.bytes += s.size
@@ -473,7 +480,15 @@ func (m *Member) move(c *fsmpb.Move) Result {
 	for _, id := range c.MessageIds {
 		msg := m.messages[id]
 		switch {
-		case msg == nil || msg.session != nil || msg.availableAt != 0 || msg.movingTo != "":
+		case msg == nil:
+			continue
+		case c.Retarget:
+			if msg.movingTo != "" && msg.movingTo != c.Target {
+				msg.movingTo = c.Target
+				r.Moved++
+			}
+			continue
+		case msg.session != nil || msg.availableAt != 0 || msg.movingTo != "":
 			continue
 		case msg.dead:
 			m.aside.Delete(msg)
@@ -516,4 +531,9 @@ func (m *Member) wake(c *fsmpb.Wake) Result {
 		m.pushPending(msg)
 	}
 	return Result{Returned: len(due)}
+}
+
+func (m *Member) seal(c *fsmpb.Seal) Result {
+	m.sealed = c.Sealed
+	return Result{Held: len(m.messages)}
 }

@@ -36,6 +36,9 @@ func (m *Member) Stats() Stats {
 	}
 }
 
+// Sealed reports whether the member refuses new messages (it drains).
+func (m *Member) Sealed() bool { return m.sealed }
+
 // NextWake is when the earliest redelivery delay ends, 0 if none.
 func (m *Member) NextWake() int64 {
 	if msg, ok := m.delayed.Min(); ok {
@@ -56,6 +59,19 @@ type Aside struct {
 	Target        string
 	Redelivered   bool
 	DeliveryCount uint32
+}
+
+// DeadWaiting lists up to limit ids of dead messages that no Move gave a
+// target yet, by sequence.
+func (m *Member) DeadWaiting(limit int) []string {
+	var ids []string
+	m.aside.Ascend(func(msg *message) bool {
+		if msg.dead && msg.movingTo == "" {
+			ids = append(ids, msg.msg.Id)
+		}
+		return len(ids) < limit
+	})
+	return ids
 }
 
 // AsideMessages lists up to limit messages that are dead or moving, by

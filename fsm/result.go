@@ -23,8 +23,11 @@ type Result struct {
 	Watermark uint64
 	// Expire, Purge, Moved: how many messages were removed.
 	Removed int
-	// Move: how many messages were taken out of delivery to move.
+	// Move: how many messages were taken out of delivery to move (or, with
+	// retarget, given a new target).
 	Moved int
+	// Seal: how many messages the member holds.
+	Held int
 }
 
 // Enqueued is the outcome of one message of an Enqueue.

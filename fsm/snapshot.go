@@ -35,6 +35,7 @@ func (m *Member) Capture() *MemberImage {
 			Settings:       m.settings,
 			MessageCount:   uint64(len(msgs)),
 			DeadLettered:   m.deadLettered,
+			Sealed:         m.sealed,
 		},
 		messages: make([]*fsmpb.StoredMessage, len(msgs)),
 	}
@@ -101,7 +102,7 @@ func RestoreMember(r io.Reader) (*Member, error) {
 		return nil, fmt.Errorf("%w: snapshot header: %v", ErrCorrupt, err)
 	}
 	m := NewMember()
-	m.applied, m.nextSeq, m.nextDelivery, m.deadLettered = h.Applied, h.NextSeq, h.NextDeliveryId, h.DeadLettered
+	m.applied, m.nextSeq, m.nextDelivery, m.deadLettered, m.sealed = h.Applied, h.NextSeq, h.NextDeliveryId, h.DeadLettered, h.Sealed
 	if h.Settings != nil {
 		m.settings = h.Settings
 	}
@@ -121,7 +122,7 @@ func RestoreMember(r io.Reader) (*Member, error) {
 		if err := ValidateMessage(sm.Message); err != nil {
 			return nil, fmt.Errorf("%w: snapshot message %d: %v", ErrCorrupt, i, err)
 		}
-		msg := &message{msg: sm.Message, seq: sm.Seq, size: messageSize(sm.Message), redelivered: sm.Redelivered, count: sm.DeliveryCount,
+		msg := &message{msg: sm.Message, seq: sm.Seq, size: MessageSize(sm.Message), redelivered: sm.Redelivered, count: sm.DeliveryCount,
 			availableAt: sm.AvailableAt, dead: sm.Dead, movingTo: sm.MovingTo}
 		m.messages[sm.Message.Id] = msg
 		m.bytes += msg.size

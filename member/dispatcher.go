@@ -152,7 +152,8 @@ func (r *Replica) delivered(p pick, res fsm.Result, err error) {
 	r.kick()
 }
 
-// expiryLoop removes expired messages while this replica hosts the member.
+// expiryLoop removes expired messages, and ends redelivery delays, while
+// this replica hosts the member.
 // The decision uses the leader's clock and travels in the Expire command.
 func (r *Replica) expiryLoop() {
 	defer r.wg.Done()
@@ -166,6 +167,7 @@ func (r *Replica) expiryLoop() {
 		}
 		if r.Leading() {
 			r.ExpireNow()
+			r.wakeDue()
 		}
 	}
 }

@@ -2,6 +2,7 @@ package member
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -17,18 +18,24 @@ import (
 type Mover interface {
 	// Target chooses the member (NAME#I) messages of member should move to:
 	// for dead ones a member of the dead-letter queue, for stranded ones a
-	// member of the same destination that has consumers. "" means none now.
+	// member of the same destination that has consumers (any other active
+	// member when member drains). "" means none now.
 	Target(ctx context.Context, member string, dead bool) string
 	// Store enqueues msgs on the member target and returns once they are
 	// stored, or dropped by target's dedup window as copies of an earlier
-	// try.
+	// try. An error wrapping ErrTargetGone says target refused them for
+	// good and certainly stored none: the move needs another target.
 	Store(ctx context.Context, target string, msgs []*fsmpb.Message) error
 	// Draining tells whether member is being removed from its destination:
-	// it moves all its pending messages at once, consumers or not.
+	// it seals itself and moves all its pending messages at once.
 	Draining(member string) bool
-	// Drained is called while a draining member holds nothing more.
+	// Drained is called once a sealed, draining member holds nothing.
 	Drained(ctx context.Context, member string)
 }
+
+// ErrTargetGone: a move's target takes no more messages (it drains, or no
+// longer exists).
+var ErrTargetGone = errors.New("move target takes no more messages")
 
 // Moves are batched: at most moveBatch messages, and no more than
 // moveBatchBytes of bodies and properties after the first, per Store.
@@ -38,21 +45,28 @@ const (
 )
 
 // MoveDedupID is the dedup id a moved message carries to its target: unique
-// to this stay of the message on this member (sequences are never reused),
-// so a retried move is dropped as a copy while a message that comes back
-// later and moves again is not.
-func MoveDedupID(member string, seq uint64) string {
-	return fmt.Sprintf("moved:%s:%d", member, seq)
+// to this stay of the message on this member's group (sequences are never
+// reused within a group, and a group id is never reused: it carries the
+// destination's and the member's uids), so a retried move is dropped as a
+// copy while a message that comes back later and moves again is not.
+func MoveDedupID(group string, seq uint64) string {
+	return fmt.Sprintf("moved:%s:%d", group, seq)
 }
 
-// moveLoop, while this replica hosts the member, ends redelivery delays
-// (Wake), sends dead messages to the dead-letter queue and, after
-// ForwardDelay without consumers, forwards stranded pending messages to a
-// member that has consumers; a draining member moves all its pending
-// messages at once and reports when it is empty. Each move is Move (taken out of delivery,
-// replicated), Store on the target under a dedup id, then Moved: a new
-// leader finds the moves under way and finishes them, so each message
-// moves exactly once.
+// moveRounds bounds the batches one tick moves, so a large backlog moves at
+// up to moveRounds*moveBatch messages per tick without starving the rest of
+// the loop.
+const moveRounds = 20
+
+// moveLoop, while this replica hosts the member, sends dead messages to
+// the dead-letter queue and, after ForwardDelay without consumers, forwards
+// stranded pending messages to a member that has consumers; a draining
+// member seals itself, moves all its pending messages at once and reports
+// when it is empty. Each move is Move (taken out of delivery, replicated),
+// Store on the target under a dedup id, then Moved: a new leader finds the
+// moves under way and finishes them, so each message moves exactly once.
+// (Redelivery delays end in the expiry loop, which never waits on another
+// member.)
 func (r *Replica) moveLoop() {
 	defer r.wg.Done()
 	t := time.NewTicker(r.cfg.ExpiryInterval)
@@ -64,12 +78,8 @@ func (r *Replica) moveLoop() {
 			return
 		case <-t.C:
 		}
-		if !r.Leading() {
+		if !r.Leading() || r.cfg.Mover == nil {
 			strandedSince = time.Time{}
-			continue
-		}
-		r.wakeDue()
-		if r.cfg.Mover == nil {
 			continue
 		}
 		strandedSince = r.moveOnce(strandedSince)
@@ -96,40 +106,50 @@ func (r *Replica) wakeDue() {
 func (r *Replica) moveOnce(strandedSince time.Time) time.Time {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var aside []fsm.Aside
-	var pending int
-	r.fsm.read(func(m *fsm.Member) {
-		aside = m.AsideMessages(moveBatch)
-		pending = m.Stats().Pending
-	})
-
-	var dead []string
-	for _, a := range aside {
-		if a.Target == "" {
-			dead = append(dead, a.Message.Id)
+	draining := r.cfg.Mover.Draining(r.cfg.Name)
+	var sealed bool
+	r.fsm.read(func(m *fsm.Member) { sealed = m.Sealed() })
+	if draining != sealed {
+		if _, err := r.proposeResult(ctx, &fsmpb.Seal{Sealed: draining}); err != nil {
+			r.log.Warn("sealing a draining member (or unsealing one taken back) failed", "draining", draining, "err", err)
+			return strandedSince
 		}
 	}
-	if len(dead) > 0 {
-		r.startMove(ctx, dead, true)
+
+	for range moveRounds {
+		var dead []string
+		var pending int
+		r.fsm.read(func(m *fsm.Member) {
+			dead = m.DeadWaiting(moveBatch)
+			pending = m.Stats().Pending
+		})
+		progress := len(dead) > 0 && r.startMove(ctx, dead, true)
+		switch {
+		case draining && pending > 0:
+			progress = r.movePending(ctx) || progress
+		case r.cfg.ForwardDelay <= 0 || pending == 0 || r.Consumers() > 0:
+			strandedSince = time.Time{}
+		case strandedSince.IsZero():
+			strandedSince = time.Now()
+		case time.Since(strandedSince) >= r.cfg.ForwardDelay:
+			progress = r.movePending(ctx) || progress
+		}
+		progress = r.finishMoves(ctx) || progress
+		if !progress || ctx.Err() != nil {
+			break
+		}
 	}
 
-	draining := r.cfg.Mover.Draining(r.cfg.Name)
-	switch {
-	case draining && pending > 0:
-		r.movePending(ctx)
-	case r.cfg.ForwardDelay <= 0 || pending == 0 || r.Consumers() > 0:
-		strandedSince = time.Time{}
-	case strandedSince.IsZero():
-		strandedSince = time.Now()
-	case time.Since(strandedSince) >= r.cfg.ForwardDelay:
-		r.movePending(ctx)
-	}
-
-	r.finishMoves(ctx)
 	if draining {
 		var st fsm.Stats
 		r.fsm.read(func(m *fsm.Member) { st = m.Stats() })
-		if st.Pending+st.Delivered+st.Delayed+st.Moving == 0 {
+		if st.Pending+st.Delivered+st.Delayed+st.Moving > 0 {
+			return strandedSince
+		}
+		// The local read may lag the log; a committed Seal, applied after
+		// everything before it, says what the sealed member really holds.
+		res, err := r.proposeResult(ctx, &fsmpb.Seal{Sealed: true})
+		if err == nil && res.Held == 0 {
 			r.cfg.Mover.Drained(ctx, r.cfg.Name)
 		}
 	}
@@ -137,7 +157,7 @@ func (r *Replica) moveOnce(strandedSince time.Time) time.Time {
 }
 
 // movePending starts moving a batch of pending messages to another member.
-func (r *Replica) movePending(ctx context.Context) {
+func (r *Replica) movePending(ctx context.Context) bool {
 	var ids []string
 	r.fsm.read(func(m *fsm.Member) {
 		m.ScanPending(r.now().UnixNano(), func(id string) bool {
@@ -145,57 +165,112 @@ func (r *Replica) movePending(ctx context.Context) {
 			return len(ids) < moveBatch
 		})
 	})
-	if len(ids) > 0 {
-		r.startMove(ctx, ids, false)
-	}
+	return len(ids) > 0 && r.startMove(ctx, ids, false)
 }
 
 // startMove takes messages out of delivery, to move where the Mover says.
-func (r *Replica) startMove(ctx context.Context, ids []string, dead bool) {
+func (r *Replica) startMove(ctx context.Context, ids []string, dead bool) bool {
 	target := r.cfg.Mover.Target(ctx, r.cfg.Name, dead)
 	if target == "" || target == r.cfg.Name {
-		return
+		return false
 	}
 	res, err := r.proposeResult(ctx, &fsmpb.Move{Target: target, MessageIds: ids})
 	if err != nil {
 		r.log.Warn("starting to move messages failed", "to", target, "err", err)
-		return
+		return false
 	}
 	r.log.Info("moving messages", "to", target, "messages", res.Moved, "dead", dead)
+	return res.Moved > 0
 }
 
-// finishMoves stores the messages under way on their targets and removes
-// them here.
-func (r *Replica) finishMoves(ctx context.Context) {
+// finishMoves stores a batch of the messages under way on their target and
+// removes them here; a batch whose target refused it for good gets a new
+// target.
+func (r *Replica) finishMoves(ctx context.Context) bool {
 	var aside []fsm.Aside
 	r.fsm.read(func(m *fsm.Member) { aside = m.AsideMessages(moveBatch) })
-	byTarget := map[string][]fsm.Aside{}
+	type key struct {
+		target string
+		dead   bool
+	}
+	batches := map[key][]fsm.Aside{}
 	for _, a := range aside {
 		if a.Target != "" {
-			byTarget[a.Target] = append(byTarget[a.Target], a)
+			k := key{a.Target, a.Dead}
+			batches[k] = append(batches[k], a)
 		}
 	}
-	for target, batch := range byTarget {
+	progress := false
+	for k, batch := range batches {
 		var msgs []*fsmpb.Message
 		var ids []string
-		size := 0
+		var size int64
 		for _, a := range batch {
-			if len(msgs) > 0 && size+len(a.Message.Body) > moveBatchBytes {
+			if len(msgs) > 0 && size+fsm.MessageSize(a.Message) > moveBatchBytes {
 				break
 			}
 			m := proto.Clone(a.Message).(*fsmpb.Message)
-			m.DedupId = MoveDedupID(r.cfg.Name, a.Seq)
+			m.DedupId = MoveDedupID(r.cfg.GroupID, a.Seq)
 			m.DeliveryCount, m.Redelivered = a.DeliveryCount, a.Redelivered
 			msgs = append(msgs, m)
 			ids = append(ids, a.Message.Id)
-			size += len(a.Message.Body)
+			size += fsm.MessageSize(a.Message)
 		}
-		if err := r.cfg.Mover.Store(ctx, target, msgs); err != nil {
-			r.log.Warn("moving messages: storing them on their target failed; trying again", "to", target, "messages", len(msgs), "err", err)
+		err := r.cfg.Mover.Store(ctx, k.target, msgs)
+		if errors.Is(err, ErrTargetGone) {
+			next := r.cfg.Mover.Target(ctx, r.cfg.Name, k.dead)
+			if next == "" || next == k.target {
+				continue
+			}
+			if _, err := r.proposeResult(ctx, &fsmpb.Move{Target: next, MessageIds: ids, Retarget: true}); err != nil {
+				r.log.Warn("moving messages: giving them a new target failed", "from", k.target, "to", next, "err", err)
+				continue
+			}
+			r.log.Info("moving messages: their target takes no more; moving them elsewhere", "from", k.target, "to", next, "messages", len(ids), "err", err)
+			progress = true
 			continue
 		}
-		if err := r.propose(ctx, &fsmpb.Moved{MessageIds: ids}); err != nil {
-			r.log.Warn("moving messages: stored on their target, removing them here failed; trying again", "to", target, "err", err)
+		stored := ids
+		switch {
+		case errors.Is(err, fsm.ErrDuplicateMessageID):
+			stored, err = r.storeOneByOne(ctx, k.target, msgs)
+		case err != nil:
+			stored = nil
 		}
+		if err != nil {
+			r.log.Warn("moving messages: storing them on their target failed; trying again", "to", k.target, "messages", len(msgs)-len(stored), "err", err)
+		}
+		if len(stored) == 0 {
+			continue
+		}
+		if err := r.propose(ctx, &fsmpb.Moved{MessageIds: stored}); err != nil {
+			r.log.Warn("moving messages: stored on their target, removing them here failed; trying again", "to", k.target, "err", err)
+			continue
+		}
+		progress = true
 	}
+	return progress
+}
+
+// storeOneByOne stores a batch that the target refused because it already
+// holds a message with one of its ids, one message at a time, and returns
+// the ids it may remove here. A message whose id the target holds is taken
+// as stored: message ids are unique, so that is this message, stored by an
+// earlier move whose dedup id the target has forgotten.
+func (r *Replica) storeOneByOne(ctx context.Context, target string, msgs []*fsmpb.Message) ([]string, error) {
+	var done []string
+	var last error
+	for _, m := range msgs {
+		err := r.cfg.Mover.Store(ctx, target, []*fsmpb.Message{m})
+		if errors.Is(err, fsm.ErrDuplicateMessageID) {
+			r.log.Warn("moving a message its target already holds (same id): taking it as stored", "to", target, "id", m.Id)
+			err = nil
+		}
+		if err != nil {
+			last = err
+			continue
+		}
+		done = append(done, m.Id)
+	}
+	return done, last
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -79,6 +80,7 @@ type Group struct {
 	startIndex uint64
 	logs       raft.LogStore
 	store      *raftboltdb.BoltStore
+	guard      *storageGuard
 	transport  *raft.NetworkTransport
 	dir        string
 }
@@ -160,7 +162,7 @@ func OpenRaft(cfg RaftConfig, fsm raft.FSM) (*Group, error) {
 	if err != nil {
 		return fail(err)
 	}
-	return &Group{Raft: r, startIndex: r.LastIndex(), logs: logs, store: store, transport: trans, dir: cfg.Dir}, nil
+	return &Group{Raft: r, startIndex: r.LastIndex(), logs: logs, store: store, guard: guarded, transport: trans, dir: cfg.Dir}, nil
 }
 
 // maxCatchUpScan bounds the entries CaughtUp reads; a replica further behind
@@ -194,6 +196,7 @@ func (g *Group) CaughtUp(fsmApplied uint64) bool {
 // Close shuts the group down and closes its stores.
 func (g *Group) Close() error {
 	err := g.Raft.Shutdown().Error()
+	g.guard.shut()
 	g.transport.Close()
 	if cerr := g.store.Close(); err == nil {
 		err = cerr
@@ -247,24 +250,51 @@ func (s slogSink) Accept(name string, level hclog.Level, msg string, args ...int
 // fsync error would let a replica that may have lost acknowledged entries
 // keep voting and serving; a failed write is the end of the replica's
 // promises, so it ends the process instead (as etcd does).
+//
+// Once the group is shut down, writes are dropped: Raft.Shutdown does not
+// wait for the transport's heartbeat handler, which may still persist a
+// newer term it saw (and hashicorp/raft panics if that fails). Nothing acts
+// on that term any more, and a restart learns it again from the leader.
 type storageGuard struct {
 	*raftboltdb.BoltStore
 	fail func(error)
+
+	mu     sync.RWMutex
+	closed bool
 }
 
-func (g *storageGuard) check(err error) error {
+// shut makes every later write a no-op, after the ones under way.
+func (g *storageGuard) shut() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+}
+
+func (g *storageGuard) write(w func() error) error {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	if g.closed {
+		return nil
+	}
+	err := w()
 	if err != nil {
 		g.fail(err)
 	}
 	return err
 }
 
-func (g *storageGuard) StoreLog(l *raft.Log) error     { return g.check(g.BoltStore.StoreLog(l)) }
-func (g *storageGuard) StoreLogs(ls []*raft.Log) error { return g.check(g.BoltStore.StoreLogs(ls)) }
-func (g *storageGuard) DeleteRange(min, max uint64) error {
-	return g.check(g.BoltStore.DeleteRange(min, max))
+func (g *storageGuard) StoreLog(l *raft.Log) error {
+	return g.write(func() error { return g.BoltStore.StoreLog(l) })
 }
-func (g *storageGuard) Set(k, v []byte) error { return g.check(g.BoltStore.Set(k, v)) }
+func (g *storageGuard) StoreLogs(ls []*raft.Log) error {
+	return g.write(func() error { return g.BoltStore.StoreLogs(ls) })
+}
+func (g *storageGuard) DeleteRange(min, max uint64) error {
+	return g.write(func() error { return g.BoltStore.DeleteRange(min, max) })
+}
+func (g *storageGuard) Set(k, v []byte) error {
+	return g.write(func() error { return g.BoltStore.Set(k, v) })
+}
 func (g *storageGuard) SetUint64(k []byte, v uint64) error {
-	return g.check(g.BoltStore.SetUint64(k, v))
+	return g.write(func() error { return g.BoltStore.SetUint64(k, v) })
 }

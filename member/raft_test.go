@@ -34,3 +34,20 @@ func TestStorageGuard_FailedWriteStopsTheNode(t *testing.T) {
 		t.Fatalf("fail called %d times for 3 failed writes", len(failed))
 	}
 }
+
+// After its group shut down, a late write (the transport's heartbeat
+// handler persisting a newer term) is dropped: it neither stops the node
+// nor fails, which would make hashicorp/raft panic.
+func TestStorageGuard_WritesAfterShutdownAreDropped(t *testing.T) {
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(t.TempDir(), "raft.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := 0
+	g := &storageGuard{BoltStore: store, fail: func(error) { failed++ }}
+	g.shut()
+	store.Close()
+	if err := g.SetUint64([]byte("CurrentTerm"), 7); err != nil || failed != 0 {
+		t.Fatalf("write after shutdown: err %v, fail called %d times", err, failed)
+	}
+}

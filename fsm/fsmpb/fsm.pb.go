@@ -56,6 +56,7 @@ const (
 	// Meta group commands, continued.
 	CommandType_COMMAND_TYPE_RESIZE_DESTINATION CommandType = 19
 	CommandType_COMMAND_TYPE_REMOVE_MEMBER      CommandType = 20
+	CommandType_COMMAND_TYPE_SEAL               CommandType = 21
 )
 
 // Enum value maps for CommandType.
@@ -82,6 +83,7 @@ var (
 		18: "COMMAND_TYPE_WAKE",
 		19: "COMMAND_TYPE_RESIZE_DESTINATION",
 		20: "COMMAND_TYPE_REMOVE_MEMBER",
+		21: "COMMAND_TYPE_SEAL",
 	}
 	CommandType_value = map[string]int32{
 		"COMMAND_TYPE_UNKNOWN":            0,
@@ -105,6 +107,7 @@ var (
 		"COMMAND_TYPE_WAKE":               18,
 		"COMMAND_TYPE_RESIZE_DESTINATION": 19,
 		"COMMAND_TYPE_REMOVE_MEMBER":      20,
+		"COMMAND_TYPE_SEAL":               21,
 	}
 )
 
@@ -764,9 +767,13 @@ func (x *Return) GetNow() int64 {
 // way and finishes them, so a message moves exactly once. Ids that are not
 // waiting (delivered, moving already, gone) are skipped.
 type Move struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Target        string                 `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
-	MessageIds    []string               `protobuf:"bytes,2,rep,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Target     string                 `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	MessageIds []string               `protobuf:"bytes,2,rep,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
+	// retarget applies the move to messages already moving instead (their
+	// target refused them for good: it drains, or is gone); waiting ones are
+	// skipped then.
+	Retarget      bool `protobuf:"varint,3,opt,name=retarget,proto3" json:"retarget,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -815,6 +822,13 @@ func (x *Move) GetMessageIds() []string {
 	return nil
 }
 
+func (x *Move) GetRetarget() bool {
+	if x != nil {
+		return x.Retarget
+	}
+	return false
+}
+
 // Moved removes messages whose move was stored on its target.
 type Moved struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -860,6 +874,54 @@ func (x *Moved) GetMessageIds() []string {
 	return nil
 }
 
+// Seal, while sealed, refuses every Enqueue of a new message (a copy the
+// dedup window drops is still answered): a draining member seals itself so
+// that once it is empty it stays empty. Its result's Held counts the
+// messages the member holds when the command applies.
+type Seal struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sealed        bool                   `protobuf:"varint,1,opt,name=sealed,proto3" json:"sealed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Seal) Reset() {
+	*x = Seal{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Seal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Seal) ProtoMessage() {}
+
+func (x *Seal) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Seal.ProtoReflect.Descriptor instead.
+func (*Seal) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Seal) GetSealed() bool {
+	if x != nil {
+		return x.Sealed
+	}
+	return false
+}
+
 // Wake returns to pending the messages whose redelivery delay ended at or
 // before now (leader's clock).
 type Wake struct {
@@ -871,7 +933,7 @@ type Wake struct {
 
 func (x *Wake) Reset() {
 	*x = Wake{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -883,7 +945,7 @@ func (x *Wake) String() string {
 func (*Wake) ProtoMessage() {}
 
 func (x *Wake) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -896,7 +958,7 @@ func (x *Wake) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Wake.ProtoReflect.Descriptor instead.
 func (*Wake) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Wake) GetNow() int64 {
@@ -918,7 +980,7 @@ type Expire struct {
 
 func (x *Expire) Reset() {
 	*x = Expire{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +992,7 @@ func (x *Expire) String() string {
 func (*Expire) ProtoMessage() {}
 
 func (x *Expire) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1005,7 @@ func (x *Expire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Expire.ProtoReflect.Descriptor instead.
 func (*Expire) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Expire) GetNow() int64 {
@@ -969,7 +1031,7 @@ type Purge struct {
 
 func (x *Purge) Reset() {
 	*x = Purge{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -981,7 +1043,7 @@ func (x *Purge) String() string {
 func (*Purge) ProtoMessage() {}
 
 func (x *Purge) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -994,7 +1056,7 @@ func (x *Purge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Purge.ProtoReflect.Descriptor instead.
 func (*Purge) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 // OpenSession registers a session before anything is delivered to it.
@@ -1010,7 +1072,7 @@ type OpenSession struct {
 
 func (x *OpenSession) Reset() {
 	*x = OpenSession{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1022,7 +1084,7 @@ func (x *OpenSession) String() string {
 func (*OpenSession) ProtoMessage() {}
 
 func (x *OpenSession) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1035,7 +1097,7 @@ func (x *OpenSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSession.ProtoReflect.Descriptor instead.
 func (*OpenSession) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *OpenSession) GetSession() string {
@@ -1063,7 +1125,7 @@ type Configure struct {
 
 func (x *Configure) Reset() {
 	*x = Configure{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1075,7 +1137,7 @@ func (x *Configure) String() string {
 func (*Configure) ProtoMessage() {}
 
 func (x *Configure) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1088,7 +1150,7 @@ func (x *Configure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Configure.ProtoReflect.Descriptor instead.
 func (*Configure) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Configure) GetSettings() *MemberSettings {
@@ -1125,7 +1187,7 @@ type MemberSettings struct {
 
 func (x *MemberSettings) Reset() {
 	*x = MemberSettings{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1137,7 +1199,7 @@ func (x *MemberSettings) String() string {
 func (*MemberSettings) ProtoMessage() {}
 
 func (x *MemberSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1150,7 +1212,7 @@ func (x *MemberSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberSettings.ProtoReflect.Descriptor instead.
 func (*MemberSettings) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *MemberSettings) GetMaxBytes() int64 {
@@ -1223,7 +1285,7 @@ type MemberPlacement struct {
 
 func (x *MemberPlacement) Reset() {
 	*x = MemberPlacement{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1297,7 @@ func (x *MemberPlacement) String() string {
 func (*MemberPlacement) ProtoMessage() {}
 
 func (x *MemberPlacement) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1310,7 @@ func (x *MemberPlacement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberPlacement.ProtoReflect.Descriptor instead.
 func (*MemberPlacement) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *MemberPlacement) GetIndex() uint32 {
@@ -1301,14 +1363,15 @@ type Destination struct {
 	// it is part of its members' Raft group ids.
 	Uid string `protobuf:"bytes,8,opt,name=uid,proto3" json:"uid,omitempty"`
 	// Poison messages: see MemberSettings. dead_letter_queue is the
-	// destination dead messages move to (NAME.DLQ unless set).
+	// destination dead messages move to ("": NAME.DLQ).
 	MaxDeliveries        uint32 `protobuf:"varint,9,opt,name=max_deliveries,json=maxDeliveries,proto3" json:"max_deliveries,omitempty"`
 	RedeliveryDelayNs    int64  `protobuf:"varint,10,opt,name=redelivery_delay_ns,json=redeliveryDelayNs,proto3" json:"redelivery_delay_ns,omitempty"`
 	RedeliveryBackoff    uint32 `protobuf:"varint,11,opt,name=redelivery_backoff,json=redeliveryBackoff,proto3" json:"redelivery_backoff,omitempty"`
 	RedeliveryMaxDelayNs int64  `protobuf:"varint,12,opt,name=redelivery_max_delay_ns,json=redeliveryMaxDelayNs,proto3" json:"redelivery_max_delay_ns,omitempty"`
 	DeadLetterQueue      string `protobuf:"bytes,13,opt,name=dead_letter_queue,json=deadLetterQueue,proto3" json:"dead_letter_queue,omitempty"`
 	// forward_delay_ns is how long a member's pending messages wait without a
-	// consumer before they move to a member that has consumers; 0 never.
+	// consumer before they move to a member that has consumers; 0 is the
+	// default (5 s), negative never.
 	ForwardDelayNs int64 `protobuf:"varint,14,opt,name=forward_delay_ns,json=forwardDelayNs,proto3" json:"forward_delay_ns,omitempty"`
 	// The members' duplicate-detection window (see MemberSettings); 0 takes
 	// the defaults (2 minutes, 100 000 ids).
@@ -1320,7 +1383,7 @@ type Destination struct {
 
 func (x *Destination) Reset() {
 	*x = Destination{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1332,7 +1395,7 @@ func (x *Destination) String() string {
 func (*Destination) ProtoMessage() {}
 
 func (x *Destination) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1345,7 +1408,7 @@ func (x *Destination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Destination.ProtoReflect.Descriptor instead.
 func (*Destination) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Destination) GetName() string {
@@ -1469,7 +1532,7 @@ type CreateDestination struct {
 
 func (x *CreateDestination) Reset() {
 	*x = CreateDestination{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1481,7 +1544,7 @@ func (x *CreateDestination) String() string {
 func (*CreateDestination) ProtoMessage() {}
 
 func (x *CreateDestination) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1494,7 +1557,7 @@ func (x *CreateDestination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDestination.ProtoReflect.Descriptor instead.
 func (*CreateDestination) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreateDestination) GetDestination() *Destination {
@@ -1513,7 +1576,7 @@ type DeleteDestination struct {
 
 func (x *DeleteDestination) Reset() {
 	*x = DeleteDestination{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1525,7 +1588,7 @@ func (x *DeleteDestination) String() string {
 func (*DeleteDestination) ProtoMessage() {}
 
 func (x *DeleteDestination) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1538,7 +1601,7 @@ func (x *DeleteDestination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDestination.ProtoReflect.Descriptor instead.
 func (*DeleteDestination) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeleteDestination) GetName() string {
@@ -1562,7 +1625,7 @@ type ResizeDestination struct {
 
 func (x *ResizeDestination) Reset() {
 	*x = ResizeDestination{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1574,7 +1637,7 @@ func (x *ResizeDestination) String() string {
 func (*ResizeDestination) ProtoMessage() {}
 
 func (x *ResizeDestination) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1587,7 +1650,7 @@ func (x *ResizeDestination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeDestination.ProtoReflect.Descriptor instead.
 func (*ResizeDestination) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ResizeDestination) GetName() string {
@@ -1623,7 +1686,7 @@ type RemoveMember struct {
 
 func (x *RemoveMember) Reset() {
 	*x = RemoveMember{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1635,7 +1698,7 @@ func (x *RemoveMember) String() string {
 func (*RemoveMember) ProtoMessage() {}
 
 func (x *RemoveMember) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1648,7 +1711,7 @@ func (x *RemoveMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMember.ProtoReflect.Descriptor instead.
 func (*RemoveMember) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RemoveMember) GetName() string {
@@ -1679,7 +1742,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1691,7 +1754,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1704,7 +1767,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Node) GetId() string {
@@ -1758,7 +1821,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1770,7 +1833,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1783,7 +1846,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RegisterNode) GetNode() *Node {
@@ -1804,7 +1867,7 @@ type RemoveNode struct {
 
 func (x *RemoveNode) Reset() {
 	*x = RemoveNode{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1816,7 +1879,7 @@ func (x *RemoveNode) String() string {
 func (*RemoveNode) ProtoMessage() {}
 
 func (x *RemoveNode) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1829,7 +1892,7 @@ func (x *RemoveNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNode.ProtoReflect.Descriptor instead.
 func (*RemoveNode) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RemoveNode) GetId() string {
@@ -1853,7 +1916,7 @@ type ReplaceReplica struct {
 
 func (x *ReplaceReplica) Reset() {
 	*x = ReplaceReplica{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1865,7 +1928,7 @@ func (x *ReplaceReplica) String() string {
 func (*ReplaceReplica) ProtoMessage() {}
 
 func (x *ReplaceReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1878,7 +1941,7 @@ func (x *ReplaceReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceReplica.ProtoReflect.Descriptor instead.
 func (*ReplaceReplica) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReplaceReplica) GetDestination() string {
@@ -1929,7 +1992,7 @@ type StoredMessage struct {
 
 func (x *StoredMessage) Reset() {
 	*x = StoredMessage{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1941,7 +2004,7 @@ func (x *StoredMessage) String() string {
 func (*StoredMessage) ProtoMessage() {}
 
 func (x *StoredMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1954,7 +2017,7 @@ func (x *StoredMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredMessage.ProtoReflect.Descriptor instead.
 func (*StoredMessage) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StoredMessage) GetMessage() *Message {
@@ -2030,7 +2093,7 @@ type StoredSession struct {
 
 func (x *StoredSession) Reset() {
 	*x = StoredSession{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2042,7 +2105,7 @@ func (x *StoredSession) String() string {
 func (*StoredSession) ProtoMessage() {}
 
 func (x *StoredSession) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2055,7 +2118,7 @@ func (x *StoredSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredSession.ProtoReflect.Descriptor instead.
 func (*StoredSession) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *StoredSession) GetId() string {
@@ -2083,7 +2146,7 @@ type DedupRecord struct {
 
 func (x *DedupRecord) Reset() {
 	*x = DedupRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2095,7 +2158,7 @@ func (x *DedupRecord) String() string {
 func (*DedupRecord) ProtoMessage() {}
 
 func (x *DedupRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2108,7 +2171,7 @@ func (x *DedupRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupRecord.ProtoReflect.Descriptor instead.
 func (*DedupRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DedupRecord) GetDedupId() string {
@@ -2145,13 +2208,14 @@ type MemberSnapshot struct {
 	Dedup        []*DedupRecord   `protobuf:"bytes,7,rep,name=dedup,proto3" json:"dedup,omitempty"`
 	// dead_lettered counts messages moved to the dead-letter queue.
 	DeadLettered  uint64 `protobuf:"varint,8,opt,name=dead_lettered,json=deadLettered,proto3" json:"dead_lettered,omitempty"`
+	Sealed        bool   `protobuf:"varint,9,opt,name=sealed,proto3" json:"sealed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MemberSnapshot) Reset() {
 	*x = MemberSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2163,7 +2227,7 @@ func (x *MemberSnapshot) String() string {
 func (*MemberSnapshot) ProtoMessage() {}
 
 func (x *MemberSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2176,7 +2240,7 @@ func (x *MemberSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberSnapshot.ProtoReflect.Descriptor instead.
 func (*MemberSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *MemberSnapshot) GetApplied() uint64 {
@@ -2235,6 +2299,13 @@ func (x *MemberSnapshot) GetDeadLettered() uint64 {
 	return 0
 }
 
+func (x *MemberSnapshot) GetSealed() bool {
+	if x != nil {
+		return x.Sealed
+	}
+	return false
+}
+
 type MetaSnapshot struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Applied       uint64                 `protobuf:"varint,1,opt,name=applied,proto3" json:"applied,omitempty"`
@@ -2247,7 +2318,7 @@ type MetaSnapshot struct {
 
 func (x *MetaSnapshot) Reset() {
 	*x = MetaSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2259,7 +2330,7 @@ func (x *MetaSnapshot) String() string {
 func (*MetaSnapshot) ProtoMessage() {}
 
 func (x *MetaSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2272,7 +2343,7 @@ func (x *MetaSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaSnapshot.ProtoReflect.Descriptor instead.
 func (*MetaSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *MetaSnapshot) GetApplied() uint64 {
@@ -2353,14 +2424,17 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x06Return\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12!\n" +
 	"\fdelivery_ids\x18\x02 \x03(\x04R\vdeliveryIds\x12\x10\n" +
-	"\x03now\x18\x03 \x01(\x03R\x03now\"?\n" +
+	"\x03now\x18\x03 \x01(\x03R\x03now\"[\n" +
 	"\x04Move\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x1f\n" +
 	"\vmessage_ids\x18\x02 \x03(\tR\n" +
-	"messageIds\"(\n" +
+	"messageIds\x12\x1a\n" +
+	"\bretarget\x18\x03 \x01(\bR\bretarget\"(\n" +
 	"\x05Moved\x12\x1f\n" +
 	"\vmessage_ids\x18\x01 \x03(\tR\n" +
-	"messageIds\"\x18\n" +
+	"messageIds\"\x1e\n" +
+	"\x04Seal\x12\x16\n" +
+	"\x06sealed\x18\x01 \x01(\bR\x06sealed\"\x18\n" +
 	"\x04Wake\x12\x10\n" +
 	"\x03now\x18\x01 \x01(\x03R\x03now\";\n" +
 	"\x06Expire\x12\x10\n" +
@@ -2454,7 +2528,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\bdedup_id\x18\x01 \x01(\tR\adedupId\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x02 \x01(\tR\tmessageId\x12\x0e\n" +
-	"\x02at\x18\x03 \x01(\x03R\x02at\"\xdd\x02\n" +
+	"\x02at\x18\x03 \x01(\x03R\x02at\"\xf5\x02\n" +
 	"\x0eMemberSnapshot\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\x04R\aapplied\x12\x19\n" +
 	"\bnext_seq\x18\x02 \x01(\x04R\anextSeq\x12(\n" +
@@ -2463,12 +2537,13 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\rmessage_count\x18\x05 \x01(\x04R\fmessageCount\x127\n" +
 	"\bsessions\x18\x06 \x03(\v2\x1b.cairn.fsm.v1.StoredSessionR\bsessions\x12/\n" +
 	"\x05dedup\x18\a \x03(\v2\x19.cairn.fsm.v1.DedupRecordR\x05dedup\x12#\n" +
-	"\rdead_lettered\x18\b \x01(\x04R\fdeadLettered\"\xab\x01\n" +
+	"\rdead_lettered\x18\b \x01(\x04R\fdeadLettered\x12\x16\n" +
+	"\x06sealed\x18\t \x01(\bR\x06sealed\"\xab\x01\n" +
 	"\fMetaSnapshot\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\x04R\aapplied\x12=\n" +
 	"\fdestinations\x18\x02 \x03(\v2\x19.cairn.fsm.v1.DestinationR\fdestinations\x12(\n" +
 	"\x05nodes\x18\x03 \x03(\v2\x12.cairn.fsm.v1.NodeR\x05nodes\x12\x18\n" +
-	"\aremoved\x18\x04 \x03(\tR\aremoved*\xdf\x04\n" +
+	"\aremoved\x18\x04 \x03(\tR\aremoved*\xf6\x04\n" +
 	"\vCommandType\x12\x18\n" +
 	"\x14COMMAND_TYPE_UNKNOWN\x10\x00\x12\x18\n" +
 	"\x14COMMAND_TYPE_ENQUEUE\x10\x01\x12\x18\n" +
@@ -2491,7 +2566,8 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x12COMMAND_TYPE_MOVED\x10\x11\x12\x15\n" +
 	"\x11COMMAND_TYPE_WAKE\x10\x12\x12#\n" +
 	"\x1fCOMMAND_TYPE_RESIZE_DESTINATION\x10\x13\x12\x1e\n" +
-	"\x1aCOMMAND_TYPE_REMOVE_MEMBER\x10\x14*g\n" +
+	"\x1aCOMMAND_TYPE_REMOVE_MEMBER\x10\x14\x12\x15\n" +
+	"\x11COMMAND_TYPE_SEAL\x10\x15*g\n" +
 	"\x0fDestinationKind\x12\x1c\n" +
 	"\x18DESTINATION_KIND_UNKNOWN\x10\x00\x12\x1a\n" +
 	"\x16DESTINATION_KIND_QUEUE\x10\x01\x12\x1a\n" +
@@ -2510,7 +2586,7 @@ func file_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_fsm_fsmpb_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(CommandType)(0),          // 0: cairn.fsm.v1.CommandType
 	(DestinationKind)(0),      // 1: cairn.fsm.v1.DestinationKind
@@ -2525,46 +2601,47 @@ var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*Return)(nil),            // 10: cairn.fsm.v1.Return
 	(*Move)(nil),              // 11: cairn.fsm.v1.Move
 	(*Moved)(nil),             // 12: cairn.fsm.v1.Moved
-	(*Wake)(nil),              // 13: cairn.fsm.v1.Wake
-	(*Expire)(nil),            // 14: cairn.fsm.v1.Expire
-	(*Purge)(nil),             // 15: cairn.fsm.v1.Purge
-	(*OpenSession)(nil),       // 16: cairn.fsm.v1.OpenSession
-	(*Configure)(nil),         // 17: cairn.fsm.v1.Configure
-	(*MemberSettings)(nil),    // 18: cairn.fsm.v1.MemberSettings
-	(*MemberPlacement)(nil),   // 19: cairn.fsm.v1.MemberPlacement
-	(*Destination)(nil),       // 20: cairn.fsm.v1.Destination
-	(*CreateDestination)(nil), // 21: cairn.fsm.v1.CreateDestination
-	(*DeleteDestination)(nil), // 22: cairn.fsm.v1.DeleteDestination
-	(*ResizeDestination)(nil), // 23: cairn.fsm.v1.ResizeDestination
-	(*RemoveMember)(nil),      // 24: cairn.fsm.v1.RemoveMember
-	(*Node)(nil),              // 25: cairn.fsm.v1.Node
-	(*RegisterNode)(nil),      // 26: cairn.fsm.v1.RegisterNode
-	(*RemoveNode)(nil),        // 27: cairn.fsm.v1.RemoveNode
-	(*ReplaceReplica)(nil),    // 28: cairn.fsm.v1.ReplaceReplica
-	(*StoredMessage)(nil),     // 29: cairn.fsm.v1.StoredMessage
-	(*StoredSession)(nil),     // 30: cairn.fsm.v1.StoredSession
-	(*DedupRecord)(nil),       // 31: cairn.fsm.v1.DedupRecord
-	(*MemberSnapshot)(nil),    // 32: cairn.fsm.v1.MemberSnapshot
-	(*MetaSnapshot)(nil),      // 33: cairn.fsm.v1.MetaSnapshot
-	nil,                       // 34: cairn.fsm.v1.Message.PropertiesEntry
+	(*Seal)(nil),              // 13: cairn.fsm.v1.Seal
+	(*Wake)(nil),              // 14: cairn.fsm.v1.Wake
+	(*Expire)(nil),            // 15: cairn.fsm.v1.Expire
+	(*Purge)(nil),             // 16: cairn.fsm.v1.Purge
+	(*OpenSession)(nil),       // 17: cairn.fsm.v1.OpenSession
+	(*Configure)(nil),         // 18: cairn.fsm.v1.Configure
+	(*MemberSettings)(nil),    // 19: cairn.fsm.v1.MemberSettings
+	(*MemberPlacement)(nil),   // 20: cairn.fsm.v1.MemberPlacement
+	(*Destination)(nil),       // 21: cairn.fsm.v1.Destination
+	(*CreateDestination)(nil), // 22: cairn.fsm.v1.CreateDestination
+	(*DeleteDestination)(nil), // 23: cairn.fsm.v1.DeleteDestination
+	(*ResizeDestination)(nil), // 24: cairn.fsm.v1.ResizeDestination
+	(*RemoveMember)(nil),      // 25: cairn.fsm.v1.RemoveMember
+	(*Node)(nil),              // 26: cairn.fsm.v1.Node
+	(*RegisterNode)(nil),      // 27: cairn.fsm.v1.RegisterNode
+	(*RemoveNode)(nil),        // 28: cairn.fsm.v1.RemoveNode
+	(*ReplaceReplica)(nil),    // 29: cairn.fsm.v1.ReplaceReplica
+	(*StoredMessage)(nil),     // 30: cairn.fsm.v1.StoredMessage
+	(*StoredSession)(nil),     // 31: cairn.fsm.v1.StoredSession
+	(*DedupRecord)(nil),       // 32: cairn.fsm.v1.DedupRecord
+	(*MemberSnapshot)(nil),    // 33: cairn.fsm.v1.MemberSnapshot
+	(*MetaSnapshot)(nil),      // 34: cairn.fsm.v1.MetaSnapshot
+	nil,                       // 35: cairn.fsm.v1.Message.PropertiesEntry
 }
 var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	3,  // 0: cairn.fsm.v1.Entry.commands:type_name -> cairn.fsm.v1.Command
 	0,  // 1: cairn.fsm.v1.Command.type:type_name -> cairn.fsm.v1.CommandType
-	34, // 2: cairn.fsm.v1.Message.properties:type_name -> cairn.fsm.v1.Message.PropertiesEntry
+	35, // 2: cairn.fsm.v1.Message.properties:type_name -> cairn.fsm.v1.Message.PropertiesEntry
 	4,  // 3: cairn.fsm.v1.Enqueue.messages:type_name -> cairn.fsm.v1.Message
-	18, // 4: cairn.fsm.v1.Configure.settings:type_name -> cairn.fsm.v1.MemberSettings
+	19, // 4: cairn.fsm.v1.Configure.settings:type_name -> cairn.fsm.v1.MemberSettings
 	1,  // 5: cairn.fsm.v1.Destination.kind:type_name -> cairn.fsm.v1.DestinationKind
-	19, // 6: cairn.fsm.v1.Destination.members:type_name -> cairn.fsm.v1.MemberPlacement
-	20, // 7: cairn.fsm.v1.CreateDestination.destination:type_name -> cairn.fsm.v1.Destination
-	19, // 8: cairn.fsm.v1.ResizeDestination.add:type_name -> cairn.fsm.v1.MemberPlacement
-	25, // 9: cairn.fsm.v1.RegisterNode.node:type_name -> cairn.fsm.v1.Node
+	20, // 6: cairn.fsm.v1.Destination.members:type_name -> cairn.fsm.v1.MemberPlacement
+	21, // 7: cairn.fsm.v1.CreateDestination.destination:type_name -> cairn.fsm.v1.Destination
+	20, // 8: cairn.fsm.v1.ResizeDestination.add:type_name -> cairn.fsm.v1.MemberPlacement
+	26, // 9: cairn.fsm.v1.RegisterNode.node:type_name -> cairn.fsm.v1.Node
 	4,  // 10: cairn.fsm.v1.StoredMessage.message:type_name -> cairn.fsm.v1.Message
-	18, // 11: cairn.fsm.v1.MemberSnapshot.settings:type_name -> cairn.fsm.v1.MemberSettings
-	30, // 12: cairn.fsm.v1.MemberSnapshot.sessions:type_name -> cairn.fsm.v1.StoredSession
-	31, // 13: cairn.fsm.v1.MemberSnapshot.dedup:type_name -> cairn.fsm.v1.DedupRecord
-	20, // 14: cairn.fsm.v1.MetaSnapshot.destinations:type_name -> cairn.fsm.v1.Destination
-	25, // 15: cairn.fsm.v1.MetaSnapshot.nodes:type_name -> cairn.fsm.v1.Node
+	19, // 11: cairn.fsm.v1.MemberSnapshot.settings:type_name -> cairn.fsm.v1.MemberSettings
+	31, // 12: cairn.fsm.v1.MemberSnapshot.sessions:type_name -> cairn.fsm.v1.StoredSession
+	32, // 13: cairn.fsm.v1.MemberSnapshot.dedup:type_name -> cairn.fsm.v1.DedupRecord
+	21, // 14: cairn.fsm.v1.MetaSnapshot.destinations:type_name -> cairn.fsm.v1.Destination
+	26, // 15: cairn.fsm.v1.MetaSnapshot.nodes:type_name -> cairn.fsm.v1.Node
 	16, // [16:16] is the sub-list for method output_type
 	16, // [16:16] is the sub-list for method input_type
 	16, // [16:16] is the sub-list for extension type_name
@@ -2583,7 +2660,7 @@ func file_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_fsmpb_fsm_proto_rawDesc), len(file_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   33,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
