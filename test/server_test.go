@@ -273,7 +273,8 @@ func (s *server) waitReady() {
 // kill sends SIGKILL and waits for the process to be gone.
 func (s *server) kill() {
 	s.t.Helper()
-	if err := s.proc.cmd.Process.Signal(syscall.SIGKILL); err != nil && !s.proc.exited() {
+	// Wait may have reaped it already (ErrProcessDone) before done closes.
+	if err := s.proc.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) && !s.proc.exited() {
 		s.t.Fatalf("SIGKILL: %v", err)
 	}
 	select {
