@@ -217,6 +217,9 @@ func (n *Node) updateDestination(ctx context.Context, req *clientpb.UpdateDestin
 		}
 	}
 	if _, err := n.meta.apply(ctx, cmd); err != nil {
+		if len(cmd.Add) > 0 && errors.Is(err, fsm.ErrInvalidSettings) {
+			err = fmt.Errorf("%w (%s changed while this update was placed; run it again)", err, d.Name)
+		}
 		return nil, wireError(err)
 	}
 	n.groups.poke()

@@ -70,7 +70,13 @@ func (s *peerService) Propose(stream peerpb.PeerService_ProposeServer) error {
 		}
 		r.Submit(body, func(res fsm.Result, err error) {
 			if err != nil {
-				send(&peerpb.ProposeResponse{Id: id, Error: peerErrorOf(s.n, req.Member, err)})
+				e := peerErrorOf(s.n, req.Member, err)
+				if e.Code == codeUnavailable {
+					// A failure this code does not know: the command may be
+					// in the log, so the front-end must not send it elsewhere.
+					e.Code = codeOutcomeUnknown
+				}
+				send(&peerpb.ProposeResponse{Id: id, Error: e})
 				return
 			}
 			send(&peerpb.ProposeResponse{Id: id, Result: fromResult(res)})

@@ -181,8 +181,8 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %v", ErrNotLeader, err)
 	case errors.Is(err, raft.ErrEnqueueTimeout):
 		return fmt.Errorf("%w: %v", ErrBusy, err)
-	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrAbortedByRestore):
-		return fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
 	}
-	return err
+	// Leadership lost, shutdown, aborted by a restore, or anything this
+	// code does not know: the entry may be in the log.
+	return fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
 }
