@@ -114,8 +114,16 @@ func TestDD_UpdateMembers_GrowTakesSendsShrinkDrains(t *testing.T) {
 		want = append(want, sendN(t, ctx, mustProducer(t, mustSession(t, c, client.AutoAck), fmt.Sprintf("rs#%d", i)), fmt.Sprintf("m%d-", i), 5)...)
 	}
 	want = append(want, "new")
-	if _, err := a.UpdateQueue(ctx, "rs", 1); err != nil {
+	// Asked of a node that may not lead the meta group: its answer must
+	// show the update all the same.
+	shrunk, err := tc.admin(free).UpdateQueue(ctx, "rs", 1)
+	if err != nil {
 		t.Fatal(err)
+	}
+	for _, m := range shrunk.Members {
+		if m.Draining != (m.Name != "rs#0") {
+			t.Errorf("the update's answer shows %s draining %v; want only rs#0 active", m.Name, m.Draining)
+		}
 	}
 	// The resize is committed; free applies it a moment later.
 	tc.converge(5*time.Second, free+" learning that rs#1 and rs#2 drain", func() bool {

@@ -230,8 +230,24 @@ func (n *Node) updateDestination(ctx context.Context, req *clientpb.UpdateDestin
 			n.log.Warn("new member has no host yet", "member", name, "err", err)
 		}
 	}
-	d, _ = n.meta.destination(req.Name)
-	return d, nil
+	// The command was applied by the meta leader; answer with this node's
+	// view once it has applied it too.
+	for deadline := time.Now().Add(2 * time.Second); ; {
+		nd, ok := n.meta.destination(req.Name)
+		active := 0
+		for _, p := range nd.GetMembers() {
+			if !p.Draining {
+				active++
+			}
+		}
+		if !ok {
+			return nil, fmt.Errorf("%w: %q was deleted during the update", transport.ErrUnknownDestination, req.Name)
+		}
+		if active == want || !time.Now().Before(deadline) || ctx.Err() != nil {
+			return nd, nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // Defaults and bounds of the poison-message, forwarding and dedup settings.
