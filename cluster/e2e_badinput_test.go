@@ -185,6 +185,42 @@ func TestBadInput_CreateQueueArguments(t *testing.T) {
 	assertServes(t, n, "alive")
 }
 
+// Poison-message, forwarding and resize arguments out of bounds are
+// refused with a clear error and create or change nothing.
+func TestBadInput_QueueSettingsAndUpdates(t *testing.T) {
+	n := startNode(t, testConfig(t, t.TempDir()))
+	ctx := testCtx(t)
+	a := admin(t, n)
+
+	_, err := a.CreateQueue(ctx, "p1", client.QueueOptions{RedeliveryBackoff: 101})
+	wantErr(t, "backoff 101", err, client.ErrInvalidArgument)
+	_, err = a.CreateQueue(ctx, "p2", client.QueueOptions{MaxDeliveries: 3, DeadLetterQueue: "no spaces"})
+	wantErr(t, "dlq with a space", err, client.ErrInvalidName)
+	_, err = a.CreateQueue(ctx, "p3", client.QueueOptions{DeadLetterQueue: "p3"})
+	wantErr(t, "dlq is the queue itself", err, client.ErrInvalidArgument)
+	_, err = a.CreateQueue(ctx, "p4", client.QueueOptions{RedeliveryDelay: 8 * 24 * time.Hour})
+	wantErr(t, "delay over 7 days", err, client.ErrInvalidArgument)
+	_, err = rawClient(t, n).CreateDestination(ctx, &clientpb.CreateDestinationRequest{Name: "p5", RedeliveryDelayMs: -1})
+	wantErr(t, "negative delay", transport.FromStatus(err), client.ErrInvalidArgument)
+	if names := queueNames(t, a); len(names) != 0 {
+		t.Fatalf("refused creates made queues: %v", names)
+	}
+
+	_, err = a.UpdateQueue(ctx, "nope", 2)
+	wantErr(t, "update of an unknown queue", err, client.ErrUnknownDestination)
+	if _, err := a.CreateQueue(ctx, "u", client.QueueOptions{Members: 1}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.UpdateQueue(ctx, "u", 65)
+	wantErr(t, "65 members", err, client.ErrInvalidArgument)
+	_, err = a.UpdateQueue(ctx, "u", 0)
+	wantErr(t, "0 members", err, client.ErrInvalidArgument)
+	if q := showQueue(t, a, "u"); len(q.Members) != 1 || q.Members[0].Draining {
+		t.Fatalf("refused updates changed the queue: %+v", q.Members)
+	}
+	assertServes(t, n, "alive")
+}
+
 func TestBadInput_MalformedSendRequests(t *testing.T) {
 	n := startNode(t, testConfig(t, t.TempDir()))
 	ctx := testCtx(t)
