@@ -593,13 +593,12 @@ func (n *Node) enqueue(ctx context.Context, d *fsmpb.Destination, idx int, cmd *
 		switch {
 		case err == nil:
 			return name, res, nil
-		case pinned >= 0 && (notSent || ctx.Err() != nil || !time.Now().Before(deadline)):
+		case pinned >= 0 && (ctx.Err() != nil || !time.Now().Before(deadline)):
 			// An earlier try may have stored it: whatever this one says,
 			// the outcome stays unknown.
-			if ctx.Err() == nil && time.Now().Before(deadline) {
-				break
-			}
 			return name, res, fmt.Errorf("%w: resent with its dedup id until %v, without an answer: %v", member.ErrOutcomeUnknown, routeWindow, err)
+		case pinned >= 0 && notSent:
+			// No host for the resend yet: wait and send it again.
 		case ctx.Err() != nil, !time.Now().Before(deadline):
 			return name, res, err
 		case errors.Is(err, member.ErrOutcomeUnknown):
