@@ -53,7 +53,7 @@ func TestCluster_MetaLeaderCrash_NewLeaderTakesMetaCommandsAndOldLeaderCatchesUp
 	}
 	s := mustSession(t, tc.dial(follower), client.ClientAck)
 	sent := sendN(t, ctx, mustProducer(t, s, "after"), "a", 6)
-	sameSet(t, "received from the queue created during the crash", drainMembers(t, s, "after", len(info.Members)), sent)
+	sameSet(t, "received from the queue created during the crash", drainMembers(t, s, "after", len(info.Members), len(sent)), sent)
 
 	// Entries the crashed node misses, in a member group and in the meta group.
 	sendN(t, ctx, p, "missed", 20)
