@@ -348,3 +348,45 @@ func (a *Admin) LeaveNode(ctx context.Context) (string, error) {
 	})
 	return node, err
 }
+
+// ConnectionInfo is one client connection, as `cairn connection list` shows it.
+type ConnectionInfo struct {
+	ID          string    `json:"id"`
+	Node        string    `json:"node"`
+	ClientID    string    `json:"client_id"`
+	RemoteAddr  string    `json:"remote_addr"`
+	Sessions    int       `json:"sessions"`
+	Consumers   int       `json:"consumers"`
+	ConnectedAt time.Time `json:"connected_at"`
+}
+
+// Connections lists the client connections of every live node, and the
+// nodes that did not answer.
+func (a *Admin) Connections(ctx context.Context) ([]ConnectionInfo, []string, error) {
+	out := []ConnectionInfo{}
+	var unreachable []string
+	err := a.call(ctx, func(api clientpb.ClientServiceClient) error {
+		resp, err := api.ListConnections(ctx, &clientpb.ListConnectionsRequest{})
+		if err != nil {
+			return err
+		}
+		for _, c := range resp.Connections {
+			out = append(out, ConnectionInfo{ID: c.Id, Node: c.Node, ClientID: c.ClientId, RemoteAddr: c.RemoteAddr,
+				Sessions: int(c.Sessions), Consumers: int(c.Consumers), ConnectedAt: time.UnixMilli(c.ConnectedUnixMs).UTC()})
+		}
+		unreachable = resp.Unreachable
+		return nil
+	})
+	return out, unreachable, err
+}
+
+// DestroyConnection ends a client connection for good, whichever node
+// serves it: the client is told so and does not reconnect, and the
+// messages its sessions held unacknowledged return to pending, marked
+// redelivered.
+func (a *Admin) DestroyConnection(ctx context.Context, id string) error {
+	return a.call(ctx, func(api clientpb.ClientServiceClient) error {
+		_, err := api.DestroyConnection(ctx, &clientpb.DestroyConnectionRequest{Id: id})
+		return err
+	})
+}

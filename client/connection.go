@@ -6,13 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
-	"github.com/cairnmq/cairn/transport"
 	"github.com/cairnmq/cairn/transport/clientpb"
 )
 
@@ -52,58 +47,64 @@ func (m AckMode) wire() clientpb.AckMode {
 	return clientpb.AckMode_ACK_MODE_UNKNOWN
 }
 
-// Connection is a connection to one node of a Cairn cluster.
+// Connection is a JMS connection to a Cairn cluster. It lives on a stream
+// to one node (its front-end) and, when it loses that node, reconnects to
+// another one as its ReconnectPolicy says (see the package documentation).
 type Connection struct {
-	opts   Options
-	cc     *grpc.ClientConn
-	api    clientpb.ClientServiceClient
-	stream clientpb.ClientService_ConnectClient
-	cancel context.CancelFunc
-	// ID and Node are the connection's id and the node serving it.
-	id, node string
+	opts Options
 
-	sendMu sync.Mutex
+	// objects is held shared while the application creates or closes a
+	// session or consumer, and exclusively while a reconnect re-creates
+	// them, so none is created twice or missed.
+	objects sync.RWMutex
 
 	mu           sync.Mutex
-	nextRequest  uint64
-	replies      map[uint64]func(*clientpb.Reply, error)
+	link         *link // nil while reconnecting and once closed
+	gen          uint64
+	addrs        []string // where to reconnect: the dialled ones and those learned
+	id, node     string   // of the last link
+	reconnects   int
+	changed      chan struct{}
 	sessions     map[uint64]*Session
 	consumers    map[uint64]*Consumer
 	nextSession  uint64
 	nextConsumer uint64
 	onException  func(error)
 	closing      bool  // Close has begun: a stream end is not a loss
-	err          error // set once the connection is closed or lost
+	err          error // set once the connection is closed or lost for good
 	done         chan struct{}
-	readDone     chan struct{}
+	// closed is closed when Close begins or the connection ends for good.
+	closed chan struct{}
 
 	// Credit is sent by its own goroutine: the reader, which frees room
 	// (stale or expired deliveries), must never wait on the stream's writer.
 	creditMu   sync.Mutex
-	credits    map[uint64]uint32
+	credits    map[creditKey]uint32
 	creditWake chan struct{}
-
-	// lastHeard is when the last frame came, in Unix nanoseconds.
-	lastHeard atomic.Int64
 }
 
-// silenceLimit is how long a connection waits without a frame (the server
-// sends a heartbeat every second) before it counts the server as lost. It is
-// shorter than the cluster's failure detection (about 5 s), so a client of
-// a paused or cut-off node drops its prefetched messages before the cluster
-// releases them to other sessions.
-const silenceLimit = 3 * time.Second
+// creditKey names a consumer on one link: credit meant for a link that was
+// lost is never sent on the next one.
+type creditKey struct{ consumer, gen uint64 }
 
-// Dial connects to the first node of addrs that answers.
+// Dial connects to the first node of addrs that answers. Later reconnects
+// also try the nodes the cluster names.
 func Dial(ctx context.Context, addrs []string, opts Options) (*Connection, error) {
 	opts.setDefaults()
 	if len(addrs) == 0 {
 		return nil, fmt.Errorf("%w: no server address", ErrUnavailable)
 	}
+	c := &Connection{
+		opts: opts, addrs: addrs, changed: make(chan struct{}),
+		sessions: make(map[uint64]*Session), consumers: make(map[uint64]*Consumer), done: make(chan struct{}), closed: make(chan struct{}),
+		credits: make(map[creditKey]uint32), creditWake: make(chan struct{}, 1),
+	}
 	var errs []string
 	for _, addr := range addrs {
-		c, err := dialOne(ctx, addr, opts)
+		l, err := c.openLink(ctx, addr, 1)
 		if err == nil {
+			c.install(l)
+			go c.creditLoop()
 			return c, nil
 		}
 		if errors.Is(err, ErrClientIDInUse) || ctx.Err() != nil {
@@ -114,153 +115,70 @@ func Dial(ctx context.Context, addrs []string, opts Options) (*Connection, error
 	return nil, fmt.Errorf("%w: cannot connect to any server (%s)", ErrUnavailable, strings.Join(errs, "; "))
 }
 
-func grpcDial(addr string) (*grpc.ClientConn, error) {
-	return grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxWireBytes), grpc.MaxCallSendMsgSize(maxWireBytes)),
-	)
+// install makes l the connection's link; c.mu is not held. It reports false,
+// and installs nothing, if l was lost meanwhile or the connection is closing.
+func (c *Connection) install(l *link) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// linkDown marks l down before it looks at c.link, so either it sees l
+	// installed or l is seen down here.
+	if l.isDown() || c.closing || c.err != nil {
+		return false
+	}
+	if c.id != "" {
+		c.reconnects++
+	}
+	c.link, c.gen, c.id, c.node = l, l.gen, l.id, l.node
+	c.addrs = mergeAddrs(l.peers, c.addrs)
+	c.signalLocked()
+	return true
 }
 
-func dialOne(ctx context.Context, addr string, opts Options) (*Connection, error) {
-	cc, err := grpcDial(addr)
-	if err != nil {
-		return nil, err
-	}
-	sctx, cancel := context.WithCancel(context.Background())
-	c := &Connection{
-		opts: opts, cc: cc, api: clientpb.NewClientServiceClient(cc), cancel: cancel,
-		replies: make(map[uint64]func(*clientpb.Reply, error)), sessions: make(map[uint64]*Session),
-		consumers: make(map[uint64]*Consumer), done: make(chan struct{}), readDone: make(chan struct{}),
-		credits: make(map[uint64]uint32), creditWake: make(chan struct{}, 1),
-	}
-	fail := func(err error) (*Connection, error) {
-		cancel()
-		cc.Close()
-		return nil, err
-	}
-	// The stream lives as long as the connection; only its opening is bounded.
-	opened := make(chan error, 1)
-	go func() {
-		s, err := c.api.Connect(sctx)
-		c.stream = s
-		opened <- err
-	}()
-	dctx, dcancel := context.WithTimeout(ctx, opts.DialTimeout)
-	defer dcancel()
-	select {
-	case err := <-opened:
-		if err != nil {
-			return fail(transport.FromStatus(err))
-		}
-	case <-dctx.Done():
-		return fail(fmt.Errorf("no answer within %v", opts.DialTimeout))
-	}
-	c.lastHeard.Store(time.Now().UnixNano())
-	go c.readLoop()
-	go c.creditLoop()
-	go c.watchSilence()
-	reply, err := c.request(dctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_Hello{Hello: &clientpb.Hello{ClientId: opts.ClientID}}})
-	if err != nil {
-		c.shutdown(err)
-		cc.Close()
-		return nil, err
-	}
-	c.id, c.node = reply.GetHello().ConnectionId, reply.GetHello().NodeId
-	return c, nil
+// signalLocked wakes everything waiting for the connection's state to
+// change; c.mu is held.
+func (c *Connection) signalLocked() {
+	close(c.changed)
+	c.changed = make(chan struct{})
 }
 
-// ID is the connection's id on the server.
-func (c *Connection) ID() string { return c.id }
+// ID is the id, on the server, of the connection's current (or last) link.
+func (c *Connection) ID() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.id
+}
 
-// Node is the id of the node serving the connection.
-func (c *Connection) Node() string { return c.node }
+// Node is the id of the node serving the connection (the last one, while
+// it reconnects).
+func (c *Connection) Node() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.node
+}
 
 // ClientID is the connection's client id.
 func (c *Connection) ClientID() string { return c.opts.ClientID }
 
-// SetExceptionListener registers fn to be called, once, when the connection
-// is lost; the error wraps ErrLostServer.
+// SetExceptionListener registers fn to be called with an error wrapping
+// ErrLostServer each time the connection loses its node, whether or not it
+// then reconnects, and once more if it gives up reconnecting. fn runs on
+// its own goroutine and may call back into the library.
 func (c *Connection) SetExceptionListener(fn func(error)) {
 	c.mu.Lock()
 	c.onException = fn
 	c.mu.Unlock()
 }
 
-func (c *Connection) readLoop() {
-	defer close(c.readDone)
-	for {
-		f, err := c.stream.Recv()
-		if err != nil {
-			c.lost(err)
-			return
-		}
-		c.lastHeard.Store(time.Now().UnixNano())
-		switch fr := f.Frame.(type) {
-		case *clientpb.ServerFrame_Reply:
-			c.mu.Lock()
-			done := c.replies[fr.Reply.RequestId]
-			delete(c.replies, fr.Reply.RequestId)
-			c.mu.Unlock()
-			if done != nil {
-				done(fr.Reply, transport.FromProto(fr.Reply.Error))
-			}
-		case *clientpb.ServerFrame_Deliveries:
-			c.mu.Lock()
-			k := c.consumers[fr.Deliveries.Consumer]
-			c.mu.Unlock()
-			if k != nil {
-				k.deliver(fr.Deliveries.Messages)
-			}
-		case *clientpb.ServerFrame_ConsumerClosed:
-			c.mu.Lock()
-			k := c.consumers[fr.ConsumerClosed.Consumer]
-			c.mu.Unlock()
-			if k != nil {
-				k.fail(transport.FromProto(fr.ConsumerClosed.Error))
-			}
-		}
-	}
-}
-
-// watchSilence counts the server as lost when it has not been heard from
-// for silenceLimit.
-func (c *Connection) watchSilence() {
-	t := time.NewTicker(silenceLimit / 6)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.done:
-			return
-		case <-t.C:
-		}
-		if quiet := time.Since(time.Unix(0, c.lastHeard.Load())); quiet > silenceLimit {
-			c.lost(fmt.Errorf("no word from the server for %v", quiet.Round(time.Millisecond)))
-			return
-		}
-	}
-}
-
-// lost ends a connection whose stream broke.
-func (c *Connection) lost(err error) {
+func (c *Connection) consumer(no uint64) *Consumer {
 	c.mu.Lock()
-	closedByUs := c.err != nil || c.closing
-	listener := c.onException
-	c.mu.Unlock()
-	if closedByUs {
-		return
-	}
-	lostErr := fmt.Errorf("%w: connection to node %s lost: %w", ErrLostServer, c.node, transport.FromStatus(err))
-	c.shutdown(lostErr)
-	if listener != nil {
-		// Not on the reader: the listener may call back into the library.
-		go listener(lostErr)
-	}
+	defer c.mu.Unlock()
+	return c.consumers[no]
 }
 
-// grant queues credit for a consumer; creditLoop sends it.
-func (c *Connection) grant(consumer uint64, n int) {
+// grant queues credit for a consumer on link gen; creditLoop sends it.
+func (c *Connection) grant(consumer, gen uint64, n int) {
 	c.creditMu.Lock()
-	c.credits[consumer] += uint32(n)
+	c.credits[creditKey{consumer, gen}] += uint32(n)
 	c.creditMu.Unlock()
 	select {
 	case c.creditWake <- struct{}{}:
@@ -277,17 +195,91 @@ func (c *Connection) creditLoop() {
 		}
 		c.creditMu.Lock()
 		credits := c.credits
-		c.credits = make(map[uint64]uint32)
+		c.credits = make(map[creditKey]uint32)
 		c.creditMu.Unlock()
-		for no, n := range credits {
-			if c.send(&clientpb.ClientFrame{Op: &clientpb.ClientFrame_Credit{Credit: &clientpb.Credit{Consumer: no, Messages: n}}}) != nil {
-				return
+		l := c.current()
+		for key, n := range credits {
+			if l == nil || key.gen != l.gen {
+				continue // for a lost link: the consumer is re-created with fresh credit
 			}
+			_ = l.send(&clientpb.ClientFrame{Op: &clientpb.ClientFrame_Credit{Credit: &clientpb.Credit{Consumer: key.consumer, Messages: n}}})
 		}
 	}
 }
 
-// shutdown fails everything waiting on the connection with err.
+// current is the connection's link, nil while it reconnects.
+func (c *Connection) current() *link {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.link
+}
+
+// state is the connection's link (nil while reconnecting), a channel
+// closed at its next change, and its final error if it has one.
+func (c *Connection) state() (*link, <-chan struct{}, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.link, c.changed, c.err
+}
+
+// awaitLink returns the connection's link, waiting for a reconnect if one
+// is under way, at most until ctx ends or for ReconnectBlockingTime.
+func (c *Connection) awaitLink(ctx context.Context) (*link, error) {
+	var timeout <-chan time.Time
+	for {
+		l, changed, err := c.state()
+		switch {
+		case err != nil:
+			return nil, err
+		case l != nil:
+			return l, nil
+		case timeout == nil:
+			t := time.NewTimer(c.opts.ReconnectBlockingTime)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			return nil, c.reconnectingErr()
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (c *Connection) reconnectingErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return fmt.Errorf("%w: the connection lost node %s and is still reconnecting", ErrLostServer, c.node)
+}
+
+// request sends a frame on the connection's link, waiting for a reconnect
+// in progress as awaitLink does, and waits for the reply.
+func (c *Connection) request(ctx context.Context, f *clientpb.ClientFrame) (*clientpb.Reply, error) {
+	l, err := c.awaitLink(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return l.request(ctx, f)
+}
+
+// requestAsync sends a frame on the current link without waiting for a
+// reconnect: while there is no link, done gets ErrLostServer at once.
+func (c *Connection) requestAsync(f *clientpb.ClientFrame, done func(*clientpb.Reply, error)) {
+	l, _, err := c.state()
+	switch {
+	case err != nil:
+		done(nil, err)
+	case l == nil:
+		done(nil, c.reconnectingErr())
+	default:
+		l.requestAsync(f, done)
+	}
+}
+
+// shutdown ends the connection for good: everything waiting on it fails
+// with err.
 func (c *Connection) shutdown(err error) {
 	c.mu.Lock()
 	if c.err != nil {
@@ -295,40 +287,49 @@ func (c *Connection) shutdown(err error) {
 		return
 	}
 	c.err = err
-	replies := c.replies
-	c.replies = map[uint64]func(*clientpb.Reply, error){}
+	l := c.link
+	c.link = nil
 	consumers := make([]*Consumer, 0, len(c.consumers))
 	for _, k := range c.consumers {
 		consumers = append(consumers, k)
 	}
 	close(c.done)
+	if !c.closing {
+		close(c.closed)
+	}
+	c.signalLocked()
 	c.mu.Unlock()
-	for _, done := range replies {
-		done(nil, err)
+	if l != nil {
+		l.close(err)
 	}
 	for _, k := range consumers {
 		k.fail(err)
 	}
-	c.cancel()
 }
 
-// Close ends the connection: pending automatic acknowledgements are sent,
-// and every message the connection's sessions held unacknowledged returns to
-// pending on the server, marked redelivered.
+// Close ends the connection, and any reconnect under way: pending automatic
+// acknowledgements are sent, and every message the connection's sessions
+// held unacknowledged returns to pending on the server, marked redelivered.
 func (c *Connection) Close() error {
 	c.mu.Lock()
 	if c.err != nil || c.closing {
 		c.mu.Unlock()
-		// Lost already: only the gRPC connection is left to release.
-		c.cc.Close()
 		return nil
 	}
 	c.closing = true
+	close(c.closed)
+	l := c.link
 	sessions := make([]*Session, 0, len(c.sessions))
 	for _, s := range c.sessions {
 		sessions = append(sessions, s)
 	}
+	c.signalLocked()
 	c.mu.Unlock()
+	if l == nil {
+		// Reconnecting: the lost node released the sessions already.
+		c.shutdown(ErrClosed)
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.RequestTimeout)
 	defer cancel()
 	var firstErr error
@@ -337,17 +338,16 @@ func (c *Connection) Close() error {
 			firstErr = err
 		}
 	}
-	c.sendMu.Lock()
-	_ = c.stream.CloseSend()
-	c.sendMu.Unlock()
+	l.sendMu.Lock()
+	_ = l.stream.CloseSend()
+	l.sendMu.Unlock()
 	// The server releases the sessions when it sees the stream end; wait
 	// for it to close its side so the release has happened when Close returns.
 	select {
-	case <-c.readDone:
+	case <-l.readDone:
 	case <-ctx.Done():
 	}
 	c.shutdown(ErrClosed)
-	c.cc.Close()
 	return firstErr
 }
 
@@ -357,85 +357,57 @@ func (c *Connection) closedErr() error {
 	return c.err
 }
 
-// send writes a frame; gRPC streams take one writer at a time.
-func (c *Connection) send(f *clientpb.ClientFrame) error {
-	if err := c.closedErr(); err != nil {
-		return err
-	}
-	c.sendMu.Lock()
-	err := c.stream.Send(f)
-	c.sendMu.Unlock()
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrLostServer, err)
-	}
-	return nil
-}
-
-// requestAsync sends a frame; done gets its reply (with the reply's error,
-// typed) or the error that ended the connection. It runs on the connection's
-// reader goroutine and must not block.
-func (c *Connection) requestAsync(f *clientpb.ClientFrame, done func(*clientpb.Reply, error)) {
-	c.mu.Lock()
-	if c.err != nil {
-		err := c.err
-		c.mu.Unlock()
-		done(nil, err)
-		return
-	}
-	c.nextRequest++
-	f.RequestId = c.nextRequest
-	c.replies[f.RequestId] = done
-	c.mu.Unlock()
-	if err := c.send(f); err != nil {
-		if c.forget(f.RequestId) {
-			done(nil, err)
-		}
-	}
-}
-
-// request sends a frame and waits for its reply.
-func (c *Connection) request(ctx context.Context, f *clientpb.ClientFrame) (*clientpb.Reply, error) {
-	type answer struct {
-		r   *clientpb.Reply
-		err error
-	}
-	ch := make(chan answer, 1)
-	c.requestAsync(f, func(r *clientpb.Reply, err error) { ch <- answer{r, err} })
-	select {
-	case a := <-ch:
-		return a.r, a.err
-	case <-ctx.Done():
-		c.forget(f.RequestId)
-		return nil, ctx.Err()
-	}
-}
-
-// forget drops a request's callback; false if it was already called.
-func (c *Connection) forget(id uint64) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, ok := c.replies[id]
-	delete(c.replies, id)
-	return ok
-}
-
 // Session opens a session with the given acknowledge mode.
 func (c *Connection) Session(mode AckMode) (*Session, error) {
 	if mode.wire() == clientpb.AckMode_ACK_MODE_UNKNOWN {
 		return nil, fmt.Errorf("%w: acknowledge mode %d", ErrInvalidArgument, mode)
 	}
-	c.mu.Lock()
-	c.nextSession++
-	s := newSession(c, c.nextSession, mode)
-	c.sessions[s.no] = s
-	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.RequestTimeout)
 	defer cancel()
-	if _, err := c.request(ctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_OpenSession{OpenSession: &clientpb.OpenSession{Session: s.no, AckMode: mode.wire()}}}); err != nil {
+	var s *Session
+	err := c.createOnLink(ctx, func(l *link) error {
 		c.mu.Lock()
-		delete(c.sessions, s.no)
+		c.nextSession++
+		s = newSession(c, c.nextSession, mode, l.gen)
+		c.sessions[s.no] = s
 		c.mu.Unlock()
+		_, err := l.request(ctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_OpenSession{OpenSession: &clientpb.OpenSession{Session: s.no, AckMode: mode.wire()}}})
+		if err != nil {
+			c.mu.Lock()
+			delete(c.sessions, s.no)
+			c.mu.Unlock()
+		}
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// createOnLink creates a server-side object with fn on the connection's
+// link. If that link is lost under fn (which then must have undone its
+// registration), it tries again on the next link, until ctx ends: a
+// reconnect re-creates only the objects registered when it runs.
+func (c *Connection) createOnLink(ctx context.Context, fn func(*link) error) error {
+	for {
+		l, err := c.awaitLink(ctx)
+		if err != nil {
+			return err
+		}
+		c.objects.RLock()
+		err = fn(l)
+		c.objects.RUnlock()
+		if err == nil || !l.isDown() || !errors.Is(err, ErrLostServer) || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// Reconnects is how many times the connection lost its node and
+// reconnected.
+func (c *Connection) Reconnects() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reconnects
 }

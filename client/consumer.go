@@ -18,14 +18,18 @@ type Consumer struct {
 	s        *Session
 	no       uint64
 	dest     string
-	member   string
 	prefetch int
 	// limit, when set, caps the messages the consumer asks for in all;
-	// granted counts what it asked for.
+	// granted counts what it asked for, taken what it handed out.
 	limit   int
 	granted int
+	taken   int
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// gen is the link the consumer lives on; 0 while its connection
+	// reconnects. Deliveries from any other link are stale.
+	gen      uint64
+	member   string
 	buf      []*Message
 	signal   chan struct{}
 	err      error
@@ -35,15 +39,57 @@ type Consumer struct {
 	done     chan struct{}
 }
 
-func newConsumer(s *Session, no uint64, dest string, prefetch, limit int) *Consumer {
-	return &Consumer{s: s, no: no, dest: dest, prefetch: prefetch, limit: limit, granted: prefetch, signal: make(chan struct{}, 1), stop: make(chan struct{})}
+func newConsumer(s *Session, no uint64, dest string, prefetch, limit int, gen uint64) *Consumer {
+	return &Consumer{s: s, no: no, dest: dest, prefetch: prefetch, limit: limit, granted: prefetch, gen: gen, signal: make(chan struct{}, 1), stop: make(chan struct{})}
 }
 
 // Destination is the address the consumer was created with.
 func (k *Consumer) Destination() string { return k.dest }
 
-// Member is the member the consumer is pinned to.
-func (k *Consumer) Member() string { return k.member }
+// Member is the member the consumer is pinned to. A consumer of a plain
+// name may be pinned to another member after its connection reconnects.
+func (k *Consumer) Member() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.member
+}
+
+func (k *Consumer) setMember(m string) {
+	k.mu.Lock()
+	k.member = m
+	k.mu.Unlock()
+}
+
+// linkLost drops what the consumer prefetched on a lost link: the server
+// releases those deliveries, and they come again marked redelivered.
+func (k *Consumer) linkLost() {
+	k.mu.Lock()
+	k.gen = 0
+	clear(k.buf)
+	k.buf = nil
+	k.mu.Unlock()
+	k.wake()
+}
+
+// rebind readies the consumer for its re-creation on link gen and says
+// with what prefetch to create it; false if it is not to be re-created
+// (closed or failed, or its limit reached).
+func (k *Consumer) rebind(gen uint64) (int, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.err != nil {
+		return 0, false
+	}
+	prefetch := k.prefetch
+	if k.limit > 0 {
+		prefetch = min(prefetch, k.limit-k.taken)
+		if prefetch <= 0 {
+			return 0, false
+		}
+	}
+	k.gen, k.granted, k.toCredit = gen, k.taken+prefetch, 0
+	return prefetch, true
+}
 
 func (k *Consumer) wake() {
 	select {
@@ -52,16 +98,20 @@ func (k *Consumer) wake() {
 	}
 }
 
-// deliver buffers messages pushed by the server.
-func (k *Consumer) deliver(ds []*clientpb.Delivery) {
+// deliver buffers messages pushed by the server on link gen.
+func (k *Consumer) deliver(gen uint64, ds []*clientpb.Delivery) {
 	stale := 0
 	k.mu.Lock()
+	if gen != k.gen {
+		k.mu.Unlock()
+		return
+	}
 	for _, d := range ds {
 		if k.s.stale(d.Member, d.DeliveryId) {
 			stale++
 			continue
 		}
-		k.buf = append(k.buf, fromDelivery(d, k.s))
+		k.buf = append(k.buf, fromDelivery(d, k.s, gen))
 	}
 	// A returned message comes again and needs room again, within any limit.
 	k.granted -= stale
@@ -118,9 +168,20 @@ func (k *Consumer) credit(n int) {
 		send, k.toCredit = k.toCredit, 0
 		k.granted += send
 	}
+	gen := k.gen
 	k.mu.Unlock()
 	if send > 0 {
-		k.s.conn.grant(k.no, send)
+		k.s.conn.grant(k.no, gen, send)
+	}
+}
+
+// failOn ends the consumer with err if it still lives on link gen.
+func (k *Consumer) failOn(gen uint64, err error) {
+	k.mu.Lock()
+	current := gen == k.gen
+	k.mu.Unlock()
+	if current {
+		k.fail(err)
 	}
 }
 
@@ -141,10 +202,24 @@ func (k *Consumer) fail(err error) {
 	k.wake()
 }
 
-// next hands out the next message. With wait it blocks until one arrives
-// or ctx ends (returning ctx's error); without, it returns nil at once.
-// handout records the message as consumed before anything else can happen.
-func (k *Consumer) next(ctx context.Context, wait bool, record bool) (*Message, error) {
+// receiveMode is how a call waits for a message.
+type receiveMode int
+
+const (
+	receiveBlock   receiveMode = iota // Receive: until ctx ends
+	receiveTimeout                    // ReceiveTimeout: until ctx ends, then no message
+	receiveNoWait                     // ReceiveNoWait: never
+	receiveListen                     // a listener: across any reconnect, until the consumer ends
+)
+
+// next hands out the next message, waiting as mode says. While the
+// connection reconnects, Receive and ReceiveTimeout wait for it at most
+// ReconnectBlockingTime and then fail with ErrLostServer; ReceiveNoWait
+// fails at once; a listener waits for as long as the reconnect goes on.
+// With record, the message is recorded as consumed before anything else can
+// happen.
+func (k *Consumer) next(ctx context.Context, mode receiveMode, record bool) (*Message, error) {
+	var blocked <-chan time.Time // the reconnect blocking time, once it began
 	for {
 		k.s.handout.RLock()
 		k.mu.Lock()
@@ -153,6 +228,7 @@ func (k *Consumer) next(ctx context.Context, wait bool, record bool) (*Message, 
 			m := k.buf[0]
 			k.buf[0] = nil
 			k.buf = k.buf[1:]
+			k.taken++
 			k.mu.Unlock()
 			k.credit(expired)
 			if record {
@@ -169,12 +245,27 @@ func (k *Consumer) next(ctx context.Context, wait bool, record bool) (*Message, 
 		if err != nil {
 			return nil, err
 		}
-		if !wait {
+		l, changed, cerr := k.s.conn.state()
+		reconnecting := l == nil && cerr == nil
+		switch {
+		case mode == receiveNoWait && reconnecting:
+			return nil, k.s.conn.reconnectingErr()
+		case mode == receiveNoWait:
 			return nil, nil
+		case reconnecting && mode != receiveListen && blocked == nil:
+			t := time.NewTimer(k.s.conn.opts.ReconnectBlockingTime)
+			defer t.Stop()
+			blocked = t.C
 		}
 		select {
 		case <-k.signal:
+		case <-changed:
+		case <-blocked:
+			return nil, k.s.conn.reconnectingErr()
 		case <-ctx.Done():
+			if reconnecting && mode == receiveTimeout {
+				return nil, k.s.conn.reconnectingErr()
+			}
 			return nil, ctx.Err()
 		}
 	}
@@ -189,23 +280,28 @@ func (k *Consumer) checkSync() error {
 	return nil
 }
 
-// Receive waits for the next message until ctx ends.
+// Receive waits for the next message until ctx ends. While the connection
+// reconnects it waits for the reconnect at most ReconnectBlockingTime, and
+// then fails with ErrLostServer; after a reconnect it returns messages
+// again, with post-recover semantics.
 func (k *Consumer) Receive(ctx context.Context) (*Message, error) {
 	if err := k.checkSync(); err != nil {
 		return nil, err
 	}
-	return k.next(ctx, true, true)
+	return k.next(ctx, receiveBlock, true)
 }
 
 // ReceiveTimeout waits at most d for the next message; it returns nil and
-// no error if none arrived.
+// no error if none arrived. While the connection reconnects it waits at
+// most d and at most ReconnectBlockingTime, and then fails with
+// ErrLostServer.
 func (k *Consumer) ReceiveTimeout(d time.Duration) (*Message, error) {
 	if err := k.checkSync(); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	m, err := k.next(ctx, true, true)
+	m, err := k.next(ctx, receiveTimeout, true)
 	if errors.Is(err, context.DeadlineExceeded) {
 		return nil, nil
 	}
@@ -213,16 +309,17 @@ func (k *Consumer) ReceiveTimeout(d time.Duration) (*Message, error) {
 }
 
 // ReceiveNoWait returns the next message if one is at hand, or nil; it never
-// blocks.
+// blocks. While the connection reconnects it fails with ErrLostServer.
 func (k *Consumer) ReceiveNoWait() (*Message, error) {
 	if err := k.checkSync(); err != nil {
 		return nil, err
 	}
-	return k.next(context.Background(), false, true)
+	return k.next(context.Background(), receiveNoWait, true)
 }
 
 // SetListener has fn called with each message, one at a time per session,
-// until the consumer, its session or its connection closes. In AutoAck and
+// until the consumer, its session or its connection closes, across any
+// reconnect that succeeds within TotalReconnectPeriod. In AutoAck and
 // DupsOK modes a message is acknowledged when fn returns.
 func (k *Consumer) SetListener(fn func(*Message)) error {
 	k.mu.Lock()
@@ -241,7 +338,7 @@ func (k *Consumer) SetListener(fn func(*Message)) error {
 	go func() {
 		defer close(k.done)
 		for {
-			m, err := k.next(ctx, true, false)
+			m, err := k.next(ctx, receiveListen, false)
 			if err != nil {
 				return
 			}
@@ -293,9 +390,20 @@ func (k *Consumer) Close() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), k.s.conn.opts.RequestTimeout)
 	defer cancel()
+	// Held so that a reconnect does not re-create the consumer meanwhile.
+	c := k.s.conn
+	c.objects.RLock()
+	defer c.objects.RUnlock()
+	l := c.current()
+	if l == nil {
+		// Reconnecting: the consumer died with the lost link, and it is
+		// now forgotten before the reconnect could re-create it.
+		k.s.forgetConsumer(k)
+		return nil
+	}
 	// No delivery to the consumer follows the reply, so what is buffered
 	// then is exactly what it holds unconsumed.
-	_, err := k.s.conn.request(ctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_CloseConsumer{CloseConsumer: &clientpb.CloseConsumer{Consumer: k.no}}})
+	_, err := l.request(ctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_CloseConsumer{CloseConsumer: &clientpb.CloseConsumer{Consumer: k.no}}})
 	k.s.forgetConsumer(k)
 	k.mu.Lock()
 	refs := make([]*clientpb.DeliveryRef, len(k.buf))
@@ -305,7 +413,7 @@ func (k *Consumer) Close() error {
 	k.buf = nil
 	k.mu.Unlock()
 	if err == nil && len(refs) > 0 {
-		_, err = k.s.conn.request(ctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_ReturnDeliveries{ReturnDeliveries: &clientpb.ReturnDeliveries{Session: k.s.no, Deliveries: refs}}})
+		_, err = l.request(ctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_ReturnDeliveries{ReturnDeliveries: &clientpb.ReturnDeliveries{Session: k.s.no, Deliveries: refs}}})
 	}
 	if errors.Is(err, ErrClosed) || errors.Is(err, ErrLostServer) {
 		return nil

@@ -37,6 +37,11 @@ var (
 	ErrClientIDInUse = transport.ErrClientIDInUse
 	// ErrDestinationDeleted: the consumer's destination was deleted.
 	ErrDestinationDeleted = transport.ErrDestinationDeleted
+	// ErrConnectionDestroyed: an operator destroyed the connection (cairn
+	// connection destroy); it does not reconnect.
+	ErrConnectionDestroyed = transport.ErrConnectionDestroyed
+	// ErrUnknownConnection: no live node serves a connection of that id.
+	ErrUnknownConnection = transport.ErrUnknownConnection
 	// ErrClosed: the connection, session, consumer or producer was closed
 	// by the application.
 	ErrClosed = errors.New("cairn: closed")

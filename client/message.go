@@ -29,6 +29,7 @@ type Message struct {
 
 	session    *Session
 	deliveryID uint64
+	gen        uint64 // the connection's link it came on
 }
 
 func (m *Message) ref() *clientpb.DeliveryRef {
@@ -40,7 +41,7 @@ func (m *Message) ref() *clientpb.DeliveryRef {
 // IndividualAck mode this one only; in AutoAck and DupsOK modes the session
 // acknowledges by itself and Ack does nothing. An error wrapping
 // ErrLostServer means some of the messages were released meanwhile (by a
-// recover or a failover) and will be redelivered.
+// recover, or a reconnect of the connection) and will be redelivered.
 func (m *Message) Ack() error {
 	if m.session == nil {
 		return nil
@@ -50,11 +51,11 @@ func (m *Message) Ack() error {
 	return m.session.ack(ctx, m)
 }
 
-func fromDelivery(d *clientpb.Delivery, s *Session) *Message {
+func fromDelivery(d *clientpb.Delivery, s *Session, gen uint64) *Message {
 	m := &Message{
 		ID: d.Id, Body: d.Body, Properties: d.Properties, Priority: int(d.Priority),
 		Redelivered: d.Redelivered, DeliveryCount: int(d.DeliveryCount), Destination: d.Destination,
-		Member: d.Member, session: s, deliveryID: d.DeliveryId,
+		Member: d.Member, session: s, deliveryID: d.DeliveryId, gen: gen,
 	}
 	if d.ExpirationUnixMs > 0 {
 		m.Expiration = time.UnixMilli(d.ExpirationUnixMs)

@@ -22,6 +22,18 @@ type Options struct {
 	DupsOKBatch int
 	DupsOKDelay time.Duration
 	Logger      *slog.Logger
+
+	// ReconnectPolicy says what the connection re-creates when it loses its
+	// node: ReconnectProducer (the default), ReconnectNone or ReconnectAll.
+	ReconnectPolicy ReconnectPolicy
+	// ReconnectBlockingTime is how long a call (Receive, Send, Ack...) made
+	// while the connection reconnects waits for the reconnect before it
+	// fails with ErrLostServer (default 60 s).
+	ReconnectBlockingTime time.Duration
+	// TotalReconnectPeriod is how long the connection keeps trying to
+	// reconnect before it ends for good; 0 means the default, -1, which is
+	// forever.
+	TotalReconnectPeriod time.Duration
 }
 
 func (o *Options) setDefaults() {
@@ -39,6 +51,12 @@ func (o *Options) setDefaults() {
 	}
 	if o.DupsOKDelay <= 0 {
 		o.DupsOKDelay = 100 * time.Millisecond
+	}
+	if o.ReconnectBlockingTime <= 0 {
+		o.ReconnectBlockingTime = 60 * time.Second
+	}
+	if o.TotalReconnectPeriod == 0 {
+		o.TotalReconnectPeriod = -1
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

@@ -82,11 +82,19 @@ func (p *Producer) Send(ctx context.Context, m *Message) (Receipt, error) {
 }
 
 // SendBatch sends messages together to one member, in one commit.
+//
+// While the connection reconnects, SendBatch waits for it as long as ctx
+// and ReconnectBlockingTime allow. A send that could not leave because the
+// connection's node was lost is sent again after the reconnect; one that
+// may have reached the node is sent again only when every message carries
+// a dedup id (SetIdempotent), and otherwise fails with ErrDeliveryUnknown.
 func (p *Producer) SendBatch(ctx context.Context, ms []*Message) ([]Receipt, error) {
-	if err := p.s.conn.closedErr(); err != nil {
+	c := p.s.conn
+	if err := c.closedErr(); err != nil {
 		return nil, err
 	}
 	req := &clientpb.SendRequest{Destination: p.dest, Messages: make([]*clientpb.Message, len(ms))}
+	idempotent := true
 	for i, m := range ms {
 		if m.ID == "" {
 			m.ID = NewMessageID()
@@ -94,21 +102,46 @@ func (p *Producer) SendBatch(ctx context.Context, ms []*Message) ([]Receipt, err
 		if p.idempotent && m.DedupID == "" {
 			m.DedupID = m.ID
 		}
+		idempotent = idempotent && m.DedupID != ""
 		req.Messages[i] = &clientpb.Message{
 			Id: m.ID, Body: m.Body, Properties: m.Properties, DedupId: m.DedupID,
 			Priority: uint32(p.priority), PrioritySet: true, TtlMs: p.ttl.Milliseconds(),
 		}
 	}
-	resp, err := p.s.conn.api.Send(ctx, req)
-	if err != nil {
-		return nil, sendError(err, ms[0].ID)
+	mayBeStored := false // an earlier try may have stored the messages
+	for {
+		l, err := c.awaitLink(ctx)
+		if err != nil {
+			if mayBeStored {
+				return nil, fmt.Errorf("%w: message %s may or may not have been enqueued; resending it after the connection's node was lost failed: %w", ErrDeliveryUnknown, ms[0].ID, err)
+			}
+			return nil, fmt.Errorf("message %s was not sent: %w", ms[0].ID, err)
+		}
+		resp, err := l.api.Send(ctx, req)
+		if err == nil {
+			out := make([]Receipt, len(resp.Results))
+			for i, r := range resp.Results {
+				out[i] = Receipt{ID: r.Id, Member: r.Member, Duplicate: r.Duplicate}
+				ms[i].Member = r.Member
+			}
+			return out, nil
+		}
+		serr := sendError(err, ms[0].ID)
+		notSent := errors.Is(serr, ErrUnavailable)
+		if ctx.Err() != nil || transport.ServerAnswered(err) || !(notSent || idempotent) {
+			if mayBeStored && notSent {
+				serr = fmt.Errorf("%w: message %s may or may not have been enqueued by an earlier try: %w", ErrDeliveryUnknown, ms[0].ID, serr)
+			}
+			return nil, serr
+		}
+		// The call failed in the transport: the node is lost. Resending is
+		// safe, since it never left or the dedup ids make a copy harmless;
+		// the server sends a message with a dedup id to the member its id
+		// names, whichever node forwards it.
+		mayBeStored = mayBeStored || !notSent
+		c.opts.Logger.Info("cairn: resending after the connection's node was lost", "message", ms[0].ID, "err", serr)
+		c.linkDown(l, err)
 	}
-	out := make([]Receipt, len(resp.Results))
-	for i, r := range resp.Results {
-		out[i] = Receipt{ID: r.Id, Member: r.Member, Duplicate: r.Duplicate}
-		ms[i].Member = r.Member
-	}
-	return out, nil
 }
 
 // sendError types a failed send. The server's own answers are typed already;
@@ -121,7 +154,9 @@ func sendError(err error, id string) error {
 		return typed
 	}
 	st, _ := status.FromError(err)
-	if st.Code() == codes.Unavailable && strings.Contains(st.Message(), "while dialing") {
+	// A call made as its link was being closed never left either.
+	if (st.Code() == codes.Unavailable && strings.Contains(st.Message(), "while dialing")) ||
+		(st.Code() == codes.Canceled && strings.Contains(st.Message(), "client connection is closing")) {
 		return fmt.Errorf("%w: message %s was not sent: %v", ErrUnavailable, id, st.Message())
 	}
 	return fmt.Errorf("%w: message %s may or may not have been enqueued: %v", ErrDeliveryUnknown, id, typed)

@@ -28,8 +28,13 @@ type Session struct {
 	listenerMu        sync.Mutex
 	listenerGoroutine atomic.Uint64
 
-	mu        sync.Mutex
-	closed    bool
+	mu     sync.Mutex
+	closed bool
+	// gen is the connection's link the session was last opened on.
+	gen uint64
+	// lostAcks is set when a reconnect took away messages the session
+	// held unacknowledged: the next acknowledge reports ErrLostServer.
+	lostAcks  bool
 	consumers map[uint64]*Consumer
 	// unacked are messages handed out and not yet acknowledged (ClientAck,
 	// IndividualAck).
@@ -44,8 +49,29 @@ type Session struct {
 	acksInFlight sync.WaitGroup
 }
 
-func newSession(c *Connection, no uint64, mode AckMode) *Session {
-	return &Session{conn: c, no: no, mode: mode, consumers: make(map[uint64]*Consumer), firstValid: make(map[string]uint64)}
+func newSession(c *Connection, no uint64, mode AckMode, gen uint64) *Session {
+	return &Session{conn: c, no: no, mode: mode, gen: gen, consumers: make(map[uint64]*Consumer), firstValid: make(map[string]uint64)}
+}
+
+// linkLost forgets what the session held on a lost link: the server
+// releases it, and it comes again marked redelivered.
+func (s *Session) linkLost() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.unacked) > 0 {
+		s.lostAcks = true
+	}
+	clear(s.unacked)
+	s.unacked = nil
+	s.dupsOK = nil
+	clear(s.firstValid)
+}
+
+// rebind records that the session is open on link gen.
+func (s *Session) rebind(gen uint64) {
+	s.mu.Lock()
+	s.gen = gen
+	s.mu.Unlock()
 }
 
 // Mode is the session's acknowledge mode.
@@ -89,33 +115,40 @@ func (s *Session) Consumer(ctx context.Context, dest string, opts ...ConsumerOpt
 		o.prefetch = min(o.prefetch, o.limit)
 	}
 	c := s.conn
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, ErrClosed
-	}
-	c.mu.Lock()
-	c.nextConsumer++
-	k := newConsumer(s, c.nextConsumer, dest, o.prefetch, o.limit)
-	// Registered before asking, so deliveries that overtake the reply land.
-	c.consumers[k.no] = k
-	c.mu.Unlock()
-	s.consumers[k.no] = k
-	s.mu.Unlock()
-	reply, err := c.request(ctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_CreateConsumer{CreateConsumer: &clientpb.CreateConsumer{
-		Session: s.no, Consumer: k.no, Destination: dest, Prefetch: uint32(o.prefetch),
-	}}})
-	if err != nil {
-		if reply == nil {
-			// No answer (ctx ended): the server may attach it yet. Closing
-			// it stops that; whatever it was sent comes back to pending
-			// when the session ends.
-			c.requestAsync(&clientpb.ClientFrame{Op: &clientpb.ClientFrame_CloseConsumer{CloseConsumer: &clientpb.CloseConsumer{Consumer: k.no}}}, func(*clientpb.Reply, error) {})
+	var k *Consumer
+	err := c.createOnLink(ctx, func(l *link) error {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return ErrClosed
 		}
-		s.forgetConsumer(k)
+		c.mu.Lock()
+		c.nextConsumer++
+		k = newConsumer(s, c.nextConsumer, dest, o.prefetch, o.limit, l.gen)
+		// Registered before asking, so deliveries that overtake the reply land.
+		c.consumers[k.no] = k
+		c.mu.Unlock()
+		s.consumers[k.no] = k
+		s.mu.Unlock()
+		reply, err := l.request(ctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_CreateConsumer{CreateConsumer: &clientpb.CreateConsumer{
+			Session: s.no, Consumer: k.no, Destination: dest, Prefetch: uint32(o.prefetch),
+		}}})
+		if err != nil {
+			if reply == nil && !l.isDown() {
+				// No answer (ctx ended): the server may attach it yet. Closing
+				// it stops that; whatever it was sent comes back to pending
+				// when the session ends.
+				l.requestAsync(&clientpb.ClientFrame{Op: &clientpb.ClientFrame_CloseConsumer{CloseConsumer: &clientpb.CloseConsumer{Consumer: k.no}}}, func(*clientpb.Reply, error) {})
+			}
+			s.forgetConsumer(k)
+			return err
+		}
+		k.setMember(reply.GetCreateConsumer().Member)
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
-	k.member = reply.GetCreateConsumer().Member
 	return k, nil
 }
 
@@ -214,7 +247,9 @@ func (s *Session) ack(ctx context.Context, m *Message) error {
 		s.mu.Unlock()
 		return nil
 	}
-	stale := m != nil && m.deliveryID < s.firstValid[m.Member]
+	stale := m != nil && (m.gen != s.gen || m.deliveryID < s.firstValid[m.Member])
+	lost := s.lostAcks
+	s.lostAcks = false
 	switch {
 	case s.mode == ClientAck, m == nil:
 		acked = s.unacked
@@ -235,8 +270,12 @@ func (s *Session) ack(ctx context.Context, m *Message) error {
 	default:
 		err = s.sendAck(ctx, acked)
 	}
-	if err == nil && stale {
-		err = fmt.Errorf("%w: message %s was handed out before the session recovered; it was returned and comes again, marked redelivered", ErrLostServer, m.ID)
+	switch {
+	case err != nil:
+	case stale:
+		err = fmt.Errorf("%w: message %s was handed out before the session recovered or its connection reconnected; it was returned and comes again, marked redelivered", ErrLostServer, m.ID)
+	case lost:
+		err = fmt.Errorf("%w: the connection reconnected while the session held unacknowledged messages; they were returned and come again, marked redelivered", ErrLostServer)
 	}
 	return err
 }
@@ -318,11 +357,19 @@ func (s *Session) Close() error {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
-	if _, cerr := s.conn.request(ctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_CloseSession{CloseSession: &clientpb.CloseSession{Session: s.no}}}); cerr != nil && err == nil {
+	// Held so that a reconnect does not re-open the session meanwhile.
+	c := s.conn
+	c.objects.RLock()
+	defer c.objects.RUnlock()
+	c.mu.Lock()
+	delete(c.sessions, s.no)
+	l := c.link
+	c.mu.Unlock()
+	if l == nil {
+		return err // reconnecting: the session died with the lost link
+	}
+	if _, cerr := l.request(ctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_CloseSession{CloseSession: &clientpb.CloseSession{Session: s.no}}}); cerr != nil && err == nil && !errors.Is(cerr, ErrLostServer) {
 		err = cerr
 	}
-	s.conn.mu.Lock()
-	delete(s.conn.sessions, s.no)
-	s.conn.mu.Unlock()
 	return err
 }

@@ -45,6 +45,9 @@ type connection struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	out    *outbox[*clientpb.ServerFrame]
+	// remote and since are what an operator listing connections sees.
+	remote string
+	since  time.Time
 
 	mu        sync.Mutex
 	clientID  string
@@ -100,7 +103,7 @@ func (cs *connections) serve(stream clientpb.ClientService_ConnectServer) error 
 	ctx, cancel := context.WithCancel(stream.Context())
 	c := &connection{
 		n: cs.n, id: cs.n.cfg.NodeID + "-" + newID(6), ctx: ctx, cancel: cancel,
-		out:      newOutbox[*clientpb.ServerFrame](),
+		out: newOutbox[*clientpb.ServerFrame](), remote: remoteAddr(stream.Context()), since: time.Now(),
 		sessions: make(map[uint64]*session), consumers: make(map[uint64]*consumer),
 	}
 	cs.mu.Lock()
@@ -148,6 +151,10 @@ func (cs *connections) serve(stream clientpb.ClientService_ConnectServer) error 
 // HeartbeatInterval is how often a connection hears from its server when
 // nothing else is sent.
 const HeartbeatInterval = time.Second
+
+// clientKeepalive is how long the client API waits without a byte from a
+// client before it pings it, and how long it waits for the answer.
+const clientKeepalive = 2 * time.Second
 
 func (c *connection) heartbeat(ctx context.Context) {
 	t := time.NewTicker(HeartbeatInterval)
@@ -199,7 +206,21 @@ func (c *connection) hello(stream clientpb.ClientService_ConnectServer) error {
 			return err
 		}
 	}
-	return stream.Send(replyFrame(f.RequestId, nil, &clientpb.Reply{Result: &clientpb.Reply_Hello{Hello: &clientpb.HelloResult{ConnectionId: c.id, NodeId: c.n.cfg.NodeID}}}))
+	return stream.Send(replyFrame(f.RequestId, nil, &clientpb.Reply{Result: &clientpb.Reply_Hello{Hello: &clientpb.HelloResult{
+		ConnectionId: c.id, NodeId: c.n.cfg.NodeID, ClientAddrs: c.n.clientAddrs(),
+	}}}))
+}
+
+// clientAddrs are the client addresses of the live nodes, this node's first:
+// a client reconnects to them when it loses this node.
+func (n *Node) clientAddrs() []string {
+	out := []string{n.addrs.Client}
+	for _, m := range n.gossip.members() {
+		if m.ID != n.cfg.NodeID && m.State == "alive" && m.Meta.Client != "" {
+			out = append(out, m.Meta.Client)
+		}
+	}
+	return out
 }
 
 // end detaches the connection's consumers and releases its sessions.
@@ -253,12 +274,12 @@ func (cs *connections) abandonAll() {
 	}
 }
 
-// closeAll ends every connection and waits, up to timeout, for their sessions
-// to be released.
+// closeAll ends every connection, telling each client to reconnect to
+// another node, and waits, up to timeout, for their sessions to be released.
 func (cs *connections) closeAll(timeout time.Duration) {
 	cs.mu.Lock()
 	for _, c := range cs.byID {
-		c.cancel()
+		c.goodbye(false, fmt.Sprintf("node %s is shutting down", cs.n.cfg.NodeID))
 	}
 	cs.mu.Unlock()
 	done := make(chan struct{})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strings"
 	"sync"
@@ -567,6 +568,11 @@ func (n *Node) send(ctx context.Context, req *clientpb.SendRequest) (*clientpb.S
 // (idempotent), it is sent again to the same member until routeWindow: the
 // member's replicated dedup window drops a second copy, so the producer
 // gets a definite answer. Otherwise the unknown outcome is returned.
+//
+// An idempotent send to a plain name goes to the member its first dedup id
+// names (dedupMember), not to the one the router prefers: a client that
+// lost its front-end mid-send resends through another node, and only the
+// same member's window can drop the copy.
 func (n *Node) enqueue(ctx context.Context, d *fsmpb.Destination, idx int, cmd *fsmpb.Enqueue, idempotent bool) (string, fsm.Result, error) {
 	if idx >= 0 && d.Members[idx].Draining {
 		return fsm.MemberName(d.Name, uint32(idx)), fsm.Result{}, fmt.Errorf("%w: member %s is draining (an update is removing it); send to %s", transport.ErrUnavailable, fsm.MemberName(d.Name, uint32(idx)), d.Name)
@@ -574,6 +580,10 @@ func (n *Node) enqueue(ctx context.Context, d *fsmpb.Destination, idx int, cmd *
 	deadline := time.Now().Add(routeWindow)
 	failed := make([]bool, len(d.Members))
 	pinned := -1 // the member a send of unknown outcome must go to again
+	if idempotent && idx < 0 {
+		pinned = dedupMember(d, cmd.Messages[0].DedupId)
+	}
+	mayBeStored := false // an earlier try's outcome is unknown
 	for {
 		i := idx
 		switch {
@@ -593,19 +603,19 @@ func (n *Node) enqueue(ctx context.Context, d *fsmpb.Destination, idx int, cmd *
 		switch {
 		case err == nil:
 			return name, res, nil
-		case pinned >= 0 && (ctx.Err() != nil || !time.Now().Before(deadline)):
+		case mayBeStored && (ctx.Err() != nil || !time.Now().Before(deadline)):
 			// An earlier try may have stored it: whatever this one says,
 			// the outcome stays unknown.
 			return name, res, fmt.Errorf("%w: resent with its dedup id until %v, without an answer: %v", member.ErrOutcomeUnknown, routeWindow, err)
-		case pinned >= 0 && notSent:
-			// No host for the resend yet: wait and send it again.
 		case ctx.Err() != nil, !time.Now().Before(deadline):
 			return name, res, err
+		case pinned >= 0 && notSent:
+			// No host for the member yet: wait and send it again.
 		case errors.Is(err, member.ErrOutcomeUnknown):
 			if !idempotent {
 				return name, res, err
 			}
-			pinned = i
+			pinned, mayBeStored = i, true
 			n.log.Info("resending a send of unknown outcome; the member's dedup window drops a second copy", "member", name, "id", cmd.Messages[0].Id, "err", err)
 		case notSent && idx < 0:
 			failed[i] = true
@@ -618,19 +628,37 @@ func (n *Node) enqueue(ctx context.Context, d *fsmpb.Destination, idx int, cmd *
 		}
 		select {
 		case <-ctx.Done():
-			if pinned >= 0 {
+			if mayBeStored {
 				return name, fsm.Result{}, fmt.Errorf("%w: %v", member.ErrOutcomeUnknown, ctx.Err())
 			}
 			return name, fsm.Result{}, ctx.Err()
 		case <-n.stopped:
 			err := fmt.Errorf("%w: node %s is stopping", transport.ErrUnavailable, n.cfg.NodeID)
-			if pinned >= 0 {
+			if mayBeStored {
 				err = fmt.Errorf("%w: %v", member.ErrOutcomeUnknown, err)
 			}
 			return name, fsm.Result{}, err
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// dedupMember is the member, among those not draining, that a dedup id
+// names; -1 if every member is draining. It depends only on the id and the
+// destination's members, so every node names the same one.
+func dedupMember(d *fsmpb.Destination, dedupID string) int {
+	var open []int
+	for i, m := range d.Members {
+		if !m.Draining {
+			open = append(open, i)
+		}
+	}
+	if len(open) == 0 {
+		return -1
+	}
+	h := fnv.New64a()
+	h.Write([]byte(dedupID))
+	return open[h.Sum64()%uint64(len(open))]
 }
 
 // chooseMember is the router's choice for a send among the members not

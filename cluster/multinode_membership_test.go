@@ -193,6 +193,12 @@ func TestCluster_NodeRemove_ReplacesReplicasAndNeverReadmits(t *testing.T) {
 // every member none of them strands its messages, so none moves.
 func drainMembers(t *testing.T, s *client.Session, dest string, members, want int) []string {
 	t.Helper()
+	return drainUntil(t, s, dest, members, func(got []string) bool { return len(got) >= want })
+}
+
+// drainUntil is drainMembers until done holds of what came.
+func drainUntil(t *testing.T, s *client.Session, dest string, members int, done func(got []string) bool) []string {
+	t.Helper()
 	ctx := stepCtx(t, 20*time.Second)
 	var ks []*client.Consumer
 	for i := range members {
@@ -217,7 +223,7 @@ func drainMembers(t *testing.T, s *client.Session, dest string, members, want in
 			}
 		}
 	}
-	for deadline := time.Now().Add(20 * time.Second); len(got) < want && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(20 * time.Second); !done(got) && time.Now().Before(deadline); {
 		take(50 * time.Millisecond)
 	}
 	take(300 * time.Millisecond)

@@ -208,7 +208,12 @@ func (n *Node) startServers() {
 	n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	n.health.SetServingStatus(clientpb.ClientService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 
-	n.grpcClient = grpc.NewServer(grpc.MaxRecvMsgSize(maxRecv), grpc.MaxSendMsgSize(maxRecv))
+	// The keepalive finds a client cut off without a word (a pulled cable,
+	// a partition): the server's heartbeats go nowhere, the ping goes
+	// unanswered, and the connection ends, releasing the messages its
+	// sessions held, within clientKeepalive twice.
+	n.grpcClient = grpc.NewServer(grpc.MaxRecvMsgSize(maxRecv), grpc.MaxSendMsgSize(maxRecv),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: clientKeepalive, Timeout: clientKeepalive}))
 	clientpb.RegisterClientServiceServer(n.grpcClient, &clientService{n: n})
 	healthpb.RegisterHealthServer(n.grpcClient, n.health)
 	reflection.Register(n.grpcClient)

@@ -119,3 +119,14 @@ func groupStatus(name string, replicas []string, reports map[string]map[string]*
 	}
 	return gs
 }
+
+func (s *clientService) ListConnections(ctx context.Context, req *clientpb.ListConnectionsRequest) (*clientpb.ListConnectionsResponse, error) {
+	return s.n.listConnections(ctx, req.LocalOnly), nil
+}
+
+func (s *clientService) DestroyConnection(ctx context.Context, req *clientpb.DestroyConnectionRequest) (*clientpb.DestroyConnectionResponse, error) {
+	if err := s.n.destroyConnection(ctx, req.Id); err != nil {
+		return nil, transport.Status(err)
+	}
+	return &clientpb.DestroyConnectionResponse{}, nil
+}

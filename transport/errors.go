@@ -44,6 +44,11 @@ var (
 	// ErrUnknownSession: the request names a session or consumer that this
 	// connection does not have open.
 	ErrUnknownSession = errors.New("cairn: unknown session or consumer")
+	// ErrUnknownConnection: no live node serves a connection of that id.
+	ErrUnknownConnection = errors.New("cairn: unknown connection")
+	// ErrConnectionDestroyed: an operator destroyed the connection; the
+	// client does not reconnect.
+	ErrConnectionDestroyed = errors.New("cairn: connection destroyed")
 )
 
 var reasons = []struct {
@@ -64,6 +69,8 @@ var reasons = []struct {
 	{ErrClientIDInUse, "CLIENT_ID_IN_USE", codes.AlreadyExists},
 	{ErrDestinationDeleted, "DESTINATION_DELETED", codes.NotFound},
 	{ErrUnknownSession, "UNKNOWN_SESSION", codes.FailedPrecondition},
+	{ErrUnknownConnection, "UNKNOWN_CONNECTION", codes.NotFound},
+	{ErrConnectionDestroyed, "CONNECTION_DESTROYED", codes.Aborted},
 }
 
 const errorDomain = "cairnmq.io"

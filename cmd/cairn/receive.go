@@ -24,10 +24,11 @@ type receiveLine struct {
 
 func receiveCmd() *cobra.Command {
 	var (
-		count   int
-		ack     string
-		timeout time.Duration
-		asJSON  bool
+		count     int
+		ack       string
+		timeout   time.Duration
+		asJSON    bool
+		reconnect *string
 	)
 	cmd := &cobra.Command{
 		Use:   "receive DEST",
@@ -41,7 +42,12 @@ has passed (0: no limit), with status 0 either way; the lines say what it got.
                marked redelivered
 
 With --json each message prints one line:
-  {"id":"...","member":"orders#0","body":"...","redelivered":false,"delivery_count":1,"priority":4}`,
+  {"id":"...","member":"orders#0","body":"...","redelivered":false,"delivery_count":1,"priority":4}
+
+When its node is lost, receive reconnects to another node and goes on
+(--reconnect all, the default). Messages it held unacknowledged then come
+again, marked redelivered; with --ack client the first acknowledge after a
+reconnect reports that on stderr, and receive goes on.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if count < 1 {
@@ -62,7 +68,11 @@ With --json each message prints one line:
 				ctx, cancel = context.WithTimeout(ctx, timeout)
 				defer cancel()
 			}
-			conn, err := client.Dial(ctx, servers(cmd), client.Options{})
+			opts, err := dialOptions(*reconnect)
+			if err != nil {
+				return err
+			}
+			conn, err := client.Dial(ctx, servers(cmd), opts)
 			if err != nil {
 				return err
 			}
@@ -95,7 +105,16 @@ With --json each message prints one line:
 					return err
 				}
 				if ack == "client" {
-					if err := m.Ack(); err != nil {
+					err := m.Ack()
+					if errors.Is(err, client.ErrLostServer) {
+						// The connection lost its node, which released what
+						// the session held: those messages come again,
+						// marked redelivered, after the reconnect (and if it
+						// fails, the next receive says so).
+						fmt.Fprintf(cmd.ErrOrStderr(), "cairn: %v\n", err)
+						continue
+					}
+					if err != nil {
 						return fmt.Errorf("acknowledging %s: %w", m.ID, err)
 					}
 				}
@@ -108,5 +127,6 @@ With --json each message prints one line:
 	f.StringVar(&ack, "ack", "auto", "auto, client or none")
 	f.DurationVar(&timeout, "timeout", 0, "bound on the whole command, e.g. 5s (0: wait for --count messages)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON line per message")
+	reconnect = reconnectFlag(cmd, client.ReconnectAll)
 	return cmd
 }

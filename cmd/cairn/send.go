@@ -42,6 +42,7 @@ func sendCmd() *cobra.Command {
 		dedupID    string
 		idempotent bool
 		asJSON     bool
+		reconnect  *string
 	)
 	cmd := &cobra.Command{
 		Use:   "send DEST",
@@ -57,7 +58,12 @@ With --json each message prints one line:
 "unknown" means the message may or may not have been stored (its member's
 host died mid-request). A message with a dedup id is resent by the server
 to the same member until it gets an answer, so it ends "ok" (duplicate true
-if the first copy had been stored); one without is not resent.`,
+if the first copy had been stored); one without is not resent.
+
+When its node is lost, send reconnects to another node and goes on
+(--reconnect producer, the default); a message whose request was cut off
+by the loss is resent there only with a dedup id, and is "unknown"
+otherwise.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if count < 1 {
@@ -70,7 +76,11 @@ if the first copy had been stored); one without is not resent.`,
 				return fmt.Errorf("--size %d is negative", size)
 			}
 			ctx := cmd.Context()
-			conn, err := client.Dial(ctx, servers(cmd), client.Options{})
+			opts, err := dialOptions(*reconnect)
+			if err != nil {
+				return err
+			}
+			conn, err := client.Dial(ctx, servers(cmd), opts)
 			if err != nil {
 				return err
 			}
@@ -142,6 +152,7 @@ if the first copy had been stored); one without is not resent.`,
 	f.IntVar(&priority, "priority", 4, "priority, 0 (lowest) to 9 (highest)")
 	f.StringVar(&dedupID, "dedup-id", "", "duplicate-detection id")
 	f.BoolVar(&idempotent, "idempotent", false, "give each message without --dedup-id its message id as dedup id, so a send of unknown outcome is resent safely")
+	reconnect = reconnectFlag(cmd, client.ReconnectProducer)
 	f.BoolVar(&asJSON, "json", false, "print one JSON line per message")
 	return cmd
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 
@@ -23,5 +24,21 @@ func TestSendOutcome_MapsErrorsToTheJSONContract(t *testing.T) {
 		if got := outcome(c.err); got != c.want {
 			t.Errorf("outcome(%v) = %q; want %q", c.err, got, c.want)
 		}
+	}
+}
+
+// --reconnect takes the policy names of the client library, and nothing else.
+func TestDialOptions_ReconnectPolicies(t *testing.T) {
+	for _, c := range []struct {
+		flag string
+		want client.ReconnectPolicy
+	}{{"none", client.ReconnectNone}, {"producer", client.ReconnectProducer}, {"all", client.ReconnectAll}} {
+		o, err := dialOptions(c.flag)
+		if err != nil || o.ReconnectPolicy != c.want {
+			t.Errorf("--reconnect %s: %v, %v; want %v", c.flag, o.ReconnectPolicy, err, c.want)
+		}
+	}
+	if _, err := dialOptions("sometimes"); !errors.Is(err, client.ErrInvalidArgument) {
+		t.Errorf("--reconnect sometimes: %v; want ErrInvalidArgument", err)
 	}
 }

@@ -133,6 +133,277 @@ func (AckMode) EnumDescriptor() ([]byte, []int) {
 	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{1}
 }
 
+type ListConnectionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// local_only asks for the answering node's connections alone (what a node
+	// asks its peers when it gathers the cluster's list).
+	LocalOnly     bool `protobuf:"varint,1,opt,name=local_only,json=localOnly,proto3" json:"local_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListConnectionsRequest) Reset() {
+	*x = ListConnectionsRequest{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListConnectionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListConnectionsRequest) ProtoMessage() {}
+
+func (x *ListConnectionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListConnectionsRequest.ProtoReflect.Descriptor instead.
+func (*ListConnectionsRequest) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ListConnectionsRequest) GetLocalOnly() bool {
+	if x != nil {
+		return x.LocalOnly
+	}
+	return false
+}
+
+type ConnectionInfo struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Id              string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Node            string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	ClientId        string                 `protobuf:"bytes,3,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	RemoteAddr      string                 `protobuf:"bytes,4,opt,name=remote_addr,json=remoteAddr,proto3" json:"remote_addr,omitempty"`
+	Sessions        uint32                 `protobuf:"varint,5,opt,name=sessions,proto3" json:"sessions,omitempty"`
+	Consumers       uint32                 `protobuf:"varint,6,opt,name=consumers,proto3" json:"consumers,omitempty"`
+	ConnectedUnixMs int64                  `protobuf:"varint,7,opt,name=connected_unix_ms,json=connectedUnixMs,proto3" json:"connected_unix_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ConnectionInfo) Reset() {
+	*x = ConnectionInfo{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConnectionInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConnectionInfo) ProtoMessage() {}
+
+func (x *ConnectionInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConnectionInfo.ProtoReflect.Descriptor instead.
+func (*ConnectionInfo) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ConnectionInfo) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ConnectionInfo) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ConnectionInfo) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *ConnectionInfo) GetRemoteAddr() string {
+	if x != nil {
+		return x.RemoteAddr
+	}
+	return ""
+}
+
+func (x *ConnectionInfo) GetSessions() uint32 {
+	if x != nil {
+		return x.Sessions
+	}
+	return 0
+}
+
+func (x *ConnectionInfo) GetConsumers() uint32 {
+	if x != nil {
+		return x.Consumers
+	}
+	return 0
+}
+
+func (x *ConnectionInfo) GetConnectedUnixMs() int64 {
+	if x != nil {
+		return x.ConnectedUnixMs
+	}
+	return 0
+}
+
+type ListConnectionsResponse struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Connections []*ConnectionInfo      `protobuf:"bytes,1,rep,name=connections,proto3" json:"connections,omitempty"`
+	// unreachable names the nodes that did not answer.
+	Unreachable   []string `protobuf:"bytes,2,rep,name=unreachable,proto3" json:"unreachable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListConnectionsResponse) Reset() {
+	*x = ListConnectionsResponse{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListConnectionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListConnectionsResponse) ProtoMessage() {}
+
+func (x *ListConnectionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListConnectionsResponse.ProtoReflect.Descriptor instead.
+func (*ListConnectionsResponse) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ListConnectionsResponse) GetConnections() []*ConnectionInfo {
+	if x != nil {
+		return x.Connections
+	}
+	return nil
+}
+
+func (x *ListConnectionsResponse) GetUnreachable() []string {
+	if x != nil {
+		return x.Unreachable
+	}
+	return nil
+}
+
+type DestroyConnectionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DestroyConnectionRequest) Reset() {
+	*x = DestroyConnectionRequest{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DestroyConnectionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DestroyConnectionRequest) ProtoMessage() {}
+
+func (x *DestroyConnectionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DestroyConnectionRequest.ProtoReflect.Descriptor instead.
+func (*DestroyConnectionRequest) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *DestroyConnectionRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type DestroyConnectionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DestroyConnectionResponse) Reset() {
+	*x = DestroyConnectionResponse{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DestroyConnectionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DestroyConnectionResponse) ProtoMessage() {}
+
+func (x *DestroyConnectionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DestroyConnectionResponse.ProtoReflect.Descriptor instead.
+func (*DestroyConnectionResponse) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{4}
+}
+
 type RemoveNodeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -142,7 +413,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[0]
+	mi := &file_transport_clientpb_client_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -154,7 +425,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[0]
+	mi := &file_transport_clientpb_client_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -167,7 +438,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{0}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -185,7 +456,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[1]
+	mi := &file_transport_clientpb_client_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -197,7 +468,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[1]
+	mi := &file_transport_clientpb_client_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -210,7 +481,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{1}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{6}
 }
 
 type LeaveNodeRequest struct {
@@ -221,7 +492,7 @@ type LeaveNodeRequest struct {
 
 func (x *LeaveNodeRequest) Reset() {
 	*x = LeaveNodeRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[2]
+	mi := &file_transport_clientpb_client_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -233,7 +504,7 @@ func (x *LeaveNodeRequest) String() string {
 func (*LeaveNodeRequest) ProtoMessage() {}
 
 func (x *LeaveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[2]
+	mi := &file_transport_clientpb_client_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -246,7 +517,7 @@ func (x *LeaveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveNodeRequest.ProtoReflect.Descriptor instead.
 func (*LeaveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{2}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{7}
 }
 
 type LeaveNodeResponse struct {
@@ -258,7 +529,7 @@ type LeaveNodeResponse struct {
 
 func (x *LeaveNodeResponse) Reset() {
 	*x = LeaveNodeResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[3]
+	mi := &file_transport_clientpb_client_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -270,7 +541,7 @@ func (x *LeaveNodeResponse) String() string {
 func (*LeaveNodeResponse) ProtoMessage() {}
 
 func (x *LeaveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[3]
+	mi := &file_transport_clientpb_client_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -283,7 +554,7 @@ func (x *LeaveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveNodeResponse.ProtoReflect.Descriptor instead.
 func (*LeaveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{3}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LeaveNodeResponse) GetNode() string {
@@ -305,7 +576,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[4]
+	mi := &file_transport_clientpb_client_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -317,7 +588,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[4]
+	mi := &file_transport_clientpb_client_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -330,7 +601,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{4}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Error) GetReason() string {
@@ -381,7 +652,7 @@ type CreateDestinationRequest struct {
 
 func (x *CreateDestinationRequest) Reset() {
 	*x = CreateDestinationRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[5]
+	mi := &file_transport_clientpb_client_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -393,7 +664,7 @@ func (x *CreateDestinationRequest) String() string {
 func (*CreateDestinationRequest) ProtoMessage() {}
 
 func (x *CreateDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[5]
+	mi := &file_transport_clientpb_client_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -406,7 +677,7 @@ func (x *CreateDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDestinationRequest.ProtoReflect.Descriptor instead.
 func (*CreateDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{5}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CreateDestinationRequest) GetName() string {
@@ -518,7 +789,7 @@ type UpdateDestinationRequest struct {
 
 func (x *UpdateDestinationRequest) Reset() {
 	*x = UpdateDestinationRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[6]
+	mi := &file_transport_clientpb_client_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -530,7 +801,7 @@ func (x *UpdateDestinationRequest) String() string {
 func (*UpdateDestinationRequest) ProtoMessage() {}
 
 func (x *UpdateDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[6]
+	mi := &file_transport_clientpb_client_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -543,7 +814,7 @@ func (x *UpdateDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateDestinationRequest.ProtoReflect.Descriptor instead.
 func (*UpdateDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{6}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *UpdateDestinationRequest) GetName() string {
@@ -569,7 +840,7 @@ type DeleteDestinationRequest struct {
 
 func (x *DeleteDestinationRequest) Reset() {
 	*x = DeleteDestinationRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[7]
+	mi := &file_transport_clientpb_client_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -581,7 +852,7 @@ func (x *DeleteDestinationRequest) String() string {
 func (*DeleteDestinationRequest) ProtoMessage() {}
 
 func (x *DeleteDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[7]
+	mi := &file_transport_clientpb_client_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -594,7 +865,7 @@ func (x *DeleteDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDestinationRequest.ProtoReflect.Descriptor instead.
 func (*DeleteDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{7}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeleteDestinationRequest) GetName() string {
@@ -612,7 +883,7 @@ type DeleteDestinationResponse struct {
 
 func (x *DeleteDestinationResponse) Reset() {
 	*x = DeleteDestinationResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[8]
+	mi := &file_transport_clientpb_client_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -624,7 +895,7 @@ func (x *DeleteDestinationResponse) String() string {
 func (*DeleteDestinationResponse) ProtoMessage() {}
 
 func (x *DeleteDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[8]
+	mi := &file_transport_clientpb_client_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -637,7 +908,7 @@ func (x *DeleteDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDestinationResponse.ProtoReflect.Descriptor instead.
 func (*DeleteDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{8}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{13}
 }
 
 type ListDestinationsRequest struct {
@@ -648,7 +919,7 @@ type ListDestinationsRequest struct {
 
 func (x *ListDestinationsRequest) Reset() {
 	*x = ListDestinationsRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[9]
+	mi := &file_transport_clientpb_client_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -660,7 +931,7 @@ func (x *ListDestinationsRequest) String() string {
 func (*ListDestinationsRequest) ProtoMessage() {}
 
 func (x *ListDestinationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[9]
+	mi := &file_transport_clientpb_client_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -673,7 +944,7 @@ func (x *ListDestinationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDestinationsRequest.ProtoReflect.Descriptor instead.
 func (*ListDestinationsRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{9}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{14}
 }
 
 type ListDestinationsResponse struct {
@@ -685,7 +956,7 @@ type ListDestinationsResponse struct {
 
 func (x *ListDestinationsResponse) Reset() {
 	*x = ListDestinationsResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[10]
+	mi := &file_transport_clientpb_client_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -697,7 +968,7 @@ func (x *ListDestinationsResponse) String() string {
 func (*ListDestinationsResponse) ProtoMessage() {}
 
 func (x *ListDestinationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[10]
+	mi := &file_transport_clientpb_client_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -710,7 +981,7 @@ func (x *ListDestinationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDestinationsResponse.ProtoReflect.Descriptor instead.
 func (*ListDestinationsResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{10}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListDestinationsResponse) GetDestinations() []*DestinationInfo {
@@ -729,7 +1000,7 @@ type ShowDestinationRequest struct {
 
 func (x *ShowDestinationRequest) Reset() {
 	*x = ShowDestinationRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[11]
+	mi := &file_transport_clientpb_client_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -741,7 +1012,7 @@ func (x *ShowDestinationRequest) String() string {
 func (*ShowDestinationRequest) ProtoMessage() {}
 
 func (x *ShowDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[11]
+	mi := &file_transport_clientpb_client_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -754,7 +1025,7 @@ func (x *ShowDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowDestinationRequest.ProtoReflect.Descriptor instead.
 func (*ShowDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{11}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ShowDestinationRequest) GetName() string {
@@ -773,7 +1044,7 @@ type PurgeDestinationRequest struct {
 
 func (x *PurgeDestinationRequest) Reset() {
 	*x = PurgeDestinationRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[12]
+	mi := &file_transport_clientpb_client_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -785,7 +1056,7 @@ func (x *PurgeDestinationRequest) String() string {
 func (*PurgeDestinationRequest) ProtoMessage() {}
 
 func (x *PurgeDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[12]
+	mi := &file_transport_clientpb_client_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -798,7 +1069,7 @@ func (x *PurgeDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDestinationRequest.ProtoReflect.Descriptor instead.
 func (*PurgeDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{12}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PurgeDestinationRequest) GetName() string {
@@ -817,7 +1088,7 @@ type PurgeDestinationResponse struct {
 
 func (x *PurgeDestinationResponse) Reset() {
 	*x = PurgeDestinationResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[13]
+	mi := &file_transport_clientpb_client_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -829,7 +1100,7 @@ func (x *PurgeDestinationResponse) String() string {
 func (*PurgeDestinationResponse) ProtoMessage() {}
 
 func (x *PurgeDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[13]
+	mi := &file_transport_clientpb_client_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -842,7 +1113,7 @@ func (x *PurgeDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDestinationResponse.ProtoReflect.Descriptor instead.
 func (*PurgeDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{13}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PurgeDestinationResponse) GetPurged() uint64 {
@@ -876,7 +1147,7 @@ type MemberInfo struct {
 
 func (x *MemberInfo) Reset() {
 	*x = MemberInfo{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[14]
+	mi := &file_transport_clientpb_client_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -888,7 +1159,7 @@ func (x *MemberInfo) String() string {
 func (*MemberInfo) ProtoMessage() {}
 
 func (x *MemberInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[14]
+	mi := &file_transport_clientpb_client_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -901,7 +1172,7 @@ func (x *MemberInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberInfo.ProtoReflect.Descriptor instead.
 func (*MemberInfo) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{14}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *MemberInfo) GetName() string {
@@ -1009,7 +1280,7 @@ type DestinationInfo struct {
 
 func (x *DestinationInfo) Reset() {
 	*x = DestinationInfo{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[15]
+	mi := &file_transport_clientpb_client_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1021,7 +1292,7 @@ func (x *DestinationInfo) String() string {
 func (*DestinationInfo) ProtoMessage() {}
 
 func (x *DestinationInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[15]
+	mi := &file_transport_clientpb_client_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1034,7 +1305,7 @@ func (x *DestinationInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestinationInfo.ProtoReflect.Descriptor instead.
 func (*DestinationInfo) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{15}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DestinationInfo) GetName() string {
@@ -1188,7 +1459,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[16]
+	mi := &file_transport_clientpb_client_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1200,7 +1471,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[16]
+	mi := &file_transport_clientpb_client_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1213,7 +1484,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{16}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Message) GetId() string {
@@ -1283,7 +1554,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[17]
+	mi := &file_transport_clientpb_client_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1295,7 +1566,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[17]
+	mi := &file_transport_clientpb_client_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1308,7 +1579,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{17}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SendRequest) GetDestination() string {
@@ -1338,7 +1609,7 @@ type SendResult struct {
 
 func (x *SendResult) Reset() {
 	*x = SendResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[18]
+	mi := &file_transport_clientpb_client_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1350,7 +1621,7 @@ func (x *SendResult) String() string {
 func (*SendResult) ProtoMessage() {}
 
 func (x *SendResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[18]
+	mi := &file_transport_clientpb_client_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1363,7 +1634,7 @@ func (x *SendResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResult.ProtoReflect.Descriptor instead.
 func (*SendResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{18}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SendResult) GetId() string {
@@ -1396,7 +1667,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[19]
+	mi := &file_transport_clientpb_client_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +1679,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[19]
+	mi := &file_transport_clientpb_client_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,7 +1692,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{19}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SendResponse) GetResults() []*SendResult {
@@ -1453,7 +1724,7 @@ type ClientFrame struct {
 
 func (x *ClientFrame) Reset() {
 	*x = ClientFrame{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[20]
+	mi := &file_transport_clientpb_client_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1465,7 +1736,7 @@ func (x *ClientFrame) String() string {
 func (*ClientFrame) ProtoMessage() {}
 
 func (x *ClientFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[20]
+	mi := &file_transport_clientpb_client_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1478,7 +1749,7 @@ func (x *ClientFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientFrame.ProtoReflect.Descriptor instead.
 func (*ClientFrame) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{20}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ClientFrame) GetRequestId() uint64 {
@@ -1643,7 +1914,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[21]
+	mi := &file_transport_clientpb_client_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1655,7 +1926,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[21]
+	mi := &file_transport_clientpb_client_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1668,7 +1939,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{21}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Hello) GetClientId() string {
@@ -1688,7 +1959,7 @@ type OpenSession struct {
 
 func (x *OpenSession) Reset() {
 	*x = OpenSession{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[22]
+	mi := &file_transport_clientpb_client_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1700,7 +1971,7 @@ func (x *OpenSession) String() string {
 func (*OpenSession) ProtoMessage() {}
 
 func (x *OpenSession) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[22]
+	mi := &file_transport_clientpb_client_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1713,7 +1984,7 @@ func (x *OpenSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSession.ProtoReflect.Descriptor instead.
 func (*OpenSession) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{22}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *OpenSession) GetSession() uint64 {
@@ -1739,7 +2010,7 @@ type CloseSession struct {
 
 func (x *CloseSession) Reset() {
 	*x = CloseSession{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[23]
+	mi := &file_transport_clientpb_client_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1751,7 +2022,7 @@ func (x *CloseSession) String() string {
 func (*CloseSession) ProtoMessage() {}
 
 func (x *CloseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[23]
+	mi := &file_transport_clientpb_client_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1764,7 +2035,7 @@ func (x *CloseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSession.ProtoReflect.Descriptor instead.
 func (*CloseSession) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{23}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CloseSession) GetSession() uint64 {
@@ -1786,7 +2057,7 @@ type CreateConsumer struct {
 
 func (x *CreateConsumer) Reset() {
 	*x = CreateConsumer{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[24]
+	mi := &file_transport_clientpb_client_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1798,7 +2069,7 @@ func (x *CreateConsumer) String() string {
 func (*CreateConsumer) ProtoMessage() {}
 
 func (x *CreateConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[24]
+	mi := &file_transport_clientpb_client_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1811,7 +2082,7 @@ func (x *CreateConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConsumer.ProtoReflect.Descriptor instead.
 func (*CreateConsumer) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{24}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateConsumer) GetSession() uint64 {
@@ -1854,7 +2125,7 @@ type CloseConsumer struct {
 
 func (x *CloseConsumer) Reset() {
 	*x = CloseConsumer{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[25]
+	mi := &file_transport_clientpb_client_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1866,7 +2137,7 @@ func (x *CloseConsumer) String() string {
 func (*CloseConsumer) ProtoMessage() {}
 
 func (x *CloseConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[25]
+	mi := &file_transport_clientpb_client_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1879,7 +2150,7 @@ func (x *CloseConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseConsumer.ProtoReflect.Descriptor instead.
 func (*CloseConsumer) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{25}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CloseConsumer) GetConsumer() uint64 {
@@ -1901,7 +2172,7 @@ type ReturnDeliveries struct {
 
 func (x *ReturnDeliveries) Reset() {
 	*x = ReturnDeliveries{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[26]
+	mi := &file_transport_clientpb_client_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1913,7 +2184,7 @@ func (x *ReturnDeliveries) String() string {
 func (*ReturnDeliveries) ProtoMessage() {}
 
 func (x *ReturnDeliveries) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[26]
+	mi := &file_transport_clientpb_client_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1926,7 +2197,7 @@ func (x *ReturnDeliveries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnDeliveries.ProtoReflect.Descriptor instead.
 func (*ReturnDeliveries) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{26}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReturnDeliveries) GetSession() uint64 {
@@ -1953,7 +2224,7 @@ type Credit struct {
 
 func (x *Credit) Reset() {
 	*x = Credit{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[27]
+	mi := &file_transport_clientpb_client_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1965,7 +2236,7 @@ func (x *Credit) String() string {
 func (*Credit) ProtoMessage() {}
 
 func (x *Credit) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[27]
+	mi := &file_transport_clientpb_client_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1978,7 +2249,7 @@ func (x *Credit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credit.ProtoReflect.Descriptor instead.
 func (*Credit) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{27}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Credit) GetConsumer() uint64 {
@@ -2005,7 +2276,7 @@ type DeliveryRef struct {
 
 func (x *DeliveryRef) Reset() {
 	*x = DeliveryRef{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[28]
+	mi := &file_transport_clientpb_client_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2017,7 +2288,7 @@ func (x *DeliveryRef) String() string {
 func (*DeliveryRef) ProtoMessage() {}
 
 func (x *DeliveryRef) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[28]
+	mi := &file_transport_clientpb_client_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2030,7 +2301,7 @@ func (x *DeliveryRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliveryRef.ProtoReflect.Descriptor instead.
 func (*DeliveryRef) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{28}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DeliveryRef) GetMember() string {
@@ -2057,7 +2328,7 @@ type Acknowledge struct {
 
 func (x *Acknowledge) Reset() {
 	*x = Acknowledge{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[29]
+	mi := &file_transport_clientpb_client_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2069,7 +2340,7 @@ func (x *Acknowledge) String() string {
 func (*Acknowledge) ProtoMessage() {}
 
 func (x *Acknowledge) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[29]
+	mi := &file_transport_clientpb_client_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2082,7 +2353,7 @@ func (x *Acknowledge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Acknowledge.ProtoReflect.Descriptor instead.
 func (*Acknowledge) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{29}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Acknowledge) GetSession() uint64 {
@@ -2108,7 +2379,7 @@ type RecoverSession struct {
 
 func (x *RecoverSession) Reset() {
 	*x = RecoverSession{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[30]
+	mi := &file_transport_clientpb_client_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2120,7 +2391,7 @@ func (x *RecoverSession) String() string {
 func (*RecoverSession) ProtoMessage() {}
 
 func (x *RecoverSession) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[30]
+	mi := &file_transport_clientpb_client_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2133,7 +2404,7 @@ func (x *RecoverSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverSession.ProtoReflect.Descriptor instead.
 func (*RecoverSession) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{30}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RecoverSession) GetSession() uint64 {
@@ -2151,6 +2422,7 @@ type ServerFrame struct {
 	//	*ServerFrame_Deliveries
 	//	*ServerFrame_ConsumerClosed
 	//	*ServerFrame_Heartbeat
+	//	*ServerFrame_Goodbye
 	Frame         isServerFrame_Frame `protobuf_oneof:"frame"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2158,7 +2430,7 @@ type ServerFrame struct {
 
 func (x *ServerFrame) Reset() {
 	*x = ServerFrame{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[31]
+	mi := &file_transport_clientpb_client_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2170,7 +2442,7 @@ func (x *ServerFrame) String() string {
 func (*ServerFrame) ProtoMessage() {}
 
 func (x *ServerFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[31]
+	mi := &file_transport_clientpb_client_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2183,7 +2455,7 @@ func (x *ServerFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerFrame.ProtoReflect.Descriptor instead.
 func (*ServerFrame) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{31}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ServerFrame) GetFrame() isServerFrame_Frame {
@@ -2229,6 +2501,15 @@ func (x *ServerFrame) GetHeartbeat() *Heartbeat {
 	return nil
 }
 
+func (x *ServerFrame) GetGoodbye() *Goodbye {
+	if x != nil {
+		if x, ok := x.Frame.(*ServerFrame_Goodbye); ok {
+			return x.Goodbye
+		}
+	}
+	return nil
+}
+
 type isServerFrame_Frame interface {
 	isServerFrame_Frame()
 }
@@ -2251,6 +2532,11 @@ type ServerFrame_Heartbeat struct {
 	Heartbeat *Heartbeat `protobuf:"bytes,4,opt,name=heartbeat,proto3,oneof"`
 }
 
+type ServerFrame_Goodbye struct {
+	// goodbye comes before the server ends the stream on purpose.
+	Goodbye *Goodbye `protobuf:"bytes,5,opt,name=goodbye,proto3,oneof"`
+}
+
 func (*ServerFrame_Reply) isServerFrame_Frame() {}
 
 func (*ServerFrame_Deliveries) isServerFrame_Frame() {}
@@ -2258,6 +2544,63 @@ func (*ServerFrame_Deliveries) isServerFrame_Frame() {}
 func (*ServerFrame_ConsumerClosed) isServerFrame_Frame() {}
 
 func (*ServerFrame_Heartbeat) isServerFrame_Frame() {}
+
+func (*ServerFrame_Goodbye) isServerFrame_Frame() {}
+
+// Goodbye says why the server ends a connection. destroyed means an
+// operator destroyed it: the client must not reconnect. Otherwise the node is
+// shutting down and the client should reconnect to another node at once.
+type Goodbye struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Destroyed     bool                   `protobuf:"varint,1,opt,name=destroyed,proto3" json:"destroyed,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Goodbye) Reset() {
+	*x = Goodbye{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Goodbye) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Goodbye) ProtoMessage() {}
+
+func (x *Goodbye) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Goodbye.ProtoReflect.Descriptor instead.
+func (*Goodbye) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *Goodbye) GetDestroyed() bool {
+	if x != nil {
+		return x.Destroyed
+	}
+	return false
+}
+
+func (x *Goodbye) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
 
 type Heartbeat struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2267,7 +2610,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[32]
+	mi := &file_transport_clientpb_client_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2279,7 +2622,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[32]
+	mi := &file_transport_clientpb_client_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2292,7 +2635,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{32}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{38}
 }
 
 type Reply struct {
@@ -2312,7 +2655,7 @@ type Reply struct {
 
 func (x *Reply) Reset() {
 	*x = Reply{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[33]
+	mi := &file_transport_clientpb_client_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2324,7 +2667,7 @@ func (x *Reply) String() string {
 func (*Reply) ProtoMessage() {}
 
 func (x *Reply) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[33]
+	mi := &file_transport_clientpb_client_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2337,7 +2680,7 @@ func (x *Reply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reply.ProtoReflect.Descriptor instead.
 func (*Reply) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{33}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Reply) GetRequestId() uint64 {
@@ -2426,16 +2769,19 @@ func (*Reply_Recover) isReply_Result() {}
 func (*Reply_Acknowledge) isReply_Result() {}
 
 type HelloResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ConnectionId  string                 `protobuf:"bytes,1,opt,name=connection_id,json=connectionId,proto3" json:"connection_id,omitempty"`
-	NodeId        string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	ConnectionId string                 `protobuf:"bytes,1,opt,name=connection_id,json=connectionId,proto3" json:"connection_id,omitempty"`
+	NodeId       string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// client_addrs are the client addresses of the cluster's live nodes, the
+	// answering one first: where a client reconnects when this node is lost.
+	ClientAddrs   []string `protobuf:"bytes,3,rep,name=client_addrs,json=clientAddrs,proto3" json:"client_addrs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HelloResult) Reset() {
 	*x = HelloResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[34]
+	mi := &file_transport_clientpb_client_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2447,7 +2793,7 @@ func (x *HelloResult) String() string {
 func (*HelloResult) ProtoMessage() {}
 
 func (x *HelloResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[34]
+	mi := &file_transport_clientpb_client_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2460,7 +2806,7 @@ func (x *HelloResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloResult.ProtoReflect.Descriptor instead.
 func (*HelloResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{34}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *HelloResult) GetConnectionId() string {
@@ -2477,6 +2823,13 @@ func (x *HelloResult) GetNodeId() string {
 	return ""
 }
 
+func (x *HelloResult) GetClientAddrs() []string {
+	if x != nil {
+		return x.ClientAddrs
+	}
+	return nil
+}
+
 type CreateConsumerResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// member is the member the consumer is pinned to.
@@ -2487,7 +2840,7 @@ type CreateConsumerResult struct {
 
 func (x *CreateConsumerResult) Reset() {
 	*x = CreateConsumerResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[35]
+	mi := &file_transport_clientpb_client_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2499,7 +2852,7 @@ func (x *CreateConsumerResult) String() string {
 func (*CreateConsumerResult) ProtoMessage() {}
 
 func (x *CreateConsumerResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[35]
+	mi := &file_transport_clientpb_client_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2512,7 +2865,7 @@ func (x *CreateConsumerResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConsumerResult.ProtoReflect.Descriptor instead.
 func (*CreateConsumerResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{35}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CreateConsumerResult) GetMember() string {
@@ -2534,7 +2887,7 @@ type Watermark struct {
 
 func (x *Watermark) Reset() {
 	*x = Watermark{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[36]
+	mi := &file_transport_clientpb_client_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2546,7 +2899,7 @@ func (x *Watermark) String() string {
 func (*Watermark) ProtoMessage() {}
 
 func (x *Watermark) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[36]
+	mi := &file_transport_clientpb_client_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2559,7 +2912,7 @@ func (x *Watermark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Watermark.ProtoReflect.Descriptor instead.
 func (*Watermark) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{36}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Watermark) GetMember() string {
@@ -2585,7 +2938,7 @@ type RecoverResult struct {
 
 func (x *RecoverResult) Reset() {
 	*x = RecoverResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[37]
+	mi := &file_transport_clientpb_client_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2597,7 +2950,7 @@ func (x *RecoverResult) String() string {
 func (*RecoverResult) ProtoMessage() {}
 
 func (x *RecoverResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[37]
+	mi := &file_transport_clientpb_client_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2610,7 +2963,7 @@ func (x *RecoverResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResult.ProtoReflect.Descriptor instead.
 func (*RecoverResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{37}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RecoverResult) GetWatermarks() []*Watermark {
@@ -2630,7 +2983,7 @@ type AcknowledgeResult struct {
 
 func (x *AcknowledgeResult) Reset() {
 	*x = AcknowledgeResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[38]
+	mi := &file_transport_clientpb_client_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2642,7 +2995,7 @@ func (x *AcknowledgeResult) String() string {
 func (*AcknowledgeResult) ProtoMessage() {}
 
 func (x *AcknowledgeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[38]
+	mi := &file_transport_clientpb_client_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2655,7 +3008,7 @@ func (x *AcknowledgeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeResult.ProtoReflect.Descriptor instead.
 func (*AcknowledgeResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{38}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AcknowledgeResult) GetRejected() []*DeliveryRef {
@@ -2684,7 +3037,7 @@ type Delivery struct {
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[39]
+	mi := &file_transport_clientpb_client_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2696,7 +3049,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[39]
+	mi := &file_transport_clientpb_client_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2709,7 +3062,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{39}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Delivery) GetMember() string {
@@ -2799,7 +3152,7 @@ type Deliveries struct {
 
 func (x *Deliveries) Reset() {
 	*x = Deliveries{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[40]
+	mi := &file_transport_clientpb_client_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2811,7 +3164,7 @@ func (x *Deliveries) String() string {
 func (*Deliveries) ProtoMessage() {}
 
 func (x *Deliveries) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[40]
+	mi := &file_transport_clientpb_client_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2824,7 +3177,7 @@ func (x *Deliveries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deliveries.ProtoReflect.Descriptor instead.
 func (*Deliveries) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{40}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Deliveries) GetConsumer() uint64 {
@@ -2851,7 +3204,7 @@ type ConsumerClosed struct {
 
 func (x *ConsumerClosed) Reset() {
 	*x = ConsumerClosed{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[41]
+	mi := &file_transport_clientpb_client_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2863,7 +3216,7 @@ func (x *ConsumerClosed) String() string {
 func (*ConsumerClosed) ProtoMessage() {}
 
 func (x *ConsumerClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[41]
+	mi := &file_transport_clientpb_client_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2876,7 +3229,7 @@ func (x *ConsumerClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerClosed.ProtoReflect.Descriptor instead.
 func (*ConsumerClosed) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{41}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ConsumerClosed) GetConsumer() uint64 {
@@ -2901,7 +3254,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[42]
+	mi := &file_transport_clientpb_client_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2913,7 +3266,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[42]
+	mi := &file_transport_clientpb_client_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2926,7 +3279,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{42}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{48}
 }
 
 type NodeStatus struct {
@@ -2951,7 +3304,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[43]
+	mi := &file_transport_clientpb_client_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2963,7 +3316,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[43]
+	mi := &file_transport_clientpb_client_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2976,7 +3329,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{43}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *NodeStatus) GetId() string {
@@ -3058,7 +3411,7 @@ type ReplicaStatus struct {
 
 func (x *ReplicaStatus) Reset() {
 	*x = ReplicaStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[44]
+	mi := &file_transport_clientpb_client_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3070,7 +3423,7 @@ func (x *ReplicaStatus) String() string {
 func (*ReplicaStatus) ProtoMessage() {}
 
 func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[44]
+	mi := &file_transport_clientpb_client_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3083,7 +3436,7 @@ func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStatus.ProtoReflect.Descriptor instead.
 func (*ReplicaStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{44}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReplicaStatus) GetNode() string {
@@ -3134,7 +3487,7 @@ type GroupStatus struct {
 
 func (x *GroupStatus) Reset() {
 	*x = GroupStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[45]
+	mi := &file_transport_clientpb_client_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3146,7 +3499,7 @@ func (x *GroupStatus) String() string {
 func (*GroupStatus) ProtoMessage() {}
 
 func (x *GroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[45]
+	mi := &file_transport_clientpb_client_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3159,7 +3512,7 @@ func (x *GroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
 func (*GroupStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{45}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GroupStatus) GetName() string {
@@ -3208,7 +3561,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[46]
+	mi := &file_transport_clientpb_client_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3220,7 +3573,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[46]
+	mi := &file_transport_clientpb_client_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3233,7 +3586,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{46}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ClusterStatusResponse) GetAnsweredBy() string {
@@ -3261,7 +3614,25 @@ var File_transport_clientpb_client_proto protoreflect.FileDescriptor
 
 const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\n" +
-	"\x1ftransport/clientpb/client.proto\x12\x0fcairn.client.v1\"#\n" +
+	"\x1ftransport/clientpb/client.proto\x12\x0fcairn.client.v1\"7\n" +
+	"\x16ListConnectionsRequest\x12\x1d\n" +
+	"\n" +
+	"local_only\x18\x01 \x01(\bR\tlocalOnly\"\xd8\x01\n" +
+	"\x0eConnectionInfo\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x12\x1b\n" +
+	"\tclient_id\x18\x03 \x01(\tR\bclientId\x12\x1f\n" +
+	"\vremote_addr\x18\x04 \x01(\tR\n" +
+	"remoteAddr\x12\x1a\n" +
+	"\bsessions\x18\x05 \x01(\rR\bsessions\x12\x1c\n" +
+	"\tconsumers\x18\x06 \x01(\rR\tconsumers\x12*\n" +
+	"\x11connected_unix_ms\x18\a \x01(\x03R\x0fconnectedUnixMs\"~\n" +
+	"\x17ListConnectionsResponse\x12A\n" +
+	"\vconnections\x18\x01 \x03(\v2\x1f.cairn.client.v1.ConnectionInfoR\vconnections\x12 \n" +
+	"\vunreachable\x18\x02 \x03(\tR\vunreachable\"*\n" +
+	"\x18DestroyConnectionRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x1b\n" +
+	"\x19DestroyConnectionResponse\"#\n" +
 	"\x11RemoveNodeRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x14\n" +
 	"\x12RemoveNodeResponse\"\x12\n" +
@@ -3407,15 +3778,19 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"deliveries\x18\x02 \x03(\v2\x1c.cairn.client.v1.DeliveryRefR\n" +
 	"deliveries\"*\n" +
 	"\x0eRecoverSession\x12\x18\n" +
-	"\asession\x18\x01 \x01(\x04R\asession\"\x8d\x02\n" +
+	"\asession\x18\x01 \x01(\x04R\asession\"\xc3\x02\n" +
 	"\vServerFrame\x12.\n" +
 	"\x05reply\x18\x01 \x01(\v2\x16.cairn.client.v1.ReplyH\x00R\x05reply\x12=\n" +
 	"\n" +
 	"deliveries\x18\x02 \x01(\v2\x1b.cairn.client.v1.DeliveriesH\x00R\n" +
 	"deliveries\x12J\n" +
 	"\x0fconsumer_closed\x18\x03 \x01(\v2\x1f.cairn.client.v1.ConsumerClosedH\x00R\x0econsumerClosed\x12:\n" +
-	"\theartbeat\x18\x04 \x01(\v2\x1a.cairn.client.v1.HeartbeatH\x00R\theartbeatB\a\n" +
-	"\x05frame\"\v\n" +
+	"\theartbeat\x18\x04 \x01(\v2\x1a.cairn.client.v1.HeartbeatH\x00R\theartbeat\x124\n" +
+	"\agoodbye\x18\x05 \x01(\v2\x18.cairn.client.v1.GoodbyeH\x00R\agoodbyeB\a\n" +
+	"\x05frame\"?\n" +
+	"\aGoodbye\x12\x1c\n" +
+	"\tdestroyed\x18\x01 \x01(\bR\tdestroyed\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\v\n" +
 	"\tHeartbeat\"\xea\x02\n" +
 	"\x05Reply\x12\x1d\n" +
 	"\n" +
@@ -3426,10 +3801,11 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x0fcreate_consumer\x18\v \x01(\v2%.cairn.client.v1.CreateConsumerResultH\x00R\x0ecreateConsumer\x12:\n" +
 	"\arecover\x18\f \x01(\v2\x1e.cairn.client.v1.RecoverResultH\x00R\arecover\x12F\n" +
 	"\vacknowledge\x18\r \x01(\v2\".cairn.client.v1.AcknowledgeResultH\x00R\vacknowledgeB\b\n" +
-	"\x06result\"K\n" +
+	"\x06result\"n\n" +
 	"\vHelloResult\x12#\n" +
 	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\x12\x17\n" +
-	"\anode_id\x18\x02 \x01(\tR\x06nodeId\".\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12!\n" +
+	"\fclient_addrs\x18\x03 \x03(\tR\vclientAddrs\".\n" +
 	"\x14CreateConsumerResult\x12\x16\n" +
 	"\x06member\x18\x01 \x01(\tR\x06member\"D\n" +
 	"\tWatermark\x12\x16\n" +
@@ -3510,7 +3886,7 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x0fACK_MODE_CLIENT\x10\x02\x12\x14\n" +
 	"\x10ACK_MODE_DUPS_OK\x10\x03\x12\x17\n" +
 	"\x13ACK_MODE_INDIVIDUAL\x10\x04\x12\x17\n" +
-	"\x13ACK_MODE_TRANSACTED\x10\x052\x8a\b\n" +
+	"\x13ACK_MODE_TRANSACTED\x10\x052\xdc\t\n" +
 	"\rClientService\x12`\n" +
 	"\x11CreateDestination\x12).cairn.client.v1.CreateDestinationRequest\x1a .cairn.client.v1.DestinationInfo\x12j\n" +
 	"\x11DeleteDestination\x12).cairn.client.v1.DeleteDestinationRequest\x1a*.cairn.client.v1.DeleteDestinationResponse\x12g\n" +
@@ -3523,7 +3899,9 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\rClusterStatus\x12%.cairn.client.v1.ClusterStatusRequest\x1a&.cairn.client.v1.ClusterStatusResponse\x12U\n" +
 	"\n" +
 	"RemoveNode\x12\".cairn.client.v1.RemoveNodeRequest\x1a#.cairn.client.v1.RemoveNodeResponse\x12R\n" +
-	"\tLeaveNode\x12!.cairn.client.v1.LeaveNodeRequest\x1a\".cairn.client.v1.LeaveNodeResponseB-Z+github.com/cairnmq/cairn/transport/clientpbb\x06proto3"
+	"\tLeaveNode\x12!.cairn.client.v1.LeaveNodeRequest\x1a\".cairn.client.v1.LeaveNodeResponse\x12d\n" +
+	"\x0fListConnections\x12'.cairn.client.v1.ListConnectionsRequest\x1a(.cairn.client.v1.ListConnectionsResponse\x12j\n" +
+	"\x11DestroyConnection\x12).cairn.client.v1.DestroyConnectionRequest\x1a*.cairn.client.v1.DestroyConnectionResponseB-Z+github.com/cairnmq/cairn/transport/clientpbb\x06proto3"
 
 var (
 	file_transport_clientpb_client_proto_rawDescOnce sync.Once
@@ -3538,124 +3916,136 @@ func file_transport_clientpb_client_proto_rawDescGZIP() []byte {
 }
 
 var file_transport_clientpb_client_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_transport_clientpb_client_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_transport_clientpb_client_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_transport_clientpb_client_proto_goTypes = []any{
 	(DestinationKind)(0),              // 0: cairn.client.v1.DestinationKind
 	(AckMode)(0),                      // 1: cairn.client.v1.AckMode
-	(*RemoveNodeRequest)(nil),         // 2: cairn.client.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),        // 3: cairn.client.v1.RemoveNodeResponse
-	(*LeaveNodeRequest)(nil),          // 4: cairn.client.v1.LeaveNodeRequest
-	(*LeaveNodeResponse)(nil),         // 5: cairn.client.v1.LeaveNodeResponse
-	(*Error)(nil),                     // 6: cairn.client.v1.Error
-	(*CreateDestinationRequest)(nil),  // 7: cairn.client.v1.CreateDestinationRequest
-	(*UpdateDestinationRequest)(nil),  // 8: cairn.client.v1.UpdateDestinationRequest
-	(*DeleteDestinationRequest)(nil),  // 9: cairn.client.v1.DeleteDestinationRequest
-	(*DeleteDestinationResponse)(nil), // 10: cairn.client.v1.DeleteDestinationResponse
-	(*ListDestinationsRequest)(nil),   // 11: cairn.client.v1.ListDestinationsRequest
-	(*ListDestinationsResponse)(nil),  // 12: cairn.client.v1.ListDestinationsResponse
-	(*ShowDestinationRequest)(nil),    // 13: cairn.client.v1.ShowDestinationRequest
-	(*PurgeDestinationRequest)(nil),   // 14: cairn.client.v1.PurgeDestinationRequest
-	(*PurgeDestinationResponse)(nil),  // 15: cairn.client.v1.PurgeDestinationResponse
-	(*MemberInfo)(nil),                // 16: cairn.client.v1.MemberInfo
-	(*DestinationInfo)(nil),           // 17: cairn.client.v1.DestinationInfo
-	(*Message)(nil),                   // 18: cairn.client.v1.Message
-	(*SendRequest)(nil),               // 19: cairn.client.v1.SendRequest
-	(*SendResult)(nil),                // 20: cairn.client.v1.SendResult
-	(*SendResponse)(nil),              // 21: cairn.client.v1.SendResponse
-	(*ClientFrame)(nil),               // 22: cairn.client.v1.ClientFrame
-	(*Hello)(nil),                     // 23: cairn.client.v1.Hello
-	(*OpenSession)(nil),               // 24: cairn.client.v1.OpenSession
-	(*CloseSession)(nil),              // 25: cairn.client.v1.CloseSession
-	(*CreateConsumer)(nil),            // 26: cairn.client.v1.CreateConsumer
-	(*CloseConsumer)(nil),             // 27: cairn.client.v1.CloseConsumer
-	(*ReturnDeliveries)(nil),          // 28: cairn.client.v1.ReturnDeliveries
-	(*Credit)(nil),                    // 29: cairn.client.v1.Credit
-	(*DeliveryRef)(nil),               // 30: cairn.client.v1.DeliveryRef
-	(*Acknowledge)(nil),               // 31: cairn.client.v1.Acknowledge
-	(*RecoverSession)(nil),            // 32: cairn.client.v1.RecoverSession
-	(*ServerFrame)(nil),               // 33: cairn.client.v1.ServerFrame
-	(*Heartbeat)(nil),                 // 34: cairn.client.v1.Heartbeat
-	(*Reply)(nil),                     // 35: cairn.client.v1.Reply
-	(*HelloResult)(nil),               // 36: cairn.client.v1.HelloResult
-	(*CreateConsumerResult)(nil),      // 37: cairn.client.v1.CreateConsumerResult
-	(*Watermark)(nil),                 // 38: cairn.client.v1.Watermark
-	(*RecoverResult)(nil),             // 39: cairn.client.v1.RecoverResult
-	(*AcknowledgeResult)(nil),         // 40: cairn.client.v1.AcknowledgeResult
-	(*Delivery)(nil),                  // 41: cairn.client.v1.Delivery
-	(*Deliveries)(nil),                // 42: cairn.client.v1.Deliveries
-	(*ConsumerClosed)(nil),            // 43: cairn.client.v1.ConsumerClosed
-	(*ClusterStatusRequest)(nil),      // 44: cairn.client.v1.ClusterStatusRequest
-	(*NodeStatus)(nil),                // 45: cairn.client.v1.NodeStatus
-	(*ReplicaStatus)(nil),             // 46: cairn.client.v1.ReplicaStatus
-	(*GroupStatus)(nil),               // 47: cairn.client.v1.GroupStatus
-	(*ClusterStatusResponse)(nil),     // 48: cairn.client.v1.ClusterStatusResponse
-	nil,                               // 49: cairn.client.v1.Message.PropertiesEntry
-	nil,                               // 50: cairn.client.v1.Delivery.PropertiesEntry
+	(*ListConnectionsRequest)(nil),    // 2: cairn.client.v1.ListConnectionsRequest
+	(*ConnectionInfo)(nil),            // 3: cairn.client.v1.ConnectionInfo
+	(*ListConnectionsResponse)(nil),   // 4: cairn.client.v1.ListConnectionsResponse
+	(*DestroyConnectionRequest)(nil),  // 5: cairn.client.v1.DestroyConnectionRequest
+	(*DestroyConnectionResponse)(nil), // 6: cairn.client.v1.DestroyConnectionResponse
+	(*RemoveNodeRequest)(nil),         // 7: cairn.client.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),        // 8: cairn.client.v1.RemoveNodeResponse
+	(*LeaveNodeRequest)(nil),          // 9: cairn.client.v1.LeaveNodeRequest
+	(*LeaveNodeResponse)(nil),         // 10: cairn.client.v1.LeaveNodeResponse
+	(*Error)(nil),                     // 11: cairn.client.v1.Error
+	(*CreateDestinationRequest)(nil),  // 12: cairn.client.v1.CreateDestinationRequest
+	(*UpdateDestinationRequest)(nil),  // 13: cairn.client.v1.UpdateDestinationRequest
+	(*DeleteDestinationRequest)(nil),  // 14: cairn.client.v1.DeleteDestinationRequest
+	(*DeleteDestinationResponse)(nil), // 15: cairn.client.v1.DeleteDestinationResponse
+	(*ListDestinationsRequest)(nil),   // 16: cairn.client.v1.ListDestinationsRequest
+	(*ListDestinationsResponse)(nil),  // 17: cairn.client.v1.ListDestinationsResponse
+	(*ShowDestinationRequest)(nil),    // 18: cairn.client.v1.ShowDestinationRequest
+	(*PurgeDestinationRequest)(nil),   // 19: cairn.client.v1.PurgeDestinationRequest
+	(*PurgeDestinationResponse)(nil),  // 20: cairn.client.v1.PurgeDestinationResponse
+	(*MemberInfo)(nil),                // 21: cairn.client.v1.MemberInfo
+	(*DestinationInfo)(nil),           // 22: cairn.client.v1.DestinationInfo
+	(*Message)(nil),                   // 23: cairn.client.v1.Message
+	(*SendRequest)(nil),               // 24: cairn.client.v1.SendRequest
+	(*SendResult)(nil),                // 25: cairn.client.v1.SendResult
+	(*SendResponse)(nil),              // 26: cairn.client.v1.SendResponse
+	(*ClientFrame)(nil),               // 27: cairn.client.v1.ClientFrame
+	(*Hello)(nil),                     // 28: cairn.client.v1.Hello
+	(*OpenSession)(nil),               // 29: cairn.client.v1.OpenSession
+	(*CloseSession)(nil),              // 30: cairn.client.v1.CloseSession
+	(*CreateConsumer)(nil),            // 31: cairn.client.v1.CreateConsumer
+	(*CloseConsumer)(nil),             // 32: cairn.client.v1.CloseConsumer
+	(*ReturnDeliveries)(nil),          // 33: cairn.client.v1.ReturnDeliveries
+	(*Credit)(nil),                    // 34: cairn.client.v1.Credit
+	(*DeliveryRef)(nil),               // 35: cairn.client.v1.DeliveryRef
+	(*Acknowledge)(nil),               // 36: cairn.client.v1.Acknowledge
+	(*RecoverSession)(nil),            // 37: cairn.client.v1.RecoverSession
+	(*ServerFrame)(nil),               // 38: cairn.client.v1.ServerFrame
+	(*Goodbye)(nil),                   // 39: cairn.client.v1.Goodbye
+	(*Heartbeat)(nil),                 // 40: cairn.client.v1.Heartbeat
+	(*Reply)(nil),                     // 41: cairn.client.v1.Reply
+	(*HelloResult)(nil),               // 42: cairn.client.v1.HelloResult
+	(*CreateConsumerResult)(nil),      // 43: cairn.client.v1.CreateConsumerResult
+	(*Watermark)(nil),                 // 44: cairn.client.v1.Watermark
+	(*RecoverResult)(nil),             // 45: cairn.client.v1.RecoverResult
+	(*AcknowledgeResult)(nil),         // 46: cairn.client.v1.AcknowledgeResult
+	(*Delivery)(nil),                  // 47: cairn.client.v1.Delivery
+	(*Deliveries)(nil),                // 48: cairn.client.v1.Deliveries
+	(*ConsumerClosed)(nil),            // 49: cairn.client.v1.ConsumerClosed
+	(*ClusterStatusRequest)(nil),      // 50: cairn.client.v1.ClusterStatusRequest
+	(*NodeStatus)(nil),                // 51: cairn.client.v1.NodeStatus
+	(*ReplicaStatus)(nil),             // 52: cairn.client.v1.ReplicaStatus
+	(*GroupStatus)(nil),               // 53: cairn.client.v1.GroupStatus
+	(*ClusterStatusResponse)(nil),     // 54: cairn.client.v1.ClusterStatusResponse
+	nil,                               // 55: cairn.client.v1.Message.PropertiesEntry
+	nil,                               // 56: cairn.client.v1.Delivery.PropertiesEntry
 }
 var file_transport_clientpb_client_proto_depIdxs = []int32{
-	0,  // 0: cairn.client.v1.CreateDestinationRequest.kind:type_name -> cairn.client.v1.DestinationKind
-	17, // 1: cairn.client.v1.ListDestinationsResponse.destinations:type_name -> cairn.client.v1.DestinationInfo
-	0,  // 2: cairn.client.v1.DestinationInfo.kind:type_name -> cairn.client.v1.DestinationKind
-	16, // 3: cairn.client.v1.DestinationInfo.members:type_name -> cairn.client.v1.MemberInfo
-	49, // 4: cairn.client.v1.Message.properties:type_name -> cairn.client.v1.Message.PropertiesEntry
-	18, // 5: cairn.client.v1.SendRequest.messages:type_name -> cairn.client.v1.Message
-	20, // 6: cairn.client.v1.SendResponse.results:type_name -> cairn.client.v1.SendResult
-	23, // 7: cairn.client.v1.ClientFrame.hello:type_name -> cairn.client.v1.Hello
-	24, // 8: cairn.client.v1.ClientFrame.open_session:type_name -> cairn.client.v1.OpenSession
-	25, // 9: cairn.client.v1.ClientFrame.close_session:type_name -> cairn.client.v1.CloseSession
-	26, // 10: cairn.client.v1.ClientFrame.create_consumer:type_name -> cairn.client.v1.CreateConsumer
-	27, // 11: cairn.client.v1.ClientFrame.close_consumer:type_name -> cairn.client.v1.CloseConsumer
-	29, // 12: cairn.client.v1.ClientFrame.credit:type_name -> cairn.client.v1.Credit
-	31, // 13: cairn.client.v1.ClientFrame.acknowledge:type_name -> cairn.client.v1.Acknowledge
-	32, // 14: cairn.client.v1.ClientFrame.recover:type_name -> cairn.client.v1.RecoverSession
-	28, // 15: cairn.client.v1.ClientFrame.return_deliveries:type_name -> cairn.client.v1.ReturnDeliveries
-	1,  // 16: cairn.client.v1.OpenSession.ack_mode:type_name -> cairn.client.v1.AckMode
-	30, // 17: cairn.client.v1.ReturnDeliveries.deliveries:type_name -> cairn.client.v1.DeliveryRef
-	30, // 18: cairn.client.v1.Acknowledge.deliveries:type_name -> cairn.client.v1.DeliveryRef
-	35, // 19: cairn.client.v1.ServerFrame.reply:type_name -> cairn.client.v1.Reply
-	42, // 20: cairn.client.v1.ServerFrame.deliveries:type_name -> cairn.client.v1.Deliveries
-	43, // 21: cairn.client.v1.ServerFrame.consumer_closed:type_name -> cairn.client.v1.ConsumerClosed
-	34, // 22: cairn.client.v1.ServerFrame.heartbeat:type_name -> cairn.client.v1.Heartbeat
-	6,  // 23: cairn.client.v1.Reply.error:type_name -> cairn.client.v1.Error
-	36, // 24: cairn.client.v1.Reply.hello:type_name -> cairn.client.v1.HelloResult
-	37, // 25: cairn.client.v1.Reply.create_consumer:type_name -> cairn.client.v1.CreateConsumerResult
-	39, // 26: cairn.client.v1.Reply.recover:type_name -> cairn.client.v1.RecoverResult
-	40, // 27: cairn.client.v1.Reply.acknowledge:type_name -> cairn.client.v1.AcknowledgeResult
-	38, // 28: cairn.client.v1.RecoverResult.watermarks:type_name -> cairn.client.v1.Watermark
-	30, // 29: cairn.client.v1.AcknowledgeResult.rejected:type_name -> cairn.client.v1.DeliveryRef
-	50, // 30: cairn.client.v1.Delivery.properties:type_name -> cairn.client.v1.Delivery.PropertiesEntry
-	41, // 31: cairn.client.v1.Deliveries.messages:type_name -> cairn.client.v1.Delivery
-	6,  // 32: cairn.client.v1.ConsumerClosed.error:type_name -> cairn.client.v1.Error
-	46, // 33: cairn.client.v1.GroupStatus.replicas:type_name -> cairn.client.v1.ReplicaStatus
-	45, // 34: cairn.client.v1.ClusterStatusResponse.nodes:type_name -> cairn.client.v1.NodeStatus
-	47, // 35: cairn.client.v1.ClusterStatusResponse.groups:type_name -> cairn.client.v1.GroupStatus
-	7,  // 36: cairn.client.v1.ClientService.CreateDestination:input_type -> cairn.client.v1.CreateDestinationRequest
-	9,  // 37: cairn.client.v1.ClientService.DeleteDestination:input_type -> cairn.client.v1.DeleteDestinationRequest
-	11, // 38: cairn.client.v1.ClientService.ListDestinations:input_type -> cairn.client.v1.ListDestinationsRequest
-	13, // 39: cairn.client.v1.ClientService.ShowDestination:input_type -> cairn.client.v1.ShowDestinationRequest
-	14, // 40: cairn.client.v1.ClientService.PurgeDestination:input_type -> cairn.client.v1.PurgeDestinationRequest
-	8,  // 41: cairn.client.v1.ClientService.UpdateDestination:input_type -> cairn.client.v1.UpdateDestinationRequest
-	19, // 42: cairn.client.v1.ClientService.Send:input_type -> cairn.client.v1.SendRequest
-	22, // 43: cairn.client.v1.ClientService.Connect:input_type -> cairn.client.v1.ClientFrame
-	44, // 44: cairn.client.v1.ClientService.ClusterStatus:input_type -> cairn.client.v1.ClusterStatusRequest
-	2,  // 45: cairn.client.v1.ClientService.RemoveNode:input_type -> cairn.client.v1.RemoveNodeRequest
-	4,  // 46: cairn.client.v1.ClientService.LeaveNode:input_type -> cairn.client.v1.LeaveNodeRequest
-	17, // 47: cairn.client.v1.ClientService.CreateDestination:output_type -> cairn.client.v1.DestinationInfo
-	10, // 48: cairn.client.v1.ClientService.DeleteDestination:output_type -> cairn.client.v1.DeleteDestinationResponse
-	12, // 49: cairn.client.v1.ClientService.ListDestinations:output_type -> cairn.client.v1.ListDestinationsResponse
-	17, // 50: cairn.client.v1.ClientService.ShowDestination:output_type -> cairn.client.v1.DestinationInfo
-	15, // 51: cairn.client.v1.ClientService.PurgeDestination:output_type -> cairn.client.v1.PurgeDestinationResponse
-	17, // 52: cairn.client.v1.ClientService.UpdateDestination:output_type -> cairn.client.v1.DestinationInfo
-	21, // 53: cairn.client.v1.ClientService.Send:output_type -> cairn.client.v1.SendResponse
-	33, // 54: cairn.client.v1.ClientService.Connect:output_type -> cairn.client.v1.ServerFrame
-	48, // 55: cairn.client.v1.ClientService.ClusterStatus:output_type -> cairn.client.v1.ClusterStatusResponse
-	3,  // 56: cairn.client.v1.ClientService.RemoveNode:output_type -> cairn.client.v1.RemoveNodeResponse
-	5,  // 57: cairn.client.v1.ClientService.LeaveNode:output_type -> cairn.client.v1.LeaveNodeResponse
-	47, // [47:58] is the sub-list for method output_type
-	36, // [36:47] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	3,  // 0: cairn.client.v1.ListConnectionsResponse.connections:type_name -> cairn.client.v1.ConnectionInfo
+	0,  // 1: cairn.client.v1.CreateDestinationRequest.kind:type_name -> cairn.client.v1.DestinationKind
+	22, // 2: cairn.client.v1.ListDestinationsResponse.destinations:type_name -> cairn.client.v1.DestinationInfo
+	0,  // 3: cairn.client.v1.DestinationInfo.kind:type_name -> cairn.client.v1.DestinationKind
+	21, // 4: cairn.client.v1.DestinationInfo.members:type_name -> cairn.client.v1.MemberInfo
+	55, // 5: cairn.client.v1.Message.properties:type_name -> cairn.client.v1.Message.PropertiesEntry
+	23, // 6: cairn.client.v1.SendRequest.messages:type_name -> cairn.client.v1.Message
+	25, // 7: cairn.client.v1.SendResponse.results:type_name -> cairn.client.v1.SendResult
+	28, // 8: cairn.client.v1.ClientFrame.hello:type_name -> cairn.client.v1.Hello
+	29, // 9: cairn.client.v1.ClientFrame.open_session:type_name -> cairn.client.v1.OpenSession
+	30, // 10: cairn.client.v1.ClientFrame.close_session:type_name -> cairn.client.v1.CloseSession
+	31, // 11: cairn.client.v1.ClientFrame.create_consumer:type_name -> cairn.client.v1.CreateConsumer
+	32, // 12: cairn.client.v1.ClientFrame.close_consumer:type_name -> cairn.client.v1.CloseConsumer
+	34, // 13: cairn.client.v1.ClientFrame.credit:type_name -> cairn.client.v1.Credit
+	36, // 14: cairn.client.v1.ClientFrame.acknowledge:type_name -> cairn.client.v1.Acknowledge
+	37, // 15: cairn.client.v1.ClientFrame.recover:type_name -> cairn.client.v1.RecoverSession
+	33, // 16: cairn.client.v1.ClientFrame.return_deliveries:type_name -> cairn.client.v1.ReturnDeliveries
+	1,  // 17: cairn.client.v1.OpenSession.ack_mode:type_name -> cairn.client.v1.AckMode
+	35, // 18: cairn.client.v1.ReturnDeliveries.deliveries:type_name -> cairn.client.v1.DeliveryRef
+	35, // 19: cairn.client.v1.Acknowledge.deliveries:type_name -> cairn.client.v1.DeliveryRef
+	41, // 20: cairn.client.v1.ServerFrame.reply:type_name -> cairn.client.v1.Reply
+	48, // 21: cairn.client.v1.ServerFrame.deliveries:type_name -> cairn.client.v1.Deliveries
+	49, // 22: cairn.client.v1.ServerFrame.consumer_closed:type_name -> cairn.client.v1.ConsumerClosed
+	40, // 23: cairn.client.v1.ServerFrame.heartbeat:type_name -> cairn.client.v1.Heartbeat
+	39, // 24: cairn.client.v1.ServerFrame.goodbye:type_name -> cairn.client.v1.Goodbye
+	11, // 25: cairn.client.v1.Reply.error:type_name -> cairn.client.v1.Error
+	42, // 26: cairn.client.v1.Reply.hello:type_name -> cairn.client.v1.HelloResult
+	43, // 27: cairn.client.v1.Reply.create_consumer:type_name -> cairn.client.v1.CreateConsumerResult
+	45, // 28: cairn.client.v1.Reply.recover:type_name -> cairn.client.v1.RecoverResult
+	46, // 29: cairn.client.v1.Reply.acknowledge:type_name -> cairn.client.v1.AcknowledgeResult
+	44, // 30: cairn.client.v1.RecoverResult.watermarks:type_name -> cairn.client.v1.Watermark
+	35, // 31: cairn.client.v1.AcknowledgeResult.rejected:type_name -> cairn.client.v1.DeliveryRef
+	56, // 32: cairn.client.v1.Delivery.properties:type_name -> cairn.client.v1.Delivery.PropertiesEntry
+	47, // 33: cairn.client.v1.Deliveries.messages:type_name -> cairn.client.v1.Delivery
+	11, // 34: cairn.client.v1.ConsumerClosed.error:type_name -> cairn.client.v1.Error
+	52, // 35: cairn.client.v1.GroupStatus.replicas:type_name -> cairn.client.v1.ReplicaStatus
+	51, // 36: cairn.client.v1.ClusterStatusResponse.nodes:type_name -> cairn.client.v1.NodeStatus
+	53, // 37: cairn.client.v1.ClusterStatusResponse.groups:type_name -> cairn.client.v1.GroupStatus
+	12, // 38: cairn.client.v1.ClientService.CreateDestination:input_type -> cairn.client.v1.CreateDestinationRequest
+	14, // 39: cairn.client.v1.ClientService.DeleteDestination:input_type -> cairn.client.v1.DeleteDestinationRequest
+	16, // 40: cairn.client.v1.ClientService.ListDestinations:input_type -> cairn.client.v1.ListDestinationsRequest
+	18, // 41: cairn.client.v1.ClientService.ShowDestination:input_type -> cairn.client.v1.ShowDestinationRequest
+	19, // 42: cairn.client.v1.ClientService.PurgeDestination:input_type -> cairn.client.v1.PurgeDestinationRequest
+	13, // 43: cairn.client.v1.ClientService.UpdateDestination:input_type -> cairn.client.v1.UpdateDestinationRequest
+	24, // 44: cairn.client.v1.ClientService.Send:input_type -> cairn.client.v1.SendRequest
+	27, // 45: cairn.client.v1.ClientService.Connect:input_type -> cairn.client.v1.ClientFrame
+	50, // 46: cairn.client.v1.ClientService.ClusterStatus:input_type -> cairn.client.v1.ClusterStatusRequest
+	7,  // 47: cairn.client.v1.ClientService.RemoveNode:input_type -> cairn.client.v1.RemoveNodeRequest
+	9,  // 48: cairn.client.v1.ClientService.LeaveNode:input_type -> cairn.client.v1.LeaveNodeRequest
+	2,  // 49: cairn.client.v1.ClientService.ListConnections:input_type -> cairn.client.v1.ListConnectionsRequest
+	5,  // 50: cairn.client.v1.ClientService.DestroyConnection:input_type -> cairn.client.v1.DestroyConnectionRequest
+	22, // 51: cairn.client.v1.ClientService.CreateDestination:output_type -> cairn.client.v1.DestinationInfo
+	15, // 52: cairn.client.v1.ClientService.DeleteDestination:output_type -> cairn.client.v1.DeleteDestinationResponse
+	17, // 53: cairn.client.v1.ClientService.ListDestinations:output_type -> cairn.client.v1.ListDestinationsResponse
+	22, // 54: cairn.client.v1.ClientService.ShowDestination:output_type -> cairn.client.v1.DestinationInfo
+	20, // 55: cairn.client.v1.ClientService.PurgeDestination:output_type -> cairn.client.v1.PurgeDestinationResponse
+	22, // 56: cairn.client.v1.ClientService.UpdateDestination:output_type -> cairn.client.v1.DestinationInfo
+	26, // 57: cairn.client.v1.ClientService.Send:output_type -> cairn.client.v1.SendResponse
+	38, // 58: cairn.client.v1.ClientService.Connect:output_type -> cairn.client.v1.ServerFrame
+	54, // 59: cairn.client.v1.ClientService.ClusterStatus:output_type -> cairn.client.v1.ClusterStatusResponse
+	8,  // 60: cairn.client.v1.ClientService.RemoveNode:output_type -> cairn.client.v1.RemoveNodeResponse
+	10, // 61: cairn.client.v1.ClientService.LeaveNode:output_type -> cairn.client.v1.LeaveNodeResponse
+	4,  // 62: cairn.client.v1.ClientService.ListConnections:output_type -> cairn.client.v1.ListConnectionsResponse
+	6,  // 63: cairn.client.v1.ClientService.DestroyConnection:output_type -> cairn.client.v1.DestroyConnectionResponse
+	51, // [51:64] is the sub-list for method output_type
+	38, // [38:51] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_transport_clientpb_client_proto_init() }
@@ -3663,7 +4053,7 @@ func file_transport_clientpb_client_proto_init() {
 	if File_transport_clientpb_client_proto != nil {
 		return
 	}
-	file_transport_clientpb_client_proto_msgTypes[20].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[25].OneofWrappers = []any{
 		(*ClientFrame_Hello)(nil),
 		(*ClientFrame_OpenSession)(nil),
 		(*ClientFrame_CloseSession)(nil),
@@ -3674,13 +4064,14 @@ func file_transport_clientpb_client_proto_init() {
 		(*ClientFrame_Recover)(nil),
 		(*ClientFrame_ReturnDeliveries)(nil),
 	}
-	file_transport_clientpb_client_proto_msgTypes[31].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[36].OneofWrappers = []any{
 		(*ServerFrame_Reply)(nil),
 		(*ServerFrame_Deliveries)(nil),
 		(*ServerFrame_ConsumerClosed)(nil),
 		(*ServerFrame_Heartbeat)(nil),
+		(*ServerFrame_Goodbye)(nil),
 	}
-	file_transport_clientpb_client_proto_msgTypes[33].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[39].OneofWrappers = []any{
 		(*Reply_Hello)(nil),
 		(*Reply_CreateConsumer)(nil),
 		(*Reply_Recover)(nil),
@@ -3692,7 +4083,7 @@ func file_transport_clientpb_client_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_clientpb_client_proto_rawDesc), len(file_transport_clientpb_client_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   49,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

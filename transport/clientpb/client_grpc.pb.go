@@ -35,6 +35,8 @@ const (
 	ClientService_ClusterStatus_FullMethodName     = "/cairn.client.v1.ClientService/ClusterStatus"
 	ClientService_RemoveNode_FullMethodName        = "/cairn.client.v1.ClientService/RemoveNode"
 	ClientService_LeaveNode_FullMethodName         = "/cairn.client.v1.ClientService/LeaveNode"
+	ClientService_ListConnections_FullMethodName   = "/cairn.client.v1.ClientService/ListConnections"
+	ClientService_DestroyConnection_FullMethodName = "/cairn.client.v1.ClientService/DestroyConnection"
 )
 
 // ClientServiceClient is the client API for ClientService service.
@@ -63,6 +65,11 @@ type ClientServiceClient interface {
 	// LeaveNode makes the node that answers hand its leaderships to other
 	// nodes and stop.
 	LeaveNode(ctx context.Context, in *LeaveNodeRequest, opts ...grpc.CallOption) (*LeaveNodeResponse, error)
+	// ListConnections lists the client connections of every live node.
+	ListConnections(ctx context.Context, in *ListConnectionsRequest, opts ...grpc.CallOption) (*ListConnectionsResponse, error)
+	// DestroyConnection ends a client connection administratively: the client
+	// is told so and does not reconnect; its sessions are released.
+	DestroyConnection(ctx context.Context, in *DestroyConnectionRequest, opts ...grpc.CallOption) (*DestroyConnectionResponse, error)
 }
 
 type clientServiceClient struct {
@@ -186,6 +193,26 @@ func (c *clientServiceClient) LeaveNode(ctx context.Context, in *LeaveNodeReques
 	return out, nil
 }
 
+func (c *clientServiceClient) ListConnections(ctx context.Context, in *ListConnectionsRequest, opts ...grpc.CallOption) (*ListConnectionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListConnectionsResponse)
+	err := c.cc.Invoke(ctx, ClientService_ListConnections_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clientServiceClient) DestroyConnection(ctx context.Context, in *DestroyConnectionRequest, opts ...grpc.CallOption) (*DestroyConnectionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DestroyConnectionResponse)
+	err := c.cc.Invoke(ctx, ClientService_DestroyConnection_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClientServiceServer is the server API for ClientService service.
 // All implementations must embed UnimplementedClientServiceServer
 // for forward compatibility.
@@ -212,6 +239,11 @@ type ClientServiceServer interface {
 	// LeaveNode makes the node that answers hand its leaderships to other
 	// nodes and stop.
 	LeaveNode(context.Context, *LeaveNodeRequest) (*LeaveNodeResponse, error)
+	// ListConnections lists the client connections of every live node.
+	ListConnections(context.Context, *ListConnectionsRequest) (*ListConnectionsResponse, error)
+	// DestroyConnection ends a client connection administratively: the client
+	// is told so and does not reconnect; its sessions are released.
+	DestroyConnection(context.Context, *DestroyConnectionRequest) (*DestroyConnectionResponse, error)
 	mustEmbedUnimplementedClientServiceServer()
 }
 
@@ -254,6 +286,12 @@ func (UnimplementedClientServiceServer) RemoveNode(context.Context, *RemoveNodeR
 }
 func (UnimplementedClientServiceServer) LeaveNode(context.Context, *LeaveNodeRequest) (*LeaveNodeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method LeaveNode not implemented")
+}
+func (UnimplementedClientServiceServer) ListConnections(context.Context, *ListConnectionsRequest) (*ListConnectionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListConnections not implemented")
+}
+func (UnimplementedClientServiceServer) DestroyConnection(context.Context, *DestroyConnectionRequest) (*DestroyConnectionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DestroyConnection not implemented")
 }
 func (UnimplementedClientServiceServer) mustEmbedUnimplementedClientServiceServer() {}
 func (UnimplementedClientServiceServer) testEmbeddedByValue()                       {}
@@ -463,6 +501,42 @@ func _ClientService_LeaveNode_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ClientService_ListConnections_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListConnectionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClientServiceServer).ListConnections(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClientService_ListConnections_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClientServiceServer).ListConnections(ctx, req.(*ListConnectionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClientService_DestroyConnection_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DestroyConnectionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClientServiceServer).DestroyConnection(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClientService_DestroyConnection_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClientServiceServer).DestroyConnection(ctx, req.(*DestroyConnectionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ClientService_ServiceDesc is the grpc.ServiceDesc for ClientService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -509,6 +583,14 @@ var ClientService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "LeaveNode",
 			Handler:    _ClientService_LeaveNode_Handler,
+		},
+		{
+			MethodName: "ListConnections",
+			Handler:    _ClientService_ListConnections_Handler,
+		},
+		{
+			MethodName: "DestroyConnection",
+			Handler:    _ClientService_DestroyConnection_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

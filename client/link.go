@@ -1,0 +1,256 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/cairnmq/cairn/transport"
+	"github.com/cairnmq/cairn/transport/clientpb"
+)
+
+// link is one stream to one node. A Connection lives on a link; when the
+// link is lost the connection opens another (reconnect.go) and re-creates
+// its sessions and consumers on it.
+type link struct {
+	c    *Connection
+	gen  uint64 // which link of the connection this is, from 1
+	addr string // as dialled
+	cc   *grpc.ClientConn
+	api  clientpb.ClientServiceClient
+	// stream is set once, before readLoop starts.
+	stream clientpb.ClientService_ConnectClient
+	cancel context.CancelFunc
+	// id, node and peers come from the Hello reply.
+	id, node string
+	peers    []string
+
+	sendMu sync.Mutex
+
+	mu          sync.Mutex
+	nextRequest uint64
+	replies     map[uint64]func(*clientpb.Reply, error)
+	downErr     error // why the link ended; set once
+	down        chan struct{}
+	readDone    chan struct{}
+	goodbye     *clientpb.Goodbye
+
+	// lastHeard is when the last frame came, in Unix nanoseconds.
+	lastHeard atomic.Int64
+}
+
+// silenceLimit is how long a link waits without a frame (the server sends a
+// heartbeat every second) before it counts the server as lost. It is
+// shorter than the cluster's failure detection (about 5 s), so a client of
+// a paused or cut-off node drops its prefetched messages before the cluster
+// releases them to other sessions.
+const silenceLimit = 3 * time.Second
+
+func grpcDial(addr string) (*grpc.ClientConn, error) {
+	return grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxWireBytes), grpc.MaxCallSendMsgSize(maxWireBytes)),
+	)
+}
+
+// openLink connects to addr and says Hello. The link's frames go to c from
+// the moment it opens, though c uses it for the application's requests only
+// once it is installed.
+func (c *Connection) openLink(ctx context.Context, addr string, gen uint64) (*link, error) {
+	cc, err := grpcDial(addr)
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	l := &link{
+		c: c, gen: gen, addr: addr, cc: cc, api: clientpb.NewClientServiceClient(cc), cancel: cancel,
+		replies: make(map[uint64]func(*clientpb.Reply, error)), down: make(chan struct{}), readDone: make(chan struct{}),
+	}
+	fail := func(err error) (*link, error) {
+		cancel()
+		cc.Close()
+		return nil, err
+	}
+	// The stream lives as long as the link; only its opening is bounded.
+	opened := make(chan error, 1)
+	go func() {
+		s, err := l.api.Connect(sctx)
+		l.stream = s
+		opened <- err
+	}()
+	dctx, dcancel := context.WithTimeout(ctx, c.opts.DialTimeout)
+	defer dcancel()
+	select {
+	case err := <-opened:
+		if err != nil {
+			return fail(transport.FromStatus(err))
+		}
+	case <-dctx.Done():
+		return fail(fmt.Errorf("no answer within %v", c.opts.DialTimeout))
+	}
+	l.lastHeard.Store(time.Now().UnixNano())
+	go l.readLoop()
+	go l.watchSilence()
+	reply, err := l.request(dctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_Hello{Hello: &clientpb.Hello{ClientId: c.opts.ClientID}}})
+	if err != nil {
+		l.close(err)
+		return nil, err
+	}
+	h := reply.GetHello()
+	l.id, l.node, l.peers = h.ConnectionId, h.NodeId, h.ClientAddrs
+	return l, nil
+}
+
+func (l *link) readLoop() {
+	defer close(l.readDone)
+	for {
+		f, err := l.stream.Recv()
+		if err != nil {
+			l.c.linkDown(l, transport.FromStatus(err))
+			return
+		}
+		l.lastHeard.Store(time.Now().UnixNano())
+		switch fr := f.Frame.(type) {
+		case *clientpb.ServerFrame_Reply:
+			l.mu.Lock()
+			done := l.replies[fr.Reply.RequestId]
+			delete(l.replies, fr.Reply.RequestId)
+			l.mu.Unlock()
+			if done != nil {
+				done(fr.Reply, transport.FromProto(fr.Reply.Error))
+			}
+		case *clientpb.ServerFrame_Deliveries:
+			if k := l.c.consumer(fr.Deliveries.Consumer); k != nil {
+				k.deliver(l.gen, fr.Deliveries.Messages)
+			}
+		case *clientpb.ServerFrame_ConsumerClosed:
+			if k := l.c.consumer(fr.ConsumerClosed.Consumer); k != nil {
+				k.failOn(l.gen, transport.FromProto(fr.ConsumerClosed.Error))
+			}
+		case *clientpb.ServerFrame_Goodbye:
+			l.mu.Lock()
+			l.goodbye = fr.Goodbye
+			l.mu.Unlock()
+		}
+	}
+}
+
+// watchSilence counts the server as lost when it has not been heard from
+// for silenceLimit.
+func (l *link) watchSilence() {
+	t := time.NewTicker(silenceLimit / 6)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.down:
+			return
+		case <-t.C:
+		}
+		if quiet := time.Since(time.Unix(0, l.lastHeard.Load())); quiet > silenceLimit {
+			l.c.linkDown(l, fmt.Errorf("no word from the server for %v", quiet.Round(time.Millisecond)))
+			return
+		}
+	}
+}
+
+// close ends the link: requests waiting on it fail with err. It reports
+// false if the link had already ended.
+func (l *link) close(err error) bool {
+	l.mu.Lock()
+	if l.downErr != nil {
+		l.mu.Unlock()
+		return false
+	}
+	l.downErr = err
+	replies := l.replies
+	l.replies = nil
+	close(l.down)
+	l.mu.Unlock()
+	l.cancel()
+	l.cc.Close()
+	for _, done := range replies {
+		done(nil, err)
+	}
+	return true
+}
+
+// lostErr is the error requests on a lost link fail with.
+func (l *link) lostErr(cause error) error {
+	return fmt.Errorf("%w: connection %s to node %s lost: %w", ErrLostServer, l.id, l.node, cause)
+}
+
+func (l *link) isDown() bool {
+	select {
+	case <-l.down:
+		return true
+	default:
+		return false
+	}
+}
+
+// send writes a frame; gRPC streams take one writer at a time.
+func (l *link) send(f *clientpb.ClientFrame) error {
+	if l.isDown() {
+		return l.lostErr(ErrLostServer)
+	}
+	l.sendMu.Lock()
+	err := l.stream.Send(f)
+	l.sendMu.Unlock()
+	if err != nil {
+		return l.lostErr(err)
+	}
+	return nil
+}
+
+// requestAsync sends a frame; done gets its reply (with the reply's error,
+// typed) or the error that ended the link. It runs on the link's reader
+// goroutine and must not block.
+func (l *link) requestAsync(f *clientpb.ClientFrame, done func(*clientpb.Reply, error)) {
+	l.mu.Lock()
+	if l.downErr != nil {
+		err := l.downErr
+		l.mu.Unlock()
+		done(nil, err)
+		return
+	}
+	l.nextRequest++
+	f.RequestId = l.nextRequest
+	l.replies[f.RequestId] = done
+	l.mu.Unlock()
+	if err := l.send(f); err != nil {
+		if l.forget(f.RequestId) {
+			done(nil, err)
+		}
+	}
+}
+
+// request sends a frame and waits for its reply.
+func (l *link) request(ctx context.Context, f *clientpb.ClientFrame) (*clientpb.Reply, error) {
+	type answer struct {
+		r   *clientpb.Reply
+		err error
+	}
+	ch := make(chan answer, 1)
+	l.requestAsync(f, func(r *clientpb.Reply, err error) { ch <- answer{r, err} })
+	select {
+	case a := <-ch:
+		return a.r, a.err
+	case <-ctx.Done():
+		l.forget(f.RequestId)
+		return nil, ctx.Err()
+	}
+}
+
+// forget drops a request's callback; false if it was already called.
+func (l *link) forget(id uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.replies[id]
+	delete(l.replies, id)
+	return ok
+}
