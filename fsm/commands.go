@@ -71,6 +71,10 @@ func commandTypeOf(body proto.Message) (fsmpb.CommandType, bool) {
 		return fsmpb.CommandType_COMMAND_TYPE_WAKE, true
 	case *fsmpb.Seal:
 		return fsmpb.CommandType_COMMAND_TYPE_SEAL, true
+	case *fsmpb.TxPrepare:
+		return fsmpb.CommandType_COMMAND_TYPE_TX_PREPARE, true
+	case *fsmpb.TxDecide:
+		return fsmpb.CommandType_COMMAND_TYPE_TX_DECIDE, true
 	case *fsmpb.CreateDestination:
 		return fsmpb.CommandType_COMMAND_TYPE_CREATE_DESTINATION, true
 	case *fsmpb.DeleteDestination:

@@ -71,3 +71,14 @@ func (w *dedupWindow) popOldest() {
 
 // records lists the remembered ids, oldest first.
 func (w *dedupWindow) records() []*dedupRecord { return w.order[w.head:] }
+
+// forget drops dedupID if it still names messageID (a transaction that
+// recorded it was rolled back). Its record keeps its place in order, with
+// no message, until it ages out, so every replica and every snapshot of
+// the window counts the same records.
+func (w *dedupWindow) forget(dedupID, messageID string) {
+	if r := w.byID[dedupID]; r != nil && r.messageID == messageID {
+		delete(w.byID, dedupID)
+		r.messageID = ""
+	}
+}

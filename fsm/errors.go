@@ -27,6 +27,10 @@ var (
 	ErrInvalidSettings = errors.New("invalid settings")
 	// ErrDestinationExists: create of a destination that exists.
 	ErrDestinationExists = errors.New("destination already exists")
+	// ErrTxRefused: a transaction could not be prepared here (a delivery it
+	// acknowledges is no longer its session's, a message cannot be stored,
+	// or it was rolled back already); nothing changed.
+	ErrTxRefused = errors.New("transaction refused")
 	// ErrUnknownDestination: the destination does not exist.
 	ErrUnknownDestination = errors.New("unknown destination")
 )

@@ -42,6 +42,9 @@ type message struct {
 	// dead-letter queue. movingTo: the member it is moving to.
 	dead     bool
 	movingTo string
+	// tx is set while a prepared transaction acknowledges this delivery:
+	// it is held, neither acknowledged nor returned, until decided.
+	tx *tx
 }
 
 // waiting is true for a message in none of the other states: pending (or
@@ -99,6 +102,11 @@ type Member struct {
 	sessions     map[string]*session
 	dedup        dedupWindow
 	bytes        int64
+	// txs are the transactions prepared here; txMsgIDs the ids of their
+	// messages; decisions those recorded as a transaction's primary.
+	txs       map[string]*tx
+	txMsgIDs  map[string]string
+	decisions decisions
 }
 
 // NewMember returns an empty member state machine.
@@ -114,6 +122,9 @@ func NewMember() *Member {
 		byDelivery:   make(map[uint64]*message),
 		sessions:     make(map[string]*session),
 		dedup:        newDedupWindow(),
+		txs:          make(map[string]*tx),
+		txMsgIDs:     make(map[string]string),
+		decisions:    decisions{byTx: make(map[string]*decision)},
 	}
 	for p := range m.pending {
 		m.pending[p] = btree.NewG(32, bySeq)
@@ -137,6 +148,8 @@ var memberHandlers = func() map[fsmpb.CommandType]handler[*Member] {
 	on(t, fsmpb.CommandType_COMMAND_TYPE_MOVED, func() *fsmpb.Moved { return new(fsmpb.Moved) }, (*Member).moved)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_WAKE, func() *fsmpb.Wake { return new(fsmpb.Wake) }, (*Member).wake)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_SEAL, func() *fsmpb.Seal { return new(fsmpb.Seal) }, (*Member).seal)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_TX_PREPARE, func() *fsmpb.TxPrepare { return new(fsmpb.TxPrepare) }, (*Member).txPrepare)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_TX_DECIDE, func() *fsmpb.TxDecide { return new(fsmpb.TxDecide) }, (*Member).txDecide)
 	return t
 }()
 
@@ -185,41 +198,59 @@ func ValidateMessage(msg *fsmpb.Message) error {
 }
 
 func (m *Member) enqueue(c *fsmpb.Enqueue) Result {
-	out := make([]Enqueued, len(c.Messages))
+	out, _, err := m.admit(c.Messages, c.Now)
+	if err != nil {
+		return Result{Err: err}
+	}
+	m.dedup.evict(c.Now, m.settings.DedupWindowNs)
+	m.store(c.Messages, out, c.Now, true)
+	return Result{Enqueued: out}
+}
+
+// admit checks a batch of messages for storing at now, changing nothing:
+// one outcome per message (a dedup id seen within the window, or earlier
+// in the batch, makes a duplicate) and the bytes the others add.
+func (m *Member) admit(msgs []*fsmpb.Message, now int64) ([]Enqueued, int64, error) {
+	out := make([]Enqueued, len(msgs))
 	// Ids new in this batch, to catch a batch that repeats an id or a dedup id.
-	batchIDs := make(map[string]bool, len(c.Messages))
+	batchIDs := make(map[string]bool, len(msgs))
 	batchDedup := make(map[string]string)
 	var add int64
-	for i, msg := range c.Messages {
+	for i, msg := range msgs {
 		if err := ValidateMessage(msg); err != nil {
-			return Result{Err: fmt.Errorf("message %d: %w", i, err)}
+			return nil, 0, fmt.Errorf("message %d: %w", i, err)
 		}
 		if d := msg.DedupId; d != "" {
 			if id, ok := batchDedup[d]; ok {
 				out[i] = Enqueued{ID: id, Duplicate: true}
 				continue
 			}
-			if id, ok := m.dedup.lookup(d, c.Now, m.settings.DedupWindowNs); ok {
+			if id, ok := m.dedup.lookup(d, now, m.settings.DedupWindowNs); ok {
 				out[i] = Enqueued{ID: id, Duplicate: true}
 				continue
 			}
 			batchDedup[d] = msg.Id
 		}
-		if _, ok := m.messages[msg.Id]; ok || batchIDs[msg.Id] {
-			return Result{Err: fmt.Errorf("%w: %s", ErrDuplicateMessageID, msg.Id)}
+		if _, ok := m.messages[msg.Id]; ok || batchIDs[msg.Id] || m.txMsgIDs[msg.Id] != "" {
+			return nil, 0, fmt.Errorf("%w: %s", ErrDuplicateMessageID, msg.Id)
 		}
 		batchIDs[msg.Id] = true
 		add += MessageSize(msg)
 		out[i] = Enqueued{ID: msg.Id}
 	}
 	if m.sealed && len(batchIDs) > 0 {
-		return Result{Err: ErrSealed}
+		return nil, 0, ErrSealed
 	}
 	if limit := m.settings.MaxBytes; limit > 0 && m.bytes+add > limit {
-		return Result{Err: fmt.Errorf("%w: holds %d bytes, limit %d, batch adds %d", ErrMemberFull, m.bytes, limit, add)}
+		return nil, 0, fmt.Errorf("%w: holds %d bytes, limit %d, batch adds %d", ErrMemberFull, m.bytes, limit, add)
 	}
-	m.dedup.evict(c.Now, m.settings.DedupWindowNs)
-	for i, msg := range c.Messages {
+	return out, add, nil
+}
+
+// store adds admitted messages but the duplicates, pending; withDedup
+// records their dedup ids at now.
+func (m *Member) store(msgs []*fsmpb.Message, out []Enqueued, now int64, withDedup bool) {
+	for i, msg := range msgs {
 		if out[i].Duplicate {
 			continue
 		}
@@ -231,11 +262,10 @@ func (m *Member) enqueue(c *fsmpb.Enqueue) Result {
 		if msg.Expiration != 0 {
 			m.expiry.ReplaceOrInsert(s)
 		}
-		if msg.DedupId != "" {
-			m.dedup.add(msg.DedupId, msg.Id, c.Now, int(m.settings.DedupMaxIds))
+		if withDedup && msg.DedupId != "" {
+			m.dedup.add(msg.DedupId, msg.Id, now, int(m.settings.DedupMaxIds))
 		}
 	}
-	return Result{Enqueued: out}
 }
 
 func (m *Member) pushPending(s *message) {
@@ -349,7 +379,7 @@ func (m *Member) ack(c *fsmpb.Ack) Result {
 	var r Result
 	for _, id := range c.DeliveryIds {
 		msg := s.deliveries[id]
-		if msg == nil {
+		if msg == nil || msg.tx != nil {
 			r.Rejected = append(r.Rejected, id)
 			continue
 		}
@@ -365,11 +395,12 @@ func (m *Member) ack(c *fsmpb.Ack) Result {
 	return r
 }
 
-// deliveryIDs lists the session's delivery ids up to upTo (0: all), ascending.
+// deliveryIDs lists the session's delivery ids up to upTo (0: all),
+// ascending, but those a prepared transaction holds.
 func (s *session) deliveryIDs(upTo uint64) []uint64 {
 	ids := make([]uint64, 0, len(s.deliveries))
-	for id := range s.deliveries {
-		if upTo == 0 || id <= upTo {
+	for id, msg := range s.deliveries {
+		if msg.tx == nil && (upTo == 0 || id <= upTo) {
 			ids = append(ids, id)
 		}
 	}
@@ -414,7 +445,7 @@ func (m *Member) returnDeliveries(c *fsmpb.Return) Result {
 	var r Result
 	for _, id := range c.DeliveryIds {
 		msg := s.deliveries[id]
-		if msg == nil {
+		if msg == nil || msg.tx != nil {
 			r.Rejected = append(r.Rejected, id)
 			continue
 		}
@@ -427,7 +458,8 @@ func (m *Member) returnDeliveries(c *fsmpb.Return) Result {
 func (m *Member) expire(c *fsmpb.Expire) Result {
 	var r Result
 	for _, id := range c.MessageIds {
-		if msg := m.messages[id]; msg != nil && msg.expiredAt(c.Now) {
+		// A message a prepared transaction holds expires once decided.
+		if msg := m.messages[id]; msg != nil && msg.tx == nil && msg.expiredAt(c.Now) {
 			m.remove(msg)
 			r.Removed++
 		}

@@ -17,16 +17,21 @@ type Stats struct {
 	Delayed      int
 	Moving       int
 	DeadLettered uint64
-	Bytes        int64
-	Sessions     int
-	DedupIDs     int
+	// Prepared: held by prepared transactions, to be enqueued or
+	// acknowledged when decided (not counted as pending or delivered).
+	Prepared int
+	Bytes    int64
+	Sessions int
+	DedupIDs int
 }
 
 // Stats returns the member's counts.
 func (m *Member) Stats() Stats {
+	sends, acks := m.prepared()
 	return Stats{
 		Pending:      m.nPending,
-		Delivered:    len(m.byDelivery),
+		Delivered:    len(m.byDelivery) - acks,
+		Prepared:     sends + acks,
 		Delayed:      m.delayed.Len(),
 		Moving:       m.aside.Len(),
 		DeadLettered: m.deadLettered,
@@ -143,7 +148,7 @@ type SessionInfo struct {
 func (m *Member) Sessions() []SessionInfo {
 	out := make([]SessionInfo, 0, len(m.sessions))
 	for _, s := range m.sessions {
-		out = append(out, SessionInfo{ID: s.id, Owner: s.owner, Deliveries: len(s.deliveries)})
+		out = append(out, SessionInfo{ID: s.id, Owner: s.owner, Deliveries: len(s.deliveryIDs(0))})
 	}
 	slices.SortFunc(out, func(a, b SessionInfo) int { return cmp.Compare(a.ID, b.ID) })
 	return out
@@ -165,6 +170,8 @@ type MessageState struct {
 	DeliveryID    uint64
 	Redelivered   bool
 	DeliveryCount uint32
+	// Tx is the prepared transaction that acknowledges this delivery.
+	Tx string
 }
 
 // Lookup returns the state of a stored message.
@@ -177,6 +184,9 @@ func (m *Member) Lookup(id string) (MessageState, bool) {
 		DeliveryID: msg.deliveryID, Redelivered: msg.redelivered, DeliveryCount: msg.count}
 	if msg.session != nil {
 		st.Session = msg.session.id
+	}
+	if msg.tx != nil {
+		st.Tx = msg.tx.id
 	}
 	return st, true
 }

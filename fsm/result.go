@@ -28,6 +28,9 @@ type Result struct {
 	Moved int
 	// Seal: how many messages the member holds.
 	Held int
+	// TxPrepare (one phase), TxDecide: the transaction committed; for a
+	// TxDecide that records, the decision that stands.
+	Committed bool
 }
 
 // Enqueued is the outcome of one message of an Enqueue.

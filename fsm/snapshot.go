@@ -53,6 +53,22 @@ func (m *Member) Capture() *MemberImage {
 	for _, r := range m.dedup.records() {
 		img.header.Dedup = append(img.header.Dedup, &fsmpb.DedupRecord{DedupId: r.dedupID, MessageId: r.messageID, At: r.at})
 	}
+	for _, p := range m.PreparedTxs() {
+		t := m.txs[p.Tx]
+		st := &fsmpb.StoredTx{Tx: t.id, Primary: t.primary, Session: t.session, PreparedAt: t.preparedAt, Messages: t.msgs}
+		for _, o := range t.out {
+			st.Duplicate = append(st.Duplicate, o.Duplicate)
+		}
+		for _, msg := range t.acked {
+			st.DeliveryIds = append(st.DeliveryIds, msg.deliveryID)
+		}
+		img.header.Txs = append(img.header.Txs, st)
+	}
+	for _, d := range m.decisions.order {
+		if m.decisions.byTx[d.tx] == d {
+			img.header.Decisions = append(img.header.Decisions, &fsmpb.TxDecision{Tx: d.tx, Commit: d.commit, At: d.at})
+		}
+	}
 	return img
 }
 
@@ -111,9 +127,20 @@ func RestoreMember(r io.Reader) (*Member, error) {
 	}
 	for _, d := range h.Dedup {
 		r := &dedupRecord{dedupID: d.DedupId, messageID: d.MessageId, at: d.At}
-		m.dedup.byID[d.DedupId] = r
+		if r.messageID != "" { // "" is a forgotten id, keeping its place in order
+			m.dedup.byID[d.DedupId] = r
+		}
 		m.dedup.order = append(m.dedup.order, r)
 	}
+	// A delivery a prepared transaction holds outlives its session when
+	// the session was released: its session is kept apart, unregistered.
+	held := map[uint64]bool{}
+	for _, t := range h.Txs {
+		for _, id := range t.DeliveryIds {
+			held[id] = true
+		}
+	}
+	orphans := map[string]*session{}
 	for i := uint64(0); i < h.MessageCount; i++ {
 		var sm fsmpb.StoredMessage
 		if err := opts.UnmarshalFrom(br, &sm); err != nil {
@@ -142,12 +169,44 @@ func RestoreMember(r io.Reader) (*Member, error) {
 			continue
 		}
 		s := m.sessions[sm.Session]
+		if s == nil && held[sm.DeliveryId] {
+			if s = orphans[sm.Session]; s == nil {
+				s = &session{id: sm.Session, deliveries: make(map[uint64]*message)}
+				orphans[sm.Session] = s
+			}
+		}
 		if s == nil {
 			return nil, fmt.Errorf("%w: snapshot message %s is delivered to session %q, which is not in the snapshot", ErrCorrupt, sm.Message.Id, sm.Session)
 		}
 		msg.session, msg.deliveryID = s, sm.DeliveryId
 		s.deliveries[msg.deliveryID] = msg
 		m.byDelivery[msg.deliveryID] = msg
+	}
+	for _, st := range h.Txs {
+		t := &tx{id: st.Tx, primary: st.Primary, session: st.Session, preparedAt: st.PreparedAt, msgs: st.Messages}
+		if len(st.Duplicate) != len(st.Messages) {
+			return nil, fmt.Errorf("%w: snapshot transaction %s: %d messages, %d duplicate marks", ErrCorrupt, st.Tx, len(st.Messages), len(st.Duplicate))
+		}
+		for i, msg := range st.Messages {
+			if err := ValidateMessage(msg); err != nil {
+				return nil, fmt.Errorf("%w: snapshot transaction %s: %v", ErrCorrupt, st.Tx, err)
+			}
+			t.out = append(t.out, Enqueued{ID: msg.Id, Duplicate: st.Duplicate[i]})
+			if !st.Duplicate[i] {
+				t.bytes += MessageSize(msg)
+			}
+		}
+		for _, id := range st.DeliveryIds {
+			msg := m.byDelivery[id]
+			if msg == nil {
+				return nil, fmt.Errorf("%w: snapshot transaction %s holds delivery %d, which is not in the snapshot", ErrCorrupt, st.Tx, id)
+			}
+			t.acked = append(t.acked, msg)
+		}
+		m.hold(t, false)
+	}
+	for _, d := range h.Decisions {
+		m.decisions.record(d.Tx, d.Commit, d.At)
 	}
 	return m, nil
 }

@@ -57,6 +57,8 @@ const (
 	CommandType_COMMAND_TYPE_RESIZE_DESTINATION CommandType = 19
 	CommandType_COMMAND_TYPE_REMOVE_MEMBER      CommandType = 20
 	CommandType_COMMAND_TYPE_SEAL               CommandType = 21
+	CommandType_COMMAND_TYPE_TX_PREPARE         CommandType = 22
+	CommandType_COMMAND_TYPE_TX_DECIDE          CommandType = 23
 )
 
 // Enum value maps for CommandType.
@@ -84,6 +86,8 @@ var (
 		19: "COMMAND_TYPE_RESIZE_DESTINATION",
 		20: "COMMAND_TYPE_REMOVE_MEMBER",
 		21: "COMMAND_TYPE_SEAL",
+		22: "COMMAND_TYPE_TX_PREPARE",
+		23: "COMMAND_TYPE_TX_DECIDE",
 	}
 	CommandType_value = map[string]int32{
 		"COMMAND_TYPE_UNKNOWN":            0,
@@ -108,6 +112,8 @@ var (
 		"COMMAND_TYPE_RESIZE_DESTINATION": 19,
 		"COMMAND_TYPE_REMOVE_MEMBER":      20,
 		"COMMAND_TYPE_SEAL":               21,
+		"COMMAND_TYPE_TX_PREPARE":         22,
+		"COMMAND_TYPE_TX_DECIDE":          23,
 	}
 )
 
@@ -1972,6 +1978,178 @@ func (x *ReplaceReplica) GetNew() string {
 	return ""
 }
 
+// TxPrepare makes a transaction's work on this member ready to commit:
+// its messages are stored but not deliverable, and the deliveries it
+// acknowledges (all of session's) are held, neither deliverable nor
+// redeliverable, until TxDecide. It is refused, changing nothing, if a
+// delivery is not the session's or a message cannot be stored. With
+// one_phase this member is the transaction's only participant and it
+// commits at once.
+type TxPrepare struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Tx    string                 `protobuf:"bytes,1,opt,name=tx,proto3" json:"tx,omitempty"`
+	// primary is the member (NAME#I) whose group records the decision.
+	Primary       string     `protobuf:"bytes,2,opt,name=primary,proto3" json:"primary,omitempty"`
+	Session       string     `protobuf:"bytes,3,opt,name=session,proto3" json:"session,omitempty"`
+	Now           int64      `protobuf:"varint,4,opt,name=now,proto3" json:"now,omitempty"`
+	Messages      []*Message `protobuf:"bytes,5,rep,name=messages,proto3" json:"messages,omitempty"`
+	DeliveryIds   []uint64   `protobuf:"varint,6,rep,packed,name=delivery_ids,json=deliveryIds,proto3" json:"delivery_ids,omitempty"`
+	OnePhase      bool       `protobuf:"varint,7,opt,name=one_phase,json=onePhase,proto3" json:"one_phase,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxPrepare) Reset() {
+	*x = TxPrepare{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxPrepare) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxPrepare) ProtoMessage() {}
+
+func (x *TxPrepare) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxPrepare.ProtoReflect.Descriptor instead.
+func (*TxPrepare) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *TxPrepare) GetTx() string {
+	if x != nil {
+		return x.Tx
+	}
+	return ""
+}
+
+func (x *TxPrepare) GetPrimary() string {
+	if x != nil {
+		return x.Primary
+	}
+	return ""
+}
+
+func (x *TxPrepare) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *TxPrepare) GetNow() int64 {
+	if x != nil {
+		return x.Now
+	}
+	return 0
+}
+
+func (x *TxPrepare) GetMessages() []*Message {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+func (x *TxPrepare) GetDeliveryIds() []uint64 {
+	if x != nil {
+		return x.DeliveryIds
+	}
+	return nil
+}
+
+func (x *TxPrepare) GetOnePhase() bool {
+	if x != nil {
+		return x.OnePhase
+	}
+	return false
+}
+
+// TxDecide applies a transaction's decision to its work prepared here, if
+// any. With record, this member is the transaction's primary and records
+// the decision: the first one recorded stands, and later ones (a timeout's
+// abort racing the front-end's commit) get it back instead.
+type TxDecide struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tx            string                 `protobuf:"bytes,1,opt,name=tx,proto3" json:"tx,omitempty"`
+	Commit        bool                   `protobuf:"varint,2,opt,name=commit,proto3" json:"commit,omitempty"`
+	Record        bool                   `protobuf:"varint,3,opt,name=record,proto3" json:"record,omitempty"`
+	Now           int64                  `protobuf:"varint,4,opt,name=now,proto3" json:"now,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxDecide) Reset() {
+	*x = TxDecide{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxDecide) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxDecide) ProtoMessage() {}
+
+func (x *TxDecide) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxDecide.ProtoReflect.Descriptor instead.
+func (*TxDecide) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *TxDecide) GetTx() string {
+	if x != nil {
+		return x.Tx
+	}
+	return ""
+}
+
+func (x *TxDecide) GetCommit() bool {
+	if x != nil {
+		return x.Commit
+	}
+	return false
+}
+
+func (x *TxDecide) GetRecord() bool {
+	if x != nil {
+		return x.Record
+	}
+	return false
+}
+
+func (x *TxDecide) GetNow() int64 {
+	if x != nil {
+		return x.Now
+	}
+	return 0
+}
+
 type StoredMessage struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Message       *Message               `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
@@ -1992,7 +2170,7 @@ type StoredMessage struct {
 
 func (x *StoredMessage) Reset() {
 	*x = StoredMessage{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2004,7 +2182,7 @@ func (x *StoredMessage) String() string {
 func (*StoredMessage) ProtoMessage() {}
 
 func (x *StoredMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2017,7 +2195,7 @@ func (x *StoredMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredMessage.ProtoReflect.Descriptor instead.
 func (*StoredMessage) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StoredMessage) GetMessage() *Message {
@@ -2093,7 +2271,7 @@ type StoredSession struct {
 
 func (x *StoredSession) Reset() {
 	*x = StoredSession{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2105,7 +2283,7 @@ func (x *StoredSession) String() string {
 func (*StoredSession) ProtoMessage() {}
 
 func (x *StoredSession) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2118,7 +2296,7 @@ func (x *StoredSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredSession.ProtoReflect.Descriptor instead.
 func (*StoredSession) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StoredSession) GetId() string {
@@ -2135,6 +2313,8 @@ func (x *StoredSession) GetOwner() string {
 	return ""
 }
 
+// DedupRecord is one id of the window; message_id is empty for an id a
+// rolled-back transaction recorded, which keeps its place until it ages out.
 type DedupRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	DedupId       string                 `protobuf:"bytes,1,opt,name=dedup_id,json=dedupId,proto3" json:"dedup_id,omitempty"`
@@ -2146,7 +2326,7 @@ type DedupRecord struct {
 
 func (x *DedupRecord) Reset() {
 	*x = DedupRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2158,7 +2338,7 @@ func (x *DedupRecord) String() string {
 func (*DedupRecord) ProtoMessage() {}
 
 func (x *DedupRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2171,7 +2351,7 @@ func (x *DedupRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupRecord.ProtoReflect.Descriptor instead.
 func (*DedupRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DedupRecord) GetDedupId() string {
@@ -2207,15 +2387,17 @@ type MemberSnapshot struct {
 	Sessions     []*StoredSession `protobuf:"bytes,6,rep,name=sessions,proto3" json:"sessions,omitempty"`
 	Dedup        []*DedupRecord   `protobuf:"bytes,7,rep,name=dedup,proto3" json:"dedup,omitempty"`
 	// dead_lettered counts messages moved to the dead-letter queue.
-	DeadLettered  uint64 `protobuf:"varint,8,opt,name=dead_lettered,json=deadLettered,proto3" json:"dead_lettered,omitempty"`
-	Sealed        bool   `protobuf:"varint,9,opt,name=sealed,proto3" json:"sealed,omitempty"`
+	DeadLettered  uint64        `protobuf:"varint,8,opt,name=dead_lettered,json=deadLettered,proto3" json:"dead_lettered,omitempty"`
+	Sealed        bool          `protobuf:"varint,9,opt,name=sealed,proto3" json:"sealed,omitempty"`
+	Txs           []*StoredTx   `protobuf:"bytes,10,rep,name=txs,proto3" json:"txs,omitempty"`
+	Decisions     []*TxDecision `protobuf:"bytes,11,rep,name=decisions,proto3" json:"decisions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MemberSnapshot) Reset() {
 	*x = MemberSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2227,7 +2409,7 @@ func (x *MemberSnapshot) String() string {
 func (*MemberSnapshot) ProtoMessage() {}
 
 func (x *MemberSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2240,7 +2422,7 @@ func (x *MemberSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberSnapshot.ProtoReflect.Descriptor instead.
 func (*MemberSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *MemberSnapshot) GetApplied() uint64 {
@@ -2306,6 +2488,176 @@ func (x *MemberSnapshot) GetSealed() bool {
 	return false
 }
 
+func (x *MemberSnapshot) GetTxs() []*StoredTx {
+	if x != nil {
+		return x.Txs
+	}
+	return nil
+}
+
+func (x *MemberSnapshot) GetDecisions() []*TxDecision {
+	if x != nil {
+		return x.Decisions
+	}
+	return nil
+}
+
+// StoredTx is a transaction prepared on the member; the deliveries it
+// acknowledges are stored with their messages (StoredMessage.session).
+type StoredTx struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Tx          string                 `protobuf:"bytes,1,opt,name=tx,proto3" json:"tx,omitempty"`
+	Primary     string                 `protobuf:"bytes,2,opt,name=primary,proto3" json:"primary,omitempty"`
+	Session     string                 `protobuf:"bytes,3,opt,name=session,proto3" json:"session,omitempty"`
+	PreparedAt  int64                  `protobuf:"varint,4,opt,name=prepared_at,json=preparedAt,proto3" json:"prepared_at,omitempty"`
+	Messages    []*Message             `protobuf:"bytes,5,rep,name=messages,proto3" json:"messages,omitempty"`
+	DeliveryIds []uint64               `protobuf:"varint,6,rep,packed,name=delivery_ids,json=deliveryIds,proto3" json:"delivery_ids,omitempty"`
+	// duplicate marks, per message, a send the dedup window dropped.
+	Duplicate     []bool `protobuf:"varint,7,rep,packed,name=duplicate,proto3" json:"duplicate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StoredTx) Reset() {
+	*x = StoredTx{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StoredTx) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StoredTx) ProtoMessage() {}
+
+func (x *StoredTx) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StoredTx.ProtoReflect.Descriptor instead.
+func (*StoredTx) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *StoredTx) GetTx() string {
+	if x != nil {
+		return x.Tx
+	}
+	return ""
+}
+
+func (x *StoredTx) GetPrimary() string {
+	if x != nil {
+		return x.Primary
+	}
+	return ""
+}
+
+func (x *StoredTx) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *StoredTx) GetPreparedAt() int64 {
+	if x != nil {
+		return x.PreparedAt
+	}
+	return 0
+}
+
+func (x *StoredTx) GetMessages() []*Message {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+func (x *StoredTx) GetDeliveryIds() []uint64 {
+	if x != nil {
+		return x.DeliveryIds
+	}
+	return nil
+}
+
+func (x *StoredTx) GetDuplicate() []bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return nil
+}
+
+// TxDecision is a decision recorded by a primary.
+type TxDecision struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tx            string                 `protobuf:"bytes,1,opt,name=tx,proto3" json:"tx,omitempty"`
+	Commit        bool                   `protobuf:"varint,2,opt,name=commit,proto3" json:"commit,omitempty"`
+	At            int64                  `protobuf:"varint,3,opt,name=at,proto3" json:"at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxDecision) Reset() {
+	*x = TxDecision{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxDecision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxDecision) ProtoMessage() {}
+
+func (x *TxDecision) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxDecision.ProtoReflect.Descriptor instead.
+func (*TxDecision) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *TxDecision) GetTx() string {
+	if x != nil {
+		return x.Tx
+	}
+	return ""
+}
+
+func (x *TxDecision) GetCommit() bool {
+	if x != nil {
+		return x.Commit
+	}
+	return false
+}
+
+func (x *TxDecision) GetAt() int64 {
+	if x != nil {
+		return x.At
+	}
+	return 0
+}
+
 type MetaSnapshot struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Applied       uint64                 `protobuf:"varint,1,opt,name=applied,proto3" json:"applied,omitempty"`
@@ -2318,7 +2670,7 @@ type MetaSnapshot struct {
 
 func (x *MetaSnapshot) Reset() {
 	*x = MetaSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2330,7 +2682,7 @@ func (x *MetaSnapshot) String() string {
 func (*MetaSnapshot) ProtoMessage() {}
 
 func (x *MetaSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2343,7 +2695,7 @@ func (x *MetaSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaSnapshot.ProtoReflect.Descriptor instead.
 func (*MetaSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *MetaSnapshot) GetApplied() uint64 {
@@ -2509,7 +2861,20 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\vdestination\x18\x01 \x01(\tR\vdestination\x12\x16\n" +
 	"\x06member\x18\x02 \x01(\rR\x06member\x12\x10\n" +
 	"\x03old\x18\x03 \x01(\tR\x03old\x12\x10\n" +
-	"\x03new\x18\x04 \x01(\tR\x03new\"\xaa\x02\n" +
+	"\x03new\x18\x04 \x01(\tR\x03new\"\xd4\x01\n" +
+	"\tTxPrepare\x12\x0e\n" +
+	"\x02tx\x18\x01 \x01(\tR\x02tx\x12\x18\n" +
+	"\aprimary\x18\x02 \x01(\tR\aprimary\x12\x18\n" +
+	"\asession\x18\x03 \x01(\tR\asession\x12\x10\n" +
+	"\x03now\x18\x04 \x01(\x03R\x03now\x121\n" +
+	"\bmessages\x18\x05 \x03(\v2\x15.cairn.fsm.v1.MessageR\bmessages\x12!\n" +
+	"\fdelivery_ids\x18\x06 \x03(\x04R\vdeliveryIds\x12\x1b\n" +
+	"\tone_phase\x18\a \x01(\bR\bonePhase\"\\\n" +
+	"\bTxDecide\x12\x0e\n" +
+	"\x02tx\x18\x01 \x01(\tR\x02tx\x12\x16\n" +
+	"\x06commit\x18\x02 \x01(\bR\x06commit\x12\x16\n" +
+	"\x06record\x18\x03 \x01(\bR\x06record\x12\x10\n" +
+	"\x03now\x18\x04 \x01(\x03R\x03now\"\xaa\x02\n" +
 	"\rStoredMessage\x12/\n" +
 	"\amessage\x18\x01 \x01(\v2\x15.cairn.fsm.v1.MessageR\amessage\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12 \n" +
@@ -2528,7 +2893,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\bdedup_id\x18\x01 \x01(\tR\adedupId\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x02 \x01(\tR\tmessageId\x12\x0e\n" +
-	"\x02at\x18\x03 \x01(\x03R\x02at\"\xf5\x02\n" +
+	"\x02at\x18\x03 \x01(\x03R\x02at\"\xd7\x03\n" +
 	"\x0eMemberSnapshot\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\x04R\aapplied\x12\x19\n" +
 	"\bnext_seq\x18\x02 \x01(\x04R\anextSeq\x12(\n" +
@@ -2538,12 +2903,29 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\bsessions\x18\x06 \x03(\v2\x1b.cairn.fsm.v1.StoredSessionR\bsessions\x12/\n" +
 	"\x05dedup\x18\a \x03(\v2\x19.cairn.fsm.v1.DedupRecordR\x05dedup\x12#\n" +
 	"\rdead_lettered\x18\b \x01(\x04R\fdeadLettered\x12\x16\n" +
-	"\x06sealed\x18\t \x01(\bR\x06sealed\"\xab\x01\n" +
+	"\x06sealed\x18\t \x01(\bR\x06sealed\x12(\n" +
+	"\x03txs\x18\n" +
+	" \x03(\v2\x16.cairn.fsm.v1.StoredTxR\x03txs\x126\n" +
+	"\tdecisions\x18\v \x03(\v2\x18.cairn.fsm.v1.TxDecisionR\tdecisions\"\xe3\x01\n" +
+	"\bStoredTx\x12\x0e\n" +
+	"\x02tx\x18\x01 \x01(\tR\x02tx\x12\x18\n" +
+	"\aprimary\x18\x02 \x01(\tR\aprimary\x12\x18\n" +
+	"\asession\x18\x03 \x01(\tR\asession\x12\x1f\n" +
+	"\vprepared_at\x18\x04 \x01(\x03R\n" +
+	"preparedAt\x121\n" +
+	"\bmessages\x18\x05 \x03(\v2\x15.cairn.fsm.v1.MessageR\bmessages\x12!\n" +
+	"\fdelivery_ids\x18\x06 \x03(\x04R\vdeliveryIds\x12\x1c\n" +
+	"\tduplicate\x18\a \x03(\bR\tduplicate\"D\n" +
+	"\n" +
+	"TxDecision\x12\x0e\n" +
+	"\x02tx\x18\x01 \x01(\tR\x02tx\x12\x16\n" +
+	"\x06commit\x18\x02 \x01(\bR\x06commit\x12\x0e\n" +
+	"\x02at\x18\x03 \x01(\x03R\x02at\"\xab\x01\n" +
 	"\fMetaSnapshot\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\x04R\aapplied\x12=\n" +
 	"\fdestinations\x18\x02 \x03(\v2\x19.cairn.fsm.v1.DestinationR\fdestinations\x12(\n" +
 	"\x05nodes\x18\x03 \x03(\v2\x12.cairn.fsm.v1.NodeR\x05nodes\x12\x18\n" +
-	"\aremoved\x18\x04 \x03(\tR\aremoved*\xf6\x04\n" +
+	"\aremoved\x18\x04 \x03(\tR\aremoved*\xaf\x05\n" +
 	"\vCommandType\x12\x18\n" +
 	"\x14COMMAND_TYPE_UNKNOWN\x10\x00\x12\x18\n" +
 	"\x14COMMAND_TYPE_ENQUEUE\x10\x01\x12\x18\n" +
@@ -2567,7 +2949,9 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x11COMMAND_TYPE_WAKE\x10\x12\x12#\n" +
 	"\x1fCOMMAND_TYPE_RESIZE_DESTINATION\x10\x13\x12\x1e\n" +
 	"\x1aCOMMAND_TYPE_REMOVE_MEMBER\x10\x14\x12\x15\n" +
-	"\x11COMMAND_TYPE_SEAL\x10\x15*g\n" +
+	"\x11COMMAND_TYPE_SEAL\x10\x15\x12\x1b\n" +
+	"\x17COMMAND_TYPE_TX_PREPARE\x10\x16\x12\x1a\n" +
+	"\x16COMMAND_TYPE_TX_DECIDE\x10\x17*g\n" +
 	"\x0fDestinationKind\x12\x1c\n" +
 	"\x18DESTINATION_KIND_UNKNOWN\x10\x00\x12\x1a\n" +
 	"\x16DESTINATION_KIND_QUEUE\x10\x01\x12\x1a\n" +
@@ -2586,7 +2970,7 @@ func file_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_fsm_fsmpb_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(CommandType)(0),          // 0: cairn.fsm.v1.CommandType
 	(DestinationKind)(0),      // 1: cairn.fsm.v1.DestinationKind
@@ -2618,17 +3002,21 @@ var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*RegisterNode)(nil),      // 27: cairn.fsm.v1.RegisterNode
 	(*RemoveNode)(nil),        // 28: cairn.fsm.v1.RemoveNode
 	(*ReplaceReplica)(nil),    // 29: cairn.fsm.v1.ReplaceReplica
-	(*StoredMessage)(nil),     // 30: cairn.fsm.v1.StoredMessage
-	(*StoredSession)(nil),     // 31: cairn.fsm.v1.StoredSession
-	(*DedupRecord)(nil),       // 32: cairn.fsm.v1.DedupRecord
-	(*MemberSnapshot)(nil),    // 33: cairn.fsm.v1.MemberSnapshot
-	(*MetaSnapshot)(nil),      // 34: cairn.fsm.v1.MetaSnapshot
-	nil,                       // 35: cairn.fsm.v1.Message.PropertiesEntry
+	(*TxPrepare)(nil),         // 30: cairn.fsm.v1.TxPrepare
+	(*TxDecide)(nil),          // 31: cairn.fsm.v1.TxDecide
+	(*StoredMessage)(nil),     // 32: cairn.fsm.v1.StoredMessage
+	(*StoredSession)(nil),     // 33: cairn.fsm.v1.StoredSession
+	(*DedupRecord)(nil),       // 34: cairn.fsm.v1.DedupRecord
+	(*MemberSnapshot)(nil),    // 35: cairn.fsm.v1.MemberSnapshot
+	(*StoredTx)(nil),          // 36: cairn.fsm.v1.StoredTx
+	(*TxDecision)(nil),        // 37: cairn.fsm.v1.TxDecision
+	(*MetaSnapshot)(nil),      // 38: cairn.fsm.v1.MetaSnapshot
+	nil,                       // 39: cairn.fsm.v1.Message.PropertiesEntry
 }
 var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	3,  // 0: cairn.fsm.v1.Entry.commands:type_name -> cairn.fsm.v1.Command
 	0,  // 1: cairn.fsm.v1.Command.type:type_name -> cairn.fsm.v1.CommandType
-	35, // 2: cairn.fsm.v1.Message.properties:type_name -> cairn.fsm.v1.Message.PropertiesEntry
+	39, // 2: cairn.fsm.v1.Message.properties:type_name -> cairn.fsm.v1.Message.PropertiesEntry
 	4,  // 3: cairn.fsm.v1.Enqueue.messages:type_name -> cairn.fsm.v1.Message
 	19, // 4: cairn.fsm.v1.Configure.settings:type_name -> cairn.fsm.v1.MemberSettings
 	1,  // 5: cairn.fsm.v1.Destination.kind:type_name -> cairn.fsm.v1.DestinationKind
@@ -2636,17 +3024,21 @@ var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	21, // 7: cairn.fsm.v1.CreateDestination.destination:type_name -> cairn.fsm.v1.Destination
 	20, // 8: cairn.fsm.v1.ResizeDestination.add:type_name -> cairn.fsm.v1.MemberPlacement
 	26, // 9: cairn.fsm.v1.RegisterNode.node:type_name -> cairn.fsm.v1.Node
-	4,  // 10: cairn.fsm.v1.StoredMessage.message:type_name -> cairn.fsm.v1.Message
-	19, // 11: cairn.fsm.v1.MemberSnapshot.settings:type_name -> cairn.fsm.v1.MemberSettings
-	31, // 12: cairn.fsm.v1.MemberSnapshot.sessions:type_name -> cairn.fsm.v1.StoredSession
-	32, // 13: cairn.fsm.v1.MemberSnapshot.dedup:type_name -> cairn.fsm.v1.DedupRecord
-	21, // 14: cairn.fsm.v1.MetaSnapshot.destinations:type_name -> cairn.fsm.v1.Destination
-	26, // 15: cairn.fsm.v1.MetaSnapshot.nodes:type_name -> cairn.fsm.v1.Node
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	4,  // 10: cairn.fsm.v1.TxPrepare.messages:type_name -> cairn.fsm.v1.Message
+	4,  // 11: cairn.fsm.v1.StoredMessage.message:type_name -> cairn.fsm.v1.Message
+	19, // 12: cairn.fsm.v1.MemberSnapshot.settings:type_name -> cairn.fsm.v1.MemberSettings
+	33, // 13: cairn.fsm.v1.MemberSnapshot.sessions:type_name -> cairn.fsm.v1.StoredSession
+	34, // 14: cairn.fsm.v1.MemberSnapshot.dedup:type_name -> cairn.fsm.v1.DedupRecord
+	36, // 15: cairn.fsm.v1.MemberSnapshot.txs:type_name -> cairn.fsm.v1.StoredTx
+	37, // 16: cairn.fsm.v1.MemberSnapshot.decisions:type_name -> cairn.fsm.v1.TxDecision
+	4,  // 17: cairn.fsm.v1.StoredTx.messages:type_name -> cairn.fsm.v1.Message
+	21, // 18: cairn.fsm.v1.MetaSnapshot.destinations:type_name -> cairn.fsm.v1.Destination
+	26, // 19: cairn.fsm.v1.MetaSnapshot.nodes:type_name -> cairn.fsm.v1.Node
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_fsm_fsmpb_fsm_proto_init() }
@@ -2660,7 +3052,7 @@ func file_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_fsmpb_fsm_proto_rawDesc), len(file_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   34,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
