@@ -112,7 +112,10 @@ type QueueInfo struct {
 	// moved to the dead-letter queue.
 	Delayed      uint64 `json:"delayed"`
 	DeadLettered uint64 `json:"dead_lettered"`
-	Consumers    int    `json:"consumers"`
+	// Prepared messages are held by prepared transactions, apart from the
+	// pending and delivered ones, until their decision.
+	Prepared  uint64 `json:"prepared"`
+	Consumers int    `json:"consumers"`
 	// The poison-message and forwarding settings; ForwardDelayMillis is 0
 	// when the queue never forwards.
 	MaxDeliveries            int    `json:"max_deliveries"`
@@ -143,17 +146,20 @@ type MemberInfo struct {
 	// Draining: being removed by an update; it takes no new sends or
 	// consumers and moves its messages to the other members.
 	Draining bool `json:"draining"`
+	// Prepared: held by prepared transactions until their decision (sends
+	// to enqueue, deliveries to acknowledge).
+	Prepared uint64 `json:"prepared"`
 }
 
 func queueInfo(d *clientpb.DestinationInfo) QueueInfo {
 	q := QueueInfo{Name: d.Name, Pending: d.Pending, Delivered: d.Delivered, Replicas: int(d.Replicas), TTLMillis: d.TtlMs, MaxBytes: d.MaxBytes, Members: []MemberInfo{},
-		Delayed: d.Delayed, DeadLettered: d.DeadLettered, Consumers: int(d.Consumers),
+		Delayed: d.Delayed, DeadLettered: d.DeadLettered, Prepared: d.Prepared, Consumers: int(d.Consumers),
 		MaxDeliveries: int(d.MaxDeliveries), DeadLetterQueue: d.DeadLetterQueue, RedeliveryDelayMillis: d.RedeliveryDelayMs,
 		RedeliveryBackoff: int(d.RedeliveryBackoff), RedeliveryMaxDelayMillis: d.RedeliveryMaxDelayMs, ForwardDelayMillis: d.ForwardDelayMs,
 		DedupWindowMillis: d.DedupWindowMs, DedupMaxIDs: int(d.DedupMaxIds)}
 	for _, m := range d.Members {
 		q.Members = append(q.Members, MemberInfo{Name: m.Name, Host: m.Host, Pending: m.Pending, Delivered: m.Delivered, Consumers: int(m.Consumers), Bytes: m.Bytes, Replicas: m.Replicas,
-			Delayed: m.Delayed, Moving: m.Moving, DeadLettered: m.DeadLettered, Draining: m.Draining})
+			Delayed: m.Delayed, Moving: m.Moving, DeadLettered: m.DeadLettered, Draining: m.Draining, Prepared: m.Prepared})
 	}
 	return q
 }

@@ -117,6 +117,13 @@ func (p *Producer) SendBatch(ctx context.Context, ms []*Message) ([]Receipt, err
 			}
 			return nil, fmt.Errorf("message %s was not sent: %w", ms[0].ID, err)
 		}
+		if l.isDown() {
+			// Lost before the call: it would fail without leaving (and
+			// a call cut off by the link's close fails the same way, so
+			// only this check tells the two apart).
+			c.linkDown(l, ErrLostServer)
+			continue
+		}
 		resp, err := l.api.Send(ctx, req)
 		if err == nil {
 			out := make([]Receipt, len(resp.Results))
@@ -154,9 +161,7 @@ func sendError(err error, id string) error {
 		return typed
 	}
 	st, _ := status.FromError(err)
-	// A call made as its link was being closed never left either.
-	if (st.Code() == codes.Unavailable && strings.Contains(st.Message(), "while dialing")) ||
-		(st.Code() == codes.Canceled && strings.Contains(st.Message(), "client connection is closing")) {
+	if st.Code() == codes.Unavailable && strings.Contains(st.Message(), "while dialing") {
 		return fmt.Errorf("%w: message %s was not sent: %v", ErrUnavailable, id, st.Message())
 	}
 	return fmt.Errorf("%w: message %s may or may not have been enqueued: %v", ErrDeliveryUnknown, id, typed)

@@ -46,6 +46,10 @@ type Config struct {
 	SnapshotThreshold uint64
 	SnapshotInterval  time.Duration
 	ExpiryInterval    time.Duration
+	// TxTimeout is how long a transaction may stay prepared on a member
+	// before its host asks the primary for the decision (default
+	// member.DefaultTxTimeout).
+	TxTimeout time.Duration
 	// Clock is the node's clock; tests move it.
 	Clock func() time.Time
 	// Dial, if set, opens this node's connections to other nodes (Raft and

@@ -62,6 +62,8 @@ type session struct {
 	no   uint64
 	id   string
 	mode clientpb.AckMode
+	// tx holds a transacted session's sends until its commit.
+	tx *txBuffer
 	// members are the members the session is open on, by address.
 	members   map[string]bool
 	consumers map[uint64]*consumer
@@ -371,6 +373,14 @@ func (c *connection) handle(f *clientpb.ClientFrame) {
 		c.acknowledge(f.RequestId, op.Acknowledge)
 	case *clientpb.ClientFrame_Recover:
 		c.recover(f.RequestId, op.Recover.Session)
+	case *clientpb.ClientFrame_TxSend:
+		c.txSend(f.RequestId, op.TxSend)
+	case *clientpb.ClientFrame_Commit:
+		c.commit(f.RequestId, op.Commit)
+	case *clientpb.ClientFrame_Rollback:
+		c.rollback(f.RequestId, op.Rollback.Session)
+	case *clientpb.ClientFrame_TxOutcome:
+		c.txOutcome(f.RequestId, op.TxOutcome)
 	case *clientpb.ClientFrame_Hello:
 		c.reply(f.RequestId, fmt.Errorf("%w: Hello was already sent", transport.ErrMalformed), nil)
 	default:
@@ -380,9 +390,8 @@ func (c *connection) handle(f *clientpb.ClientFrame) {
 
 func (c *connection) openSession(op *clientpb.OpenSession) error {
 	switch op.AckMode {
-	case clientpb.AckMode_ACK_MODE_AUTO, clientpb.AckMode_ACK_MODE_CLIENT, clientpb.AckMode_ACK_MODE_DUPS_OK, clientpb.AckMode_ACK_MODE_INDIVIDUAL:
-	case clientpb.AckMode_ACK_MODE_TRANSACTED:
-		return fmt.Errorf("%w: transacted sessions are not supported by this server version", transport.ErrInvalidArgument)
+	case clientpb.AckMode_ACK_MODE_AUTO, clientpb.AckMode_ACK_MODE_CLIENT, clientpb.AckMode_ACK_MODE_DUPS_OK, clientpb.AckMode_ACK_MODE_INDIVIDUAL,
+		clientpb.AckMode_ACK_MODE_TRANSACTED:
 	default:
 		return fmt.Errorf("%w: acknowledge mode %v", transport.ErrMalformed, op.AckMode)
 	}
@@ -674,6 +683,21 @@ func (c *connection) acknowledge(requestID uint64, op *clientpb.Acknowledge) {
 }
 
 func (c *connection) recover(requestID, no uint64) {
+	c.recoverThen(no, func(result *clientpb.RecoverResult, err error) {
+		c.reply(requestID, err, recoverReply(result))
+	})
+}
+
+func recoverReply(result *clientpb.RecoverResult) *clientpb.Reply {
+	if result == nil {
+		return nil
+	}
+	return &clientpb.Reply{Result: &clientpb.Reply_Recover{Recover: result}}
+}
+
+// recoverThen recovers the session on every member it is open on, then
+// calls done with the watermarks of those that recovered.
+func (c *connection) recoverThen(no uint64, done func(*clientpb.RecoverResult, error)) {
 	c.mu.Lock()
 	s, err := c.session(no)
 	var members []string
@@ -682,14 +706,12 @@ func (c *connection) recover(requestID, no uint64) {
 	}
 	c.mu.Unlock()
 	if err != nil {
-		c.reply(requestID, err, nil)
+		done(nil, err)
 		return
 	}
 	var mu sync.Mutex
 	result := &clientpb.RecoverResult{}
-	f := newFanout(len(members), func(err error) {
-		c.reply(requestID, err, &clientpb.Reply{Result: &clientpb.Reply_Recover{Recover: result}})
-	})
+	f := newFanout(len(members), func(err error) { done(result, err) })
 	for _, name := range members {
 		c.n.submitAsync(name, &fsmpb.Recover{Session: s.id}, func(res fsm.Result, err error) {
 			if err == nil && res.Err == nil {

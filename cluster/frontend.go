@@ -514,9 +514,32 @@ func (n *Node) send(ctx context.Context, req *clientpb.SendRequest) (*clientpb.S
 	if err != nil {
 		return nil, err
 	}
+	msgs, idempotent := n.buildMessages(d, req)
+	name, res, err := n.enqueue(ctx, d, idx, &fsmpb.Enqueue{Messages: msgs}, idempotent)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, member.ErrOutcomeUnknown) {
+			resent := "it was not resent (only messages with a dedup id are)"
+			if idempotent {
+				resent = "resending it with its dedup id got no answer either"
+			}
+			return nil, fmt.Errorf("%w: message %s on member %s may or may not have been enqueued (%v); %s", transport.ErrDeliveryUnknown, msgs[0].Id, name, err, resent)
+		}
+		return nil, wireError(err)
+	}
+	resp := &clientpb.SendResponse{Results: make([]*clientpb.SendResult, len(res.Enqueued))}
+	for i, e := range res.Enqueued {
+		resp.Results[i] = &clientpb.SendResult{Id: e.ID, Member: name, Duplicate: e.Duplicate}
+	}
+	return resp, nil
+}
+
+// buildMessages makes a send's messages as stored: ids given where missing,
+// priority and expiration decided now by this node's clock. idempotent is
+// true when every message has a dedup id.
+func (n *Node) buildMessages(d *fsmpb.Destination, req *clientpb.SendRequest) (msgs []*fsmpb.Message, idempotent bool) {
 	now := n.cfg.Clock()
-	msgs := make([]*fsmpb.Message, len(req.Messages))
-	idempotent := true
+	msgs = make([]*fsmpb.Message, len(req.Messages))
+	idempotent = true
 	for i, m := range req.Messages {
 		fm := &fsmpb.Message{Id: m.Id, Body: m.Body, Properties: m.Properties, Priority: DefaultPriority, DedupId: m.DedupId}
 		if fm.Id == "" {
@@ -536,22 +559,7 @@ func (n *Node) send(ctx context.Context, req *clientpb.SendRequest) (*clientpb.S
 		idempotent = idempotent && fm.DedupId != ""
 		msgs[i] = fm
 	}
-	name, res, err := n.enqueue(ctx, d, idx, &fsmpb.Enqueue{Messages: msgs}, idempotent)
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, member.ErrOutcomeUnknown) {
-			resent := "it was not resent (only messages with a dedup id are)"
-			if idempotent {
-				resent = "resending it with its dedup id got no answer either"
-			}
-			return nil, fmt.Errorf("%w: message %s on member %s may or may not have been enqueued (%v); %s", transport.ErrDeliveryUnknown, msgs[0].Id, name, err, resent)
-		}
-		return nil, wireError(err)
-	}
-	resp := &clientpb.SendResponse{Results: make([]*clientpb.SendResult, len(res.Enqueued))}
-	for i, e := range res.Enqueued {
-		resp.Results[i] = &clientpb.SendResult{Id: e.ID, Member: name, Duplicate: e.Duplicate}
-	}
-	return resp, nil
+	return msgs, idempotent
 }
 
 // enqueue stores a send on a member of d (member idx, or one the router
@@ -691,10 +699,12 @@ func (n *Node) destinationInfo(ctx context.Context, d *fsmpb.Destination) *clien
 		st := n.memberInfo(ctx, mi.Name)
 		mi.Host, mi.Pending, mi.Delivered, mi.Bytes, mi.Consumers = st.host, uint64(st.pending), uint64(st.delivered), st.bytes, uint32(st.consumers)
 		mi.Delayed, mi.Moving, mi.DeadLettered, mi.Draining = uint64(st.delayed), uint64(st.moving), uint64(st.deadLettered), p.Draining
+		mi.Prepared = uint64(st.prepared)
 		info.Pending += mi.Pending
 		info.Delivered += mi.Delivered
 		info.Delayed += mi.Delayed
 		info.DeadLettered += mi.DeadLettered
+		info.Prepared += mi.Prepared
 		info.Consumers += mi.Consumers
 		info.Members = append(info.Members, mi)
 	}

@@ -452,6 +452,8 @@ func (n *Node) replicaConfig() member.Config {
 		SnapshotThreshold: n.cfg.SnapshotThreshold,
 		SnapshotInterval:  n.cfg.SnapshotInterval,
 		ExpiryInterval:    n.cfg.ExpiryInterval,
+		TxTimeout:         n.cfg.TxTimeout,
+		Resolver:          n,
 		Clock:             n.cfg.Clock,
 		OwnerLive:         n.ownerLive,
 		Addresses:         raftAddresses{n},

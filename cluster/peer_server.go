@@ -183,7 +183,7 @@ func (s *peerService) Member(ctx context.Context, req *peerpb.MemberRequest) (*p
 	if resp.Hosting {
 		st := hostStats(s.n.cfg.NodeID, r)
 		resp.Pending, resp.Delivered, resp.Bytes, resp.Consumers = uint64(st.pending), uint64(st.delivered), st.bytes, uint32(st.consumers)
-		resp.Delayed, resp.Moving, resp.DeadLettered = uint64(st.delayed), uint64(st.moving), uint64(st.deadLettered)
+		resp.Delayed, resp.Moving, resp.DeadLettered, resp.Prepared = uint64(st.delayed), uint64(st.moving), uint64(st.deadLettered), uint64(st.prepared)
 	}
 	return resp, nil
 }

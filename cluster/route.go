@@ -178,6 +178,7 @@ type memberStats struct {
 	host                          string
 	pending, delivered, bytes     int64
 	delayed, moving, deadLettered int64
+	prepared                      int64
 	consumers                     int
 }
 
@@ -185,7 +186,7 @@ type memberStats struct {
 func hostStats(host string, r *member.Replica) memberStats {
 	st := r.Stats()
 	return memberStats{host: host, pending: int64(st.Pending), delivered: int64(st.Delivered), bytes: st.Bytes,
-		delayed: int64(st.Delayed), moving: int64(st.Moving), deadLettered: int64(st.DeadLettered), consumers: r.Consumers()}
+		delayed: int64(st.Delayed), moving: int64(st.Moving), deadLettered: int64(st.DeadLettered), prepared: int64(st.Prepared), consumers: r.Consumers()}
 }
 
 // memberInfo asks the member's host for its counts; without a host it
@@ -210,7 +211,8 @@ func (n *Node) memberInfo(ctx context.Context, name string) memberStats {
 		}
 		if resp.Hosting {
 			return memberStats{host: node, pending: int64(resp.Pending), delivered: int64(resp.Delivered), bytes: resp.Bytes,
-				delayed: int64(resp.Delayed), moving: int64(resp.Moving), deadLettered: int64(resp.DeadLettered), consumers: int(resp.Consumers)}
+				delayed: int64(resp.Delayed), moving: int64(resp.Moving), deadLettered: int64(resp.DeadLettered), prepared: int64(resp.Prepared),
+				consumers: int(resp.Consumers)}
 		}
 		if resp.Leader == "" || resp.Leader == node {
 			break

@@ -38,6 +38,16 @@ func TestTx_OnePhaseCommitsAtOnce(t *testing.T) {
 		t.Fatalf("stats: %+v", st)
 	}
 	checkCounts(t, f.m)
+	// The commit is recorded: a late copy changes nothing, and a client
+	// asking for the outcome learns it.
+	before := state(t, f.m)
+	if r := f.ok(p); !r.Committed {
+		t.Fatalf("late copy of a one-phase commit: %+v", r)
+	}
+	sameState(t, f.m, before, "a late copy of a one-phase commit")
+	if r := f.ok(&fsmpb.TxDecide{Tx: "t1", Record: true, Now: 11}); !r.Committed {
+		t.Fatalf("outcome query of a one-phase commit: %+v", r)
+	}
 }
 
 // A prepared transaction's sends are invisible and its acknowledged

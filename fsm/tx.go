@@ -66,7 +66,10 @@ func (m *Member) txPrepare(c *fsmpb.TxPrepare) Result {
 	if m.txs[c.Tx] != nil {
 		return Result{Enqueued: m.txs[c.Tx].out} // the same prepare again
 	}
-	if d, ok := m.decisions.byTx[c.Tx]; ok && !d.commit {
+	if d, ok := m.decisions.byTx[c.Tx]; ok {
+		if d.commit {
+			return Result{Committed: true} // a late copy of a one-phase commit
+		}
 		return Result{Err: fmt.Errorf("%w: transaction %s was rolled back", ErrTxRefused, c.Tx)}
 	}
 	var acked []*message
@@ -93,6 +96,10 @@ func (m *Member) txPrepare(c *fsmpb.TxPrepare) Result {
 	}
 	m.dedup.evict(c.Now, m.settings.DedupWindowNs)
 	if c.OnePhase {
+		// Recorded as any primary's decision, so a client that lost the
+		// answer learns it, and a late copy of the prepare is not applied.
+		m.decisions.prune(c.Now)
+		m.decisions.record(c.Tx, true, c.Now)
 		m.store(c.Messages, out, c.Now, true)
 		for _, msg := range acked {
 			m.remove(msg)

@@ -58,7 +58,8 @@ func MoveDedupID(group string, seq uint64) string {
 // the loop.
 const moveRounds = 20
 
-// moveLoop, while this replica hosts the member, sends dead messages to
+// moveLoop, while this replica hosts the member, decides the transactions
+// its front-ends left prepared (resolvePrepared), sends dead messages to
 // the dead-letter queue and, after ForwardDelay without consumers, forwards
 // stranded pending messages to a member that has consumers; a draining
 // member seals itself, moves all its pending messages at once and reports
@@ -77,6 +78,9 @@ func (r *Replica) moveLoop() {
 		case <-r.stop:
 			return
 		case <-t.C:
+		}
+		if r.Leading() {
+			r.resolvePrepared()
 		}
 		if !r.Leading() || r.cfg.Mover == nil {
 			strandedSince = time.Time{}

@@ -50,6 +50,10 @@ type Config struct {
 	// Mover, if set, moves dead messages to the dead-letter queue and
 	// stranded ones to members with consumers.
 	Mover Mover
+	// Resolver, if set, learns the decision of transactions prepared here
+	// for longer than TxTimeout (default DefaultTxTimeout).
+	Resolver  Resolver
+	TxTimeout time.Duration
 	// ForwardDelay is how long pending messages wait with no consumer on
 	// this member before they are forwarded; 0 never forwards.
 	ForwardDelay time.Duration
@@ -124,6 +128,9 @@ func Open(cfg Config) (*Replica, error) {
 	}
 	if cfg.ExpiryInterval <= 0 {
 		cfg.ExpiryInterval = time.Second
+	}
+	if cfg.TxTimeout <= 0 {
+		cfg.TxTimeout = DefaultTxTimeout
 	}
 	if cfg.OwnerLive == nil {
 		cfg.OwnerLive = func(string) bool { return true }

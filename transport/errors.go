@@ -49,6 +49,13 @@ var (
 	// ErrConnectionDestroyed: an operator destroyed the connection; the
 	// client does not reconnect.
 	ErrConnectionDestroyed = errors.New("cairn: connection destroyed")
+	// ErrTransactionRolledBack: a transaction was rolled back (a failover
+	// lost its work, or part of it could not be done); nothing of it
+	// happened, and the application may do it again.
+	ErrTransactionRolledBack = errors.New("cairn: transaction rolled back")
+	// ErrCommitUnknown: a commit may or may not have happened; its primary
+	// could not be asked.
+	ErrCommitUnknown = errors.New("cairn: commit outcome unknown")
 )
 
 var reasons = []struct {
@@ -71,6 +78,8 @@ var reasons = []struct {
 	{ErrUnknownSession, "UNKNOWN_SESSION", codes.FailedPrecondition},
 	{ErrUnknownConnection, "UNKNOWN_CONNECTION", codes.NotFound},
 	{ErrConnectionDestroyed, "CONNECTION_DESTROYED", codes.Aborted},
+	{ErrTransactionRolledBack, "TRANSACTION_ROLLED_BACK", codes.Aborted},
+	{ErrCommitUnknown, "COMMIT_UNKNOWN", codes.Unknown},
 }
 
 const errorDomain = "cairnmq.io"

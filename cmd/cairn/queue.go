@@ -128,7 +128,8 @@ func queueShowCmd() *cobra.Command {
 		Long: `Show a queue: pending messages (waiting for a consumer), delivered ones
 (handed to a consumer, not yet acknowledged), delayed ones (waiting out a
 redelivery delay), moving ones (on the way to another member or to the
-dead-letter queue) and those moved to the dead-letter queue, in total and per
+dead-letter queue), those moved to the dead-letter queue, and prepared ones
+(held by a transaction between its prepare and its decision), in total and per
 member with the member's host node and its consumers.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -141,15 +142,19 @@ member with the member's host node and its consumers.`,
 					return printJSON(cmd, info)
 				}
 				w := cmd.OutOrStdout()
-				fmt.Fprintf(w, "queue %s: %d pending, %d delivered, %d delayed, %d dead-lettered, %s\n",
-					info.Name, info.Pending, info.Delivered, info.Delayed, info.DeadLettered, plural(info.Consumers, "consumer"))
-				t := newTable(w, "MEMBER", "HOST", "PENDING", "DELIVERED", "DELAYED", "MOVING", "DEAD-LETTERED", "CONSUMERS")
+				prepared := ""
+				if info.Prepared > 0 {
+					prepared = fmt.Sprintf(", %d prepared", info.Prepared)
+				}
+				fmt.Fprintf(w, "queue %s: %d pending, %d delivered, %d delayed, %d dead-lettered%s, %s\n",
+					info.Name, info.Pending, info.Delivered, info.Delayed, info.DeadLettered, prepared, plural(info.Consumers, "consumer"))
+				t := newTable(w, "MEMBER", "HOST", "PENDING", "DELIVERED", "DELAYED", "MOVING", "DEAD-LETTERED", "PREPARED", "CONSUMERS")
 				for _, m := range info.Members {
 					name := m.Name
 					if m.Draining {
 						name += " (draining)"
 					}
-					t.row(name, orDash(m.Host), m.Pending, m.Delivered, m.Delayed, m.Moving, m.DeadLettered, m.Consumers)
+					t.row(name, orDash(m.Host), m.Pending, m.Delivered, m.Delayed, m.Moving, m.DeadLettered, m.Prepared, m.Consumers)
 				}
 				return t.flush()
 			})

@@ -1140,7 +1140,10 @@ type MemberInfo struct {
 	DeadLettered uint64 `protobuf:"varint,10,opt,name=dead_lettered,json=deadLettered,proto3" json:"dead_lettered,omitempty"`
 	// draining: being removed by an update; it takes no new sends or
 	// consumers and moves its messages to the other members.
-	Draining      bool `protobuf:"varint,11,opt,name=draining,proto3" json:"draining,omitempty"`
+	Draining bool `protobuf:"varint,11,opt,name=draining,proto3" json:"draining,omitempty"`
+	// prepared: held by prepared transactions (sends to enqueue, deliveries
+	// to acknowledge) until their decision.
+	Prepared      uint64 `protobuf:"varint,12,opt,name=prepared,proto3" json:"prepared,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1252,6 +1255,13 @@ func (x *MemberInfo) GetDraining() bool {
 	return false
 }
 
+func (x *MemberInfo) GetPrepared() uint64 {
+	if x != nil {
+		return x.Prepared
+	}
+	return 0
+}
+
 type DestinationInfo struct {
 	state                protoimpl.MessageState `protogen:"open.v1"`
 	Name                 string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1274,6 +1284,7 @@ type DestinationInfo struct {
 	ForwardDelayMs int64  `protobuf:"varint,17,opt,name=forward_delay_ms,json=forwardDelayMs,proto3" json:"forward_delay_ms,omitempty"`
 	DedupWindowMs  int64  `protobuf:"varint,18,opt,name=dedup_window_ms,json=dedupWindowMs,proto3" json:"dedup_window_ms,omitempty"`
 	DedupMaxIds    uint32 `protobuf:"varint,19,opt,name=dedup_max_ids,json=dedupMaxIds,proto3" json:"dedup_max_ids,omitempty"`
+	Prepared       uint64 `protobuf:"varint,20,opt,name=prepared,proto3" json:"prepared,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -1437,6 +1448,13 @@ func (x *DestinationInfo) GetDedupWindowMs() int64 {
 func (x *DestinationInfo) GetDedupMaxIds() uint32 {
 	if x != nil {
 		return x.DedupMaxIds
+	}
+	return 0
+}
+
+func (x *DestinationInfo) GetPrepared() uint64 {
+	if x != nil {
+		return x.Prepared
 	}
 	return 0
 }
@@ -1717,6 +1735,10 @@ type ClientFrame struct {
 	//	*ClientFrame_Acknowledge
 	//	*ClientFrame_Recover
 	//	*ClientFrame_ReturnDeliveries
+	//	*ClientFrame_TxSend
+	//	*ClientFrame_Commit
+	//	*ClientFrame_Rollback
+	//	*ClientFrame_TxOutcome
 	Op            isClientFrame_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1847,6 +1869,42 @@ func (x *ClientFrame) GetReturnDeliveries() *ReturnDeliveries {
 	return nil
 }
 
+func (x *ClientFrame) GetTxSend() *TxSend {
+	if x != nil {
+		if x, ok := x.Op.(*ClientFrame_TxSend); ok {
+			return x.TxSend
+		}
+	}
+	return nil
+}
+
+func (x *ClientFrame) GetCommit() *Commit {
+	if x != nil {
+		if x, ok := x.Op.(*ClientFrame_Commit); ok {
+			return x.Commit
+		}
+	}
+	return nil
+}
+
+func (x *ClientFrame) GetRollback() *Rollback {
+	if x != nil {
+		if x, ok := x.Op.(*ClientFrame_Rollback); ok {
+			return x.Rollback
+		}
+	}
+	return nil
+}
+
+func (x *ClientFrame) GetTxOutcome() *TxOutcome {
+	if x != nil {
+		if x, ok := x.Op.(*ClientFrame_TxOutcome); ok {
+			return x.TxOutcome
+		}
+	}
+	return nil
+}
+
 type isClientFrame_Op interface {
 	isClientFrame_Op()
 }
@@ -1887,6 +1945,22 @@ type ClientFrame_ReturnDeliveries struct {
 	ReturnDeliveries *ReturnDeliveries `protobuf:"bytes,18,opt,name=return_deliveries,json=returnDeliveries,proto3,oneof"`
 }
 
+type ClientFrame_TxSend struct {
+	TxSend *TxSend `protobuf:"bytes,19,opt,name=tx_send,json=txSend,proto3,oneof"`
+}
+
+type ClientFrame_Commit struct {
+	Commit *Commit `protobuf:"bytes,20,opt,name=commit,proto3,oneof"`
+}
+
+type ClientFrame_Rollback struct {
+	Rollback *Rollback `protobuf:"bytes,21,opt,name=rollback,proto3,oneof"`
+}
+
+type ClientFrame_TxOutcome struct {
+	TxOutcome *TxOutcome `protobuf:"bytes,22,opt,name=tx_outcome,json=txOutcome,proto3,oneof"`
+}
+
 func (*ClientFrame_Hello) isClientFrame_Op() {}
 
 func (*ClientFrame_OpenSession) isClientFrame_Op() {}
@@ -1905,6 +1979,242 @@ func (*ClientFrame_Recover) isClientFrame_Op() {}
 
 func (*ClientFrame_ReturnDeliveries) isClientFrame_Op() {}
 
+func (*ClientFrame_TxSend) isClientFrame_Op() {}
+
+func (*ClientFrame_Commit) isClientFrame_Op() {}
+
+func (*ClientFrame_Rollback) isClientFrame_Op() {}
+
+func (*ClientFrame_TxOutcome) isClientFrame_Op() {}
+
+// TxSend sends messages in a transacted session: the front-end checks them,
+// chooses their member now, and holds them until Commit. The reply is a
+// SendResponse naming the member.
+type TxSend struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
+	Send          *SendRequest           `protobuf:"bytes,2,opt,name=send,proto3" json:"send,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxSend) Reset() {
+	*x = TxSend{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxSend) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxSend) ProtoMessage() {}
+
+func (x *TxSend) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxSend.ProtoReflect.Descriptor instead.
+func (*TxSend) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *TxSend) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *TxSend) GetSend() *SendRequest {
+	if x != nil {
+		return x.Send
+	}
+	return nil
+}
+
+// Commit commits the session's transaction: its held sends and the listed
+// deliveries, acknowledged. primary is the first, by name, of the members
+// the transaction touches (those of its sends' replies and of its
+// deliveries); its group records the decision. A new transaction starts at
+// once. A rolled-back commit returns the session's deliveries, as Rollback.
+type Commit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
+	Tx            string                 `protobuf:"bytes,2,opt,name=tx,proto3" json:"tx,omitempty"`
+	Primary       string                 `protobuf:"bytes,3,opt,name=primary,proto3" json:"primary,omitempty"`
+	Deliveries    []*DeliveryRef         `protobuf:"bytes,4,rep,name=deliveries,proto3" json:"deliveries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Commit) Reset() {
+	*x = Commit{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Commit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Commit) ProtoMessage() {}
+
+func (x *Commit) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Commit.ProtoReflect.Descriptor instead.
+func (*Commit) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *Commit) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *Commit) GetTx() string {
+	if x != nil {
+		return x.Tx
+	}
+	return ""
+}
+
+func (x *Commit) GetPrimary() string {
+	if x != nil {
+		return x.Primary
+	}
+	return ""
+}
+
+func (x *Commit) GetDeliveries() []*DeliveryRef {
+	if x != nil {
+		return x.Deliveries
+	}
+	return nil
+}
+
+// Rollback drops the held sends and returns every delivery the session
+// holds, marked redelivered; its reply is a RecoverResult.
+type Rollback struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Rollback) Reset() {
+	*x = Rollback{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Rollback) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Rollback) ProtoMessage() {}
+
+func (x *Rollback) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Rollback.ProtoReflect.Descriptor instead.
+func (*Rollback) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *Rollback) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+// TxOutcome asks a transaction's primary for its decision, deciding
+// rollback if none was made: a client whose commit got no answer.
+type TxOutcome struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tx            string                 `protobuf:"bytes,1,opt,name=tx,proto3" json:"tx,omitempty"`
+	Primary       string                 `protobuf:"bytes,2,opt,name=primary,proto3" json:"primary,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxOutcome) Reset() {
+	*x = TxOutcome{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxOutcome) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxOutcome) ProtoMessage() {}
+
+func (x *TxOutcome) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxOutcome.ProtoReflect.Descriptor instead.
+func (*TxOutcome) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *TxOutcome) GetTx() string {
+	if x != nil {
+		return x.Tx
+	}
+	return ""
+}
+
+func (x *TxOutcome) GetPrimary() string {
+	if x != nil {
+		return x.Primary
+	}
+	return ""
+}
+
 type Hello struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
@@ -1914,7 +2224,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[26]
+	mi := &file_transport_clientpb_client_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1926,7 +2236,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[26]
+	mi := &file_transport_clientpb_client_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1939,7 +2249,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{26}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Hello) GetClientId() string {
@@ -1959,7 +2269,7 @@ type OpenSession struct {
 
 func (x *OpenSession) Reset() {
 	*x = OpenSession{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[27]
+	mi := &file_transport_clientpb_client_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1971,7 +2281,7 @@ func (x *OpenSession) String() string {
 func (*OpenSession) ProtoMessage() {}
 
 func (x *OpenSession) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[27]
+	mi := &file_transport_clientpb_client_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1984,7 +2294,7 @@ func (x *OpenSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSession.ProtoReflect.Descriptor instead.
 func (*OpenSession) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{27}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *OpenSession) GetSession() uint64 {
@@ -2010,7 +2320,7 @@ type CloseSession struct {
 
 func (x *CloseSession) Reset() {
 	*x = CloseSession{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[28]
+	mi := &file_transport_clientpb_client_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2022,7 +2332,7 @@ func (x *CloseSession) String() string {
 func (*CloseSession) ProtoMessage() {}
 
 func (x *CloseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[28]
+	mi := &file_transport_clientpb_client_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2035,7 +2345,7 @@ func (x *CloseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSession.ProtoReflect.Descriptor instead.
 func (*CloseSession) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{28}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CloseSession) GetSession() uint64 {
@@ -2057,7 +2367,7 @@ type CreateConsumer struct {
 
 func (x *CreateConsumer) Reset() {
 	*x = CreateConsumer{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[29]
+	mi := &file_transport_clientpb_client_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2069,7 +2379,7 @@ func (x *CreateConsumer) String() string {
 func (*CreateConsumer) ProtoMessage() {}
 
 func (x *CreateConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[29]
+	mi := &file_transport_clientpb_client_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2082,7 +2392,7 @@ func (x *CreateConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConsumer.ProtoReflect.Descriptor instead.
 func (*CreateConsumer) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{29}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CreateConsumer) GetSession() uint64 {
@@ -2125,7 +2435,7 @@ type CloseConsumer struct {
 
 func (x *CloseConsumer) Reset() {
 	*x = CloseConsumer{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[30]
+	mi := &file_transport_clientpb_client_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2137,7 +2447,7 @@ func (x *CloseConsumer) String() string {
 func (*CloseConsumer) ProtoMessage() {}
 
 func (x *CloseConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[30]
+	mi := &file_transport_clientpb_client_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2150,7 +2460,7 @@ func (x *CloseConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseConsumer.ProtoReflect.Descriptor instead.
 func (*CloseConsumer) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{30}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CloseConsumer) GetConsumer() uint64 {
@@ -2172,7 +2482,7 @@ type ReturnDeliveries struct {
 
 func (x *ReturnDeliveries) Reset() {
 	*x = ReturnDeliveries{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[31]
+	mi := &file_transport_clientpb_client_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2184,7 +2494,7 @@ func (x *ReturnDeliveries) String() string {
 func (*ReturnDeliveries) ProtoMessage() {}
 
 func (x *ReturnDeliveries) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[31]
+	mi := &file_transport_clientpb_client_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2197,7 +2507,7 @@ func (x *ReturnDeliveries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnDeliveries.ProtoReflect.Descriptor instead.
 func (*ReturnDeliveries) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{31}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReturnDeliveries) GetSession() uint64 {
@@ -2224,7 +2534,7 @@ type Credit struct {
 
 func (x *Credit) Reset() {
 	*x = Credit{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[32]
+	mi := &file_transport_clientpb_client_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2236,7 +2546,7 @@ func (x *Credit) String() string {
 func (*Credit) ProtoMessage() {}
 
 func (x *Credit) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[32]
+	mi := &file_transport_clientpb_client_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2249,7 +2559,7 @@ func (x *Credit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credit.ProtoReflect.Descriptor instead.
 func (*Credit) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{32}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Credit) GetConsumer() uint64 {
@@ -2276,7 +2586,7 @@ type DeliveryRef struct {
 
 func (x *DeliveryRef) Reset() {
 	*x = DeliveryRef{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[33]
+	mi := &file_transport_clientpb_client_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2288,7 +2598,7 @@ func (x *DeliveryRef) String() string {
 func (*DeliveryRef) ProtoMessage() {}
 
 func (x *DeliveryRef) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[33]
+	mi := &file_transport_clientpb_client_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2301,7 +2611,7 @@ func (x *DeliveryRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliveryRef.ProtoReflect.Descriptor instead.
 func (*DeliveryRef) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{33}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DeliveryRef) GetMember() string {
@@ -2328,7 +2638,7 @@ type Acknowledge struct {
 
 func (x *Acknowledge) Reset() {
 	*x = Acknowledge{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[34]
+	mi := &file_transport_clientpb_client_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2340,7 +2650,7 @@ func (x *Acknowledge) String() string {
 func (*Acknowledge) ProtoMessage() {}
 
 func (x *Acknowledge) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[34]
+	mi := &file_transport_clientpb_client_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2353,7 +2663,7 @@ func (x *Acknowledge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Acknowledge.ProtoReflect.Descriptor instead.
 func (*Acknowledge) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{34}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Acknowledge) GetSession() uint64 {
@@ -2379,7 +2689,7 @@ type RecoverSession struct {
 
 func (x *RecoverSession) Reset() {
 	*x = RecoverSession{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[35]
+	mi := &file_transport_clientpb_client_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2391,7 +2701,7 @@ func (x *RecoverSession) String() string {
 func (*RecoverSession) ProtoMessage() {}
 
 func (x *RecoverSession) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[35]
+	mi := &file_transport_clientpb_client_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2404,7 +2714,7 @@ func (x *RecoverSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverSession.ProtoReflect.Descriptor instead.
 func (*RecoverSession) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{35}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RecoverSession) GetSession() uint64 {
@@ -2430,7 +2740,7 @@ type ServerFrame struct {
 
 func (x *ServerFrame) Reset() {
 	*x = ServerFrame{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[36]
+	mi := &file_transport_clientpb_client_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2442,7 +2752,7 @@ func (x *ServerFrame) String() string {
 func (*ServerFrame) ProtoMessage() {}
 
 func (x *ServerFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[36]
+	mi := &file_transport_clientpb_client_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2455,7 +2765,7 @@ func (x *ServerFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerFrame.ProtoReflect.Descriptor instead.
 func (*ServerFrame) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{36}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ServerFrame) GetFrame() isServerFrame_Frame {
@@ -2560,7 +2870,7 @@ type Goodbye struct {
 
 func (x *Goodbye) Reset() {
 	*x = Goodbye{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[37]
+	mi := &file_transport_clientpb_client_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2572,7 +2882,7 @@ func (x *Goodbye) String() string {
 func (*Goodbye) ProtoMessage() {}
 
 func (x *Goodbye) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[37]
+	mi := &file_transport_clientpb_client_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2585,7 +2895,7 @@ func (x *Goodbye) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Goodbye.ProtoReflect.Descriptor instead.
 func (*Goodbye) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{37}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Goodbye) GetDestroyed() bool {
@@ -2610,7 +2920,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[38]
+	mi := &file_transport_clientpb_client_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2622,7 +2932,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[38]
+	mi := &file_transport_clientpb_client_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2635,7 +2945,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{38}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{42}
 }
 
 type Reply struct {
@@ -2648,6 +2958,8 @@ type Reply struct {
 	//	*Reply_CreateConsumer
 	//	*Reply_Recover
 	//	*Reply_Acknowledge
+	//	*Reply_TxSend
+	//	*Reply_Commit
 	Result        isReply_Result `protobuf_oneof:"result"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2655,7 +2967,7 @@ type Reply struct {
 
 func (x *Reply) Reset() {
 	*x = Reply{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[39]
+	mi := &file_transport_clientpb_client_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2667,7 +2979,7 @@ func (x *Reply) String() string {
 func (*Reply) ProtoMessage() {}
 
 func (x *Reply) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[39]
+	mi := &file_transport_clientpb_client_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2680,7 +2992,7 @@ func (x *Reply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reply.ProtoReflect.Descriptor instead.
 func (*Reply) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{39}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Reply) GetRequestId() uint64 {
@@ -2740,6 +3052,24 @@ func (x *Reply) GetAcknowledge() *AcknowledgeResult {
 	return nil
 }
 
+func (x *Reply) GetTxSend() *SendResponse {
+	if x != nil {
+		if x, ok := x.Result.(*Reply_TxSend); ok {
+			return x.TxSend
+		}
+	}
+	return nil
+}
+
+func (x *Reply) GetCommit() *CommitResult {
+	if x != nil {
+		if x, ok := x.Result.(*Reply_Commit); ok {
+			return x.Commit
+		}
+	}
+	return nil
+}
+
 type isReply_Result interface {
 	isReply_Result()
 }
@@ -2760,6 +3090,14 @@ type Reply_Acknowledge struct {
 	Acknowledge *AcknowledgeResult `protobuf:"bytes,13,opt,name=acknowledge,proto3,oneof"`
 }
 
+type Reply_TxSend struct {
+	TxSend *SendResponse `protobuf:"bytes,14,opt,name=tx_send,json=txSend,proto3,oneof"`
+}
+
+type Reply_Commit struct {
+	Commit *CommitResult `protobuf:"bytes,15,opt,name=commit,proto3,oneof"`
+}
+
 func (*Reply_Hello) isReply_Result() {}
 
 func (*Reply_CreateConsumer) isReply_Result() {}
@@ -2767,6 +3105,54 @@ func (*Reply_CreateConsumer) isReply_Result() {}
 func (*Reply_Recover) isReply_Result() {}
 
 func (*Reply_Acknowledge) isReply_Result() {}
+
+func (*Reply_TxSend) isReply_Result() {}
+
+func (*Reply_Commit) isReply_Result() {}
+
+type CommitResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Committed     bool                   `protobuf:"varint,1,opt,name=committed,proto3" json:"committed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitResult) Reset() {
+	*x = CommitResult{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitResult) ProtoMessage() {}
+
+func (x *CommitResult) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitResult.ProtoReflect.Descriptor instead.
+func (*CommitResult) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *CommitResult) GetCommitted() bool {
+	if x != nil {
+		return x.Committed
+	}
+	return false
+}
 
 type HelloResult struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
@@ -2781,7 +3167,7 @@ type HelloResult struct {
 
 func (x *HelloResult) Reset() {
 	*x = HelloResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[40]
+	mi := &file_transport_clientpb_client_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2793,7 +3179,7 @@ func (x *HelloResult) String() string {
 func (*HelloResult) ProtoMessage() {}
 
 func (x *HelloResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[40]
+	mi := &file_transport_clientpb_client_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2806,7 +3192,7 @@ func (x *HelloResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloResult.ProtoReflect.Descriptor instead.
 func (*HelloResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{40}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *HelloResult) GetConnectionId() string {
@@ -2840,7 +3226,7 @@ type CreateConsumerResult struct {
 
 func (x *CreateConsumerResult) Reset() {
 	*x = CreateConsumerResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[41]
+	mi := &file_transport_clientpb_client_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2852,7 +3238,7 @@ func (x *CreateConsumerResult) String() string {
 func (*CreateConsumerResult) ProtoMessage() {}
 
 func (x *CreateConsumerResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[41]
+	mi := &file_transport_clientpb_client_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2865,7 +3251,7 @@ func (x *CreateConsumerResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConsumerResult.ProtoReflect.Descriptor instead.
 func (*CreateConsumerResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{41}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CreateConsumerResult) GetMember() string {
@@ -2887,7 +3273,7 @@ type Watermark struct {
 
 func (x *Watermark) Reset() {
 	*x = Watermark{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[42]
+	mi := &file_transport_clientpb_client_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2899,7 +3285,7 @@ func (x *Watermark) String() string {
 func (*Watermark) ProtoMessage() {}
 
 func (x *Watermark) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[42]
+	mi := &file_transport_clientpb_client_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2912,7 +3298,7 @@ func (x *Watermark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Watermark.ProtoReflect.Descriptor instead.
 func (*Watermark) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{42}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Watermark) GetMember() string {
@@ -2938,7 +3324,7 @@ type RecoverResult struct {
 
 func (x *RecoverResult) Reset() {
 	*x = RecoverResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[43]
+	mi := &file_transport_clientpb_client_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2950,7 +3336,7 @@ func (x *RecoverResult) String() string {
 func (*RecoverResult) ProtoMessage() {}
 
 func (x *RecoverResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[43]
+	mi := &file_transport_clientpb_client_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2963,7 +3349,7 @@ func (x *RecoverResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResult.ProtoReflect.Descriptor instead.
 func (*RecoverResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{43}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RecoverResult) GetWatermarks() []*Watermark {
@@ -2983,7 +3369,7 @@ type AcknowledgeResult struct {
 
 func (x *AcknowledgeResult) Reset() {
 	*x = AcknowledgeResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[44]
+	mi := &file_transport_clientpb_client_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2995,7 +3381,7 @@ func (x *AcknowledgeResult) String() string {
 func (*AcknowledgeResult) ProtoMessage() {}
 
 func (x *AcknowledgeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[44]
+	mi := &file_transport_clientpb_client_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3008,7 +3394,7 @@ func (x *AcknowledgeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeResult.ProtoReflect.Descriptor instead.
 func (*AcknowledgeResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{44}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *AcknowledgeResult) GetRejected() []*DeliveryRef {
@@ -3037,7 +3423,7 @@ type Delivery struct {
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[45]
+	mi := &file_transport_clientpb_client_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3049,7 +3435,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[45]
+	mi := &file_transport_clientpb_client_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3062,7 +3448,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{45}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *Delivery) GetMember() string {
@@ -3152,7 +3538,7 @@ type Deliveries struct {
 
 func (x *Deliveries) Reset() {
 	*x = Deliveries{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[46]
+	mi := &file_transport_clientpb_client_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3164,7 +3550,7 @@ func (x *Deliveries) String() string {
 func (*Deliveries) ProtoMessage() {}
 
 func (x *Deliveries) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[46]
+	mi := &file_transport_clientpb_client_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3177,7 +3563,7 @@ func (x *Deliveries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deliveries.ProtoReflect.Descriptor instead.
 func (*Deliveries) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{46}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Deliveries) GetConsumer() uint64 {
@@ -3204,7 +3590,7 @@ type ConsumerClosed struct {
 
 func (x *ConsumerClosed) Reset() {
 	*x = ConsumerClosed{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[47]
+	mi := &file_transport_clientpb_client_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3216,7 +3602,7 @@ func (x *ConsumerClosed) String() string {
 func (*ConsumerClosed) ProtoMessage() {}
 
 func (x *ConsumerClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[47]
+	mi := &file_transport_clientpb_client_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3229,7 +3615,7 @@ func (x *ConsumerClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerClosed.ProtoReflect.Descriptor instead.
 func (*ConsumerClosed) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{47}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ConsumerClosed) GetConsumer() uint64 {
@@ -3254,7 +3640,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[48]
+	mi := &file_transport_clientpb_client_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3266,7 +3652,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[48]
+	mi := &file_transport_clientpb_client_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3279,7 +3665,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{48}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{53}
 }
 
 type NodeStatus struct {
@@ -3304,7 +3690,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[49]
+	mi := &file_transport_clientpb_client_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3316,7 +3702,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[49]
+	mi := &file_transport_clientpb_client_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3329,7 +3715,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{49}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *NodeStatus) GetId() string {
@@ -3411,7 +3797,7 @@ type ReplicaStatus struct {
 
 func (x *ReplicaStatus) Reset() {
 	*x = ReplicaStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[50]
+	mi := &file_transport_clientpb_client_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3423,7 +3809,7 @@ func (x *ReplicaStatus) String() string {
 func (*ReplicaStatus) ProtoMessage() {}
 
 func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[50]
+	mi := &file_transport_clientpb_client_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3436,7 +3822,7 @@ func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStatus.ProtoReflect.Descriptor instead.
 func (*ReplicaStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{50}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ReplicaStatus) GetNode() string {
@@ -3487,7 +3873,7 @@ type GroupStatus struct {
 
 func (x *GroupStatus) Reset() {
 	*x = GroupStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[51]
+	mi := &file_transport_clientpb_client_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3499,7 +3885,7 @@ func (x *GroupStatus) String() string {
 func (*GroupStatus) ProtoMessage() {}
 
 func (x *GroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[51]
+	mi := &file_transport_clientpb_client_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3512,7 +3898,7 @@ func (x *GroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
 func (*GroupStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{51}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GroupStatus) GetName() string {
@@ -3561,7 +3947,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[52]
+	mi := &file_transport_clientpb_client_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3573,7 +3959,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[52]
+	mi := &file_transport_clientpb_client_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3586,7 +3972,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{52}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ClusterStatusResponse) GetAnsweredBy() string {
@@ -3672,7 +4058,7 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x17PurgeDestinationRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"2\n" +
 	"\x18PurgeDestinationResponse\x12\x16\n" +
-	"\x06purged\x18\x01 \x01(\x04R\x06purged\"\xaf\x02\n" +
+	"\x06purged\x18\x01 \x01(\x04R\x06purged\"\xcb\x02\n" +
 	"\n" +
 	"MemberInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -3686,7 +4072,8 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x06moving\x18\t \x01(\x04R\x06moving\x12#\n" +
 	"\rdead_lettered\x18\n" +
 	" \x01(\x04R\fdeadLettered\x12\x1a\n" +
-	"\bdraining\x18\v \x01(\bR\bdraining\"\xd6\x05\n" +
+	"\bdraining\x18\v \x01(\bR\bdraining\x12\x1a\n" +
+	"\bprepared\x18\f \x01(\x04R\bprepared\"\xf2\x05\n" +
 	"\x0fDestinationInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x124\n" +
 	"\x04kind\x18\x02 \x01(\x0e2 .cairn.client.v1.DestinationKindR\x04kind\x12\x18\n" +
@@ -3707,7 +4094,8 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x17redelivery_max_delay_ms\x18\x10 \x01(\x03R\x14redeliveryMaxDelayMs\x12(\n" +
 	"\x10forward_delay_ms\x18\x11 \x01(\x03R\x0eforwardDelayMs\x12&\n" +
 	"\x0fdedup_window_ms\x18\x12 \x01(\x03R\rdedupWindowMs\x12\"\n" +
-	"\rdedup_max_ids\x18\x13 \x01(\rR\vdedupMaxIds\"\xd5\x02\n" +
+	"\rdedup_max_ids\x18\x13 \x01(\rR\vdedupMaxIds\x12\x1a\n" +
+	"\bprepared\x18\x14 \x01(\x04R\bprepared\"\xd5\x02\n" +
 	"\aMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04body\x18\x02 \x01(\fR\x04body\x12H\n" +
@@ -3731,7 +4119,7 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x06member\x18\x02 \x01(\tR\x06member\x12\x1c\n" +
 	"\tduplicate\x18\x03 \x01(\bR\tduplicate\"E\n" +
 	"\fSendResponse\x125\n" +
-	"\aresults\x18\x01 \x03(\v2\x1b.cairn.client.v1.SendResultR\aresults\"\x84\x05\n" +
+	"\aresults\x18\x01 \x03(\v2\x1b.cairn.client.v1.SendResultR\aresults\"\xe1\x06\n" +
 	"\vClientFrame\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12.\n" +
@@ -3744,8 +4132,28 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x06credit\x18\x0f \x01(\v2\x17.cairn.client.v1.CreditH\x00R\x06credit\x12@\n" +
 	"\vacknowledge\x18\x10 \x01(\v2\x1c.cairn.client.v1.AcknowledgeH\x00R\vacknowledge\x12;\n" +
 	"\arecover\x18\x11 \x01(\v2\x1f.cairn.client.v1.RecoverSessionH\x00R\arecover\x12P\n" +
-	"\x11return_deliveries\x18\x12 \x01(\v2!.cairn.client.v1.ReturnDeliveriesH\x00R\x10returnDeliveriesB\x04\n" +
-	"\x02op\"$\n" +
+	"\x11return_deliveries\x18\x12 \x01(\v2!.cairn.client.v1.ReturnDeliveriesH\x00R\x10returnDeliveries\x122\n" +
+	"\atx_send\x18\x13 \x01(\v2\x17.cairn.client.v1.TxSendH\x00R\x06txSend\x121\n" +
+	"\x06commit\x18\x14 \x01(\v2\x17.cairn.client.v1.CommitH\x00R\x06commit\x127\n" +
+	"\brollback\x18\x15 \x01(\v2\x19.cairn.client.v1.RollbackH\x00R\brollback\x12;\n" +
+	"\n" +
+	"tx_outcome\x18\x16 \x01(\v2\x1a.cairn.client.v1.TxOutcomeH\x00R\ttxOutcomeB\x04\n" +
+	"\x02op\"T\n" +
+	"\x06TxSend\x12\x18\n" +
+	"\asession\x18\x01 \x01(\x04R\asession\x120\n" +
+	"\x04send\x18\x02 \x01(\v2\x1c.cairn.client.v1.SendRequestR\x04send\"\x8a\x01\n" +
+	"\x06Commit\x12\x18\n" +
+	"\asession\x18\x01 \x01(\x04R\asession\x12\x0e\n" +
+	"\x02tx\x18\x02 \x01(\tR\x02tx\x12\x18\n" +
+	"\aprimary\x18\x03 \x01(\tR\aprimary\x12<\n" +
+	"\n" +
+	"deliveries\x18\x04 \x03(\v2\x1c.cairn.client.v1.DeliveryRefR\n" +
+	"deliveries\"$\n" +
+	"\bRollback\x12\x18\n" +
+	"\asession\x18\x01 \x01(\x04R\asession\"5\n" +
+	"\tTxOutcome\x12\x0e\n" +
+	"\x02tx\x18\x01 \x01(\tR\x02tx\x12\x18\n" +
+	"\aprimary\x18\x02 \x01(\tR\aprimary\"$\n" +
 	"\x05Hello\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\"\\\n" +
 	"\vOpenSession\x12\x18\n" +
@@ -3791,7 +4199,7 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\aGoodbye\x12\x1c\n" +
 	"\tdestroyed\x18\x01 \x01(\bR\tdestroyed\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\v\n" +
-	"\tHeartbeat\"\xea\x02\n" +
+	"\tHeartbeat\"\xdd\x03\n" +
 	"\x05Reply\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12,\n" +
@@ -3800,8 +4208,12 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	" \x01(\v2\x1c.cairn.client.v1.HelloResultH\x00R\x05hello\x12P\n" +
 	"\x0fcreate_consumer\x18\v \x01(\v2%.cairn.client.v1.CreateConsumerResultH\x00R\x0ecreateConsumer\x12:\n" +
 	"\arecover\x18\f \x01(\v2\x1e.cairn.client.v1.RecoverResultH\x00R\arecover\x12F\n" +
-	"\vacknowledge\x18\r \x01(\v2\".cairn.client.v1.AcknowledgeResultH\x00R\vacknowledgeB\b\n" +
-	"\x06result\"n\n" +
+	"\vacknowledge\x18\r \x01(\v2\".cairn.client.v1.AcknowledgeResultH\x00R\vacknowledge\x128\n" +
+	"\atx_send\x18\x0e \x01(\v2\x1d.cairn.client.v1.SendResponseH\x00R\x06txSend\x127\n" +
+	"\x06commit\x18\x0f \x01(\v2\x1d.cairn.client.v1.CommitResultH\x00R\x06commitB\b\n" +
+	"\x06result\",\n" +
+	"\fCommitResult\x12\x1c\n" +
+	"\tcommitted\x18\x01 \x01(\bR\tcommitted\"n\n" +
 	"\vHelloResult\x12#\n" +
 	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12!\n" +
@@ -3916,7 +4328,7 @@ func file_transport_clientpb_client_proto_rawDescGZIP() []byte {
 }
 
 var file_transport_clientpb_client_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_transport_clientpb_client_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_transport_clientpb_client_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_transport_clientpb_client_proto_goTypes = []any{
 	(DestinationKind)(0),              // 0: cairn.client.v1.DestinationKind
 	(AckMode)(0),                      // 1: cairn.client.v1.AckMode
@@ -3946,35 +4358,40 @@ var file_transport_clientpb_client_proto_goTypes = []any{
 	(*SendResult)(nil),                // 25: cairn.client.v1.SendResult
 	(*SendResponse)(nil),              // 26: cairn.client.v1.SendResponse
 	(*ClientFrame)(nil),               // 27: cairn.client.v1.ClientFrame
-	(*Hello)(nil),                     // 28: cairn.client.v1.Hello
-	(*OpenSession)(nil),               // 29: cairn.client.v1.OpenSession
-	(*CloseSession)(nil),              // 30: cairn.client.v1.CloseSession
-	(*CreateConsumer)(nil),            // 31: cairn.client.v1.CreateConsumer
-	(*CloseConsumer)(nil),             // 32: cairn.client.v1.CloseConsumer
-	(*ReturnDeliveries)(nil),          // 33: cairn.client.v1.ReturnDeliveries
-	(*Credit)(nil),                    // 34: cairn.client.v1.Credit
-	(*DeliveryRef)(nil),               // 35: cairn.client.v1.DeliveryRef
-	(*Acknowledge)(nil),               // 36: cairn.client.v1.Acknowledge
-	(*RecoverSession)(nil),            // 37: cairn.client.v1.RecoverSession
-	(*ServerFrame)(nil),               // 38: cairn.client.v1.ServerFrame
-	(*Goodbye)(nil),                   // 39: cairn.client.v1.Goodbye
-	(*Heartbeat)(nil),                 // 40: cairn.client.v1.Heartbeat
-	(*Reply)(nil),                     // 41: cairn.client.v1.Reply
-	(*HelloResult)(nil),               // 42: cairn.client.v1.HelloResult
-	(*CreateConsumerResult)(nil),      // 43: cairn.client.v1.CreateConsumerResult
-	(*Watermark)(nil),                 // 44: cairn.client.v1.Watermark
-	(*RecoverResult)(nil),             // 45: cairn.client.v1.RecoverResult
-	(*AcknowledgeResult)(nil),         // 46: cairn.client.v1.AcknowledgeResult
-	(*Delivery)(nil),                  // 47: cairn.client.v1.Delivery
-	(*Deliveries)(nil),                // 48: cairn.client.v1.Deliveries
-	(*ConsumerClosed)(nil),            // 49: cairn.client.v1.ConsumerClosed
-	(*ClusterStatusRequest)(nil),      // 50: cairn.client.v1.ClusterStatusRequest
-	(*NodeStatus)(nil),                // 51: cairn.client.v1.NodeStatus
-	(*ReplicaStatus)(nil),             // 52: cairn.client.v1.ReplicaStatus
-	(*GroupStatus)(nil),               // 53: cairn.client.v1.GroupStatus
-	(*ClusterStatusResponse)(nil),     // 54: cairn.client.v1.ClusterStatusResponse
-	nil,                               // 55: cairn.client.v1.Message.PropertiesEntry
-	nil,                               // 56: cairn.client.v1.Delivery.PropertiesEntry
+	(*TxSend)(nil),                    // 28: cairn.client.v1.TxSend
+	(*Commit)(nil),                    // 29: cairn.client.v1.Commit
+	(*Rollback)(nil),                  // 30: cairn.client.v1.Rollback
+	(*TxOutcome)(nil),                 // 31: cairn.client.v1.TxOutcome
+	(*Hello)(nil),                     // 32: cairn.client.v1.Hello
+	(*OpenSession)(nil),               // 33: cairn.client.v1.OpenSession
+	(*CloseSession)(nil),              // 34: cairn.client.v1.CloseSession
+	(*CreateConsumer)(nil),            // 35: cairn.client.v1.CreateConsumer
+	(*CloseConsumer)(nil),             // 36: cairn.client.v1.CloseConsumer
+	(*ReturnDeliveries)(nil),          // 37: cairn.client.v1.ReturnDeliveries
+	(*Credit)(nil),                    // 38: cairn.client.v1.Credit
+	(*DeliveryRef)(nil),               // 39: cairn.client.v1.DeliveryRef
+	(*Acknowledge)(nil),               // 40: cairn.client.v1.Acknowledge
+	(*RecoverSession)(nil),            // 41: cairn.client.v1.RecoverSession
+	(*ServerFrame)(nil),               // 42: cairn.client.v1.ServerFrame
+	(*Goodbye)(nil),                   // 43: cairn.client.v1.Goodbye
+	(*Heartbeat)(nil),                 // 44: cairn.client.v1.Heartbeat
+	(*Reply)(nil),                     // 45: cairn.client.v1.Reply
+	(*CommitResult)(nil),              // 46: cairn.client.v1.CommitResult
+	(*HelloResult)(nil),               // 47: cairn.client.v1.HelloResult
+	(*CreateConsumerResult)(nil),      // 48: cairn.client.v1.CreateConsumerResult
+	(*Watermark)(nil),                 // 49: cairn.client.v1.Watermark
+	(*RecoverResult)(nil),             // 50: cairn.client.v1.RecoverResult
+	(*AcknowledgeResult)(nil),         // 51: cairn.client.v1.AcknowledgeResult
+	(*Delivery)(nil),                  // 52: cairn.client.v1.Delivery
+	(*Deliveries)(nil),                // 53: cairn.client.v1.Deliveries
+	(*ConsumerClosed)(nil),            // 54: cairn.client.v1.ConsumerClosed
+	(*ClusterStatusRequest)(nil),      // 55: cairn.client.v1.ClusterStatusRequest
+	(*NodeStatus)(nil),                // 56: cairn.client.v1.NodeStatus
+	(*ReplicaStatus)(nil),             // 57: cairn.client.v1.ReplicaStatus
+	(*GroupStatus)(nil),               // 58: cairn.client.v1.GroupStatus
+	(*ClusterStatusResponse)(nil),     // 59: cairn.client.v1.ClusterStatusResponse
+	nil,                               // 60: cairn.client.v1.Message.PropertiesEntry
+	nil,                               // 61: cairn.client.v1.Delivery.PropertiesEntry
 }
 var file_transport_clientpb_client_proto_depIdxs = []int32{
 	3,  // 0: cairn.client.v1.ListConnectionsResponse.connections:type_name -> cairn.client.v1.ConnectionInfo
@@ -3982,70 +4399,78 @@ var file_transport_clientpb_client_proto_depIdxs = []int32{
 	22, // 2: cairn.client.v1.ListDestinationsResponse.destinations:type_name -> cairn.client.v1.DestinationInfo
 	0,  // 3: cairn.client.v1.DestinationInfo.kind:type_name -> cairn.client.v1.DestinationKind
 	21, // 4: cairn.client.v1.DestinationInfo.members:type_name -> cairn.client.v1.MemberInfo
-	55, // 5: cairn.client.v1.Message.properties:type_name -> cairn.client.v1.Message.PropertiesEntry
+	60, // 5: cairn.client.v1.Message.properties:type_name -> cairn.client.v1.Message.PropertiesEntry
 	23, // 6: cairn.client.v1.SendRequest.messages:type_name -> cairn.client.v1.Message
 	25, // 7: cairn.client.v1.SendResponse.results:type_name -> cairn.client.v1.SendResult
-	28, // 8: cairn.client.v1.ClientFrame.hello:type_name -> cairn.client.v1.Hello
-	29, // 9: cairn.client.v1.ClientFrame.open_session:type_name -> cairn.client.v1.OpenSession
-	30, // 10: cairn.client.v1.ClientFrame.close_session:type_name -> cairn.client.v1.CloseSession
-	31, // 11: cairn.client.v1.ClientFrame.create_consumer:type_name -> cairn.client.v1.CreateConsumer
-	32, // 12: cairn.client.v1.ClientFrame.close_consumer:type_name -> cairn.client.v1.CloseConsumer
-	34, // 13: cairn.client.v1.ClientFrame.credit:type_name -> cairn.client.v1.Credit
-	36, // 14: cairn.client.v1.ClientFrame.acknowledge:type_name -> cairn.client.v1.Acknowledge
-	37, // 15: cairn.client.v1.ClientFrame.recover:type_name -> cairn.client.v1.RecoverSession
-	33, // 16: cairn.client.v1.ClientFrame.return_deliveries:type_name -> cairn.client.v1.ReturnDeliveries
-	1,  // 17: cairn.client.v1.OpenSession.ack_mode:type_name -> cairn.client.v1.AckMode
-	35, // 18: cairn.client.v1.ReturnDeliveries.deliveries:type_name -> cairn.client.v1.DeliveryRef
-	35, // 19: cairn.client.v1.Acknowledge.deliveries:type_name -> cairn.client.v1.DeliveryRef
-	41, // 20: cairn.client.v1.ServerFrame.reply:type_name -> cairn.client.v1.Reply
-	48, // 21: cairn.client.v1.ServerFrame.deliveries:type_name -> cairn.client.v1.Deliveries
-	49, // 22: cairn.client.v1.ServerFrame.consumer_closed:type_name -> cairn.client.v1.ConsumerClosed
-	40, // 23: cairn.client.v1.ServerFrame.heartbeat:type_name -> cairn.client.v1.Heartbeat
-	39, // 24: cairn.client.v1.ServerFrame.goodbye:type_name -> cairn.client.v1.Goodbye
-	11, // 25: cairn.client.v1.Reply.error:type_name -> cairn.client.v1.Error
-	42, // 26: cairn.client.v1.Reply.hello:type_name -> cairn.client.v1.HelloResult
-	43, // 27: cairn.client.v1.Reply.create_consumer:type_name -> cairn.client.v1.CreateConsumerResult
-	45, // 28: cairn.client.v1.Reply.recover:type_name -> cairn.client.v1.RecoverResult
-	46, // 29: cairn.client.v1.Reply.acknowledge:type_name -> cairn.client.v1.AcknowledgeResult
-	44, // 30: cairn.client.v1.RecoverResult.watermarks:type_name -> cairn.client.v1.Watermark
-	35, // 31: cairn.client.v1.AcknowledgeResult.rejected:type_name -> cairn.client.v1.DeliveryRef
-	56, // 32: cairn.client.v1.Delivery.properties:type_name -> cairn.client.v1.Delivery.PropertiesEntry
-	47, // 33: cairn.client.v1.Deliveries.messages:type_name -> cairn.client.v1.Delivery
-	11, // 34: cairn.client.v1.ConsumerClosed.error:type_name -> cairn.client.v1.Error
-	52, // 35: cairn.client.v1.GroupStatus.replicas:type_name -> cairn.client.v1.ReplicaStatus
-	51, // 36: cairn.client.v1.ClusterStatusResponse.nodes:type_name -> cairn.client.v1.NodeStatus
-	53, // 37: cairn.client.v1.ClusterStatusResponse.groups:type_name -> cairn.client.v1.GroupStatus
-	12, // 38: cairn.client.v1.ClientService.CreateDestination:input_type -> cairn.client.v1.CreateDestinationRequest
-	14, // 39: cairn.client.v1.ClientService.DeleteDestination:input_type -> cairn.client.v1.DeleteDestinationRequest
-	16, // 40: cairn.client.v1.ClientService.ListDestinations:input_type -> cairn.client.v1.ListDestinationsRequest
-	18, // 41: cairn.client.v1.ClientService.ShowDestination:input_type -> cairn.client.v1.ShowDestinationRequest
-	19, // 42: cairn.client.v1.ClientService.PurgeDestination:input_type -> cairn.client.v1.PurgeDestinationRequest
-	13, // 43: cairn.client.v1.ClientService.UpdateDestination:input_type -> cairn.client.v1.UpdateDestinationRequest
-	24, // 44: cairn.client.v1.ClientService.Send:input_type -> cairn.client.v1.SendRequest
-	27, // 45: cairn.client.v1.ClientService.Connect:input_type -> cairn.client.v1.ClientFrame
-	50, // 46: cairn.client.v1.ClientService.ClusterStatus:input_type -> cairn.client.v1.ClusterStatusRequest
-	7,  // 47: cairn.client.v1.ClientService.RemoveNode:input_type -> cairn.client.v1.RemoveNodeRequest
-	9,  // 48: cairn.client.v1.ClientService.LeaveNode:input_type -> cairn.client.v1.LeaveNodeRequest
-	2,  // 49: cairn.client.v1.ClientService.ListConnections:input_type -> cairn.client.v1.ListConnectionsRequest
-	5,  // 50: cairn.client.v1.ClientService.DestroyConnection:input_type -> cairn.client.v1.DestroyConnectionRequest
-	22, // 51: cairn.client.v1.ClientService.CreateDestination:output_type -> cairn.client.v1.DestinationInfo
-	15, // 52: cairn.client.v1.ClientService.DeleteDestination:output_type -> cairn.client.v1.DeleteDestinationResponse
-	17, // 53: cairn.client.v1.ClientService.ListDestinations:output_type -> cairn.client.v1.ListDestinationsResponse
-	22, // 54: cairn.client.v1.ClientService.ShowDestination:output_type -> cairn.client.v1.DestinationInfo
-	20, // 55: cairn.client.v1.ClientService.PurgeDestination:output_type -> cairn.client.v1.PurgeDestinationResponse
-	22, // 56: cairn.client.v1.ClientService.UpdateDestination:output_type -> cairn.client.v1.DestinationInfo
-	26, // 57: cairn.client.v1.ClientService.Send:output_type -> cairn.client.v1.SendResponse
-	38, // 58: cairn.client.v1.ClientService.Connect:output_type -> cairn.client.v1.ServerFrame
-	54, // 59: cairn.client.v1.ClientService.ClusterStatus:output_type -> cairn.client.v1.ClusterStatusResponse
-	8,  // 60: cairn.client.v1.ClientService.RemoveNode:output_type -> cairn.client.v1.RemoveNodeResponse
-	10, // 61: cairn.client.v1.ClientService.LeaveNode:output_type -> cairn.client.v1.LeaveNodeResponse
-	4,  // 62: cairn.client.v1.ClientService.ListConnections:output_type -> cairn.client.v1.ListConnectionsResponse
-	6,  // 63: cairn.client.v1.ClientService.DestroyConnection:output_type -> cairn.client.v1.DestroyConnectionResponse
-	51, // [51:64] is the sub-list for method output_type
-	38, // [38:51] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	32, // 8: cairn.client.v1.ClientFrame.hello:type_name -> cairn.client.v1.Hello
+	33, // 9: cairn.client.v1.ClientFrame.open_session:type_name -> cairn.client.v1.OpenSession
+	34, // 10: cairn.client.v1.ClientFrame.close_session:type_name -> cairn.client.v1.CloseSession
+	35, // 11: cairn.client.v1.ClientFrame.create_consumer:type_name -> cairn.client.v1.CreateConsumer
+	36, // 12: cairn.client.v1.ClientFrame.close_consumer:type_name -> cairn.client.v1.CloseConsumer
+	38, // 13: cairn.client.v1.ClientFrame.credit:type_name -> cairn.client.v1.Credit
+	40, // 14: cairn.client.v1.ClientFrame.acknowledge:type_name -> cairn.client.v1.Acknowledge
+	41, // 15: cairn.client.v1.ClientFrame.recover:type_name -> cairn.client.v1.RecoverSession
+	37, // 16: cairn.client.v1.ClientFrame.return_deliveries:type_name -> cairn.client.v1.ReturnDeliveries
+	28, // 17: cairn.client.v1.ClientFrame.tx_send:type_name -> cairn.client.v1.TxSend
+	29, // 18: cairn.client.v1.ClientFrame.commit:type_name -> cairn.client.v1.Commit
+	30, // 19: cairn.client.v1.ClientFrame.rollback:type_name -> cairn.client.v1.Rollback
+	31, // 20: cairn.client.v1.ClientFrame.tx_outcome:type_name -> cairn.client.v1.TxOutcome
+	24, // 21: cairn.client.v1.TxSend.send:type_name -> cairn.client.v1.SendRequest
+	39, // 22: cairn.client.v1.Commit.deliveries:type_name -> cairn.client.v1.DeliveryRef
+	1,  // 23: cairn.client.v1.OpenSession.ack_mode:type_name -> cairn.client.v1.AckMode
+	39, // 24: cairn.client.v1.ReturnDeliveries.deliveries:type_name -> cairn.client.v1.DeliveryRef
+	39, // 25: cairn.client.v1.Acknowledge.deliveries:type_name -> cairn.client.v1.DeliveryRef
+	45, // 26: cairn.client.v1.ServerFrame.reply:type_name -> cairn.client.v1.Reply
+	53, // 27: cairn.client.v1.ServerFrame.deliveries:type_name -> cairn.client.v1.Deliveries
+	54, // 28: cairn.client.v1.ServerFrame.consumer_closed:type_name -> cairn.client.v1.ConsumerClosed
+	44, // 29: cairn.client.v1.ServerFrame.heartbeat:type_name -> cairn.client.v1.Heartbeat
+	43, // 30: cairn.client.v1.ServerFrame.goodbye:type_name -> cairn.client.v1.Goodbye
+	11, // 31: cairn.client.v1.Reply.error:type_name -> cairn.client.v1.Error
+	47, // 32: cairn.client.v1.Reply.hello:type_name -> cairn.client.v1.HelloResult
+	48, // 33: cairn.client.v1.Reply.create_consumer:type_name -> cairn.client.v1.CreateConsumerResult
+	50, // 34: cairn.client.v1.Reply.recover:type_name -> cairn.client.v1.RecoverResult
+	51, // 35: cairn.client.v1.Reply.acknowledge:type_name -> cairn.client.v1.AcknowledgeResult
+	26, // 36: cairn.client.v1.Reply.tx_send:type_name -> cairn.client.v1.SendResponse
+	46, // 37: cairn.client.v1.Reply.commit:type_name -> cairn.client.v1.CommitResult
+	49, // 38: cairn.client.v1.RecoverResult.watermarks:type_name -> cairn.client.v1.Watermark
+	39, // 39: cairn.client.v1.AcknowledgeResult.rejected:type_name -> cairn.client.v1.DeliveryRef
+	61, // 40: cairn.client.v1.Delivery.properties:type_name -> cairn.client.v1.Delivery.PropertiesEntry
+	52, // 41: cairn.client.v1.Deliveries.messages:type_name -> cairn.client.v1.Delivery
+	11, // 42: cairn.client.v1.ConsumerClosed.error:type_name -> cairn.client.v1.Error
+	57, // 43: cairn.client.v1.GroupStatus.replicas:type_name -> cairn.client.v1.ReplicaStatus
+	56, // 44: cairn.client.v1.ClusterStatusResponse.nodes:type_name -> cairn.client.v1.NodeStatus
+	58, // 45: cairn.client.v1.ClusterStatusResponse.groups:type_name -> cairn.client.v1.GroupStatus
+	12, // 46: cairn.client.v1.ClientService.CreateDestination:input_type -> cairn.client.v1.CreateDestinationRequest
+	14, // 47: cairn.client.v1.ClientService.DeleteDestination:input_type -> cairn.client.v1.DeleteDestinationRequest
+	16, // 48: cairn.client.v1.ClientService.ListDestinations:input_type -> cairn.client.v1.ListDestinationsRequest
+	18, // 49: cairn.client.v1.ClientService.ShowDestination:input_type -> cairn.client.v1.ShowDestinationRequest
+	19, // 50: cairn.client.v1.ClientService.PurgeDestination:input_type -> cairn.client.v1.PurgeDestinationRequest
+	13, // 51: cairn.client.v1.ClientService.UpdateDestination:input_type -> cairn.client.v1.UpdateDestinationRequest
+	24, // 52: cairn.client.v1.ClientService.Send:input_type -> cairn.client.v1.SendRequest
+	27, // 53: cairn.client.v1.ClientService.Connect:input_type -> cairn.client.v1.ClientFrame
+	55, // 54: cairn.client.v1.ClientService.ClusterStatus:input_type -> cairn.client.v1.ClusterStatusRequest
+	7,  // 55: cairn.client.v1.ClientService.RemoveNode:input_type -> cairn.client.v1.RemoveNodeRequest
+	9,  // 56: cairn.client.v1.ClientService.LeaveNode:input_type -> cairn.client.v1.LeaveNodeRequest
+	2,  // 57: cairn.client.v1.ClientService.ListConnections:input_type -> cairn.client.v1.ListConnectionsRequest
+	5,  // 58: cairn.client.v1.ClientService.DestroyConnection:input_type -> cairn.client.v1.DestroyConnectionRequest
+	22, // 59: cairn.client.v1.ClientService.CreateDestination:output_type -> cairn.client.v1.DestinationInfo
+	15, // 60: cairn.client.v1.ClientService.DeleteDestination:output_type -> cairn.client.v1.DeleteDestinationResponse
+	17, // 61: cairn.client.v1.ClientService.ListDestinations:output_type -> cairn.client.v1.ListDestinationsResponse
+	22, // 62: cairn.client.v1.ClientService.ShowDestination:output_type -> cairn.client.v1.DestinationInfo
+	20, // 63: cairn.client.v1.ClientService.PurgeDestination:output_type -> cairn.client.v1.PurgeDestinationResponse
+	22, // 64: cairn.client.v1.ClientService.UpdateDestination:output_type -> cairn.client.v1.DestinationInfo
+	26, // 65: cairn.client.v1.ClientService.Send:output_type -> cairn.client.v1.SendResponse
+	42, // 66: cairn.client.v1.ClientService.Connect:output_type -> cairn.client.v1.ServerFrame
+	59, // 67: cairn.client.v1.ClientService.ClusterStatus:output_type -> cairn.client.v1.ClusterStatusResponse
+	8,  // 68: cairn.client.v1.ClientService.RemoveNode:output_type -> cairn.client.v1.RemoveNodeResponse
+	10, // 69: cairn.client.v1.ClientService.LeaveNode:output_type -> cairn.client.v1.LeaveNodeResponse
+	4,  // 70: cairn.client.v1.ClientService.ListConnections:output_type -> cairn.client.v1.ListConnectionsResponse
+	6,  // 71: cairn.client.v1.ClientService.DestroyConnection:output_type -> cairn.client.v1.DestroyConnectionResponse
+	59, // [59:72] is the sub-list for method output_type
+	46, // [46:59] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_transport_clientpb_client_proto_init() }
@@ -4063,19 +4488,25 @@ func file_transport_clientpb_client_proto_init() {
 		(*ClientFrame_Acknowledge)(nil),
 		(*ClientFrame_Recover)(nil),
 		(*ClientFrame_ReturnDeliveries)(nil),
+		(*ClientFrame_TxSend)(nil),
+		(*ClientFrame_Commit)(nil),
+		(*ClientFrame_Rollback)(nil),
+		(*ClientFrame_TxOutcome)(nil),
 	}
-	file_transport_clientpb_client_proto_msgTypes[36].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[40].OneofWrappers = []any{
 		(*ServerFrame_Reply)(nil),
 		(*ServerFrame_Deliveries)(nil),
 		(*ServerFrame_ConsumerClosed)(nil),
 		(*ServerFrame_Heartbeat)(nil),
 		(*ServerFrame_Goodbye)(nil),
 	}
-	file_transport_clientpb_client_proto_msgTypes[39].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[43].OneofWrappers = []any{
 		(*Reply_Hello)(nil),
 		(*Reply_CreateConsumer)(nil),
 		(*Reply_Recover)(nil),
 		(*Reply_Acknowledge)(nil),
+		(*Reply_TxSend)(nil),
+		(*Reply_Commit)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -4083,7 +4514,7 @@ func file_transport_clientpb_client_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_clientpb_client_proto_rawDesc), len(file_transport_clientpb_client_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   55,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -893,6 +893,7 @@ type MemberResponse struct {
 	Delayed       uint64                 `protobuf:"varint,8,opt,name=delayed,proto3" json:"delayed,omitempty"`
 	Moving        uint64                 `protobuf:"varint,9,opt,name=moving,proto3" json:"moving,omitempty"`
 	DeadLettered  uint64                 `protobuf:"varint,10,opt,name=dead_lettered,json=deadLettered,proto3" json:"dead_lettered,omitempty"`
+	Prepared      uint64                 `protobuf:"varint,11,opt,name=prepared,proto3" json:"prepared,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -993,6 +994,13 @@ func (x *MemberResponse) GetMoving() uint64 {
 func (x *MemberResponse) GetDeadLettered() uint64 {
 	if x != nil {
 		return x.DeadLettered
+	}
+	return 0
+}
+
+func (x *MemberResponse) GetPrepared() uint64 {
+	if x != nil {
+		return x.Prepared
 	}
 	return 0
 }
@@ -1225,7 +1233,7 @@ const file_transport_peerpb_peer_proto_rawDesc = "" +
 	"\x05error\x18\x01 \x01(\v2\x14.cairn.peer.v1.ErrorR\x05error\x12-\n" +
 	"\x06result\x18\x02 \x01(\v2\x15.cairn.peer.v1.ResultR\x06result\"'\n" +
 	"\rMemberRequest\x12\x16\n" +
-	"\x06member\x18\x01 \x01(\tR\x06member\"\xb1\x02\n" +
+	"\x06member\x18\x01 \x01(\tR\x06member\"\xcd\x02\n" +
 	"\x0eMemberResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.cairn.peer.v1.ErrorR\x05error\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x18\n" +
@@ -1237,7 +1245,8 @@ const file_transport_peerpb_peer_proto_rawDesc = "" +
 	"\adelayed\x18\b \x01(\x04R\adelayed\x12\x16\n" +
 	"\x06moving\x18\t \x01(\x04R\x06moving\x12#\n" +
 	"\rdead_lettered\x18\n" +
-	" \x01(\x04R\fdeadLettered\"\x0f\n" +
+	" \x01(\x04R\fdeadLettered\x12\x1a\n" +
+	"\bprepared\x18\v \x01(\x04R\bprepared\"\x0f\n" +
 	"\rGroupsRequest\"\xa1\x01\n" +
 	"\fGroupReplica\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +

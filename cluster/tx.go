@@ -1,0 +1,297 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/cairnmq/cairn/fsm"
+	"github.com/cairnmq/cairn/fsm/fsmpb"
+	"github.com/cairnmq/cairn/member"
+	"github.com/cairnmq/cairn/transport"
+	"github.com/cairnmq/cairn/transport/clientpb"
+)
+
+// txBuffer is the sends of a transacted session's open transaction, by the
+// member chosen for each when it was sent. They live on the front-end
+// only: a front-end that dies loses them, and the client's next commit
+// fails as rolled back.
+type txBuffer struct {
+	sends map[string][]*fsmpb.Message
+	bytes int
+}
+
+// maxTxBytes bounds what one transaction's sends hold on the front-end.
+const maxTxBytes = 64 << 20
+
+func (c *connection) transacted(no uint64) (*session, error) {
+	s, err := c.session(no)
+	if err == nil && s.mode != clientpb.AckMode_ACK_MODE_TRANSACTED {
+		err = fmt.Errorf("%w: session %d is not transacted", transport.ErrMalformed, no)
+	}
+	return s, err
+}
+
+// txSend checks a transacted send and holds it: the member is chosen now,
+// so the client knows every member its transaction touches.
+func (c *connection) txSend(requestID uint64, op *clientpb.TxSend) {
+	req := op.GetSend()
+	if req == nil {
+		c.reply(requestID, fmt.Errorf("%w: TxSend without messages", transport.ErrMalformed), nil)
+		return
+	}
+	c.mu.Lock()
+	_, err := c.transacted(op.Session)
+	c.mu.Unlock()
+	if err == nil {
+		err = c.n.validateSend(req)
+	}
+	if err != nil {
+		c.reply(requestID, err, nil)
+		return
+	}
+	// Resolving may create the destination and wait for the meta group.
+	go func() {
+		ctx, cancel := context.WithTimeout(c.ctx, routeWindow)
+		defer cancel()
+		d, idx, err := c.n.memberOf(ctx, req.Destination, true)
+		if err != nil {
+			c.reply(requestID, err, nil)
+			return
+		}
+		if idx < 0 {
+			idx = c.n.chooseMember(d, make([]bool, len(d.Members)))
+		} else if d.Members[idx].Draining {
+			c.reply(requestID, fmt.Errorf("%w: member %s is draining; send to %s", transport.ErrUnavailable, fsm.MemberName(d.Name, uint32(idx)), d.Name), nil)
+			return
+		}
+		name := fsm.MemberName(d.Name, uint32(idx))
+		msgs, _ := c.n.buildMessages(d, req)
+		size := 0
+		for _, m := range msgs {
+			size += int(fsm.MessageSize(m))
+		}
+		c.mu.Lock()
+		s, err := c.transacted(op.Session)
+		if err == nil {
+			if s.tx == nil {
+				s.tx = &txBuffer{sends: map[string][]*fsmpb.Message{}}
+			}
+			if s.tx.bytes+size > maxTxBytes {
+				err = fmt.Errorf("%w: the transaction would hold %d bytes of sends, over %d; commit smaller transactions", transport.ErrInvalidArgument, s.tx.bytes+size, maxTxBytes)
+			} else {
+				s.tx.sends[name] = append(s.tx.sends[name], msgs...)
+				s.tx.bytes += size
+			}
+		}
+		c.mu.Unlock()
+		if err != nil {
+			c.reply(requestID, err, nil)
+			return
+		}
+		resp := &clientpb.SendResponse{}
+		for _, m := range msgs {
+			resp.Results = append(resp.Results, &clientpb.SendResult{Id: m.Id, Member: name})
+		}
+		c.reply(requestID, nil, &clientpb.Reply{Result: &clientpb.Reply_TxSend{TxSend: resp}})
+	}()
+}
+
+// commit commits a transacted session's transaction. It is carried out on
+// its own goroutine, to the end even if the client goes away meanwhile.
+// A transaction that did not commit returns the session's deliveries, as
+// a rollback does, and the reply carries their watermarks.
+func (c *connection) commit(requestID uint64, op *clientpb.Commit) {
+	c.mu.Lock()
+	s, err := c.transacted(op.Session)
+	var buf *txBuffer
+	if err == nil {
+		buf, s.tx = s.tx, nil
+	}
+	c.mu.Unlock()
+	if err == nil && op.Tx == "" {
+		err = fmt.Errorf("%w: a commit needs a transaction id", transport.ErrMalformed)
+	}
+	if err != nil {
+		c.reply(requestID, err, nil)
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*routeWindow)
+		defer cancel()
+		var sends map[string][]*fsmpb.Message
+		if buf != nil {
+			sends = buf.sends
+		}
+		committed, err := c.n.commitTx(ctx, s.id, op.Tx, op.Primary, sends, op.Deliveries)
+		if committed {
+			c.reply(requestID, nil, &clientpb.Reply{Result: &clientpb.Reply_Commit{Commit: &clientpb.CommitResult{Committed: true}}})
+			return
+		}
+		if errors.Is(err, transport.ErrCommitUnknown) {
+			c.reply(requestID, err, nil)
+			return
+		}
+		c.recoverThen(op.Session, func(result *clientpb.RecoverResult, _ error) {
+			c.reply(requestID, err, recoverReply(result))
+		})
+	}()
+}
+
+func (c *connection) rollback(requestID, no uint64) {
+	c.mu.Lock()
+	s, err := c.transacted(no)
+	if err == nil {
+		s.tx = nil
+	}
+	c.mu.Unlock()
+	if err != nil {
+		c.reply(requestID, err, nil)
+		return
+	}
+	c.recover(requestID, no)
+}
+
+func (c *connection) txOutcome(requestID uint64, op *clientpb.TxOutcome) {
+	go func() {
+		ctx, cancel := context.WithTimeout(c.ctx, routeWindow)
+		defer cancel()
+		committed, err := c.n.txDecision(ctx, op.Primary, op.Tx)
+		if err != nil {
+			c.reply(requestID, fmt.Errorf("%w: transaction %s: its primary %s did not answer: %v", transport.ErrCommitUnknown, op.Tx, op.Primary, err), nil)
+			return
+		}
+		c.reply(requestID, nil, &clientpb.Reply{Result: &clientpb.Reply_Commit{Commit: &clientpb.CommitResult{Committed: committed}}})
+	}()
+}
+
+// txDecision asks a transaction's primary for its decision, recording
+// rollback there if none was made: only a front-end that saw every
+// participant prepared decides commit, so a transaction nobody decided yet
+// can safely be rolled back. It is the member.Resolver of the cluster.
+func (n *Node) txDecision(ctx context.Context, primary, tx string) (bool, error) {
+	if _, i, err := fsm.ParseAddress(primary); err != nil || i < 0 {
+		return false, fmt.Errorf("%w: transaction primary %q is not a member address", transport.ErrMalformed, primary)
+	}
+	res, err := n.submit(ctx, primary, &fsmpb.TxDecide{Tx: tx, Record: true, Now: n.cfg.Clock().UnixNano()})
+	if err == nil {
+		err = res.Err
+	}
+	return res.Committed, err
+}
+
+// Decision implements member.Resolver.
+func (n *Node) Decision(ctx context.Context, primary, tx string) (bool, error) {
+	return n.txDecision(ctx, primary, tx)
+}
+
+// commitTx carries out a transaction: one TxPrepare that commits at once
+// when it touches one member, two-phase commit otherwise, with the
+// decision recorded by the primary's group. It reports whether the
+// transaction committed; when it did not, the error wraps
+// ErrTransactionRolledBack (nothing of it happened) or ErrCommitUnknown.
+func (n *Node) commitTx(ctx context.Context, session, tx, primary string, sends map[string][]*fsmpb.Message, acks []*clientpb.DeliveryRef) (bool, error) {
+	now := n.cfg.Clock().UnixNano()
+	parts := map[string]*fsmpb.TxPrepare{}
+	part := func(name string) *fsmpb.TxPrepare {
+		p := parts[name]
+		if p == nil {
+			p = &fsmpb.TxPrepare{Tx: tx, Primary: primary, Session: session, Now: now}
+			parts[name] = p
+		}
+		return p
+	}
+	for name, msgs := range sends {
+		part(name).Messages = msgs
+	}
+	for _, ref := range acks {
+		p := part(ref.Member)
+		p.DeliveryIds = append(p.DeliveryIds, ref.DeliveryId)
+	}
+	names := make([]string, 0, len(parts))
+	for name := range parts {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	switch {
+	case len(names) == 0:
+		return true, nil
+	case names[0] != primary:
+		return false, fmt.Errorf("%w: %w: the transaction's primary is %q, the first of its members %v", transport.ErrTransactionRolledBack, transport.ErrMalformed, primary, names)
+	case len(names) == 1:
+		p := parts[primary]
+		p.OnePhase = true
+		res, err := n.submit(ctx, primary, p)
+		return n.txResult(tx, res, err)
+	}
+
+	// Phase one: every participant prepares.
+	var mu sync.Mutex
+	var refused error
+	var wg sync.WaitGroup
+	for _, name := range names {
+		wg.Go(func() {
+			res, err := n.submit(ctx, name, parts[name])
+			if err == nil {
+				err = res.Err
+			}
+			if err != nil {
+				mu.Lock()
+				refused = errors.Join(refused, fmt.Errorf("%s: %w", name, err))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	// The decision, recorded by the primary: the first recorded stands.
+	res, err := n.submit(ctx, primary, &fsmpb.TxDecide{Tx: tx, Commit: refused == nil, Record: true, Now: n.cfg.Clock().UnixNano()})
+	if err == nil {
+		err = res.Err
+	}
+	if err != nil {
+		if refused != nil {
+			// Nobody can record commit now; the primary's host rolls the
+			// transaction back once it times out.
+			return false, fmt.Errorf("%w: %v", transport.ErrTransactionRolledBack, refused)
+		}
+		return false, fmt.Errorf("%w: transaction %s: its primary %s did not record the decision: %v", transport.ErrCommitUnknown, tx, primary, err)
+	}
+	commit := res.Committed
+	// Phase two: every other participant applies it; one that misses it
+	// asks the primary once the transaction times out there.
+	for _, name := range names[1:] {
+		wg.Go(func() {
+			if _, err := n.submit(ctx, name, &fsmpb.TxDecide{Tx: tx, Commit: commit, Now: n.cfg.Clock().UnixNano()}); err != nil {
+				n.log.Warn("a participant did not apply a transaction's decision; it will ask the primary", "tx", tx, "member", name, "commit", commit, "err", err)
+			}
+		})
+	}
+	wg.Wait()
+	if !commit {
+		if refused == nil {
+			refused = errors.New("the primary had recorded rollback first (the transaction timed out)")
+		}
+		return false, fmt.Errorf("%w: %v", transport.ErrTransactionRolledBack, refused)
+	}
+	return true, nil
+}
+
+// txResult reads the outcome of a one-phase commit.
+func (n *Node) txResult(tx string, res fsm.Result, err error) (bool, error) {
+	switch {
+	case err == nil && res.Err == nil:
+		return res.Committed, nil
+	case errors.Is(res.Err, fsm.ErrTxRefused):
+		return false, fmt.Errorf("%w: %v", transport.ErrTransactionRolledBack, res.Err)
+	case err != nil && (errors.Is(err, member.ErrOutcomeUnknown) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
+		return false, fmt.Errorf("%w: transaction %s: %v", transport.ErrCommitUnknown, tx, err)
+	case err != nil:
+		// Certainly not applied (no host could take it).
+		return false, fmt.Errorf("%w: %v", transport.ErrTransactionRolledBack, err)
+	}
+	return false, fmt.Errorf("%w: %v", transport.ErrTransactionRolledBack, res.Err)
+}
+
+var _ member.Resolver = (*Node)(nil)
