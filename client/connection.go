@@ -31,6 +31,10 @@ const (
 	DupsOK
 	// IndividualAck acknowledges, on Message.Ack, that message only.
 	IndividualAck
+	// Transacted sessions send and receive in transactions: sends are
+	// invisible and receives held until Session.Commit, which makes all of
+	// them happen at once or none; Session.Rollback undoes them.
+	Transacted
 )
 
 func (m AckMode) wire() clientpb.AckMode {
@@ -43,6 +47,8 @@ func (m AckMode) wire() clientpb.AckMode {
 		return clientpb.AckMode_ACK_MODE_DUPS_OK
 	case IndividualAck:
 		return clientpb.AckMode_ACK_MODE_INDIVIDUAL
+	case Transacted:
+		return clientpb.AckMode_ACK_MODE_TRANSACTED
 	}
 	return clientpb.AckMode_ACK_MODE_UNKNOWN
 }

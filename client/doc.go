@@ -48,8 +48,12 @@
 //     sends or receives, the first Commit after the refresh fails with
 //     ErrTransactionRolledBack and the application can do the same work
 //     again on the same objects; the stale work is neither committed nor
-//     duplicated. (Transacted sessions come with a later server version;
-//     today's servers refuse them.)
+//     duplicated. A transaction with nothing pending commits normally. A
+//     commit cut off by the loss asks the transaction's primary for its
+//     outcome after the reconnect, and reports it; only if that fails for
+//     ReconnectBlockingTime does it return ErrCommitUnknown, and the
+//     messages sent in the next transaction then carry
+//     PossibleDuplicateProperty.
 //  6. A session that held unacknowledged messages gets ErrLostServer from
 //     its first acknowledge after the reconnect, as does the acknowledge of
 //     any message handed out before it: the lost node released those

@@ -42,6 +42,14 @@ var (
 	ErrConnectionDestroyed = transport.ErrConnectionDestroyed
 	// ErrUnknownConnection: no live node serves a connection of that id.
 	ErrUnknownConnection = transport.ErrUnknownConnection
+	// ErrTransactionRolledBack: a commit did nothing: the transaction's
+	// sends were dropped and its receives come again, marked redelivered;
+	// the application may do the same work again.
+	ErrTransactionRolledBack = transport.ErrTransactionRolledBack
+	// ErrCommitUnknown: a commit may or may not have happened; the
+	// transaction's primary could not be asked within the reconnect
+	// blocking time.
+	ErrCommitUnknown = transport.ErrCommitUnknown
 	// ErrClosed: the connection, session, consumer or producer was closed
 	// by the application.
 	ErrClosed = errors.New("cairn: closed")

@@ -108,6 +108,9 @@ func (p *Producer) SendBatch(ctx context.Context, ms []*Message) ([]Receipt, err
 			Priority: uint32(p.priority), PrioritySet: true, TtlMs: p.ttl.Milliseconds(),
 		}
 	}
+	if p.s.mode == Transacted {
+		return p.txSend(ctx, req, ms)
+	}
 	mayBeStored := false // an earlier try may have stored the messages
 	for {
 		l, err := c.awaitLink(ctx)

@@ -34,7 +34,15 @@ type Session struct {
 	gen uint64
 	// lostAcks is set when a reconnect took away messages the session
 	// held unacknowledged: the next acknowledge reports ErrLostServer.
-	lostAcks  bool
+	lostAcks bool
+	// Transacted: the members the open transaction sent to; txLost is set
+	// when a reconnect lost its work (the next commit rolls back);
+	// committing while a commit is under way; possibleDup after a commit
+	// of unknown outcome, until a transaction ends.
+	txMembers   map[string]bool
+	txLost      bool
+	committing  bool
+	possibleDup bool
 	consumers map[uint64]*Consumer
 	// unacked are messages handed out and not yet acknowledged (ClientAck,
 	// IndividualAck).
@@ -50,7 +58,7 @@ type Session struct {
 }
 
 func newSession(c *Connection, no uint64, mode AckMode, gen uint64) *Session {
-	return &Session{conn: c, no: no, mode: mode, gen: gen, consumers: make(map[uint64]*Consumer), firstValid: make(map[string]uint64)}
+	return &Session{conn: c, no: no, mode: mode, gen: gen, consumers: make(map[uint64]*Consumer), firstValid: make(map[string]uint64), txMembers: make(map[string]bool)}
 }
 
 // linkLost forgets what the session held on a lost link: the server
@@ -58,9 +66,13 @@ func newSession(c *Connection, no uint64, mode AckMode, gen uint64) *Session {
 func (s *Session) linkLost() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.unacked) > 0 {
+	switch {
+	case s.mode == Transacted && !s.committing && (len(s.unacked) > 0 || len(s.txMembers) > 0):
+		s.txLost = true
+	case len(s.unacked) > 0:
 		s.lostAcks = true
 	}
+	clear(s.txMembers)
 	clear(s.unacked)
 	s.unacked = nil
 	s.dupsOK = nil
@@ -184,7 +196,7 @@ func (s *Session) consumed(m *Message) {
 		if full {
 			s.sendDupsOK()
 		}
-	default:
+	default: // ClientAck, IndividualAck, Transacted: held until acknowledged or committed
 		s.mu.Lock()
 		s.unacked = append(s.unacked, m)
 		s.mu.Unlock()
@@ -312,9 +324,19 @@ func (s *Session) Recover(ctx context.Context) error {
 	if err := s.flushAcks(ctx); err != nil {
 		return err
 	}
+	if s.mode == Transacted {
+		return fmt.Errorf("%w: a transacted session rolls back instead of recovering", ErrInvalidArgument)
+	}
 	reply, err := s.conn.request(ctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_Recover{Recover: &clientpb.RecoverSession{Session: s.no}}})
-	if reply == nil {
-		return err
+	s.recovered(reply)
+	return err
+}
+
+// recovered takes in the answer of a recover (or of a rollback, or of a
+// commit that did not happen): what it returned is no longer the session's.
+func (s *Session) recovered(reply *clientpb.Reply) {
+	if reply.GetRecover() == nil {
+		return
 	}
 	// Even a recover that failed on some member took back the messages of
 	// the members that answered: their prefetched copies must go.
@@ -332,7 +354,6 @@ func (s *Session) Recover(ctx context.Context) error {
 	for _, k := range consumers {
 		k.dropStale()
 	}
-	return err
 }
 
 // Close closes the session's consumers and ends the session: messages it

@@ -364,6 +364,14 @@ func TestBadInput_MalformedStreamFramesAreRefused(t *testing.T) {
 			f.Op = &clientpb.ClientFrame_Recover{Recover: op}
 		case *clientpb.ReturnDeliveries:
 			f.Op = &clientpb.ClientFrame_ReturnDeliveries{ReturnDeliveries: op}
+		case *clientpb.TxSend:
+			f.Op = &clientpb.ClientFrame_TxSend{TxSend: op}
+		case *clientpb.Commit:
+			f.Op = &clientpb.ClientFrame_Commit{Commit: op}
+		case *clientpb.Rollback:
+			f.Op = &clientpb.ClientFrame_Rollback{Rollback: op}
+		case *clientpb.TxOutcome:
+			f.Op = &clientpb.ClientFrame_TxOutcome{TxOutcome: op}
 		case nil:
 		default:
 			t.Fatalf("unknown op %T", op)
@@ -384,7 +392,11 @@ func TestBadInput_MalformedStreamFramesAreRefused(t *testing.T) {
 		{"second hello", &clientpb.Hello{}, client.ErrMalformed},
 		{"empty frame", nil, client.ErrMalformed},
 		{"unknown ack mode", &clientpb.OpenSession{Session: 1}, client.ErrMalformed},
-		{"transacted session", &clientpb.OpenSession{Session: 1, AckMode: clientpb.AckMode_ACK_MODE_TRANSACTED}, client.ErrInvalidArgument},
+		{"transacted send on a session never opened", &clientpb.TxSend{Session: 99, Send: &clientpb.SendRequest{Destination: "raw-q", Messages: []*clientpb.Message{{Id: "x"}}}}, transport.ErrUnknownSession},
+		{"transacted send without a send", &clientpb.TxSend{Session: 99}, client.ErrMalformed},
+		{"commit on a session never opened", &clientpb.Commit{Session: 99, Tx: "t"}, transport.ErrUnknownSession},
+		{"rollback on a session never opened", &clientpb.Rollback{Session: 99}, transport.ErrUnknownSession},
+		{"outcome of a transaction whose primary is no member", &clientpb.TxOutcome{Tx: "t", Primary: "raw-q"}, transport.ErrCommitUnknown},
 	} {
 		wantErr(t, tc.what, r.call(next(tc.op)), tc.want)
 	}

@@ -295,7 +295,7 @@ func toResult(r *peerpb.Result) fsm.Result {
 	if r == nil {
 		return fsm.Result{}
 	}
-	out := fsm.Result{Acked: int(r.Acked), Rejected: r.Rejected, Returned: int(r.Returned), Watermark: r.Watermark, Removed: int(r.Removed)}
+	out := fsm.Result{Acked: int(r.Acked), Rejected: r.Rejected, Returned: int(r.Returned), Watermark: r.Watermark, Removed: int(r.Removed), Committed: r.Committed}
 	if r.Reject != "" {
 		out.Err = fsm.Rejection(r.Reject, r.RejectMessage)
 	}
@@ -307,7 +307,7 @@ func toResult(r *peerpb.Result) fsm.Result {
 
 // fromResult encodes a state machine result for a peer.
 func fromResult(r fsm.Result) *peerpb.Result {
-	out := &peerpb.Result{Acked: uint32(r.Acked), Rejected: r.Rejected, Returned: uint32(r.Returned), Watermark: r.Watermark, Removed: uint32(r.Removed)}
+	out := &peerpb.Result{Acked: uint32(r.Acked), Rejected: r.Rejected, Returned: uint32(r.Returned), Watermark: r.Watermark, Removed: uint32(r.Removed), Committed: r.Committed}
 	if r.Err != nil {
 		out.Reject, out.RejectMessage = fsm.RejectionCode(r.Err), r.Err.Error()
 	}

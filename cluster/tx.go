@@ -281,8 +281,10 @@ func (n *Node) commitTx(ctx context.Context, session, tx, primary string, sends 
 // txResult reads the outcome of a one-phase commit.
 func (n *Node) txResult(tx string, res fsm.Result, err error) (bool, error) {
 	switch {
+	case err == nil && res.Err == nil && res.Committed:
+		return true, nil
 	case err == nil && res.Err == nil:
-		return res.Committed, nil
+		return false, fmt.Errorf("%w: the member did not commit it", transport.ErrTransactionRolledBack)
 	case errors.Is(res.Err, fsm.ErrTxRefused):
 		return false, fmt.Errorf("%w: %v", transport.ErrTransactionRolledBack, res.Err)
 	case err != nil && (errors.Is(err, member.ErrOutcomeUnknown) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):

@@ -179,6 +179,8 @@ func decodeBody[S any](table map[fsmpb.CommandType]handler[S], c *fsmpb.Command)
 // rejections are the rejection errors by name, for carrying a rejection
 // between nodes.
 var rejections = []error{
+	// ErrTxRefused first: it wraps the reason, which is another of these.
+	ErrTxRefused,
 	ErrUnknownSession, ErrSessionOwned, ErrDuplicateMessageID, ErrMemberFull, ErrSealed, ErrInvalidMessage,
 	ErrMalformed, ErrInvalidName, ErrInvalidSettings, ErrDestinationExists, ErrUnknownDestination,
 }

@@ -20,7 +20,7 @@ func TestCluster3_CLI_SendAndReceiveSurviveTheirNode(t *testing.T) {
 	hi, _ := c.node(c.hosts(0)["cr#0"])
 	front, other := (hi+1)%3, (hi+2)%3
 	env := []string{"CAIRN_SERVER=" + c.nodes[front].addrs.client}
-	const total = 1500
+	const total = 400
 
 	// killWhen kills the front-end once cond holds of the queue.
 	killWhen := func(what string, cond func(pending, delivered uint64) bool) {
@@ -42,7 +42,7 @@ func TestCluster3_CLI_SendAndReceiveSurviveTheirNode(t *testing.T) {
 
 	sent := make(chan cliResult, 1)
 	go func() { sent <- cli(t, env, "send", "cr", "--count", fmt.Sprint(total), "--idempotent", "--json") }()
-	killWhen("cairn send", func(pending, _ uint64) bool { return pending >= 100 })
+	killWhen("cairn send", func(pending, _ uint64) bool { return pending >= 50 })
 	s := <-sent
 	if s.code != 0 {
 		t.Fatalf("cairn send: exit %d\nstderr: %s", s.code, s.stderr)
@@ -63,7 +63,7 @@ func TestCluster3_CLI_SendAndReceiveSurviveTheirNode(t *testing.T) {
 	go func() {
 		received <- cli(t, env, "receive", "cr", "--count", fmt.Sprint(total), "--ack", "client", "--timeout", "50s", "--json")
 	}()
-	killWhen("cairn receive", func(pending, delivered uint64) bool { return pending+delivered <= total-100 })
+	killWhen("cairn receive", func(pending, delivered uint64) bool { return pending+delivered <= total-50 })
 	r := <-received
 	if r.code != 0 {
 		t.Fatalf("cairn receive: exit %d\nstderr: %s", r.code, r.stderr)

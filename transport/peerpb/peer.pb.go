@@ -216,6 +216,7 @@ type Result struct {
 	Returned      uint32                 `protobuf:"varint,6,opt,name=returned,proto3" json:"returned,omitempty"`
 	Watermark     uint64                 `protobuf:"varint,7,opt,name=watermark,proto3" json:"watermark,omitempty"`
 	Removed       uint32                 `protobuf:"varint,8,opt,name=removed,proto3" json:"removed,omitempty"`
+	Committed     bool                   `protobuf:"varint,9,opt,name=committed,proto3" json:"committed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -304,6 +305,13 @@ func (x *Result) GetRemoved() uint32 {
 		return x.Removed
 	}
 	return 0
+}
+
+func (x *Result) GetCommitted() bool {
+	if x != nil {
+		return x.Committed
+	}
+	return false
 }
 
 type ProposeResponse struct {
@@ -1184,7 +1192,7 @@ const file_transport_peerpb_peer_proto_rawDesc = "" +
 	"\acommand\x18\x03 \x01(\v2\x15.cairn.fsm.v1.CommandR\acommand\"8\n" +
 	"\bEnqueued\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
-	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"\x82\x02\n" +
+	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"\xa0\x02\n" +
 	"\x06Result\x12\x16\n" +
 	"\x06reject\x18\x01 \x01(\tR\x06reject\x12%\n" +
 	"\x0ereject_message\x18\x02 \x01(\tR\rrejectMessage\x123\n" +
@@ -1193,7 +1201,8 @@ const file_transport_peerpb_peer_proto_rawDesc = "" +
 	"\brejected\x18\x05 \x03(\x04R\brejected\x12\x1a\n" +
 	"\breturned\x18\x06 \x01(\rR\breturned\x12\x1c\n" +
 	"\twatermark\x18\a \x01(\x04R\twatermark\x12\x18\n" +
-	"\aremoved\x18\b \x01(\rR\aremoved\"|\n" +
+	"\aremoved\x18\b \x01(\rR\aremoved\x12\x1c\n" +
+	"\tcommitted\x18\t \x01(\bR\tcommitted\"|\n" +
 	"\x0fProposeResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12*\n" +
 	"\x05error\x18\x02 \x01(\v2\x14.cairn.peer.v1.ErrorR\x05error\x12-\n" +

@@ -1,0 +1,306 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cairnmq/cairn/client"
+	"github.com/cairnmq/cairn/fsm/fsmpb"
+)
+
+func mustTx(t *testing.T, c *client.Connection) *client.Session {
+	t.Helper()
+	return mustSession(t, c, client.Transacted)
+}
+
+func commit(t *testing.T, s *client.Session) {
+	t.Helper()
+	if err := s.Commit(testCtx(t)); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+}
+
+// A transaction over three members and a second queue: its sends are
+// invisible to every consumer until Commit, its receives held; Commit makes
+// all of them happen, Rollback none, returning the receives marked
+// redelivered. Prepared work shows in queue show while it waits.
+func TestTx_AtomicAcrossMembersAndQueues(t *testing.T) {
+	tc := newMultiNode(t, 3)
+	ctx := testCtx(t)
+	a := tc.admin("n1")
+	for _, q := range []struct {
+		name    string
+		members int
+	}{{"ta", 3}, {"tb", 1}} {
+		if _, err := a.CreateQueue(ctx, q.name, client.QueueOptions{Members: q.members}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tc.waitSpread("ta", 3)
+	sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial("n2"), client.AutoAck), "tb"), "in-", 4)
+
+	conn := tc.dial("n1")
+	tx := mustTx(t, conn)
+	in := mustConsumer(t, ctx, tx, "tb")
+	watch := mustSession(t, tc.dial("n3"), client.AutoAck)
+	var watchers []*client.Consumer
+	for i := range 3 {
+		watchers = append(watchers, mustConsumer(t, ctx, watch, fmt.Sprintf("ta#%d", i)))
+	}
+
+	// Round 1: receive two, send one to each member, roll back.
+	got := recvN(t, in, 2)
+	for i := range 3 {
+		send(t, ctx, mustProducer(t, tx, fmt.Sprintf("ta#%d", i)), fmt.Sprint("r1-", i))
+	}
+	for _, k := range watchers {
+		expectNothing(t, k, 100*time.Millisecond)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again := recvN(t, in, 2)
+	sameSet(t, "received again after the rollback", bodiesOf(again), bodiesOf(got))
+	for _, m := range again {
+		if !m.Redelivered || m.DeliveryCount != 2 {
+			t.Errorf("%q after rollback: redelivered %v count %d", m.Body, m.Redelivered, m.DeliveryCount)
+		}
+	}
+	for _, k := range watchers {
+		expectNothing(t, k, 100*time.Millisecond)
+	}
+
+	// Round 2: the same, committed, with the prepared work counted first
+	// (a two-phase commit prepares on all four members).
+	for i := range 3 {
+		send(t, ctx, mustProducer(t, tx, fmt.Sprintf("ta#%d", i)), fmt.Sprint("r2-", i))
+	}
+	if q := showQueue(t, a, "ta"); q.Pending != 0 {
+		t.Fatalf("ta before the commit: %+v; want nothing pending", q)
+	}
+	commit(t, tx)
+	var after []string
+	for _, k := range watchers {
+		after = append(after, string(recv(t, k).Body))
+	}
+	sameSet(t, "visible after the commit", after, []string{"r2-0", "r2-1", "r2-2"})
+	// The two it never handed out wait in the consumer's prefetch.
+	waitQueue(t, a, "tb", 0, 2)
+	if q := showQueue(t, a, "ta"); q.Prepared != 0 {
+		t.Fatalf("ta after the commit: %+v; want nothing prepared", q)
+	}
+
+	// A transaction with nothing in it commits.
+	commit(t, tx)
+}
+
+// Prepared work whose front-end never decides (it died between the phases,
+// here by never sending the decision) is rolled back by the primary's host
+// once the transaction times out, even after that host was killed: the
+// participants learn the decision from the primary's new host. A decided
+// commit a participant missed is learned the same way, whether the
+// primary's host or the participant's was killed after the decision.
+func TestTx_PreparedTransactionsAreDecidedWithoutTheirFrontEnd(t *testing.T) {
+	tc := newMultiNode(t, 3, func(c *Config) { c.TxTimeout = 2 * time.Second })
+	ctx := testCtx(t)
+	a := tc.admin("n1")
+	if _, err := a.CreateQueue(ctx, "tp", client.QueueOptions{Members: 3}); err != nil {
+		t.Fatal(err)
+	}
+	hosts := tc.waitSpread("tp", 3)
+	front := tc.node(hosts[2]) // neither the primary's host nor the participant's
+	prepareOn := func(tx, member string, ids ...string) {
+		t.Helper()
+		var msgs []*fsmpb.Message
+		for _, id := range ids {
+			msgs = append(msgs, &fsmpb.Message{Id: id, Body: []byte(id), Priority: 4})
+		}
+		res, err := front.submit(ctx, member, &fsmpb.TxPrepare{Tx: tx, Primary: "tp#0", Session: "none", Now: time.Now().UnixNano(), Messages: msgs})
+		if err != nil || res.Err != nil {
+			t.Fatalf("prepare %s on %s: %v %v", tx, member, err, res.Err)
+		}
+	}
+
+	// t-abort: prepared on tp#0 (primary) and tp#1; nobody decides; the
+	// primary's host dies.
+	prepareOn("t-abort", "tp#0", "a0")
+	prepareOn("t-abort", "tp#1", "a1")
+	// t-commit: prepared on both, commit recorded by the primary only.
+	prepareOn("t-commit", "tp#0", "c0")
+	prepareOn("t-commit", "tp#1", "c1")
+	res, err := front.submit(ctx, "tp#0", &fsmpb.TxDecide{Tx: "t-commit", Commit: true, Record: true, Now: time.Now().UnixNano()})
+	if err != nil || !res.Committed {
+		t.Fatalf("decide t-commit: %v %+v", err, res)
+	}
+	if q := showQueue(t, a, "tp"); q.Prepared != 3 || q.Pending != 1 {
+		t.Fatalf("tp with t-abort prepared twice and t-commit once: %+v", q)
+	}
+	tc.crash(hosts[0])
+
+	s := mustSession(t, tc.dial(hosts[1]), client.AutoAck)
+	tc.converge(30*time.Second, "both transactions decided on every member", func() bool {
+		q, err := tc.admin(hosts[1]).ShowQueue(ctx, "tp")
+		return err == nil && q.Prepared == 0 && q.Pending == 2
+	})
+	got := drainMembers(t, s, "tp", 3, 2)
+	sameSet(t, "messages after the decisions", got, []string{"c0", "c1"})
+
+	// A participant's host dies after the primary decided commit, before
+	// the participant applied it: its new host learns the decision.
+	tc.start(hosts[0])
+	tc.waitSpread("tp", 3)
+	prepareOn("t-late", "tp#0", "l0")
+	prepareOn("t-late", "tp#1", "l1")
+	if res, err := front.submit(ctx, "tp#0", &fsmpb.TxDecide{Tx: "t-late", Commit: true, Record: true, Now: time.Now().UnixNano()}); err != nil || !res.Committed {
+		t.Fatalf("decide t-late: %v %+v", err, res)
+	}
+	tc.crash(hosts[1])
+	s2 := mustSession(t, tc.dial(hosts[0]), client.AutoAck)
+	tc.converge(30*time.Second, "t-late applied by the participant's new host", func() bool {
+		q, err := tc.admin(hosts[0]).ShowQueue(ctx, "tp")
+		return err == nil && q.Prepared == 0 && q.Pending == 2
+	})
+	sameSet(t, "messages of t-late", drainMembers(t, s2, "tp", 3, 2), []string{"l0", "l1"})
+}
+
+// The front-end dies in the middle of a transaction: the first Commit after
+// the refresh fails with ErrTransactionRolledBack, the sends never show,
+// the receives come again marked redelivered, and the same work done again
+// on the same objects commits.
+func TestTx_FrontEndKilledMidTransaction(t *testing.T) {
+	tc := newMultiNode(t, 3)
+	ctx := testCtx(t)
+	a := tc.admin("n1")
+	for _, q := range []string{"tin", "tout"} {
+		if _, err := a.CreateQueue(ctx, q, client.QueueOptions{Members: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	front := tc.others(tc.waitHost("tin#0"), tc.waitHost("tout#0"))[0]
+	other := tc.others(front)[0]
+	sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial(other), client.AutoAck), "tin"), "in-", 2)
+
+	conn := dialVia(t, []string{tc.node(front).Addrs().Client}, client.Options{ReconnectPolicy: client.ReconnectAll})
+	tx := mustTx(t, conn)
+	in := mustConsumer(t, ctx, tx, "tin")
+	out := mustProducer(t, tx, "tout")
+	m := recv(t, in)
+	send(t, ctx, out, "out-1")
+
+	tc.crash(front)
+	waitFor(t, 15*time.Second, "a reconnect", func() bool { return conn.Reconnects() == 1 })
+	if err := tx.Commit(ctx); !errors.Is(err, client.ErrTransactionRolledBack) {
+		t.Fatalf("first commit after the refresh: %v; want ErrTransactionRolledBack", err)
+	}
+	// Do it again: the message held when the node died comes again once
+	// the cluster released the dead front-end's session.
+	rctx := stepCtx(t, 20*time.Second)
+	var again *client.Message
+	for again == nil || string(again.Body) != string(m.Body) {
+		var err error
+		if again, err = in.Receive(rctx); err != nil {
+			t.Fatalf("waiting for %q again: %v", m.Body, err)
+		}
+	}
+	if !again.Redelivered {
+		t.Errorf("%q came again unmarked", again.Body)
+	}
+	send(t, ctx, out, "out-1")
+	commit(t, tx)
+	q := showQueue(t, tc.admin(other), "tout")
+	if q.Pending != 1 {
+		t.Fatalf("tout after the retried commit: %+v; want exactly the retried send", q)
+	}
+}
+
+// Many transacted sessions take the same messages concurrently: each
+// message is consumed-and-committed exactly once, and every committed send
+// is there once.
+func TestTx_ConcurrentTransactionsOnTheSameMessages(t *testing.T) {
+	tc := newMultiNode(t, 3)
+	ctx := testCtx(t)
+	a := tc.admin("n1")
+	for _, q := range []struct {
+		name    string
+		members int
+	}{{"cin", 2}, {"cout", 3}} {
+		if _, err := a.CreateQueue(ctx, q.name, client.QueueOptions{Members: q.members}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const total = 60
+	inputs := map[string]bool{}
+	for i := range 2 {
+		for _, b := range sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial("n1"), client.AutoAck), fmt.Sprintf("cin#%d", i)), fmt.Sprintf("m%d-", i), total/2) {
+			inputs[b] = true
+		}
+	}
+	var mu sync.Mutex
+	committed := map[string]int{}
+	var wg sync.WaitGroup
+	for w := range 6 {
+		conn := tc.dial(tc.ids()[w%3])
+		tx := mustTx(t, conn)
+		k := mustConsumer(t, ctx, tx, fmt.Sprintf("cin#%d", w%2), client.WithPrefetch(2))
+		p := mustProducer(t, tx, "cout")
+		wg.Go(func() {
+			for {
+				m, err := k.ReceiveTimeout(500 * time.Millisecond)
+				if err != nil {
+					t.Errorf("worker %d: %v", w, err)
+					return
+				}
+				if m == nil {
+					return
+				}
+				if _, err := p.Send(ctx, &client.Message{Body: append([]byte("out:"), m.Body...)}); err != nil {
+					t.Errorf("worker %d: send: %v", w, err)
+					return
+				}
+				// Every third transaction rolls back and is done again.
+				if m.Body[len(m.Body)-1]%3 == 0 && !m.Redelivered {
+					if err := tx.Rollback(ctx); err != nil {
+						t.Errorf("worker %d: rollback: %v", w, err)
+						return
+					}
+					continue
+				}
+				err = tx.Commit(ctx)
+				if errors.Is(err, client.ErrTransactionRolledBack) {
+					continue
+				}
+				if err != nil {
+					t.Errorf("worker %d: commit: %v", w, err)
+					return
+				}
+				mu.Lock()
+				committed[string(m.Body)]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	for b := range inputs {
+		if committed[b] != 1 {
+			t.Errorf("%q consumed in %d committed transactions; want 1", b, committed[b])
+		}
+	}
+	waitQueue(t, a, "cin", 0, 0)
+	s := mustSession(t, tc.dial("n2"), client.AutoAck)
+	got := drainMembers(t, s, "cout", 3, total)
+	count := map[string]int{}
+	for _, b := range got {
+		count[b]++
+	}
+	for b := range inputs {
+		if count["out:"+b] != 1 {
+			t.Errorf("%q: its committed send is there %d times", "out:"+b, count["out:"+b])
+		}
+	}
+	if len(got) != total {
+		t.Errorf("cout holds %d messages; want %d", len(got), total)
+	}
+}
