@@ -17,9 +17,14 @@ build:
 run: build
 	BIN=$(BIN) DATA=$(DATA) scripts/run-cluster.sh
 
+# One package at a time (-p 1): the cluster tests run three in-process nodes
+# with fast Raft timings and the test/ package three real processes; run
+# side by side on two cores under -race they starve each other into
+# elections, and a test then sees "leadership lost" where it expects an
+# answer. Measured: about 4.5 min for cluster and 4 min for test/ alone.
 test:
 	$(GO) vet $(PKGS)
-	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(GO) test -race -count=1 -p 1 -timeout 20m $(PKGS)
 
 test-short:
 	$(GO) test -short -count=1 $(PKGS)

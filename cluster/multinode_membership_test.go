@@ -189,22 +189,30 @@ func TestCluster_NodeRemove_ReplacesReplicasAndNeverReadmits(t *testing.T) {
 
 // drainMembers consumes every member of dest at once, through s (client
 // acknowledge), until want messages came or 20 s passed, then checks that
-// nothing more comes; it returns the bodies received. With a consumer on
-// every member none of them strands its messages, so none moves.
+// nothing more comes and that none came marked redelivered; it returns the
+// bodies received. With a consumer on every member none of them strands
+// its messages, so none moves.
 func drainMembers(t *testing.T, s *client.Session, dest string, members, want int) []string {
 	t.Helper()
-	return drainUntil(t, s, dest, members, func(got []string) bool { return len(got) >= want })
+	got := drainUntil(t, s, dest, members, func(got []*client.Message) bool { return len(got) >= want })
+	for _, m := range got {
+		if m.Redelivered {
+			t.Errorf("%q redelivered, though never delivered before", m.Body)
+		}
+	}
+	return bodiesOf(got)
 }
 
-// drainUntil is drainMembers until done holds of what came.
-func drainUntil(t *testing.T, s *client.Session, dest string, members int, done func(got []string) bool) []string {
+// drainUntil is drainMembers until done holds of what came, whatever their
+// redelivery marks.
+func drainUntil(t *testing.T, s *client.Session, dest string, members int, done func(got []*client.Message) bool) []*client.Message {
 	t.Helper()
 	ctx := stepCtx(t, 20*time.Second)
 	var ks []*client.Consumer
 	for i := range members {
 		ks = append(ks, mustConsumer(t, ctx, s, fmt.Sprintf("%s#%d", dest, i)))
 	}
-	var got []string
+	var got []*client.Message
 	take := func(wait time.Duration) {
 		for _, k := range ks {
 			m, err := k.ReceiveTimeout(wait)
@@ -214,10 +222,7 @@ func drainUntil(t *testing.T, s *client.Session, dest string, members int, done 
 			if m == nil {
 				continue
 			}
-			if m.Redelivered {
-				t.Errorf("%q redelivered, though never delivered before", m.Body)
-			}
-			got = append(got, string(m.Body))
+			got = append(got, m)
 			if err := m.Ack(); err != nil {
 				t.Fatal(err)
 			}

@@ -511,15 +511,15 @@ func TestRefresh_SendsInFlightWhenTheFrontEndDies(t *testing.T) {
 
 	// Every ok message is there once; an unknown one at most once.
 	s := mustSession(t, tc.dial(tc.others(front)[0]), client.AutoAck)
-	got := drainUntil(t, s, "rs", 3, func(got []string) bool {
+	got := bodiesOf(drainUntil(t, s, "rs", 3, func(got []*client.Message) bool {
 		n := 0
-		for _, b := range got {
-			if okBodies[b] {
+		for _, m := range got {
+			if okBodies[string(m.Body)] {
 				n++
 			}
 		}
 		return n >= len(okBodies)
-	})
+	}))
 	count := map[string]int{}
 	for _, b := range got {
 		count[b]++

@@ -25,8 +25,8 @@ import (
 // step checks that the two agree and that promises 2 and 3 hold, judged
 // from what the Member itself reported, and that no message is lost: every
 // message ever stored is exactly one of pending, delivered, delayed, dead,
-// moving, acked, expired, purged or moved. Promise 4 (transactions) is not
-// implemented in the FSM yet.
+// moving, acked, expired, purged or moved. Promise 4 (transactions) has its
+// own property test, TestProperty_Transactions.
 //
 // Reproduce a failure with the seed rapid prints, e.g.
 //

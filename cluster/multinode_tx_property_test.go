@@ -1,0 +1,132 @@
+package cluster
+
+import (
+	"flag"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/cairnmq/cairn/client"
+)
+
+// Random interleavings of three transacted sessions on three nodes, each
+// sending to and receiving from a distributed queue, committing and rolling
+// back, against one cluster. At the end of each sequence the queue is
+// drained and must hold exactly: every input no committed transaction
+// consumed, and every send of a committed transaction, each once; nothing a
+// rolled-back transaction sent.
+func TestTx_Property_RandomInterleavings(t *testing.T) {
+	// Each sequence costs a queue and three sessions: a few dozen steps in
+	// a handful of sequences, unless -rapid.checks says otherwise.
+	if f := flag.Lookup("rapid.checks"); f != nil && f.Value.String() == f.DefValue {
+		_ = flag.Set("rapid.checks", "6")
+		t.Cleanup(func() { _ = flag.Set("rapid.checks", f.DefValue) })
+	}
+	tc := newMultiNode(t, 3)
+	ctx := testCtx(t)
+	a := tc.admin("n1")
+	round := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		round++
+		q := fmt.Sprintf("tq%d", round)
+		if _, err := a.CreateQueue(ctx, q, client.QueueOptions{Members: 3}); err != nil {
+			rt.Fatal(err)
+		}
+		input := sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial("n1"), client.AutoAck), q), q+"-in-", 6)
+
+		type worker struct {
+			s        *client.Session
+			k        *client.Consumer
+			sent     []string
+			consumed []string
+		}
+		var ws []*worker
+		for i, id := range tc.ids() {
+			s := mustTx(t, tc.dial(id))
+			ws = append(ws, &worker{s: s, k: mustConsumer(t, ctx, s, fmt.Sprintf("%s#%d", q, i), client.WithPrefetch(2))})
+		}
+		committedSends, committedTaken, rolledBack := map[string]bool{}, map[string]bool{}, map[string]bool{}
+		end := func(w *worker, commit bool) {
+			var err error
+			if commit {
+				err = w.s.Commit(ctx)
+			} else {
+				err = w.s.Rollback(ctx)
+			}
+			if err != nil {
+				rt.Fatalf("commit %v: %v", commit, err)
+			}
+			for _, b := range w.sent {
+				if commit {
+					committedSends[b] = true
+				} else {
+					rolledBack[b] = true
+				}
+			}
+			if commit {
+				for _, b := range w.consumed {
+					if committedTaken[b] {
+						rt.Fatalf("%q consumed by two committed transactions", b)
+					}
+					committedTaken[b] = true
+				}
+			}
+			w.sent, w.consumed = nil, nil
+		}
+		n := 0
+		pick := rapid.IntRange(0, 2)
+		rt.Repeat(map[string]func(*rapid.T){
+			"send": func(rt *rapid.T) {
+				w := ws[pick.Draw(rt, "worker")]
+				n++
+				b := fmt.Sprintf("%s-tx-%d", q, n)
+				dest := fmt.Sprintf("%s#%d", q, rapid.IntRange(0, 2).Draw(rt, "member"))
+				if _, err := mustProducer(t, w.s, dest).Send(ctx, &client.Message{Body: []byte(b)}); err != nil {
+					rt.Fatal(err)
+				}
+				w.sent = append(w.sent, b)
+			},
+			"receive": func(rt *rapid.T) {
+				w := ws[pick.Draw(rt, "worker")]
+				m, err := w.k.ReceiveTimeout(20 * time.Millisecond)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				if m != nil {
+					if committedTaken[string(m.Body)] {
+						rt.Fatalf("%q came again after a committed transaction consumed it", m.Body)
+					}
+					w.consumed = append(w.consumed, string(m.Body))
+				}
+			},
+			"commit":   func(rt *rapid.T) { end(ws[pick.Draw(rt, "worker")], true) },
+			"rollback": func(rt *rapid.T) { end(ws[pick.Draw(rt, "worker")], false) },
+		})
+		for _, w := range ws {
+			end(w, rapid.Bool().Draw(rt, "last commit"))
+			if err := w.s.Close(); err != nil {
+				rt.Fatal(err)
+			}
+		}
+		var want []string
+		for _, b := range input {
+			if !committedTaken[b] {
+				want = append(want, b)
+			}
+		}
+		for b := range committedSends {
+			if !committedTaken[b] {
+				want = append(want, b)
+			}
+		}
+		got := bodiesOf(drainUntil(t, mustSession(t, tc.dial("n2"), client.ClientAck), q, 3, func(got []*client.Message) bool { return len(got) >= len(want) }))
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			rt.Fatalf("queue %s holds %v; want %v (rolled back: %v)", q, got, want, rolledBack)
+		}
+	})
+}

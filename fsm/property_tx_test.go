@@ -1,0 +1,216 @@
+package fsm_test
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/cairnmq/cairn/fsm"
+	"github.com/cairnmq/cairn/fsm/fsmpb"
+)
+
+// txWatch is what the transaction property test knows of one prepared
+// transaction: the ids it sends and the messages it acknowledges.
+type txWatch struct {
+	sends []string
+	acks  []string
+}
+
+// Random interleavings of sends, deliveries, acknowledgements, recovers,
+// releases, prepares and decisions (recorded or not), with snapshots taken
+// and restored on the way. After every step: the counts agree with the
+// queries; a prepared transaction's sends are not stored and its
+// acknowledged messages are held by it; a committed transaction's sends are
+// all stored and its acknowledged messages all gone, a rolled-back one's
+// sends none stored and its acknowledged messages all back, redelivered; and
+// no message is ever lost: each one stored is stored until acknowledged.
+func TestProperty_Transactions(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		f := newMember(t)
+		f.open("s1", "s2")
+		stored := map[string]bool{}       // stored now, as the test knows
+		prepared := map[string]*txWatch{} // prepared, by tx id
+		gone := map[string]bool{}         // acknowledged, never to come back
+		next, txs := 0, 0
+		now := int64(1)
+		newID := func() string { next++; return fmt.Sprint("m", next) }
+		deliveries := func(session string) []uint64 {
+			var ids []uint64
+			for _, d := range f.m.DeliveriesAfter(session, 0) {
+				if st, _ := f.m.Lookup(d.Message.Id); st.Tx == "" {
+					ids = append(ids, d.DeliveryID)
+				}
+			}
+			return ids
+		}
+		idOf := func(session string, delivery uint64) string {
+			for _, d := range f.m.DeliveriesAfter(session, 0) {
+				if d.DeliveryID == delivery {
+					return d.Message.Id
+				}
+			}
+			return ""
+		}
+		session := rapid.SampledFrom([]string{"s1", "s2"})
+		t.Repeat(map[string]func(*rapid.T){
+			"send": func(t *rapid.T) {
+				id := newID()
+				f.enqueue(now, msg(id))
+				stored[id] = true
+			},
+			"deliver": func(t *rapid.T) {
+				ids := allPending(f.m)
+				if len(ids) == 0 {
+					t.Skip("nothing pending")
+				}
+				f.deliver(session.Draw(t, "session"), now, ids[:rapid.IntRange(1, len(ids)).Draw(t, "n")]...)
+			},
+			"ack": func(t *rapid.T) {
+				s := session.Draw(t, "session")
+				ds := deliveries(s)
+				if len(ds) == 0 {
+					t.Skip("nothing delivered")
+				}
+				d := rapid.SampledFrom(ds).Draw(t, "delivery")
+				id := idOf(s, d)
+				f.ok(&fsmpb.Ack{Session: s, DeliveryIds: []uint64{d}})
+				delete(stored, id)
+				gone[id] = true
+			},
+			"recover": func(t *rapid.T) { f.ok(&fsmpb.Recover{Session: session.Draw(t, "session"), Now: now}) },
+			"release and reopen": func(t *rapid.T) {
+				s := session.Draw(t, "session")
+				f.ok(&fsmpb.Release{Session: s, Now: now})
+				f.open(s)
+			},
+			"prepare": func(t *rapid.T) {
+				s := session.Draw(t, "session")
+				txs++
+				tx := fmt.Sprint("t", txs)
+				w := &txWatch{}
+				var sends []*fsmpb.Message
+				for range rapid.IntRange(0, 3).Draw(t, "sends") {
+					id := newID()
+					w.sends = append(w.sends, id)
+					sends = append(sends, msg(id))
+				}
+				var acks []uint64
+				for _, d := range deliveries(s) {
+					if rapid.Bool().Draw(t, "ack it") {
+						acks = append(acks, d)
+						w.acks = append(w.acks, idOf(s, d))
+					}
+				}
+				if rapid.Bool().Draw(t, "a delivery not the session's") {
+					acks = append(acks, 1<<40)
+				}
+				onePhase := rapid.Bool().Draw(t, "one phase")
+				before := state(t, f.m)
+				r := f.do(&fsmpb.TxPrepare{Tx: tx, Primary: "q#0", Session: s, Now: now, Messages: sends, DeliveryIds: acks, OnePhase: onePhase})
+				switch {
+				case slices.Contains(acks, 1<<40):
+					mustErr(t, r.Err, fsm.ErrTxRefused, "prepare with a foreign delivery")
+					sameState(t, f.m, before, "a refused prepare")
+				case r.Err != nil:
+					t.Fatalf("prepare: %v", r.Err)
+				case onePhase:
+					applyDecision(w, true, stored, gone)
+				default:
+					prepared[tx] = w
+				}
+			},
+			"decide": func(t *rapid.T) {
+				if len(prepared) == 0 {
+					t.Skip("nothing prepared")
+				}
+				tx := rapid.SampledFrom(slices.Sorted(mapKeys(prepared))).Draw(t, "tx")
+				commit := rapid.Bool().Draw(t, "commit")
+				r := f.ok(&fsmpb.TxDecide{Tx: tx, Commit: commit, Record: rapid.Bool().Draw(t, "record"), Now: now})
+				if r.Committed != commit {
+					t.Fatalf("decide %v: result says committed %v", commit, r.Committed)
+				}
+				w := prepared[tx]
+				delete(prepared, tx)
+				if !commit {
+					for _, id := range w.acks {
+						if st := f.lookup(id); !st.Redelivered || st.Tx != "" {
+							t.Fatalf("%s after rollback: %+v", id, st)
+						}
+					}
+				}
+				applyDecision(w, commit, stored, gone)
+			},
+			"snapshot": func(t *rapid.T) {
+				b := snapshotBytes(t, f.m)
+				r := restore(t, b)
+				if !bytes.Equal(state(t, f.m), state(t, r)) {
+					t.Fatal("restored state differs")
+				}
+				f.m = r
+			},
+			"": func(t *rapid.T) {
+				now++
+				checkCounts(t, f.m)
+				for tx, w := range prepared {
+					for _, id := range w.sends {
+						if _, ok := f.m.Lookup(id); ok {
+							t.Fatalf("%s, sent by prepared %s, is stored", id, tx)
+						}
+					}
+					for _, id := range w.acks {
+						if st := f.lookup(id); st.Tx != tx {
+							t.Fatalf("%s, acknowledged by prepared %s, is %+v", id, tx, st)
+						}
+					}
+				}
+				for id := range stored {
+					if _, ok := f.m.Lookup(id); !ok {
+						t.Fatalf("%s was lost", id)
+					}
+				}
+				for id := range gone {
+					if _, ok := f.m.Lookup(id); ok {
+						t.Fatalf("%s was acknowledged and is stored", id)
+					}
+				}
+				if st := f.m.Stats(); st.Prepared != preparedCount(prepared) {
+					t.Fatalf("Stats().Prepared = %d; the test holds %d", st.Prepared, preparedCount(prepared))
+				}
+			},
+		})
+	})
+}
+
+func applyDecision(w *txWatch, commit bool, stored, gone map[string]bool) {
+	if !commit {
+		return
+	}
+	for _, id := range w.sends {
+		stored[id] = true
+	}
+	for _, id := range w.acks {
+		delete(stored, id)
+		gone[id] = true
+	}
+}
+
+func preparedCount(p map[string]*txWatch) int {
+	n := 0
+	for _, w := range p {
+		n += len(w.sends) + len(w.acks)
+	}
+	return n
+}
+
+func mapKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
