@@ -138,7 +138,9 @@ func (p *Producer) SendBatch(ctx context.Context, ms []*Message) ([]Receipt, err
 		}
 		serr := sendError(err, ms[0].ID)
 		notSent := errors.Is(serr, ErrUnavailable)
-		if ctx.Err() != nil || transport.ServerAnswered(err) || !(notSent || idempotent) {
+		// A node that says it is stopping did not store the messages.
+		stopping := errors.Is(serr, transport.ErrNodeStopping)
+		if ctx.Err() != nil || (transport.ServerAnswered(err) && !stopping) || !(notSent || idempotent) {
 			if mayBeStored && notSent {
 				serr = fmt.Errorf("%w: message %s may or may not have been enqueued by an earlier try: %w", ErrDeliveryUnknown, ms[0].ID, serr)
 			}

@@ -113,7 +113,7 @@ func (cs *connections) serve(stream clientpb.ClientService_ConnectServer) error 
 	case <-cs.n.stopped:
 		cs.mu.Unlock()
 		cancel()
-		return transport.Status(fmt.Errorf("%w: node %s is shutting down", transport.ErrUnavailable, cs.n.cfg.NodeID))
+		return transport.Status(fmt.Errorf("%w: node %s is shutting down", transport.ErrNodeStopping, cs.n.cfg.NodeID))
 	default:
 	}
 	cs.byID[c.id] = c

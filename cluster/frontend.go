@@ -641,7 +641,7 @@ func (n *Node) enqueue(ctx context.Context, d *fsmpb.Destination, idx int, cmd *
 			}
 			return name, fsm.Result{}, ctx.Err()
 		case <-n.stopped:
-			err := fmt.Errorf("%w: node %s is stopping", transport.ErrUnavailable, n.cfg.NodeID)
+			err := fmt.Errorf("%w: node %s is stopping", transport.ErrNodeStopping, n.cfg.NodeID)
 			if mayBeStored {
 				err = fmt.Errorf("%w: %v", member.ErrOutcomeUnknown, err)
 			}

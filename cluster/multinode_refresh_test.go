@@ -358,11 +358,17 @@ func (cp *clientProxy) addr() string { return cp.p.Listen }
 
 func (cp *clientProxy) cut(t *testing.T) {
 	t.Helper()
-	for _, dir := range []string{"upstream", "downstream"} {
-		spec := fmt.Sprintf(`{"name":"cut-%s","type":"timeout","stream":"%s","attributes":{"timeout":0}}`, dir, dir)
-		if _, err := cp.p.Toxics.AddToxicJson(strings.NewReader(spec)); err != nil {
-			t.Fatal(err)
-		}
+	cp.cutOneWay(t, "upstream")
+	cp.cutOneWay(t, "downstream")
+}
+
+// cutOneWay stops the bytes of one direction: upstream (client to node) or
+// downstream (node to client).
+func (cp *clientProxy) cutOneWay(t *testing.T, dir string) {
+	t.Helper()
+	spec := fmt.Sprintf(`{"name":"cut-%s","type":"timeout","stream":"%s","attributes":{"timeout":0}}`, dir, dir)
+	if _, err := cp.p.Toxics.AddToxicJson(strings.NewReader(spec)); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -26,15 +26,16 @@ func TestTx_Property_RandomInterleavings(t *testing.T) {
 		t.Cleanup(func() { _ = flag.Set("rapid.checks", f.DefValue) })
 	}
 	tc := newMultiNode(t, 3)
-	ctx := testCtx(t)
 	a := tc.admin("n1")
 	round := 0
 	rapid.Check(t, func(rt *rapid.T) {
+		ctx := stepCtx(t, 30*time.Second)
 		round++
 		q := fmt.Sprintf("tq%d", round)
 		if _, err := a.CreateQueue(ctx, q, client.QueueOptions{Members: 3}); err != nil {
 			rt.Fatal(err)
 		}
+		tc.waitSpread(q, 3)
 		input := sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial("n1"), client.AutoAck), q), q+"-in-", 6)
 
 		type worker struct {

@@ -29,7 +29,7 @@ func commit(t *testing.T, s *client.Session) {
 // redelivered. Prepared work shows in queue show while it waits.
 func TestTx_AtomicAcrossMembersAndQueues(t *testing.T) {
 	tc := newMultiNode(t, 3)
-	ctx := testCtx(t)
+	ctx := stepCtx(t, time.Minute)
 	a := tc.admin("n1")
 	for _, q := range []struct {
 		name    string
@@ -105,7 +105,7 @@ func TestTx_AtomicAcrossMembersAndQueues(t *testing.T) {
 // primary's host or the participant's was killed after the decision.
 func TestTx_PreparedTransactionsAreDecidedWithoutTheirFrontEnd(t *testing.T) {
 	tc := newMultiNode(t, 3, func(c *Config) { c.TxTimeout = 2 * time.Second })
-	ctx := testCtx(t)
+	ctx := stepCtx(t, time.Minute)
 	a := tc.admin("n1")
 	if _, err := a.CreateQueue(ctx, "tp", client.QueueOptions{Members: 3}); err != nil {
 		t.Fatal(err)
@@ -169,10 +169,10 @@ func TestTx_PreparedTransactionsAreDecidedWithoutTheirFrontEnd(t *testing.T) {
 // The front-end dies in the middle of a transaction: the first Commit after
 // the refresh fails with ErrTransactionRolledBack, the sends never show,
 // the receives come again marked redelivered, and the same work done again
-// on the same objects commits.
+// on the same objects commits. A transaction with nothing pending commits.
 func TestTx_FrontEndKilledMidTransaction(t *testing.T) {
 	tc := newMultiNode(t, 3)
-	ctx := testCtx(t)
+	ctx := stepCtx(t, time.Minute)
 	a := tc.admin("n1")
 	for _, q := range []string{"tin", "tout"} {
 		if _, err := a.CreateQueue(ctx, q, client.QueueOptions{Members: 1}); err != nil {
@@ -185,6 +185,7 @@ func TestTx_FrontEndKilledMidTransaction(t *testing.T) {
 
 	conn := dialVia(t, []string{tc.node(front).Addrs().Client}, client.Options{ReconnectPolicy: client.ReconnectAll})
 	tx := mustTx(t, conn)
+	idle := mustTx(t, conn)
 	in := mustConsumer(t, ctx, tx, "tin")
 	out := mustProducer(t, tx, "tout")
 	m := recv(t, in)
@@ -194,6 +195,9 @@ func TestTx_FrontEndKilledMidTransaction(t *testing.T) {
 	waitFor(t, 15*time.Second, "a reconnect", func() bool { return conn.Reconnects() == 1 })
 	if err := tx.Commit(ctx); !errors.Is(err, client.ErrTransactionRolledBack) {
 		t.Fatalf("first commit after the refresh: %v; want ErrTransactionRolledBack", err)
+	}
+	if err := idle.Commit(ctx); err != nil {
+		t.Fatalf("commit after the refresh of a transaction with nothing pending: %v", err)
 	}
 	// Do it again: the message held when the node died comes again once
 	// the cluster released the dead front-end's session.
@@ -221,7 +225,7 @@ func TestTx_FrontEndKilledMidTransaction(t *testing.T) {
 // is there once.
 func TestTx_ConcurrentTransactionsOnTheSameMessages(t *testing.T) {
 	tc := newMultiNode(t, 3)
-	ctx := testCtx(t)
+	ctx := stepCtx(t, time.Minute)
 	a := tc.admin("n1")
 	for _, q := range []struct {
 		name    string
@@ -302,5 +306,53 @@ func TestTx_ConcurrentTransactionsOnTheSameMessages(t *testing.T) {
 	}
 	if len(got) != total {
 		t.Errorf("cout holds %d messages; want %d", len(got), total)
+	}
+}
+
+// The connection loses its node during Commit. When the commit reached the
+// node and only its answer was lost, Commit learns from the transaction's
+// primary, through the node it reconnects to, that it committed, and
+// returns no error; when the commit never reached the node, it learns that
+// it was rolled back. Either way the messages are there exactly as the
+// answer says.
+func TestTx_CommitCutOffLearnsItsOutcome(t *testing.T) {
+	tc := newMultiNode(t, 3)
+	ctx := stepCtx(t, time.Minute)
+	a := tc.admin("n1")
+	if _, err := a.CreateQueue(ctx, "tco", client.QueueOptions{Members: 3}); err != nil {
+		t.Fatal(err)
+	}
+	tc.waitSpread("tco", 3)
+	for _, c := range []struct {
+		cut       string
+		committed bool
+	}{{"downstream", true}, {"upstream", false}} {
+		t.Run("cut "+c.cut, func(t *testing.T) {
+			proxy := newClientProxy(t, tc.node("n1").Addrs().Client)
+			conn := dialVia(t, []string{proxy.addr()}, client.Options{ReconnectPolicy: client.ReconnectAll})
+			tx := mustTx(t, conn)
+			bodies := []string{c.cut + "-0", c.cut + "-1"}
+			for i, b := range bodies {
+				send(t, ctx, mustProducer(t, tx, fmt.Sprintf("tco#%d", i)), b)
+			}
+			proxy.cutOneWay(t, c.cut)
+			err := tx.Commit(ctx)
+			if conn.Reconnects() != 1 {
+				t.Fatalf("commit returned (%v) after %d reconnects; want it to have waited for one", err, conn.Reconnects())
+			}
+			want := bodies
+			if c.committed {
+				if err != nil {
+					t.Fatalf("commit whose answer was lost: %v; want it to learn it committed", err)
+				}
+			} else {
+				if !errors.Is(err, client.ErrTransactionRolledBack) {
+					t.Fatalf("commit that never reached the node: %v; want ErrTransactionRolledBack", err)
+				}
+				want = nil
+			}
+			got := drainMembers(t, mustSession(t, tc.dial("n2"), client.ClientAck), "tco", 3, len(want))
+			sameSet(t, "after the commit", got, want)
+		})
 	}
 }

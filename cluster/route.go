@@ -107,7 +107,7 @@ func (n *Node) attempt(name string, body proto.Message, deadline time.Time, done
 			select {
 			case <-time.After(50 * time.Millisecond):
 			case <-n.stopped:
-				done(fsm.Result{}, fmt.Errorf("%w: node %s is stopping", transport.ErrUnavailable, n.cfg.NodeID))
+				done(fsm.Result{}, fmt.Errorf("%w: node %s is stopping", transport.ErrNodeStopping, n.cfg.NodeID))
 				return
 			}
 			n.attempt(name, body, deadline, done)

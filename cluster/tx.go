@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
@@ -175,11 +178,31 @@ func (n *Node) txDecision(ctx context.Context, primary, tx string) (bool, error)
 	if _, i, err := fsm.ParseAddress(primary); err != nil || i < 0 {
 		return false, fmt.Errorf("%w: transaction primary %q is not a member address", transport.ErrMalformed, primary)
 	}
-	res, err := n.submit(ctx, primary, &fsmpb.TxDecide{Tx: tx, Record: true, Now: n.cfg.Clock().UnixNano()})
+	res, err := n.submitTx(ctx, primary, &fsmpb.TxDecide{Tx: tx, Record: true, Now: n.cfg.Clock().UnixNano()})
 	if err == nil {
 		err = res.Err
 	}
 	return res.Committed, err
+}
+
+// submitTx submits a transaction command until it gets an answer from the
+// member's state machine or ctx ends. Every transaction command may be
+// applied twice: a prepare applied already answers as the first did, a
+// decision applied already changes nothing, and a recorded decision is
+// given back, so an outcome the transport lost is simply asked again.
+func (n *Node) submitTx(ctx context.Context, name string, body proto.Message) (fsm.Result, error) {
+	for {
+		res, err := n.submit(ctx, name, body)
+		if err == nil || ctx.Err() != nil || errors.Is(err, transport.ErrNodeStopping) {
+			return res, err
+		}
+		n.log.Debug("a transaction command got no answer; sending it again", "member", name, "err", err)
+		select {
+		case <-ctx.Done():
+			return res, err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // Decision implements member.Resolver.
@@ -223,7 +246,7 @@ func (n *Node) commitTx(ctx context.Context, session, tx, primary string, sends 
 	case len(names) == 1:
 		p := parts[primary]
 		p.OnePhase = true
-		res, err := n.submit(ctx, primary, p)
+		res, err := n.submitTx(ctx, primary, p)
 		return n.txResult(tx, res, err)
 	}
 
@@ -233,7 +256,7 @@ func (n *Node) commitTx(ctx context.Context, session, tx, primary string, sends 
 	var wg sync.WaitGroup
 	for _, name := range names {
 		wg.Go(func() {
-			res, err := n.submit(ctx, name, parts[name])
+			res, err := n.submitTx(ctx, name, parts[name])
 			if err == nil {
 				err = res.Err
 			}
@@ -246,7 +269,7 @@ func (n *Node) commitTx(ctx context.Context, session, tx, primary string, sends 
 	}
 	wg.Wait()
 	// The decision, recorded by the primary: the first recorded stands.
-	res, err := n.submit(ctx, primary, &fsmpb.TxDecide{Tx: tx, Commit: refused == nil, Record: true, Now: n.cfg.Clock().UnixNano()})
+	res, err := n.submitTx(ctx, primary, &fsmpb.TxDecide{Tx: tx, Commit: refused == nil, Record: true, Now: n.cfg.Clock().UnixNano()})
 	if err == nil {
 		err = res.Err
 	}
@@ -263,7 +286,7 @@ func (n *Node) commitTx(ctx context.Context, session, tx, primary string, sends 
 	// asks the primary once the transaction times out there.
 	for _, name := range names[1:] {
 		wg.Go(func() {
-			if _, err := n.submit(ctx, name, &fsmpb.TxDecide{Tx: tx, Commit: commit, Now: n.cfg.Clock().UnixNano()}); err != nil {
+			if _, err := n.submitTx(ctx, name, &fsmpb.TxDecide{Tx: tx, Commit: commit, Now: n.cfg.Clock().UnixNano()}); err != nil {
 				n.log.Warn("a participant did not apply a transaction's decision; it will ask the primary", "tx", tx, "member", name, "commit", commit, "err", err)
 			}
 		})

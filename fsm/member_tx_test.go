@@ -84,6 +84,13 @@ func TestTx_PreparedHoldsEverythingUntilCommitted(t *testing.T) {
 	if r := f.ok(&fsmpb.TxDecide{Tx: "t1", Commit: true, Now: 13}); !r.Committed || r.Acked != 1 {
 		t.Fatalf("decide commit: %+v", r)
 	}
+	// A late copy of the prepare is answered from the decision, not
+	// prepared again.
+	decided := state(t, f.m)
+	if r := f.ok(prepare("t1", []*fsmpb.Message{msg("n1"), msg("n2")}, 1)); !r.Committed {
+		t.Fatalf("late prepare of a committed transaction: %+v", r)
+	}
+	sameState(t, f.m, decided, "a late prepare")
 	f.absent("m1")
 	for _, id := range []string{"n1", "n2"} {
 		if st := f.lookup(id); !st.Pending {

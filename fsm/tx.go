@@ -147,6 +147,12 @@ func (m *Member) txDecide(c *fsmpb.TxDecide) Result {
 	if t == nil {
 		return Result{Committed: commit}
 	}
+	if !c.Record {
+		// Remembered here too, so that a late copy of the prepare (a
+		// resend that overtook nothing) is answered, not prepared again.
+		m.decisions.prune(c.Now)
+		m.decisions.record(c.Tx, commit, c.Now)
+	}
 	delete(m.txs, t.id)
 	m.bytes -= t.bytes
 	for i, msg := range t.msgs {

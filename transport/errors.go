@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -46,6 +47,9 @@ var (
 	ErrUnknownSession = errors.New("cairn: unknown session or consumer")
 	// ErrUnknownConnection: no live node serves a connection of that id.
 	ErrUnknownConnection = errors.New("cairn: unknown connection")
+	// ErrNodeStopping: the answering node is stopping; the request was not
+	// carried out and another node may take it. It is an ErrUnavailable.
+	ErrNodeStopping = fmt.Errorf("%w: node stopping", ErrUnavailable)
 	// ErrConnectionDestroyed: an operator destroyed the connection; the
 	// client does not reconnect.
 	ErrConnectionDestroyed = errors.New("cairn: connection destroyed")
@@ -70,6 +74,8 @@ var reasons = []struct {
 	{ErrInvalidArgument, "INVALID_ARGUMENT", codes.InvalidArgument},
 	{ErrMalformed, "MALFORMED_REQUEST", codes.InvalidArgument},
 	{ErrDestinationFull, "DESTINATION_FULL", codes.ResourceExhausted},
+	// Before ErrUnavailable, which it wraps.
+	{ErrNodeStopping, "NODE_STOPPING", codes.Unavailable},
 	{ErrUnavailable, "UNAVAILABLE", codes.Unavailable},
 	{ErrDeliveryUnknown, "DELIVERY_UNKNOWN", codes.Unknown},
 	{ErrLostServer, "LOST_SERVER", codes.FailedPrecondition},
