@@ -26,17 +26,18 @@ func TestTx_Property_RandomInterleavings(t *testing.T) {
 		t.Cleanup(func() { _ = flag.Set("rapid.checks", f.DefValue) })
 	}
 	tc := newMultiNode(t, 3)
-	a := tc.admin("n1")
+	const q = "tq"
+	if _, err := tc.admin("n1").CreateQueue(stepCtx(t, 20*time.Second), q, client.QueueOptions{Members: 3}); err != nil {
+		t.Fatal(err)
+	}
+	tc.waitSpread(q, 3)
 	round := 0
 	rapid.Check(t, func(rt *rapid.T) {
+		// Each sequence starts on the empty queue the last one drained.
 		ctx := stepCtx(t, 30*time.Second)
 		round++
-		q := fmt.Sprintf("tq%d", round)
-		if _, err := a.CreateQueue(ctx, q, client.QueueOptions{Members: 3}); err != nil {
-			rt.Fatal(err)
-		}
-		tc.waitSpread(q, 3)
-		input := sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial("n1"), client.AutoAck), q), q+"-in-", 6)
+		prefix := fmt.Sprintf("r%d", round)
+		input := sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial("n1"), client.AutoAck), q), prefix+"-in-", 6)
 
 		type worker struct {
 			s        *client.Session
@@ -83,7 +84,7 @@ func TestTx_Property_RandomInterleavings(t *testing.T) {
 			"send": func(rt *rapid.T) {
 				w := ws[pick.Draw(rt, "worker")]
 				n++
-				b := fmt.Sprintf("%s-tx-%d", q, n)
+				b := fmt.Sprintf("%s-tx-%d", prefix, n)
 				dest := fmt.Sprintf("%s#%d", q, rapid.IntRange(0, 2).Draw(rt, "member"))
 				if _, err := mustProducer(t, w.s, dest).Send(ctx, &client.Message{Body: []byte(b)}); err != nil {
 					rt.Fatal(err)

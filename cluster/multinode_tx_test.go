@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -354,5 +355,43 @@ func TestTx_CommitCutOffLearnsItsOutcome(t *testing.T) {
 			got := drainMembers(t, mustSession(t, tc.dial("n2"), client.ClientAck), "tco", 3, len(want))
 			sameSet(t, "after the commit", got, want)
 		})
+	}
+}
+
+// A commit cut off from its node whose primary's group then loses its
+// majority cannot learn its outcome: after ReconnectBlockingTime it reports
+// ErrCommitUnknown, and the messages of the next transaction carry the
+// possible-duplicate property.
+func TestTx_CommitUnknownWhenThePrimaryCannotAnswer(t *testing.T) {
+	tc := newMultiNode(t, 3)
+	ctx := stepCtx(t, time.Minute)
+	if _, err := tc.admin("n1").CreateQueue(ctx, "tu", client.QueueOptions{Members: 1}); err != nil {
+		t.Fatal(err)
+	}
+	host := tc.waitHost("tu#0")
+	survivor := tc.others(host)[0]
+	proxy := newClientProxy(t, tc.node(survivor).Addrs().Client)
+	conn := dialVia(t, []string{proxy.addr()}, client.Options{ReconnectPolicy: client.ReconnectAll, ReconnectBlockingTime: 2 * time.Second})
+	tx := mustTx(t, conn)
+	p := mustProducer(t, tx, "tu")
+	send(t, ctx, p, "maybe")
+	// The commit's answer is lost, and the member's group loses two of
+	// its three replicas: nobody can say what became of it.
+	proxy.cutOneWay(t, "downstream")
+	for _, id := range tc.others(survivor) {
+		tc.crash(id)
+	}
+	if err := tx.Commit(ctx); !errors.Is(err, client.ErrCommitUnknown) {
+		t.Fatalf("commit whose primary cannot answer: %v; want ErrCommitUnknown", err)
+	}
+	m := &client.Message{Body: []byte("again")}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := p.Send(sctx, m)
+	if err != nil {
+		t.Fatalf("send in the next transaction: %v", err)
+	}
+	if m.Properties[client.PossibleDuplicateProperty] != "true" {
+		t.Fatalf("message sent after an unknown commit has properties %v; want %s", m.Properties, client.PossibleDuplicateProperty)
 	}
 }
