@@ -7,7 +7,11 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
 TOOLS     := $(CURDIR)/.tools
 DATA      ?= ./data
 
-.PHONY: build run test test-short bench lint proto clean
+IMAGE     ?= cairn:dev
+IMAGE_CTX := .image
+COMPOSE   ?= docker-compose
+
+.PHONY: build run test test-short bench lint proto clean image cluster-up cluster-down
 
 build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/cairn
@@ -47,4 +51,19 @@ proto:
 		--go-grpc_out=. --go-grpc_opt=paths=source_relative transport/clientpb/client.proto transport/peerpb/peer.proto
 
 clean:
-	rm -rf bin $(TOOLS)
+	rm -rf bin $(TOOLS) $(IMAGE_CTX)
+
+# image builds the cairn image FROM scratch around a static binary built
+# here: no base image is pulled.
+image:
+	rm -rf $(IMAGE_CTX) && mkdir -p $(IMAGE_CTX)/data
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(IMAGE_CTX)/cairn ./cmd/cairn
+	cp deploy/Dockerfile $(IMAGE_CTX)/Dockerfile
+	docker build -q -t $(IMAGE) $(IMAGE_CTX)
+
+# cluster-up starts deploy/compose.yaml's three nodes (make image first);
+# cluster-down stops them and keeps their volumes.
+cluster-up:
+	$(COMPOSE) -f deploy/compose.yaml -p cairn up -d
+cluster-down:
+	$(COMPOSE) -f deploy/compose.yaml -p cairn down

@@ -26,7 +26,8 @@ type link struct {
 	// stream is set once, before readLoop starts.
 	stream clientpb.ClientService_ConnectClient
 	cancel context.CancelFunc
-	// id, node and peers come from the Hello reply.
+	// id, node and peers come from the Hello reply; they are written under
+	// mu, and read without it only once the link is installed.
 	id, node string
 	peers    []string
 
@@ -102,7 +103,10 @@ func (c *Connection) openLink(ctx context.Context, addr string, gen uint64) (*li
 		return nil, err
 	}
 	h := reply.GetHello()
+	// Under mu: the reader may be reporting the link lost meanwhile.
+	l.mu.Lock()
 	l.id, l.node, l.peers = h.ConnectionId, h.NodeId, h.ClientAddrs
+	l.mu.Unlock()
 	return l, nil
 }
 
@@ -181,7 +185,13 @@ func (l *link) close(err error) bool {
 
 // lostErr is the error requests on a lost link fail with.
 func (l *link) lostErr(cause error) error {
-	return fmt.Errorf("%w: connection %s to node %s lost: %w", ErrLostServer, l.id, l.node, cause)
+	l.mu.Lock()
+	id, node := l.id, l.node
+	l.mu.Unlock()
+	if id == "" {
+		return fmt.Errorf("%w: connection to %s lost before it was opened: %w", ErrLostServer, l.addr, cause)
+	}
+	return fmt.Errorf("%w: connection %s to node %s lost: %w", ErrLostServer, id, node, cause)
 }
 
 func (l *link) isDown() bool {
