@@ -43,7 +43,7 @@ type Session struct {
 	txLost      bool
 	committing  bool
 	possibleDup bool
-	consumers map[uint64]*Consumer
+	consumers   map[uint64]*Consumer
 	// unacked are messages handed out and not yet acknowledged (ClientAck,
 	// IndividualAck).
 	unacked []*Message
