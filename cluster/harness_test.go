@@ -9,7 +9,10 @@ import (
 	"github.com/cairnmq/cairn/member"
 )
 
-var fastTiming = member.Timing{Heartbeat: 100 * time.Millisecond, Election: 100 * time.Millisecond, LeaderLease: 50 * time.Millisecond, Commit: 5 * time.Millisecond}
+// fastTiming makes elections quick, yet leaves a leader 150 ms to hear from a
+// majority: with 50 ms, three nodes under -race on two cores stepped down
+// now and then on their own, and a send then failed as "leadership lost".
+var fastTiming = member.Timing{Heartbeat: 200 * time.Millisecond, Election: 200 * time.Millisecond, LeaderLease: 150 * time.Millisecond, Commit: 5 * time.Millisecond}
 
 // testConfig is a single durable node on loopback ports in dir.
 func testConfig(t *testing.T, dir string, opts ...func(*Config)) Config {

@@ -2,6 +2,7 @@ package test
 
 import (
 	"fmt"
+	"github.com/cairnmq/cairn/client/history"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -57,7 +58,7 @@ func TestCluster3_SIGKILLHostUnderLoad(t *testing.T) {
 		victims[phase] = victim
 	}
 	c.drainCluster(h, queue, members, 0)
-	h.report(t)
+	reportHistory(t, h)
 	checkDeliveryCounts(t, h, budget.Load())
 	// What the consumers on the killed front-ends held came back, marked
 	// (the history check says so too; this says how much there was).
@@ -76,7 +77,7 @@ func TestCluster3_SIGKILLHostUnderLoad(t *testing.T) {
 // killCycle runs the workload, kills the host of member cycle-1 with
 // SIGKILL once it is under way, checks the failover and that the other
 // front-ends carry on, stops the workload and restarts the killed node.
-func killCycle(t *testing.T, c *testCluster, h *history, budget *atomic.Int64, queue string, members, cycle int) (phase, victimID string) {
+func killCycle(t *testing.T, c *testCluster, h *history.History, budget *atomic.Int64, queue string, members, cycle int) (phase, victimID string) {
 	t.Helper()
 	phase = fmt.Sprintf("cycle %d", cycle)
 	l := startLoad(c, h, budget, loadConfig{
@@ -116,12 +117,10 @@ func killCycle(t *testing.T, c *testCluster, h *history, budget *atomic.Int64, q
 	// The surviving front-ends carry on: sends succeed and consumers of
 	// the failed-over member, on the other front-ends, get messages again.
 	recvMember := func() int64 {
-		h.mu.Lock()
-		defer h.mu.Unlock()
 		n := int64(0)
-		for _, m := range h.msgs {
-			for _, r := range m.receipts {
-				if strings.HasPrefix(r.phase, phase+" ") && memberOfPhase(r.phase) == member {
+		for _, m := range h.Messages() {
+			for _, r := range m.Receipts {
+				if strings.HasPrefix(r.Phase, phase+" ") && memberOfPhase(r.Phase) == member {
 					n++
 				}
 			}

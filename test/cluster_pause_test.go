@@ -2,6 +2,7 @@ package test
 
 import (
 	"fmt"
+	"github.com/cairnmq/cairn/client/history"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -54,11 +55,11 @@ func TestCluster3_SIGSTOPPauseIsNotDeath(t *testing.T) {
 		t.FailNow()
 	}
 	c.drainCluster(h, queue, members, 0)
-	h.report(t)
+	reportHistory(t, h)
 	checkDeliveryCounts(t, h, budget.Load())
 }
 
-func pauseLoad(c *testCluster, h *history, budget *atomic.Int64, queue string, members int, phase string, noConsumersOn map[int]bool) *load {
+func pauseLoad(c *testCluster, h *history.History, budget *atomic.Int64, queue string, members int, phase string, noConsumersOn map[int]bool) *load {
 	return startLoad(c, h, budget, loadConfig{
 		queue: queue, members: members, phase: phase,
 		producers: 2, sendsPerPro: 6000, recvPerCons: 5000, sendPause: 5 * time.Millisecond,
@@ -85,7 +86,7 @@ func (c *testCluster) aliveAsSeenBy(i int) map[string]bool {
 	return out
 }
 
-func shortPauseCycle(t *testing.T, c *testCluster, h *history, budget *atomic.Int64, queue string, members int) {
+func shortPauseCycle(t *testing.T, c *testCluster, h *history.History, budget *atomic.Int64, queue string, members int) {
 	t.Helper()
 	const phase = "short pause"
 	l := pauseLoad(c, h, budget, queue, members, phase, nil)
@@ -164,7 +165,7 @@ func shortPauseCycle(t *testing.T, c *testCluster, h *history, budget *atomic.In
 	l.report()
 }
 
-func longPauseCycle(t *testing.T, c *testCluster, h *history, budget *atomic.Int64, queue string, members int) {
+func longPauseCycle(t *testing.T, c *testCluster, h *history.History, budget *atomic.Int64, queue string, members int) {
 	t.Helper()
 	const phase = "long pause"
 	hosts := c.hosts(0)

@@ -155,7 +155,7 @@ func TestCluster3_FullRestart(t *testing.T) {
 		t.FailNow()
 	}
 	c.drainCluster(h, queue, members, 1)
-	h.report(t)
+	reportHistory(t, h)
 	checkDeliveryCounts(t, h, budget.Load())
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cairnmq/cairn/client"
+	"github.com/cairnmq/cairn/client/history"
 )
 
 // The crash workload's shape.
@@ -88,12 +89,12 @@ func TestSIGKILLMidStream(t *testing.T) {
 		s.start()
 	}
 	drain(t, s, h, queue)
-	h.report(t)
+	reportHistory(t, h)
 }
 
 // crashCycle runs producers and a consumer against the node and kills the
 // node with SIGKILL in the middle of it.
-func crashCycle(t *testing.T, s *server, h *history, queue, phase string) {
+func crashCycle(t *testing.T, s *server, h *history.History, queue, phase string) {
 	t.Helper()
 	opts := client.Options{Prefetch: 16, RequestTimeout: 10 * time.Second}
 	prodConn := s.dial(opts)
@@ -134,11 +135,11 @@ func crashCycle(t *testing.T, s *server, h *history, queue, phase string) {
 				default:
 				}
 				m := &client.Message{ID: client.NewMessageID(), Body: fmt.Appendf(nil, "%s producer %d message %d", phase, p, i)}
-				h.sending(m.ID)
+				h.Sending(m.ID)
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				r, err := pr.Send(ctx, m)
 				cancel()
-				h.sent(m.ID, err)
+				h.Sent(m.ID, err)
 				if err != nil {
 					// After the kill every producer ends on its first error.
 					fail("%s: producer %d: send before the kill: %w", phase, p, err)
@@ -179,11 +180,11 @@ func crashCycle(t *testing.T, s *server, h *history, queue, phase string) {
 			if m == nil {
 				continue
 			}
-			r := h.received(phase, m)
+			r := h.Received(phase, m)
 			received.Add(1)
 			if n%3 != 0 {
 				err := m.Ack()
-				h.acked(r, err)
+				h.Acked(r, err)
 				if err != nil {
 					fail("%s: ack before the kill: %w", phase, err)
 					return
@@ -218,7 +219,7 @@ func crashCycle(t *testing.T, s *server, h *history, queue, phase string) {
 
 // drain receives every message left in the queue with a fresh AutoAck
 // consumer until none comes for drainIdle, then checks the queue is empty.
-func drain(t *testing.T, s *server, h *history, queue string) {
+func drain(t *testing.T, s *server, h *history.History, queue string) {
 	t.Helper()
 	conn := s.dial(client.Options{RequestTimeout: 10 * time.Second})
 	sess, err := conn.Session(client.AutoAck)
@@ -229,7 +230,7 @@ func drain(t *testing.T, s *server, h *history, queue string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	limit := h.attempted() + 100
+	limit := h.Attempted() + 100
 	start := time.Now()
 	n := 0
 	for ; ; n++ {
@@ -248,7 +249,7 @@ func drain(t *testing.T, s *server, h *history, queue string) {
 		if m == nil {
 			break
 		}
-		h.received(drainPhase, m)
+		h.Received(history.DrainPhase, m)
 	}
 	if err := conn.Close(); err != nil {
 		t.Errorf("drain: closing the connection: %v", err)
@@ -289,11 +290,11 @@ func TestSIGTERMGraceful(t *testing.T) {
 			defer wg.Done()
 			for i := range perProducer {
 				m := &client.Message{ID: client.NewMessageID(), Body: fmt.Appendf(nil, "producer %d message %d", p, i)}
-				h.sending(m.ID)
+				h.Sending(m.ID)
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				_, err := pr.Send(ctx, m)
 				cancel()
-				h.sent(m.ID, err)
+				h.Sent(m.ID, err)
 				if err != nil {
 					errs.add(err)
 					return
@@ -324,10 +325,10 @@ func TestSIGTERMGraceful(t *testing.T) {
 		if err != nil || m == nil {
 			t.Fatalf("receive %d: %v, %v", n, m, err)
 		}
-		r := h.received("before SIGTERM", m)
+		r := h.Received("before SIGTERM", m)
 		if n%3 != 0 {
 			err := m.Ack()
-			h.acked(r, err)
+			h.Acked(r, err)
 			if err != nil {
 				t.Fatalf("ack: %v", err)
 			}
@@ -353,5 +354,5 @@ func TestSIGTERMGraceful(t *testing.T) {
 		t.Errorf("after the restart queue %s holds %d pending and %d delivered, want %d in all", queue, info.Pending, info.Delivered, want)
 	}
 	drain(t, s, h, queue)
-	h.report(t)
+	reportHistory(t, h)
 }
