@@ -11,7 +11,7 @@ IMAGE     ?= cairn:dev
 IMAGE_CTX := .image
 COMPOSE   ?= docker-compose
 
-.PHONY: build run test test-short bench lint proto clean image cluster-up cluster-down
+.PHONY: build run test test-short bench lint proto clean image cluster-up cluster-down chaos chaos-long
 
 build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/cairn
@@ -67,3 +67,11 @@ cluster-up:
 	$(COMPOSE) -f deploy/compose.yaml -p cairn up -d
 cluster-down:
 	$(COMPOSE) -f deploy/compose.yaml -p cairn down
+
+# chaos runs every nemesis scenario of test/chaos against the compose
+# cluster for 30 s each, with cairn verify judging; chaos-long soaks each
+# for 6 minutes (30 in all).
+chaos: image
+	CAIRN_CHAOS=1 $(GO) test -count=1 -timeout 30m -v ./test/chaos
+chaos-long: image
+	CAIRN_CHAOS=1 CAIRN_CHAOS_DURATION=6m $(GO) test -count=1 -timeout 90m -v ./test/chaos
