@@ -23,8 +23,7 @@ func TestCluster3_DD_IdempotentSendsThroughSIGKILLThenStrandedMembersDrain(t *te
 	c := newCluster(t)
 	c.startAll()
 	c.waitSettled(20 * time.Second)
-	c.createQueue("dd", 3)
-	host := c.hosts(0)["dd#0"]
+	host := c.createQueue("dd", 3).Members[0].Host
 	hi, hs := c.node(host)
 
 	const perProducer = 150

@@ -319,9 +319,8 @@ func TestCluster3_AckToPausedHostAnswersAfterFailover(t *testing.T) {
 	c.startAll()
 	c.waitSettled(20 * time.Second)
 	const queue = "slowack"
-	c.createQueue(queue, 3)
 	member := queue + "#0"
-	hi, _ := c.node(c.hosts(0)[member])
+	hi, _ := c.node(c.createQueue(queue, 3).Members[0].Host)
 	fi := (hi + 1) % len(c.nodes)
 
 	conn := c.dialNode(fi)

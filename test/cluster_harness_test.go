@@ -263,6 +263,10 @@ func (c *testCluster) createQueue(name string, members int) client.QueueInfo {
 		}
 		if ok {
 			c.t.Logf("queue %s: hosts %v", name, hosts)
+			// As seen then: a later look may find a member between hosts.
+			for i := range info.Members {
+				info.Members[i].Host = hosts[info.Members[i].Name]
+			}
 			return info
 		}
 		if time.Now().After(deadline) {

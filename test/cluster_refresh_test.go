@@ -16,8 +16,7 @@ func TestCluster3_CLI_SendAndReceiveSurviveTheirNode(t *testing.T) {
 	c := newCluster(t)
 	c.startAll()
 	c.waitSettled(20 * time.Second)
-	c.createQueue("cr", 1)
-	hi, _ := c.node(c.hosts(0)["cr#0"])
+	hi, _ := c.node(c.createQueue("cr", 1).Members[0].Host)
 	front, other := (hi+1)%3, (hi+2)%3
 	env := []string{"CAIRN_SERVER=" + c.nodes[front].addrs.client}
 	const total = 400
