@@ -221,14 +221,14 @@ var scenarios = []scenario{
 		}
 	}},
 	{"restart the whole cluster", nil, func(t *testing.T, end time.Time) {
-		if sleepUntil(end.Sub(time.Now())/3, end) {
+		if sleepUntil(time.Until(end)/3, end) {
 			t.Logf("nemesis: docker restart of all three nodes at once")
 			must(t, "docker", "restart", "-t", "10", container(0), container(1), container(2))
 			waitHealthy(t, 90*time.Second)
 		}
 	}},
 	{"rolling restart", nil, func(t *testing.T, end time.Time) {
-		sleepUntil(end.Sub(time.Now())/4, end)
+		sleepUntil(time.Until(end)/4, end)
 		for i := range 3 {
 			t.Logf("nemesis: docker restart %s", container(i))
 			must(t, "docker", "restart", "-t", "30", container(i))
