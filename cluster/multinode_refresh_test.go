@@ -65,9 +65,7 @@ func dialVia(t *testing.T, addrs []string, opts client.Options) *client.Connecti
 func TestRefresh_FrontEndKilled_ConsumerGoesOn(t *testing.T) {
 	tc := newMultiNode(t, 3)
 	ctx := testCtx(t)
-	if _, err := tc.admin("n1").CreateQueue(ctx, "rf", client.QueueOptions{Members: 1}); err != nil {
-		t.Fatal(err)
-	}
+	createQueues(t, ctx, tc.admin("n1"), map[string]int{"rf": 1})
 	host := tc.waitHost("rf#0")
 	rest := tc.others(host)
 	front, other := rest[0], rest[1]
@@ -138,9 +136,7 @@ func TestRefresh_FrontEndKilled_ConsumerGoesOn(t *testing.T) {
 func TestRefresh_Policies_EachConnectionOnItsOwn(t *testing.T) {
 	tc := newMultiNode(t, 3)
 	ctx := testCtx(t)
-	if _, err := tc.admin("n1").CreateQueue(ctx, "rp", client.QueueOptions{Members: 1}); err != nil {
-		t.Fatal(err)
-	}
+	createQueues(t, ctx, tc.admin("n1"), map[string]int{"rp": 1})
 	host := tc.waitHost("rp#0")
 	front := tc.others(host)[0]
 	addr := []string{tc.node(front).Addrs().Client}
@@ -265,9 +261,7 @@ func connectionOf(t *testing.T, a *client.Admin, id string) client.ConnectionInf
 func TestRefresh_ReceiveWhileReconnecting(t *testing.T) {
 	tc := newMultiNode(t, 1)
 	ctx := testCtx(t)
-	if _, err := tc.admin("n1").CreateQueue(ctx, "rw", client.QueueOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createQueues(t, ctx, tc.admin("n1"), map[string]int{"rw": 0})
 	conn := dialVia(t, []string{tc.node("n1").Addrs().Client}, client.Options{ReconnectPolicy: client.ReconnectAll, ReconnectBlockingTime: time.Second})
 	k := mustConsumer(t, ctx, mustSession(t, conn, client.AutoAck), "rw")
 	prod := mustProducer(t, mustSession(t, conn, client.AutoAck), "rw")
@@ -380,9 +374,7 @@ func (cp *clientProxy) cutOneWay(t *testing.T, dir string) {
 func TestRefresh_CutOff_DistributedConsumerRepinned(t *testing.T) {
 	tc := newMultiNode(t, 3)
 	ctx := testCtx(t)
-	if _, err := tc.admin("n1").CreateQueue(ctx, "rd", client.QueueOptions{Members: 3}); err != nil {
-		t.Fatal(err)
-	}
+	createQueues(t, ctx, tc.admin("n1"), map[string]int{"rd": 3})
 	hosts := tc.waitSpread("rd", 3)
 	front := "n1"
 	proxy := newClientProxy(t, tc.node(front).Addrs().Client)
@@ -454,9 +446,7 @@ func memberIndex(t *testing.T, member string) int {
 func TestRefresh_SendsInFlightWhenTheFrontEndDies(t *testing.T) {
 	tc := newMultiNode(t, 3)
 	ctx := testCtx(t)
-	if _, err := tc.admin("n1").CreateQueue(ctx, "rs", client.QueueOptions{Members: 3}); err != nil {
-		t.Fatal(err)
-	}
+	createQueues(t, ctx, tc.admin("n1"), map[string]int{"rs": 3})
 	tc.waitSpread("rs", 3)
 	front := "n1"
 	type result struct {

@@ -17,6 +17,16 @@ func mustTx(t *testing.T, c *client.Connection) *client.Session {
 	return mustSession(t, c, client.Transacted)
 }
 
+// createQueues creates queues, each with the given number of members.
+func createQueues(t *testing.T, ctx context.Context, a *client.Admin, members map[string]int) {
+	t.Helper()
+	for name, n := range members {
+		if _, err := a.CreateQueue(ctx, name, client.QueueOptions{Members: n}); err != nil {
+			t.Fatalf("create queue %s: %v", name, err)
+		}
+	}
+}
+
 func commit(t *testing.T, s *client.Session) {
 	t.Helper()
 	if err := s.Commit(testCtx(t)); err != nil {
@@ -32,14 +42,7 @@ func TestTx_AtomicAcrossMembersAndQueues(t *testing.T) {
 	tc := newMultiNode(t, 3)
 	ctx := stepCtx(t, time.Minute)
 	a := tc.admin("n1")
-	for _, q := range []struct {
-		name    string
-		members int
-	}{{"ta", 3}, {"tb", 1}} {
-		if _, err := a.CreateQueue(ctx, q.name, client.QueueOptions{Members: q.members}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createQueues(t, ctx, a, map[string]int{"ta": 3, "tb": 1})
 	tc.waitSpread("ta", 3)
 	sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial("n2"), client.AutoAck), "tb"), "in-", 4)
 
@@ -108,9 +111,7 @@ func TestTx_PreparedTransactionsAreDecidedWithoutTheirFrontEnd(t *testing.T) {
 	tc := newMultiNode(t, 3, func(c *Config) { c.TxTimeout = 2 * time.Second })
 	ctx := stepCtx(t, time.Minute)
 	a := tc.admin("n1")
-	if _, err := a.CreateQueue(ctx, "tp", client.QueueOptions{Members: 3}); err != nil {
-		t.Fatal(err)
-	}
+	createQueues(t, ctx, a, map[string]int{"tp": 3})
 	hosts := tc.waitSpread("tp", 3)
 	front := tc.node(hosts[2]) // neither the primary's host nor the participant's
 	prepareOn := func(tx, member string, ids ...string) {
@@ -175,11 +176,7 @@ func TestTx_FrontEndKilledMidTransaction(t *testing.T) {
 	tc := newMultiNode(t, 3)
 	ctx := stepCtx(t, time.Minute)
 	a := tc.admin("n1")
-	for _, q := range []string{"tin", "tout"} {
-		if _, err := a.CreateQueue(ctx, q, client.QueueOptions{Members: 1}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createQueues(t, ctx, a, map[string]int{"tin": 1, "tout": 1})
 	front := tc.others(tc.waitHost("tin#0"), tc.waitHost("tout#0"))[0]
 	other := tc.others(front)[0]
 	sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial(other), client.AutoAck), "tin"), "in-", 2)
@@ -228,14 +225,7 @@ func TestTx_ConcurrentTransactionsOnTheSameMessages(t *testing.T) {
 	tc := newMultiNode(t, 3)
 	ctx := stepCtx(t, time.Minute)
 	a := tc.admin("n1")
-	for _, q := range []struct {
-		name    string
-		members int
-	}{{"cin", 2}, {"cout", 3}} {
-		if _, err := a.CreateQueue(ctx, q.name, client.QueueOptions{Members: q.members}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createQueues(t, ctx, a, map[string]int{"cin": 2, "cout": 3})
 	const total = 60
 	inputs := map[string]bool{}
 	for i := range 2 {
@@ -320,9 +310,7 @@ func TestTx_CommitCutOffLearnsItsOutcome(t *testing.T) {
 	tc := newMultiNode(t, 3)
 	ctx := stepCtx(t, time.Minute)
 	a := tc.admin("n1")
-	if _, err := a.CreateQueue(ctx, "tco", client.QueueOptions{Members: 3}); err != nil {
-		t.Fatal(err)
-	}
+	createQueues(t, ctx, a, map[string]int{"tco": 3})
 	tc.waitSpread("tco", 3)
 	for _, c := range []struct {
 		cut       string
@@ -365,9 +353,7 @@ func TestTx_CommitCutOffLearnsItsOutcome(t *testing.T) {
 func TestTx_CommitUnknownWhenThePrimaryCannotAnswer(t *testing.T) {
 	tc := newMultiNode(t, 3)
 	ctx := stepCtx(t, time.Minute)
-	if _, err := tc.admin("n1").CreateQueue(ctx, "tu", client.QueueOptions{Members: 1}); err != nil {
-		t.Fatal(err)
-	}
+	createQueues(t, ctx, tc.admin("n1"), map[string]int{"tu": 1})
 	host := tc.waitHost("tu#0")
 	survivor := tc.others(host)[0]
 	proxy := newClientProxy(t, tc.node(survivor).Addrs().Client)
