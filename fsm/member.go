@@ -107,6 +107,9 @@ type Member struct {
 	txs       map[string]*tx
 	txMsgIDs  map[string]string
 	decisions decisions
+	// preparedSends and preparedAcks count what the txs hold, for Stats,
+	// which the router reads on every send.
+	preparedSends, preparedAcks int
 }
 
 // NewMember returns an empty member state machine.

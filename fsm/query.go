@@ -27,11 +27,10 @@ type Stats struct {
 
 // Stats returns the member's counts.
 func (m *Member) Stats() Stats {
-	sends, acks := m.prepared()
 	return Stats{
 		Pending:      m.nPending,
-		Delivered:    len(m.byDelivery) - acks,
-		Prepared:     sends + acks,
+		Delivered:    len(m.byDelivery) - m.preparedAcks,
+		Prepared:     m.preparedSends + m.preparedAcks,
 		Delayed:      m.delayed.Len(),
 		Moving:       m.aside.Len(),
 		DeadLettered: m.deadLettered,

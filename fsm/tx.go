@@ -130,6 +130,8 @@ func (m *Member) hold(t *tx, withDedup bool) {
 		m.expiry.Delete(msg)
 	}
 	m.bytes += t.bytes
+	m.preparedSends += t.sends()
+	m.preparedAcks += len(t.acked)
 	m.txs[t.id] = t
 }
 
@@ -155,6 +157,8 @@ func (m *Member) txDecide(c *fsmpb.TxDecide) Result {
 	}
 	delete(m.txs, t.id)
 	m.bytes -= t.bytes
+	m.preparedSends -= t.sends()
+	m.preparedAcks -= len(t.acked)
 	for i, msg := range t.msgs {
 		if !t.out[i].Duplicate {
 			delete(m.txMsgIDs, msg.Id)
@@ -184,18 +188,15 @@ func (m *Member) txDecide(c *fsmpb.TxDecide) Result {
 	return Result{Returned: len(t.acked)}
 }
 
-// prepared counts the messages prepared transactions hold: the sends they
-// will enqueue and the deliveries they will acknowledge.
-func (m *Member) prepared() (sends, acks int) {
-	for _, t := range m.txs {
-		for _, o := range t.out {
-			if !o.Duplicate {
-				sends++
-			}
+// sends counts the messages the transaction will enqueue.
+func (t *tx) sends() int {
+	n := 0
+	for _, o := range t.out {
+		if !o.Duplicate {
+			n++
 		}
-		acks += len(t.acked)
 	}
-	return sends, acks
+	return n
 }
 
 // Prepared is a transaction prepared on the member, for the host that
