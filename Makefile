@@ -11,7 +11,7 @@ IMAGE     ?= cairn:dev
 IMAGE_CTX := .image
 COMPOSE   ?= docker-compose
 
-.PHONY: build run test test-short bench lint proto clean image cluster-up cluster-down chaos chaos-long
+.PHONY: build run test test-short bench bench-compare chaos-local lint proto clean image cluster-up cluster-down chaos chaos-long
 
 build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/cairn
@@ -33,8 +33,15 @@ test:
 test-short:
 	$(GO) test -short -count=1 $(PKGS)
 
-bench:
+# bench runs the parts' benchmarks, then the standard set of `cairn bench`
+# runs on a local three-node cluster (a markdown table); bench-compare runs
+# the same set against three local nats-server processes too (installed for
+# the run into a temporary directory) and prints Cairn/NATS per row.
+bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./fsm/ ./member/
+	$(GO) run ./test/benchsuite --cairn $(BIN)
+bench-compare: build
+	$(GO) run ./test/benchsuite --cairn $(BIN) --compare
 
 lint:
 	$(GO) vet $(PKGS)
@@ -68,10 +75,13 @@ cluster-up:
 cluster-down:
 	$(COMPOSE) -f deploy/compose.yaml -p cairn down
 
-# chaos runs every nemesis scenario of test/chaos against the compose
-# cluster for 30 s each, with cairn verify judging; chaos-long soaks each
-# for 6 minutes (30 in all).
+# chaos runs every nemesis scenario of test/chaos for 30 s each, with cairn
+# verify judging, against the compose cluster and against three local
+# processes; chaos-local the local ones alone (no Docker needed);
+# chaos-long soaks each for 6 minutes (30 per target, an hour in all).
 chaos: image
-	CAIRN_CHAOS=1 $(GO) test -count=1 -timeout 30m -v ./test/chaos
+	CAIRN_CHAOS=1 $(GO) test -count=1 -timeout 40m -v ./test/chaos
+chaos-local:
+	CAIRN_CHAOS=1 $(GO) test -count=1 -timeout 30m -v -run TestChaos_Local ./test/chaos
 chaos-long: image
-	CAIRN_CHAOS=1 CAIRN_CHAOS_DURATION=6m $(GO) test -count=1 -timeout 90m -v ./test/chaos
+	CAIRN_CHAOS=1 CAIRN_CHAOS_DURATION=6m $(GO) test -count=1 -timeout 150m -v ./test/chaos

@@ -65,7 +65,7 @@ by default.`,
 	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
 		return envFlags(cmd.Root().PersistentFlags(), "server")
 	}
-	root.AddCommand(serverCmd(), queueCmd(), sendCmd(), receiveCmd(), clusterCmd(), nodeCmd(), connectionCmd(), healthCmd(), verifyCmd())
+	root.AddCommand(serverCmd(), queueCmd(), sendCmd(), receiveCmd(), clusterCmd(), nodeCmd(), connectionCmd(), healthCmd(), verifyCmd(), benchCmd())
 	return root
 }
 

@@ -368,32 +368,56 @@ func drainVerify(ctx context.Context, cfg verifyConfig, members int, h *history.
 	if err != nil {
 		return err
 	}
+	deadline := time.Now().Add(2 * time.Minute)
 	var ks []*client.Consumer
 	for i := range members {
-		k, err := s.Consumer(ctx, fmt.Sprintf("%s#%d", cfg.queue, i))
-		if err != nil {
-			return err
+		// A cluster just healed may still be electing the member's leader or
+		// replacing a broken stream: a failed create is tried again.
+		for {
+			k, err := s.Consumer(ctx, fmt.Sprintf("%s#%d", cfg.queue, i))
+			if err == nil {
+				ks = append(ks, k)
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return fmt.Errorf("verify: consumer of %s#%d for the drain: %w", cfg.queue, i, err)
+			}
+			time.Sleep(500 * time.Millisecond)
 		}
-		ks = append(ks, k)
 	}
 	a, err := client.NewAdmin(cfg.servers)
 	if err != nil {
 		return err
 	}
 	defer a.Close()
-	deadline := time.Now().Add(2 * time.Minute)
 	lastGot := time.Now()
+	var left *client.QueueInfo
+	var showErr error
 	for time.Now().Before(deadline) {
+		// Take what every member has at hand, then acknowledge it all at
+		// once (ClientAck): one round trip per batch, not per message.
+		var batch []*history.Receipt
 		for _, k := range ks {
-			m, err := k.ReceiveTimeout(50 * time.Millisecond)
-			if err != nil || m == nil {
-				continue
+			for range 256 {
+				m, err := k.ReceiveNoWait()
+				if err != nil || m == nil {
+					break
+				}
+				batch = append(batch, h.Received(history.DrainPhase, m))
+				rec.log(event{Op: "receive", ID: m.ID, Phase: history.DrainPhase, Outcome: "ok", Redelivered: m.Redelivered, DeliveryCount: m.DeliveryCount})
 			}
-			lastGot = time.Now()
-			r := h.Received(history.DrainPhase, m)
-			rec.log(event{Op: "receive", ID: m.ID, Phase: history.DrainPhase, Outcome: "ok", Redelivered: m.Redelivered, DeliveryCount: m.DeliveryCount})
-			h.Acked(r, m.Ack())
 		}
+		if len(batch) > 0 {
+			lastGot = time.Now()
+			actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err := s.Acknowledge(actx)
+			cancel()
+			for _, r := range batch {
+				h.Acked(r, err)
+			}
+			continue
+		}
+		time.Sleep(50 * time.Millisecond)
 		if time.Since(lastGot) < 2*time.Second {
 			continue
 		}
@@ -403,6 +427,14 @@ func drainVerify(ctx context.Context, cfg verifyConfig, members int, h *history.
 		if err == nil && q.Pending == 0 && q.Delivered == 0 && q.Prepared == 0 && q.Delayed == 0 {
 			return nil
 		}
+		left, showErr = &q, err
 	}
-	return fmt.Errorf("verify: queue %s still held messages after draining for 2 minutes", cfg.queue)
+	switch {
+	case left == nil:
+		return fmt.Errorf("verify: queue %s: messages still came after draining for 2 minutes", cfg.queue)
+	case showErr != nil:
+		return fmt.Errorf("verify: draining queue %s for 2 minutes: asking what it holds failed: %w", cfg.queue, showErr)
+	}
+	return fmt.Errorf("verify: queue %s still held messages after draining for 2 minutes: %d pending, %d delivered and not acknowledged, %d prepared, %d delayed (cairn queue show %s tells which member)",
+		cfg.queue, left.Pending, left.Delivered, left.Prepared, left.Delayed, cfg.queue)
 }

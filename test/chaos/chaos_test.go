@@ -1,10 +1,18 @@
 // Package chaos is Cairn's chaos suite: a nemesis runs fault schedules
-// against the three-node compose cluster (deploy/compose.yaml) while
-// `cairn verify` runs a workload through them, and every scenario ends with
-// all faults healed and the checker's verdict. `make chaos` runs a short
-// pass of each scenario; `make chaos-long` a soak. Both need Docker and the
-// image (`make image`); without CAIRN_CHAOS=1 the tests skip, so `make test`
-// does not run them.
+// against a three-node cluster while `cairn verify` runs a workload through
+// them, and every scenario ends with all faults healed and the checker's
+// verdict. The schedules are written once, against a target, and run on two:
+//
+//   - the compose cluster (deploy/compose.yaml): docker kill, docker pause,
+//     docker network disconnect, docker restart;
+//   - three local `cairn server` processes: SIGKILL, SIGSTOP, and a
+//     toxiproxy in front of every client, peer, Raft and HTTP address for
+//     partitions, so the suite runs where Docker does not.
+//
+// `make chaos` runs a short pass of each scenario on each target (the
+// compose one only when Docker answers); `make chaos-local` the local one
+// alone; `make chaos-long` a soak. Without CAIRN_CHAOS=1 the tests skip, so
+// `make test` does not run them.
 package chaos
 
 import (
@@ -21,15 +29,10 @@ import (
 	"time"
 )
 
-const project = "cairn-chaos"
-
 var (
 	cairnBin string
 	root     string
 )
-
-// clientAddrs are the compose cluster's client ports on this host.
-var clientAddrs = "127.0.0.1:7650,127.0.0.1:7660,127.0.0.1:7670"
 
 func enabled() bool { return os.Getenv("CAIRN_CHAOS") == "1" }
 
@@ -90,29 +93,41 @@ func must(t *testing.T, name string, args ...string) string {
 	return out
 }
 
-func compose(t *testing.T, args ...string) string {
-	t.Helper()
-	return must(t, "docker-compose", append([]string{"-f", "deploy/compose.yaml", "-p", project}, args...)...)
+// target is a three-node cluster the nemesis can hurt. Nodes are numbered
+// 0-2 and their ids are cairn-0..cairn-2 on every target. Each fault has
+// its undoing; heal undoes every fault still in place and waits until all
+// three nodes are ready.
+type target interface {
+	// clientAddrs is the --server list for cairn commands.
+	clientAddrs() string
+	describe(i int) string
+	kill(t *testing.T, i int)  // SIGKILL
+	start(t *testing.T, i int) // after kill
+	pause(t *testing.T, i int) // SIGSTOP
+	resume(t *testing.T, i int)
+	isolate(t *testing.T, i int) // cut off from the network
+	reconnect(t *testing.T, i int)
+	restart(t *testing.T, i int) // graceful stop, start, wait until ready
+	restartAll(t *testing.T)     // all three at once, wait until ready
+	heal(t *testing.T)
+	// lastWords logs the end of every node's log (for a failed test).
+	lastWords(t *testing.T)
 }
 
-func container(i int) string { return fmt.Sprintf("%s_cairn-%d_1", project, i) }
-
-const network = project + "_cairn"
-
-// waitHealthy waits until every container is running and healthy.
-func waitHealthy(t *testing.T, d time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		out, _ := run(t, "docker", "inspect", "-f", "{{.State.Health.Status}}", container(0), container(1), container(2))
-		if strings.Count(out, "healthy") == 3 && !strings.Contains(out, "unhealthy") {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the compose cluster is not healthy after %v: %q", d, out)
-		}
-		time.Sleep(time.Second)
+// sleepUntil waits d, or less if end comes first; false once end passed.
+func sleepUntil(d time.Duration, end time.Time) bool {
+	if left := time.Until(end); left < d {
+		d = left
 	}
+	if d > 0 {
+		time.Sleep(d)
+	}
+	return time.Now().Before(end)
+}
+
+// between is a random duration in [lo, hi).
+func between(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(rand.Int64N(int64(hi-lo)))
 }
 
 // status is what the nemesis needs of `cairn cluster status --json`.
@@ -127,11 +142,11 @@ type status struct {
 	} `json:"groups"`
 }
 
-// victim is the container of the meta leader, or of a member's host: the
-// nodes whose loss costs the most.
-func victim(t *testing.T, metaLeader bool) int {
+// victim is the node of the meta leader, or of a member's host: the nodes
+// whose loss costs the most.
+func victim(t *testing.T, tg target, metaLeader bool) int {
 	t.Helper()
-	out, err := run(t, cairnBin, "--server", clientAddrs, "cluster", "status", "--json")
+	out, err := run(t, cairnBin, "--server", tg.clientAddrs(), "cluster", "status", "--json")
 	var st status
 	if err == nil && json.Unmarshal([]byte(out), &st) == nil {
 		for _, n := range st.Nodes {
@@ -156,115 +171,73 @@ func nodeIndex(id string) int {
 	return i
 }
 
-// heal undoes every fault: unpaused, connected, started.
-func heal(t *testing.T) {
-	t.Helper()
-	for i := range 3 {
-		c := container(i)
-		run(t, "docker", "unpause", c)
-		run(t, "docker", "network", "connect", "--alias", fmt.Sprintf("cairn-%d", i), network, c)
-		run(t, "docker", "start", c)
-	}
-	waitHealthy(t, 90*time.Second)
-}
-
-// sleepUntil waits d, or less if end comes first; false once end passed.
-func sleepUntil(d time.Duration, end time.Time) bool {
-	if left := time.Until(end); left < d {
-		d = left
-	}
-	if d > 0 {
-		time.Sleep(d)
-	}
-	return time.Now().Before(end)
-}
-
-// between is a random duration in [lo, hi).
-func between(lo, hi time.Duration) time.Duration {
-	return lo + time.Duration(rand.Int64N(int64(hi-lo)))
-}
-
 // scenario is a nemesis schedule: it applies faults until end and returns
 // with some of them possibly still in place (heal undoes them).
 type scenario struct {
 	name    string
 	verify  []string
-	nemesis func(t *testing.T, end time.Time)
+	nemesis func(t *testing.T, tg target, end time.Time)
 }
 
 var scenarios = []scenario{
-	{"kill the member host or the meta leader every 10-20 s", []string{"--dedup"}, func(t *testing.T, end time.Time) {
+	{"kill the member host or the meta leader every 10-20 s", []string{"--dedup"}, func(t *testing.T, tg target, end time.Time) {
 		for n := 0; sleepUntil(between(10*time.Second, 20*time.Second), end); n++ {
-			i := victim(t, n%2 == 1)
-			t.Logf("nemesis: docker kill %s", container(i))
-			must(t, "docker", "kill", container(i))
+			i := victim(t, tg, n%2 == 1)
+			t.Logf("nemesis: kill %s", tg.describe(i))
+			tg.kill(t, i)
 			sleepUntil(3*time.Second, end.Add(time.Minute))
-			must(t, "docker", "start", container(i))
+			tg.start(t, i)
 		}
 	}},
-	{"pause a node for 5 s", nil, func(t *testing.T, end time.Time) {
+	{"pause a node for 5 s", nil, func(t *testing.T, tg target, end time.Time) {
 		for sleepUntil(between(5*time.Second, 10*time.Second), end) {
-			i := victim(t, false)
-			t.Logf("nemesis: docker pause %s for 5 s", container(i))
-			must(t, "docker", "pause", container(i))
+			i := victim(t, tg, false)
+			t.Logf("nemesis: pause %s for 5 s", tg.describe(i))
+			tg.pause(t, i)
 			sleepUntil(5*time.Second, end.Add(time.Minute))
-			must(t, "docker", "unpause", container(i))
+			tg.resume(t, i)
 		}
 	}},
-	{"isolate a node from the network for 10 s", []string{"--transactions"}, func(t *testing.T, end time.Time) {
+	{"isolate a node from the network for 10 s", []string{"--transactions"}, func(t *testing.T, tg target, end time.Time) {
 		for sleepUntil(between(5*time.Second, 10*time.Second), end) {
-			i := victim(t, true)
-			t.Logf("nemesis: docker network disconnect %s for 10 s", container(i))
-			must(t, "docker", "network", "disconnect", network, container(i))
+			i := victim(t, tg, true)
+			t.Logf("nemesis: isolate %s for 10 s", tg.describe(i))
+			tg.isolate(t, i)
 			sleepUntil(10*time.Second, end.Add(time.Minute))
-			must(t, "docker", "network", "connect", "--alias", fmt.Sprintf("cairn-%d", i), network, container(i))
+			tg.reconnect(t, i)
 		}
 	}},
-	{"restart the whole cluster", nil, func(t *testing.T, end time.Time) {
+	{"restart the whole cluster", nil, func(t *testing.T, tg target, end time.Time) {
 		if sleepUntil(time.Until(end)/3, end) {
-			t.Logf("nemesis: docker restart of all three nodes at once")
-			must(t, "docker", "restart", "-t", "10", container(0), container(1), container(2))
-			waitHealthy(t, 90*time.Second)
+			t.Logf("nemesis: restart of all three nodes at once")
+			tg.restartAll(t)
 		}
 	}},
-	{"rolling restart", nil, func(t *testing.T, end time.Time) {
+	{"rolling restart", nil, func(t *testing.T, tg target, end time.Time) {
 		sleepUntil(time.Until(end)/4, end)
 		for i := range 3 {
-			t.Logf("nemesis: docker restart %s", container(i))
-			must(t, "docker", "restart", "-t", "30", container(i))
-			waitHealthy(t, 90*time.Second)
+			t.Logf("nemesis: restart %s", tg.describe(i))
+			tg.restart(t, i)
 		}
 	}},
 }
 
-// Every scenario against the compose cluster: verify through the faults,
-// heal, and the checker finds no violation.
-func TestChaos_Compose(t *testing.T) {
-	if !enabled() {
-		t.Skip("the chaos suite runs with CAIRN_CHAOS=1 (make chaos)")
-	}
-	if out, err := run(t, "docker", "info"); err != nil {
-		t.Skipf("no Docker engine answers: %v\n%s", err, out)
-	}
-	if out, err := run(t, "docker", "image", "inspect", "cairn:dev"); err != nil {
-		t.Fatalf("no cairn:dev image (make image): %v\n%s", err, out)
-	}
-	run(t, "docker-compose", "-f", "deploy/compose.yaml", "-p", project, "down", "-v")
-	compose(t, "up", "-d")
+// runScenarios runs every scenario on tg: cairn verify through the faults,
+// heal, and the checker must find no violation.
+func runScenarios(t *testing.T, tg target) {
 	t.Cleanup(func() {
 		if t.Failed() {
-			for i := range 3 {
-				out, _ := run(t, "docker", "logs", "--tail", "40", container(i))
-				t.Logf("last lines of %s:\n%s", container(i), out)
-			}
+			tg.lastWords(t)
 		}
-		run(t, "docker-compose", "-f", "deploy/compose.yaml", "-p", project, "down", "-v")
 	})
-	waitHealthy(t, 90*time.Second)
 	d := scenarioDuration(t)
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
-			args := append([]string{"--server", clientAddrs, "verify", "--duration", d.String(), "--producers", "2", "--consumers", "2", "--json"}, sc.verify...)
+			args := append([]string{"--server", tg.clientAddrs(), "verify", "--duration", d.String(), "--producers", "2", "--consumers", "2", "--json"}, sc.verify...)
+			// CAIRN_CHAOS_HISTORY=DIR keeps every scenario's history there.
+			if dir := os.Getenv("CAIRN_CHAOS_HISTORY"); dir != "" {
+				args = append(args, "--history", filepath.Join(dir, strings.NewReplacer(" ", "-", "/", "-").Replace(t.Name())+".jsonl"))
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), d+5*time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, cairnBin, args...)
@@ -273,14 +246,26 @@ func TestChaos_Compose(t *testing.T) {
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
-			sc.nemesis(t, time.Now().Add(d))
-			heal(t)
+			sc.nemesis(t, tg, time.Now().Add(d))
+			tg.heal(t)
 			err := cmd.Wait()
 			t.Logf("cairn verify %s: %s", strings.Join(sc.verify, " "), strings.TrimSpace(stdout.String()))
 			if err != nil {
 				t.Fatalf("cairn verify: %v\nstdout: %s\nstderr: %s", err, stdout.String(), lastLines(stderr.String(), 20))
 			}
 		})
+	}
+}
+
+// waitFor polls cond every 200 ms until it holds or d passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after %v", what, d)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 

@@ -1,0 +1,664 @@
+// Package bench is the workload behind `cairn bench`: producers and
+// consumers on one queue of any cluster, measured with HDR histograms, and
+// checked at the end. Every message carries its producer, its sequence
+// number and its send time in the first 20 bytes of its body, so the run
+// knows which messages were sent, which came, and how long each took from
+// send to receipt; a run that lost a message, or consumed one twice, says
+// so in its result, and a benchmark that loses messages has no result.
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/cairnmq/cairn/client"
+)
+
+// Send modes.
+const (
+	// Sync sends one message at a time per producer: each waits for the
+	// quorum's store before the next leaves.
+	Sync = "sync"
+	// Async keeps a window of unconfirmed sends per producer in flight.
+	Async = "async"
+)
+
+// Acknowledge modes of the consumers.
+const (
+	AckAuto   = "auto"
+	AckClient = "client" // Message.Ack on every message, waited for
+	AckDupsOK = "dups-ok"
+)
+
+// HeaderBytes is the part of each body the run uses for its bookkeeping
+// (send time, producer, sequence); the rest is filler.
+const HeaderBytes = 20
+
+// ErrConfig is wrapped by every refusal of a configuration.
+var ErrConfig = errors.New("bench: invalid configuration")
+
+// Config is one run.
+type Config struct {
+	Servers []string
+	// Dest is the queue; empty: a fresh queue, deleted at the end. A named
+	// queue is created when it does not exist, and kept.
+	Dest string
+	// Members of a queue the run creates (0: the server's default, one per
+	// node).
+	Members   int
+	Producers int
+	Consumers int
+	// Size of each message body in bytes (at least HeaderBytes).
+	Size int
+	// Count is how many messages in all; 0: as many as fit in Duration.
+	Count    int
+	Duration time.Duration
+	Mode     string
+	// Window is the number of unconfirmed sends per producer (Async).
+	Window int
+	Ack    string
+	// Transacted, when positive, sends and consumes in transactions of
+	// that many messages.
+	Transacted int
+	// Rate is the offered load in messages per second over all producers;
+	// 0: as fast as they go. Send latency is measured from each message's
+	// scheduled time, so a stalled send counts against every message it
+	// held back (no coordinated omission).
+	Rate int
+	// Prefetch per consumer (0: the client's default).
+	Prefetch int
+	// ConsumeAfter starts the consumers only when every send is done, so
+	// the consume rate is that of a backlog, not bounded by the producers.
+	ConsumeAfter bool
+	// DrainTimeout is how long consumers wait for the next message once the
+	// producers are done, before the missing ones count as lost (default
+	// 30 s).
+	DrainTimeout time.Duration
+}
+
+// Latency is a latency distribution in milliseconds.
+type Latency struct {
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	P99  float64 `json:"p99"`
+	P999 float64 `json:"p999"`
+	Max  float64 `json:"max"`
+}
+
+// Result is one run's figures: the JSON of `cairn bench --json`.
+type Result struct {
+	Dest        string  `json:"dest"`
+	Members     int     `json:"members"`
+	Producers   int     `json:"producers"`
+	Consumers   int     `json:"consumers"`
+	Size        int     `json:"size"`
+	Mode        string  `json:"mode"`
+	Window      int     `json:"window,omitempty"`
+	Ack         string  `json:"ack"`
+	Transacted  int     `json:"transacted,omitempty"`
+	Rate        int     `json:"rate,omitempty"`
+	// ConsumeAfter: consumers started after the sends, on a backlog.
+	ConsumeAfter bool `json:"consume_after,omitempty"`
+	SendRate    float64 `json:"send_rate"`
+	ConsumeRate float64 `json:"consume_rate"`
+	SendMiBs    float64 `json:"send_mib_s"`
+	ConsumeMiBs float64 `json:"consume_mib_s"`
+	SendLatency Latency `json:"send_latency_ms"`
+	E2ELatency  Latency `json:"e2e_latency_ms"`
+	Sent        int64   `json:"sent"`
+	Consumed    int64   `json:"consumed"`
+	Lost        int64   `json:"lost"`
+	Duplicates  int64   `json:"duplicates"`
+	// SendErrors are sends that failed or whose outcome is unknown; their
+	// messages are not counted as sent, nor as lost or unexpected.
+	SendErrors int64 `json:"send_errors"`
+	// Unexpected are messages consumed that no successful send produced
+	// (nor one with an unknown outcome).
+	Unexpected  int64   `json:"unexpected"`
+	SendSeconds float64 `json:"send_seconds"`
+	// ConsumeSeconds runs from the first receipt to the last.
+	ConsumeSeconds float64 `json:"consume_seconds"`
+}
+
+// OK says whether the run lost, duplicated or invented nothing.
+func (r Result) OK() bool { return r.Lost == 0 && r.Duplicates == 0 && r.Unexpected == 0 }
+
+// Progress is what a run reports while it goes.
+type Progress struct {
+	Sent, Consumed int64
+	Elapsed        time.Duration
+	// Fraction done, 0 to 1: sent of Count, or elapsed of Duration, then
+	// consumed of sent while draining.
+	Fraction float64
+	Draining bool
+}
+
+func (c *Config) check() error {
+	switch {
+	case c.Producers < 1:
+		return fmt.Errorf("%w: --producers must be at least 1", ErrConfig)
+	case c.Consumers < 0:
+		return fmt.Errorf("%w: --consumers must not be negative", ErrConfig)
+	case c.Size < HeaderBytes:
+		return fmt.Errorf("%w: --size %d: each message carries its send time, producer and sequence in its first %d bytes; use --size %d or more", ErrConfig, c.Size, HeaderBytes, HeaderBytes)
+	case c.Count < 0 || (c.Count == 0 && c.Duration <= 0):
+		return fmt.Errorf("%w: give --count (messages in all) or a positive --duration", ErrConfig)
+	case c.Mode != Sync && c.Mode != Async:
+		return fmt.Errorf("%w: --mode %q: use sync or async", ErrConfig, c.Mode)
+	case c.Mode == Async && c.Window < 1:
+		return fmt.Errorf("%w: --window must be at least 1", ErrConfig)
+	case c.Ack != AckAuto && c.Ack != AckClient && c.Ack != AckDupsOK:
+		return fmt.Errorf("%w: --ack %q: use auto, client or dups-ok", ErrConfig, c.Ack)
+	case c.Transacted < 0:
+		return fmt.Errorf("%w: --transacted must not be negative", ErrConfig)
+	case c.Transacted > 0 && c.Mode == Async:
+		return fmt.Errorf("%w: --transacted sends wait for their commit; use --mode sync", ErrConfig)
+	case c.Rate < 0:
+		return fmt.Errorf("%w: --rate must not be negative", ErrConfig)
+	case c.Members < 0:
+		return fmt.Errorf("%w: --members must not be negative", ErrConfig)
+	case c.Consumers > 0 && c.Consumers < c.Members:
+		return errTooFewConsumers(c.Members)
+	}
+	if c.Window < 1 {
+		c.Window = 1
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = 30 * time.Second
+	}
+	return nil
+}
+
+// run is the state of one run.
+type run struct {
+	cfg     Config
+	members []string // what consumer i consumes: members[i%len]
+	t       *tracker
+	// histograms in microseconds, one per worker, merged at the end.
+	histMu   sync.Mutex
+	sendHist *hdrhistogram.Histogram
+	e2eHist  *hdrhistogram.Histogram
+
+	sent, consumed, sendErrors atomic.Int64
+	firstRecv, lastRecv        atomic.Int64 // unix nanos
+	producersDone              chan struct{}
+	stopConsumers              chan struct{}
+}
+
+func newHist() *hdrhistogram.Histogram {
+	// 1 µs to 10 minutes, 3 significant digits.
+	return hdrhistogram.New(1, int64(10*time.Minute/time.Microsecond), 3)
+}
+
+// Run runs the benchmark. progress, when not nil, is called about four
+// times a second from one goroutine.
+func Run(ctx context.Context, cfg Config, progress func(Progress)) (Result, error) {
+	if err := cfg.check(); err != nil {
+		return Result{}, err
+	}
+	a, err := client.NewAdmin(cfg.Servers)
+	if err != nil {
+		return Result{}, err
+	}
+	defer a.Close()
+	q, created, err := prepareQueue(ctx, a, &cfg)
+	if err != nil {
+		return Result{}, err
+	}
+	members := len(q.Members)
+	tooFew := cfg.Consumers > 0 && cfg.Consumers < members
+	if cfg.Dest == "" || (created && tooFew) {
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_ = a.DeleteQueue(dctx, q.Name)
+		}()
+	}
+	if tooFew {
+		return Result{}, errTooFewConsumers(members)
+	}
+	r := &run{cfg: cfg, t: newTracker(cfg.Producers), sendHist: newHist(), e2eHist: newHist(),
+		producersDone: make(chan struct{}), stopConsumers: make(chan struct{})}
+	r.cfg.Dest = q.Name
+	if members <= 1 || cfg.Consumers == 0 {
+		r.members = []string{q.Name}
+	} else {
+		for i := range members {
+			r.members = append(r.members, fmt.Sprintf("%s#%d", q.Name, i))
+		}
+	}
+
+	var conns []*client.Connection
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	dial := func(i int) (*client.Connection, error) {
+		// Each connection starts on another node, so the load spreads.
+		n := len(cfg.Servers)
+		addrs := append(append([]string{}, cfg.Servers[i%n:]...), cfg.Servers[:i%n]...)
+		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		c, err := client.Dial(dctx, addrs, client.Options{Prefetch: cfg.Prefetch, ReconnectPolicy: client.ReconnectAll})
+		if err == nil {
+			conns = append(conns, c)
+		}
+		return c, err
+	}
+	var sessions []*client.Session
+	var cwg sync.WaitGroup
+	startConsumers := func() error {
+		for i := range cfg.Consumers {
+			conn, err := dial(i)
+			if err != nil {
+				return err
+			}
+			s, err := conn.Session(consumerMode(cfg))
+			if err != nil {
+				return err
+			}
+			dest := r.members[i%len(r.members)]
+			k, err := s.Consumer(ctx, dest)
+			if err != nil {
+				return fmt.Errorf("consumer on %s: %w", dest, err)
+			}
+			sessions = append(sessions, s)
+			cwg.Go(func() { r.consume(ctx, s, k) })
+		}
+		return nil
+	}
+	// Unless they are to meet a backlog, consumers attach before the first
+	// send, so end-to-end latency is not a queue's backlog.
+	if !cfg.ConsumeAfter {
+		if err := startConsumers(); err != nil {
+			return Result{}, err
+		}
+	}
+	var producers []*client.Producer
+	var psessions []*client.Session
+	for i := range cfg.Producers {
+		conn, err := dial(i)
+		if err != nil {
+			return Result{}, err
+		}
+		mode := client.AutoAck
+		if cfg.Transacted > 0 {
+			mode = client.Transacted
+		}
+		s, err := conn.Session(mode)
+		if err != nil {
+			return Result{}, err
+		}
+		p, err := s.Producer(q.Name)
+		if err != nil {
+			return Result{}, err
+		}
+		psessions = append(psessions, s)
+		producers = append(producers, p)
+	}
+
+	start := time.Now()
+	var pwg sync.WaitGroup
+	var sendEnd atomic.Int64
+	for i, p := range producers {
+		pwg.Go(func() { r.produce(ctx, i, psessions[i], p, start) })
+	}
+	go func() {
+		pwg.Wait()
+		sendEnd.Store(time.Now().UnixNano())
+		close(r.producersDone)
+	}()
+	onSent := func() error { return nil }
+	if cfg.ConsumeAfter {
+		onSent = startConsumers
+	}
+	if err := r.watch(ctx, start, progress, onSent); err != nil {
+		return Result{}, err
+	}
+	close(r.stopConsumers)
+	cwg.Wait()
+	for _, s := range sessions {
+		_ = s.Close()
+	}
+
+	res := Result{Dest: q.Name, Members: members, Producers: cfg.Producers, Consumers: cfg.Consumers, Size: cfg.Size,
+		Mode: cfg.Mode, Ack: cfg.Ack, Transacted: cfg.Transacted, Rate: cfg.Rate, ConsumeAfter: cfg.ConsumeAfter,
+		Sent: r.sent.Load(), Consumed: r.consumed.Load(), SendErrors: r.sendErrors.Load()}
+	if cfg.Mode == Async {
+		res.Window = cfg.Window
+	}
+	res.SendSeconds = time.Duration(sendEnd.Load() - start.UnixNano()).Seconds()
+	if res.SendSeconds > 0 {
+		res.SendRate = float64(res.Sent) / res.SendSeconds
+	}
+	if f, l := r.firstRecv.Load(), r.lastRecv.Load(); f > 0 && l > f {
+		res.ConsumeSeconds = time.Duration(l - f).Seconds()
+		res.ConsumeRate = float64(res.Consumed) / res.ConsumeSeconds
+	}
+	res.SendMiBs = res.SendRate * float64(cfg.Size) / (1 << 20)
+	res.ConsumeMiBs = res.ConsumeRate * float64(cfg.Size) / (1 << 20)
+	res.SendLatency = latency(r.sendHist)
+	res.E2ELatency = latency(r.e2eHist)
+	if cfg.Consumers > 0 {
+		res.Lost, res.Duplicates, res.Unexpected = r.t.verdict()
+	}
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// errTooFewConsumers refuses a run that would leave members unconsumed:
+// each consumer takes one member, so that no message waits for the
+// forwarding of a member without consumers.
+func errTooFewConsumers(members int) error {
+	return fmt.Errorf("%w: the queue has %d members and each needs a consumer; use --consumers %d or more, or --members 1", ErrConfig, members, members)
+}
+
+// prepareQueue creates the run's queue, or finds the named one.
+func prepareQueue(ctx context.Context, a *client.Admin, cfg *Config) (client.QueueInfo, bool, error) {
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	name := cfg.Dest
+	if name == "" {
+		name = "bench-" + client.NewMessageID()[3:11]
+	} else if q, err := a.ShowQueue(actx, name); err == nil {
+		return q, false, nil
+	} else if !errors.Is(err, client.ErrUnknownDestination) {
+		return client.QueueInfo{}, false, err
+	}
+	q, err := a.CreateQueue(actx, name, client.QueueOptions{Members: cfg.Members})
+	if err != nil {
+		return client.QueueInfo{}, false, fmt.Errorf("creating queue %s: %w", name, err)
+	}
+	return q, true, nil
+}
+
+func consumerMode(cfg Config) client.AckMode {
+	switch {
+	case cfg.Transacted > 0:
+		return client.Transacted
+	case cfg.Ack == AckClient:
+		return client.ClientAck
+	case cfg.Ack == AckDupsOK:
+		return client.DupsOK
+	}
+	return client.AutoAck
+}
+
+func latency(h *hdrhistogram.Histogram) Latency {
+	ms := func(us int64) float64 { return float64(us) / 1000 }
+	return Latency{P50: ms(h.ValueAtQuantile(50)), P90: ms(h.ValueAtQuantile(90)), P99: ms(h.ValueAtQuantile(99)),
+		P999: ms(h.ValueAtQuantile(99.9)), Max: ms(h.Max())}
+}
+
+// watch reports progress until the producers are done (then it calls
+// onSent) and then the consumers have everything (or nothing came for
+// DrainTimeout).
+func (r *run) watch(ctx context.Context, start time.Time, progress func(Progress), onSent func() error) error {
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	draining := false
+	lastConsumed, lastChange := int64(-1), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.producersDone:
+			draining = true
+			r.producersDone = nil // fired once
+			if err := onSent(); err != nil {
+				return err
+			}
+			lastChange = time.Now()
+		case <-tick.C:
+		}
+		sent, consumed := r.sent.Load(), r.consumed.Load()
+		p := Progress{Sent: sent, Consumed: consumed, Elapsed: time.Since(start), Draining: draining}
+		switch {
+		case draining && sent > 0:
+			p.Fraction = float64(consumed) / float64(sent)
+		case r.cfg.Count > 0:
+			p.Fraction = float64(sent) / float64(r.cfg.Count)
+		default:
+			p.Fraction = float64(p.Elapsed) / float64(r.cfg.Duration)
+		}
+		if progress != nil {
+			progress(p)
+		}
+		if !draining {
+			continue
+		}
+		if r.cfg.Consumers == 0 || r.t.allConsumed() {
+			return nil
+		}
+		if consumed != lastConsumed {
+			lastConsumed, lastChange = consumed, time.Now()
+		} else if time.Since(lastChange) > r.cfg.DrainTimeout {
+			return nil
+		}
+	}
+}
+
+// produce sends this producer's share: Count split evenly, or until
+// Duration ends.
+func (r *run) produce(ctx context.Context, no int, s *client.Session, p *client.Producer, start time.Time) {
+	share := -1
+	if r.cfg.Count > 0 {
+		share = r.cfg.Count / r.cfg.Producers
+		if no < r.cfg.Count%r.cfg.Producers {
+			share++
+		}
+	}
+	end := start.Add(r.cfg.Duration)
+	var interval time.Duration
+	if r.cfg.Rate > 0 {
+		interval = time.Duration(float64(time.Second) * float64(r.cfg.Producers) / float64(r.cfg.Rate))
+	}
+	var next atomic.Int64 // the next sequence number to send
+	// take hands out the next sequence number and its scheduled time, or
+	// false when the share or the duration is used up.
+	take := func() (uint64, time.Time, bool) {
+		seq := next.Add(1) - 1
+		if share >= 0 && seq >= int64(share) {
+			return 0, time.Time{}, false
+		}
+		at := time.Now()
+		if interval > 0 {
+			at = start.Add(time.Duration(seq) * interval)
+			if d := time.Until(at); d > 0 {
+				time.Sleep(d)
+			}
+		}
+		if share < 0 && !at.Before(end) {
+			return 0, time.Time{}, false
+		}
+		return uint64(seq), at, ctx.Err() == nil
+	}
+	hist := newHist()
+	defer r.mergeSend(hist)
+	if r.cfg.Transacted > 0 {
+		r.produceTx(ctx, no, s, p, take, hist)
+		return
+	}
+	workers := 1
+	if r.cfg.Mode == Async {
+		workers = r.cfg.Window
+	}
+	var histMu sync.Mutex
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				seq, at, ok := take()
+				if !ok {
+					return
+				}
+				r.t.sending(no, seq)
+				_, err := p.Send(ctx, &client.Message{Body: r.body(no, seq, at)})
+				d := time.Since(at)
+				if err != nil {
+					r.sendErrors.Add(1)
+					if !errors.Is(err, client.ErrDeliveryUnknown) && !errors.Is(err, client.ErrLostServer) {
+						r.t.notSent(no, seq)
+					}
+					continue
+				}
+				r.t.sent(no, seq, true)
+				r.sent.Add(1)
+				histMu.Lock()
+				_ = hist.RecordValue(d.Microseconds())
+				histMu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// produceTx sends transactions of Transacted messages; a message counts as
+// sent when its transaction committed, its latency from its own send to the
+// commit.
+func (r *run) produceTx(ctx context.Context, no int, s *client.Session, p *client.Producer, take func() (uint64, time.Time, bool), hist *hdrhistogram.Histogram) {
+	type pending struct {
+		seq uint64
+		at  time.Time
+	}
+	for done := false; !done; {
+		var tx []pending
+		var err error
+		for len(tx) < r.cfg.Transacted {
+			seq, at, ok := take()
+			if !ok {
+				done = true
+				break
+			}
+			r.t.sending(no, seq)
+			tx = append(tx, pending{seq, at})
+			if _, err = p.Send(ctx, &client.Message{Body: r.body(no, seq, at)}); err != nil {
+				break
+			}
+		}
+		if len(tx) == 0 {
+			return
+		}
+		if err == nil {
+			err = s.Commit(ctx)
+		} else {
+			_ = s.Rollback(ctx)
+		}
+		for _, m := range tx {
+			// A rolled back transaction stored nothing; only an unknown
+			// commit leaves its messages possibly stored.
+			r.t.sent(no, m.seq, err == nil)
+			if err != nil {
+				if !errors.Is(err, client.ErrCommitUnknown) {
+					r.t.notSent(no, m.seq)
+				}
+				r.sendErrors.Add(1)
+				continue
+			}
+			r.sent.Add(1)
+			_ = hist.RecordValue(time.Since(m.at).Microseconds())
+		}
+	}
+}
+
+func (r *run) mergeSend(h *hdrhistogram.Histogram) {
+	r.histMu.Lock()
+	defer r.histMu.Unlock()
+	r.sendHist.Merge(h)
+}
+
+// body is a message of Size bytes: send time, producer, sequence, filler.
+func (r *run) body(no int, seq uint64, at time.Time) []byte {
+	b := make([]byte, r.cfg.Size)
+	binary.BigEndian.PutUint64(b[0:8], uint64(at.UnixNano()))
+	binary.BigEndian.PutUint32(b[8:12], uint32(no))
+	binary.BigEndian.PutUint64(b[12:20], seq)
+	return b
+}
+
+// consume receives until told to stop; in a transacted run it commits every
+// Transacted messages (and what it holds when the receiving pauses).
+func (r *run) consume(ctx context.Context, s *client.Session, k *client.Consumer) {
+	hist := newHist()
+	defer func() {
+		r.histMu.Lock()
+		r.e2eHist.Merge(hist)
+		r.histMu.Unlock()
+	}()
+	var held []*client.Message
+	commit := func() {
+		if len(held) == 0 {
+			return
+		}
+		if err := s.Commit(ctx); err == nil {
+			for _, m := range held {
+				r.received(m, hist)
+			}
+		}
+		held = held[:0]
+	}
+	for {
+		select {
+		case <-r.stopConsumers:
+			commit()
+			return
+		default:
+		}
+		m, err := k.ReceiveTimeout(100 * time.Millisecond)
+		if m == nil {
+			commit()
+			if err != nil && (errors.Is(err, client.ErrClosed) || ctx.Err() != nil) {
+				return
+			}
+			continue
+		}
+		switch {
+		case r.cfg.Transacted > 0:
+			held = append(held, m)
+			if len(held) >= r.cfg.Transacted {
+				commit()
+			}
+		case r.cfg.Ack == AckClient:
+			if m.Ack() == nil {
+				r.received(m, hist)
+			}
+		default:
+			r.received(m, hist)
+		}
+	}
+}
+
+// received counts one message consumed and its end-to-end latency.
+func (r *run) received(m *client.Message, hist *hdrhistogram.Histogram) {
+	now := time.Now()
+	if len(m.Body) < HeaderBytes {
+		r.t.unexpected.Add(1)
+		return
+	}
+	at := int64(binary.BigEndian.Uint64(m.Body[0:8]))
+	no := int(binary.BigEndian.Uint32(m.Body[8:12]))
+	seq := binary.BigEndian.Uint64(m.Body[12:20])
+	if !r.t.consumed(no, seq) {
+		return
+	}
+	r.consumed.Add(1)
+	_ = hist.RecordValue(now.Sub(time.Unix(0, at)).Microseconds())
+	n := now.UnixNano()
+	r.firstRecv.CompareAndSwap(0, n)
+	for {
+		l := r.lastRecv.Load()
+		if n <= l || r.lastRecv.CompareAndSwap(l, n) {
+			break
+		}
+	}
+}

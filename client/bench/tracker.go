@@ -1,0 +1,119 @@
+package bench
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// Send states of one message.
+const (
+	unsent  uint8 = iota
+	sending       // the send is in flight, or its outcome unknown
+	sentOK
+	notSent // refused or rolled back: it must not come
+)
+
+// tracker knows, per producer and sequence number, whether the message was
+// sent and how often it came.
+type tracker struct {
+	producers  []producerLog
+	unexpected atomic.Int64
+	// ok counts messages sent, done those of them consumed (whichever of
+	// the two came last counts it), so allConsumed need not walk the logs.
+	ok, done atomic.Int64
+}
+
+type producerLog struct {
+	mu    sync.Mutex
+	state []uint8
+	seen  []uint16
+}
+
+func newTracker(producers int) *tracker {
+	return &tracker{producers: make([]producerLog, producers)}
+}
+
+func (p *producerLog) grow(seq uint64) {
+	for uint64(len(p.state)) <= seq {
+		p.state = append(p.state, unsent)
+		p.seen = append(p.seen, 0)
+	}
+}
+
+func (t *tracker) sending(no int, seq uint64) {
+	p := &t.producers[no]
+	p.mu.Lock()
+	p.grow(seq)
+	p.state[seq] = sending
+	p.mu.Unlock()
+}
+
+// sent records a send's outcome; a failed one stays "sending": its outcome
+// is unknown unless notSent says otherwise.
+func (t *tracker) sent(no int, seq uint64, ok bool) {
+	if !ok {
+		return
+	}
+	p := &t.producers[no]
+	p.mu.Lock()
+	p.state[seq] = sentOK
+	if p.seen[seq] > 0 {
+		t.done.Add(1)
+	}
+	p.mu.Unlock()
+	t.ok.Add(1)
+}
+
+func (t *tracker) notSent(no int, seq uint64) {
+	p := &t.producers[no]
+	p.mu.Lock()
+	p.state[seq] = notSent
+	p.mu.Unlock()
+}
+
+// consumed records a receipt; true when it is the message's first.
+func (t *tracker) consumed(no int, seq uint64) bool {
+	if no < 0 || no >= len(t.producers) {
+		t.unexpected.Add(1)
+		return false
+	}
+	p := &t.producers[no]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if seq >= uint64(len(p.state)) || p.state[seq] == unsent || p.state[seq] == notSent {
+		t.unexpected.Add(1)
+		return false
+	}
+	if p.seen[seq] < ^uint16(0) {
+		p.seen[seq]++
+	}
+	if p.seen[seq] != 1 {
+		return false
+	}
+	if p.state[seq] == sentOK {
+		t.done.Add(1)
+	}
+	return true
+}
+
+func (t *tracker) allConsumed() bool { return t.done.Load() >= t.ok.Load() }
+
+// verdict counts messages sent and never consumed, receipts after the
+// first, and receipts of messages never sent.
+func (t *tracker) verdict() (lost, duplicates, unexpected int64) {
+	for i := range t.producers {
+		p := &t.producers[i]
+		p.mu.Lock()
+		for seq, st := range p.state {
+			n := p.seen[seq]
+			if st == sentOK && n == 0 {
+				lost++
+			}
+			if n > 1 {
+				duplicates += int64(n - 1)
+			}
+		}
+		p.mu.Unlock()
+	}
+	return lost, duplicates, t.unexpected.Load()
+}

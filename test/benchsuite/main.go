@@ -1,0 +1,424 @@
+// Command benchsuite is `make bench` and `make bench-compare`: the standard
+// set of `cairn bench` runs on a local three-node cluster and, with
+// --compare, the same set against three local nats-server processes with
+// JetStream (R3, file storage, sync_interval always: fsync before the
+// publish ack, as Cairn does) driven by `nats bench`, with the ratio
+// Cairn/NATS per row. nats-server and the nats CLI are installed with
+// `go install` into a temporary directory for the run; nothing of them is
+// kept or committed. The table is markdown, ready for docs/performance.md.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+var (
+	cairnBin   = flag.String("cairn", "bin/cairn", "the cairn binary")
+	compare    = flag.Bool("compare", false, "run the same set against NATS JetStream too")
+	natsServer = flag.String("nats-server-version", "v2.15.2", "nats-server version to go install")
+	natsCLI    = flag.String("natscli-version", "v0.5.0", "nats CLI version to go install")
+	scale      = flag.Float64("scale", 1, "multiply every row's message count (0.1 for a quick look)")
+	only       = flag.String("only", "", "run only the rows whose name contains this")
+)
+
+// row is one comparison: the same workload on both brokers.
+type row struct {
+	name  string
+	count int
+	// cairn are `cairn bench` flags besides --count and --json.
+	cairn []string
+	// nats is the `nats bench js ...` command; nil: no NATS equivalent.
+	nats []string
+	// metric picks the figure compared.
+	metric string // "send", "consume" or "e2e"
+	// natsPreload fills the stream first (consume rows).
+	natsPreload bool
+}
+
+var rows = []row{
+	{name: "sync send, 1 producer", count: 3000, metric: "send",
+		cairn: []string{"--mode", "sync", "--producers", "1", "--consumers", "0"},
+		nats:  []string{"pub", "sync", "--clients", "1"}},
+	{name: "sync send, 16 producers", count: 20000, metric: "send",
+		cairn: []string{"--mode", "sync", "--producers", "16", "--consumers", "0"},
+		nats:  []string{"pub", "sync", "--clients", "16"}},
+	{name: "async send, 4 producers, window 500", count: 200000, metric: "send",
+		cairn: []string{"--mode", "async", "--window", "500", "--producers", "4", "--consumers", "0"},
+		nats:  []string{"pub", "async", "--batch", "500", "--clients", "4"}},
+	{name: "consume a backlog, 4 consumers, each message acked", count: 100000, metric: "consume", natsPreload: true,
+		cairn: []string{"--mode", "async", "--window", "500", "--producers", "4", "--consumers", "4", "--consume-after", "--ack", "client"},
+		nats:  []string{"consume", "--clients", "4", "--acks", "explicit"}},
+	{name: "send and consume together, 4+4, window 500", count: 100000, metric: "e2e",
+		cairn: []string{"--mode", "async", "--window", "500", "--producers", "4", "--consumers", "4", "--ack", "client"}},
+}
+
+func main() {
+	flag.Parse()
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "benchsuite:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	dir, err := os.MkdirTemp("", "cairn-benchsuite-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	cairn, err := startCairn(dir)
+	if err != nil {
+		return err
+	}
+	defer cairn.stop()
+	var nats *cluster
+	var natsBin string
+	if *compare {
+		if natsBin, err = installNATS(dir); err != nil {
+			return err
+		}
+		if nats, err = startNATS(dir, natsBin); err != nil {
+			return err
+		}
+		defer nats.stop()
+	}
+	fmt.Printf("| row | messages | Cairn msgs/s | Cairn p50 / p99 ms |")
+	if *compare {
+		fmt.Printf(" NATS msgs/s | NATS p50 / p99 ms | Cairn/NATS |")
+	}
+	fmt.Println()
+	fmt.Printf("|---|---|---|---|")
+	if *compare {
+		fmt.Printf("---|---|---|")
+	}
+	fmt.Println()
+	var maxAsync float64
+	for _, r := range rows {
+		if *only != "" && !strings.Contains(r.name, *only) {
+			continue
+		}
+		n := max(int(float64(r.count)**scale), 100)
+		c, err := cairnRow(cairn, r, n)
+		if err != nil {
+			return fmt.Errorf("%s on Cairn: %w", r.name, err)
+		}
+		if r.name == "async send, 4 producers, window 500" {
+			maxAsync = c.rate
+		}
+		fmt.Printf("| %s | %d | %.0f | %s |", r.name, n, c.rate, c.lat)
+		if *compare {
+			if r.nats == nil {
+				fmt.Printf(" — | — | — |")
+			} else {
+				m, err := natsRow(nats, natsBin, r, n)
+				if err != nil {
+					return fmt.Errorf("%s on NATS: %w", r.name, err)
+				}
+				fmt.Printf(" %.0f | %s | %.2f |", m.rate, m.lat, c.rate/m.rate)
+			}
+		}
+		fmt.Println()
+	}
+	if maxAsync > 0 && *only == "" {
+		// End to end at half of Cairn's maximum: the latency a user sees
+		// with room to spare.
+		rate := int(maxAsync / 2)
+		args := []string{"--mode", "async", "--window", "500", "--producers", "4", "--consumers", "4", "--ack", "client",
+			"--duration", "20s", "--rate", strconv.Itoa(rate)}
+		res, err := cairnBench(cairn, args)
+		if err != nil {
+			return fmt.Errorf("end to end at %d msgs/s: %w", rate, err)
+		}
+		fmt.Printf("| end to end at %d msgs/s (half the async maximum), 4+4 | %d | %.0f | %.2f / %.2f (e2e) |",
+			rate, res.Sent, res.ConsumeRate, res.E2ELatency.P50, res.E2ELatency.P99)
+		if *compare {
+			fmt.Printf(" — | — | — |")
+		}
+		fmt.Println()
+	}
+	return nil
+}
+
+type figure struct {
+	rate float64
+	lat  string
+}
+
+type latency struct{ P50, P99 float64 }
+
+type benchJSON struct {
+	SendRate    float64 `json:"send_rate"`
+	ConsumeRate float64 `json:"consume_rate"`
+	Sent        int64   `json:"sent"`
+	SendLatency latency `json:"send_latency_ms"`
+	E2ELatency  latency `json:"e2e_latency_ms"`
+}
+
+func cairnBench(c *cluster, args []string) (benchJSON, error) {
+	args = append([]string{"--server", strings.Join(c.clients, ","), "bench", "--json", "--size", "1024"}, args...)
+	out, err := exec.Command(*cairnBin, args...).Output()
+	var res benchJSON
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return res, fmt.Errorf("%v: %s", err, ee.Stderr)
+		}
+		return res, err
+	}
+	return res, json.Unmarshal(out, &res)
+}
+
+func cairnRow(c *cluster, r row, n int) (figure, error) {
+	res, err := cairnBench(c, append([]string{"--count", strconv.Itoa(n)}, r.cairn...))
+	if err != nil {
+		return figure{}, err
+	}
+	switch r.metric {
+	case "consume":
+		return figure{res.ConsumeRate, fmt.Sprintf("%.2f / %.2f (e2e)", res.E2ELatency.P50, res.E2ELatency.P99)}, nil
+	case "e2e":
+		return figure{res.ConsumeRate, fmt.Sprintf("%.2f / %.2f (e2e)", res.E2ELatency.P50, res.E2ELatency.P99)}, nil
+	}
+	return figure{res.SendRate, fmt.Sprintf("%.2f / %.2f", res.SendLatency.P50, res.SendLatency.P99)}, nil
+}
+
+var (
+	natsRate = regexp.MustCompile(`stats: ([0-9,]+) msgs/sec`)
+	natsP50  = regexp.MustCompile(`P50:? ([0-9,.]+)us`)
+	natsP99  = regexp.MustCompile(`P99:? ([0-9,.]+)us`)
+)
+
+func natsBench(c *cluster, natsBin string, args []string) (string, error) {
+	args = append([]string{"--server", strings.Join(c.clients, ","), "bench", "js"}, args...)
+	args = append(args, "--size", "1KB", "--replicas", "3", "--storage", "file", "--progress=false")
+	cmd := exec.Command(filepath.Join(natsBin, "nats"), args...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("nats %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+func natsRow(c *cluster, natsBin string, r row, n int) (figure, error) {
+	count := []string{"--msgs", strconv.Itoa(n)}
+	if r.natsPreload {
+		if _, err := natsBench(c, natsBin, append([]string{"pub", "async", "bench.x", "--batch", "500", "--clients", "4", "--create", "--purge"}, count...)); err != nil {
+			return figure{}, err
+		}
+	}
+	args := append(append([]string{}, r.nats...), count...)
+	if args[0] == "pub" {
+		// The subject comes after the sub-command; a fresh stream per row.
+		args = append([]string{args[0], args[1], "bench.x", "--create", "--purge"}, args[2:]...)
+	}
+	out, err := natsBench(c, natsBin, args)
+	if err != nil {
+		return figure{}, err
+	}
+	m := natsRate.FindAllStringSubmatch(out, -1)
+	if m == nil {
+		return figure{}, fmt.Errorf("no rate in nats bench's output:\n%s", out)
+	}
+	// The aggregate comes last when there are several clients.
+	rate, _ := strconv.ParseFloat(strings.ReplaceAll(m[len(m)-1][1], ",", ""), 64)
+	lat := "—"
+	p50, p99 := natsP50.FindAllStringSubmatch(out, -1), natsP99.FindAllStringSubmatch(out, -1)
+	if p50 != nil && p99 != nil {
+		us := func(s string) float64 { v, _ := strconv.ParseFloat(strings.ReplaceAll(s, ",", ""), 64); return v }
+		lat = fmt.Sprintf("%.2f / %.2f", us(p50[len(p50)-1][1])/1000, us(p99[len(p99)-1][1])/1000)
+	}
+	return figure{rate, lat}, nil
+}
+
+// cluster is three local server processes.
+type cluster struct {
+	procs   []*exec.Cmd
+	clients []string
+}
+
+func (c *cluster) stop() {
+	for _, p := range c.procs {
+		_ = p.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range c.procs {
+		done := make(chan struct{})
+		go func() { _ = p.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = p.Process.Kill()
+		}
+	}
+}
+
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func addr(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }
+
+// start starts one server with its output in log, and remembers it.
+func (c *cluster) start(log string, name string, args ...string) error {
+	f, err := os.Create(log)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(name, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	c.procs = append(c.procs, cmd)
+	return nil
+}
+
+func startCairn(dir string) (*cluster, error) {
+	ports, err := freePorts(15)
+	if err != nil {
+		return nil, err
+	}
+	c := &cluster{}
+	var join, https []string
+	for i := range 3 {
+		join = append(join, addr(ports[i*5+3]))
+	}
+	for i := range 3 {
+		p := ports[i*5 : i*5+5]
+		id := fmt.Sprintf("n%d", i+1)
+		c.clients = append(c.clients, addr(p[0]))
+		https = append(https, addr(p[4]))
+		if err := c.start(filepath.Join(dir, id+".log"), *cairnBin, "server", "--node-id", id, "--data-dir", filepath.Join(dir, id),
+			"--bootstrap-expect", "3", "--join", strings.Join(join, ","), "--client-addr", addr(p[0]), "--peer-addr", addr(p[1]),
+			"--raft-addr", addr(p[2]), "--gossip-addr", addr(p[3]), "--http-addr", addr(p[4]), "--log-level", "warn"); err != nil {
+			c.stop()
+			return nil, err
+		}
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for _, h := range https {
+		for {
+			resp, err := http.Get("http://" + h + "/readyz")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				c.stop()
+				return nil, fmt.Errorf("the Cairn cluster was not ready after a minute (logs in %s)", dir)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	return c, nil
+}
+
+// installNATS go-installs nats-server and the nats CLI into dir/bin.
+func installNATS(dir string) (string, error) {
+	bin := filepath.Join(dir, "bin")
+	for _, pkg := range []string{"github.com/nats-io/nats-server/v2@" + *natsServer, "github.com/nats-io/natscli/nats@" + *natsCLI} {
+		fmt.Fprintf(os.Stderr, "benchsuite: go install %s\n", pkg)
+		cmd := exec.Command("go", "install", pkg)
+		cmd.Dir = dir // outside any module: nothing of it reaches go.mod
+		cmd.Env = append(os.Environ(), "GOBIN="+bin, "GOFLAGS=")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("go install %s: %v\n%s", pkg, err, out)
+		}
+	}
+	return bin, nil
+}
+
+func startNATS(dir, bin string) (*cluster, error) {
+	ports, err := freePorts(6)
+	if err != nil {
+		return nil, err
+	}
+	c := &cluster{}
+	var routes []string
+	for i := range 3 {
+		routes = append(routes, "nats://"+addr(ports[i*2+1]))
+	}
+	for i := range 3 {
+		name := fmt.Sprintf("n%d", i+1)
+		conf := fmt.Sprintf(`server_name: %s
+listen: %q
+jetstream {
+  store_dir: %q
+  sync_interval: always
+}
+cluster {
+  name: bench
+  listen: %q
+  routes: [%s]
+}
+`, name, addr(ports[i*2]), filepath.Join(dir, "nats-"+name), addr(ports[i*2+1]), strings.Join(routes, ", "))
+		path := filepath.Join(dir, "nats-"+name+".conf")
+		if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+			return nil, err
+		}
+		c.clients = append(c.clients, "nats://"+addr(ports[i*2]))
+		if err := c.start(filepath.Join(dir, "nats-"+name+".log"), filepath.Join(bin, "nats-server"), "-c", path); err != nil {
+			c.stop()
+			return nil, err
+		}
+	}
+	// JetStream is ready when the meta group has a leader: a stream
+	// create through `nats bench` succeeds. Try a tiny one until it does.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		cmd := exec.CommandContext(ctx, filepath.Join(bin, "nats"), "--server", strings.Join(c.clients, ","), "bench", "js", "pub", "sync", "bench.x",
+			"--msgs", "10", "--create", "--purge", "--replicas", "3", "--storage", "file", "--progress=false")
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			return c, nil
+		}
+		if ctx.Err() != nil {
+			c.stop()
+			return nil, fmt.Errorf("NATS JetStream not ready after a minute: %v\n%s", err, lastLine(out))
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func lastLine(b []byte) string {
+	var last string
+	sc := bufio.NewScanner(strings.NewReader(string(b)))
+	for sc.Scan() {
+		if strings.TrimSpace(sc.Text()) != "" {
+			last = sc.Text()
+		}
+	}
+	return last
+}

@@ -1,0 +1,295 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/rs/zerolog"
+)
+
+// localCluster is three `cairn server` processes on this machine. Node i
+// listens on 127.0.1.(i+1) and advertises 127.0.0.(i+1), where a toxiproxy
+// in front of each of its client, peer, Raft and HTTP ports forwards to the
+// listener: every other node and every client reaches it through its
+// proxies, so cutting them cuts the node off. Gossip (UDP and TCP, which
+// toxiproxy does not carry) listens on the advertised address itself: a cut
+// node stays alive to gossip, the case `cluster status` shows as suspect.
+//
+// An isolation cuts what reaches the node, both ways on those connections.
+// Connections the isolated node opens itself go through the other nodes'
+// proxies, which every node shares, and stay up: a Raft leader there keeps
+// sending. That is an asymmetric partition (the compose target has the
+// symmetric one); it is the harder case for a leader that cannot hear back
+// from clients and from the followers that dial it.
+type localCluster struct {
+	t     *testing.T
+	nodes [3]*localNode
+	join  string
+}
+
+type localNode struct {
+	id      string
+	dir     string
+	logPath string
+	listen  string // 127.0.1.x: the listeners
+	adv     string // 127.0.0.x: the proxies and gossip
+	ports   map[string]int
+	proxies []*toxiproxy.Proxy
+	cmd     *exec.Cmd
+	done    chan struct{}
+}
+
+// proxiedAddrs are the listeners that get a proxy in front.
+var proxiedAddrs = []string{"client", "peer", "raft", "http"}
+
+func newLocalCluster(t *testing.T) *localCluster {
+	t.Helper()
+	c := &localCluster{t: t}
+	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
+	var gossip []string
+	for i := range c.nodes {
+		n := &localNode{
+			id:     fmt.Sprintf("cairn-%d", i),
+			dir:    t.TempDir(),
+			listen: fmt.Sprintf("127.0.1.%d", i+1),
+			adv:    fmt.Sprintf("127.0.0.%d", i+1),
+			ports:  map[string]int{},
+		}
+		n.logPath = filepath.Join(n.dir, "server.log")
+		for _, a := range append(proxiedAddrs, "gossip") {
+			host := n.listen
+			if a == "gossip" {
+				host = n.adv
+			}
+			n.ports[a] = freePort(t, host)
+		}
+		for _, a := range proxiedAddrs {
+			p := toxiproxy.NewProxy(srv, n.id+"-"+a, n.addr(n.adv, a), n.addr(n.listen, a))
+			if err := p.Start(); err != nil {
+				t.Fatalf("toxiproxy in front of %s's %s address: %v", n.id, a, err)
+			}
+			t.Cleanup(p.Stop)
+			n.proxies = append(n.proxies, p)
+		}
+		gossip = append(gossip, n.addr(n.adv, "gossip"))
+		c.nodes[i] = n
+	}
+	c.join = strings.Join(gossip, ",")
+	t.Cleanup(c.stopAll)
+	for i := range c.nodes {
+		c.startNoWait(i)
+	}
+	c.waitReady()
+	return c
+}
+
+func (n *localNode) addr(host, what string) string {
+	return net.JoinHostPort(host, fmt.Sprint(n.ports[what]))
+}
+
+// freePort is a port free on host now; the node binds it a moment later.
+func freePort(t *testing.T, host string) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", host+":0")
+	if err != nil {
+		t.Fatalf("no free port on %s (is all of 127.0.0.0/8 on the loopback device?): %v", host, err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func (c *localCluster) running(i int) bool {
+	n := c.nodes[i]
+	if n.cmd == nil {
+		return false
+	}
+	select {
+	case <-n.done:
+		return false
+	default:
+		return true
+	}
+}
+
+func (c *localCluster) startNoWait(i int) {
+	t, n := c.t, c.nodes[i]
+	if c.running(i) {
+		return
+	}
+	logf, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.cmd = exec.Command(cairnBin, "server", "--node-id", n.id, "--data-dir", n.dir,
+		"--bootstrap-expect", "3", "--join", c.join, "--advertise", n.adv,
+		"--client-addr", n.addr(n.listen, "client"), "--peer-addr", n.addr(n.listen, "peer"),
+		"--raft-addr", n.addr(n.listen, "raft"), "--http-addr", n.addr(n.listen, "http"),
+		"--gossip-addr", n.addr(n.adv, "gossip"))
+	n.cmd.Stdout, n.cmd.Stderr = logf, logf
+	if err := n.cmd.Start(); err != nil {
+		logf.Close()
+		t.Fatalf("start %s: %v", n.id, err)
+	}
+	n.done = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) {
+		_ = cmd.Wait()
+		logf.Close()
+		close(done)
+	}(n.cmd, n.done)
+}
+
+// waitReady waits until every node answers /readyz with 200, asked on
+// its own listener so a cut proxy does not hide a ready node.
+func (c *localCluster) waitReady() {
+	c.t.Helper()
+	hc := &http.Client{Timeout: time.Second}
+	for i, n := range c.nodes {
+		waitFor(c.t, 90*time.Second, n.id+" ready", func() bool {
+			if !c.running(i) {
+				c.t.Fatalf("%s exited: %s", n.id, lastLines(c.log(i), 20))
+			}
+			resp, err := hc.Get("http://" + n.addr(n.listen, "http") + "/readyz")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		})
+	}
+}
+
+func (c *localCluster) log(i int) string {
+	b, _ := os.ReadFile(c.nodes[i].logPath)
+	return string(b)
+}
+
+func (c *localCluster) signal(i int, sig syscall.Signal) {
+	c.t.Helper()
+	if !c.running(i) {
+		c.t.Fatalf("%v to %s: it is not running", sig, c.nodes[i].id)
+	}
+	if err := c.nodes[i].cmd.Process.Signal(sig); err != nil {
+		c.t.Fatalf("%v to %s: %v", sig, c.nodes[i].id, err)
+	}
+}
+
+// stop sends sig and waits for the exit; SIGKILL after grace.
+func (c *localCluster) stop(i int, sig syscall.Signal, grace time.Duration) {
+	if !c.running(i) {
+		return
+	}
+	n := c.nodes[i]
+	_ = n.cmd.Process.Signal(syscall.SIGCONT)
+	_ = n.cmd.Process.Signal(sig)
+	select {
+	case <-n.done:
+		return
+	case <-time.After(grace):
+	}
+	c.t.Logf("%s still running %v after %v: SIGKILL", n.id, grace, sig)
+	_ = n.cmd.Process.Kill()
+	select {
+	case <-n.done:
+	case <-time.After(10 * time.Second):
+		c.t.Errorf("%s still running 10 s after SIGKILL", n.id)
+	}
+}
+
+func (c *localCluster) stopAll() {
+	for i := range c.nodes {
+		c.stop(i, syscall.SIGTERM, 10*time.Second)
+	}
+}
+
+func (c *localCluster) clientAddrs() string {
+	var out []string
+	for _, n := range c.nodes {
+		out = append(out, n.addr(n.adv, "client"))
+	}
+	return strings.Join(out, ",")
+}
+
+func (c *localCluster) describe(i int) string { return "local process " + c.nodes[i].id }
+
+func (c *localCluster) kill(t *testing.T, i int)  { c.stop(i, syscall.SIGKILL, 10*time.Second) }
+func (c *localCluster) start(t *testing.T, i int) { c.startNoWait(i) }
+func (c *localCluster) pause(t *testing.T, i int) { c.signal(i, syscall.SIGSTOP) }
+func (c *localCluster) resume(t *testing.T, i int) {
+	c.signal(i, syscall.SIGCONT)
+}
+
+// isolate holds every byte through node i's proxies, both ways, without
+// closing a connection, as a partition does to TCP: what was sent arrives
+// after the heal (a latency toxic of an hour), unless a keepalive gave up
+// on the connection first. (A timeout toxic would drop bytes from the middle
+// of a stream, which TCP never does, and corrupt every connection it held.)
+func (c *localCluster) isolate(t *testing.T, i int) {
+	t.Helper()
+	for _, p := range c.nodes[i].proxies {
+		for _, dir := range []string{"upstream", "downstream"} {
+			spec := fmt.Sprintf(`{"name":"cut-%s","type":"latency","stream":"%s","attributes":{"latency":3600000}}`, dir, dir)
+			if _, err := p.Toxics.AddToxicJson(strings.NewReader(spec)); err != nil {
+				t.Fatalf("cut %s: %v", p.Name, err)
+			}
+		}
+	}
+}
+
+func (c *localCluster) reconnect(t *testing.T, i int) {
+	for _, p := range c.nodes[i].proxies {
+		p.Toxics.ResetToxics(context.Background())
+	}
+}
+
+func (c *localCluster) restart(t *testing.T, i int) {
+	c.stop(i, syscall.SIGTERM, 30*time.Second)
+	c.startNoWait(i)
+	c.waitReady()
+}
+
+func (c *localCluster) restartAll(t *testing.T) {
+	for i := range c.nodes {
+		_ = c.nodes[i].cmd.Process.Signal(syscall.SIGTERM)
+	}
+	c.stopAll()
+	for i := range c.nodes {
+		c.startNoWait(i)
+	}
+	c.waitReady()
+}
+
+func (c *localCluster) heal(t *testing.T) {
+	for i, n := range c.nodes {
+		c.reconnect(t, i)
+		if c.running(i) {
+			_ = n.cmd.Process.Signal(syscall.SIGCONT)
+		} else {
+			c.startNoWait(i)
+		}
+	}
+	c.waitReady()
+}
+
+func (c *localCluster) lastWords(t *testing.T) {
+	for i, n := range c.nodes {
+		t.Logf("last lines of %s:\n%s", n.id, lastLines(c.log(i), 40))
+	}
+}
+
+// Every scenario against three local processes.
+func TestChaos_Local(t *testing.T) {
+	if !enabled() {
+		t.Skip("the chaos suite runs with CAIRN_CHAOS=1 (make chaos)")
+	}
+	runScenarios(t, newLocalCluster(t))
+}
