@@ -94,28 +94,28 @@ type Latency struct {
 
 // Result is one run's figures: the JSON of `cairn bench --json`.
 type Result struct {
-	Dest        string  `json:"dest"`
-	Members     int     `json:"members"`
-	Producers   int     `json:"producers"`
-	Consumers   int     `json:"consumers"`
-	Size        int     `json:"size"`
-	Mode        string  `json:"mode"`
-	Window      int     `json:"window,omitempty"`
-	Ack         string  `json:"ack"`
-	Transacted  int     `json:"transacted,omitempty"`
-	Rate        int     `json:"rate,omitempty"`
+	Dest       string `json:"dest"`
+	Members    int    `json:"members"`
+	Producers  int    `json:"producers"`
+	Consumers  int    `json:"consumers"`
+	Size       int    `json:"size"`
+	Mode       string `json:"mode"`
+	Window     int    `json:"window,omitempty"`
+	Ack        string `json:"ack"`
+	Transacted int    `json:"transacted,omitempty"`
+	Rate       int    `json:"rate,omitempty"`
 	// ConsumeAfter: consumers started after the sends, on a backlog.
-	ConsumeAfter bool `json:"consume_after,omitempty"`
-	SendRate    float64 `json:"send_rate"`
-	ConsumeRate float64 `json:"consume_rate"`
-	SendMiBs    float64 `json:"send_mib_s"`
-	ConsumeMiBs float64 `json:"consume_mib_s"`
-	SendLatency Latency `json:"send_latency_ms"`
-	E2ELatency  Latency `json:"e2e_latency_ms"`
-	Sent        int64   `json:"sent"`
-	Consumed    int64   `json:"consumed"`
-	Lost        int64   `json:"lost"`
-	Duplicates  int64   `json:"duplicates"`
+	ConsumeAfter bool    `json:"consume_after,omitempty"`
+	SendRate     float64 `json:"send_rate"`
+	ConsumeRate  float64 `json:"consume_rate"`
+	SendMiBs     float64 `json:"send_mib_s"`
+	ConsumeMiBs  float64 `json:"consume_mib_s"`
+	SendLatency  Latency `json:"send_latency_ms"`
+	E2ELatency   Latency `json:"e2e_latency_ms"`
+	Sent         int64   `json:"sent"`
+	Consumed     int64   `json:"consumed"`
+	Lost         int64   `json:"lost"`
+	Duplicates   int64   `json:"duplicates"`
 	// SendErrors are sends that failed or whose outcome is unknown; their
 	// messages are not counted as sent, nor as lost or unexpected.
 	SendErrors int64 `json:"send_errors"`
