@@ -37,11 +37,13 @@ test-short:
 # runs on a local three-node cluster (a markdown table); bench-compare runs
 # the same set against three local nats-server processes too (installed for
 # the run into a temporary directory) and prints Cairn/NATS per row.
+# BENCH_FLAGS="--pending 1000000" adds memory, restart time and send rate
+# beside a million pending messages; "--scale 0.1" a quick look.
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./fsm/ ./member/
-	$(GO) run ./test/benchsuite --cairn $(BIN)
+	$(GO) run ./test/benchsuite --cairn $(BIN) $(BENCH_FLAGS)
 bench-compare: build
-	$(GO) run ./test/benchsuite --cairn $(BIN) --compare
+	$(GO) run ./test/benchsuite --cairn $(BIN) --compare $(BENCH_FLAGS)
 
 lint:
 	$(GO) vet $(PKGS)

@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -25,7 +27,28 @@ type Producer struct {
 	priority   int
 	ttl        time.Duration
 	idempotent bool
+	async      asyncSends
 }
+
+// asyncSends are the sends of SendAsync not yet on their way, and whether a
+// batch is in flight.
+type asyncSends struct {
+	mu       sync.Mutex
+	queue    []asyncSend
+	inFlight bool
+}
+
+type asyncSend struct {
+	m    *Message
+	done func(Receipt, error)
+}
+
+// A batch of asynchronous sends is at most this many messages or bodies of
+// this many bytes (one message at least).
+const (
+	asyncBatchMessages = 512
+	asyncBatchBytes    = 512 << 10
+)
 
 // Receipt is what the server answered for one sent message.
 type Receipt struct {
@@ -79,6 +102,61 @@ func (p *Producer) Send(ctx context.Context, m *Message) (Receipt, error) {
 		return Receipt{}, err
 	}
 	return rs[0], nil
+}
+
+// SendAsync sends m without waiting for it: done is called once, with its
+// receipt or the error Send would have returned, from a goroutine of the
+// producer's. Asynchronous sends queue up behind the one batch in flight and
+// leave together, in one request and one commit, so the producer's order is
+// kept and the batches grow with the load; each waits at most the
+// connection's RequestTimeout. The caller bounds how many it leaves
+// unconfirmed (a window), since nothing here does.
+func (p *Producer) SendAsync(m *Message, done func(Receipt, error)) {
+	a := &p.async
+	a.mu.Lock()
+	a.queue = append(a.queue, asyncSend{m, done})
+	start := !a.inFlight
+	a.inFlight = true
+	a.mu.Unlock()
+	if start {
+		go p.flushAsync()
+	}
+}
+
+// flushAsync sends the queued asynchronous sends, a batch at a time, until
+// none is left.
+func (p *Producer) flushAsync() {
+	a := &p.async
+	for {
+		a.mu.Lock()
+		n, bytes := 0, 0
+		for n < len(a.queue) && n < asyncBatchMessages && (n == 0 || bytes+len(a.queue[n].m.Body) <= asyncBatchBytes) {
+			bytes += len(a.queue[n].m.Body)
+			n++
+		}
+		if n == 0 {
+			a.inFlight = false
+			a.mu.Unlock()
+			return
+		}
+		batch := slices.Clone(a.queue[:n])
+		a.queue = slices.Delete(a.queue, 0, n)
+		a.mu.Unlock()
+		ms := make([]*Message, n)
+		for i, s := range batch {
+			ms[i] = s.m
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), p.s.conn.opts.RequestTimeout)
+		rs, err := p.SendBatch(ctx, ms)
+		cancel()
+		for i, s := range batch {
+			if err != nil {
+				s.done(Receipt{}, err)
+			} else {
+				s.done(rs[i], nil)
+			}
+		}
+	}
 }
 
 // SendBatch sends messages together to one member, in one commit.

@@ -489,35 +489,49 @@ func (r *run) produce(ctx context.Context, no int, s *client.Session, p *client.
 		r.produceTx(ctx, no, s, p, take, hist)
 		return
 	}
-	workers := 1
-	if r.cfg.Mode == Async {
-		workers = r.cfg.Window
-	}
 	var histMu sync.Mutex
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for {
-				seq, at, ok := take()
-				if !ok {
-					return
-				}
-				r.t.sending(no, seq)
-				_, err := p.Send(ctx, &client.Message{Body: r.body(no, seq, at)})
-				d := time.Since(at)
-				if err != nil {
-					r.sendErrors.Add(1)
-					if !errors.Is(err, client.ErrDeliveryUnknown) && !errors.Is(err, client.ErrLostServer) {
-						r.t.notSent(no, seq)
-					}
-					continue
-				}
-				r.t.sent(no, seq, true)
-				r.sent.Add(1)
-				histMu.Lock()
-				_ = hist.RecordValue(d.Microseconds())
-				histMu.Unlock()
+	finish := func(seq uint64, at time.Time, err error) {
+		d := time.Since(at)
+		if err != nil {
+			r.sendErrors.Add(1)
+			if !errors.Is(err, client.ErrDeliveryUnknown) && !errors.Is(err, client.ErrLostServer) {
+				r.t.notSent(no, seq)
 			}
+			return
+		}
+		r.t.sent(no, seq, true)
+		r.sent.Add(1)
+		histMu.Lock()
+		_ = hist.RecordValue(d.Microseconds())
+		histMu.Unlock()
+	}
+	if r.cfg.Mode == Sync {
+		for {
+			seq, at, ok := take()
+			if !ok {
+				return
+			}
+			r.t.sending(no, seq)
+			_, err := p.Send(ctx, &client.Message{Body: r.body(no, seq, at)})
+			finish(seq, at, err)
+		}
+	}
+	// Async: at most Window sends unconfirmed; SendAsync carries the ones
+	// that queue up behind a batch in flight in the next batch.
+	window := make(chan struct{}, r.cfg.Window)
+	var wg sync.WaitGroup
+	for {
+		window <- struct{}{}
+		seq, at, ok := take()
+		if !ok {
+			break
+		}
+		r.t.sending(no, seq)
+		wg.Add(1)
+		p.SendAsync(&client.Message{Body: r.body(no, seq, at)}, func(_ client.Receipt, err error) {
+			finish(seq, at, err)
+			<-window
+			wg.Done()
 		})
 	}
 	wg.Wait()
@@ -629,14 +643,33 @@ func (r *run) consume(ctx context.Context, s *client.Session, k *client.Consumer
 				commit()
 			}
 		case r.cfg.Ack == AckClient:
-			if m.Ack() == nil {
-				r.received(m, hist)
+			// Every message is acknowledged: what has arrived is taken,
+			// then acknowledged together (ClientAck acknowledges each
+			// message handed out) and the acknowledgement waited for
+			// before more is taken.
+			held = append(held, m)
+			for len(held) < clientAckBatch {
+				more, _ := k.ReceiveNoWait()
+				if more == nil {
+					break
+				}
+				held = append(held, more)
 			}
+			if held[len(held)-1].Ack() == nil {
+				for _, m := range held {
+					r.received(m, hist)
+				}
+			}
+			held = held[:0]
 		default:
 			r.received(m, hist)
 		}
 	}
 }
+
+// clientAckBatch bounds the messages one acknowledgement covers in --ack
+// client: a consumer's prefetch rarely holds more.
+const clientAckBatch = 1024
 
 // received counts one message consumed and its end-to-end latency.
 func (r *run) received(m *client.Message, hist *hdrhistogram.Histogram) {

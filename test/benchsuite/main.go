@@ -34,6 +34,7 @@ var (
 	natsCLI    = flag.String("natscli-version", "v0.5.0", "nats CLI version to go install")
 	scale      = flag.Float64("scale", 1, "multiply every row's message count (0.1 for a quick look)")
 	only       = flag.String("only", "", "run only the rows whose name contains this")
+	pending    = flag.Int("pending", 0, "also fill a queue with this many 1 KiB messages and measure memory, restart time and send rate beside them")
 )
 
 // row is one comparison: the same workload on both brokers.
@@ -123,7 +124,7 @@ func run() error {
 		fmt.Printf("| %s | %d | %.0f | %s |", r.name, n, c.rate, c.lat)
 		if *compare {
 			if r.nats == nil {
-				fmt.Printf(" — | — | — |")
+				fmt.Print(noNATS())
 			} else {
 				m, err := natsRow(nats, natsBin, r, n)
 				if err != nil {
@@ -146,12 +147,22 @@ func run() error {
 		}
 		fmt.Printf("| end to end at %d msgs/s (half the async maximum), 4+4 | %d | %.0f | %.2f / %.2f (e2e) |",
 			rate, res.Sent, res.ConsumeRate, res.E2ELatency.P50, res.E2ELatency.P99)
-		if *compare {
-			fmt.Printf(" — | — | — |")
+		fmt.Println(noNATS())
+	}
+	if *pending > 0 {
+		if err := pendingRows(cairn, *pending); err != nil {
+			return fmt.Errorf("with %d pending messages: %w", *pending, err)
 		}
-		fmt.Println()
 	}
 	return nil
+}
+
+// noNATS fills the NATS columns of a row that has no NATS equivalent.
+func noNATS() string {
+	if *compare {
+		return " — | — | — |"
+	}
+	return ""
 }
 
 type figure struct {
@@ -205,7 +216,10 @@ var (
 
 func natsBench(c *cluster, natsBin string, args []string) (string, error) {
 	args = append([]string{"--server", strings.Join(c.clients, ","), "bench", "js"}, args...)
-	args = append(args, "--size", "1KB", "--replicas", "3", "--storage", "file", "--progress=false")
+	args = append(args, "--size", "1KB", "--no-progress")
+	if args[3] == "pub" {
+		args = append(args, "--replicas", "3", "--storage", "file")
+	}
 	cmd := exec.Command(filepath.Join(natsBin, "nats"), args...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -245,10 +259,100 @@ func natsRow(c *cluster, natsBin string, r row, n int) (figure, error) {
 	return figure{rate, lat}, nil
 }
 
+// pendingRows fills a queue with n messages and prints, as more rows: the
+// send rate beside 1,000 pending messages and beside n, each node's resident
+// memory with n pending, and how long a restarted node takes to serve again.
+func pendingRows(c *cluster, n int) error {
+	sendRow := func(dest string) (benchJSON, error) {
+		return cairnBench(c, []string{"--dest", dest, "--count", "50000", "--mode", "async", "--window", "500", "--producers", "4", "--consumers", "0"})
+	}
+	fill := func(dest string, count int) error {
+		_, err := cairnBench(c, []string{"--dest", dest, "--count", strconv.Itoa(count), "--mode", "async", "--window", "500", "--producers", "4", "--consumers", "0"})
+		return err
+	}
+	if err := fill("pending-small", 1000); err != nil {
+		return err
+	}
+	small, err := sendRow("pending-small")
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := fill("pending-large", n); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "benchsuite: %d messages stored in %v\n", n, time.Since(start).Round(time.Second))
+	large, err := sendRow("pending-large")
+	if err != nil {
+		return err
+	}
+	fmt.Printf("| async send beside 1,000 pending | 50000 | %.0f | %.2f / %.2f |%s\n", small.SendRate, small.SendLatency.P50, small.SendLatency.P99, noNATS())
+	fmt.Printf("| async send beside %d pending | 50000 | %.0f | %.2f / %.2f |%s\n", n, large.SendRate, large.SendLatency.P50, large.SendLatency.P99, noNATS())
+	var rss []string
+	for _, p := range c.procs {
+		rss = append(rss, residentMemory(p.Process.Pid))
+	}
+	fmt.Printf("\nWith %d + 51,000 pending 1 KiB messages, resident memory per node: %s.\n", n, strings.Join(rss, ", "))
+	for i := range c.procs {
+		d, err := c.restart(i)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("Node n%d restarted (SIGTERM, start) and ready to serve after %v.\n", i+1, d.Round(10*time.Millisecond))
+	}
+	return nil
+}
+
+// residentMemory reads VmRSS of a process.
+func residentMemory(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return "?"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			return fmt.Sprintf("%.0f MiB", float64(kb)/1024)
+		}
+	}
+	return "?"
+}
+
 // cluster is three local server processes.
 type cluster struct {
 	procs   []*exec.Cmd
 	clients []string
+	ready   []string // /readyz URLs, when the servers have them
+}
+
+// restart stops server i with SIGTERM, starts it again and returns how long
+// it took from the start until /readyz said 200 and the node answered a
+// queue listing.
+func (c *cluster) restart(i int) (time.Duration, error) {
+	old := c.procs[i]
+	_ = old.Process.Signal(syscall.SIGTERM)
+	_ = old.Wait()
+	cmd := exec.Command(old.Path, old.Args[1:]...)
+	cmd.Stdout, cmd.Stderr = old.Stdout, old.Stderr
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	c.procs[i] = cmd
+	for deadline := start.Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		resp, err := http.Get(c.ready[i])
+		if err != nil {
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			continue
+		}
+		if exec.Command(*cairnBin, "--server", c.clients[i], "queue", "show", "pending-large").Run() == nil {
+			return time.Since(start), nil
+		}
+	}
+	return 0, fmt.Errorf("node %d not serving 2 minutes after its restart", i+1)
 }
 
 func (c *cluster) stop() {
@@ -308,7 +412,7 @@ func startCairn(dir string) (*cluster, error) {
 		return nil, err
 	}
 	c := &cluster{}
-	var join, https []string
+	var join []string
 	for i := range 3 {
 		join = append(join, addr(ports[i*5+3]))
 	}
@@ -316,7 +420,7 @@ func startCairn(dir string) (*cluster, error) {
 		p := ports[i*5 : i*5+5]
 		id := fmt.Sprintf("n%d", i+1)
 		c.clients = append(c.clients, addr(p[0]))
-		https = append(https, addr(p[4]))
+		c.ready = append(c.ready, "http://"+addr(p[4])+"/readyz")
 		if err := c.start(filepath.Join(dir, id+".log"), *cairnBin, "server", "--node-id", id, "--data-dir", filepath.Join(dir, id),
 			"--bootstrap-expect", "3", "--join", strings.Join(join, ","), "--client-addr", addr(p[0]), "--peer-addr", addr(p[1]),
 			"--raft-addr", addr(p[2]), "--gossip-addr", addr(p[3]), "--http-addr", addr(p[4]), "--log-level", "warn"); err != nil {
@@ -325,9 +429,9 @@ func startCairn(dir string) (*cluster, error) {
 		}
 	}
 	deadline := time.Now().Add(60 * time.Second)
-	for _, h := range https {
+	for _, u := range c.ready {
 		for {
-			resp, err := http.Get("http://" + h + "/readyz")
+			resp, err := http.Get(u)
 			if err == nil {
 				resp.Body.Close()
 				if resp.StatusCode == http.StatusOK {
@@ -399,7 +503,7 @@ cluster {
 	defer cancel()
 	for {
 		cmd := exec.CommandContext(ctx, filepath.Join(bin, "nats"), "--server", strings.Join(c.clients, ","), "bench", "js", "pub", "sync", "bench.x",
-			"--msgs", "10", "--create", "--purge", "--replicas", "3", "--storage", "file", "--progress=false")
+			"--msgs", "10", "--create", "--purge", "--replicas", "3", "--storage", "file", "--no-progress")
 		out, err := cmd.CombinedOutput()
 		if err == nil {
 			return c, nil
