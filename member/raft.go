@@ -3,7 +3,6 @@ package member
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,8 +14,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	wal "github.com/hashicorp/raft-wal"
-	"github.com/hashicorp/raft-wal/metadb"
 )
 
 // Timing holds the Raft timeouts of a group. The defaults suit a LAN; tests
@@ -69,8 +66,6 @@ type RaftConfig struct {
 	// Addresses, if set, finds a server's current Raft address by its id,
 	// so a node that comes back at another address is still reached.
 	Addresses raft.ServerAddressProvider
-	// LogStore is LogStoreBolt (the default when empty) or LogStoreWAL.
-	LogStore string
 	// OnStorageError is called when the log or stable store fails a write
 	// (an fsync error): the replica can no longer promise durability and the
 	// node must stop. By default it panics.
@@ -84,80 +79,19 @@ type Group struct {
 	// this replica knew before it (re)started.
 	startIndex uint64
 	logs       raft.LogStore
-	store      durableStore
+	store      *raftboltdb.BoltStore
 	guard      *storageGuard
 	transport  *raft.NetworkTransport
 	dir        string
 }
 
-// Log stores a group can keep its log and stable store in.
-const (
-	// LogStoreBolt is raft-boltdb: one bbolt file, two fsyncs per write.
-	LogStoreBolt = "bolt"
-	// LogStoreWAL is hashicorp/raft-wal: segment files, one fsync per write.
-	LogStoreWAL = "wal"
-)
-
-// ErrLogStore is wrapped when a group's log store cannot be used as asked:
-// an unknown kind, or a directory written by the other kind.
-var ErrLogStore = errors.New("log store")
-
-// durableStore is a group's log and stable store, fsynced on every write.
-type durableStore interface {
-	raft.LogStore
-	raft.StableStore
-	Close() error
-}
-
-// openStore opens the group's store of the given kind. A directory holds
-// one kind for good: opening it with the other would start from an empty
-// log and forget every acknowledged entry, so that is refused.
-func openStore(kind, dir string) (durableStore, error) {
-	boltPath, walDir := filepath.Join(dir, "raft.db"), filepath.Join(dir, "wal")
-	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
-	switch kind {
-	case "", LogStoreBolt:
-		if exists(walDir) {
-			return nil, fmt.Errorf("%w: %s holds a wal log; start the node with --log-store wal", ErrLogStore, dir)
-		}
-		return raftboltdb.New(raftboltdb.Options{Path: boltPath})
-	case LogStoreWAL:
-		if exists(boltPath) {
-			return nil, fmt.Errorf("%w: %s holds a bolt log; start the node with --log-store bolt", ErrLogStore, dir)
-		}
-		if err := os.MkdirAll(walDir, 0o750); err != nil {
-			return nil, err
-		}
-		meta := &metadb.BoltMetaDB{}
-		w, err := wal.Open(walDir, wal.WithMetaStore(meta))
-		if err != nil {
-			meta.Close()
-			return nil, err
-		}
-		return &walStore{WAL: w, meta: meta}, nil
-	}
-	return nil, fmt.Errorf("%w: %q is no log store; use bolt or wal", ErrLogStore, kind)
-}
-
-// walStore closes the WAL's meta database too: raft-wal v0.4.0's Close
-// leaves it open, and its file lock then blocks the next open of the group
-// in the same process (a member re-created on this node) for good.
-type walStore struct {
-	*wal.WAL
-	meta *metadb.BoltMetaDB
-}
-
-func (w *walStore) Close() error {
-	return errors.Join(w.WAL.Close(), w.meta.Close())
-}
-
 // OpenRaft opens (and on first use bootstraps) a Raft group whose log and
-// stable store are fsynced on every write (see LogStoreBolt, LogStoreWAL).
+// stable store are one bbolt file with fsync on every write.
 func OpenRaft(cfg RaftConfig, fsm raft.FSM) (*Group, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
 		return nil, fmt.Errorf("raft group %s: %w", cfg.Group, err)
 	}
-	store, err := openStore(cfg.LogStore, cfg.Dir)
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.Dir, "raft.db")})
 	if err != nil {
 		return nil, fmt.Errorf("raft group %s: open log store: %w", cfg.Group, err)
 	}
@@ -165,7 +99,7 @@ func OpenRaft(cfg RaftConfig, fsm raft.FSM) (*Group, error) {
 	if onErr == nil {
 		onErr = func(err error) { panic(err) }
 	}
-	guarded := &storageGuard{durableStore: store, fail: func(err error) {
+	guarded := &storageGuard{BoltStore: store, fail: func(err error) {
 		onErr(fmt.Errorf("raft group %s: storage write failed: %w", cfg.Group, err))
 	}}
 	logs, err := raft.NewLogCache(512, guarded)
@@ -322,7 +256,7 @@ func (s slogSink) Accept(name string, level hclog.Level, msg string, args ...int
 // newer term it saw (and hashicorp/raft panics if that fails). Nothing acts
 // on that term any more, and a restart learns it again from the leader.
 type storageGuard struct {
-	durableStore
+	*raftboltdb.BoltStore
 	fail func(error)
 
 	mu     sync.RWMutex
@@ -350,17 +284,17 @@ func (g *storageGuard) write(w func() error) error {
 }
 
 func (g *storageGuard) StoreLog(l *raft.Log) error {
-	return g.write(func() error { return g.durableStore.StoreLog(l) })
+	return g.write(func() error { return g.BoltStore.StoreLog(l) })
 }
 func (g *storageGuard) StoreLogs(ls []*raft.Log) error {
-	return g.write(func() error { return g.durableStore.StoreLogs(ls) })
+	return g.write(func() error { return g.BoltStore.StoreLogs(ls) })
 }
 func (g *storageGuard) DeleteRange(min, max uint64) error {
-	return g.write(func() error { return g.durableStore.DeleteRange(min, max) })
+	return g.write(func() error { return g.BoltStore.DeleteRange(min, max) })
 }
 func (g *storageGuard) Set(k, v []byte) error {
-	return g.write(func() error { return g.durableStore.Set(k, v) })
+	return g.write(func() error { return g.BoltStore.Set(k, v) })
 }
 func (g *storageGuard) SetUint64(k []byte, v uint64) error {
-	return g.write(func() error { return g.durableStore.SetUint64(k, v) })
+	return g.write(func() error { return g.BoltStore.SetUint64(k, v) })
 }

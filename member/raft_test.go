@@ -1,7 +1,6 @@
 package member
 
 import (
-	"errors"
 	"path/filepath"
 	"testing"
 
@@ -10,63 +9,29 @@ import (
 )
 
 // A failed write of the Raft log (an fsync error) stops the node instead of
-// letting Raft step down and try again; with either log store.
+// letting Raft step down and try again.
 func TestStorageGuard_FailedWriteStopsTheNode(t *testing.T) {
-	for _, kind := range []string{LogStoreBolt, LogStoreWAL} {
-		t.Run(kind, func(t *testing.T) {
-			store, err := openStore(kind, t.TempDir())
-			if err != nil {
-				t.Fatal(err)
-			}
-			var failed []error
-			g := &storageGuard{durableStore: store, fail: func(err error) { failed = append(failed, err) }}
-			if err := g.StoreLogs([]*raft.Log{{Index: 1, Term: 1, Data: []byte("x")}}); err != nil || len(failed) != 0 {
-				t.Fatalf("a good write: err %v, fail called %d times", err, len(failed))
-			}
-			store.Close() // every later write fails, as after an fsync error
-			for _, write := range []func() error{
-				func() error { return g.StoreLog(&raft.Log{Index: 2, Term: 1}) },
-				func() error { return g.SetUint64([]byte("CurrentTerm"), 2) },
-			} {
-				if err := write(); err == nil {
-					t.Fatal("a write to a closed store succeeded")
-				}
-			}
-			if len(failed) != 2 {
-				t.Fatalf("fail called %d times for 2 failed writes", len(failed))
-			}
-		})
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(t.TempDir(), "raft.db")})
+	if err != nil {
+		t.Fatal(err)
 	}
-}
-
-// A group directory keeps the log store it was written with: opening it
-// with the other kind would start from an empty log, so it is refused, and
-// an unknown kind is refused too.
-func TestOpenStore_KindIsKept(t *testing.T) {
-	for _, c := range []struct{ first, then string }{{LogStoreBolt, LogStoreWAL}, {LogStoreWAL, LogStoreBolt}} {
-		dir := t.TempDir()
-		s, err := openStore(c.first, dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.StoreLogs([]*raft.Log{{Index: 1, Term: 1, Data: []byte("x")}}); err != nil {
-			t.Fatal(err)
-		}
-		s.Close()
-		if _, err := openStore(c.then, dir); !errors.Is(err, ErrLogStore) {
-			t.Errorf("a %s directory opened as %s: %v, want ErrLogStore", c.first, c.then, err)
-		}
-		again, err := openStore(c.first, dir)
-		if err != nil {
-			t.Fatalf("reopening a %s directory: %v", c.first, err)
-		}
-		if last, _ := again.LastIndex(); last != 1 {
-			t.Errorf("reopened %s store: last index %d, want 1", c.first, last)
-		}
-		again.Close()
+	var failed []error
+	g := &storageGuard{BoltStore: store, fail: func(err error) { failed = append(failed, err) }}
+	if err := g.StoreLogs([]*raft.Log{{Index: 1, Term: 1, Data: []byte("x")}}); err != nil || len(failed) != 0 {
+		t.Fatalf("a good write: err %v, fail called %d times", err, len(failed))
 	}
-	if _, err := openStore("rocks", t.TempDir()); !errors.Is(err, ErrLogStore) {
-		t.Errorf("unknown kind: %v, want ErrLogStore", err)
+	store.Close() // every later write fails, as after an fsync error
+	for _, write := range []func() error{
+		func() error { return g.StoreLog(&raft.Log{Index: 2, Term: 1}) },
+		func() error { return g.SetUint64([]byte("CurrentTerm"), 2) },
+		func() error { return g.DeleteRange(1, 1) },
+	} {
+		if err := write(); err == nil {
+			t.Fatal("a write to a closed store succeeded")
+		}
+	}
+	if len(failed) != 3 {
+		t.Fatalf("fail called %d times for 3 failed writes", len(failed))
 	}
 }
 
@@ -79,7 +44,7 @@ func TestStorageGuard_WritesAfterShutdownAreDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	failed := 0
-	g := &storageGuard{durableStore: store, fail: func(error) { failed++ }}
+	g := &storageGuard{BoltStore: store, fail: func(error) { failed++ }}
 	g.shut()
 	store.Close()
 	if err := g.SetUint64([]byte("CurrentTerm"), 7); err != nil || failed != 0 {

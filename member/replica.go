@@ -36,8 +36,6 @@ type Config struct {
 	SnapshotThreshold uint64
 	// SnapshotInterval is how often Raft checks the threshold (default 5 s).
 	SnapshotInterval time.Duration
-	// LogStore is LogStoreBolt (the default when empty) or LogStoreWAL.
-	LogStore string
 	// Settings are the limits the member should have; its leader proposes
 	// them when the replicated ones differ.
 	Settings *fsmpb.MemberSettings
@@ -163,7 +161,7 @@ func Open(cfg Config) (*Replica, error) {
 	}}
 	g, err := OpenRaft(RaftConfig{
 		Group: cfg.GroupID, NodeID: cfg.NodeID, Dir: cfg.Dir, Stream: cfg.Stream, Peers: cfg.Peers,
-		Timing: cfg.Timing, SnapshotThreshold: cfg.SnapshotThreshold, SnapshotInterval: cfg.SnapshotInterval, LogStore: cfg.LogStore,
+		Timing: cfg.Timing, SnapshotThreshold: cfg.SnapshotThreshold, SnapshotInterval: cfg.SnapshotInterval,
 		Logger: cfg.Logger, NotifyCh: r.notify, Addresses: cfg.Addresses, OnStorageError: cfg.OnFatal,
 	}, r.fsm)
 	if err != nil {
