@@ -215,11 +215,11 @@ var (
 )
 
 func natsBench(c *cluster, natsBin string, args []string) (string, error) {
-	args = append([]string{"--server", strings.Join(c.clients, ","), "bench", "js"}, args...)
-	args = append(args, "--size", "1KB", "--no-progress")
-	if args[3] == "pub" {
+	if args[0] == "pub" {
 		args = append(args, "--replicas", "3", "--storage", "file")
 	}
+	args = append([]string{"--server", strings.Join(c.clients, ","), "bench", "js"}, args...)
+	args = append(args, "--size", "1KB", "--no-progress")
 	cmd := exec.Command(filepath.Join(natsBin, "nats"), args...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
