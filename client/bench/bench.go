@@ -208,7 +208,7 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (Result, erro
 		return Result{}, err
 	}
 	defer a.Close()
-	q, created, err := prepareQueue(ctx, a, &cfg)
+	q, created, err := prepareQueue(ctx, a, cfg.Dest, cfg.Members)
 	if err != nil {
 		return Result{}, err
 	}
@@ -226,7 +226,6 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (Result, erro
 	}
 	r := &run{cfg: cfg, t: newTracker(cfg.Producers), sendHist: newHist(), e2eHist: newHist(),
 		producersDone: make(chan struct{}), stopConsumers: make(chan struct{})}
-	r.cfg.Dest = q.Name
 	if members <= 1 || cfg.Consumers == 0 {
 		r.members = []string{q.Name}
 	} else {
@@ -364,10 +363,9 @@ func errTooFewConsumers(members int) error {
 }
 
 // prepareQueue creates the run's queue, or finds the named one.
-func prepareQueue(ctx context.Context, a *client.Admin, cfg *Config) (client.QueueInfo, bool, error) {
+func prepareQueue(ctx context.Context, a *client.Admin, name string, members int) (client.QueueInfo, bool, error) {
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	name := cfg.Dest
 	if name == "" {
 		name = "bench-" + client.NewMessageID()[3:11]
 	} else if q, err := a.ShowQueue(actx, name); err == nil {
@@ -375,7 +373,7 @@ func prepareQueue(ctx context.Context, a *client.Admin, cfg *Config) (client.Que
 	} else if !errors.Is(err, client.ErrUnknownDestination) {
 		return client.QueueInfo{}, false, err
 	}
-	q, err := a.CreateQueue(actx, name, client.QueueOptions{Members: cfg.Members})
+	q, err := a.CreateQueue(actx, name, client.QueueOptions{Members: members})
 	if err != nil {
 		return client.QueueInfo{}, false, fmt.Errorf("creating queue %s: %w", name, err)
 	}

@@ -180,33 +180,12 @@ type scenario struct {
 }
 
 var scenarios = []scenario{
-	{"kill the member host or the meta leader every 10-20 s", []string{"--dedup"}, func(t *testing.T, tg target, end time.Time) {
-		for n := 0; sleepUntil(between(10*time.Second, 20*time.Second), end); n++ {
-			i := victim(t, tg, n%2 == 1)
-			t.Logf("nemesis: kill %s", tg.describe(i))
-			tg.kill(t, i)
-			sleepUntil(3*time.Second, end.Add(time.Minute))
-			tg.start(t, i)
-		}
-	}},
-	{"pause a node for 5 s", nil, func(t *testing.T, tg target, end time.Time) {
-		for sleepUntil(between(5*time.Second, 10*time.Second), end) {
-			i := victim(t, tg, false)
-			t.Logf("nemesis: pause %s for 5 s", tg.describe(i))
-			tg.pause(t, i)
-			sleepUntil(5*time.Second, end.Add(time.Minute))
-			tg.resume(t, i)
-		}
-	}},
-	{"isolate a node from the network for 10 s", []string{"--transactions"}, func(t *testing.T, tg target, end time.Time) {
-		for sleepUntil(between(5*time.Second, 10*time.Second), end) {
-			i := victim(t, tg, true)
-			t.Logf("nemesis: isolate %s for 10 s", tg.describe(i))
-			tg.isolate(t, i)
-			sleepUntil(10*time.Second, end.Add(time.Minute))
-			tg.reconnect(t, i)
-		}
-	}},
+	{"kill the member host or the meta leader every 10-20 s", []string{"--dedup"},
+		faultEvery(10*time.Second, 20*time.Second, 3*time.Second, func(n int) bool { return n%2 == 1 }, "kill", target.kill, target.start)},
+	{"pause a node for 5 s", nil,
+		faultEvery(5*time.Second, 10*time.Second, 5*time.Second, func(int) bool { return false }, "pause", target.pause, target.resume)},
+	{"isolate a node from the network for 10 s", []string{"--transactions"},
+		faultEvery(5*time.Second, 10*time.Second, 10*time.Second, func(int) bool { return true }, "isolate", target.isolate, target.reconnect)},
 	{"restart the whole cluster", nil, func(t *testing.T, tg target, end time.Time) {
 		if sleepUntil(time.Until(end)/3, end) {
 			t.Logf("nemesis: restart of all three nodes at once")
@@ -220,6 +199,21 @@ var scenarios = []scenario{
 			tg.restart(t, i)
 		}
 	}},
+}
+
+// faultEvery is a schedule that, every lo to hi until the end, applies a
+// fault to a victim (the meta leader's node when metaLeader(n) for the n-th
+// fault, else a member host's), holds it, and undoes it.
+func faultEvery(lo, hi, hold time.Duration, metaLeader func(n int) bool, what string, apply, undo func(target, *testing.T, int)) func(*testing.T, target, time.Time) {
+	return func(t *testing.T, tg target, end time.Time) {
+		for n := 0; sleepUntil(between(lo, hi), end); n++ {
+			i := victim(t, tg, metaLeader(n))
+			t.Logf("nemesis: %s %s for %v", what, tg.describe(i), hold)
+			apply(tg, t, i)
+			sleepUntil(hold, end.Add(time.Minute))
+			undo(tg, t, i)
+		}
+	}
 }
 
 // runScenarios runs every scenario on tg: cairn verify through the faults,

@@ -258,6 +258,7 @@ func (c *localCluster) restart(t *testing.T, i int) {
 }
 
 func (c *localCluster) restartAll(t *testing.T) {
+	// All at once, as a power cut's restart; stopAll then waits for each.
 	for i := range c.nodes {
 		_ = c.nodes[i].cmd.Process.Signal(syscall.SIGTERM)
 	}
