@@ -40,6 +40,9 @@ type Config struct {
 	// NoAutoCreate makes sends and consumers of unknown destinations fail
 	// instead of creating them.
 	NoAutoCreate bool
+	// Profiling serves Go's profiles (net/http/pprof) under /debug/pprof/
+	// on the HTTP address.
+	Profiling bool
 
 	// Member tuning.
 	Timing            member.Timing

@@ -3,6 +3,7 @@ package cluster
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/pprof"
 )
 
 // httpHandler serves the operator endpoints: /livez and /healthz answer as
@@ -22,6 +23,15 @@ func (n *Node) httpHandler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "node": n.cfg.NodeID})
 	})
+	if n.cfg.Profiling {
+		// Off by default: a profile shows message bodies in flight and
+		// costs CPU while it is taken.
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }
 
