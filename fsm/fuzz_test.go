@@ -24,6 +24,22 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte("\xff\xff\xff\xff"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		e, err := fsm.Decode(data)
+		// Decode reads the envelope by hand; proto.Unmarshal is the oracle.
+		var ref fsmpb.Entry
+		refErr := proto.Unmarshal(data, &ref)
+		if refOK := refErr == nil && ref.Version != 0 && ref.Version <= fsm.EntryVersion; refOK != (err == nil) {
+			t.Fatalf("Decode error %v, proto.Unmarshal error %v (version %d): they disagree", err, refErr, ref.Version)
+		}
+		if err == nil {
+			// Decode skips unknown fields, which proto.Unmarshal keeps.
+			ref.ProtoReflect().SetUnknown(nil)
+			for _, c := range ref.Commands {
+				c.ProtoReflect().SetUnknown(nil)
+			}
+			if !proto.Equal(e, &ref) {
+				t.Fatalf("Decode = %v; proto.Unmarshal = %v", e, &ref)
+			}
+		}
 		if err != nil {
 			if !errors.Is(err, fsm.ErrCorrupt) || e != nil {
 				t.Fatalf("Decode = %v, %v; want nil and an error wrapping ErrCorrupt", e, err)

@@ -61,9 +61,14 @@ var rows = []row{
 	{name: "async send, 4 producers, window 500", count: 200000, metric: "send",
 		cairn: []string{"--mode", "async", "--window", "500", "--producers", "4", "--consumers", "0"},
 		nats:  []string{"pub", "async", "--batch", "500", "--clients", "4"}},
+	// Both sides let each consumer hold 500 unacknowledged messages: that is
+	// what `nats bench js consume` buffers per client (its --batch, default
+	// 500), and Cairn's --prefetch is the same credit. Cairn's consumers
+	// also wait for each acknowledgement's commit before taking more; NATS
+	// acknowledges without waiting.
 	{name: "consume a backlog, 4 consumers, each message acked", count: 100000, metric: "consume", natsPreload: true,
-		cairn: []string{"--mode", "async", "--window", "500", "--producers", "4", "--consumers", "4", "--consume-after", "--ack", "client"},
-		nats:  []string{"consume", "--clients", "4", "--acks", "explicit"}},
+		cairn: []string{"--mode", "async", "--window", "500", "--producers", "4", "--consumers", "4", "--consume-after", "--ack", "client", "--prefetch", "500"},
+		nats:  []string{"consume", "--clients", "4", "--acks", "explicit", "--batch", "500"}},
 	{name: "send and consume together, 4+4, window 500", count: 100000, metric: "e2e",
 		cairn: []string{"--mode", "async", "--window", "500", "--producers", "4", "--consumers", "4", "--ack", "client"}},
 }
