@@ -1,11 +1,14 @@
 package member
 
 import (
+	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
 )
 
 // A failed write of the Raft log (an fsync error) stops the node instead of
@@ -49,5 +52,24 @@ func TestStorageGuard_WritesAfterShutdownAreDropped(t *testing.T) {
 	store.Close()
 	if err := g.SetUint64([]byte("CurrentTerm"), 7); err != nil || failed != 0 {
 		t.Fatalf("write after shutdown: err %v, fail called %d times", err, failed)
+	}
+}
+
+// A second server on the same data directory gets an error that says so
+// within the lock timeout, instead of waiting for the file lock forever.
+func TestOpenRaft_HeldLogStoreIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	held, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db"), BoltOptions: boltOptions()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	g, err := OpenRaft(RaftConfig{Group: "q#0", NodeID: "n1", Dir: dir}, nil)
+	if err == nil {
+		g.Close()
+		t.Fatal("opened a log store another open holds")
+	}
+	if !errors.Is(err, bbolt.ErrTimeout) || !strings.Contains(err.Error(), "another process holds it") {
+		t.Fatalf("err = %v; want bbolt.ErrTimeout, saying another process holds the store", err)
 	}
 }
