@@ -21,6 +21,16 @@ type memberFSM struct {
 	// corrupt is called with an entry that cannot be applied; it must stop
 	// the node.
 	corrupt func(error)
+	// since is the log applied since the last snapshot (or restore).
+	since logVolume // under mu
+}
+
+// volume returns the bytes of the state's messages and the log applied
+// since the last snapshot.
+func (a *memberFSM) volume() (stateBytes int64, since logVolume) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.m.Stats().Bytes, a.since
 }
 
 var _ raft.BatchingFSM = (*memberFSM)(nil)
@@ -35,6 +45,8 @@ func (a *memberFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	out := make([]interface{}, len(logs))
 	a.mu.Lock()
 	for i, l := range logs {
+		a.since.entries++
+		a.since.bytes += uint64(len(l.Data))
 		if l.Type != raft.LogCommand {
 			continue
 		}
@@ -52,6 +64,11 @@ func (a *memberFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 }
 
 func (a *memberFSM) Snapshot() (raft.FSMSnapshot, error) {
+	// No entry is applied in between: Raft calls Snapshot on the goroutine
+	// that applies them. Readers go on during the capture.
+	a.mu.Lock()
+	a.since = logVolume{}
+	a.mu.Unlock()
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	return memberSnapshot{img: a.m.Capture()}, nil
@@ -64,7 +81,7 @@ func (a *memberFSM) Restore(rc io.ReadCloser) error {
 		return err
 	}
 	a.mu.Lock()
-	a.m = m
+	a.m, a.since = m, logVolume{}
 	a.mu.Unlock()
 	a.applied()
 	return nil

@@ -1,6 +1,7 @@
 package member
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,9 +33,10 @@ type Config struct {
 	Peers   []raft.Server
 	Timing  Timing
 	// SnapshotThreshold is how many entries since the last snapshot trigger
-	// a new one (0: hashicorp/raft's default, 8192).
+	// a new one (0: hashicorp/raft's default, 8192), once they also carried
+	// half as many bytes as the state (snapshotDue).
 	SnapshotThreshold uint64
-	// SnapshotInterval is how often Raft checks the threshold (default 5 s).
+	// SnapshotInterval is how often the threshold is checked (default 5 s).
 	SnapshotInterval time.Duration
 	// Settings are the limits the member should have; its leader proposes
 	// them when the replicated ones differ.
@@ -159,9 +161,14 @@ func Open(cfg Config) (*Replica, error) {
 		r.log.Error("member log entry cannot be applied; stopping to avoid diverging from the other replicas", "err", err)
 		onCorrupt(fmt.Errorf("member %s: %w", cfg.Name, err))
 	}}
+	// hashicorp/raft snapshots on its own only at maxSnapshotThreshold;
+	// snapshotLoop snapshots at the configured threshold when the log has
+	// grown enough for the state's size.
+	minEntries := cmp.Or(cfg.SnapshotThreshold, raft.DefaultConfig().SnapshotThreshold)
+	snapshotEvery := cmp.Or(cfg.SnapshotInterval, DefaultSnapshotInterval)
 	g, err := OpenRaft(RaftConfig{
 		Group: cfg.GroupID, NodeID: cfg.NodeID, Dir: cfg.Dir, Stream: cfg.Stream, Peers: cfg.Peers,
-		Timing: cfg.Timing, SnapshotThreshold: cfg.SnapshotThreshold, SnapshotInterval: cfg.SnapshotInterval,
+		Timing: cfg.Timing, SnapshotThreshold: max(minEntries, maxSnapshotThreshold), SnapshotInterval: cfg.SnapshotInterval,
 		Logger: cfg.Logger, NotifyCh: r.notify, Addresses: cfg.Addresses, OnStorageError: cfg.OnFatal,
 	}, r.fsm)
 	if err != nil {
@@ -169,7 +176,8 @@ func Open(cfg Config) (*Replica, error) {
 	}
 	r.group = g
 	r.prop = newProposer(g.Raft)
-	r.wg.Add(4)
+	r.wg.Add(5)
+	go r.snapshotLoop(minEntries, snapshotEvery)
 	go r.watchLeadership()
 	go r.dispatchLoop()
 	go r.expiryLoop()
