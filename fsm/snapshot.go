@@ -105,6 +105,10 @@ func (img *MemberImage) WriteTo(w io.Writer) (int64, error) {
 // deterministic makes equal states write equal bytes (map fields sorted).
 var deterministic = protodelim.MarshalOptions{MarshalOptions: proto.MarshalOptions{Deterministic: true}}
 
+// maxPresizedMessages bounds the room a restore makes for messages before
+// reading them.
+const maxPresizedMessages = 1 << 22
+
 // maxSnapshotRecord bounds one record of a snapshot stream: a message of the
 // largest size a node accepts, with room for its headers.
 const maxSnapshotRecord = 64 << 20
@@ -118,6 +122,9 @@ func RestoreMember(r io.Reader) (*Member, error) {
 		return nil, fmt.Errorf("%w: snapshot header: %v", ErrCorrupt, err)
 	}
 	m := NewMember()
+	// Sized once rather than grown through every power of two; bounded, as
+	// the count comes from the file.
+	m.messages = make(map[string]*message, min(h.MessageCount, maxPresizedMessages))
 	m.applied, m.nextSeq, m.nextDelivery, m.deadLettered, m.sealed = h.Applied, h.NextSeq, h.NextDeliveryId, h.DeadLettered, h.Sealed
 	if h.Settings != nil {
 		m.settings = h.Settings
