@@ -152,23 +152,13 @@ func (r *Replica) delivered(p pick, res fsm.Result, err error) {
 	r.kick()
 }
 
-// expiryLoop removes expired messages, and ends redelivery delays, while
-// this replica hosts the member.
+// expireTick removes expired messages, and ends redelivery delays, while
+// this replica hosts the member; it runs every ExpiryInterval.
 // The decision uses the leader's clock and travels in the Expire command.
-func (r *Replica) expiryLoop() {
-	defer r.wg.Done()
-	t := time.NewTicker(r.cfg.ExpiryInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-r.stop:
-			return
-		case <-t.C:
-		}
-		if r.Leading() {
-			r.ExpireNow()
-			r.wakeDue()
-		}
+func (r *Replica) expireTick() {
+	if r.Leading() {
+		r.ExpireNow()
+		r.wakeDue()
 	}
 }
 

@@ -58,7 +58,8 @@ func MoveDedupID(group string, seq uint64) string {
 // the loop.
 const moveRounds = 20
 
-// moveLoop, while this replica hosts the member, decides the transactions
+// moveTicker returns what runs every ExpiryInterval: while this replica
+// hosts the member, it decides the transactions
 // its front-ends left prepared (resolvePrepared), sends dead messages to
 // the dead-letter queue and, after ForwardDelay without consumers, forwards
 // stranded pending messages to a member that has consumers; a draining
@@ -68,23 +69,15 @@ const moveRounds = 20
 // moves under way and finishes them, so each message moves exactly once.
 // (Redelivery delays end in the expiry loop, which never waits on another
 // member.)
-func (r *Replica) moveLoop() {
-	defer r.wg.Done()
-	t := time.NewTicker(r.cfg.ExpiryInterval)
-	defer t.Stop()
+func (r *Replica) moveTicker() func() {
 	var strandedSince time.Time
-	for {
-		select {
-		case <-r.stop:
-			return
-		case <-t.C:
-		}
+	return func() {
 		if r.Leading() {
 			r.resolvePrepared()
 		}
 		if !r.Leading() || r.cfg.Mover == nil {
 			strandedSince = time.Time{}
-			continue
+			return
 		}
 		strandedSince = r.moveOnce(strandedSince)
 	}

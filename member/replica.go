@@ -162,7 +162,7 @@ func Open(cfg Config) (*Replica, error) {
 		onCorrupt(fmt.Errorf("member %s: %w", cfg.Name, err))
 	}}
 	// hashicorp/raft snapshots on its own only at maxSnapshotThreshold;
-	// snapshotLoop snapshots at the configured threshold when the log has
+	// snapshotTick snapshots at the configured threshold when the log has
 	// grown enough for the state's size.
 	minEntries := cmp.Or(cfg.SnapshotThreshold, raft.DefaultConfig().SnapshotThreshold)
 	snapshotEvery := cmp.Or(cfg.SnapshotInterval, DefaultSnapshotInterval)
@@ -176,13 +176,32 @@ func Open(cfg Config) (*Replica, error) {
 	}
 	r.group = g
 	r.prop = newProposer(g.Raft)
-	r.wg.Add(5)
-	go r.snapshotLoop(minEntries, snapshotEvery)
+	r.wg.Add(2)
 	go r.watchLeadership()
 	go r.dispatchLoop()
-	go r.expiryLoop()
-	go r.moveLoop()
+	r.every(cfg.ExpiryInterval, r.expireTick)
+	r.every(cfg.ExpiryInterval, r.moveTicker())
+	r.every(snapshotEvery, func() { r.snapshotTick(minEntries) })
 	return r, nil
+}
+
+// every runs tick at each interval, on a goroutine of its own, until the
+// replica stops.
+func (r *Replica) every(interval time.Duration, tick func()) {
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-r.stop:
+				return
+			case <-t.C:
+			}
+			tick()
+		}
+	}()
 }
 
 // Name is the member's address.

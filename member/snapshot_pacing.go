@@ -2,7 +2,6 @@ package member
 
 import (
 	"errors"
-	"time"
 
 	"github.com/hashicorp/raft"
 )
@@ -27,25 +26,15 @@ func snapshotDue(minEntries uint64, stateBytes int64, since logVolume) bool {
 	return since.entries >= minEntries && int64(since.bytes) >= stateBytes/2
 }
 
-// snapshotLoop takes a snapshot when snapshotDue says so, checking at the
-// snapshot interval as hashicorp/raft checks its own threshold.
-func (r *Replica) snapshotLoop(minEntries uint64, every time.Duration) {
-	defer r.wg.Done()
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-r.stop:
-			return
-		case <-t.C:
-		}
-		stateBytes, since := r.fsm.volume()
-		if !snapshotDue(minEntries, stateBytes, since) {
-			continue
-		}
-		err := r.group.Raft.Snapshot().Error()
-		if err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) && !errors.Is(err, raft.ErrRaftShutdown) {
-			r.log.Warn("snapshot failed; the next check tries again", "err", err)
-		}
+// snapshotTick takes a snapshot when snapshotDue says so; it runs at the
+// snapshot interval, as hashicorp/raft checks its own threshold.
+func (r *Replica) snapshotTick(minEntries uint64) {
+	stateBytes, since := r.fsm.volume()
+	if !snapshotDue(minEntries, stateBytes, since) {
+		return
+	}
+	err := r.group.Raft.Snapshot().Error()
+	if err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) && !errors.Is(err, raft.ErrRaftShutdown) {
+		r.log.Warn("snapshot failed; the next check tries again", "err", err)
 	}
 }
