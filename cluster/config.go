@@ -44,6 +44,11 @@ type Config struct {
 	// on the HTTP address.
 	Profiling bool
 
+	// LogStore is where every Raft group of the node keeps its log:
+	// member.LogStoreBolt (the default) or member.LogStoreWAL. A data
+	// directory keeps the kind it was started with.
+	LogStore string
+
 	// Member tuning.
 	Timing            member.Timing
 	SnapshotThreshold uint64
@@ -133,6 +138,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: --bootstrap-expect %d is negative", ErrConfig, c.BootstrapExpect)
 	case c.MaxMessageBytes < 0:
 		return fmt.Errorf("%w: --max-message-bytes %d is negative", ErrConfig, c.MaxMessageBytes)
+	case c.LogStore != "" && c.LogStore != member.LogStoreBolt && c.LogStore != member.LogStoreWAL:
+		return fmt.Errorf("%w: --log-store %q: use bolt or wal", ErrConfig, c.LogStore)
 	}
 	for _, a := range []struct{ flag, addr string }{
 		{"--client-addr", c.ClientAddr}, {"--peer-addr", c.PeerAddr}, {"--raft-addr", c.RaftAddr},

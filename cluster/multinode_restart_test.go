@@ -10,6 +10,7 @@ import (
 
 	"github.com/cairnmq/cairn/client"
 	"github.com/cairnmq/cairn/fsm"
+	"github.com/cairnmq/cairn/member"
 )
 
 // Every node crashes (as with SIGKILL), then all three start again on their
@@ -18,7 +19,18 @@ import (
 // back redelivered with delivery count 2, the others unmarked; the counts
 // are right right after the restart.
 func TestCluster_FullRestart_EverySentMessageComesBack(t *testing.T) {
-	tc := newMultiNode(t, 3)
+	forEachLogStore(t, testFullRestart)
+}
+
+// forEachLogStore runs test with the nodes' Raft logs in each log store.
+func forEachLogStore(t *testing.T, test func(t *testing.T, store func(*Config))) {
+	for _, kind := range []string{member.LogStoreBolt, member.LogStoreWAL} {
+		t.Run(kind, func(t *testing.T) { test(t, func(c *Config) { c.LogStore = kind }) })
+	}
+}
+
+func testFullRestart(t *testing.T, store func(*Config)) {
+	tc := newMultiNode(t, 3, store)
 	ctx := testCtx(t)
 	if _, err := tc.admin("n1").CreateQueue(ctx, "fr", client.QueueOptions{}); err != nil {
 		t.Fatal(err)
@@ -95,7 +107,11 @@ func TestCluster_StoppedNodeBehindCompactedLogs_CatchesUpBySnapshot(t *testing.T
 	if testing.Short() {
 		t.Skip("sends a few thousand messages")
 	}
-	tc := newMultiNode(t, 3, withSnapshotThreshold(32))
+	forEachLogStore(t, testCatchUpBySnapshot)
+}
+
+func testCatchUpBySnapshot(t *testing.T, store func(*Config)) {
+	tc := newMultiNode(t, 3, withSnapshotThreshold(32), store)
 	ctx := testCtx(t)
 	info, err := tc.admin("n1").CreateQueue(ctx, "snap", client.QueueOptions{})
 	if err != nil {

@@ -451,6 +451,7 @@ func (n *Node) replicaConfig() member.Config {
 		Timing:            n.cfg.Timing,
 		SnapshotThreshold: n.cfg.SnapshotThreshold,
 		SnapshotInterval:  n.cfg.SnapshotInterval,
+		LogStore:          n.cfg.LogStore,
 		ExpiryInterval:    n.cfg.ExpiryInterval,
 		TxTimeout:         n.cfg.TxTimeout,
 		Resolver:          n,

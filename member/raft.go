@@ -15,6 +15,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	wal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/metadb"
 	"go.etcd.io/bbolt"
 )
 
@@ -68,6 +70,8 @@ type RaftConfig struct {
 	// Addresses, if set, finds a server's current Raft address by its id,
 	// so a node that comes back at another address is still reached.
 	Addresses raft.ServerAddressProvider
+	// LogStore is LogStoreBolt (the default when empty) or LogStoreWAL.
+	LogStore string
 	// OnStorageError is called when the log or stable store fails a write
 	// (an fsync error): the replica can no longer promise durability and the
 	// node must stop. By default it panics.
@@ -81,7 +85,7 @@ type Group struct {
 	// this replica knew before it (re)started.
 	startIndex uint64
 	logs       raft.LogStore
-	store      *raftboltdb.BoltStore
+	store      durableStore
 	guard      *storageGuard
 	transport  *raft.NetworkTransport
 	dir        string
@@ -100,16 +104,90 @@ func boltOptions() *bbolt.Options {
 	}
 }
 
+// Log stores a group can keep its log and stable store in.
+const (
+	// LogStoreBolt is raft-boltdb: one bbolt file, two fsyncs per write.
+	LogStoreBolt = "bolt"
+	// LogStoreWAL is hashicorp/raft-wal: segment files, one fsync per write.
+	LogStoreWAL = "wal"
+)
+
+// ErrLogStore is wrapped when a group's log store cannot be used as asked:
+// an unknown kind, or a directory written by the other kind.
+var ErrLogStore = errors.New("log store")
+
+// durableStore is a group's log and stable store, fsynced on every write.
+type durableStore interface {
+	raft.LogStore
+	raft.StableStore
+	Close() error
+}
+
+// openStore opens the group's store of the given kind. A directory holds
+// one kind for good: opening it with the other would start from an empty
+// log and forget every acknowledged entry, so that is refused.
+func openStore(kind, dir string) (durableStore, error) {
+	boltPath, walDir := filepath.Join(dir, "raft.db"), filepath.Join(dir, "wal")
+	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
+	switch kind {
+	case "", LogStoreBolt:
+		if exists(walDir) {
+			return nil, fmt.Errorf("%w: %s holds a wal log; start the node with --log-store wal", ErrLogStore, dir)
+		}
+		store, err := raftboltdb.New(raftboltdb.Options{Path: boltPath, BoltOptions: boltOptions()})
+		if err != nil {
+			return nil, heldError(dir, err)
+		}
+		return store, nil
+	case LogStoreWAL:
+		if exists(boltPath) {
+			return nil, fmt.Errorf("%w: %s holds a bolt log; start the node with --log-store bolt", ErrLogStore, dir)
+		}
+		if err := os.MkdirAll(walDir, 0o750); err != nil {
+			return nil, err
+		}
+		if err := walNotHeld(walDir); err != nil {
+			return nil, heldError(dir, err)
+		}
+		store, err := wal.Open(walDir)
+		if err != nil {
+			return nil, err
+		}
+		return store, nil
+	}
+	return nil, fmt.Errorf("%w: %q is no log store; use bolt or wal", ErrLogStore, kind)
+}
+
+// walNotHeld fails after a second if another process holds the WAL's meta
+// database: raft-wal opens it without a timeout, so a second server on the
+// same data dir would otherwise wait silently for the first to exit.
+func walNotHeld(walDir string) error {
+	path := filepath.Join(walDir, metadb.FileName)
+	if _, err := os.Stat(path); err != nil {
+		return nil // a new WAL: raft-wal creates it
+	}
+	db, err := bbolt.Open(path, 0o644, &bbolt.Options{Timeout: time.Second, ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	return db.Close()
+}
+
+// heldError says what a lock timeout on a log store means.
+func heldError(dir string, err error) error {
+	if errors.Is(err, bbolt.ErrTimeout) {
+		return fmt.Errorf("%s: another process holds it (is a second cairn server using this --data-dir?): %w", dir, err)
+	}
+	return err
+}
+
 // OpenRaft opens (and on first use bootstraps) a Raft group whose log and
-// stable store are one bbolt file with fsync on every write.
+// stable store are fsynced on every write (see LogStoreBolt, LogStoreWAL).
 func OpenRaft(cfg RaftConfig, fsm raft.FSM) (*Group, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
 		return nil, fmt.Errorf("raft group %s: %w", cfg.Group, err)
 	}
-	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.Dir, "raft.db"), BoltOptions: boltOptions()})
-	if errors.Is(err, bbolt.ErrTimeout) {
-		return nil, fmt.Errorf("raft group %s: open log store %s: another process holds it (is a second cairn server using this --data-dir?): %w", cfg.Group, cfg.Dir, err)
-	}
+	store, err := openStore(cfg.LogStore, cfg.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("raft group %s: open log store: %w", cfg.Group, err)
 	}
@@ -117,7 +195,7 @@ func OpenRaft(cfg RaftConfig, fsm raft.FSM) (*Group, error) {
 	if onErr == nil {
 		onErr = func(err error) { panic(err) }
 	}
-	guarded := &storageGuard{BoltStore: store, fail: func(err error) {
+	guarded := &storageGuard{durableStore: store, fail: func(err error) {
 		onErr(fmt.Errorf("raft group %s: storage write failed: %w", cfg.Group, err))
 	}}
 	logs, err := raft.NewLogCache(512, guarded)
@@ -274,7 +352,7 @@ func (s slogSink) Accept(name string, level hclog.Level, msg string, args ...int
 // newer term it saw (and hashicorp/raft panics if that fails). Nothing acts
 // on that term any more, and a restart learns it again from the leader.
 type storageGuard struct {
-	*raftboltdb.BoltStore
+	durableStore
 	fail func(error)
 
 	mu     sync.RWMutex
@@ -302,17 +380,17 @@ func (g *storageGuard) write(w func() error) error {
 }
 
 func (g *storageGuard) StoreLog(l *raft.Log) error {
-	return g.write(func() error { return g.BoltStore.StoreLog(l) })
+	return g.write(func() error { return g.durableStore.StoreLog(l) })
 }
 func (g *storageGuard) StoreLogs(ls []*raft.Log) error {
-	return g.write(func() error { return g.BoltStore.StoreLogs(ls) })
+	return g.write(func() error { return g.durableStore.StoreLogs(ls) })
 }
 func (g *storageGuard) DeleteRange(min, max uint64) error {
-	return g.write(func() error { return g.BoltStore.DeleteRange(min, max) })
+	return g.write(func() error { return g.durableStore.DeleteRange(min, max) })
 }
 func (g *storageGuard) Set(k, v []byte) error {
-	return g.write(func() error { return g.BoltStore.Set(k, v) })
+	return g.write(func() error { return g.durableStore.Set(k, v) })
 }
 func (g *storageGuard) SetUint64(k []byte, v uint64) error {
-	return g.write(func() error { return g.BoltStore.SetUint64(k, v) })
+	return g.write(func() error { return g.durableStore.SetUint64(k, v) })
 }

@@ -12,29 +12,63 @@ import (
 )
 
 // A failed write of the Raft log (an fsync error) stops the node instead of
-// letting Raft step down and try again.
+// letting Raft step down and try again; with either log store.
 func TestStorageGuard_FailedWriteStopsTheNode(t *testing.T) {
-	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(t.TempDir(), "raft.db")})
-	if err != nil {
-		t.Fatal(err)
+	for _, kind := range []string{LogStoreBolt, LogStoreWAL} {
+		t.Run(kind, func(t *testing.T) {
+			store, err := openStore(kind, t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var failed []error
+			g := &storageGuard{durableStore: store, fail: func(err error) { failed = append(failed, err) }}
+			if err := g.StoreLogs([]*raft.Log{{Index: 1, Term: 1, Data: []byte("x")}}); err != nil || len(failed) != 0 {
+				t.Fatalf("a good write: err %v, fail called %d times", err, len(failed))
+			}
+			store.Close() // every later write fails, as after an fsync error
+			for _, write := range []func() error{
+				func() error { return g.StoreLog(&raft.Log{Index: 2, Term: 1}) },
+				func() error { return g.SetUint64([]byte("CurrentTerm"), 2) },
+			} {
+				if err := write(); err == nil {
+					t.Fatal("a write to a closed store succeeded")
+				}
+			}
+			if len(failed) != 2 {
+				t.Fatalf("fail called %d times for 2 failed writes", len(failed))
+			}
+		})
 	}
-	var failed []error
-	g := &storageGuard{BoltStore: store, fail: func(err error) { failed = append(failed, err) }}
-	if err := g.StoreLogs([]*raft.Log{{Index: 1, Term: 1, Data: []byte("x")}}); err != nil || len(failed) != 0 {
-		t.Fatalf("a good write: err %v, fail called %d times", err, len(failed))
-	}
-	store.Close() // every later write fails, as after an fsync error
-	for _, write := range []func() error{
-		func() error { return g.StoreLog(&raft.Log{Index: 2, Term: 1}) },
-		func() error { return g.SetUint64([]byte("CurrentTerm"), 2) },
-		func() error { return g.DeleteRange(1, 1) },
-	} {
-		if err := write(); err == nil {
-			t.Fatal("a write to a closed store succeeded")
+}
+
+// A group directory keeps the log store it was written with: opening it
+// with the other kind would start from an empty log, so it is refused, and
+// an unknown kind is refused too.
+func TestOpenStore_KindIsKept(t *testing.T) {
+	for _, c := range []struct{ first, then string }{{LogStoreBolt, LogStoreWAL}, {LogStoreWAL, LogStoreBolt}} {
+		dir := t.TempDir()
+		s, err := openStore(c.first, dir)
+		if err != nil {
+			t.Fatal(err)
 		}
+		if err := s.StoreLogs([]*raft.Log{{Index: 1, Term: 1, Data: []byte("x")}}); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		if _, err := openStore(c.then, dir); !errors.Is(err, ErrLogStore) {
+			t.Errorf("a %s directory opened as %s: %v, want ErrLogStore", c.first, c.then, err)
+		}
+		again, err := openStore(c.first, dir)
+		if err != nil {
+			t.Fatalf("reopening a %s directory: %v", c.first, err)
+		}
+		if last, _ := again.LastIndex(); last != 1 {
+			t.Errorf("reopened %s store: last index %d, want 1", c.first, last)
+		}
+		again.Close()
 	}
-	if len(failed) != 3 {
-		t.Fatalf("fail called %d times for 3 failed writes", len(failed))
+	if _, err := openStore("rocks", t.TempDir()); !errors.Is(err, ErrLogStore) {
+		t.Errorf("unknown kind: %v, want ErrLogStore", err)
 	}
 }
 
@@ -47,7 +81,7 @@ func TestStorageGuard_WritesAfterShutdownAreDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	failed := 0
-	g := &storageGuard{BoltStore: store, fail: func(error) { failed++ }}
+	g := &storageGuard{durableStore: store, fail: func(error) { failed++ }}
 	g.shut()
 	store.Close()
 	if err := g.SetUint64([]byte("CurrentTerm"), 7); err != nil || failed != 0 {
@@ -56,20 +90,74 @@ func TestStorageGuard_WritesAfterShutdownAreDropped(t *testing.T) {
 }
 
 // A second server on the same data directory gets an error that says so
-// within the lock timeout, instead of waiting for the file lock forever.
+// within the lock timeout, instead of waiting for the file lock forever;
+// with either log store.
 func TestOpenRaft_HeldLogStoreIsAnError(t *testing.T) {
-	dir := t.TempDir()
-	held, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db"), BoltOptions: boltOptions()})
-	if err != nil {
-		t.Fatal(err)
+	for _, kind := range []string{LogStoreBolt, LogStoreWAL} {
+		t.Run(kind, func(t *testing.T) {
+			dir := t.TempDir()
+			held, err := openStore(kind, dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer held.Close()
+			g, err := OpenRaft(RaftConfig{Group: "q#0", NodeID: "n1", Dir: dir, LogStore: kind}, nil)
+			if err == nil {
+				g.Close()
+				t.Fatal("opened a log store another open holds")
+			}
+			if !errors.Is(err, bbolt.ErrTimeout) || !strings.Contains(err.Error(), "another process holds it") {
+				t.Fatalf("err = %v; want bbolt.ErrTimeout, saying another process holds the store", err)
+			}
+		})
 	}
-	defer held.Close()
-	g, err := OpenRaft(RaftConfig{Group: "q#0", NodeID: "n1", Dir: dir}, nil)
-	if err == nil {
-		g.Close()
-		t.Fatal("opened a log store another open holds")
-	}
-	if !errors.Is(err, bbolt.ErrTimeout) || !strings.Contains(err.Error(), "another process holds it") {
-		t.Fatalf("err = %v; want bbolt.ErrTimeout, saying another process holds the store", err)
+}
+
+// A follower whose log suffix is cut after a leader change (DeleteRange at
+// the tail) opens again with everything before the cut. raft-wal v0.4.0
+// failed this twice over: its Close left the meta database locked, and the
+// cut sealed the tail segment without its index, so the next start panicked
+// reading index 1 (hashicorp/raft-wal#31, fixed in v0.4.1).
+func TestOpenStore_TailTruncationSurvivesRestart(t *testing.T) {
+	for _, kind := range []string{LogStoreBolt, LogStoreWAL} {
+		t.Run(kind, func(t *testing.T) {
+			dir := t.TempDir()
+			s, err := openStore(kind, dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var logs []*raft.Log
+			for i := uint64(1); i <= 5; i++ {
+				logs = append(logs, &raft.Log{Index: i, Term: 1, Data: []byte{byte(i)}})
+			}
+			if err := s.StoreLogs(logs); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.DeleteRange(4, 5); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.StoreLogs([]*raft.Log{{Index: 4, Term: 2, Data: []byte{40}}}); err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+
+			again, err := openStore(kind, dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer again.Close()
+			if last, _ := again.LastIndex(); last != 4 {
+				t.Fatalf("last index %d after the cut and one more write, want 4", last)
+			}
+			for i, want := range map[uint64]raft.Log{1: {Term: 1, Data: []byte{1}}, 3: {Term: 1, Data: []byte{3}}, 4: {Term: 2, Data: []byte{40}}} {
+				var got raft.Log
+				if err := again.GetLog(i, &got); err != nil {
+					t.Fatalf("index %d after restart: %v", i, err)
+				}
+				if got.Term != want.Term || string(got.Data) != string(want.Data) {
+					t.Errorf("index %d: term %d data %v, want term %d data %v", i, got.Term, got.Data, want.Term, want.Data)
+				}
+			}
+		})
 	}
 }

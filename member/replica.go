@@ -38,6 +38,8 @@ type Config struct {
 	SnapshotThreshold uint64
 	// SnapshotInterval is how often the threshold is checked (default 5 s).
 	SnapshotInterval time.Duration
+	// LogStore is LogStoreBolt (the default when empty) or LogStoreWAL.
+	LogStore string
 	// Settings are the limits the member should have; its leader proposes
 	// them when the replicated ones differ.
 	Settings *fsmpb.MemberSettings
@@ -168,7 +170,7 @@ func Open(cfg Config) (*Replica, error) {
 	snapshotEvery := cmp.Or(cfg.SnapshotInterval, DefaultSnapshotInterval)
 	g, err := OpenRaft(RaftConfig{
 		Group: cfg.GroupID, NodeID: cfg.NodeID, Dir: cfg.Dir, Stream: cfg.Stream, Peers: cfg.Peers,
-		Timing: cfg.Timing, SnapshotThreshold: max(minEntries, maxSnapshotThreshold), SnapshotInterval: cfg.SnapshotInterval,
+		Timing: cfg.Timing, SnapshotThreshold: max(minEntries, maxSnapshotThreshold), SnapshotInterval: cfg.SnapshotInterval, LogStore: cfg.LogStore,
 		Logger: cfg.Logger, NotifyCh: r.notify, Addresses: cfg.Addresses, OnStorageError: cfg.OnFatal,
 	}, r.fsm)
 	if err != nil {

@@ -87,6 +87,7 @@ SIGTERM or Ctrl-C stops the node gracefully.`,
 	f.BoolVar(&dev, "dev", false, "one throwaway node on 127.0.0.1: temporary data dir, ready at once, deleted on exit")
 	f.BoolVar(&cfg.NoAutoCreate, "no-auto-create", false, "refuse sends and consumers of queues that do not exist, instead of creating them")
 	f.IntVar(&cfg.MaxMessageBytes, "max-message-bytes", cluster.DefaultMaxMessageBytes, "largest message accepted, body and properties")
+	f.StringVar(&cfg.LogStore, "log-store", "bolt", "where Raft logs are kept: bolt (raft-boltdb) or wal (raft-wal, one fsync per write instead of two); a data dir keeps the one it started with")
 	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", 8192, "Raft entries of a group between two snapshots (a queue member also waits until those entries carried half as many bytes as its messages, so that a large queue is not written out again every few thousand sends)")
 	f.BoolVar(&cfg.Profiling, "pprof", false, "serve Go's CPU, heap and goroutine profiles under /debug/pprof/ on --http-addr")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")

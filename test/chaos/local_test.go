@@ -108,6 +108,14 @@ func freePort(t *testing.T, host string) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
+// logStore is the nodes' --log-store: CAIRN_CHAOS_LOG_STORE, default bolt.
+func logStore() string {
+	if v := os.Getenv("CAIRN_CHAOS_LOG_STORE"); v != "" {
+		return v
+	}
+	return "bolt"
+}
+
 func (c *localCluster) running(i int) bool {
 	n := c.nodes[i]
 	if n.cmd == nil {
@@ -134,7 +142,7 @@ func (c *localCluster) startNoWait(i int) {
 		"--bootstrap-expect", "3", "--join", c.join, "--advertise", n.adv,
 		"--client-addr", n.addr(n.listen, "client"), "--peer-addr", n.addr(n.listen, "peer"),
 		"--raft-addr", n.addr(n.listen, "raft"), "--http-addr", n.addr(n.listen, "http"),
-		"--gossip-addr", n.addr(n.adv, "gossip"))
+		"--gossip-addr", n.addr(n.adv, "gossip"), "--log-store", logStore())
 	n.cmd.Stdout, n.cmd.Stderr = logf, logf
 	if err := n.cmd.Start(); err != nil {
 		logf.Close()
