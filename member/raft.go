@@ -379,6 +379,15 @@ func (g *storageGuard) write(w func() error) error {
 	return err
 }
 
+// IsMonotonic passes on raft-wal's rule that indexes have no gaps: told so,
+// hashicorp/raft empties the log when it installs a snapshot; otherwise it
+// keeps a log that ends before the snapshot, and the follower's next append
+// is refused as non-monotonic.
+func (g *storageGuard) IsMonotonic() bool {
+	m, ok := g.durableStore.(raft.MonotonicLogStore)
+	return ok && m.IsMonotonic()
+}
+
 func (g *storageGuard) StoreLog(l *raft.Log) error {
 	return g.write(func() error { return g.durableStore.StoreLog(l) })
 }

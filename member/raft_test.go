@@ -161,3 +161,22 @@ func TestOpenStore_TailTruncationSurvivesRestart(t *testing.T) {
 		})
 	}
 }
+
+// raft-wal needs hashicorp/raft to know its indexes cannot have gaps, through
+// the guard and the log cache; bolt does not.
+func TestStorageGuard_KeepsTheStoresMonotonicity(t *testing.T) {
+	for kind, want := range map[string]bool{LogStoreBolt: false, LogStoreWAL: true} {
+		store, err := openStore(kind, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cache, err := raft.NewLogCache(8, &storageGuard{durableStore: store})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cache.IsMonotonic(); got != want {
+			t.Errorf("%s: IsMonotonic %v through the guard, want %v", kind, got, want)
+		}
+		store.Close()
+	}
+}
