@@ -20,7 +20,8 @@ const (
 	MaxPrefetch     = 10_000
 	// helloTimeout bounds the wait for a new connection's first frame.
 	helloTimeout = 10 * time.Second
-	// releaseTimeout bounds the release of a dropped connection's sessions.
+	// releaseTimeout bounds the wait for the first attempt to release a
+	// dropped connection's sessions; a failed release goes on without it.
 	releaseTimeout = 10 * time.Second
 )
 
@@ -243,16 +244,22 @@ func (cs *connections) end(c *connection) {
 	}
 	c.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-	defer cancel()
+	// Waiting lets a graceful stop release what its clients held before the
+	// node leaves; a release that fails goes on in the background.
+	releases := 0
+	for _, members := range sessions {
+		releases += len(members)
+	}
+	tried := make(chan struct{})
+	f := newFanout(releases, func(error) { close(tried) })
 	for id, members := range sessions {
 		for _, name := range members {
-			if _, err := cs.n.submit(ctx, name, &fsmpb.Release{Session: id}); err != nil {
-				// The member's new host sweeps the session once this node's
-				// run is over; until then the messages wait.
-				cs.n.log.Warn("releasing the session of a closed connection", "session", id, "member", name, "err", err)
-			}
+			cs.n.releaseSession(name, id, f.finish)
 		}
+	}
+	select {
+	case <-tried:
+	case <-time.After(releaseTimeout):
 	}
 	cs.mu.Lock()
 	delete(cs.byID, c.id)
@@ -461,7 +468,7 @@ func (c *connection) closeSession(requestID, no uint64) {
 	c.mu.Unlock()
 	f := newFanout(len(members), func(err error) { c.reply(requestID, err, nil) })
 	for _, name := range members {
-		c.n.submitAsync(name, &fsmpb.Release{Session: s.id}, func(res fsm.Result, err error) { f.finish(errors.Join(err, res.Err)) })
+		c.n.releaseSession(name, s.id, f.finish)
 	}
 }
 
@@ -525,7 +532,7 @@ func (c *connection) attach(k *consumer, dest string, prefetch int) error {
 		c.mu.Unlock()
 		// The session ended while this consumer was attaching, and its
 		// release did not know this member: release it here.
-		c.n.submitAsync(name, &fsmpb.Release{Session: s.id}, func(fsm.Result, error) {})
+		c.n.releaseSession(name, s.id, nil)
 		return fmt.Errorf("%w: session %d was closed while its consumer was being created", transport.ErrUnknownSession, s.no)
 	}
 	s.members[name] = true

@@ -125,3 +125,40 @@ func TestCluster_ShowQueueFollowsMovedHost(t *testing.T) {
 	tc.crash(host)
 	shows("after its host crashed", tc.waitHost(name))
 }
+
+// A closed connection's front-end releases its sessions; when that release
+// fails (here: the front-end cannot reach the member's host for longer
+// than a command looks for it), it must try again until it succeeds. No one
+// else would release the session: the host sweeps only the sessions of
+// front-ends that gossip holds dead, and this one lives. Before the retry,
+// the chaos suite's pause scenario found messages delivered to a closed
+// connection and never redelivered (the release had failed with
+// "leadership lost while committing log").
+func TestCluster_FailedSessionReleaseIsRetried(t *testing.T) {
+	tc := newMultiNode(t, 3)
+	ctx := stepCtx(t, time.Minute)
+	createQueues(t, ctx, tc.admin("n1"), map[string]int{"rr": 1})
+	host := tc.waitSpread("rr", 1)[0]
+	front := tc.others(host)[0]
+
+	conn := tc.dial(front)
+	k := mustConsumer(t, ctx, mustSession(t, conn, client.ClientAck), "rr")
+	sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial(host), client.AutoAck), "rr"), "rr-", 3)
+	recvN(t, k, 3)
+	tc.settle(10*time.Second, "three messages held by the consumer", func() string { return tc.counts("rr", 0, 3) })
+
+	tc.net.cutLink(front, host)
+	_ = conn.Close()
+	fe := tc.node(front)
+	waitFor(t, 30*time.Second, "the front-end retrying the release", func() bool { return fe.releasesRetrying.Load() > 0 })
+	if why := tc.counts("rr", 0, 3); why != "" {
+		t.Fatalf("the release failed, yet: %s", why)
+	}
+
+	tc.net.heal(front, host)
+	tc.settle(30*time.Second, "the held messages available again", func() string { return tc.counts("rr", 3, 0) })
+	waitFor(t, 10*time.Second, "no release left to retry", func() bool { return fe.releasesRetrying.Load() == 0 })
+	if !tc.node(tc.hostOf("rr#0")).ownerLive(fe.owner()) {
+		t.Fatalf("the host holds %s dead: its sweep, not the retry, may have released the session", front)
+	}
+}

@@ -66,6 +66,10 @@ type Node struct {
 	leaving atomic.Bool
 	leave   chan struct{}
 
+	// releasesRetrying counts the session releases waiting to be tried
+	// again (releaseSession).
+	releasesRetrying atomic.Int32
+
 	stopOnce sync.Once
 	stopped  chan struct{}
 	bg       sync.WaitGroup
