@@ -198,11 +198,7 @@ func OpenRaft(cfg RaftConfig, fsm raft.FSM) (*Group, error) {
 	guarded := &storageGuard{durableStore: store, fail: func(err error) {
 		onErr(fmt.Errorf("raft group %s: storage write failed: %w", cfg.Group, err))
 	}}
-	logs, err := raft.NewLogCache(512, guarded)
-	if err != nil {
-		store.Close()
-		return nil, err
-	}
+	logs := newLogCache(guarded, logCacheEntries, logCacheBytes)
 	hlog := hclogFor(cfg.Logger, cfg.Group)
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, 2, hlog.Named("snapshots"))
 	if err != nil {

@@ -170,10 +170,7 @@ func TestStorageGuard_KeepsTheStoresMonotonicity(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cache, err := raft.NewLogCache(8, &storageGuard{durableStore: store})
-		if err != nil {
-			t.Fatal(err)
-		}
+		cache := newLogCache(&storageGuard{durableStore: store}, 8, 1<<20)
 		if got := cache.IsMonotonic(); got != want {
 			t.Errorf("%s: IsMonotonic %v through the guard, want %v", kind, got, want)
 		}

@@ -1,0 +1,128 @@
+package member
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+
+	"github.com/hashicorp/raft"
+)
+
+// readCounter counts the reads that reach the store behind the cache.
+type readCounter struct {
+	*raft.InmemStore
+	reads int
+}
+
+func (s *readCounter) GetLog(idx uint64, l *raft.Log) error {
+	s.reads++
+	return s.InmemStore.GetLog(idx, l)
+}
+
+func entries(from, to uint64, size int) []*raft.Log {
+	var out []*raft.Log
+	for i := from; i <= to; i++ {
+		out = append(out, &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: bytes.Repeat([]byte{byte(i)}, size)})
+	}
+	return out
+}
+
+// cached reports which of the indexes from..to the cache answers without the
+// store, and fails on a wrong or missing entry.
+func cached(t *testing.T, c *logCache, s *readCounter, from, to uint64) []uint64 {
+	t.Helper()
+	var hits []uint64
+	for i := from; i <= to; i++ {
+		before := s.reads
+		var l raft.Log
+		if err := c.GetLog(i, &l); err != nil {
+			t.Fatalf("GetLog(%d): %v", i, err)
+		}
+		if l.Index != i || len(l.Data) == 0 || l.Data[0] != byte(i) {
+			t.Fatalf("GetLog(%d) returned index %d with data %v", i, l.Index, l.Data[:min(len(l.Data), 4)])
+		}
+		if s.reads == before {
+			hits = append(hits, i)
+		}
+	}
+	return hits
+}
+
+func newTestCache(maxEntries, maxBytes int) (*logCache, *readCounter) {
+	s := &readCounter{InmemStore: raft.NewInmemStore()}
+	return newLogCache(s, maxEntries, maxBytes), s
+}
+
+// The cache keeps the newest entries within its byte bound, whatever their
+// count: large entries leave fewer in memory.
+func TestLogCache_KeepsTheNewestWithinTheByteBound(t *testing.T) {
+	c, s := newTestCache(512, 10_000)
+	if err := c.StoreLogs(entries(1, 10, 3_000)); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprint(cached(t, c, s, 1, 10)), "[8 9 10]"; got != want {
+		t.Errorf("cached after ten entries of 3,000 bytes: %s, want %s", got, want)
+	}
+	if c.bytes != 9_000 {
+		t.Errorf("cache counts %d bytes, want 9000", c.bytes)
+	}
+	// One entry over the bound is still kept: it is the one a follower is
+	// about to apply.
+	if err := c.StoreLog(entries(11, 11, 50_000)[0]); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprint(cached(t, c, s, 9, 11)), "[11]"; got != want {
+		t.Errorf("cached after an entry over the bound: %s, want %s", got, want)
+	}
+}
+
+func TestLogCache_KeepsTheNewestWithinTheCount(t *testing.T) {
+	c, s := newTestCache(4, 1<<20)
+	for i := uint64(1); i <= 10; i++ {
+		if err := c.StoreLog(entries(i, i, 10)[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := fmt.Sprint(cached(t, c, s, 1, 10)), "[7 8 9 10]"; got != want {
+		t.Errorf("cached: %s, want %s", got, want)
+	}
+	if cap(c.entries) > 16 {
+		t.Errorf("the cache's array grew to %d for 4 entries", cap(c.entries))
+	}
+}
+
+// A deleted range, or entries that do not follow the cached ones (a
+// follower's log replaced after a snapshot), leave nothing stale behind.
+func TestLogCache_ForgetsWhatNoLongerFollows(t *testing.T) {
+	c, s := newTestCache(512, 1<<20)
+	if err := c.StoreLogs(entries(1, 5, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteRange(4, 5); err != nil {
+		t.Fatal(err)
+	}
+	replaced := entries(4, 5, 10)
+	for _, l := range replaced {
+		l.Term = 2
+	}
+	if err := c.StoreLogs(replaced); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprint(cached(t, c, s, 1, 5)), "[4 5]"; got != want {
+		t.Errorf("cached after the tail was replaced: %s, want %s", got, want)
+	}
+	var l raft.Log
+	if err := c.GetLog(5, &l); err != nil || l.Term != 2 {
+		t.Errorf("entry 5 has term %d (%v), want the replacement's 2", l.Term, err)
+	}
+
+	if err := c.StoreLogs(entries(100, 101, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if c.bytes != 20 {
+		t.Errorf("cache counts %d bytes after a jump to 100, want 20", c.bytes)
+	}
+	if got, want := fmt.Sprint(cached(t, c, s, 100, 101)), "[100 101]"; got != want {
+		t.Errorf("cached after a jump: %s, want %s", got, want)
+	}
+}
