@@ -11,8 +11,9 @@ import (
 // has just appended. hashicorp/raft's LogCache bounds only the count, so its
 // memory grew with the entries' size: 512 entries of batched 1 MiB messages
 // held 193 MiB on a leader, and could reach 2 GiB per group at
-// maxBatchBytes. 64 MiB still covers the entries of several hundred
-// AppendEntries of 1 KiB messages.
+// maxBatchBytes. 64 MiB still holds the last hundred or more entries of
+// batched 1 KiB messages (up to 1,024 of them per entry), far more than a
+// follower applies at once or a leader sends to one that keeps up.
 const (
 	logCacheEntries = 512
 	logCacheBytes   = 64 << 20
