@@ -19,8 +19,9 @@ import (
 // message bodies are shared, as the state machine never modifies them.
 type MemberImage struct {
 	header *fsmpb.MemberSnapshot
-	// messages are in the map's order until WriteTo sorts them: sorting a
-	// million while applies wait would stall the member for half a second.
+	// messages are in the order Capture walked them until WriteTo sorts
+	// them by sequence: sorting a million while applies wait would stall
+	// the member for half a second.
 	messages []imageMessage
 }
 
@@ -42,13 +43,33 @@ type imageMessage struct {
 // it only copies: WriteTo orders and encodes (BenchmarkMember_Capture).
 func (m *Member) Capture() *MemberImage {
 	msgs := make([]imageMessage, 0, len(m.messages))
-	for _, msg := range m.messages {
+	add := func(msg *message) bool {
 		im := imageMessage{msg: msg.msg, seq: msg.seq, availableAt: msg.availableAt, movingTo: msg.movingTo,
 			count: msg.count, redelivered: msg.redelivered, dead: msg.dead}
 		if msg.session != nil {
 			im.deliveryID, im.session = msg.deliveryID, msg.session.id
 		}
 		msgs = append(msgs, im)
+		return true
+	}
+	// Every message is in exactly one of these. The trees hold messages in
+	// sequence order, which is about the order they were allocated in, so
+	// walking them reads memory far more in order than walking the map.
+	for _, t := range m.pending {
+		t.Ascend(add)
+	}
+	m.delayed.Ascend(add)
+	m.aside.Ascend(add)
+	for _, msg := range m.byDelivery {
+		add(msg)
+	}
+	if len(msgs) != len(m.messages) {
+		// The states disagree with the map, which holds every message: a
+		// snapshot must not lose one for it.
+		msgs = msgs[:0]
+		for _, msg := range m.messages {
+			add(msg)
+		}
 	}
 	img := &MemberImage{
 		header: &fsmpb.MemberSnapshot{
