@@ -36,10 +36,7 @@ func newLogCache(store raft.LogStore, maxEntries, maxBytes int) *logCache {
 }
 
 // IsMonotonic passes on the store's answer (see storageGuard.IsMonotonic).
-func (c *logCache) IsMonotonic() bool {
-	m, ok := c.LogStore.(raft.MonotonicLogStore)
-	return ok && m.IsMonotonic()
-}
+func (c *logCache) IsMonotonic() bool { return isMonotonic(c.LogStore) }
 
 func (c *logCache) GetLog(idx uint64, log *raft.Log) error {
 	c.mu.RLock()

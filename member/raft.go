@@ -379,8 +379,12 @@ func (g *storageGuard) write(w func() error) error {
 // hashicorp/raft empties the log when it installs a snapshot; otherwise it
 // keeps a log that ends before the snapshot, and the follower's next append
 // is refused as non-monotonic.
-func (g *storageGuard) IsMonotonic() bool {
-	m, ok := g.durableStore.(raft.MonotonicLogStore)
+func (g *storageGuard) IsMonotonic() bool { return isMonotonic(g.durableStore) }
+
+// isMonotonic is what a store says through raft.MonotonicLogStore; false
+// for one that does not say.
+func isMonotonic(store any) bool {
+	m, ok := store.(raft.MonotonicLogStore)
 	return ok && m.IsMonotonic()
 }
 
