@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -235,6 +236,11 @@ func TestTx_ConcurrentTransactionsOnTheSameMessages(t *testing.T) {
 	}
 	var mu sync.Mutex
 	committed := map[string]int{}
+	// Workers stop once as many transactions committed as there are
+	// inputs (or the step's deadline passes), not after a quiet spell: a
+	// rolled-back message may take a while to come again on a loaded
+	// machine.
+	var commits atomic.Int32
 	var wg sync.WaitGroup
 	for w := range 6 {
 		conn := tc.dial(tc.ids()[w%3])
@@ -242,14 +248,14 @@ func TestTx_ConcurrentTransactionsOnTheSameMessages(t *testing.T) {
 		k := mustConsumer(t, ctx, tx, fmt.Sprintf("cin#%d", w%2), client.WithPrefetch(2))
 		p := mustProducer(t, tx, "cout")
 		wg.Go(func() {
-			for {
-				m, err := k.ReceiveTimeout(500 * time.Millisecond)
+			for commits.Load() < total && ctx.Err() == nil {
+				m, err := k.ReceiveTimeout(100 * time.Millisecond)
 				if err != nil {
 					t.Errorf("worker %d: %v", w, err)
 					return
 				}
 				if m == nil {
-					return
+					continue
 				}
 				if _, err := p.Send(ctx, &client.Message{Body: append([]byte("out:"), m.Body...)}); err != nil {
 					t.Errorf("worker %d: send: %v", w, err)
@@ -274,6 +280,7 @@ func TestTx_ConcurrentTransactionsOnTheSameMessages(t *testing.T) {
 				mu.Lock()
 				committed[string(m.Body)]++
 				mu.Unlock()
+				commits.Add(1)
 			}
 		})
 	}
