@@ -1,9 +1,13 @@
 package member
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
@@ -35,71 +39,182 @@ type pick struct {
 	ids []string
 }
 
-// dispatchOnce proposes one round of deliveries, the pending messages in
-// order dealt one at a time to the consumers with credit, starting with a
-// different consumer each round. It reports whether it proposed anything.
-func (r *Replica) dispatchOnce() bool {
-	now := r.now()
-	r.mu.Lock()
-	var picks []pick
+// dealer deals message ids, in order, one at a time to the consumers with
+// credit, starting with a different consumer each round, each up to its
+// credit and maxDeliverBatch.
+type dealer struct {
+	picks []pick
+	room  []int
+	want  int // room left in all
+	k     int
+}
+
+// newDealerLocked returns nil when no consumer has credit. r.mu is held.
+func (r *Replica) newDealerLocked() *dealer {
+	d := &dealer{}
 	n := len(r.order)
 	for i := range n {
 		c := r.consumers[r.order[(r.next+i)%n]]
 		if c.credit > 0 {
-			picks = append(picks, pick{c: c})
+			room := min(c.credit, maxDeliverBatch)
+			d.picks = append(d.picks, pick{c: c})
+			d.room = append(d.room, room)
+			d.want += room
 		}
 	}
-	if len(picks) == 0 {
-		r.mu.Unlock()
-		return false
+	if len(d.picks) == 0 {
+		return nil
 	}
 	r.next = (r.next + 1) % n
-	want := 0
-	room := make([]int, len(picks))
-	for i, p := range picks {
-		room[i] = min(p.c.credit, maxDeliverBatch)
-		want += room[i]
+	return d
+}
+
+// deal gives id to the next consumer with room; it reports whether any
+// room is left.
+func (d *dealer) deal(id string) bool {
+	for d.room[d.k%len(d.picks)] == 0 {
+		d.k++
 	}
-	k := 0
-	r.fsm.read(func(m *fsm.Member) {
-		m.ScanPending(now.UnixNano(), func(id string) bool {
-			if _, busy := r.reserved[id]; busy {
-				return true
-			}
-			for room[k%len(picks)] == 0 {
-				k++
-			}
-			i := k % len(picks)
-			picks[i].ids = append(picks[i].ids, id)
-			room[i]--
-			want--
-			k++
-			return want > 0
-		})
-	})
-	any := false
-	for _, p := range picks {
+	i := d.k % len(d.picks)
+	d.picks[i].ids = append(d.picks[i].ids, id)
+	d.room[i]--
+	d.want--
+	d.k++
+	return d.want > 0
+}
+
+// reserveLocked takes the dealt messages out of the next rounds and their
+// count out of the consumers' credit; it returns the non-empty picks.
+// r.mu is held.
+func (r *Replica) reserveLocked(d *dealer) []pick {
+	var dealt []pick
+	for _, p := range d.picks {
 		if len(p.ids) == 0 {
 			continue
 		}
-		any = true
 		p.c.credit -= len(p.ids)
 		for _, id := range p.ids {
 			r.reserved[id] = struct{}{}
 		}
+		dealt = append(dealt, p)
 	}
-	r.mu.Unlock()
+	return dealt
+}
 
-	for _, p := range picks {
-		if len(p.ids) == 0 {
+// deliveries are the Deliver commands of picks.
+func (r *Replica) deliveries(picks []pick, now int64) []command {
+	cmds := make([]command, len(picks))
+	for i, p := range picks {
+		cmds[i] = command{body: &fsmpb.Deliver{Session: p.c.Session, Now: now, MessageIds: p.ids}, done: func(res fsm.Result, err error) {
+			r.delivered(p, res, err)
+		}}
+	}
+	return cmds
+}
+
+// dispatchOnce proposes one round of deliveries of the pending messages.
+// It reports whether it proposed anything.
+func (r *Replica) dispatchOnce() bool {
+	r.submitMu.Lock()
+	defer r.submitMu.Unlock()
+	now := r.now().UnixNano()
+	r.mu.Lock()
+	d := r.newDealerLocked()
+	if d == nil {
+		r.mu.Unlock()
+		return false
+	}
+	r.fsm.read(func(m *fsm.Member) {
+		m.ScanPending(now, func(id string) bool {
+			if _, busy := r.reserved[id]; busy {
+				return true
+			}
+			return d.deal(id)
+		})
+	})
+	picks := r.reserveLocked(d)
+	r.mu.Unlock()
+	r.prop.submit(r.deliveries(picks, now)...)
+	return len(picks) > 0
+}
+
+// submitEnqueue proposes c and, when consumers wait with credit and no
+// message could be delivered before c's, the Deliver of its messages right
+// behind it, in the same Raft entry: the messages are pushed once that
+// entry commits, a Raft round sooner than the dispatcher would (it proposes
+// a Deliver only after the Enqueue is applied), and the member commits one
+// entry for both. A Deliver skips the ids its entry did not store
+// (rejected, duplicate), which gives their credit back.
+//
+// "Could be delivered before" is what keeps a member's order: a pending
+// message not yet dealt, or a command ahead in the log that may make
+// messages pending (an Enqueue not wholly dealt, a Recover, a transaction's
+// decision). Then c waits its turn, counted in ahead itself.
+func (r *Replica) submitEnqueue(c *fsmpb.Enqueue, done func(fsm.Result, error)) {
+	// Encoded before submitMu is taken: the bodies are the costly part,
+	// and concurrent sends encode theirs side by side.
+	cmd, err := fsm.NewCommand(c)
+	if err != nil {
+		done(fsm.Result{}, err)
+		return
+	}
+	r.submitMu.Lock()
+	defer r.submitMu.Unlock()
+	r.mu.Lock()
+	picks, all := r.dealEnqueueLocked(c)
+	r.mu.Unlock()
+	send := proposal{cmd: cmd, done: r.tracked(!all, done)}
+	r.prop.queueGroup(append([]proposal{send}, r.prop.prepare(r.deliveries(picks, c.Now)...)...))
+}
+
+// dealEnqueueLocked deals c's messages to the consumers with credit if
+// nothing may come before them; all reports whether every message that can
+// be delivered was dealt. r.mu is held.
+func (r *Replica) dealEnqueueLocked(c *fsmpb.Enqueue) (picks []pick, all bool) {
+	if r.ahead > 0 {
+		return nil, false
+	}
+	waiting := false
+	r.fsm.read(func(m *fsm.Member) {
+		m.ScanPending(c.Now, func(id string) bool {
+			_, busy := r.reserved[id]
+			waiting = !busy
+			return busy
+		})
+	})
+	if waiting {
+		return nil, false
+	}
+	d := r.newDealerLocked()
+	if d == nil {
+		return nil, false
+	}
+	// In the order the member keeps pending messages: by priority, then
+	// as they came.
+	msgs := slices.Clone(c.Messages)
+	slices.SortStableFunc(msgs, func(a, b *fsmpb.Message) int { return cmp.Compare(b.Priority, a.Priority) })
+	left := 0
+	for _, m := range msgs {
+		if m.Expiration != 0 && m.Expiration <= c.Now {
+			continue // expired already: never delivered
+		}
+		if _, busy := r.reserved[m.Id]; busy || d.want == 0 {
+			left++
 			continue
 		}
-		p := p
-		r.prop.submit(&fsmpb.Deliver{Session: p.c.Session, Now: now.UnixNano(), MessageIds: p.ids}, func(res fsm.Result, err error) {
-			r.delivered(p, res, err)
-		})
+		d.deal(m.Id)
 	}
-	return any
+	return r.reserveLocked(d), left == 0
+}
+
+// addsPending reports whether a command may make messages pending (stored,
+// returned, woken, or committed by a transaction); unknown ones may.
+func addsPending(body proto.Message) bool {
+	switch body.(type) {
+	case *fsmpb.Ack, *fsmpb.Deliver, *fsmpb.Expire, *fsmpb.Purge, *fsmpb.OpenSession, *fsmpb.Seal, *fsmpb.Moved, *fsmpb.TxPrepare:
+		return false
+	}
+	return true
 }
 
 // delivered runs on the proposer's result goroutine, in log order, so each

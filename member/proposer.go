@@ -44,6 +44,12 @@ type proposal struct {
 	done func(fsm.Result, error)
 }
 
+// command is a body to propose and what to call with its result.
+type command struct {
+	body proto.Message
+	done func(fsm.Result, error)
+}
+
 type inflight struct {
 	future raft.ApplyFuture
 	batch  []proposal
@@ -53,11 +59,12 @@ type inflight struct {
 // proposal its own result.
 type proposer struct {
 	raft *raft.Raft
-	// mu makes submit and close exclusive, so no proposal is queued after
-	// the batcher has stopped.
-	mu       sync.RWMutex
-	closed   bool
-	queue    chan proposal
+	// mu makes queueGroup and close exclusive, so no proposal is queued
+	// after the batcher has stopped.
+	mu     sync.RWMutex
+	closed bool
+	// queue holds proposals that go into one entry together.
+	queue    chan []proposal
 	inflight chan inflight
 	stop     chan struct{}
 	done     chan struct{}
@@ -66,7 +73,7 @@ type proposer struct {
 func newProposer(r *raft.Raft) *proposer {
 	p := &proposer{
 		raft:     r,
-		queue:    make(chan proposal, maxBatchCommands),
+		queue:    make(chan []proposal, maxBatchCommands),
 		inflight: make(chan inflight, maxInflight),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
@@ -76,41 +83,57 @@ func newProposer(r *raft.Raft) *proposer {
 	return p
 }
 
-// submit queues body; done is called once with its result, on the
-// proposer's goroutine, and must not block.
-func (p *proposer) submit(body proto.Message, done func(fsm.Result, error)) {
-	cmd, err := fsm.NewCommand(body)
-	if err != nil {
-		done(fsm.Result{}, err)
+// submit queues cmds to go into one Raft entry together, in this order;
+// each done is called once with its command's result, on the proposer's
+// goroutine, and must not block.
+func (p *proposer) submit(cmds ...command) { p.queueGroup(p.prepare(cmds...)) }
+
+// prepare encodes cmds for queueGroup; a command that does not encode is
+// answered with its error at once and left out.
+func (p *proposer) prepare(cmds ...command) []proposal {
+	group := make([]proposal, 0, len(cmds))
+	for _, c := range cmds {
+		cmd, err := fsm.NewCommand(c.body)
+		if err != nil {
+			c.done(fsm.Result{}, err)
+			continue
+		}
+		group = append(group, proposal{cmd: cmd, done: c.done})
+	}
+	return group
+}
+
+// queueGroup queues proposals that go into one entry together.
+func (p *proposer) queueGroup(group []proposal) {
+	if len(group) == 0 {
 		return
 	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
-		done(fsm.Result{}, ErrStopped)
+		finish(group, nil, ErrStopped)
 		return
 	}
-	p.queue <- proposal{cmd: cmd, done: done}
+	p.queue <- group
 }
 
 func (p *proposer) batch() {
 	defer close(p.inflight)
 	for {
-		var first proposal
+		var batch []proposal
 		select {
-		case first = <-p.queue:
+		case batch = <-p.queue:
 		case <-p.stop:
 			p.failQueued()
 			return
 		}
-		batch := []proposal{first}
-		size := proto.Size(first.cmd)
+		size := groupSize(batch)
 	drain:
 		for len(batch) < maxBatchCommands && size < maxBatchBytes {
 			select {
-			case q := <-p.queue:
-				batch = append(batch, q)
-				size += proto.Size(q.cmd)
+			case group := <-p.queue:
+				batch = append(batch, group...)
+				size += groupSize(group)
 			default:
 				break drain
 			}
@@ -129,11 +152,19 @@ func (p *proposer) batch() {
 	}
 }
 
+func groupSize(group []proposal) int {
+	n := 0
+	for _, q := range group {
+		n += proto.Size(q.cmd)
+	}
+	return n
+}
+
 func (p *proposer) failQueued() {
 	for {
 		select {
-		case q := <-p.queue:
-			q.done(fsm.Result{}, ErrStopped)
+		case group := <-p.queue:
+			finish(group, nil, ErrStopped)
 		default:
 			return
 		}

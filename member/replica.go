@@ -119,6 +119,14 @@ type Replica struct {
 	next      int
 	// reserved are message ids in Deliver commands not yet applied.
 	reserved map[string]struct{}
+	// ahead counts the commands submitted and not yet applied that may
+	// make messages pending (an Enqueue whose messages were not all dealt
+	// to consumers as it was proposed, a Recover, ...): while there are
+	// any, a new Enqueue's messages wait their turn (submitEnqueue).
+	ahead int
+	// submitMu keeps each decision to deliver messages next to its
+	// proposal: dealt in one order, the Delivers are logged in it.
+	submitMu sync.Mutex
 
 	stop     chan struct{}
 	wg       sync.WaitGroup
@@ -402,6 +410,8 @@ func (r *Replica) Submit(body proto.Message, done func(fsm.Result, error)) {
 				m.EnqueuedAt = now
 			}
 		}
+		r.submitEnqueue(c, done)
+		return
 	case *fsmpb.Recover:
 		c.Now = now
 	case *fsmpb.Release:
@@ -409,10 +419,26 @@ func (r *Replica) Submit(body proto.Message, done func(fsm.Result, error)) {
 	case *fsmpb.Return:
 		c.Now = now
 	}
-	r.prop.submit(body, func(res fsm.Result, err error) {
+	r.prop.submit(command{body: body, done: r.tracked(addsPending(body), done)})
+}
+
+// tracked wraps a submitted command's done to kick the dispatcher after the
+// result; a counted command counts in ahead until then.
+func (r *Replica) tracked(counted bool, done func(fsm.Result, error)) func(fsm.Result, error) {
+	if counted {
+		r.mu.Lock()
+		r.ahead++
+		r.mu.Unlock()
+	}
+	return func(res fsm.Result, err error) {
+		if counted {
+			r.mu.Lock()
+			r.ahead--
+			r.mu.Unlock()
+		}
 		done(res, err)
 		r.kick()
-	})
+	}
 }
 
 // propose runs one command and returns its rejection, if any, as the error.

@@ -1,0 +1,204 @@
+package member
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cairnmq/cairn/fsm"
+	"github.com/cairnmq/cairn/fsm/fsmpb"
+)
+
+// logCommands decodes the member commands of the log entries from index
+// first on.
+func logCommands(t *testing.T, r *Replica, first uint64) [][]proto.Message {
+	t.Helper()
+	var entries [][]proto.Message
+	for i := first; i <= r.Raft().LastIndex(); i++ {
+		var l raft.Log
+		if err := r.group.logs.GetLog(i, &l); err != nil {
+			t.Fatalf("entry %d: %v", i, err)
+		}
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		e, err := fsm.Decode(l.Data)
+		if err != nil {
+			t.Fatalf("entry %d: %v", i, err)
+		}
+		var bodies []proto.Message
+		for _, c := range e.Commands {
+			var b proto.Message
+			switch c.Type {
+			case fsmpb.CommandType_COMMAND_TYPE_ENQUEUE:
+				b = &fsmpb.Enqueue{}
+			case fsmpb.CommandType_COMMAND_TYPE_DELIVER:
+				b = &fsmpb.Deliver{}
+			default:
+				t.Fatalf("entry %d holds a %v", i, c.Type)
+			}
+			if err := proto.Unmarshal(c.Payload, b); err != nil {
+				t.Fatalf("entry %d: %v", i, err)
+			}
+			bodies = append(bodies, b)
+		}
+		entries = append(entries, bodies)
+	}
+	return entries
+}
+
+// A consumer waits with credit on an empty member: a send's messages are
+// delivered by a Deliver in the send's own entry, one commit for both.
+func TestReplica_DeliversAnEnqueueInItsOwnEntry(t *testing.T) {
+	ctx := context.Background()
+	r := testReplica(t, t.TempDir())
+	if err := r.OpenSession(ctx, "s1", "owner"); err != nil {
+		t.Fatal(err)
+	}
+	var c collector
+	if err := r.AddConsumer(&Consumer{ID: "c1", Session: "s1", Push: c.push}, 10); err != nil {
+		t.Fatal(err)
+	}
+	first := r.Raft().LastIndex() + 1
+	if _, err := r.Enqueue(ctx, msgs(3, "m")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "3 deliveries", func() bool { return c.count() == 3 })
+	entries := logCommands(t, r, first)
+	if len(entries) != 1 || len(entries[0]) != 2 {
+		t.Fatalf("the send and its delivery took entries %v; want one entry of an Enqueue and a Deliver", entries)
+	}
+	d, ok := entries[0][1].(*fsmpb.Deliver)
+	if _, isEnqueue := entries[0][0].(*fsmpb.Enqueue); !isEnqueue || !ok || !slices.Equal(d.MessageIds, []string{"m000", "m001", "m002"}) || d.Session != "s1" {
+		t.Fatalf("entry is %v; want the Enqueue, then a Deliver of m000..m002 to s1", entries[0])
+	}
+}
+
+// dealNow runs the Enqueue deal of submitEnqueue after setup, both while
+// the dispatcher is held off, so the deal sees the state setup made.
+func dealNow(r *Replica, setup func(), ms []*fsmpb.Message) (ids []string, all bool) {
+	r.submitMu.Lock()
+	defer r.submitMu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	setup()
+	picks, all := r.dealEnqueueLocked(&fsmpb.Enqueue{Now: r.now().UnixNano(), Messages: ms})
+	for _, p := range picks {
+		ids = append(ids, p.ids...)
+	}
+	return ids, all
+}
+
+// Messages that may come before a send's keep it from being dealt at once:
+// pending ones not yet dealt, and commands ahead of it that may make some
+// pending. A send larger than the credit is dealt in part and counts as
+// ahead of the next one.
+func TestReplica_EnqueueDealtOnlyWhenNothingComesFirst(t *testing.T) {
+	ctx := context.Background()
+	r := testReplica(t, t.TempDir())
+	if err := r.OpenSession(ctx, "s1", "owner"); err != nil {
+		t.Fatal(err)
+	}
+	var c collector
+	if err := r.AddConsumer(&Consumer{ID: "c1", Session: "s1", Push: c.push}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Enqueue(ctx, msgs(2, "old")); err != nil {
+		t.Fatal(err)
+	}
+	none := func() {}
+	// Credit given without waking the dispatcher, which dealNow holds off.
+	if ids, all := dealNow(r, func() { r.consumers["c1"].credit = 4 }, msgs(1, "new")); ids != nil || all {
+		t.Fatalf("with 2 messages pending, a send was dealt %v (all %v)", ids, all)
+	}
+	r.kick()
+	waitFor(t, "the pending messages delivered", func() bool { return c.count() == 2 })
+
+	// Say, a Recover on its way.
+	if ids, _ := dealNow(r, func() { r.ahead++ }, msgs(1, "new")); ids != nil {
+		t.Fatalf("behind a command that may make messages pending, a send was dealt %v", ids)
+	}
+	dealNow(r, func() { r.ahead-- }, nil)
+
+	expired := &fsmpb.Message{Id: "expired", Priority: 4, Expiration: 1}
+	urgent := &fsmpb.Message{Id: "urgent", Priority: 9}
+	ids, all := dealNow(r, none, append([]*fsmpb.Message{expired}, append(msgs(1, "a"), urgent)...))
+	if !slices.Equal(ids, []string{"urgent", "a000"}) || !all {
+		t.Fatalf("dealt %v (all %v); want urgent, then a000, and nothing of the expired one", ids, all)
+	}
+	// The consumer's credit (4 less the 2 delivered, less 2 dealt) is spent.
+	if ids, all := dealNow(r, func() { r.consumers["c1"].credit++ }, msgs(3, "b")); !slices.Equal(ids, []string{"b000"}) || all {
+		t.Fatalf("with credit for 1 of 3, dealt %v (all %v); want b000 and not all", ids, all)
+	}
+}
+
+// Producers send one to three messages at a time while a consumer with little credit
+// acknowledges and takes more: sends dealt as they are proposed and
+// messages the dispatcher deals after they are stored interleave, and each
+// producer's messages still arrive once each, in the order it sent them.
+func TestReplica_DealtSendsKeepEachProducersOrder(t *testing.T) {
+	ctx := context.Background()
+	r := testReplica(t, t.TempDir())
+	if err := r.OpenSession(ctx, "s1", "owner"); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []fsm.Delivery, 1000)
+	if err := r.AddConsumer(&Consumer{ID: "c1", Session: "s1", Push: func(d []fsm.Delivery) bool { got <- d; return true }}, 2); err != nil {
+		t.Fatal(err)
+	}
+	const producers, each = 4, 60
+	var wg sync.WaitGroup
+	for p := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; {
+				var batch []*fsmpb.Message
+				for range min(1+(i+p)%3, each-i) {
+					batch = append(batch, &fsmpb.Message{Id: fmt.Sprintf("p%d-%03d", p, i), Body: []byte("x"), Priority: 4})
+					i++
+				}
+				if _, err := r.Enqueue(ctx, batch); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	next := make([]int, producers)
+	for received := 0; received < producers*each; {
+		var ds []fsm.Delivery
+		select {
+		case ds = <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of %d messages delivered, then none for 10 s", received, producers*each)
+		}
+		ids := make([]uint64, len(ds))
+		for i, d := range ds {
+			var p, n int
+			if _, err := fmt.Sscanf(d.Message.Id, "p%d-%d", &p, &n); err != nil {
+				t.Fatal(err)
+			}
+			if n != next[p] {
+				t.Fatalf("producer %d: got message %d, want %d", p, n, next[p])
+			}
+			next[p]++
+			ids[i] = d.DeliveryID
+		}
+		if _, _, err := r.Ack(ctx, "s1", ids); err != nil {
+			t.Fatal(err)
+		}
+		r.Credit("c1", len(ds))
+		received += len(ds)
+	}
+	wg.Wait()
+	if st := r.Stats(); st.Pending != 0 || st.Delivered != 0 {
+		t.Fatalf("stats %+v after every message was acknowledged", st)
+	}
+}
