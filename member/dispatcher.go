@@ -139,20 +139,13 @@ func (r *Replica) dispatchOnce() bool {
 }
 
 // submitEnqueue proposes c and, when consumers wait with credit and no
-// message could be delivered before c's, the Deliver of its messages right
-// behind it, in the same Raft entry: the messages are pushed once that
-// entry commits, a Raft round sooner than the dispatcher would (it proposes
-// a Deliver only after the Enqueue is applied), and the member commits one
-// entry for both. A Deliver skips the ids its entry did not store
-// (rejected, duplicate), which gives their credit back.
-//
-// "Could be delivered before" is what keeps a member's order: a pending
-// message not yet dealt, or a command ahead in the log that may make
-// messages pending (an Enqueue not wholly dealt, a Recover, a transaction's
-// decision). Then c waits its turn, counted in ahead itself.
+// message could be delivered before c's, the Deliver of its messages in the
+// same Raft entry, so they are pushed when c commits (member/DESIGN.md).
+// Otherwise c waits its turn, counted in ahead.
 func (r *Replica) submitEnqueue(c *fsmpb.Enqueue, done func(fsm.Result, error)) {
-	// Encoded before submitMu is taken: the bodies are the costly part,
-	// and concurrent sends encode theirs side by side.
+	// Encoded here rather than by prop.submit, before submitMu is taken:
+	// the bodies are the costly part, and concurrent sends encode theirs
+	// side by side.
 	cmd, err := fsm.NewCommand(c)
 	if err != nil {
 		done(fsm.Result{}, err)
@@ -210,8 +203,10 @@ func (r *Replica) dealEnqueueLocked(c *fsmpb.Enqueue) (picks []pick, all bool) {
 // addsPending reports whether a command may make messages pending (stored,
 // returned, woken, or committed by a transaction); unknown ones may.
 func addsPending(body proto.Message) bool {
-	switch body.(type) {
-	case *fsmpb.Ack, *fsmpb.Deliver, *fsmpb.Expire, *fsmpb.Purge, *fsmpb.OpenSession, *fsmpb.Seal, *fsmpb.Moved, *fsmpb.TxPrepare:
+	switch c := body.(type) {
+	case *fsmpb.TxPrepare:
+		return c.OnePhase // its only participant commits it at once
+	case *fsmpb.Ack, *fsmpb.Deliver, *fsmpb.Expire, *fsmpb.Purge, *fsmpb.OpenSession, *fsmpb.Seal, *fsmpb.Moved:
 		return false
 	}
 	return true

@@ -2,6 +2,7 @@ package member
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -138,10 +139,11 @@ func TestReplica_EnqueueDealtOnlyWhenNothingComesFirst(t *testing.T) {
 	}
 }
 
-// Producers send one to three messages at a time while a consumer with little credit
-// acknowledges and takes more: sends dealt as they are proposed and
-// messages the dispatcher deals after they are stored interleave, and each
-// producer's messages still arrive once each, in the order it sent them.
+// Producers send one to three messages at a time, several sends in flight
+// each, while a consumer with little credit acknowledges and takes more:
+// sends dealt as they are proposed, sends dealt in part, and messages the
+// dispatcher deals after they are stored interleave, and each producer's
+// messages still arrive once each, in the order it sent them.
 func TestReplica_DealtSendsKeepEachProducersOrder(t *testing.T) {
 	ctx := context.Background()
 	r := testReplica(t, t.TempDir())
@@ -153,25 +155,37 @@ func TestReplica_DealtSendsKeepEachProducersOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	const producers, each = 4, 60
-	var wg sync.WaitGroup
+	var sent sync.WaitGroup
 	for p := range producers {
-		wg.Add(1)
+		// Submit returns before the send commits; one caller's sends
+		// are logged in the order it submitted them.
+		// Two sends in flight per producer spread its sends over many
+		// commits.
+		inFlight := make(chan struct{}, 2)
 		go func() {
-			defer wg.Done()
 			for i := 0; i < each; {
 				var batch []*fsmpb.Message
 				for range min(1+(i+p)%3, each-i) {
 					batch = append(batch, &fsmpb.Message{Id: fmt.Sprintf("p%d-%03d", p, i), Body: []byte("x"), Priority: 4})
 					i++
 				}
-				if _, err := r.Enqueue(ctx, batch); err != nil {
-					t.Error(err)
-					return
-				}
+				inFlight <- struct{}{}
+				sent.Add(1)
+				r.Submit(&fsmpb.Enqueue{Messages: batch}, func(res fsm.Result, err error) {
+					if err == nil {
+						err = res.Err
+					}
+					if err != nil {
+						t.Error(err)
+					}
+					<-inFlight
+					sent.Done()
+				})
 			}
 		}()
 	}
 	next := make([]int, producers)
+	var ids []uint64
 	for received := 0; received < producers*each; {
 		var ds []fsm.Delivery
 		select {
@@ -179,8 +193,10 @@ func TestReplica_DealtSendsKeepEachProducersOrder(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("%d of %d messages delivered, then none for 10 s", received, producers*each)
 		}
-		ids := make([]uint64, len(ds))
-		for i, d := range ds {
+		// Credit at once, as a client does when the application takes
+		// a message, before the acknowledgements.
+		r.Credit("c1", len(ds))
+		for _, d := range ds {
 			var p, n int
 			if _, err := fmt.Sscanf(d.Message.Id, "p%d-%d", &p, &n); err != nil {
 				t.Fatal(err)
@@ -189,16 +205,68 @@ func TestReplica_DealtSendsKeepEachProducersOrder(t *testing.T) {
 				t.Fatalf("producer %d: got message %d, want %d", p, n, next[p])
 			}
 			next[p]++
-			ids[i] = d.DeliveryID
+			ids = append(ids, d.DeliveryID)
 		}
-		if _, _, err := r.Ack(ctx, "s1", ids); err != nil {
-			t.Fatal(err)
-		}
-		r.Credit("c1", len(ds))
 		received += len(ds)
 	}
-	wg.Wait()
+	sent.Wait()
+	if _, rejected, err := r.Ack(ctx, "s1", ids); err != nil || len(rejected) > 0 {
+		t.Fatalf("acknowledging every delivery: rejected %v, %v", rejected, err)
+	}
 	if st := r.Stats(); st.Pending != 0 || st.Delivered != 0 {
 		t.Fatalf("stats %+v after every message was acknowledged", st)
+	}
+}
+
+// A dealt send that the member refuses (here, a batch that repeats an id)
+// gives its credit back and leaves nothing reserved or counted ahead.
+func TestReplica_RefusedDealtSendGivesCreditBack(t *testing.T) {
+	ctx := context.Background()
+	r := testReplica(t, t.TempDir())
+	if err := r.OpenSession(ctx, "s1", "owner"); err != nil {
+		t.Fatal(err)
+	}
+	var c collector
+	if err := r.AddConsumer(&Consumer{ID: "c1", Session: "s1", Push: c.push}, 5); err != nil {
+		t.Fatal(err)
+	}
+	twice := append(msgs(1, "dup"), msgs(1, "dup")...)
+	if _, err := r.Enqueue(ctx, twice); !errors.Is(err, fsm.ErrDuplicateMessageID) {
+		t.Fatalf("a batch that repeats an id: %v, want ErrDuplicateMessageID", err)
+	}
+	idle := func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.consumers["c1"].credit == 5 && len(r.reserved) == 0 && r.ahead == 0
+	}
+	waitFor(t, "credit 5, nothing reserved, nothing ahead", idle)
+	if _, err := r.Enqueue(ctx, msgs(5, "m")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "5 deliveries", func() bool { return c.count() == 5 })
+}
+
+func TestAddsPending(t *testing.T) {
+	for _, c := range []struct {
+		body proto.Message
+		want bool
+	}{
+		{&fsmpb.Enqueue{}, true},
+		{&fsmpb.Recover{}, true},
+		{&fsmpb.Release{}, true},
+		{&fsmpb.Return{}, true},
+		{&fsmpb.Wake{}, true},
+		{&fsmpb.TxDecide{}, true},
+		{&fsmpb.TxPrepare{OnePhase: true}, true},
+		{&fsmpb.TxPrepare{}, false},
+		{&fsmpb.Ack{}, false},
+		{&fsmpb.Deliver{}, false},
+		{&fsmpb.Expire{}, false},
+		{&fsmpb.Purge{}, false},
+		{&fsmpb.OpenSession{}, false},
+	} {
+		if got := addsPending(c.body); got != c.want {
+			t.Errorf("addsPending(%T %v) = %v, want %v", c.body, c.body, got, c.want)
+		}
 	}
 }

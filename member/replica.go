@@ -395,7 +395,9 @@ func (r *Replica) SweepSessions(ctx context.Context) error {
 // Submit proposes one command without waiting. done is called once with its
 // result (a rejection is in Result.Err), in the order of submission, on the
 // proposer's goroutine: it must not block. Commands submitted by one caller
-// apply in the order submitted.
+// apply in the order submitted. A command that fails before it is queued
+// (it does not encode, or the replica is closing) gets its done on the
+// caller's goroutine, inside Submit: done must not call Submit itself.
 //
 // Commands that need the time are stamped here with the leader's: an
 // Enqueue for the dedup window and the messages' arrival; a Recover,
@@ -419,7 +421,15 @@ func (r *Replica) Submit(body proto.Message, done func(fsm.Result, error)) {
 	case *fsmpb.Return:
 		c.Now = now
 	}
-	r.prop.submit(command{body: body, done: r.tracked(addsPending(body), done)})
+	if !addsPending(body) {
+		r.prop.submit(command{body: body, done: r.tracked(false, done)})
+		return
+	}
+	// Counted and queued under submitMu, so a send dealt meanwhile cannot
+	// overtake it in the log without seeing it.
+	r.submitMu.Lock()
+	defer r.submitMu.Unlock()
+	r.prop.submit(command{body: body, done: r.tracked(true, done)})
 }
 
 // tracked wraps a submitted command's done to kick the dispatcher after the
