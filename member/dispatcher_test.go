@@ -54,18 +54,26 @@ func logCommands(t *testing.T, r *Replica, first uint64) [][]proto.Message {
 	return entries
 }
 
+// consumingReplica opens a replica with session s1 and its consumer c1,
+// which push feeds, with credit for that many messages.
+func consumingReplica(t *testing.T, credit int, push func([]fsm.Delivery) bool) *Replica {
+	t.Helper()
+	r := testReplica(t, t.TempDir())
+	if err := r.OpenSession(context.Background(), "s1", "owner"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.AddConsumer(&Consumer{ID: "c1", Session: "s1", Push: push}, credit); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // A consumer waits with credit on an empty member: a send's messages are
 // delivered by a Deliver in the send's own entry, one commit for both.
 func TestReplica_DeliversAnEnqueueInItsOwnEntry(t *testing.T) {
 	ctx := context.Background()
-	r := testReplica(t, t.TempDir())
-	if err := r.OpenSession(ctx, "s1", "owner"); err != nil {
-		t.Fatal(err)
-	}
 	var c collector
-	if err := r.AddConsumer(&Consumer{ID: "c1", Session: "s1", Push: c.push}, 10); err != nil {
-		t.Fatal(err)
-	}
+	r := consumingReplica(t, 10, c.push)
 	first := r.Raft().LastIndex() + 1
 	if _, err := r.Enqueue(ctx, msgs(3, "m")); err != nil {
 		t.Fatal(err)
@@ -102,14 +110,8 @@ func dealNow(r *Replica, setup func(), ms []*fsmpb.Message) (ids []string, all b
 // ahead of the next one.
 func TestReplica_EnqueueDealtOnlyWhenNothingComesFirst(t *testing.T) {
 	ctx := context.Background()
-	r := testReplica(t, t.TempDir())
-	if err := r.OpenSession(ctx, "s1", "owner"); err != nil {
-		t.Fatal(err)
-	}
 	var c collector
-	if err := r.AddConsumer(&Consumer{ID: "c1", Session: "s1", Push: c.push}, 0); err != nil {
-		t.Fatal(err)
-	}
+	r := consumingReplica(t, 0, c.push)
 	if _, err := r.Enqueue(ctx, msgs(2, "old")); err != nil {
 		t.Fatal(err)
 	}
@@ -146,14 +148,8 @@ func TestReplica_EnqueueDealtOnlyWhenNothingComesFirst(t *testing.T) {
 // messages still arrive once each, in the order it sent them.
 func TestReplica_DealtSendsKeepEachProducersOrder(t *testing.T) {
 	ctx := context.Background()
-	r := testReplica(t, t.TempDir())
-	if err := r.OpenSession(ctx, "s1", "owner"); err != nil {
-		t.Fatal(err)
-	}
 	got := make(chan []fsm.Delivery, 1000)
-	if err := r.AddConsumer(&Consumer{ID: "c1", Session: "s1", Push: func(d []fsm.Delivery) bool { got <- d; return true }}, 2); err != nil {
-		t.Fatal(err)
-	}
+	r := consumingReplica(t, 2, func(d []fsm.Delivery) bool { got <- d; return true })
 	const producers, each = 4, 60
 	var sent sync.WaitGroup
 	for p := range producers {
@@ -222,14 +218,8 @@ func TestReplica_DealtSendsKeepEachProducersOrder(t *testing.T) {
 // gives its credit back and leaves nothing reserved or counted ahead.
 func TestReplica_RefusedDealtSendGivesCreditBack(t *testing.T) {
 	ctx := context.Background()
-	r := testReplica(t, t.TempDir())
-	if err := r.OpenSession(ctx, "s1", "owner"); err != nil {
-		t.Fatal(err)
-	}
 	var c collector
-	if err := r.AddConsumer(&Consumer{ID: "c1", Session: "s1", Push: c.push}, 5); err != nil {
-		t.Fatal(err)
-	}
+	r := consumingReplica(t, 5, c.push)
 	twice := append(msgs(1, "dup"), msgs(1, "dup")...)
 	if _, err := r.Enqueue(ctx, twice); !errors.Is(err, fsm.ErrDuplicateMessageID) {
 		t.Fatalf("a batch that repeats an id: %v, want ErrDuplicateMessageID", err)
