@@ -607,17 +607,23 @@ func (r *run) consume(ctx context.Context, s *client.Session, k *client.Consumer
 		r.e2eHist.Merge(hist)
 		r.histMu.Unlock()
 	}()
-	var held []*client.Message
-	commit := func() {
-		if len(held) == 0 {
-			return
-		}
-		if err := s.Commit(ctx); err == nil {
-			for _, m := range held {
-				r.received(m, hist)
+	// held are the messages taken and not yet acknowledged or committed,
+	// each with the moment it was taken: its end-to-end latency ends there,
+	// while it counts as consumed only once its acknowledgement or commit
+	// returned ok.
+	var held []taken
+	settle := func(ok bool) {
+		if ok {
+			for _, h := range held {
+				r.received(h, hist)
 			}
 		}
 		held = held[:0]
+	}
+	commit := func() {
+		if len(held) > 0 {
+			settle(s.Commit(ctx) == nil)
+		}
 	}
 	for {
 		select {
@@ -634,9 +640,9 @@ func (r *run) consume(ctx context.Context, s *client.Session, k *client.Consumer
 			}
 			continue
 		}
+		held = append(held, taken{m, time.Now()})
 		switch {
 		case r.cfg.Transacted > 0:
-			held = append(held, m)
 			if len(held) >= r.cfg.Transacted {
 				commit()
 			}
@@ -645,33 +651,34 @@ func (r *run) consume(ctx context.Context, s *client.Session, k *client.Consumer
 			// then acknowledged together (ClientAck acknowledges each
 			// message handed out) and the acknowledgement waited for
 			// before more is taken.
-			held = append(held, m)
 			for len(held) < clientAckBatch {
 				more, _ := k.ReceiveNoWait()
 				if more == nil {
 					break
 				}
-				held = append(held, more)
+				held = append(held, taken{more, time.Now()})
 			}
-			if held[len(held)-1].Ack() == nil {
-				for _, m := range held {
-					r.received(m, hist)
-				}
-			}
-			held = held[:0]
+			settle(held[len(held)-1].m.Ack() == nil)
 		default:
-			r.received(m, hist)
+			settle(true)
 		}
 	}
+}
+
+// taken is a message as the consumer received it, and when.
+type taken struct {
+	m  *client.Message
+	at time.Time
 }
 
 // clientAckBatch bounds the messages one acknowledgement covers in --ack
 // client: a consumer's prefetch rarely holds more.
 const clientAckBatch = 1024
 
-// received counts one message consumed and its end-to-end latency.
-func (r *run) received(m *client.Message, hist *hdrhistogram.Histogram) {
-	now := time.Now()
+// received counts one message consumed, now, and its end-to-end latency:
+// from its send to the moment it was taken.
+func (r *run) received(t taken, hist *hdrhistogram.Histogram) {
+	m, now := t.m, time.Now()
 	if len(m.Body) < HeaderBytes {
 		r.t.unexpected.Add(1)
 		return
@@ -683,7 +690,7 @@ func (r *run) received(m *client.Message, hist *hdrhistogram.Histogram) {
 		return
 	}
 	r.consumed.Add(1)
-	_ = hist.RecordValue(now.Sub(time.Unix(0, at)).Microseconds())
+	_ = hist.RecordValue(t.at.Sub(time.Unix(0, at)).Microseconds())
 	n := now.UnixNano()
 	r.firstRecv.CompareAndSwap(0, n)
 	for {

@@ -1,6 +1,11 @@
 package bench
 
-import "testing"
+import (
+	"testing"
+	"time"
+
+	"github.com/cairnmq/cairn/client"
+)
 
 // The verdict counts what a benchmark must not do: a message sent and never
 // consumed, one consumed twice, one consumed that was never sent, or whose
@@ -67,5 +72,24 @@ func TestConfig_Refused(t *testing.T) {
 	}
 	if err := ok.check(); err != nil {
 		t.Errorf("refused a good configuration: %v", err)
+	}
+}
+
+// A message's end-to-end latency runs from its send to the moment the
+// consumer took it; waiting for its acknowledgement to commit is not part of
+// it, while the consume rate counts it only once acknowledged (now).
+func TestReceived_EndToEndEndsWhenTaken(t *testing.T) {
+	r := &run{cfg: Config{Size: HeaderBytes}, t: newTracker(1)}
+	r.t.sending(0, 7)
+	r.t.sent(0, 7, true)
+	sentAt := time.Now().Add(-time.Second)
+	hist := newHist()
+	before := time.Now().UnixNano()
+	r.received(taken{&client.Message{Body: r.body(0, 7, sentAt)}, sentAt.Add(5 * time.Millisecond)}, hist)
+	if got := hist.Max(); got < 4900 || got > 5100 {
+		t.Errorf("end-to-end latency %d µs, want 5,000: from the send to the take, not to the acknowledgement", got)
+	}
+	if r.consumed.Load() != 1 || r.lastRecv.Load() < before {
+		t.Errorf("consumed %d, last receipt at %d (before it: %d): want it counted at the acknowledgement", r.consumed.Load(), r.lastRecv.Load(), before)
 	}
 }
