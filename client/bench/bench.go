@@ -123,7 +123,8 @@ type Result struct {
 	// (nor one with an unknown outcome).
 	Unexpected  int64   `json:"unexpected"`
 	SendSeconds float64 `json:"send_seconds"`
-	// ConsumeSeconds runs from the first receipt to the last.
+	// ConsumeSeconds runs from the first message counted consumed (its
+	// acknowledgement or commit returned ok) to the last.
 	ConsumeSeconds float64 `json:"consume_seconds"`
 }
 
