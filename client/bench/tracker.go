@@ -27,7 +27,13 @@ type producerLog struct {
 	mu    sync.Mutex
 	state []uint8
 	seen  []uint16
+	// maybe: taken, with an acknowledgement or commit of unknown outcome;
+	// unless it comes again, it was consumed.
+	maybe []bool
 }
+
+// counted: the message was consumed, or may have been.
+func (p *producerLog) counted(seq uint64) bool { return p.seen[seq] > 0 || p.maybe[seq] }
 
 func newTracker(producers int) *tracker {
 	return &tracker{producers: make([]producerLog, producers)}
@@ -37,6 +43,7 @@ func (p *producerLog) grow(seq uint64) {
 	for uint64(len(p.state)) <= seq {
 		p.state = append(p.state, unsent)
 		p.seen = append(p.seen, 0)
+		p.maybe = append(p.maybe, false)
 	}
 }
 
@@ -57,7 +64,7 @@ func (t *tracker) sent(no int, seq uint64, ok bool) {
 	p := &t.producers[no]
 	p.mu.Lock()
 	p.state[seq] = sentOK
-	if p.seen[seq] > 0 {
+	if p.counted(seq) {
 		t.done.Add(1)
 	}
 	p.mu.Unlock()
@@ -84,16 +91,36 @@ func (t *tracker) consumed(no int, seq uint64) bool {
 		t.unexpected.Add(1)
 		return false
 	}
+	wasCounted := p.counted(seq)
 	if p.seen[seq] < ^uint16(0) {
 		p.seen[seq]++
 	}
 	if p.seen[seq] != 1 {
 		return false
 	}
-	if p.state[seq] == sentOK {
+	if !wasCounted && p.state[seq] == sentOK {
 		t.done.Add(1)
 	}
 	return true
+}
+
+// maybeConsumed records a message taken whose acknowledgement or commit may
+// or may not have happened: it is not lost if it never comes again, and its
+// first receipt, if it does, is not a duplicate.
+func (t *tracker) maybeConsumed(no int, seq uint64) {
+	if no < 0 || no >= len(t.producers) {
+		return
+	}
+	p := &t.producers[no]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if seq >= uint64(len(p.state)) || p.state[seq] == unsent || p.state[seq] == notSent || p.counted(seq) {
+		return
+	}
+	p.maybe[seq] = true
+	if p.state[seq] == sentOK {
+		t.done.Add(1)
+	}
 }
 
 func (t *tracker) allConsumed() bool { return t.done.Load() >= t.ok.Load() }
@@ -106,7 +133,7 @@ func (t *tracker) verdict() (lost, duplicates, unexpected int64) {
 		p.mu.Lock()
 		for seq, st := range p.state {
 			n := p.seen[seq]
-			if st == sentOK && n == 0 {
+			if st == sentOK && !p.counted(uint64(seq)) {
 				lost++
 			}
 			if n > 1 {
