@@ -169,14 +169,92 @@ const maxPresizedMessages = 1 << 22
 // largest size a node accepts, with room for its headers.
 const maxSnapshotRecord = 64 << 20
 
-// RestoreMember reads a state written by MemberImage.WriteTo.
+// RestoreMember reads a state written by MemberImage.WriteTo, decoding its
+// records one after the other.
 func RestoreMember(r io.Reader) (*Member, error) {
+	snap, err := OpenMemberSnapshot(r)
+	if err != nil {
+		return nil, err
+	}
+	var rec []byte
+	return snap.Restore(func() (*fsmpb.StoredMessage, error) {
+		if rec, err = snap.NextRecord(rec[:0]); err != nil {
+			return nil, err
+		}
+		return DecodeStoredMessage(rec)
+	})
+}
+
+// MemberSnapshot is a snapshot written by MemberImage.WriteTo being read:
+// its header, then its message records, which a caller may decode on
+// several goroutines (DecodeStoredMessage) as long as Restore gets them back
+// in order.
+type MemberSnapshot struct {
+	br     *bufio.Reader
+	header *fsmpb.MemberSnapshot
+	read   uint64
+}
+
+// OpenMemberSnapshot reads a snapshot's header.
+func OpenMemberSnapshot(r io.Reader) (*MemberSnapshot, error) {
 	br := bufio.NewReaderSize(r, 256<<10)
-	opts := protodelim.UnmarshalOptions{MaxSize: maxSnapshotRecord}
 	var h fsmpb.MemberSnapshot
-	if err := opts.UnmarshalFrom(br, &h); err != nil {
+	if err := (protodelim.UnmarshalOptions{MaxSize: maxSnapshotRecord}).UnmarshalFrom(br, &h); err != nil {
 		return nil, fmt.Errorf("%w: snapshot header: %v", ErrCorrupt, err)
 	}
+	return &MemberSnapshot{br: br, header: &h}, nil
+}
+
+// Messages is how many message records follow the header.
+func (s *MemberSnapshot) Messages() uint64 { return s.header.MessageCount }
+
+// NextRecord appends the next message record's bytes to buf; io.EOF once
+// every record the header counts was read.
+func (s *MemberSnapshot) NextRecord(buf []byte) ([]byte, error) {
+	if s.read == s.header.MessageCount {
+		return buf, io.EOF
+	}
+	size, err := binary.ReadUvarint(s.br)
+	if err != nil {
+		return buf, fmt.Errorf("%w: %v", ErrCorrupt, noEOF(err))
+	}
+	if size > maxSnapshotRecord {
+		return buf, fmt.Errorf("%w: a record of %d bytes, over the %d a message can take", ErrCorrupt, size, maxSnapshotRecord)
+	}
+	start := len(buf)
+	buf = slices.Grow(buf, int(size))[:start+int(size)]
+	if _, err := io.ReadFull(s.br, buf[start:]); err != nil {
+		return buf[:start], fmt.Errorf("%w: %v", ErrCorrupt, noEOF(err))
+	}
+	s.read++
+	return buf, nil
+}
+
+// noEOF: a snapshot that ends early is cut short, not at its end.
+func noEOF(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// DecodeStoredMessage decodes and checks one message record; the message
+// keeps no reference to rec. It is safe to call on several goroutines.
+func DecodeStoredMessage(rec []byte) (*fsmpb.StoredMessage, error) {
+	sm := new(fsmpb.StoredMessage)
+	if err := proto.Unmarshal(rec, sm); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	if err := ValidateMessage(sm.Message); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	return sm, nil
+}
+
+// Restore builds the state from the header and the snapshot's messages,
+// which next returns decoded, in the order they were written.
+func (s *MemberSnapshot) Restore(next func() (*fsmpb.StoredMessage, error)) (*Member, error) {
+	h := s.header
 	m := NewMember()
 	// Sized once rather than grown through every power of two; bounded, as
 	// the count comes from the file.
@@ -205,12 +283,9 @@ func RestoreMember(r io.Reader) (*Member, error) {
 	}
 	orphans := map[string]*session{}
 	for i := uint64(0); i < h.MessageCount; i++ {
-		var sm fsmpb.StoredMessage
-		if err := opts.UnmarshalFrom(br, &sm); err != nil {
-			return nil, fmt.Errorf("%w: snapshot message %d of %d: %v", ErrCorrupt, i, h.MessageCount, err)
-		}
-		if err := ValidateMessage(sm.Message); err != nil {
-			return nil, fmt.Errorf("%w: snapshot message %d: %v", ErrCorrupt, i, err)
+		sm, err := next()
+		if err != nil {
+			return nil, fmt.Errorf("snapshot message %d of %d: %w", i, h.MessageCount, err)
 		}
 		msg := &message{msg: sm.Message, seq: sm.Seq, size: MessageSize(sm.Message), redelivered: sm.Redelivered, count: sm.DeliveryCount,
 			availableAt: sm.AvailableAt, dead: sm.Dead, movingTo: sm.MovingTo}

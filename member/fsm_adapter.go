@@ -76,7 +76,7 @@ func (a *memberFSM) Snapshot() (raft.FSMSnapshot, error) {
 
 func (a *memberFSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	m, err := fsm.RestoreMember(rc)
+	m, err := restoreMember(rc, restoreWorkers())
 	if err != nil {
 		return err
 	}
