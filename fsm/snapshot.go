@@ -193,6 +193,9 @@ type MemberSnapshot struct {
 	br     *bufio.Reader
 	header *fsmpb.MemberSnapshot
 	read   uint64
+	// err is the first record that failed to read: every later call
+	// returns it, as the stream's place is lost.
+	err error
 }
 
 // OpenMemberSnapshot reads a snapshot's header.
@@ -205,15 +208,26 @@ func OpenMemberSnapshot(r io.Reader) (*MemberSnapshot, error) {
 	return &MemberSnapshot{br: br, header: &h}, nil
 }
 
-// Messages is how many message records follow the header.
-func (s *MemberSnapshot) Messages() uint64 { return s.header.MessageCount }
-
 // NextRecord appends the next message record's bytes to buf; io.EOF once
-// every record the header counts was read.
+// every record the header counts was read. After an error it returns that
+// error again.
 func (s *MemberSnapshot) NextRecord(buf []byte) ([]byte, error) {
+	if s.err != nil {
+		return buf, s.err
+	}
 	if s.read == s.header.MessageCount {
 		return buf, io.EOF
 	}
+	buf, err := s.readRecord(buf)
+	if err != nil {
+		s.err = err
+		return buf, err
+	}
+	s.read++
+	return buf, nil
+}
+
+func (s *MemberSnapshot) readRecord(buf []byte) ([]byte, error) {
 	size, err := binary.ReadUvarint(s.br)
 	if err != nil {
 		return buf, fmt.Errorf("%w: %v", ErrCorrupt, noEOF(err))
@@ -226,7 +240,6 @@ func (s *MemberSnapshot) NextRecord(buf []byte) ([]byte, error) {
 	if _, err := io.ReadFull(s.br, buf[start:]); err != nil {
 		return buf[:start], fmt.Errorf("%w: %v", ErrCorrupt, noEOF(err))
 	}
-	s.read++
 	return buf, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -120,7 +121,7 @@ func BenchmarkRestore(b *testing.B) {
 		b.Fatal(err)
 	}
 	m = nil
-	for _, workers := range []int{1, restoreWorkers()} {
+	for _, workers := range slices.Compact([]int{1, restoreWorkers()}) {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()

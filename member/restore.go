@@ -2,6 +2,7 @@ package member
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"runtime"
 	"sync"
@@ -11,13 +12,23 @@ import (
 )
 
 // A restore reads the snapshot's records on one goroutine, decodes them in
-// chunks on the others, and builds the state in order on the caller's: a
-// node restarting with a million messages spends most of its restore
-// copying bodies into memory the process touches for the first time, and
-// that work divides between cores (member/DESIGN.md).
+// chunks on others, and builds the state in order on the caller's: a node
+// restarting with a million messages spends most of its restore copying
+// bodies into memory the process touches for the first time, and that work
+// divides between cores (member/DESIGN.md).
 const (
+	// A chunk ends after this many records, or once it holds this many
+	// bytes (a record larger than that is a chunk of its own).
 	restoreChunkRecords = 256
 	restoreChunkBytes   = 1 << 20
+	// restoreBudget bounds the bytes of records read and not yet built into
+	// the state, in units of restoreChunkBytes: 16 MiB, whatever the number
+	// of cores or the size of the messages (a record larger than the budget
+	// is read alone).
+	restoreBudget = 16
+	// maxRestoreWorkers bounds the decoders: two cores halved the time,
+	// and more only hold more chunks.
+	maxRestoreWorkers = 8
 )
 
 // restoreChunk is a run of message records, back to back, and what they
@@ -25,10 +36,15 @@ const (
 type restoreChunk struct {
 	recs []byte
 	ends []int
-	msgs []*fsmpb.StoredMessage
-	err  error
-	done chan struct{}
+	// tokens is what the chunk holds of the budget.
+	tokens int
+	msgs   []*fsmpb.StoredMessage
+	err    error
+	done   chan struct{}
 }
+
+// restoreWorkers is how many goroutines decode a snapshot's records.
+func restoreWorkers() int { return min(runtime.GOMAXPROCS(0), maxRestoreWorkers) }
 
 // restoreMember reads a snapshot written by fsm.MemberImage.WriteTo with
 // workers goroutines decoding its records; with fewer than two it decodes
@@ -41,69 +57,111 @@ func restoreMember(r io.Reader, workers int) (*fsm.Member, error) {
 	if err != nil {
 		return nil, err
 	}
+	d := decodeRecords(snap, workers)
+	defer d.close()
+	return snap.Restore(d.next)
+}
+
+// recordDecoder hands out a snapshot's records decoded on several
+// goroutines, in the order they were written.
+type recordDecoder struct {
+	ordered <-chan *restoreChunk
+	free    chan []byte
+	budget  chan struct{}
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	cur     *restoreChunk
+	at      int
+}
+
+// decodeRecords starts reading snap's records and decoding them on workers
+// goroutines; close stops them and waits for them.
+func decodeRecords(snap *fsm.MemberSnapshot, workers int) *recordDecoder {
 	work := make(chan *restoreChunk, workers)
 	ordered := make(chan *restoreChunk, 2*workers)
-	free := make(chan []byte, 3*workers)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() { readChunks(snap, work, ordered, free, stop) })
+	d := &recordDecoder{
+		ordered: ordered,
+		free:    make(chan []byte, restoreBudget),
+		budget:  make(chan struct{}, restoreBudget),
+		stop:    make(chan struct{}),
+	}
+	d.wg.Go(func() { d.read(snap, work, ordered) })
 	for range workers {
-		wg.Go(func() {
+		d.wg.Go(func() {
 			for c := range work {
 				decodeChunk(c)
 			}
 		})
 	}
-	defer wg.Wait()
-	defer close(stop)
-
-	var cur *restoreChunk
-	next := 0
-	return snap.Restore(func() (*fsmpb.StoredMessage, error) {
-		for cur == nil || next == len(cur.msgs) {
-			if cur != nil {
-				// A chunk's error comes after the messages before it.
-				if cur.err != nil {
-					return nil, cur.err
-				}
-				select {
-				case free <- cur.recs[:0]:
-				default:
-				}
-			}
-			var ok bool
-			if cur, ok = <-ordered; !ok {
-				return nil, io.ErrUnexpectedEOF
-			}
-			<-cur.done
-			next = 0
-		}
-		m := cur.msgs[next]
-		cur.msgs[next] = nil
-		next++
-		return m, nil
-	})
+	return d
 }
 
-// readChunks cuts the snapshot's records into chunks, hands each to the
-// decoders and, in order, to the builder, until the records end, one fails
-// to read (the builder then gets the error after the records before it), or
-// stop closes.
-func readChunks(snap *fsm.MemberSnapshot, work, ordered chan<- *restoreChunk, free <-chan []byte, stop <-chan struct{}) {
+// next returns the next message, in the order of the snapshot.
+func (d *recordDecoder) next() (*fsmpb.StoredMessage, error) {
+	for d.cur == nil || d.at == len(d.cur.msgs) {
+		if d.cur != nil {
+			// A chunk's error comes after the messages before it.
+			if d.cur.err != nil {
+				return nil, d.cur.err
+			}
+			d.release(d.cur)
+		}
+		var ok bool
+		if d.cur, ok = <-d.ordered; !ok {
+			return nil, fmt.Errorf("%w: %v", fsm.ErrCorrupt, io.ErrUnexpectedEOF)
+		}
+		<-d.cur.done
+		d.at = 0
+	}
+	m := d.cur.msgs[d.at]
+	d.cur.msgs[d.at] = nil
+	d.at++
+	return m, nil
+}
+
+// release gives a built chunk's budget back and keeps its buffer for the
+// reader, unless it grew past a chunk's size for one large record.
+func (d *recordDecoder) release(c *restoreChunk) {
+	for range c.tokens {
+		<-d.budget
+	}
+	if cap(c.recs) <= 2*restoreChunkBytes {
+		select {
+		case d.free <- c.recs[:0]:
+		default:
+		}
+	}
+}
+
+func (d *recordDecoder) close() {
+	close(d.stop)
+	d.wg.Wait()
+}
+
+// read cuts the snapshot's records into chunks and hands each to the
+// decoders and, in order, to next, until the records end, one fails to
+// read (next then returns the error after the records before it), or close
+// is called. It reads ahead at most restoreBudget chunks' worth of bytes.
+func (d *recordDecoder) read(snap *fsm.MemberSnapshot, work, ordered chan<- *restoreChunk) {
 	defer close(ordered)
 	defer close(work)
 	send := func(ch chan<- *restoreChunk, c *restoreChunk) bool {
 		select {
 		case ch <- c:
 			return true
-		case <-stop:
+		case <-d.stop:
 			return false
 		}
 	}
 	for {
+		select {
+		case <-d.stop:
+			return
+		default:
+		}
 		c := &restoreChunk{done: make(chan struct{})}
 		select {
-		case c.recs = <-free:
+		case c.recs = <-d.free:
 		default:
 		}
 		var err error
@@ -113,8 +171,18 @@ func readChunks(snap *fsm.MemberSnapshot, work, ordered chan<- *restoreChunk, fr
 			}
 			c.ends = append(c.ends, len(c.recs))
 		}
-		if len(c.ends) > 0 && (!send(work, c) || !send(ordered, c)) {
-			return
+		if len(c.ends) > 0 {
+			c.tokens = min(max(1, len(c.recs)/restoreChunkBytes), restoreBudget)
+			for range c.tokens {
+				select {
+				case d.budget <- struct{}{}:
+				case <-d.stop:
+					return
+				}
+			}
+			if !send(work, c) || !send(ordered, c) {
+				return
+			}
 		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
@@ -141,6 +209,3 @@ func decodeChunk(c *restoreChunk) {
 		start = end
 	}
 }
-
-// restoreWorkers is how many goroutines decode a snapshot's records.
-func restoreWorkers() int { return runtime.GOMAXPROCS(0) }
