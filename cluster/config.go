@@ -48,6 +48,11 @@ type Config struct {
 	// member.LogStoreBolt (the default) or member.LogStoreWAL. A data
 	// directory keeps the kind it was started with.
 	LogStore string
+	// BodyMemoryMiB is how many MiB of message bodies each queue member
+	// keeps in memory; the newest waiting bodies past it wait in files
+	// under the data directory (0: every waiting body does; -1: every body
+	// stays in memory). `cairn server` defaults to member.DefaultBodyMemory.
+	BodyMemoryMiB int
 
 	// Member tuning.
 	Timing            member.Timing
@@ -138,6 +143,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: --bootstrap-expect %d is negative", ErrConfig, c.BootstrapExpect)
 	case c.MaxMessageBytes < 0:
 		return fmt.Errorf("%w: --max-message-bytes %d is negative", ErrConfig, c.MaxMessageBytes)
+	case c.BodyMemoryMiB < -1:
+		return fmt.Errorf("%w: --body-memory-mib %d: use a number of MiB, or -1 to keep every body in memory", ErrConfig, c.BodyMemoryMiB)
 	case c.LogStore != "" && c.LogStore != member.LogStoreBolt && c.LogStore != member.LogStoreWAL:
 		return fmt.Errorf("%w: --log-store %q: use bolt or wal", ErrConfig, c.LogStore)
 	}

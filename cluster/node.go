@@ -448,6 +448,14 @@ func (n *Node) closeListeners() {
 	}
 }
 
+// bodyMemory is member.Config.BodyMemory for --body-memory-mib.
+func bodyMemory(mib int) int64 {
+	if mib < 0 {
+		return -1
+	}
+	return int64(mib) << 20
+}
+
 // replicaConfig is what every member replica of this node opens with.
 func (n *Node) replicaConfig() member.Config {
 	return member.Config{
@@ -456,6 +464,7 @@ func (n *Node) replicaConfig() member.Config {
 		SnapshotThreshold: n.cfg.SnapshotThreshold,
 		SnapshotInterval:  n.cfg.SnapshotInterval,
 		LogStore:          n.cfg.LogStore,
+		BodyMemory:        bodyMemory(n.cfg.BodyMemoryMiB),
 		ExpiryInterval:    n.cfg.ExpiryInterval,
 		TxTimeout:         n.cfg.TxTimeout,
 		Resolver:          n,

@@ -45,6 +45,9 @@ type message struct {
 	// tx is set while a prepared transaction acknowledges this delivery:
 	// it is held, neither acknowledged nor returned, until decided.
 	tx *tx
+	// away is where the member put the body, when msg holds none
+	// (bodies.go); replica-local.
+	away BodyRef
 }
 
 // waiting is true for a message in none of the other states: pending (or
@@ -110,6 +113,8 @@ type Member struct {
 	// preparedSends and preparedAcks count what the txs hold, for Stats,
 	// which the router reads on every send.
 	preparedSends, preparedAcks int
+	// bodies is nil until TrackBodies; replica-local (bodies.go).
+	bodies *bodyTracking
 }
 
 // NewMember returns an empty member state machine.
@@ -261,6 +266,7 @@ func (m *Member) store(msgs []*fsmpb.Message, out []Enqueued, now int64, withDed
 		m.nextSeq++
 		m.messages[msg.Id] = s
 		m.bytes += s.size
+		m.bodies.stored(s)
 		m.pushPending(s)
 		if msg.Expiration != 0 {
 			m.expiry.ReplaceOrInsert(s)
@@ -300,7 +306,7 @@ func (m *Member) deliver(c *fsmpb.Deliver) Result {
 		msg.session = s
 		s.deliveries[msg.deliveryID] = msg
 		m.byDelivery[msg.deliveryID] = msg
-		out = append(out, Delivery{DeliveryID: msg.deliveryID, Message: msg.msg, Redelivered: msg.redelivered, DeliveryCount: msg.count})
+		out = append(out, Delivery{DeliveryID: msg.deliveryID, Message: msg.msg, Body: msg.away, Redelivered: msg.redelivered, DeliveryCount: msg.count})
 	}
 	return Result{Delivered: out}
 }
@@ -324,6 +330,7 @@ func (m *Member) remove(msg *message) {
 		m.expiry.Delete(msg)
 	}
 	m.bytes -= msg.size
+	m.bodies.removed(msg)
 }
 
 // requeue takes a message back from its session, marked redelivered: dead

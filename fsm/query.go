@@ -54,7 +54,9 @@ func (m *Member) NextWake() int64 {
 // Aside is a message taken out of delivery to move to another member.
 type Aside struct {
 	// Message is shared with the state machine and must not be modified.
+	// Its body is where Body says when Body.Away().
 	Message *fsmpb.Message
+	Body    BodyRef
 	// Seq is the message's sequence here, unique to this stay.
 	Seq uint64
 	// Dead: delivered max_deliveries times, for the dead-letter queue.
@@ -86,7 +88,7 @@ func (m *Member) AsideMessages(limit int) []Aside {
 		if len(out) >= limit {
 			return false
 		}
-		out = append(out, Aside{Message: msg.msg, Seq: msg.seq, Dead: msg.dead, Target: msg.movingTo, Redelivered: msg.redelivered, DeliveryCount: msg.count})
+		out = append(out, Aside{Message: msg.msg, Body: msg.away, Seq: msg.seq, Dead: msg.dead, Target: msg.movingTo, Redelivered: msg.redelivered, DeliveryCount: msg.count})
 		return true
 	})
 	return out
@@ -158,7 +160,9 @@ func (m *Member) HasSession(id string) bool { return m.sessions[id] != nil }
 
 // MessageState is the state of one stored message, for inspection.
 type MessageState struct {
+	// Message's body is where Body says when Body.Away().
 	Message *fsmpb.Message
+	Body    BodyRef
 	// Pending: waiting for delivery now (not delivered, delayed, dead or
 	// moving).
 	Pending       bool
@@ -179,7 +183,7 @@ func (m *Member) Lookup(id string) (MessageState, bool) {
 	if msg == nil {
 		return MessageState{}, false
 	}
-	st := MessageState{Message: msg.msg, Pending: msg.waiting(), AvailableAt: msg.availableAt, Dead: msg.dead, MovingTo: msg.movingTo,
+	st := MessageState{Message: msg.msg, Body: msg.away, Pending: msg.waiting(), AvailableAt: msg.availableAt, Dead: msg.dead, MovingTo: msg.movingTo,
 		DeliveryID: msg.deliveryID, Redelivered: msg.redelivered, DeliveryCount: msg.count}
 	if msg.session != nil {
 		st.Session = msg.session.id
@@ -203,7 +207,7 @@ func (m *Member) DeliveriesAfter(session string, after uint64) []Delivery {
 			continue
 		}
 		msg := s.deliveries[id]
-		out = append(out, Delivery{DeliveryID: id, Message: msg.msg, Redelivered: msg.redelivered, DeliveryCount: msg.count})
+		out = append(out, Delivery{DeliveryID: id, Message: msg.msg, Body: msg.away, Redelivered: msg.redelivered, DeliveryCount: msg.count})
 	}
 	return out
 }

@@ -45,7 +45,10 @@ type Enqueued struct {
 type Delivery struct {
 	DeliveryID uint64
 	// Message is shared with the state machine and must not be modified.
+	// Its body is where Body says when Body.Away(): the caller reads it
+	// from there (Member.Delivered).
 	Message       *fsmpb.Message
+	Body          BodyRef
 	Redelivered   bool
 	DeliveryCount uint32
 }

@@ -23,6 +23,14 @@ type MemberImage struct {
 	// them by sequence: sorting a million while applies wait would stall
 	// the member for half a second.
 	messages []imageMessage
+	// readBody reads a body the member put away (SetBodyReader).
+	readBody func(ref BodyRef, buf []byte) ([]byte, error)
+}
+
+// SetBodyReader gives WriteTo the way to read the bodies the member put
+// away: a snapshot holds every body, wherever it is.
+func (img *MemberImage) SetBodyReader(read func(ref BodyRef, buf []byte) ([]byte, error)) {
+	img.readBody = read
 }
 
 // imageMessage is a message as captured: what changes copied, the message
@@ -37,6 +45,7 @@ type imageMessage struct {
 	count       uint32
 	redelivered bool
 	dead        bool
+	away        BodyRef
 }
 
 // Capture copies the state for a snapshot. It runs while applies wait, so
@@ -45,7 +54,7 @@ func (m *Member) Capture() *MemberImage {
 	msgs := make([]imageMessage, 0, len(m.messages))
 	add := func(msg *message) bool {
 		im := imageMessage{msg: msg.msg, seq: msg.seq, availableAt: msg.availableAt, movingTo: msg.movingTo,
-			count: msg.count, redelivered: msg.redelivered, dead: msg.dead}
+			count: msg.count, redelivered: msg.redelivered, dead: msg.dead, away: msg.away}
 		if msg.session != nil {
 			im.deliveryID, im.session = msg.deliveryID, msg.session.id
 		}
@@ -147,9 +156,25 @@ func (img *MemberImage) WriteTo(w io.Writer) (int64, error) {
 	}
 	slices.SortFunc(img.messages, func(a, b imageMessage) int { return cmpUint64(a.seq, b.seq) })
 	var sm fsmpb.StoredMessage
+	// withBody is reused for every message whose body was put away: a
+	// million of them would otherwise be a million allocations.
+	var withBody fsmpb.Message
+	var body []byte
 	for i := range img.messages {
 		im := &img.messages[i]
-		sm = fsmpb.StoredMessage{Message: im.msg, Seq: im.seq, Redelivered: im.redelivered, DeliveryCount: im.count,
+		msg := im.msg
+		if im.away.Away() {
+			if img.readBody == nil {
+				return n, fmt.Errorf("message %s: its body was put away and the image has no body reader", msg.Id)
+			}
+			var err error
+			if body, err = img.readBody(im.away, body[:0]); err != nil {
+				return n, fmt.Errorf("message %s: reading its body: %w", msg.Id, err)
+			}
+			setWithBody(&withBody, msg, body)
+			msg = &withBody
+		}
+		sm = fsmpb.StoredMessage{Message: msg, Seq: im.seq, Redelivered: im.redelivered, DeliveryCount: im.count,
 			AvailableAt: im.availableAt, Dead: im.dead, MovingTo: im.movingTo, DeliveryId: im.deliveryID, Session: im.session}
 		if err := write(&sm); err != nil {
 			return n, err
@@ -177,11 +202,12 @@ func RestoreMember(r io.Reader) (*Member, error) {
 		return nil, err
 	}
 	var rec []byte
-	return snap.Restore(func() (*fsmpb.StoredMessage, error) {
+	return snap.Restore(func() (*fsmpb.StoredMessage, BodyRef, error) {
 		if rec, err = snap.NextRecord(rec[:0]); err != nil {
-			return nil, err
+			return nil, BodyRef{}, err
 		}
-		return DecodeStoredMessage(rec)
+		sm, err := DecodeStoredMessage(rec)
+		return sm, BodyRef{}, err
 	})
 }
 
@@ -265,8 +291,10 @@ func DecodeStoredMessage(rec []byte) (*fsmpb.StoredMessage, error) {
 }
 
 // Restore builds the state from the header and the snapshot's messages,
-// which next returns decoded, in the order they were written.
-func (s *MemberSnapshot) Restore(next func() (*fsmpb.StoredMessage, error)) (*Member, error) {
+// which next returns decoded, in the order they were written, each with
+// where its body was put away when the caller took it out of the message
+// (sm.Message.Body then empty).
+func (s *MemberSnapshot) Restore(next func() (*fsmpb.StoredMessage, BodyRef, error)) (*Member, error) {
 	h := s.header
 	m := NewMember()
 	// Sized once rather than grown through every power of two; bounded, as
@@ -296,12 +324,12 @@ func (s *MemberSnapshot) Restore(next func() (*fsmpb.StoredMessage, error)) (*Me
 	}
 	orphans := map[string]*session{}
 	for i := uint64(0); i < h.MessageCount; i++ {
-		sm, err := next()
+		sm, away, err := next()
 		if err != nil {
 			return nil, fmt.Errorf("snapshot message %d of %d: %w", i, h.MessageCount, err)
 		}
-		msg := &message{msg: sm.Message, seq: sm.Seq, size: MessageSize(sm.Message), redelivered: sm.Redelivered, count: sm.DeliveryCount,
-			availableAt: sm.AvailableAt, dead: sm.Dead, movingTo: sm.MovingTo}
+		msg := &message{msg: sm.Message, seq: sm.Seq, size: MessageSize(sm.Message) + int64(away.Len), redelivered: sm.Redelivered, count: sm.DeliveryCount,
+			availableAt: sm.AvailableAt, dead: sm.Dead, movingTo: sm.MovingTo, away: away}
 		m.messages[sm.Message.Id] = msg
 		m.bytes += msg.size
 		if sm.Message.Expiration != 0 {

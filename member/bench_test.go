@@ -93,7 +93,10 @@ func BenchmarkReplica_DeliverAck(b *testing.B) {
 	}
 }
 
-func benchReplica(b *testing.B) *Replica { return testReplica(b, b.TempDir()) }
+// benchReplica keeps bodies in memory up to the nodes' default, as a node does.
+func benchReplica(b *testing.B) *Replica {
+	return testReplica(b, b.TempDir(), func(c *Config) { c.BodyMemory = DefaultBodyMemory })
+}
 
 // BenchmarkRestore measures a restore of 200,000 pending 1 KiB messages into
 // memory the process has not touched yet (it is given back to the system
@@ -127,7 +130,7 @@ func BenchmarkRestore(b *testing.B) {
 				b.StopTimer()
 				debug.FreeOSMemory()
 				b.StartTimer()
-				got, err := restoreMember(bytes.NewReader(snap.Bytes()), workers)
+				got, err := restoreMember(bytes.NewReader(snap.Bytes()), workers, nil)
 				if err != nil || got.Stats().Pending != n {
 					b.Fatalf("restore: %v", err)
 				}

@@ -3,11 +3,15 @@ package member
 import (
 	"fmt"
 	"io"
+	"log/slog"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 
 	"github.com/cairnmq/cairn/fsm"
+	"github.com/cairnmq/cairn/fsm/fsmpb"
 )
 
 // memberFSM adapts the pure member state machine to hashicorp/raft. It holds
@@ -23,6 +27,14 @@ type memberFSM struct {
 	corrupt func(error)
 	// since is the log applied since the last snapshot (or restore).
 	since logVolume // under mu
+	// bodies keeps the bodies put away beyond bodyMemory bytes held
+	// (bodies.go); nil keeps them all in memory.
+	bodies     *bodyStore
+	bodyMemory int64
+	// putFailed is when putting bodies away last failed, to log it once a
+	// minute rather than on every entry.
+	putFailed time.Time // under mu
+	log       *slog.Logger
 }
 
 // volume returns the bytes of the state's messages and the log applied
@@ -58,9 +70,94 @@ func (a *memberFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		}
 		out[i] = res
 	}
+	a.putBodiesAwayLocked()
 	a.mu.Unlock()
 	a.applied()
 	return out
+}
+
+// putBodiesAwayLocked puts away the bodies that bring the state's held
+// bodies over bodyMemory, and forgets those whose messages left it. A
+// failure (a full disk) leaves the bodies in memory. a.mu is held.
+func (a *memberFSM) putBodiesAwayLocked() {
+	if a.bodies == nil {
+		return
+	}
+	if err := a.m.PutBodiesAway(a.bodyMemory, a.bodies.put); err != nil && time.Since(a.putFailed) > time.Minute {
+		a.putFailed = time.Now()
+		a.log.Warn("cannot put message bodies away on disk; keeping them in memory", "held_bytes", a.m.HeldBodyBytes(), "err", err)
+	}
+	a.bodies.drop(a.m.DroppedBodies())
+}
+
+// closeBodies deletes the bodies put away; the next start restores and
+// replays them from the log and the snapshot.
+func (a *memberFSM) closeBodies() {
+	if a.bodies != nil {
+		a.bodies.close()
+	}
+}
+
+// withBody returns msg with its body, read from where ref says when it was
+// put away. a.mu is held, so the body's file is not deleted under it.
+func (a *memberFSM) withBody(msg *fsmpb.Message, ref fsm.BodyRef) (*fsmpb.Message, error) {
+	if !ref.Away() {
+		return msg, nil
+	}
+	body, err := a.bodies.read(ref, nil)
+	if err != nil {
+		return nil, fmt.Errorf("message %s: %w", msg.Id, err)
+	}
+	return fsm.WithBody(msg, body), nil
+}
+
+// deliveriesWithBodies gives each delivery its body, reading those put
+// away in runs. A delivery whose message left the state since is dropped
+// (it expired, or moved); failed lists those whose body could not be read.
+func (a *memberFSM) deliveriesWithBodies(ds []fsm.Delivery) (out []fsm.Delivery, failed []uint64) {
+	away := 0
+	for _, d := range ds {
+		if d.Body.Away() {
+			away++
+		}
+	}
+	if away == 0 {
+		return ds, nil
+	}
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	out = make([]fsm.Delivery, 0, len(ds))
+	var refs []fsm.BodyRef
+	var at []int
+	for _, d := range ds {
+		if d.Body.Away() {
+			// The state's message now: a restore may have put its body
+			// elsewhere since the Delivery was made.
+			msg, ref, ok := a.m.Delivered(d.DeliveryID)
+			if !ok || msg.Id != d.Message.Id {
+				continue
+			}
+			d.Message, d.Body = msg, ref
+			if ref.Away() {
+				refs = append(refs, ref)
+				at = append(at, len(out))
+			}
+		}
+		out = append(out, d)
+	}
+	bodies, err := a.bodies.readAll(refs)
+	for k, i := range at {
+		if err != nil {
+			failed = append(failed, out[i].DeliveryID)
+			continue
+		}
+		out[i].Message, out[i].Body = fsm.WithBody(out[i].Message, bodies[k]), fsm.BodyRef{}
+	}
+	if err != nil {
+		a.log.Error("cannot read message bodies put away on disk; returning their deliveries", "deliveries", len(failed), "err", err)
+		out = slices.DeleteFunc(out, func(d fsm.Delivery) bool { return d.Body.Away() })
+	}
+	return out, failed
 }
 
 func (a *memberFSM) Snapshot() (raft.FSMSnapshot, error) {
@@ -71,17 +168,44 @@ func (a *memberFSM) Snapshot() (raft.FSMSnapshot, error) {
 	a.mu.Unlock()
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	return memberSnapshot{img: a.m.Capture()}, nil
+	img := a.m.Capture()
+	snap := memberSnapshot{img: img, release: func() {}}
+	if a.bodies != nil {
+		img.SetBodyReader(a.bodies.read)
+		snap.release = a.bodies.pin()
+	}
+	return snap, nil
 }
 
 func (a *memberFSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	m, err := restoreMember(rc, restoreWorkers())
+	var put *restoreBodies
+	var first uint32
+	if a.bodies != nil {
+		var err error
+		if first, err = a.bodies.roll(); err != nil {
+			return err
+		}
+		put = &restoreBodies{store: a.bodies, memory: a.bodyMemory}
+	}
+	m, err := restoreMember(rc, restoreWorkers(), put)
 	if err != nil {
+		if a.bodies != nil {
+			a.bodies.dropFiles(first, false)
+		}
 		return err
+	}
+	if put != nil {
+		if perr := put.failed.Load(); perr != nil {
+			a.log.Warn("cannot put message bodies away on disk while restoring a snapshot; keeping them in memory", "err", *perr)
+		}
 	}
 	a.mu.Lock()
 	a.m, a.since = m, logVolume{}
+	if a.bodies != nil {
+		m.TrackBodies()
+		a.bodies.dropFiles(first, true)
+	}
 	a.mu.Unlock()
 	a.applied()
 	return nil
@@ -94,7 +218,11 @@ func (a *memberFSM) read(fn func(m *fsm.Member)) {
 	fn(a.m)
 }
 
-type memberSnapshot struct{ img *fsm.MemberImage }
+type memberSnapshot struct {
+	img *fsm.MemberImage
+	// release lets the body store delete files the image may read.
+	release func()
+}
 
 func (s memberSnapshot) Persist(sink raft.SnapshotSink) error {
 	if _, err := s.img.WriteTo(sink); err != nil {
@@ -104,4 +232,4 @@ func (s memberSnapshot) Persist(sink raft.SnapshotSink) error {
 	return sink.Close()
 }
 
-func (memberSnapshot) Release() {}
+func (s memberSnapshot) Release() { s.release() }

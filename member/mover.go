@@ -185,7 +185,20 @@ func (r *Replica) startMove(ctx context.Context, ids []string, dead bool) bool {
 // target.
 func (r *Replica) finishMoves(ctx context.Context) bool {
 	var aside []fsm.Aside
-	r.fsm.read(func(m *fsm.Member) { aside = m.AsideMessages(moveBatch) })
+	var err error
+	r.fsm.read(func(m *fsm.Member) {
+		aside = m.AsideMessages(moveBatch)
+		for i := range aside {
+			if aside[i].Message, err = r.fsm.withBody(aside[i].Message, aside[i].Body); err != nil {
+				return
+			}
+			aside[i].Body = fsm.BodyRef{}
+		}
+	})
+	if err != nil {
+		r.log.Error("moving messages: cannot read their bodies put away on disk; trying again", "err", err)
+		return false
+	}
 	type key struct {
 		target string
 		dead   bool

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +41,11 @@ type Config struct {
 	SnapshotInterval time.Duration
 	// LogStore is LogStoreBolt (the default when empty) or LogStoreWAL.
 	LogStore string
+	// BodyMemory is how many bytes of message bodies the member keeps in
+	// memory; it puts the newest waiting ones past that in files under Dir.
+	// Negative keeps every body in memory; 0 puts away every body that
+	// waits (nodes default to DefaultBodyMemory).
+	BodyMemory int64
 	// Settings are the limits the member should have; its leader proposes
 	// them when the replicated ones differ.
 	Settings *fsmpb.MemberSettings
@@ -167,10 +173,18 @@ func Open(cfg Config) (*Replica, error) {
 	if onCorrupt == nil {
 		onCorrupt = func(err error) { panic(err) }
 	}
-	r.fsm = &memberFSM{m: fsm.NewMember(), applied: r.kick, corrupt: func(err error) {
+	r.fsm = &memberFSM{m: fsm.NewMember(), applied: r.kick, log: r.log, corrupt: func(err error) {
 		r.log.Error("member log entry cannot be applied; stopping to avoid diverging from the other replicas", "err", err)
 		onCorrupt(fmt.Errorf("member %s: %w", cfg.Name, err))
 	}}
+	if cfg.BodyMemory >= 0 {
+		bodies, err := openBodyStore(filepath.Join(cfg.Dir, "bodies"))
+		if err != nil {
+			return nil, fmt.Errorf("member %s: %w", cfg.Name, err)
+		}
+		r.fsm.bodies, r.fsm.bodyMemory = bodies, cfg.BodyMemory
+		r.fsm.m.TrackBodies()
+	}
 	// hashicorp/raft snapshots on its own only at maxSnapshotThreshold;
 	// snapshotTick snapshots at the configured threshold when the log has
 	// grown enough for the state's size.
@@ -182,6 +196,7 @@ func Open(cfg Config) (*Replica, error) {
 		Logger: cfg.Logger, NotifyCh: r.notify, Addresses: cfg.Addresses, OnStorageError: cfg.OnFatal,
 	}, r.fsm)
 	if err != nil {
+		r.fsm.closeBodies()
 		return nil, err
 	}
 	r.group = g
@@ -552,6 +567,10 @@ func (r *Replica) AttachConsumer(c *Consumer, credit int, pushedUpTo uint64) err
 	var unseen []fsm.Delivery
 	if pushedUpTo != ^uint64(0) {
 		r.fsm.read(func(m *fsm.Member) { unseen = m.DeliveriesAfter(c.Session, pushedUpTo) })
+		var failed []uint64
+		if unseen, failed = r.fsm.deliveriesWithBodies(unseen); len(failed) > 0 {
+			r.returnLater(c.Session, failed)
+		}
 	}
 	r.mu.Lock()
 	if _, ok := r.consumers[c.ID]; ok {
@@ -626,6 +645,7 @@ func (r *Replica) shutdown(destroy bool) error {
 			err = r.group.Close()
 		}
 		r.wg.Wait()
+		r.fsm.closeBodies()
 	})
 	return err
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
@@ -39,27 +40,73 @@ type restoreChunk struct {
 	// tokens is what the chunk holds of the budget.
 	tokens int
 	msgs   []*fsmpb.StoredMessage
-	err    error
-	done   chan struct{}
+	// refs are where msgs' bodies were put away, if they were.
+	refs []fsm.BodyRef
+	err  error
+	done chan struct{}
 }
 
 // restoreWorkers is how many goroutines decode a snapshot's records.
 func restoreWorkers() int { return min(runtime.GOMAXPROCS(0), maxRestoreWorkers) }
 
 // restoreMember reads a snapshot written by fsm.MemberImage.WriteTo with
-// workers goroutines decoding its records; with fewer than two it decodes
-// them on the caller's.
-func restoreMember(r io.Reader, workers int) (*fsm.Member, error) {
-	if workers < 2 {
+// workers goroutines decoding its records, which put away the bodies that
+// do not fit in memory when put is not nil; with fewer than two workers and
+// no bodies to put away it decodes them on the caller's.
+func restoreMember(r io.Reader, workers int, put *restoreBodies) (*fsm.Member, error) {
+	if workers < 2 && put == nil {
 		return fsm.RestoreMember(r)
 	}
 	snap, err := fsm.OpenMemberSnapshot(r)
 	if err != nil {
 		return nil, err
 	}
-	d := decodeRecords(snap, workers)
+	d := decodeRecords(snap, max(workers, 1), put)
 	defer d.close()
 	return snap.Restore(d.next)
+}
+
+// restoreBodies puts away, during a restore, the bodies past the first
+// memory bytes of them, as the member would have put them away had it
+// applied them (member/DESIGN.md).
+type restoreBodies struct {
+	store  *bodyStore
+	memory int64
+	held   atomic.Int64
+	// failed is the first put that failed; its bodies, and those after,
+	// stay in memory rather than fail the restore.
+	failed atomic.Pointer[error]
+}
+
+// takeOut puts away the bodies of msgs that do not fit in memory, emptying
+// them in msgs; refs[i] is where msgs[i]'s went.
+func (p *restoreBodies) takeOut(msgs []*fsmpb.StoredMessage) []fsm.BodyRef {
+	if p == nil || p.failed.Load() != nil {
+		return nil
+	}
+	var bodies [][]byte
+	var at []int
+	for i, sm := range msgs {
+		n := int64(len(sm.Message.Body))
+		if n > 0 && p.held.Add(n) > p.memory {
+			bodies = append(bodies, sm.Message.Body)
+			at = append(at, i)
+		}
+	}
+	if len(bodies) == 0 {
+		return nil
+	}
+	got, err := p.store.put(bodies)
+	if err != nil {
+		p.failed.CompareAndSwap(nil, &err)
+		return nil
+	}
+	refs := make([]fsm.BodyRef, len(msgs))
+	for k, i := range at {
+		refs[i] = got[k]
+		msgs[i].Message.Body = nil
+	}
+	return refs
 }
 
 // recordDecoder hands out a snapshot's records decoded on several
@@ -76,7 +123,7 @@ type recordDecoder struct {
 
 // decodeRecords starts reading snap's records and decoding them on workers
 // goroutines; close stops them and waits for them.
-func decodeRecords(snap *fsm.MemberSnapshot, workers int) *recordDecoder {
+func decodeRecords(snap *fsm.MemberSnapshot, workers int, put *restoreBodies) *recordDecoder {
 	work := make(chan *restoreChunk, workers)
 	ordered := make(chan *restoreChunk, 2*workers)
 	d := &recordDecoder{
@@ -89,34 +136,39 @@ func decodeRecords(snap *fsm.MemberSnapshot, workers int) *recordDecoder {
 	for range workers {
 		d.wg.Go(func() {
 			for c := range work {
-				decodeChunk(c)
+				decodeChunk(c, put)
 			}
 		})
 	}
 	return d
 }
 
-// next returns the next message, in the order of the snapshot.
-func (d *recordDecoder) next() (*fsmpb.StoredMessage, error) {
+// next returns the next message, in the order of the snapshot, and where
+// its body was put away if it was.
+func (d *recordDecoder) next() (*fsmpb.StoredMessage, fsm.BodyRef, error) {
 	for d.cur == nil || d.at == len(d.cur.msgs) {
 		if d.cur != nil {
 			// A chunk's error comes after the messages before it.
 			if d.cur.err != nil {
-				return nil, d.cur.err
+				return nil, fsm.BodyRef{}, d.cur.err
 			}
 			d.release(d.cur)
 		}
 		var ok bool
 		if d.cur, ok = <-d.ordered; !ok {
-			return nil, fmt.Errorf("%w: %v", fsm.ErrCorrupt, io.ErrUnexpectedEOF)
+			return nil, fsm.BodyRef{}, fmt.Errorf("%w: %v", fsm.ErrCorrupt, io.ErrUnexpectedEOF)
 		}
 		<-d.cur.done
 		d.at = 0
 	}
 	m := d.cur.msgs[d.at]
 	d.cur.msgs[d.at] = nil
+	var ref fsm.BodyRef
+	if d.cur.refs != nil {
+		ref = d.cur.refs[d.at]
+	}
 	d.at++
-	return m, nil
+	return m, ref, nil
 }
 
 // release gives a built chunk's budget back and keeps its buffer for the
@@ -195,7 +247,7 @@ func (d *recordDecoder) read(snap *fsm.MemberSnapshot, work, ordered chan<- *res
 	}
 }
 
-func decodeChunk(c *restoreChunk) {
+func decodeChunk(c *restoreChunk, put *restoreBodies) {
 	defer close(c.done)
 	c.msgs = make([]*fsmpb.StoredMessage, len(c.ends))
 	start := 0
@@ -203,9 +255,10 @@ func decodeChunk(c *restoreChunk) {
 		sm, err := fsm.DecodeStoredMessage(c.recs[start:end])
 		if err != nil {
 			c.msgs, c.err = c.msgs[:i], err
-			return
+			break
 		}
 		c.msgs[i] = sm
 		start = end
 	}
+	c.refs = put.takeOut(c.msgs)
 }

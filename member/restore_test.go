@@ -70,7 +70,7 @@ func TestRestoreMember_WorkersRestoreTheSameState(t *testing.T) {
 
 func rewrite(t *testing.T, snap []byte, workers int) []byte {
 	t.Helper()
-	m, err := restoreMember(bytes.NewReader(snap), workers)
+	m, err := restoreMember(bytes.NewReader(snap), workers, nil)
 	if err != nil {
 		t.Fatalf("restore with %d workers: %v", workers, err)
 	}
@@ -88,11 +88,11 @@ func TestRestoreMember_DecodersKeepTheOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := decodeRecords(snap, 3)
+	d := decodeRecords(snap, 3, nil)
 	defer d.close()
 	var last uint64
 	for i := range 3000 {
-		sm, err := d.next()
+		sm, _, err := d.next()
 		if err != nil {
 			t.Fatalf("message %d: %v", i, err)
 		}
@@ -119,8 +119,8 @@ func TestRestoreMember_DamagedSnapshotFailsAlike(t *testing.T) {
 		"damaged":         damaged,
 		"session missing": withoutSessions(t, snap),
 	} {
-		_, seqErr := restoreMember(bytes.NewReader(data), 1)
-		_, parErr := restoreMember(bytes.NewReader(data), 2)
+		_, seqErr := restoreMember(bytes.NewReader(data), 1, nil)
+		_, parErr := restoreMember(bytes.NewReader(data), 2, nil)
 		if !errors.Is(seqErr, fsm.ErrCorrupt) || !errors.Is(parErr, fsm.ErrCorrupt) {
 			t.Errorf("%s: errors %v and %v; want both corrupt", name, seqErr, parErr)
 			continue

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cairnmq/cairn/cluster"
+	"github.com/cairnmq/cairn/member"
 )
 
 func serverCmd() *cobra.Command {
@@ -88,6 +89,7 @@ SIGTERM or Ctrl-C stops the node gracefully.`,
 	f.BoolVar(&cfg.NoAutoCreate, "no-auto-create", false, "refuse sends and consumers of queues that do not exist, instead of creating them")
 	f.IntVar(&cfg.MaxMessageBytes, "max-message-bytes", cluster.DefaultMaxMessageBytes, "largest message accepted, body and properties")
 	f.StringVar(&cfg.LogStore, "log-store", "bolt", "where Raft logs are kept: bolt (raft-boltdb) or wal (raft-wal, one fsync per write instead of two); a data dir keeps the one it started with")
+	f.IntVar(&cfg.BodyMemoryMiB, "body-memory-mib", member.DefaultBodyMemory>>20, "MiB of message bodies each queue member keeps in memory: the newest waiting bodies past it wait in files under --data-dir until delivered, so a deep queue costs disk and page cache rather than heap (0: every waiting body goes to disk; -1: keep every body in memory)")
 	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", 8192, "Raft entries of a group between two snapshots (a queue member also waits until those entries carried half as many bytes as its messages, so that a large queue is not written out again every few thousand sends)")
 	f.BoolVar(&cfg.Profiling, "pprof", false, "serve Go's CPU, heap and goroutine profiles under /debug/pprof/ on --http-addr")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")

@@ -116,6 +116,16 @@ func logStore() string {
 	return "bolt"
 }
 
+// bodyMemory is the nodes' --body-memory-mib: CAIRN_CHAOS_BODY_MEMORY_MIB,
+// default 0, so that every waiting body goes through the member's body files
+// while nodes die (the compose suite runs the nodes' default).
+func bodyMemory() string {
+	if v := os.Getenv("CAIRN_CHAOS_BODY_MEMORY_MIB"); v != "" {
+		return v
+	}
+	return "0"
+}
+
 func (c *localCluster) running(i int) bool {
 	n := c.nodes[i]
 	if n.cmd == nil {
@@ -142,7 +152,7 @@ func (c *localCluster) startNoWait(i int) {
 		"--bootstrap-expect", "3", "--join", c.join, "--advertise", n.adv,
 		"--client-addr", n.addr(n.listen, "client"), "--peer-addr", n.addr(n.listen, "peer"),
 		"--raft-addr", n.addr(n.listen, "raft"), "--http-addr", n.addr(n.listen, "http"),
-		"--gossip-addr", n.addr(n.adv, "gossip"), "--log-store", logStore())
+		"--gossip-addr", n.addr(n.adv, "gossip"), "--log-store", logStore(), "--body-memory-mib", bodyMemory())
 	n.cmd.Stdout, n.cmd.Stderr = logf, logf
 	if err := n.cmd.Start(); err != nil {
 		logf.Close()

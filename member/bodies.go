@@ -1,0 +1,280 @@
+package member
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"github.com/cairnmq/cairn/fsm"
+)
+
+// DefaultBodyMemory is how many bytes of message bodies a member keeps in
+// memory before it puts the newest waiting ones away on disk
+// (member/DESIGN.md, "Bodies out of the heap").
+const DefaultBodyMemory = 16 << 20
+
+// bodySegmentBytes is the size at which the store starts a new file. A file
+// is deleted once none of its bodies is in the state, so a message that
+// stays behind keeps at most this much disk.
+const bodySegmentBytes = 16 << 20
+
+// maxBodyRun bounds one read of bodies that lie back to back.
+const maxBodyRun = 1 << 20
+
+// errBodyGone is a read of a body whose file was deleted: its message left
+// the state.
+var errBodyGone = errors.New("member: message body no longer stored")
+
+// bodyStore keeps the bodies a member put away, in files of its own under
+// the member's directory. Nothing in it is durable or replicated: the Raft
+// log and the snapshots hold every body, and the store starts empty at each
+// start, refilled by the restore and the replay. A body's place
+// (fsm.BodyRef.At) is its file's number in the high 32 bits and its offset
+// in the low.
+type bodyStore struct {
+	dir string
+
+	mu     sync.Mutex
+	files  map[uint32]*bodyFile
+	active *bodyFile
+	nextID uint32
+	// While snapshots being written hold pins, files whose bodies all left
+	// the state wait in doomed: the snapshot may still read them.
+	pins   int
+	doomed map[uint32]*bodyFile
+	buf    []byte
+}
+
+type bodyFile struct {
+	id   uint32
+	f    *os.File
+	size int64
+	live int
+}
+
+// openBodyStore empties dir, left over from a previous run, and keeps
+// bodies there.
+func openBodyStore(dir string) (*bodyStore, error) {
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, fmt.Errorf("clearing the message bodies left from the last run in %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("creating %s for message bodies: %w", dir, err)
+	}
+	return &bodyStore{dir: dir, files: map[uint32]*bodyFile{}, doomed: map[uint32]*bodyFile{}, nextID: 1}, nil
+}
+
+// put writes bodies back to back and returns their places.
+func (s *bodyStore) put(bodies [][]byte) ([]fsm.BodyRef, error) {
+	total := 0
+	for _, b := range bodies {
+		total += len(b)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.active == nil || (s.active.size > 0 && s.active.size+int64(total) > bodySegmentBytes) {
+		if err := s.rollLocked(); err != nil {
+			return nil, err
+		}
+	}
+	f := s.active
+	if f.size+int64(total) > 1<<32-1 {
+		return nil, fmt.Errorf("%d bytes of bodies at once: over what one file takes", total)
+	}
+	s.buf = s.buf[:0]
+	refs := make([]fsm.BodyRef, len(bodies))
+	for i, b := range bodies {
+		refs[i] = fsm.BodyRef{At: uint64(f.id)<<32 | (uint64(f.size) + uint64(len(s.buf))), Len: uint32(len(b))}
+		s.buf = append(s.buf, b...)
+	}
+	if _, err := f.f.WriteAt(s.buf, f.size); err != nil {
+		return nil, fmt.Errorf("putting message bodies away in %s: %w", f.f.Name(), err)
+	}
+	if cap(s.buf) > 4*bodySegmentBytes {
+		s.buf = nil
+	}
+	f.size += int64(total)
+	f.live += len(bodies)
+	return refs, nil
+}
+
+// roll starts a new file, so the bodies put from now on are in files
+// numbered from the one it returns.
+func (s *bodyStore) roll() (uint32, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.rollLocked(); err != nil {
+		return 0, err
+	}
+	return s.active.id, nil
+}
+
+func (s *bodyStore) rollLocked() error {
+	name := filepath.Join(s.dir, fmt.Sprintf("%08d.bodies", s.nextID))
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o640)
+	if err != nil {
+		return fmt.Errorf("starting a file for message bodies: %w", err)
+	}
+	if old := s.active; old != nil && old.live == 0 {
+		s.deleteLocked(old)
+	}
+	s.active = &bodyFile{id: s.nextID, f: f}
+	s.files[s.nextID] = s.active
+	s.nextID++
+	return nil
+}
+
+// read appends the body at ref to buf.
+func (s *bodyStore) read(ref fsm.BodyRef, buf []byte) ([]byte, error) {
+	id, off := splitBodyAt(ref.At)
+	start := len(buf)
+	buf = slices.Grow(buf, int(ref.Len))[:start+int(ref.Len)]
+	if err := s.readAt(id, buf[start:], off); err != nil {
+		return buf[:start], err
+	}
+	return buf, nil
+}
+
+// readAt fills p from file id at off.
+func (s *bodyStore) readAt(id uint32, p []byte, off int64) error {
+	s.mu.Lock()
+	f := s.files[id]
+	if f == nil {
+		f = s.doomed[id]
+	}
+	s.mu.Unlock()
+	if f == nil {
+		return errBodyGone
+	}
+	if _, err := f.f.ReadAt(p, off); err != nil {
+		if errors.Is(err, os.ErrClosed) {
+			return errBodyGone
+		}
+		return fmt.Errorf("reading message bodies from %s: %w", f.f.Name(), err)
+	}
+	return nil
+}
+
+// readAll returns the bodies at refs, reading those that lie back to back
+// at once; they share buffers, which the caller must not modify.
+func (s *bodyStore) readAll(refs []fsm.BodyRef) ([][]byte, error) {
+	out := make([][]byte, len(refs))
+	for i := 0; i < len(refs); {
+		// A run: the same file, each body right after the one before.
+		id, start := splitBodyAt(refs[i].At)
+		end := start + int64(refs[i].Len)
+		j := i + 1
+		for ; j < len(refs); j++ {
+			nid, off := splitBodyAt(refs[j].At)
+			if nid != id || off != end || end-start+int64(refs[j].Len) > maxBodyRun {
+				break
+			}
+			end += int64(refs[j].Len)
+		}
+		run := make([]byte, end-start)
+		if err := s.readAt(id, run, start); err != nil {
+			return nil, err
+		}
+		for k := i; k < j; k++ {
+			_, off := splitBodyAt(refs[k].At)
+			out[k] = run[off-start : off-start+int64(refs[k].Len) : off-start+int64(refs[k].Len)]
+		}
+		i = j
+	}
+	return out, nil
+}
+
+func splitBodyAt(at uint64) (file uint32, off int64) {
+	return uint32(at >> 32), int64(at & (1<<32 - 1))
+}
+
+// drop forgets bodies whose messages left the state, deleting each file
+// none of whose bodies is left.
+func (s *bodyStore) drop(refs []fsm.BodyRef) {
+	if len(refs) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ref := range refs {
+		id, _ := splitBodyAt(ref.At)
+		f := s.files[id]
+		if f == nil {
+			continue
+		}
+		f.live--
+		if f.live <= 0 && f != s.active {
+			s.deleteLocked(f)
+		}
+	}
+}
+
+// dropFiles deletes the files numbered below from (below true) or from it
+// on (below false): a restore's new state replaced, or failed to replace,
+// the old one.
+func (s *bodyStore) dropFiles(from uint32, below bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, f := range s.files {
+		if (id < from) == below {
+			s.deleteLocked(f)
+		}
+	}
+}
+
+// deleteLocked deletes f now, or once no snapshot being written may read it.
+func (s *bodyStore) deleteLocked(f *bodyFile) {
+	delete(s.files, f.id)
+	if f == s.active {
+		s.active = nil
+	}
+	if s.pins > 0 {
+		s.doomed[f.id] = f
+		return
+	}
+	f.remove()
+}
+
+func (f *bodyFile) remove() {
+	f.f.Close()
+	os.Remove(f.f.Name())
+}
+
+// pin keeps every file readable, even one whose bodies all left the
+// state, until the returned function is called: a snapshot being written
+// reads the bodies of the state it captured.
+func (s *bodyStore) pin() (unpin func()) {
+	s.mu.Lock()
+	s.pins++
+	s.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.pins--; s.pins == 0 {
+				for _, f := range s.doomed {
+					f.remove()
+				}
+				clear(s.doomed)
+			}
+		})
+	}
+}
+
+// close deletes every file: the next start begins empty.
+func (s *bodyStore) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, f := range s.files {
+		f.f.Close()
+	}
+	for _, f := range s.doomed {
+		f.f.Close()
+	}
+	s.files, s.active, s.doomed = map[uint32]*bodyFile{}, nil, map[uint32]*bodyFile{}
+	os.RemoveAll(s.dir)
+}
