@@ -94,6 +94,48 @@ func patterned(seed, n int) []byte {
 	return b
 }
 
+// A snapshot's read-ahead returns each body as it was, whatever the order
+// it is asked in: in order across block boundaries and files, backwards, a
+// body larger than a block, and a file that ends before a block would.
+func TestBodyStore_ReadAheadReadsEveryBody(t *testing.T) {
+	s := testBodyStore(t)
+	var bodies [][]byte
+	for i := range 5000 {
+		bodies = append(bodies, patterned(i, 100+(i%900)*8))
+	}
+	bodies = append(bodies, patterned(9999, maxBodyRun+10))
+	var refs []fsm.BodyRef
+	for i := 0; i < len(bodies); i += 100 {
+		refs = append(refs, mustPut(t, s, bodies[i:min(i+100, len(bodies))]...)...)
+	}
+	if refFile(refs[0]) == refFile(refs[len(refs)-1]) {
+		t.Fatal("the bodies fit in one file: the test needs several")
+	}
+	check := func(what string, order []int) {
+		t.Helper()
+		r := s.readAhead()
+		var buf []byte
+		for _, i := range order {
+			got, err := r.read(refs[i], buf[:0])
+			if err != nil {
+				t.Fatalf("%s: body %d: %v", what, i, err)
+			}
+			if !bytes.Equal(got, bodies[i]) {
+				t.Fatalf("%s: body %d reads %x..., want %x...", what, i, head(got), head(bodies[i]))
+			}
+			buf = got
+		}
+	}
+	var forward, backward []int
+	for i := range bodies {
+		forward = append(forward, i)
+		backward = append(backward, len(bodies)-1-i)
+	}
+	check("in order", forward)
+	check("backwards", backward)
+	check("skipping about", []int{5, 4999, 5000, 7, 2500, 2501, 0})
+}
+
 // Bodies put away read back as they were, one at a time or all at once,
 // whether they lie back to back (in one put or two, beyond one read's run)
 // or in different files.

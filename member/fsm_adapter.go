@@ -171,7 +171,7 @@ func (a *memberFSM) Snapshot() (raft.FSMSnapshot, error) {
 	img := a.m.Capture()
 	snap := memberSnapshot{img: img, release: func() {}}
 	if a.bodies != nil {
-		img.SetBodyReader(a.bodies.read)
+		img.SetBodyReader(a.bodies.readAhead().read)
 		snap.release = a.bodies.pin()
 	}
 	return snap, nil
