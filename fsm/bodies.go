@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 )
@@ -11,8 +12,10 @@ import (
 // that. The member package therefore puts most bodies away in files of its
 // own and keeps here only where each one is (member/DESIGN.md). Where a
 // body is is replica-local: replicas that applied the same log can have put
-// away different bodies, so nothing Apply decides, no Result and no size
-// depends on it, and a snapshot holds every body whatever its place.
+// away different bodies, so nothing replicated depends on it (what Apply
+// decides, the sizes, the snapshots: a snapshot holds every body whatever
+// its place); only the Deliveries Apply returns, read by this replica,
+// carry the place of a body put away instead of the body.
 
 // BodyRef is where the member put a message's body. At is the member's own
 // (this package never reads it); Len is the body's length, which sizes and
@@ -29,17 +32,17 @@ func (r BodyRef) Away() bool { return r.At != 0 }
 type bodyTracking struct {
 	// held is the bytes of the bodies the state holds.
 	held int64
-	// fresh are the messages stored since the last PutBodiesAway, in
-	// sequence order; dropped are the places of put-away bodies whose
+	// fresh are the messages that came to wait for delivery since the last
+	// PutBodiesAway, in that order; dropped are the places of put-away bodies whose
 	// messages left the state since the last DroppedBodies.
 	fresh   []*message
 	dropped []BodyRef
 }
 
 // TrackBodies makes the member keep count of the bodies it holds and of the
-// messages stored since the last PutBodiesAway, which a caller that puts
-// bodies away needs. A restored member tracks them from the start when its
-// snapshot was read with places (MemberSnapshot.Restore).
+// messages that came to wait since the last PutBodiesAway, which a caller
+// that puts bodies away needs, from now on: a restored member does not
+// track them until told.
 func (m *Member) TrackBodies() {
 	if m.bodies != nil {
 		return
@@ -61,49 +64,56 @@ func (m *Member) HeldBodyBytes() int64 {
 	return m.bodies.held
 }
 
-// PutBodiesAway hands put the bodies of the newest messages stored since the
-// last call that still wait for delivery, oldest first, as many as bring the
+// PutBodiesAway hands put the bodies of the newest messages that came to
+// wait for delivery since the last call (stored, or back from a session or
+// a redelivery delay) and still wait, oldest first, as many as bring the
 // bodies held down to limit bytes; put returns where it put each one. The
-// others stay held, and the next call considers only messages stored after
-// this one. A message put away keeps every other field in the state.
+// others stay held, and the next call considers only messages that come to
+// wait after this one, unless put failed: then it tries those again. A
+// message put away keeps every other field in the state.
 func (m *Member) PutBodiesAway(limit int64, put func(bodies [][]byte) ([]BodyRef, error)) error {
 	t := m.bodies
-	if t == nil {
+	if t == nil || len(t.fresh) == 0 {
 		return nil
 	}
 	fresh := t.fresh
-	t.fresh = t.fresh[:0]
-	excess := t.held - limit
-	if excess <= 0 {
-		return nil
-	}
+	t.fresh = nil
 	// Take from the newest back: the oldest are delivered first, so they
-	// are better held.
-	first := len(fresh)
-	for first > 0 && excess > 0 {
-		first--
-		if msg := fresh[first]; m.putAwayable(msg) {
+	// are better held. A message can be in fresh twice (stored, delivered
+	// and returned within one batch).
+	var msgs []*message
+	var seen map[*message]bool
+	for i, excess := len(fresh)-1, t.held-limit; i >= 0 && excess > 0; i-- {
+		if msg := fresh[i]; m.putAwayable(msg) && !seen[msg] {
+			if seen == nil {
+				seen = map[*message]bool{}
+			}
+			seen[msg] = true
+			msgs = append(msgs, msg)
 			excess -= int64(len(msg.msg.Body))
 		}
 	}
-	var msgs []*message
-	var bodies [][]byte
-	for _, msg := range fresh[first:] {
-		if m.putAwayable(msg) {
-			msgs = append(msgs, msg)
-			bodies = append(bodies, msg.msg.Body)
-		}
+	// Keep the list's array for the next batch, unless a large batch grew
+	// it; either way it no longer holds messages that may have left.
+	clear(fresh)
+	if cap(fresh) <= maxKeptFresh {
+		t.fresh = fresh[:0]
 	}
-	clear(fresh) // no longer keep the messages reachable from here
-	if len(bodies) == 0 {
+	if len(msgs) == 0 {
 		return nil
 	}
-	refs, err := put(bodies)
-	if err != nil {
-		return err
+	slices.Reverse(msgs)
+	bodies := make([][]byte, len(msgs))
+	for i, msg := range msgs {
+		bodies[i] = msg.msg.Body
 	}
-	if len(refs) != len(msgs) {
-		return fmt.Errorf("put %d bodies away and got %d places back", len(msgs), len(refs))
+	refs, err := put(bodies)
+	if err == nil && len(refs) != len(msgs) {
+		err = fmt.Errorf("put %d bodies away and got %d places back", len(msgs), len(refs))
+	}
+	if err != nil {
+		t.fresh = append(msgs, t.fresh...)
+		return err
 	}
 	for i, msg := range msgs {
 		// A copy, not a change: Results, images and transactions taken
@@ -114,6 +124,9 @@ func (m *Member) PutBodiesAway(limit int64, put func(bodies [][]byte) ([]BodyRef
 	}
 	return nil
 }
+
+// maxKeptFresh bounds the array PutBodiesAway keeps between batches.
+const maxKeptFresh = 4096
 
 // putAwayable: still in the state, waiting, and with a body held.
 func (m *Member) putAwayable(msg *message) bool {
@@ -144,11 +157,16 @@ func (m *Member) Delivered(deliveryID uint64) (*fsmpb.Message, BodyRef, bool) {
 
 // stored records a message newly in the state.
 func (t *bodyTracking) stored(msg *message) {
-	if t == nil || msg.away.Away() {
-		return
+	if t != nil && !msg.away.Away() {
+		t.held += int64(len(msg.msg.Body))
 	}
-	t.held += int64(len(msg.msg.Body))
-	t.fresh = append(t.fresh, msg)
+}
+
+// waiting records a message that came to wait for delivery.
+func (t *bodyTracking) waiting(msg *message) {
+	if t != nil && !msg.away.Away() && len(msg.msg.Body) > 0 {
+		t.fresh = append(t.fresh, msg)
+	}
 }
 
 // removed records a message that left the state.
@@ -173,6 +191,10 @@ func WithBody(msg *fsmpb.Message, body []byte) *fsmpb.Message {
 // setWithBody makes dst msg with body in place of its own, field by field:
 // a message is not copied whole (it holds protobuf's internal state).
 func setWithBody(dst, msg *fsmpb.Message, body []byte) {
+	if u := msg.ProtoReflect().GetUnknown(); len(u) > 0 || len(dst.ProtoReflect().GetUnknown()) > 0 {
+		// Fields of a newer version, kept as the snapshot would keep them.
+		dst.ProtoReflect().SetUnknown(u)
+	}
 	dst.Id = msg.Id
 	dst.Body = body
 	dst.Properties = msg.Properties

@@ -2,6 +2,7 @@ package fsm_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -194,11 +195,19 @@ func twinRun(t *testing.T, seed uint64) {
 	sessions := []string{"s1", "s2"}
 	keep.open(sessions...)
 	away.open(sessions...)
+	// Half the runs redeliver after a delay and take messages out after
+	// three deliveries (dead, aside), as a member with those settings does.
+	if seed%2 == 1 {
+		st := &fsmpb.MemberSettings{RedeliveryDelayNs: 30, MaxDeliveries: 3}
+		keep.ok(&fsmpb.Configure{Settings: st})
+		away.ok(&fsmpb.Configure{Settings: st})
+	}
 	pick := func() string { return ids[rng.IntN(len(ids))] }
-	for step := range 300 {
+	var txs int
+	for step := range 400 {
 		now += int64(rng.IntN(50))
 		var c proto.Message
-		switch k := rng.IntN(12); {
+		switch k := rng.IntN(18); {
 		case k < 4 || len(ids) == 0:
 			var batch []*fsmpb.Message
 			for range 1 + rng.IntN(5) {
@@ -219,13 +228,43 @@ func twinRun(t *testing.T, seed uint64) {
 			c = &fsmpb.Recover{Session: sessions[rng.IntN(2)], Now: now}
 		case k == 10:
 			c = &fsmpb.Expire{Now: now, MessageIds: []string{pick(), pick()}}
-		default:
+		case k == 11:
 			c = &fsmpb.Move{Target: "other#1", MessageIds: []string{pick()}}
 			if rng.IntN(2) == 0 {
 				c = &fsmpb.Moved{MessageIds: []string{pick()}}
 			}
+		case k == 12 && len(deliveries) > 0:
+			c = &fsmpb.Return{Session: sessions[rng.IntN(2)], Now: now, DeliveryIds: []uint64{deliveries[rng.IntN(len(deliveries))]}}
+		case k == 13:
+			c = &fsmpb.Release{Session: sessions[rng.IntN(2)], Now: now}
+		case k == 14:
+			c = &fsmpb.Wake{Now: now}
+		case k == 15 && rng.IntN(4) == 0:
+			c = &fsmpb.Purge{}
+		default:
+			// A transaction that sends and commits or aborts at once.
+			txs++
+			id := fmt.Sprintf("t%d", len(ids))
+			ids = append(ids, id)
+			c = &fsmpb.TxPrepare{Tx: fmt.Sprint("tx", txs), Primary: "q#0", Session: sessions[0], Now: now, OnePhase: rng.IntN(2) == 0,
+				Messages: []*fsmpb.Message{msg(id, body(string(bytes.Repeat([]byte{'t'}, 1+rng.IntN(100)))))}}
 		}
 		want, got := keep.do(c), away.do(c)
+		switch c := c.(type) {
+		case *fsmpb.Release:
+			keep.open(c.Session)
+			away.open(c.Session)
+		case *fsmpb.TxPrepare:
+			if want.Err != nil {
+				t.Fatalf("step %d: prepare refused: %v", step, want.Err)
+			}
+			if !c.OnePhase {
+				d := &fsmpb.TxDecide{Tx: c.Tx, Commit: rng.IntN(2) == 0, Now: now}
+				if keep.do(d).Err != nil || away.do(d).Err != nil {
+					t.Fatalf("step %d: decide refused", step)
+				}
+			}
+		}
 		for _, d := range want.Delivered {
 			deliveries = append(deliveries, d.DeliveryID)
 		}
@@ -330,5 +369,52 @@ func TestMemberImage_BodiesAwayNeedAReader(t *testing.T) {
 	}
 	if _, err := f.m.Capture().WriteTo(io.Discard); err == nil {
 		t.Fatal("a snapshot was written without the bodies put away")
+	}
+}
+
+// A message that comes to wait again with its body held (delivered in the
+// entry that stored it, then recovered) is put away like a new one, once,
+// though it came to wait twice since the last call.
+func TestMember_PutBodiesAwayTakesMessagesBackFromSessions(t *testing.T) {
+	f := newMember(t)
+	f.m.TrackBodies()
+	f.open("s")
+	shelf := newBodyShelf(t)
+	f.apply(&fsmpb.Enqueue{Now: 1, Messages: []*fsmpb.Message{msg("a")}}, &fsmpb.Deliver{Session: "s", Now: 1, MessageIds: []string{"a"}})
+	if err := f.m.PutBodiesAway(0, shelf.put); err != nil {
+		t.Fatal(err)
+	}
+	if len(shelf.bodies) != 0 {
+		t.Fatal("a delivered message's body was put away")
+	}
+	f.ok(&fsmpb.Recover{Session: "s", Now: 2})
+	f.deliver("s", 3, "a")
+	f.ok(&fsmpb.Recover{Session: "s", Now: 4})
+	if err := f.m.PutBodiesAway(0, shelf.put); err != nil {
+		t.Fatal(err)
+	}
+	if len(shelf.bodies) != 1 || f.m.HeldBodyBytes() != 0 || !f.lookup("a").Body.Away() {
+		t.Fatalf("after a recover: %d bodies put away, %d bytes held; want the one body away", len(shelf.bodies), f.m.HeldBodyBytes())
+	}
+}
+
+// When put fails, the bodies stay held and the next call tries them again.
+func TestMember_PutBodiesAwayTriesAgainAfterAFailure(t *testing.T) {
+	f := newMember(t)
+	f.m.TrackBodies()
+	f.enqueue(1, msg("a"), msg("b"))
+	failing := errors.New("disk full")
+	if err := f.m.PutBodiesAway(0, func([][]byte) ([]fsm.BodyRef, error) { return nil, failing }); !errors.Is(err, failing) {
+		t.Fatalf("PutBodiesAway = %v, want the put's error", err)
+	}
+	if f.lookup("a").Body.Away() || f.m.HeldBodyBytes() == 0 {
+		t.Fatal("a body was taken from the state though put failed")
+	}
+	shelf := newBodyShelf(t)
+	if err := f.m.PutBodiesAway(0, shelf.put); err != nil {
+		t.Fatal(err)
+	}
+	if len(shelf.bodies) != 2 || f.m.HeldBodyBytes() != 0 {
+		t.Fatalf("after the failure: %d bodies put away, %d bytes held; want both away", len(shelf.bodies), f.m.HeldBodyBytes())
 	}
 }

@@ -280,6 +280,7 @@ func (m *Member) store(msgs []*fsmpb.Message, out []Enqueued, now int64, withDed
 func (m *Member) pushPending(s *message) {
 	m.pending[s.msg.Priority].ReplaceOrInsert(s)
 	m.nPending++
+	m.bodies.waiting(s)
 }
 
 func (m *Member) popPending(s *message) {

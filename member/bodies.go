@@ -67,49 +67,72 @@ func openBodyStore(dir string) (*bodyStore, error) {
 	return &bodyStore{dir: dir, files: map[uint32]*bodyFile{}, doomed: map[uint32]*bodyFile{}, nextID: 1}, nil
 }
 
-// put writes bodies back to back and returns their places.
+// put writes bodies back to back, in files of about bodySegmentBytes, a
+// megabyte at a time, and returns their places. When it fails, none of the
+// bodies is kept.
 func (s *bodyStore) put(bodies [][]byte) ([]fsm.BodyRef, error) {
-	total := 0
-	for _, b := range bodies {
-		total += len(b)
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.active == nil || (s.active.size > 0 && s.active.size+int64(total) > bodySegmentBytes) {
-		if err := s.rollLocked(); err != nil {
-			return nil, err
+	refs := make([]fsm.BodyRef, len(bodies))
+	written, queued := 0, 0
+	flush := func() error {
+		if queued == written {
+			return nil
+		}
+		f := s.active
+		if _, err := f.f.WriteAt(s.buf, f.size); err != nil {
+			return fmt.Errorf("putting message bodies away in %s: %w", f.f.Name(), err)
+		}
+		f.size += int64(len(s.buf))
+		f.live += queued - written
+		s.buf, written = s.buf[:0], queued
+		return nil
+	}
+	fail := func(err error) ([]fsm.BodyRef, error) {
+		s.buf = s.buf[:0]
+		s.dropLocked(refs[:written])
+		return nil, err
+	}
+	for i, b := range bodies {
+		if s.active == nil || (s.active.size+int64(len(s.buf)) > 0 && s.active.size+int64(len(s.buf)+len(b)) > bodySegmentBytes) {
+			if err := flush(); err != nil {
+				return fail(err)
+			}
+			if err := s.rollLocked(); err != nil {
+				return fail(err)
+			}
+		}
+		f := s.active
+		refs[i] = fsm.BodyRef{At: uint64(f.id)<<32 | uint64(f.size+int64(len(s.buf))), Len: uint32(len(b))}
+		s.buf = append(s.buf, b...)
+		queued++
+		if len(s.buf) >= maxBodyRun {
+			if err := flush(); err != nil {
+				return fail(err)
+			}
 		}
 	}
-	f := s.active
-	if f.size+int64(total) > 1<<32-1 {
-		return nil, fmt.Errorf("%d bytes of bodies at once: over what one file takes", total)
+	if err := flush(); err != nil {
+		return fail(err)
 	}
-	s.buf = s.buf[:0]
-	refs := make([]fsm.BodyRef, len(bodies))
-	for i, b := range bodies {
-		refs[i] = fsm.BodyRef{At: uint64(f.id)<<32 | (uint64(f.size) + uint64(len(s.buf))), Len: uint32(len(b))}
-		s.buf = append(s.buf, b...)
-	}
-	if _, err := f.f.WriteAt(s.buf, f.size); err != nil {
-		return nil, fmt.Errorf("putting message bodies away in %s: %w", f.f.Name(), err)
-	}
-	if cap(s.buf) > 4*bodySegmentBytes {
+	if cap(s.buf) > 2*maxBodyRun {
 		s.buf = nil
 	}
-	f.size += int64(total)
-	f.live += len(bodies)
 	return refs, nil
 }
 
-// roll starts a new file, so the bodies put from now on are in files
-// numbered from the one it returns.
-func (s *bodyStore) roll() (uint32, error) {
+// roll makes the bodies put from now on go to new files, numbered from the
+// one it returns; the first is created by the next put.
+func (s *bodyStore) roll() uint32 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.rollLocked(); err != nil {
-		return 0, err
+	if old := s.active; old != nil {
+		s.active = nil
+		if old.live == 0 {
+			s.deleteLocked(old)
+		}
 	}
-	return s.active.id, nil
+	return s.nextID
 }
 
 func (s *bodyStore) rollLocked() error {
@@ -253,6 +276,10 @@ func (s *bodyStore) drop(refs []fsm.BodyRef) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.dropLocked(refs)
+}
+
+func (s *bodyStore) dropLocked(refs []fsm.BodyRef) {
 	for _, ref := range refs {
 		id, _ := splitBodyAt(ref.At)
 		f := s.files[id]

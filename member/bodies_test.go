@@ -150,9 +150,7 @@ func TestBodyStore_PutReadsBack(t *testing.T) {
 			t.Fatalf("body %d at %#x, body %d at %#x of %d bytes: not back to back", i, refs[i].At, i-1, refs[i-1].At, refs[i-1].Len)
 		}
 	}
-	if _, err := s.roll(); err != nil {
-		t.Fatal(err)
-	}
+	s.roll()
 	third := [][]byte{patterned(7, 40), []byte("last")}
 	refs = append(refs, mustPut(t, s, third...)...)
 	want := slices.Concat(first, second, third)
@@ -251,12 +249,12 @@ func TestBodyStore_RollsAndDeletesFiles(t *testing.T) {
 		t.Fatalf("put after the active file's bodies left went to file %d", refFile(e))
 	}
 	s.drop([]fsm.BodyRef{e})
-	next, err := s.roll()
-	if err != nil {
-		t.Fatal(err)
+	if next := s.roll(); next != 3 {
+		t.Fatalf("roll moves on to file %d, want 3", next)
 	}
-	if next != 3 {
-		t.Fatalf("roll started file %d, want 3", next)
+	wantBodyFiles(t, s) // file 3 comes with the next put
+	if f := refFile(mustPut(t, s, []byte("in 3"))[0]); f != 3 {
+		t.Fatalf("put after the roll went to file %d, want 3", f)
 	}
 	wantBodyFiles(t, s, 3)
 }
@@ -266,13 +264,11 @@ func TestBodyStore_RollsAndDeletesFiles(t *testing.T) {
 func TestBodyStore_PinKeepsDroppedFilesReadable(t *testing.T) {
 	s := testBodyStore(t)
 	refs := mustPut(t, s, []byte("one"), []byte("two"))
-	if _, err := s.roll(); err != nil {
-		t.Fatal(err)
-	}
+	s.roll()
 	unpinA := s.pin()
 	unpinB := s.pin()
 	s.drop(refs)
-	wantBodyFiles(t, s, 1, 2)
+	wantBodyFiles(t, s, 1)
 	if got, err := s.read(refs[0], nil); err != nil || string(got) != "one" {
 		t.Errorf("pinned, a file whose bodies left reads %q, %v; want \"one\"", got, err)
 	}
@@ -281,9 +277,9 @@ func TestBodyStore_PinKeepsDroppedFilesReadable(t *testing.T) {
 	}
 	unpinA()
 	unpinA() // once only: B still pins
-	wantBodyFiles(t, s, 1, 2)
+	wantBodyFiles(t, s, 1)
 	unpinB()
-	wantBodyFiles(t, s, 2)
+	wantBodyFiles(t, s)
 	if _, err := s.read(refs[1], nil); !errors.Is(err, errBodyGone) {
 		t.Fatalf("read after the last unpin: %v, want errBodyGone", err)
 	}
@@ -294,15 +290,9 @@ func TestBodyStore_PinKeepsDroppedFilesReadable(t *testing.T) {
 func TestBodyStore_DropFiles(t *testing.T) {
 	s := testBodyStore(t)
 	r1 := mustPut(t, s, []byte("in 1"))[0]
-	two, err := s.roll()
-	if err != nil {
-		t.Fatal(err)
-	}
+	two := s.roll()
 	r2 := mustPut(t, s, []byte("in 2"))[0]
-	three, err := s.roll()
-	if err != nil {
-		t.Fatal(err)
-	}
+	three := s.roll()
 	r3 := mustPut(t, s, []byte("in 3"))[0]
 	if two != 2 || three != 3 || refFile(r1) != 1 || refFile(r2) != 2 || refFile(r3) != 3 {
 		t.Fatalf("rolls gave %d and %d, bodies in files %d %d %d", two, three, refFile(r1), refFile(r2), refFile(r3))
@@ -643,18 +633,22 @@ type fsmHarness struct {
 	t     *testing.T
 	a     *memberFSM
 	index uint64
+	// fatal are the errors the memberFSM stopped the node with.
+	fatal []error
 }
 
 // newFSMHarness builds a memberFSM keeping bodyMemory bytes of bodies in
 // memory; a negative bodyMemory keeps them all, with no store, as Config.
 func newFSMHarness(t *testing.T, bodyMemory int64) *fsmHarness {
-	a := &memberFSM{m: fsm.NewMember(), log: slog.New(slog.DiscardHandler),
-		applied: func() {}, corrupt: func(err error) { t.Errorf("corrupt: %v", err) }}
+	h := &fsmHarness{t: t}
+	h.a = &memberFSM{m: fsm.NewMember(), log: slog.New(slog.DiscardHandler),
+		applied: func() {}, corrupt: func(err error) { t.Errorf("corrupt: %v", err) },
+		fatal: func(err error) { h.fatal = append(h.fatal, err) }}
 	if bodyMemory >= 0 {
-		a.bodies, a.bodyMemory = testBodyStore(t), bodyMemory
-		a.m.TrackBodies()
+		h.a.bodies, h.a.bodyMemory = testBodyStore(t), bodyMemory
+		h.a.m.TrackBodies()
 	}
-	return &fsmHarness{t: t, a: a}
+	return h
 }
 
 func (h *fsmHarness) apply(body proto.Message) fsm.Result {
@@ -709,13 +703,12 @@ func TestMemberFSM_DeliveriesOfMessagesThatLeftAreDropped(t *testing.T) {
 		t.Fatalf("acked %d", res.Acked)
 	}
 
-	out, failed := h.a.deliveriesWithBodies(ds[:1])
-	if len(out) != 0 || len(failed) != 0 {
-		t.Fatalf("the delivery of a message acked since: returned %+v, failed %v; want neither", out, failed)
+	if out := h.a.deliveriesWithBodies(ds[:1]); len(out) != 0 {
+		t.Fatalf("the delivery of a message acked since: returned %+v", out)
 	}
-	out, failed = h.a.deliveriesWithBodies(ds)
-	if len(failed) != 0 {
-		t.Fatalf("failed %v", failed)
+	out := h.a.deliveriesWithBodies(ds)
+	if len(h.fatal) != 0 {
+		t.Fatalf("fatal: %v", h.fatal)
 	}
 	if len(out) != 2 {
 		t.Fatalf("%d deliveries returned, want the 2 still held", len(out))
@@ -739,18 +732,18 @@ func TestMemberFSM_DeliveriesOfMessagesThatLeftAreDropped(t *testing.T) {
 	}
 }
 
-// Deliveries whose bodies cannot be read are listed failed, for the caller
-// to return, and not pushed.
-func TestMemberFSM_UnreadableBodiesFail(t *testing.T) {
+// Bodies of messages still in the state that cannot be read stop the node:
+// the deliveries are not pushed, nor returned (which would count a
+// delivery against the message for a fault of this node's disk).
+func TestMemberFSM_UnreadableBodiesAreFatal(t *testing.T) {
 	h := newFSMHarness(t, 1)
 	ds := h.enqueueAndDeliver("one", "two")
 	h.a.bodies.dropFiles(0, false) // every file
-	out, failed := h.a.deliveriesWithBodies(ds)
-	if len(out) != 0 {
+	if out := h.a.deliveriesWithBodies(ds); len(out) != 0 {
 		t.Fatalf("returned %+v with their bodies unreadable", out)
 	}
-	if want := []uint64{ds[0].DeliveryID, ds[1].DeliveryID}; !slices.Equal(failed, want) {
-		t.Fatalf("failed %v, want %v", failed, want)
+	if len(h.fatal) != 1 || !errors.Is(h.fatal[0], errBodyGone) {
+		t.Fatalf("fatal %v, want one error: the bodies are gone", h.fatal)
 	}
 }
 
@@ -763,9 +756,8 @@ func TestMemberFSM_HeldBodiesPassThrough(t *testing.T) {
 	if len(ds) != 1 || ds[0].Body.Away() {
 		t.Fatalf("deliveries %+v, want one with its body held", ds)
 	}
-	out, failed := h.a.deliveriesWithBodies(ds)
-	if len(out) != 1 || len(failed) != 0 || string(out[0].Message.Body) != "held" {
-		t.Fatalf("returned %+v, failed %v", out, failed)
+	if out := h.a.deliveriesWithBodies(ds); len(out) != 1 || string(out[0].Message.Body) != "held" {
+		t.Fatalf("returned %+v", out)
 	}
 	if got := bodyFiles(t, h.a.bodies.dir); len(got) != 0 {
 		t.Fatalf("files %v with every body within the memory", got)
@@ -794,9 +786,7 @@ func TestMemberFSM_SnapshotReadsBodiesThatLeftWhileItWrites(t *testing.T) {
 	h.apply(&fsmpb.Enqueue{Now: 1, Messages: batch})
 	// The bodies' file is no longer the active one, as after a restore or
 	// a full segment: it goes once its bodies leave.
-	if _, err := h.a.bodies.roll(); err != nil {
-		t.Fatal(err)
-	}
+	h.a.bodies.roll()
 	if live := liveBodies(h.a.bodies); live != len(batch) {
 		t.Fatalf("%d bodies in the store, want %d", live, len(batch))
 	}
@@ -817,7 +807,7 @@ func TestMemberFSM_SnapshotReadsBodiesThatLeftWhileItWrites(t *testing.T) {
 	if res := h.apply(&fsmpb.Purge{}); res.Removed != len(batch) {
 		t.Fatalf("purged %d of %d", res.Removed, len(batch))
 	}
-	wantBodyFiles(t, h.a.bodies, 1, 2) // pinned by the snapshot
+	wantBodyFiles(t, h.a.bodies, 1) // pinned by the snapshot
 	var sink bufferSink
 	if err := snap.Persist(&sink); err != nil {
 		t.Errorf("persisting a snapshot whose bodies left the state: %v", err)
@@ -825,7 +815,7 @@ func TestMemberFSM_SnapshotReadsBodiesThatLeftWhileItWrites(t *testing.T) {
 		t.Errorf("the snapshot persisted differs from the state captured (closed %v)", sink.closed)
 	}
 	snap.Release()
-	wantBodyFiles(t, h.a.bodies, 2)
+	wantBodyFiles(t, h.a.bodies)
 }
 
 // A member that put its bodies away persists the same snapshot as one that
@@ -863,5 +853,27 @@ func TestMemberFSM_SnapshotIsTheSameWithBodiesPutAway(t *testing.T) {
 	}
 	if a, b := persist(away), persist(held); !bytes.Equal(a, b) {
 		t.Fatalf("snapshot of %d bytes with bodies put away, %d with every body held", len(a), len(b))
+	}
+}
+
+// A put that fails part way keeps none of its bodies: those it wrote before
+// the failure are forgotten, so their file can go once the bodies before
+// them leave.
+func TestBodyStore_FailedPutKeepsNothing(t *testing.T) {
+	s := testBodyStore(t)
+	kept := mustPut(t, s, []byte("kept"))
+	// The next file cannot be created: the first body fills file 1 past a
+	// flush, the second needs file 2.
+	if err := os.RemoveAll(s.dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.put([][]byte{make([]byte, bodySegmentBytes-100), make([]byte, 200)}); err == nil {
+		t.Fatal("put into a store whose directory is gone succeeded")
+	}
+	if live := liveBodies(s); live != 1 {
+		t.Fatalf("the store counts %d bodies after a failed put, want the 1 before it", live)
+	}
+	if got, err := s.read(kept[0], nil); err != nil || string(got) != "kept" {
+		t.Fatalf("the body put before: %q, %v", got, err)
 	}
 }

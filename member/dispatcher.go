@@ -222,10 +222,7 @@ func (r *Replica) delivered(p pick, res fsm.Result, err error) {
 	if err != nil {
 		got = nil
 	}
-	got, failed := r.fsm.deliveriesWithBodies(got)
-	if len(failed) > 0 {
-		r.returnLater(p.c.Session, failed)
-	}
+	got = r.fsm.deliveriesWithBodies(got)
 	r.mu.Lock()
 	for _, id := range p.ids {
 		delete(r.reserved, id)

@@ -22,9 +22,10 @@ type memberFSM struct {
 	// applied is called after each entry, outside the lock, to wake the
 	// dispatcher; it must not block.
 	applied func()
-	// corrupt is called with an entry that cannot be applied; it must stop
-	// the node.
-	corrupt func(error)
+	// corrupt is called with an entry that cannot be applied, and fatal
+	// with bodies put away that cannot be read back; both must stop the
+	// node.
+	corrupt, fatal func(error)
 	// since is the log applied since the last snapshot (or restore).
 	since logVolume // under mu
 	// bodies keeps the bodies put away beyond bodyMemory bytes held
@@ -99,7 +100,8 @@ func (a *memberFSM) closeBodies() {
 }
 
 // withBody returns msg with its body, read from where ref says when it was
-// put away. a.mu is held, so the body's file is not deleted under it.
+// put away. a.mu is held, so the body's file is not deleted under it; an
+// error is fatal, as in deliveriesWithBodies.
 func (a *memberFSM) withBody(msg *fsmpb.Message, ref fsm.BodyRef) (*fsmpb.Message, error) {
 	if !ref.Away() {
 		return msg, nil
@@ -112,23 +114,19 @@ func (a *memberFSM) withBody(msg *fsmpb.Message, ref fsm.BodyRef) (*fsmpb.Messag
 }
 
 // deliveriesWithBodies gives each delivery its body, reading those put
-// away in runs. A delivery whose message left the state since is dropped
-// (it expired, or moved); failed lists those whose body could not be read.
-func (a *memberFSM) deliveriesWithBodies(ds []fsm.Delivery) (out []fsm.Delivery, failed []uint64) {
-	away := 0
-	for _, d := range ds {
-		if d.Body.Away() {
-			away++
-		}
+// away in runs, outside the lock, with the store pinned. A delivery whose
+// message left the state since is dropped (it expired, or moved). A body
+// that cannot be read is a fault of this node's disk, not of the message:
+// the node stops (fatal), and the deliveries stay with their session for
+// the next host to push.
+func (a *memberFSM) deliveriesWithBodies(ds []fsm.Delivery) []fsm.Delivery {
+	if !slices.ContainsFunc(ds, func(d fsm.Delivery) bool { return d.Body.Away() }) {
+		return ds
 	}
-	if away == 0 {
-		return ds, nil
-	}
-	a.mu.RLock()
-	defer a.mu.RUnlock()
-	out = make([]fsm.Delivery, 0, len(ds))
+	out := make([]fsm.Delivery, 0, len(ds))
 	var refs []fsm.BodyRef
 	var at []int
+	a.mu.RLock()
 	for _, d := range ds {
 		if d.Body.Away() {
 			// The state's message now: a restore may have put its body
@@ -145,19 +143,18 @@ func (a *memberFSM) deliveriesWithBodies(ds []fsm.Delivery) (out []fsm.Delivery,
 		}
 		out = append(out, d)
 	}
+	unpin := a.bodies.pin()
+	a.mu.RUnlock()
+	defer unpin()
 	bodies, err := a.bodies.readAll(refs)
+	if err != nil {
+		a.fatal(fmt.Errorf("reading the bodies of %d deliveries put away on disk: %w", len(refs), err))
+		return slices.DeleteFunc(out, func(d fsm.Delivery) bool { return d.Body.Away() })
+	}
 	for k, i := range at {
-		if err != nil {
-			failed = append(failed, out[i].DeliveryID)
-			continue
-		}
 		out[i].Message, out[i].Body = fsm.WithBody(out[i].Message, bodies[k]), fsm.BodyRef{}
 	}
-	if err != nil {
-		a.log.Error("cannot read message bodies put away on disk; returning their deliveries", "deliveries", len(failed), "err", err)
-		out = slices.DeleteFunc(out, func(d fsm.Delivery) bool { return d.Body.Away() })
-	}
-	return out, failed
+	return out
 }
 
 func (a *memberFSM) Snapshot() (raft.FSMSnapshot, error) {
@@ -182,10 +179,7 @@ func (a *memberFSM) Restore(rc io.ReadCloser) error {
 	var put *restoreBodies
 	var first uint32
 	if a.bodies != nil {
-		var err error
-		if first, err = a.bodies.roll(); err != nil {
-			return err
-		}
+		first = a.bodies.roll()
 		put = &restoreBodies{store: a.bodies, memory: a.bodyMemory}
 	}
 	m, err := restoreMember(rc, restoreWorkers(), put)

@@ -196,7 +196,7 @@ func (r *Replica) finishMoves(ctx context.Context) bool {
 		}
 	})
 	if err != nil {
-		r.log.Error("moving messages: cannot read their bodies put away on disk; trying again", "err", err)
+		r.fsm.fatal(fmt.Errorf("moving messages: %w", err))
 		return false
 	}
 	type key struct {

@@ -176,6 +176,9 @@ func Open(cfg Config) (*Replica, error) {
 	r.fsm = &memberFSM{m: fsm.NewMember(), applied: r.kick, log: r.log, corrupt: func(err error) {
 		r.log.Error("member log entry cannot be applied; stopping to avoid diverging from the other replicas", "err", err)
 		onCorrupt(fmt.Errorf("member %s: %w", cfg.Name, err))
+	}, fatal: func(err error) {
+		r.log.Error("message bodies on this node's disk cannot be read; stopping so that another replica serves them (a restart rebuilds them from the Raft log)", "err", err)
+		onCorrupt(fmt.Errorf("member %s: %w", cfg.Name, err))
 	}}
 	if cfg.BodyMemory >= 0 {
 		bodies, err := openBodyStore(filepath.Join(cfg.Dir, "bodies"))
@@ -567,10 +570,7 @@ func (r *Replica) AttachConsumer(c *Consumer, credit int, pushedUpTo uint64) err
 	var unseen []fsm.Delivery
 	if pushedUpTo != ^uint64(0) {
 		r.fsm.read(func(m *fsm.Member) { unseen = m.DeliveriesAfter(c.Session, pushedUpTo) })
-		var failed []uint64
-		if unseen, failed = r.fsm.deliveriesWithBodies(unseen); len(failed) > 0 {
-			r.returnLater(c.Session, failed)
-		}
+		unseen = r.fsm.deliveriesWithBodies(unseen)
 	}
 	r.mu.Lock()
 	if _, ok := r.consumers[c.ID]; ok {

@@ -67,8 +67,9 @@ func restoreMember(r io.Reader, workers int, put *restoreBodies) (*fsm.Member, e
 }
 
 // restoreBodies puts away, during a restore, the bodies past the first
-// memory bytes of them, as the member would have put them away had it
-// applied them (member/DESIGN.md).
+// memory bytes of them in the snapshot's order, whatever their messages'
+// state: unlike the applies, which put away only bodies that wait, as the
+// snapshot holds them all and memory must not.
 type restoreBodies struct {
 	store  *bodyStore
 	memory int64
