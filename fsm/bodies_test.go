@@ -418,3 +418,34 @@ func TestMember_PutBodiesAwayTriesAgainAfterAFailure(t *testing.T) {
 		t.Fatalf("after the failure: %d bodies put away, %d bytes held; want both away", len(shelf.bodies), f.m.HeldBodyBytes())
 	}
 }
+
+// A message that came to wait twice since the last call (stored, delivered
+// and recovered within one batch) is put away once, whatever is left to put
+// away after it.
+func TestMember_PutBodiesAwayTakesAMessageOnce(t *testing.T) {
+	f := newMember(t)
+	f.m.TrackBodies()
+	f.open("s")
+	shelf := newBodyShelf(t)
+	f.apply(&fsmpb.Enqueue{Now: 1, Messages: []*fsmpb.Message{msg("a", body("aaaa")), msg("b", body("bbbbbbbb"))}},
+		&fsmpb.Deliver{Session: "s", Now: 1, MessageIds: []string{"a"}},
+		&fsmpb.Recover{Session: "s", Now: 1},
+		&fsmpb.Deliver{Session: "s", Now: 1, MessageIds: []string{"b"}})
+	if err := f.m.PutBodiesAway(0, shelf.put); err != nil {
+		t.Fatal(err)
+	}
+	if len(shelf.bodies) != 1 || f.m.HeldBodyBytes() != 8 || !f.lookup("a").Body.Away() {
+		t.Fatalf("%d bodies put away, %d bytes held; want a's alone away and b's 8 bytes held", len(shelf.bodies), f.m.HeldBodyBytes())
+	}
+}
+
+// WithBody keeps the fields a newer version wrote that this one does not
+// know.
+func TestWithBody_KeepsUnknownFields(t *testing.T) {
+	src := msg("a")
+	src.ProtoReflect().SetUnknown(protoreflect.RawFields{0xf8, 0x07, 0x01}) // field 127, varint 1
+	got := fsm.WithBody(src, nil)
+	if !bytes.Equal(got.ProtoReflect().GetUnknown(), src.ProtoReflect().GetUnknown()) {
+		t.Fatalf("unknown fields %x, want %x", got.ProtoReflect().GetUnknown(), src.ProtoReflect().GetUnknown())
+	}
+}

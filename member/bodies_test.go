@@ -134,6 +134,27 @@ func TestBodyStore_ReadAheadReadsEveryBody(t *testing.T) {
 	check("in order", forward)
 	check("backwards", backward)
 	check("skipping about", []int{5, 4999, 5000, 7, 2500, 2501, 0})
+
+	// Bodies asked for out of order do not each cost a megabyte; in order,
+	// one read serves many.
+	for _, c := range []struct {
+		what  string
+		order []int
+		most  int64
+	}{
+		{"backwards", backward, int64(len(bodies)) * readAheadStart},
+		{"in order", forward, 2 * int64(bodySegmentBytes+maxBodyRun)},
+	} {
+		r := s.readAhead()
+		for _, i := range c.order {
+			if _, err := r.read(refs[i], nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if r.fetched > c.most {
+			t.Errorf("%s: read %d bytes from the files for %d bodies, want at most %d", c.what, r.fetched, len(bodies), c.most)
+		}
+	}
 }
 
 // Bodies put away read back as they were, one at a time or all at once,
@@ -353,8 +374,8 @@ func TestBodyStore_OpenEmptiesAndCloseRemoves(t *testing.T) {
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("after close, stat of the directory: %v, want it gone", err)
 	}
-	if _, err := s.read(ref, nil); !errors.Is(err, errBodyGone) {
-		t.Fatalf("read after close: %v, want errBodyGone", err)
+	if _, err := s.read(ref, nil); !errors.Is(err, errBodiesClosed) {
+		t.Fatalf("read after close: %v, want errBodiesClosed", err)
 	}
 }
 
@@ -744,6 +765,20 @@ func TestMemberFSM_UnreadableBodiesAreFatal(t *testing.T) {
 	}
 	if len(h.fatal) != 1 || !errors.Is(h.fatal[0], errBodyGone) {
 		t.Fatalf("fatal %v, want one error: the bodies are gone", h.fatal)
+	}
+}
+
+// A push racing the replica's stop is not a fault of the disk: the
+// deliveries stay with their session, and the node goes on.
+func TestMemberFSM_ClosedBodiesAreNotFatal(t *testing.T) {
+	h := newFSMHarness(t, 1)
+	ds := h.enqueueAndDeliver("one", "two")
+	h.a.closeBodies()
+	if out := h.a.deliveriesWithBodies(ds); len(out) != 0 {
+		t.Fatalf("returned %+v with the bodies closed", out)
+	}
+	if len(h.fatal) != 0 {
+		t.Fatalf("fatal %v after the replica stopped", h.fatal)
 	}
 }
 

@@ -1,6 +1,7 @@
 package member
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -118,7 +119,7 @@ func (a *memberFSM) withBody(msg *fsmpb.Message, ref fsm.BodyRef) (*fsmpb.Messag
 // message left the state since is dropped (it expired, or moved). A body
 // that cannot be read is a fault of this node's disk, not of the message:
 // the node stops (fatal), and the deliveries stay with their session for
-// the next host to push.
+// the next host to push. After the replica stopped, they stay there too.
 func (a *memberFSM) deliveriesWithBodies(ds []fsm.Delivery) []fsm.Delivery {
 	if !slices.ContainsFunc(ds, func(d fsm.Delivery) bool { return d.Body.Away() }) {
 		return ds
@@ -148,7 +149,9 @@ func (a *memberFSM) deliveriesWithBodies(ds []fsm.Delivery) []fsm.Delivery {
 	defer unpin()
 	bodies, err := a.bodies.readAll(refs)
 	if err != nil {
-		a.fatal(fmt.Errorf("reading the bodies of %d deliveries put away on disk: %w", len(refs), err))
+		if !errors.Is(err, errBodiesClosed) {
+			a.fatal(fmt.Errorf("reading the bodies of %d deliveries put away on disk: %w", len(refs), err))
+		}
 		return slices.DeleteFunc(out, func(d fsm.Delivery) bool { return d.Body.Away() })
 	}
 	for k, i := range at {

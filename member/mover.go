@@ -196,7 +196,9 @@ func (r *Replica) finishMoves(ctx context.Context) bool {
 		}
 	})
 	if err != nil {
-		r.fsm.fatal(fmt.Errorf("moving messages: %w", err))
+		if !errors.Is(err, errBodiesClosed) {
+			r.fsm.fatal(fmt.Errorf("moving messages: %w", err))
+		}
 		return false
 	}
 	type key struct {

@@ -70,8 +70,11 @@ type Config struct {
 	// OnLeaderChange, if set, is called when this replica gains (true) or
 	// loses (false) the ability to serve as the member's host.
 	OnLeaderChange func(leading bool)
-	// OnFatal is called with an entry that cannot be applied, or a failed
-	// write of the Raft log: it must stop the process. By default it panics.
+	// OnFatal is called with an entry that cannot be applied, a failed
+	// write of the Raft log, or message bodies put away on disk that cannot
+	// be read back: it must stop the process, and not by closing the
+	// replica from the calling goroutine (the replica's own, which Close
+	// waits for). By default it panics.
 	OnFatal func(error)
 	// Addresses finds a replica's current Raft address by node id.
 	Addresses raft.ServerAddressProvider
@@ -567,6 +570,11 @@ func (r *Replica) AddConsumer(c *Consumer, credit int) error {
 // pushed first (not redelivered: the consumer never saw them), within the
 // credit.
 func (r *Replica) AttachConsumer(c *Consumer, credit int, pushedUpTo uint64) error {
+	select {
+	case <-r.stop:
+		return ErrStopped
+	default:
+	}
 	var unseen []fsm.Delivery
 	if pushedUpTo != ^uint64(0) {
 		r.fsm.read(func(m *fsm.Member) { unseen = m.DeliveriesAfter(c.Session, pushedUpTo) })
