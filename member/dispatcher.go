@@ -249,24 +249,18 @@ func (r *Replica) delivered(p pick, res fsm.Result, err error) {
 		for i, d := range got {
 			ids[i] = d.DeliveryID
 		}
-		r.returnLater(p.c.Session, ids)
+		// Not on this goroutine: it is the one that completes proposals.
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := r.Return(ctx, p.c.Session, ids); err != nil {
+				r.log.Debug("returning deliveries of a consumer that left", "consumer", p.c.ID, "err", err)
+			}
+		}()
 	}
 	r.kick()
-}
-
-// returnLater returns a session's deliveries that were not pushed, on a
-// goroutine of its own: the caller may be the one that completes
-// proposals.
-func (r *Replica) returnLater(session string, ids []uint64) {
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := r.Return(ctx, session, ids); err != nil {
-			r.log.Debug("returning deliveries that were not pushed", "session", session, "err", err)
-		}
-	}()
 }
 
 // expireTick removes expired messages, and ends redelivery delays, while
