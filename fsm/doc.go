@@ -14,6 +14,9 @@
 //     never decides an outcome.
 //   - Apply keeps no reference to the entry's bytes; decoded bodies are
 //     copies and become part of the state.
+//   - Where a body is, held here or put away by the caller
+//     (PutBodiesAway, BodyRef), is replica-local: nothing replicated
+//     depends on it, and a snapshot writes every body wherever it is.
 //   - A rejection is a rule broken by a well-formed command (an ack for a
 //     delivery the session does not hold, a full member). It is returned in
 //     Result.Err, changes nothing, and is identical on every replica.
