@@ -40,6 +40,8 @@ type metaFSM struct {
 	m       *fsm.Meta
 	changed func()
 	corrupt func(error)
+	// appliedCh is closed, and replaced, whenever the state moves on.
+	appliedCh chan struct{} // under mu
 }
 
 func (a *metaFSM) Apply(l *raft.Log) interface{} {
@@ -48,6 +50,7 @@ func (a *metaFSM) Apply(l *raft.Log) interface{} {
 	}
 	a.mu.Lock()
 	res, err := a.m.Apply(l.Index, l.Data)
+	a.movedOnLocked()
 	a.mu.Unlock()
 	if err != nil {
 		a.corrupt(fmt.Errorf("meta entry %d: %w", l.Index, err))
@@ -75,9 +78,48 @@ func (a *metaFSM) Restore(rc io.ReadCloser) error {
 	}
 	a.mu.Lock()
 	a.m = m
+	a.movedOnLocked()
 	a.mu.Unlock()
 	a.changed()
 	return nil
+}
+
+// movedOnLocked wakes those waiting for the state to reach an index.
+func (a *metaFSM) movedOnLocked() {
+	if a.appliedCh != nil {
+		close(a.appliedCh)
+	}
+	a.appliedCh = make(chan struct{})
+}
+
+// maxApplyWait bounds how long a node waits for its own replica of the meta
+// group to apply a command the leader applied: the command is committed by
+// then, so a replica that lags longer only makes a read stale.
+const maxApplyWait = 5 * time.Second
+
+// waitApplied waits until this replica applied the command at index, the
+// context ends, or maxApplyWait passed.
+func (a *metaFSM) waitApplied(ctx context.Context, index uint64) {
+	timeout := time.NewTimer(maxApplyWait)
+	defer timeout.Stop()
+	for {
+		a.mu.Lock()
+		if a.appliedCh == nil {
+			a.appliedCh = make(chan struct{})
+		}
+		applied, ch := a.m.Applied(), a.appliedCh
+		a.mu.Unlock()
+		if applied >= index {
+			return
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		case <-timeout.C:
+			return
+		}
+	}
 }
 
 func (a *metaFSM) read(fn func(m *fsm.Meta)) {
@@ -289,24 +331,34 @@ func (mg *metaGroup) applyOnce(ctx context.Context, body proto.Message) (fsm.Res
 		}
 		return fsm.Result{}, err
 	}
+	// What this node's clients read next comes from its own replica: it
+	// must hold the command (a queue deleted, then listed, is gone).
+	mg.fsm.waitApplied(ctx, resp.Index)
 	res := toResult(resp.Result)
 	return res, res.Err
 }
 
 // applyLocal proposes one meta command on this node, which must lead.
 func (mg *metaGroup) applyLocal(ctx context.Context, body proto.Message) (fsm.Result, error) {
+	res, _, err := mg.applyLocalAt(ctx, body)
+	return res, err
+}
+
+// applyLocalAt is applyLocal, also returning the index the command was
+// applied at.
+func (mg *metaGroup) applyLocalAt(ctx context.Context, body proto.Message) (fsm.Result, uint64, error) {
 	if mg.group.Raft.State() != raft.Leader {
-		return fsm.Result{}, metaNotSent{fmt.Errorf("%w: this node does not lead the meta group (leader: %s)", transport.ErrUnavailable, mg.leaderID())}
+		return fsm.Result{}, 0, metaNotSent{fmt.Errorf("%w: this node does not lead the meta group (leader: %s)", transport.ErrUnavailable, mg.leaderID())}
 	}
 	data, err := fsm.Encode(fsm.MustCommand(body))
 	if err != nil {
-		return fsm.Result{}, err
+		return fsm.Result{}, 0, err
 	}
 	timeout := 10 * time.Second
 	if dl, ok := ctx.Deadline(); ok {
 		// hashicorp/raft reads a timeout of 0 as none at all.
 		if timeout = time.Until(dl); timeout <= 0 {
-			return fsm.Result{}, context.DeadlineExceeded
+			return fsm.Result{}, 0, context.DeadlineExceeded
 		}
 	}
 	f := mg.group.Raft.Apply(data, timeout)
@@ -315,13 +367,13 @@ func (mg *metaGroup) applyLocal(ctx context.Context, body proto.Message) (fsm.Re
 		if errors.Is(err, raft.ErrNotLeader) {
 			err = metaNotSent{err}
 		}
-		return fsm.Result{}, err
+		return fsm.Result{}, 0, err
 	}
 	res, _ := f.Response().([]fsm.Result)
 	if len(res) != 1 {
-		return fsm.Result{}, errors.New("meta group: no result for the command")
+		return fsm.Result{}, 0, errors.New("meta group: no result for the command")
 	}
-	return res[0], res[0].Err
+	return res[0], f.Index(), res[0].Err
 }
 
 func (mg *metaGroup) leaderID() string {

@@ -162,7 +162,7 @@ func (s *peerService) MetaApply(ctx context.Context, req *peerpb.MetaApplyReques
 	if err != nil {
 		return &peerpb.MetaApplyResponse{Result: fromResult(fsm.Result{Err: err})}, nil
 	}
-	res, err := s.n.meta.applyLocal(ctx, body)
+	res, index, err := s.n.meta.applyLocalAt(ctx, body)
 	if err != nil && res.Err == nil {
 		code := codeUnavailable
 		if errors.Is(err, errMetaNotSent) {
@@ -170,7 +170,7 @@ func (s *peerService) MetaApply(ctx context.Context, req *peerpb.MetaApplyReques
 		}
 		return &peerpb.MetaApplyResponse{Error: &peerpb.Error{Code: code, Message: err.Error(), Leader: s.n.meta.leaderID()}}, nil
 	}
-	return &peerpb.MetaApplyResponse{Result: fromResult(res)}, nil
+	return &peerpb.MetaApplyResponse{Result: fromResult(res), Index: index}, nil
 }
 
 func (s *peerService) Member(ctx context.Context, req *peerpb.MemberRequest) (*peerpb.MemberResponse, error) {

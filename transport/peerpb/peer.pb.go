@@ -794,9 +794,13 @@ func (x *MetaApplyRequest) GetCommand() *fsmpb.Command {
 }
 
 type MetaApplyResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
-	Result        *Result                `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Error  *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Result *Result                `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	// index is the meta log entry the command was applied at: the node that
+	// forwarded it waits until its own replica has applied it, so that what
+	// its client reads next includes the command.
+	Index         uint64 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -843,6 +847,13 @@ func (x *MetaApplyResponse) GetResult() *Result {
 		return x.Result
 	}
 	return nil
+}
+
+func (x *MetaApplyResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
 }
 
 type MemberRequest struct {
@@ -1237,10 +1248,11 @@ const file_transport_peerpb_peer_proto_rawDesc = "" +
 	"deliveries\x18\x01 \x03(\v2\x17.cairn.peer.v1.DeliveryR\n" +
 	"deliveries\"C\n" +
 	"\x10MetaApplyRequest\x12/\n" +
-	"\acommand\x18\x01 \x01(\v2\x15.cairn.fsm.v1.CommandR\acommand\"n\n" +
+	"\acommand\x18\x01 \x01(\v2\x15.cairn.fsm.v1.CommandR\acommand\"\x84\x01\n" +
 	"\x11MetaApplyResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.cairn.peer.v1.ErrorR\x05error\x12-\n" +
-	"\x06result\x18\x02 \x01(\v2\x15.cairn.peer.v1.ResultR\x06result\"'\n" +
+	"\x06result\x18\x02 \x01(\v2\x15.cairn.peer.v1.ResultR\x06result\x12\x14\n" +
+	"\x05index\x18\x03 \x01(\x04R\x05index\"'\n" +
 	"\rMemberRequest\x12\x16\n" +
 	"\x06member\x18\x01 \x01(\tR\x06member\"\xcd\x02\n" +
 	"\x0eMemberResponse\x12*\n" +
