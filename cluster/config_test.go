@@ -28,6 +28,7 @@ func TestConfig_Validate(t *testing.T) {
 		{"--node-id", func(c *Config) { c.NodeID = "" }},
 		{"--bootstrap-expect", func(c *Config) { c.BootstrapExpect = -1 }},
 		{"--log-store", func(c *Config) { c.LogStore = "rocks" }},
+		{"--body-memory-mib", func(c *Config) { c.BodyMemoryMiB = -2 }},
 		{"--client-addr", func(c *Config) { c.ClientAddr = "7650" }},
 	} {
 		c := valid()

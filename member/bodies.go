@@ -186,7 +186,7 @@ func (s *bodyStore) readUpTo(id uint32, p []byte, off int64) (int, error) {
 	if n <= 0 {
 		return 0, fmt.Errorf("reading message bodies from %s at %d: the file holds %d bytes", f.f.Name(), off, size)
 	}
-	return int(n), s.readAt(id, p[:n], off)
+	return int(n), s.readFile(f, p[:n], off)
 }
 
 // fileLocked finds file id, readable while pinned though its bodies left.
@@ -211,6 +211,11 @@ func (s *bodyStore) readAt(id uint32, p []byte, off int64) error {
 	if err != nil {
 		return err
 	}
+	return s.readFile(f, p, off)
+}
+
+// readFile fills p from f at off; f may be closed under it.
+func (s *bodyStore) readFile(f *bodyFile, p []byte, off int64) error {
 	if _, err := f.f.ReadAt(p, off); err != nil {
 		if errors.Is(err, os.ErrClosed) {
 			s.mu.Lock()
