@@ -85,9 +85,26 @@ func (c *logCache) StoreLogs(logs []*raft.Log) error {
 	return nil
 }
 
+// DeleteRange keeps the cached entries outside [min, max]. A snapshot's
+// compaction deletes the log's head, which the cache, holding the newest
+// entries, rarely reaches; emptying the cache each time sent a leader's
+// replication and a follower's applies to the disk after every snapshot.
 func (c *logCache) DeleteRange(min, max uint64) error {
 	c.mu.Lock()
-	c.clear()
+	kept := c.entries[:0]
+	c.bytes = 0
+	for _, l := range c.entries {
+		if l.Index < min || l.Index > max {
+			kept = append(kept, l)
+			c.bytes += entryBytes(l)
+		}
+	}
+	clear(c.entries[len(kept):])
+	c.entries = kept
+	if n := len(kept); n > 0 && kept[n-1].Index-kept[0].Index+1 != uint64(n) {
+		// A range from the middle: what is left is not contiguous.
+		c.clear()
+	}
 	c.mu.Unlock()
 	return c.LogStore.DeleteRange(min, max)
 }

@@ -91,6 +91,30 @@ func TestLogCache_KeepsTheNewestWithinTheCount(t *testing.T) {
 	}
 }
 
+// A snapshot's compaction deletes the log's head: the newer entries stay
+// cached, and the bytes counted are theirs.
+func TestLogCache_CompactionKeepsTheNewerEntries(t *testing.T) {
+	c, s := newTestCache(512, 1<<20)
+	if err := c.StoreLogs(entries(1, 8, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteRange(1, 5); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprint(cached(t, c, s, 6, 8)), "[6 7 8]"; got != want {
+		t.Errorf("cached after the head was deleted: %s, want %s", got, want)
+	}
+	if c.bytes != 30 {
+		t.Errorf("cache counts %d bytes for 3 entries of 10", c.bytes)
+	}
+	if err := c.DeleteRange(1, 100); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.entries) != 0 || c.bytes != 0 {
+		t.Errorf("after deleting the whole log, %d entries and %d bytes are cached", len(c.entries), c.bytes)
+	}
+}
+
 // A deleted range, or entries that do not follow the cached ones (a
 // follower's log replaced after a snapshot), leave nothing stale behind.
 func TestLogCache_ForgetsWhatNoLongerFollows(t *testing.T) {
@@ -108,7 +132,7 @@ func TestLogCache_ForgetsWhatNoLongerFollows(t *testing.T) {
 	if err := c.StoreLogs(replaced); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := fmt.Sprint(cached(t, c, s, 1, 5)), "[4 5]"; got != want {
+	if got, want := fmt.Sprint(cached(t, c, s, 1, 5)), "[1 2 3 4 5]"; got != want {
 		t.Errorf("cached after the tail was replaced: %s, want %s", got, want)
 	}
 	var l raft.Log

@@ -15,7 +15,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	wal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
 	"go.etcd.io/bbolt"
 )
@@ -149,7 +148,7 @@ func openStore(kind, dir string) (durableStore, error) {
 		if err := walNotHeld(walDir); err != nil {
 			return nil, heldError(dir, err)
 		}
-		store, err := wal.Open(walDir)
+		store, err := openWAL(walDir, 0)
 		if err != nil {
 			return nil, err
 		}

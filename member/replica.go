@@ -35,7 +35,8 @@ type Config struct {
 	Timing  Timing
 	// SnapshotThreshold is how many entries since the last snapshot trigger
 	// a new one (0: hashicorp/raft's default, 8192), once they also carried
-	// half as many bytes as the state (snapshotDue).
+	// half as many bytes as the state; other replicas wait longer
+	// (snapshotPaceOf).
 	SnapshotThreshold uint64
 	// SnapshotInterval is how often the threshold is checked (default 5 s).
 	SnapshotInterval time.Duration

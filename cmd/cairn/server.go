@@ -90,7 +90,7 @@ SIGTERM or Ctrl-C stops the node gracefully.`,
 	f.IntVar(&cfg.MaxMessageBytes, "max-message-bytes", cluster.DefaultMaxMessageBytes, "largest message accepted, body and properties")
 	f.StringVar(&cfg.LogStore, "log-store", "bolt", "where Raft logs are kept: bolt (raft-boltdb) or wal (raft-wal, one fsync per write instead of two); a data dir keeps the one it started with")
 	f.IntVar(&cfg.BodyMemoryMiB, "body-memory-mib", member.DefaultBodyMemory>>20, "MiB of message bodies each queue member keeps in memory: the newest waiting bodies past it wait in files under --data-dir until delivered, so a deep queue costs disk and page cache rather than heap (0: every waiting body goes to disk; -1: keep every body in memory)")
-	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", 8192, "Raft entries of a group between two snapshots (a queue member also waits until those entries carried half as many bytes as its messages, so that a large queue is not written out again every few thousand sends)")
+	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", 8192, "Raft entries of a group between two snapshots, at the least (a queue member also waits until those entries carried half as many bytes as its messages, so that a large queue is not written out again every few thousand sends; its other replicas wait longer, so that they do not all snapshot at once, and its leader longest: twice the entries and as many bytes as its messages)")
 	f.BoolVar(&cfg.Profiling, "pprof", false, "serve Go's CPU, heap and goroutine profiles under /debug/pprof/ on --http-addr")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
