@@ -137,7 +137,7 @@ func openStore(kind, dir string) (durableStore, error) {
 		if err != nil {
 			return nil, heldError(dir, err)
 		}
-		return store, nil
+		return boltStore{store}, nil
 	case LogStoreWAL:
 		if exists(boltPath) {
 			return nil, fmt.Errorf("%w: %s holds a bolt log; start the node with --log-store bolt", ErrLogStore, dir)
