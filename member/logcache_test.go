@@ -107,6 +107,15 @@ func TestLogCache_CompactionKeepsTheNewerEntries(t *testing.T) {
 	if c.bytes != 30 {
 		t.Errorf("cache counts %d bytes for 3 entries of 10", c.bytes)
 	}
+	if err := c.DeleteRange(7, 7); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.entries) != 0 || c.bytes != 0 {
+		t.Errorf("after deleting an entry from the middle, %d entries and %d bytes are cached; want none, as 6 and 8 do not follow", len(c.entries), c.bytes)
+	}
+	if err := c.StoreLogs(entries(9, 10, 10)); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.DeleteRange(1, 100); err != nil {
 		t.Fatal(err)
 	}

@@ -142,9 +142,6 @@ func openStore(kind, dir string) (durableStore, error) {
 		if exists(boltPath) {
 			return nil, fmt.Errorf("%w: %s holds a bolt log; start the node with --log-store bolt", ErrLogStore, dir)
 		}
-		if err := os.MkdirAll(walDir, 0o750); err != nil {
-			return nil, err
-		}
 		if err := walNotHeld(walDir); err != nil {
 			return nil, heldError(dir, err)
 		}

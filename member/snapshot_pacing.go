@@ -71,17 +71,12 @@ func (r *Replica) snapshotTick(minEntries uint64) {
 }
 
 // snapshotPace is this replica's pace now, from its role and its rank in
-// the group's latest configuration. Without a configuration (a replica not
-// yet bootstrapped or shutting down) it snapshots soonest, as a replica
-// alone.
+// the group's latest configuration; a replica with no configuration yet
+// paces as one alone.
 func (r *Replica) snapshotPace(minEntries uint64) snapshotPace {
 	leader := r.group.Raft.State() == raft.Leader
-	f := r.group.Raft.GetConfiguration()
-	if f.Error() != nil {
-		return snapshotPaceOf(minEntries, false, 0, 1)
-	}
 	var ids []string
-	for _, s := range f.Configuration().Servers {
+	for _, s := range r.group.Raft.GetConfiguration().Configuration().Servers {
 		if s.Suffrage == raft.Voter {
 			ids = append(ids, string(s.ID))
 		}

@@ -1,6 +1,7 @@
 package member
 
 import (
+	"cmp"
 	"os"
 	"path/filepath"
 	"sync"
@@ -15,7 +16,7 @@ import (
 // moving one there is a rename).
 const walDeletingDir = "wal-deleting"
 
-// walStore is raft-wal with its segment files deleted off its write lock
+// walStore is raft-wal with its segment files unlinked off its write lock,
 // and a few megabytes at a time.
 //
 // A snapshot's compaction deletes the segments it empties while raft-wal
@@ -28,7 +29,8 @@ const walDeletingDir = "wal-deleting"
 // (measured with a 4 KiB append and fdatasync loop beside three deletions).
 // raft-wal's file system interface lets Delete only say that a file is no
 // longer needed, so deletingFS renames the file out of the wal directory
-// (microseconds) and deletes it on a goroutine of its own.
+// (microseconds, still under the lock) and deletes it on a goroutine of
+// its own.
 type walStore struct {
 	*wal.WAL
 	files *deletingFS
@@ -46,38 +48,46 @@ func openWAL(walDir string, segmentSize int) (*walStore, error) {
 			return nil, err
 		}
 	}
-	filer := wal.WithSegmentFiler(segment.NewFiler(walDir, files))
-	var w *wal.WAL
-	var err error
-	if segmentSize > 0 {
-		w, err = wal.Open(walDir, filer, wal.WithSegmentSize(segmentSize))
-	} else {
-		w, err = wal.Open(walDir, filer)
-	}
+	w, err := wal.Open(walDir, wal.WithSegmentFiler(segment.NewFiler(walDir, files)),
+		wal.WithSegmentSize(cmp.Or(segmentSize, wal.DefaultSegmentSize)))
 	if err != nil {
 		return nil, err
 	}
 	return &walStore{WAL: w, files: files}, nil
 }
 
-// Close closes the log and waits for the unlinks under way.
+// Close closes the log and waits for the deletions under way.
 func (s *walStore) Close() error {
 	err := s.WAL.Close()
-	s.files.wait()
+	s.files.close()
 	return err
 }
 
+// unlinking lets one segment be deleted at a time on this node, whatever
+// the groups: each deletion is disk work beside every group's appends.
+var unlinking sync.Mutex
+
 // deletingFS is raft-wal's file system with Delete moving the file aside
-// and unlinking it later, one file at a time.
+// and deleting it later.
 type deletingFS struct {
 	*walfs.FS
 	deleting string
 
-	unlinking sync.Mutex // one unlink at a time: each one is disk work
-	pending   sync.WaitGroup
+	mu      sync.Mutex
+	closed  bool
+	pending sync.WaitGroup
 }
 
+// Delete moves the file aside and deletes it on another goroutine. Once
+// the log is closed (raft-wal may still delete a segment when its last
+// reader lets go of it), it deletes the file before returning, so that
+// nothing runs after Close.
 func (d *deletingFS) Delete(dir, name string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return d.FS.Delete(dir, name)
+	}
 	aside := filepath.Join(d.deleting, name)
 	if err := os.Rename(filepath.Join(dir, name), aside); err != nil {
 		return err
@@ -85,8 +95,8 @@ func (d *deletingFS) Delete(dir, name string) error {
 	d.pending.Add(1)
 	go func() {
 		defer d.pending.Done()
-		d.unlinking.Lock()
-		defer d.unlinking.Unlock()
+		unlinking.Lock()
+		defer unlinking.Unlock()
 		// A file that stays behind is removed when the log next opens.
 		_ = shrink(aside, deleteStep)
 		_ = os.Remove(aside)
@@ -94,7 +104,13 @@ func (d *deletingFS) Delete(dir, name string) error {
 	return nil
 }
 
-func (d *deletingFS) wait() { d.pending.Wait() }
+// close makes later deletions immediate and waits for those under way.
+func (d *deletingFS) close() {
+	d.mu.Lock()
+	d.closed = true
+	d.mu.Unlock()
+	d.pending.Wait()
+}
 
 // deleteStep is how much of a file one truncation frees (walStore).
 const deleteStep = 4 << 20

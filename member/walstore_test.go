@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/hashicorp/raft"
+	walfs "github.com/hashicorp/raft-wal/fs"
 )
 
 func segmentFiles(t *testing.T, dir string) []string {
@@ -55,7 +56,7 @@ func TestWALStore_CompactionDeletesSegmentsAfterwards(t *testing.T) {
 	if len(after) >= len(before)-4 {
 		t.Fatalf("deleting 150 of 200 entries left %d of %d segments", len(after), len(before))
 	}
-	s.files.wait()
+	s.files.close()
 	if left, _ := os.ReadDir(filepath.Join(dir, walDeletingDir)); len(left) != 0 {
 		t.Errorf("%d files still wait to be deleted after the unlinks ended", len(left))
 	}
@@ -82,14 +83,14 @@ func TestWALStore_CompactionDeletesSegmentsAfterwards(t *testing.T) {
 // Delete moves the file aside before it returns, and unlinks it later.
 func TestDeletingFS_DeleteMovesAsideThenUnlinks(t *testing.T) {
 	dir := t.TempDir()
-	d := &deletingFS{deleting: filepath.Join(dir, walDeletingDir)}
+	d := &deletingFS{FS: walfs.New(), deleting: filepath.Join(dir, walDeletingDir)}
 	if err := os.Mkdir(d.deleting, 0o750); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "1.wal"), []byte("entries"), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	d.unlinking.Lock() // holds the unlink back
+	unlinking.Lock() // holds the unlink back
 	if err := d.Delete(dir, "1.wal"); err != nil {
 		t.Fatal(err)
 	}
@@ -99,10 +100,25 @@ func TestDeletingFS_DeleteMovesAsideThenUnlinks(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(d.deleting, "1.wal")); err != nil {
 		t.Errorf("the deleted file is not waiting aside: %v", err)
 	}
-	d.unlinking.Unlock()
-	d.wait()
+	unlinking.Unlock()
+	d.close()
 	if _, err := os.Stat(filepath.Join(d.deleting, "1.wal")); !os.IsNotExist(err) {
 		t.Errorf("the file is still aside after the unlink: %v", err)
+	}
+
+	// After close, nothing is left to a goroutine.
+	if err := os.WriteFile(filepath.Join(dir, "2.wal"), []byte("entries"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	unlinking.Lock()
+	defer unlinking.Unlock()
+	if err := d.Delete(dir, "2.wal"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{filepath.Join(dir, "2.wal"), filepath.Join(d.deleting, "2.wal")} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("after close, Delete left %s: %v", p, err)
+		}
 	}
 }
 
