@@ -82,11 +82,7 @@ func TestBoltStore_DeleteRange(t *testing.T) {
 	}
 	s := boltStore{b}
 	defer s.Close()
-	var logs []*raft.Log
-	for i := uint64(1); i <= 3000; i++ {
-		logs = append(logs, &raft.Log{Index: i, Term: 1, Data: []byte{byte(i)}})
-	}
-	if err := s.StoreLogs(logs); err != nil {
+	if err := s.StoreLogs(entries(1, 3000, 1)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.DeleteRange(1, 2500); err != nil {

@@ -21,19 +21,10 @@ var fastTiming = Timing{Heartbeat: 100 * time.Millisecond, Election: 100 * time.
 // testReplica opens a single-replica member on a fresh loopback mux.
 func testReplica(t testing.TB, dir string, opts ...func(*Config)) *Replica {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := raftmux.New(ln, nil, nil, nil)
-	t.Cleanup(func() { mux.Close() })
-	layer, err := mux.Layer("q#0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	layer, addr := loopbackLayer(t, "q#0")
 	cfg := Config{
 		Name: "q#0", GroupID: "q#0", NodeID: "n1", Dir: dir, Stream: layer,
-		Peers:          []raft.Server{{ID: "n1", Address: raft.ServerAddress(ln.Addr().String())}},
+		Peers:          []raft.Server{{ID: "n1", Address: addr}},
 		Timing:         fastTiming,
 		ExpiryInterval: 20 * time.Millisecond,
 	}
@@ -47,6 +38,22 @@ func testReplica(t testing.TB, dir string, opts ...func(*Config)) *Replica {
 	t.Cleanup(func() { r.Close() })
 	waitFor(t, "replica to lead", r.Leading)
 	return r
+}
+
+// loopbackLayer opens group's Raft layer on a fresh loopback mux.
+func loopbackLayer(t testing.TB, group string) (raft.StreamLayer, raft.ServerAddress) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := raftmux.New(ln, nil, nil, nil)
+	t.Cleanup(func() { mux.Close() })
+	layer, err := mux.Layer(group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return layer, raft.ServerAddress(ln.Addr().String())
 }
 
 func waitFor(t testing.TB, what string, cond func() bool) {

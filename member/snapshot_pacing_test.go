@@ -3,15 +3,12 @@ package member
 import (
 	"context"
 	"fmt"
-	"net"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
-
-	"github.com/cairnmq/cairn/transport/raftmux"
 )
 
 func TestSnapshotDue(t *testing.T) {
@@ -120,17 +117,8 @@ func TestReplica_SnapshotPaceFollowsRoleAndRank(t *testing.T) {
 	var peers []raft.Server
 	var layers []raft.StreamLayer
 	for _, id := range ids {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		mux := raftmux.New(ln, nil, nil, nil)
-		t.Cleanup(func() { mux.Close() })
-		layer, err := mux.Layer("q#0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		peers = append(peers, raft.Server{ID: raft.ServerID(id), Address: raft.ServerAddress(ln.Addr().String())})
+		layer, addr := loopbackLayer(t, "q#0")
+		peers = append(peers, raft.Server{ID: raft.ServerID(id), Address: addr})
 		layers = append(layers, layer)
 	}
 	var replicas []*Replica

@@ -36,10 +36,7 @@ func TestWALStore_CompactionDeletesSegmentsAfterwards(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := func(i uint64) []byte { return bytes.Repeat([]byte{byte(i)}, 4<<10) }
-	var logs []*raft.Log
-	for i := uint64(1); i <= 200; i++ {
-		logs = append(logs, &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: data(i)})
-	}
+	logs := entries(1, 200, 4<<10)
 	for i := 0; i < len(logs); i += 10 {
 		if err := s.StoreLogs(logs[i : i+10]); err != nil {
 			t.Fatal(err)
