@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"runtime"
 	"testing"
 
 	"github.com/cairnmq/cairn/fsm"
@@ -92,7 +93,11 @@ func BenchmarkMember_WriteSnapshot(b *testing.B) {
 
 // pendingMember is a member holding n pending messages with the given body.
 func pendingMember(b *testing.B, n int, body []byte) *fsm.Member {
-	m := fsm.NewMember()
+	return fillPending(b, fsm.NewMember(), n, body)
+}
+
+// fillPending stores n pending messages with the given body in m.
+func fillPending(b *testing.B, m *fsm.Member, n int, body []byte) *fsm.Member {
 	for i := range n / 1000 {
 		msgs := make([]*fsmpb.Message, 1000)
 		for j := range msgs {
@@ -140,6 +145,80 @@ func BenchmarkMember_Capture(b *testing.B) {
 	for range b.N {
 		if img := m.Capture(); img == nil {
 			b.Fatal("no image")
+		}
+	}
+}
+
+// BenchmarkMember_CollectBesideAMillion measures one full collection of a
+// heap holding a member with a million pending messages whose bodies were
+// put away, as the member package does beside a deep queue: the collector
+// marks the per-message state on every cycle, so its cost is what a node
+// pays again and again while a million messages wait (docs/performance.md).
+// Read the figure with GOMAXPROCS=2, as on the reference machines.
+func BenchmarkMember_CollectBesideAMillion(b *testing.B) {
+	m := fsm.NewMember()
+	m.TrackBodies()
+	fillPending(b, m, 1_000_000, make([]byte, 1024))
+	var at uint64
+	err := m.PutBodiesAway(0, func(bodies [][]byte) ([]fsm.BodyRef, error) {
+		refs := make([]fsm.BodyRef, len(bodies))
+		for i, body := range bodies {
+			at += uint64(len(body))
+			refs[i] = fsm.BodyRef{At: at, Len: uint32(len(body))}
+		}
+		return refs, nil
+	})
+	if err != nil || m.HeldBodyBytes() != 0 {
+		b.Fatalf("put away: %v, %d bytes held", err, m.HeldBodyBytes())
+	}
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	b.ResetTimer()
+	for range b.N {
+		runtime.GC()
+	}
+	b.StopTimer()
+	runtime.ReadMemStats(&after)
+	b.ReportMetric(float64(after.HeapAlloc)/1e6, "live-MB")
+	b.ReportMetric(float64(after.HeapObjects)/1e6, "Mobjects")
+	runtime.KeepAlive(m)
+}
+
+// BenchmarkMember_EnqueuePuttingBodiesAway measures the state machine's
+// cost per message stored into a deep queue, as a member that puts bodies
+// away runs it: 64 messages of 1 KiB per entry, every body put away after
+// its entry (to a place that only counts them).
+func BenchmarkMember_EnqueuePuttingBodiesAway(b *testing.B) {
+	const batch = 64
+	body := make([]byte, 1024)
+	m := fsm.NewMember()
+	m.TrackBodies()
+	var at uint64
+	put := func(bodies [][]byte) ([]fsm.BodyRef, error) {
+		refs := make([]fsm.BodyRef, len(bodies))
+		for i, body := range bodies {
+			at += uint64(len(body))
+			refs[i] = fsm.BodyRef{At: at, Len: uint32(len(body))}
+		}
+		return refs, nil
+	}
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for i := 0; i < b.N; i += batch {
+		msgs := make([]*fsmpb.Message, batch)
+		for j := range msgs {
+			msgs[j] = &fsmpb.Message{Id: fmt.Sprintf("ID:%032d", i+j), Body: body, Priority: 4}
+		}
+		data, err := fsm.Encode(fsm.MustCommand(&fsmpb.Enqueue{Now: int64(i), Messages: msgs}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := m.Apply(uint64(i/batch+1), data); err != nil {
+			b.Fatal(err)
+		}
+		if err := m.PutBodiesAway(0, put); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

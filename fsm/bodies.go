@@ -37,6 +37,11 @@ type bodyTracking struct {
 	// messages left the state since the last DroppedBodies.
 	fresh   []*message
 	dropped []BodyRef
+	// aliasing is set while an Enqueue whose bodies alias its entry is
+	// applied; aliased are the messages it stored since the last
+	// PutBodiesAway (alias.go).
+	aliasing bool
+	aliased  []*message
 }
 
 // TrackBodies makes the member keep count of the bodies it holds and of the
@@ -71,9 +76,16 @@ func (m *Member) HeldBodyBytes() int64 {
 // others stay held, and the next call considers only messages that come to
 // wait after this one, unless put failed: then it tries those again. A
 // message put away keeps every other field in the state.
+//
+// Then it copies the bodies it holds that still alias the entries they
+// came in (alias.go), so the caller may drop those entries.
 func (m *Member) PutBodiesAway(limit int64, put func(bodies [][]byte) ([]BodyRef, error)) error {
 	t := m.bodies
-	if t == nil || len(t.fresh) == 0 {
+	if t == nil {
+		return nil
+	}
+	defer m.detachAliased()
+	if len(t.fresh) == 0 {
 		return nil
 	}
 	fresh := t.fresh
@@ -159,6 +171,9 @@ func (m *Member) Delivered(deliveryID uint64) (*fsmpb.Message, BodyRef, bool) {
 func (t *bodyTracking) stored(msg *message) {
 	if t != nil && !msg.away.Away() {
 		t.held += int64(len(msg.msg.Body))
+		if t.aliasing && len(msg.msg.Body) > 0 {
+			t.aliased = append(t.aliased, msg)
+		}
 	}
 }
 

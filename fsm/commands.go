@@ -179,15 +179,18 @@ func eachField(data []byte, f func(num protowire.Number, typ protowire.Type, v u
 
 // handler applies one decoded command body to a state machine S.
 type handler[S any] struct {
-	newBody func() proto.Message
-	apply   func(s S, body proto.Message) Result
+	decode func(payload []byte) (proto.Message, error)
+	apply  func(s S, body proto.Message) Result
 }
 
 // on registers the handler of one command type; the body type is fixed by T.
 func on[S any, T proto.Message](table map[fsmpb.CommandType]handler[S], t fsmpb.CommandType, newBody func() T, apply func(S, T) Result) {
 	table[t] = handler[S]{
-		newBody: func() proto.Message { return newBody() },
-		apply:   func(s S, b proto.Message) Result { return apply(s, b.(T)) },
+		decode: func(payload []byte) (proto.Message, error) {
+			b := newBody()
+			return b, proto.Unmarshal(payload, b)
+		},
+		apply: func(s S, b proto.Message) Result { return apply(s, b.(T)) },
 	}
 }
 
@@ -205,8 +208,8 @@ func applyEntry[S any](s S, table map[fsmpb.CommandType]handler[S], data []byte)
 		if !ok {
 			return nil, fmt.Errorf("%w: command %d has type %v, which this state machine does not apply", ErrCorrupt, i, c.Type)
 		}
-		b := h.newBody()
-		if err := proto.Unmarshal(c.Payload, b); err != nil {
+		b, err := h.decode(c.Payload)
+		if err != nil {
 			return nil, fmt.Errorf("%w: command %d (%v): %v", ErrCorrupt, i, c.Type, err)
 		}
 		bodies[i], hs[i] = b, h
@@ -241,8 +244,8 @@ func decodeBody[S any](table map[fsmpb.CommandType]handler[S], c *fsmpb.Command)
 	if !ok {
 		return nil, fmt.Errorf("%w: command type %v does not belong here", ErrMalformed, c.GetType())
 	}
-	b := h.newBody()
-	if err := proto.Unmarshal(c.Payload, b); err != nil {
+	b, err := h.decode(c.Payload)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %v: %v", ErrMalformed, c.GetType(), err)
 	}
 	return b, nil

@@ -164,12 +164,19 @@ var memberHandlers = func() map[fsmpb.CommandType]handler[*Member] {
 // Apply applies the log entry at index. It returns one Result per command.
 // An entry at or below the last applied index is skipped (nil, nil), so a
 // replayed entry is harmless. An error wraps ErrCorrupt: the entry changed
-// nothing and the replica must stop. Apply keeps no reference to data.
+// nothing and the replica must stop. Apply keeps no reference to data,
+// except that a member that tracks its bodies (TrackBodies) keeps the
+// bodies of stored messages as slices of data until the next
+// PutBodiesAway: the caller must not modify data.
 func (m *Member) Apply(index uint64, data []byte) ([]Result, error) {
 	if index <= m.applied {
 		return nil, nil
 	}
-	results, err := applyEntry(m, memberHandlers, data)
+	handlers := memberHandlers
+	if m.bodies != nil {
+		handlers = aliasingMemberHandlers
+	}
+	results, err := applyEntry(m, handlers, data)
 	if err != nil {
 		return nil, err
 	}
