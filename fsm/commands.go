@@ -21,11 +21,17 @@ func Encode(cmds ...*fsmpb.Command) ([]byte, error) {
 
 // NewCommand builds a command of the type that matches body's Go type.
 func NewCommand(body proto.Message) (*fsmpb.Command, error) {
+	return NewCommandInto(nil, body)
+}
+
+// NewCommandInto is NewCommand with the payload marshalled into buf's
+// array when it has room, for a caller that reuses buffers.
+func NewCommandInto(buf []byte, body proto.Message) (*fsmpb.Command, error) {
 	t, ok := commandTypeOf(body)
 	if !ok {
 		return nil, fmt.Errorf("fsm: %T is not a command body", body)
 	}
-	payload, err := proto.Marshal(body)
+	payload, err := proto.MarshalOptions{}.MarshalAppend(buf[:0], body)
 	if err != nil {
 		return nil, err
 	}

@@ -146,7 +146,7 @@ func (r *Replica) submitEnqueue(c *fsmpb.Enqueue, done func(fsm.Result, error)) 
 	// Encoded here rather than by prop.submit, before submitMu is taken:
 	// the bodies are the costly part, and concurrent sends encode theirs
 	// side by side.
-	cmd, err := fsm.NewCommand(c)
+	cmd, err := newCommand(c)
 	if err != nil {
 		done(fsm.Result{}, err)
 		return

@@ -93,7 +93,7 @@ func (p *proposer) submit(cmds ...command) { p.queueGroup(p.prepare(cmds...)) }
 func (p *proposer) prepare(cmds ...command) []proposal {
 	group := make([]proposal, 0, len(cmds))
 	for _, c := range cmds {
-		cmd, err := fsm.NewCommand(c.body)
+		cmd, err := newCommand(c.body)
 		if err != nil {
 			c.done(fsm.Result{}, err)
 			continue
@@ -143,6 +143,9 @@ func (p *proposer) batch() {
 			cmds[i] = q.cmd
 		}
 		data, err := fsm.Encode(cmds...)
+		for _, q := range batch {
+			recycle(q.cmd)
+		}
 		if err != nil {
 			finish(batch, nil, err)
 			continue
@@ -150,6 +153,36 @@ func (p *proposer) batch() {
 		// wait drains inflight until it is closed, so this send ends.
 		p.inflight <- inflight{future: p.raft.Apply(data, enqueueTimeout), batch: batch}
 	}
+}
+
+// payloads recycles the buffers commands are marshalled into: the batcher
+// copies each payload into its entry and drops it, so a fresh one was 1 KiB
+// more garbage per message sent, on the leader, which allocates the most.
+var payloads = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxRecycledPayload bounds the buffers kept for reuse: a rare large
+// message should not keep its buffer alive in the pool.
+const maxRecycledPayload = 64 << 10
+
+// newCommand is fsm.NewCommand with the payload in a recycled buffer;
+// the proposal's command goes back with recycle once encoded.
+func newCommand(body proto.Message) (*fsmpb.Command, error) {
+	buf := payloads.Get().(*[]byte)
+	cmd, err := fsm.NewCommandInto(*buf, body)
+	if err != nil {
+		payloads.Put(buf)
+		return nil, err
+	}
+	return cmd, nil
+}
+
+// recycle hands a command's payload buffer back once nothing reads it.
+func recycle(cmd *fsmpb.Command) {
+	if c := cap(cmd.Payload); c > 0 && c <= maxRecycledPayload {
+		buf := cmd.Payload[:0]
+		payloads.Put(&buf)
+	}
+	cmd.Payload = nil
 }
 
 func groupSize(group []proposal) int {

@@ -1,6 +1,7 @@
 package member
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -271,5 +272,51 @@ func TestReplica_ConsumerOfReleasedSessionIsDetached(t *testing.T) {
 	waitFor(t, "consumer detached", func() bool { return r.Consumers() == 0 })
 	if st := r.Stats(); st.Pending != 1 || c.count() != 0 {
 		t.Fatalf("stats %+v, pushed %d; want the message pending and nothing pushed", st, c.count())
+	}
+}
+
+// Concurrent sends marshal their commands into recycled buffers and the
+// batcher packs many into one entry: each message must still come out with
+// its own body, whether pushed to a consumer in the send's entry or
+// delivered later from the queue. A buffer recycled while still read is
+// also a data race, which make test's -race reports here.
+func TestReplica_ConcurrentSendsKeepTheirOwnBodies(t *testing.T) {
+	ctx := context.Background()
+	r := testReplica(t, t.TempDir())
+	if err := r.OpenSession(ctx, "s1", "owner"); err != nil {
+		t.Fatal(err)
+	}
+	var c collector
+	if err := r.AddConsumer(&Consumer{ID: "c1", Session: "s1", Push: c.push}, 100); err != nil {
+		t.Fatal(err)
+	}
+	const senders, sends = 8, 40
+	bodyOf := func(id string) []byte { return bytes.Repeat([]byte(id), 1+len(id)*7%50) }
+	var wg sync.WaitGroup
+	errs := make(chan error, senders)
+	for s := range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range sends {
+				id := fmt.Sprintf("s%d-%03d", s, i)
+				if _, err := r.Enqueue(ctx, []*fsmpb.Message{{Id: id, Body: bodyOf(id), Priority: 4}}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	r.Credit("c1", senders*sends)
+	waitFor(t, "every message delivered", func() bool { return c.count() == senders*sends })
+	for _, d := range c.deliveries() {
+		if !bytes.Equal(d.Message.Body, bodyOf(d.Message.Id)) {
+			t.Errorf("%s delivered with body %q, want %q", d.Message.Id, d.Message.Body, bodyOf(d.Message.Id))
+		}
 	}
 }
