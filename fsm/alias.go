@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"errors"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -9,52 +10,39 @@ import (
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 )
 
-// Bodies are most of an entry's bytes, and proto.Unmarshal copies every
-// bytes field: decoding an Enqueue made one more copy of each body, on
-// every replica, only for the member package to write it to its body files
-// a moment later. A member that tracks its bodies therefore decodes an
-// Enqueue with each body a slice of the entry's own bytes, and
-// PutBodiesAway copies the bodies it keeps in memory (detachAliased), so no
-// entry stays in memory for its bodies after the batch that applied it. The
-// rest of each message is decoded by proto.Unmarshal, so protobuf's rules
-// (UTF-8, maps, unknown fields, the last value of a field winning) hold as
-// before; an Enqueue of any other shape is decoded by proto.Unmarshal
-// whole.
+// A member that tracks its bodies decodes an Enqueue with each body a slice
+// of the entry, and owns a body (ownBody) only when it keeps it past the
+// batch: fsm/DESIGN.md says why and what it saves.
 
 // decodeEnqueueAliasing decodes an Enqueue as proto.Unmarshal does, except
 // that each message's body aliases payload.
 func decodeEnqueueAliasing(payload []byte) (*fsmpb.Enqueue, error) {
 	e := new(fsmpb.Enqueue)
-	for b := payload; len(b) > 0; {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return unmarshalCopying(payload)
-		}
-		b = b[n:]
+	err := eachField(payload, func(num protowire.Number, typ protowire.Type, v uint64, b []byte) error {
 		switch {
 		case num == 1 && typ == protowire.VarintType:
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return unmarshalCopying(payload)
-			}
-			e.Now, b = int64(v), b[n:]
+			e.Now = int64(v)
 		case num == 2 && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return unmarshalCopying(payload)
-			}
-			msg, err := decodeMessageAliasing(v)
+			msg, err := decodeMessageAliasing(b)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			e.Messages, b = append(e.Messages, msg), b[n:]
+			e.Messages = append(e.Messages, msg)
 		default:
-			// Unknown fields of a newer version: kept as protobuf keeps them.
-			return unmarshalCopying(payload)
+			return errNotPlain
 		}
+		return nil
+	})
+	if err != nil {
+		// Broken bytes, or fields of a newer version: protobuf decides
+		// what they make, or which error.
+		return unmarshalCopying(payload)
 	}
 	return e, nil
 }
+
+// errNotPlain: an Enqueue with fields decodeEnqueueAliasing leaves to protobuf.
+var errNotPlain = errors.New("not a plain enqueue")
 
 func unmarshalCopying(payload []byte) (*fsmpb.Enqueue, error) {
 	e := new(fsmpb.Enqueue)
@@ -114,14 +102,23 @@ func (m *Member) enqueueAliasing(c *fsmpb.Enqueue) Result {
 	return m.enqueue(c)
 }
 
-// detachAliased copies the bodies of the messages stored since the last
-// call whose bodies alias their entry and that the state still holds.
+// ownBody gives msg a body of its own if it aliased its entry's: one the
+// state keeps past the batch that stored it. A copy, not a change, as in
+// PutBodiesAway.
+func (m *Member) ownBody(msg *message) {
+	if msg.aliased {
+		msg.msg = WithBody(msg.msg, bytes.Clone(msg.msg.Body))
+		msg.aliased = false
+	}
+}
+
+// detachAliased owns the bodies of the messages stored since the last call
+// that the state still holds in memory.
 func (m *Member) detachAliased() {
 	t := m.bodies
 	for _, msg := range t.aliased {
-		if m.messages[msg.msg.Id] == msg && !msg.away.Away() && len(msg.msg.Body) > 0 {
-			// A copy, not a change, as in PutBodiesAway.
-			msg.msg = WithBody(msg.msg, bytes.Clone(msg.msg.Body))
+		if m.messages[msg.msg.Id] == msg {
+			m.ownBody(msg)
 		}
 	}
 	clear(t.aliased)

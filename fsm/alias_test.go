@@ -59,8 +59,8 @@ func aliasSeeds(t testing.TB) map[string][]byte {
 }
 
 // checkAliasingDecode holds the aliasing decoder to proto.Unmarshal: the
-// same message or an error from both; and every body it returns lies
-// within the payload.
+// same message or an error from both. (That bodies alias the payload is
+// TestDecodeEnqueueAliasing_BodiesAreSlicesOfThePayload's.)
 func checkAliasingDecode(t *testing.T, payload []byte) {
 	t.Helper()
 	got, err := fsm.DecodeEnqueueAliasing(payload)
@@ -139,6 +139,12 @@ func TestMember_KeepsNoEntryAfterPuttingBodiesAway(t *testing.T) {
 	if st := f.lookup("m3"); !within(st.Message.Body, data) {
 		t.Fatal("m3's body was copied out of its entry: the member tracks its bodies, so it should alias them until PutBodiesAway")
 	}
+	// A delivery may wait in a consumer's buffers for long: its body is
+	// its own from the start.
+	delivered := res[1].Delivered[0].Message
+	if delivered.Id != "m0" || within(delivered.Body, data) {
+		t.Fatalf("delivery of %s aliases its entry", delivered.Id)
+	}
 	// Keep 3 bodies' worth: m0 (delivered), m1, m2 stay, m3..m5 go away.
 	shelf := newBodyShelf(t)
 	if err := f.m.PutBodiesAway(18, shelf.put); err != nil {
@@ -146,6 +152,9 @@ func TestMember_KeepsNoEntryAfterPuttingBodiesAway(t *testing.T) {
 	}
 	for i := range data {
 		data[i] = 0xAA
+	}
+	if string(delivered.Body) != "body-0" {
+		t.Errorf("delivery of m0 has body %q after its entry changed", delivered.Body)
 	}
 	for i := range 6 {
 		id := fmt.Sprintf("m%d", i)

@@ -131,6 +131,7 @@ func (m *Member) PutBodiesAway(limit int64, put func(bodies [][]byte) ([]BodyRef
 		// A copy, not a change: Results, images and transactions taken
 		// before share the message and may still read its body.
 		msg.msg = WithBody(msg.msg, nil)
+		msg.aliased = false
 		msg.away = refs[i]
 		t.held -= int64(refs[i].Len)
 	}
@@ -172,6 +173,7 @@ func (t *bodyTracking) stored(msg *message) {
 	if t != nil && !msg.away.Away() {
 		t.held += int64(len(msg.msg.Body))
 		if t.aliasing && len(msg.msg.Body) > 0 {
+			msg.aliased = true
 			t.aliased = append(t.aliased, msg)
 		}
 	}

@@ -104,8 +104,9 @@ func commandTypeOf(body proto.Message) (fsmpb.CommandType, bool) {
 //
 // The envelope is read by hand rather than by proto.Unmarshal, which copies
 // every bytes field: each command's Payload here is a slice of data, so a
-// message body is copied once on its way into the state (when its command
-// is decoded) instead of twice. The result must not outlive data's
+// message body is copied at most once on its way into the state (when its
+// command is decoded; not even then for a member that tracks its bodies,
+// fsm/DESIGN.md). The result must not outlive data's
 // contents; Raft never changes an entry's data. FuzzDecode holds this
 // reader to proto.Unmarshal's answers.
 func Decode(data []byte) (*fsmpb.Entry, error) {

@@ -12,10 +12,8 @@
 //     time and ids are decided by the leader and carried in the command
 //     (Enqueue.now, Deliver.now, Expire.now, message ids). Map iteration
 //     never decides an outcome.
-//   - Apply keeps no reference to the entry's bytes, with one exception:
-//     a member that tracks its bodies keeps the bodies an Enqueue stored
-//     as slices of the entry until the next PutBodiesAway, which puts them
-//     away or copies them (alias.go). The caller never modifies an entry.
+//   - The caller never modifies an entry's bytes, and Apply keeps no
+//     reference to them past the next PutBodiesAway (fsm/DESIGN.md).
 //   - Where a body is, held here or put away by the caller
 //     (PutBodiesAway, BodyRef), is replica-local: nothing replicated
 //     depends on it, and a snapshot writes every body wherever it is.

@@ -32,7 +32,9 @@ type message struct {
 	seq         uint64
 	size        int64
 	redelivered bool
-	count       uint32
+	// aliased: msg's body is a slice of the entry it came in (alias.go).
+	aliased bool
+	count   uint32
 	// deliveryID and session are set while the message is delivered.
 	deliveryID uint64
 	session    *session
@@ -164,10 +166,9 @@ var memberHandlers = func() map[fsmpb.CommandType]handler[*Member] {
 // Apply applies the log entry at index. It returns one Result per command.
 // An entry at or below the last applied index is skipped (nil, nil), so a
 // replayed entry is harmless. An error wraps ErrCorrupt: the entry changed
-// nothing and the replica must stop. Apply keeps no reference to data,
-// except that a member that tracks its bodies (TrackBodies) keeps the
-// bodies of stored messages as slices of data until the next
-// PutBodiesAway: the caller must not modify data.
+// nothing and the replica must stop. The caller must not modify data: a
+// member that tracks its bodies keeps bodies as slices of it until the next
+// PutBodiesAway (fsm/DESIGN.md).
 func (m *Member) Apply(index uint64, data []byte) ([]Result, error) {
 	if index <= m.applied {
 		return nil, nil
@@ -308,6 +309,9 @@ func (m *Member) deliver(c *fsmpb.Deliver) Result {
 			continue
 		}
 		m.popPending(msg)
+		// A delivery may wait in a consumer's buffers long after this
+		// batch: it must not keep the entry alive.
+		m.ownBody(msg)
 		msg.count++
 		msg.deliveryID = m.nextDelivery
 		m.nextDelivery++

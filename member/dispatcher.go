@@ -146,7 +146,7 @@ func (r *Replica) submitEnqueue(c *fsmpb.Enqueue, done func(fsm.Result, error)) 
 	// Encoded here rather than by prop.submit, before submitMu is taken:
 	// the bodies are the costly part, and concurrent sends encode theirs
 	// side by side.
-	cmd, err := newCommand(c)
+	send, err := newProposal(c, nil)
 	if err != nil {
 		done(fsm.Result{}, err)
 		return
@@ -156,7 +156,7 @@ func (r *Replica) submitEnqueue(c *fsmpb.Enqueue, done func(fsm.Result, error)) 
 	r.mu.Lock()
 	picks, all := r.dealEnqueueLocked(c)
 	r.mu.Unlock()
-	send := proposal{cmd: cmd, done: r.tracked(!all, done)}
+	send.done = r.tracked(!all, done)
 	r.prop.queueGroup(append([]proposal{send}, r.prop.prepare(r.deliveries(picks, c.Now)...)...))
 }
 

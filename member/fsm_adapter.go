@@ -66,6 +66,8 @@ func (a *memberFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		}
 		res, err := a.m.Apply(l.Index, l.Data)
 		if err != nil {
+			// The entries before it applied; their bodies leave them.
+			a.putBodiesAwayLocked()
 			a.mu.Unlock()
 			a.corrupt(fmt.Errorf("entry %d: %w", l.Index, err))
 			return out

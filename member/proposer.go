@@ -40,7 +40,9 @@ var ErrBusy = errors.New("member: raft is too busy to take the command")
 var ErrOutcomeUnknown = errors.New("member: outcome unknown")
 
 type proposal struct {
-	cmd  *fsmpb.Command
+	cmd *fsmpb.Command
+	// buf is the recycled buffer cmd's payload was marshalled into.
+	buf  *[]byte
 	done func(fsm.Result, error)
 }
 
@@ -93,12 +95,12 @@ func (p *proposer) submit(cmds ...command) { p.queueGroup(p.prepare(cmds...)) }
 func (p *proposer) prepare(cmds ...command) []proposal {
 	group := make([]proposal, 0, len(cmds))
 	for _, c := range cmds {
-		cmd, err := newCommand(c.body)
+		q, err := newProposal(c.body, c.done)
 		if err != nil {
 			c.done(fsm.Result{}, err)
 			continue
 		}
-		group = append(group, proposal{cmd: cmd, done: c.done})
+		group = append(group, q)
 	}
 	return group
 }
@@ -144,7 +146,7 @@ func (p *proposer) batch() {
 		}
 		data, err := fsm.Encode(cmds...)
 		for _, q := range batch {
-			recycle(q.cmd)
+			q.recycle()
 		}
 		if err != nil {
 			finish(batch, nil, err)
@@ -164,25 +166,25 @@ var payloads = sync.Pool{New: func() any { return new([]byte) }}
 // message should not keep its buffer alive in the pool.
 const maxRecycledPayload = 64 << 10
 
-// newCommand is fsm.NewCommand with the payload in a recycled buffer;
-// the proposal's command goes back with recycle once encoded.
-func newCommand(body proto.Message) (*fsmpb.Command, error) {
+// newProposal marshals body into a recycled buffer; the batcher hands it
+// back (recycle) once it has copied the payload into the entry.
+func newProposal(body proto.Message, done func(fsm.Result, error)) (proposal, error) {
 	buf := payloads.Get().(*[]byte)
 	cmd, err := fsm.NewCommandInto(*buf, body)
 	if err != nil {
 		payloads.Put(buf)
-		return nil, err
+		return proposal{}, err
 	}
-	return cmd, nil
+	return proposal{cmd: cmd, buf: buf, done: done}, nil
 }
 
-// recycle hands a command's payload buffer back once nothing reads it.
-func recycle(cmd *fsmpb.Command) {
-	if c := cap(cmd.Payload); c > 0 && c <= maxRecycledPayload {
-		buf := cmd.Payload[:0]
-		payloads.Put(&buf)
+// recycle hands the payload's buffer back once nothing reads it.
+func (q proposal) recycle() {
+	if c := cap(q.cmd.Payload); q.buf != nil && c <= maxRecycledPayload {
+		*q.buf = q.cmd.Payload[:0]
+		payloads.Put(q.buf)
 	}
-	cmd.Payload = nil
+	q.cmd.Payload = nil
 }
 
 func groupSize(group []proposal) int {

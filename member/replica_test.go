@@ -291,7 +291,12 @@ func TestReplica_ConcurrentSendsKeepTheirOwnBodies(t *testing.T) {
 		t.Fatal(err)
 	}
 	const senders, sends = 8, 40
-	bodyOf := func(id string) []byte { return bytes.Repeat([]byte(id), 1+len(id)*7%50) }
+	// From 7 bytes to 3 KiB, so buffers of every size are recycled.
+	bodyOf := func(id string) []byte {
+		var s, i int
+		fmt.Sscanf(id, "s%d-%d", &s, &i)
+		return bytes.Repeat([]byte(id), 1+(s*sends+i)*37%450)
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, senders)
 	for s := range senders {
