@@ -162,9 +162,13 @@ func (p *proposer) batch() {
 // more garbage per message sent, on the leader, which allocates the most.
 var payloads = sync.Pool{New: func() any { return new([]byte) }}
 
-// maxRecycledPayload bounds the buffers kept for reuse: a rare large
-// message should not keep its buffer alive in the pool.
-const maxRecycledPayload = 64 << 10
+// maxRecycledPayload bounds the buffers kept for reuse. It is an entry's
+// worth, so the sends of asynchronous producers, which come in batches of
+// up to 512 KiB, are recycled too (a 64 KiB bound left them all to the
+// collector: a fifth of what the leader allocated in a run of them). The
+// pool holds about one buffer per proposal in flight and empties itself
+// over two collections, so a rare large one is not kept for long.
+const maxRecycledPayload = maxBatchBytes
 
 // newProposal marshals body into a recycled buffer; the batcher hands it
 // back (recycle) once it has copied the payload into the entry.
