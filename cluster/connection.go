@@ -720,7 +720,7 @@ func (c *connection) recoverThen(no uint64, done func(*clientpb.RecoverResult, e
 	result := &clientpb.RecoverResult{}
 	f := newFanout(len(members), func(err error) { done(result, err) })
 	for _, name := range members {
-		c.n.submitAsync(name, &fsmpb.Recover{Session: s.id}, func(res fsm.Result, err error) {
+		c.n.submitRepeatable(name, &fsmpb.Recover{Session: s.id}, func(res fsm.Result, err error) {
 			if err == nil && res.Err == nil {
 				mu.Lock()
 				result.Watermarks = append(result.Watermarks, &clientpb.Watermark{Member: name, FirstValid: res.Watermark})

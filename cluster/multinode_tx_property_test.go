@@ -56,7 +56,7 @@ func TestTx_Property_RandomInterleavings(t *testing.T) {
 			if commit {
 				err = w.s.Commit(ctx)
 			} else {
-				err = rollback(ctx, w.s)
+				err = w.s.Rollback(ctx)
 			}
 			if err != nil {
 				rt.Fatalf("commit %v: %v", commit, err)

@@ -219,26 +219,6 @@ func TestTx_FrontEndKilledMidTransaction(t *testing.T) {
 	}
 }
 
-// rollback rolls s's transaction back, and again when a try got no answer
-// (a member's leader stepped down under it, as one does now and then under
-// -race on two cores): a rollback recovers the session on each of its
-// members, which is safe to repeat, and an application that got no answer
-// does just that.
-func rollback(ctx context.Context, s *client.Session) error {
-	var err error
-	for range 5 {
-		if err = s.Rollback(ctx); err == nil || ctx.Err() != nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	return err
-}
-
 // Many transacted sessions take the same messages concurrently: each
 // message is consumed-and-committed exactly once, and every committed send
 // is there once.
@@ -283,7 +263,7 @@ func TestTx_ConcurrentTransactionsOnTheSameMessages(t *testing.T) {
 				}
 				// Every third transaction rolls back and is done again.
 				if m.Body[len(m.Body)-1]%3 == 0 && !m.Redelivered {
-					if err := rollback(ctx, tx); err != nil {
+					if err := tx.Rollback(ctx); err != nil {
 						t.Errorf("worker %d: rollback: %v", w, err)
 						return
 					}

@@ -1,0 +1,73 @@
+package cluster
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/cairnmq/cairn/client"
+)
+
+// A session recovers on a member whose leader is cut off from the other
+// replicas just before: the Recover goes into the old leader's log, which
+// can no longer commit it, and the leader steps down without an answer.
+// The front-end sends it again (a Recover applied twice does what it does
+// once) to the new leader once it can reach one, so the client's Recover
+// returns no error and the three messages the session held come back,
+// marked redelivered. Without the resend the client got "outcome unknown"
+// for a failover it could do nothing about.
+func TestCluster_RecoverIsSentAgainWhenItsLeaderStepsDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for a leader to step down and a new one to be elected")
+	}
+	tc := newMultiNode(t, 3)
+	ctx := testCtx(t)
+	if _, err := tc.admin("n1").CreateQueue(ctx, "rec", client.QueueOptions{Members: 1}); err != nil {
+		t.Fatal(err)
+	}
+	host := tc.waitHost("rec#0")
+	s := mustSession(t, tc.dial(host), client.ClientAck)
+	sent := sendN(t, ctx, mustProducer(t, s, "rec"), "m", 3)
+	k := mustConsumer(t, ctx, s, "rec")
+	for i := range sent {
+		m, err := k.ReceiveTimeout(5 * time.Second)
+		if err != nil || m == nil {
+			t.Fatalf("receive %d: %v, %v", i, m, err)
+		}
+	}
+
+	tc.isolate(host)
+	recovered := make(chan error, 1)
+	go func() { recovered <- s.Recover(ctx) }()
+	r, _ := tc.node(host).groups.replica("rec#0")
+	waitFor(t, 10*time.Second, "the cut-off leader to step down", func() bool { return !r.Leading() })
+	select {
+	case err := <-recovered:
+		t.Fatalf("Recover returned (%v) while its member had no leader this node could reach", err)
+	default:
+	}
+	tc.rejoin(host)
+	select {
+	case err := <-recovered:
+		if err != nil {
+			t.Fatalf("Recover across the failover: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Recover did not return 15 s after the links were healed")
+	}
+
+	got := map[string]bool{}
+	for len(got) < len(sent) {
+		m, err := k.ReceiveTimeout(10 * time.Second)
+		if err != nil || m == nil {
+			t.Fatalf("after the recover, %d of %d messages came back (%v); receive: %v", len(got), len(sent), got, err)
+		}
+		if !m.Redelivered {
+			t.Errorf("%s came back without Redelivered", m.Body)
+		}
+		got[string(m.Body)] = true
+	}
+	if want := fmt.Sprint(map[string]bool{"m0": true, "m1": true, "m2": true}); fmt.Sprint(got) != want {
+		t.Errorf("redelivered %v, want %v", got, want)
+	}
+}
