@@ -165,10 +165,16 @@ var payloads = sync.Pool{New: func() any { return new([]byte) }}
 // maxRecycledPayload bounds the buffers kept for reuse. It is an entry's
 // worth, so the sends of asynchronous producers, which come in batches of
 // up to 512 KiB, are recycled too (a 64 KiB bound left them all to the
-// collector: a fifth of what the leader allocated in a run of them). The
-// pool holds about one buffer per proposal in flight and empties itself
-// over two collections, so a rare large one is not kept for long.
+// collector: a fifth of what the leader allocated in a run of them).
 const maxRecycledPayload = maxBatchBytes
+
+// smallPayload is the size up to which a buffer is always recycled. A
+// larger one goes back only when its payload filled a quarter of it: the
+// pool hands any buffer to any command, and a batch-sized buffer that keeps
+// carrying acks would otherwise stay in use for as long as traffic lasts
+// (golang/go#23199), so large buffers are kept only for about as many
+// large payloads as are in flight.
+const smallPayload = 64 << 10
 
 // newProposal marshals body into a recycled buffer; the batcher hands it
 // back (recycle) once it has copied the payload into the entry.
@@ -184,7 +190,7 @@ func newProposal(body proto.Message, done func(fsm.Result, error)) (proposal, er
 
 // recycle hands the payload's buffer back once nothing reads it.
 func (q proposal) recycle() {
-	if c := cap(q.cmd.Payload); q.buf != nil && c <= maxRecycledPayload {
+	if c := cap(q.cmd.Payload); q.buf != nil && c <= maxRecycledPayload && (c <= smallPayload || len(q.cmd.Payload) >= c/4) {
 		*q.buf = q.cmd.Payload[:0]
 		payloads.Put(q.buf)
 	}

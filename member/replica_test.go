@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -290,11 +291,18 @@ func TestReplica_ConcurrentSendsKeepTheirOwnBodies(t *testing.T) {
 	if err := r.AddConsumer(&Consumer{ID: "c1", Session: "s1", Push: c.push}, 100); err != nil {
 		t.Fatal(err)
 	}
-	const senders, sends = 8, 40
-	// From 7 bytes to 3 KiB, so buffers of every size are recycled.
+	// Every fifth send is a batch of 40 messages of about 2.6 KiB, as an
+	// asynchronous producer sends them: its payload, over 64 KiB, goes to the
+	// buffers kept only while they are a quarter full.
+	const senders, sends, batch = 8, 40, 40
+	// Single messages from 7 bytes to 3 KiB, so buffers of every size are
+	// recycled.
 	bodyOf := func(id string) []byte {
 		var s, i int
 		fmt.Sscanf(id, "s%d-%d", &s, &i)
+		if strings.Contains(id, "-b") {
+			return bytes.Repeat([]byte(id), 200)
+		}
 		return bytes.Repeat([]byte(id), 1+(s*sends+i)*37%450)
 	}
 	var wg sync.WaitGroup
@@ -305,7 +313,15 @@ func TestReplica_ConcurrentSendsKeepTheirOwnBodies(t *testing.T) {
 			defer wg.Done()
 			for i := range sends {
 				id := fmt.Sprintf("s%d-%03d", s, i)
-				if _, err := r.Enqueue(ctx, []*fsmpb.Message{{Id: id, Body: bodyOf(id), Priority: 4}}); err != nil {
+				msgs := []*fsmpb.Message{{Id: id, Body: bodyOf(id), Priority: 4}}
+				if i%5 == 0 {
+					msgs = msgs[:0]
+					for j := range batch {
+						id := fmt.Sprintf("s%d-%03d-b%02d", s, i, j)
+						msgs = append(msgs, &fsmpb.Message{Id: id, Body: bodyOf(id), Priority: 4})
+					}
+				}
+				if _, err := r.Enqueue(ctx, msgs); err != nil {
 					errs <- err
 					return
 				}
@@ -317,8 +333,9 @@ func TestReplica_ConcurrentSendsKeepTheirOwnBodies(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	r.Credit("c1", senders*sends)
-	waitFor(t, "every message delivered", func() bool { return c.count() == senders*sends })
+	total := senders * (sends + sends/5*(batch-1))
+	r.Credit("c1", total)
+	waitFor(t, "every message delivered", func() bool { return c.count() == total })
 	for _, d := range c.deliveries() {
 		if !bytes.Equal(d.Message.Body, bodyOf(d.Message.Id)) {
 			t.Errorf("%s delivered with body %q, want %q", d.Message.Id, d.Message.Body, bodyOf(d.Message.Id))
