@@ -719,8 +719,10 @@ func (c *connection) recoverThen(no uint64, done func(*clientpb.RecoverResult, e
 	var mu sync.Mutex
 	result := &clientpb.RecoverResult{}
 	f := newFanout(len(members), func(err error) { done(result, err) })
+	// One attempt for every member and every try: a member applies it once.
+	attempt := newID(16)
 	for _, name := range members {
-		c.n.submitRepeatable(name, &fsmpb.Recover{Session: s.id}, func(res fsm.Result, err error) {
+		c.n.submitRepeatable(name, &fsmpb.Recover{Session: s.id, Attempt: attempt}, func(res fsm.Result, err error) {
 			if err == nil && res.Err == nil {
 				mu.Lock()
 				result.Watermarks = append(result.Watermarks, &clientpb.Watermark{Member: name, FirstValid: res.Watermark})

@@ -11,11 +11,12 @@ import (
 // A session recovers on a member whose leader is cut off from the other
 // replicas just before: the Recover goes into the old leader's log, which
 // can no longer commit it, and the leader steps down without an answer.
-// The front-end sends it again (a Recover applied twice does what it does
-// once) to the new leader once it can reach one, so the client's Recover
-// returns no error and the three messages the session held come back,
-// marked redelivered. Without the resend the client got "outcome unknown"
-// for a failover it could do nothing about.
+// The front-end sends the same attempt again (a member applies an attempt
+// once: fsm's TestRecover_RepeatedAttemptChangesNothing) to the new leader
+// once it can reach one, so the client's Recover returns no error and the
+// three messages the session held come back once each, marked redelivered,
+// on their second delivery. Without the resend the client got "outcome
+// unknown" for a failover it could do nothing about.
 func TestCluster_RecoverIsSentAgainWhenItsLeaderStepsDown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for a leader to step down and a new one to be elected")
@@ -38,7 +39,7 @@ func TestCluster_RecoverIsSentAgainWhenItsLeaderStepsDown(t *testing.T) {
 
 	tc.isolate(host)
 	recovered := make(chan error, 1)
-	go func() { recovered <- s.Recover(ctx) }()
+	go func() { recovered <- s.Recover(stepCtx(t, 30*time.Second)) }()
 	r, _ := tc.node(host).groups.replica("rec#0")
 	waitFor(t, 10*time.Second, "the cut-off leader to step down", func() bool { return !r.Leading() })
 	select {
@@ -62,12 +63,16 @@ func TestCluster_RecoverIsSentAgainWhenItsLeaderStepsDown(t *testing.T) {
 		if err != nil || m == nil {
 			t.Fatalf("after the recover, %d of %d messages came back (%v); receive: %v", len(got), len(sent), got, err)
 		}
-		if !m.Redelivered {
-			t.Errorf("%s came back without Redelivered", m.Body)
+		if got[string(m.Body)] {
+			t.Fatalf("%s came back twice", m.Body)
 		}
 		got[string(m.Body)] = true
+		if !m.Redelivered || m.DeliveryCount != 2 {
+			t.Errorf("%s came back with Redelivered %v, delivery count %d; want true, 2", m.Body, m.Redelivered, m.DeliveryCount)
+		}
 	}
 	if want := fmt.Sprint(map[string]bool{"m0": true, "m1": true, "m2": true}); fmt.Sprint(got) != want {
 		t.Errorf("redelivered %v, want %v", got, want)
 	}
+	expectNothing(t, k, 300*time.Millisecond)
 }

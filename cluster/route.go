@@ -93,22 +93,48 @@ func (n *Node) discoverLeader(name string) string {
 // one that may have reached it and got no answer is not: done gets an error
 // wrapping member.ErrOutcomeUnknown. done must not block.
 func (n *Node) submitAsync(name string, body proto.Message, done func(fsm.Result, error)) {
-	n.attempt(name, body, false, time.Now().Add(routeWindow), done)
+	n.attempt(name, body, time.Now().Add(routeWindow), done)
 }
 
-// submitRepeatable is submitAsync for a command that has the same effect
-// applied twice as once (a Recover): one that may have reached the log and
-// got no answer, because its leader stepped down under it, is sent again
-// too, so a failover costs the client a retry rather than an error it
-// cannot act on.
+// submitRepeatable is submitAsync for a command that its member applies
+// once however often it comes (a Recover naming its attempt): one that got
+// no answer, because its leader stepped down under it, is sent again too,
+// until routeWindow passes, so a failover costs the client a slower answer
+// rather than an error it cannot act on. If the window ends after such a
+// try, the error still says the outcome is unknown.
 func (n *Node) submitRepeatable(name string, body proto.Message, done func(fsm.Result, error)) {
-	n.attempt(name, body, true, time.Now().Add(routeWindow), done)
+	deadline := time.Now().Add(routeWindow)
+	unanswered := false // tries run one after another: no lock needed
+	var try func()
+	try = func() {
+		n.attempt(name, body, deadline, func(res fsm.Result, err error) {
+			if !errors.Is(err, member.ErrOutcomeUnknown) {
+				if err != nil && unanswered {
+					err = fmt.Errorf("%w: an earlier try got no answer, then: %v", member.ErrOutcomeUnknown, err)
+				}
+				done(res, err)
+				return
+			}
+			unanswered = true
+			if !time.Now().Before(deadline) {
+				done(res, err)
+				return
+			}
+			// Off the caller's goroutine: it may be a proposer's or a stream's.
+			go func() {
+				select {
+				case <-time.After(50 * time.Millisecond):
+					try()
+				case <-n.stopped:
+					done(res, err)
+				}
+			}()
+		})
+	}
+	try()
 }
 
-// attempt sends body to its member's host, again after a pause while
-// none took it until deadline; repeatable also sends again a command whose
-// outcome is unknown.
-func (n *Node) attempt(name string, body proto.Message, repeatable bool, deadline time.Time, done func(fsm.Result, error)) {
+func (n *Node) attempt(name string, body proto.Message, deadline time.Time, done func(fsm.Result, error)) {
 	retry := func(err error) {
 		if !time.Now().Before(deadline) {
 			done(fsm.Result{}, fmt.Errorf("%w: member %s has no reachable host (is a majority of its replicas up and connected to this node?): %v", transport.ErrUnavailable, name, err))
@@ -122,7 +148,7 @@ func (n *Node) attempt(name string, body proto.Message, repeatable bool, deadlin
 				done(fsm.Result{}, fmt.Errorf("%w: node %s is stopping", transport.ErrNodeStopping, n.cfg.NodeID))
 				return
 			}
-			n.attempt(name, body, repeatable, deadline, done)
+			n.attempt(name, body, deadline, done)
 		}()
 	}
 	r, node := n.host(name)
@@ -130,8 +156,7 @@ func (n *Node) attempt(name string, body proto.Message, repeatable bool, deadlin
 	case r != nil:
 		r.Submit(body, func(res fsm.Result, err error) {
 			switch {
-			case errors.Is(err, member.ErrNotLeader), errors.Is(err, member.ErrBusy),
-				repeatable && errors.Is(err, member.ErrOutcomeUnknown):
+			case errors.Is(err, member.ErrNotLeader), errors.Is(err, member.ErrBusy):
 				retry(err)
 			default:
 				done(res, err)
@@ -151,10 +176,6 @@ func (n *Node) attempt(name string, body proto.Message, repeatable bool, deadlin
 				retry(err)
 			case errors.Is(err, errNoAnswer):
 				n.leaders.set(name, "")
-				if repeatable {
-					retry(err)
-					return
-				}
 				done(fsm.Result{}, fmt.Errorf("%w: %v", member.ErrOutcomeUnknown, err))
 			default:
 				done(fsm.Result{}, err)
@@ -178,7 +199,7 @@ func (n *Node) submitBy(ctx context.Context, name string, body proto.Message, de
 		err error
 	}
 	ch := make(chan outcome, 1)
-	n.attempt(name, body, false, deadline, func(r fsm.Result, err error) { ch <- outcome{r, err} })
+	n.attempt(name, body, deadline, func(r fsm.Result, err error) { ch <- outcome{r, err} })
 	select {
 	case o := <-ch:
 		if o.err == nil {

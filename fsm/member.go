@@ -66,6 +66,12 @@ type session struct {
 	id         string
 	owner      string
 	deliveries map[uint64]*message
+	// lastRecover is the attempt of the session's last recover, and
+	// lastRecoverWatermark what it answered: a front-end that got no answer
+	// sends the same attempt again, which must not take back what was
+	// delivered since (each delivery counts toward max_deliveries).
+	lastRecover          string
+	lastRecoverWatermark uint64
 }
 
 func bySeq(a, b *message) bool { return a.seq < b.seq }
@@ -444,7 +450,14 @@ func (m *Member) recover(c *fsmpb.Recover) Result {
 	if s == nil {
 		return Result{Err: fmt.Errorf("%w: %q", ErrUnknownSession, c.Session)}
 	}
-	return Result{Returned: m.requeueAll(s, c.Now), Watermark: m.nextDelivery}
+	if c.Attempt != "" && c.Attempt == s.lastRecover {
+		return Result{Watermark: s.lastRecoverWatermark}
+	}
+	returned := m.requeueAll(s, c.Now)
+	if c.Attempt != "" {
+		s.lastRecover, s.lastRecoverWatermark = c.Attempt, m.nextDelivery
+	}
+	return Result{Returned: returned, Watermark: m.nextDelivery}
 }
 
 // release of a session that is not open succeeds and does nothing: a

@@ -549,6 +549,50 @@ func TestRequeue_MaxDeliveriesCountsEveryDeliveryInOneRecover(t *testing.T) {
 	}
 }
 
+// A front-end that got no answer sends the same Recover attempt again. The
+// first was applied, and the member delivered the returned message to the
+// session again before the repeat came: the repeat must not take that
+// delivery back, which would count a delivery the application never saw and
+// dead-letter the message early, and it answers the first's watermark. Also
+// after a snapshot, which a new leader may have restored in between. A new
+// attempt recovers as usual.
+func TestRecover_RepeatedAttemptChangesNothing(t *testing.T) {
+	f := newMember(t)
+	f.open("s")
+	f.ok(&fsmpb.Configure{Settings: &fsmpb.MemberSettings{MaxDeliveries: 2}})
+	f.enqueue(0, msg("a"))
+	f.held("s", "a")
+	first := f.ok(&fsmpb.Recover{Session: "s", Now: 1, Attempt: "r1"})
+	if first.Returned != 1 {
+		t.Fatalf("first Recover = %+v", first)
+	}
+	f.held("s", "a")
+	repeat := func(how string, m *fsm.Member, index uint64) {
+		t.Helper()
+		before := state(t, m)
+		rs, err := m.Apply(index, entry(t, &fsmpb.Recover{Session: "s", Now: 2, Attempt: "r1"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := rs[0]; r.Err != nil || r.Returned != 0 || r.Watermark != first.Watermark {
+			t.Errorf("%s: repeated Recover = %+v, want nothing returned and watermark %d", how, r, first.Watermark)
+		}
+		sameState(t, m, before, how+": a repeated Recover")
+		if a, _ := m.Lookup("a"); a.Session != "s" || a.DeliveryCount != 2 || a.Dead {
+			t.Errorf("%s: after the repeat a = %+v, want still delivered to s, count 2", how, a)
+		}
+	}
+	repeat("restored from a snapshot", restore(t, snapshotBytes(t, f.m)), f.idx+1)
+	f.idx++
+	repeat("applied", f.m, f.idx)
+	if r := f.ok(&fsmpb.Recover{Session: "s", Now: 3, Attempt: "r2"}); r.Returned != 1 || r.Watermark <= first.Watermark {
+		t.Fatalf("a new attempt: Recover = %+v", r)
+	}
+	if a := f.lookup("a"); !a.Dead {
+		t.Fatalf("a after two deliveries and a new Recover = %+v, want dead (max 2)", a)
+	}
+}
+
 // ---- requeue: redelivery delay ----
 
 func TestRedeliveryDelay_GrowsWithTheDeliveryCountUpToTheCap(t *testing.T) {

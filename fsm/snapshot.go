@@ -93,7 +93,9 @@ func (m *Member) Capture() *MemberImage {
 		messages: msgs,
 	}
 	for _, s := range m.Sessions() {
-		img.header.Sessions = append(img.header.Sessions, &fsmpb.StoredSession{Id: s.ID, Owner: s.Owner})
+		own := m.sessions[s.ID]
+		img.header.Sessions = append(img.header.Sessions, &fsmpb.StoredSession{Id: s.ID, Owner: s.Owner,
+			LastRecover: own.lastRecover, LastRecoverWatermark: own.lastRecoverWatermark})
 	}
 	for _, r := range m.dedup.records() {
 		img.header.Dedup = append(img.header.Dedup, &fsmpb.DedupRecord{DedupId: r.dedupID, MessageId: r.messageID, At: r.at})
@@ -305,7 +307,8 @@ func (s *MemberSnapshot) Restore(next func() (*fsmpb.StoredMessage, BodyRef, err
 		m.settings = h.Settings
 	}
 	for _, s := range h.Sessions {
-		m.sessions[s.Id] = &session{id: s.Id, owner: s.Owner, deliveries: make(map[uint64]*message)}
+		m.sessions[s.Id] = &session{id: s.Id, owner: s.Owner, deliveries: make(map[uint64]*message),
+			lastRecover: s.LastRecover, lastRecoverWatermark: s.LastRecoverWatermark}
 	}
 	for _, d := range h.Dedup {
 		r := &dedupRecord{dedupID: d.DedupId, messageID: d.MessageId, at: d.At}

@@ -600,7 +600,11 @@ type Recover struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Session string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
 	// now (Unix ns, leader's clock) starts the redelivery delay, if any.
-	Now           int64 `protobuf:"varint,2,opt,name=now,proto3" json:"now,omitempty"`
+	Now int64 `protobuf:"varint,2,opt,name=now,proto3" json:"now,omitempty"`
+	// attempt names one recover, which a front-end may send again when it got
+	// no answer: a Recover whose attempt is the session's last changes nothing
+	// and answers that recover's watermark again. Empty: always recovers.
+	Attempt       string `protobuf:"bytes,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -647,6 +651,13 @@ func (x *Recover) GetNow() int64 {
 		return x.Now
 	}
 	return 0
+}
+
+func (x *Recover) GetAttempt() string {
+	if x != nil {
+		return x.Attempt
+	}
+	return ""
 }
 
 // Release ends a session (closed, its connection dropped, or its front-end
@@ -2262,11 +2273,14 @@ func (x *StoredMessage) GetMovingTo() string {
 }
 
 type StoredSession struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Owner         string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Owner string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	// The session's last recover (Recover.attempt) and the watermark it answered.
+	LastRecover          string `protobuf:"bytes,3,opt,name=last_recover,json=lastRecover,proto3" json:"last_recover,omitempty"`
+	LastRecoverWatermark uint64 `protobuf:"varint,4,opt,name=last_recover_watermark,json=lastRecoverWatermark,proto3" json:"last_recover_watermark,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *StoredSession) Reset() {
@@ -2311,6 +2325,20 @@ func (x *StoredSession) GetOwner() string {
 		return x.Owner
 	}
 	return ""
+}
+
+func (x *StoredSession) GetLastRecover() string {
+	if x != nil {
+		return x.LastRecover
+	}
+	return ""
+}
+
+func (x *StoredSession) GetLastRecoverWatermark() uint64 {
+	if x != nil {
+		return x.LastRecoverWatermark
+	}
+	return 0
 }
 
 // DedupRecord is one id of the window; message_id is empty for an id a
@@ -2766,10 +2794,11 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x03Ack\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12!\n" +
 	"\fdelivery_ids\x18\x02 \x03(\x04R\vdeliveryIds\x12\x13\n" +
-	"\x05up_to\x18\x03 \x01(\x04R\x04upTo\"5\n" +
+	"\x05up_to\x18\x03 \x01(\x04R\x04upTo\"O\n" +
 	"\aRecover\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x10\n" +
-	"\x03now\x18\x02 \x01(\x03R\x03now\"5\n" +
+	"\x03now\x18\x02 \x01(\x03R\x03now\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\tR\aattempt\"5\n" +
 	"\aRelease\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x10\n" +
 	"\x03now\x18\x02 \x01(\x03R\x03now\"W\n" +
@@ -2885,10 +2914,12 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\asession\x18\x06 \x01(\tR\asession\x12!\n" +
 	"\favailable_at\x18\a \x01(\x03R\vavailableAt\x12\x12\n" +
 	"\x04dead\x18\b \x01(\bR\x04dead\x12\x1b\n" +
-	"\tmoving_to\x18\t \x01(\tR\bmovingTo\"5\n" +
+	"\tmoving_to\x18\t \x01(\tR\bmovingTo\"\x8e\x01\n" +
 	"\rStoredSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
-	"\x05owner\x18\x02 \x01(\tR\x05owner\"W\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\x12!\n" +
+	"\flast_recover\x18\x03 \x01(\tR\vlastRecover\x124\n" +
+	"\x16last_recover_watermark\x18\x04 \x01(\x04R\x14lastRecoverWatermark\"W\n" +
 	"\vDedupRecord\x12\x19\n" +
 	"\bdedup_id\x18\x01 \x01(\tR\adedupId\x12\x1d\n" +
 	"\n" +
