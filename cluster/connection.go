@@ -68,6 +68,9 @@ type session struct {
 	// members are the members the session is open on, by address.
 	members   map[string]bool
 	consumers map[uint64]*consumer
+	// recovers counts the session's recovers: each names its attempt by it
+	// (fsmpb.Recover.attempt), so a resent one cannot recover twice.
+	recovers uint64
 }
 
 // consumer is a client's consumer. It is registered as soon as its creation
@@ -708,8 +711,11 @@ func (c *connection) recoverThen(no uint64, done func(*clientpb.RecoverResult, e
 	c.mu.Lock()
 	s, err := c.session(no)
 	var members []string
+	var attempt uint64 // the same for every member and every try
 	if err == nil {
 		members = membersOf(s)
+		s.recovers++
+		attempt = s.recovers
 	}
 	c.mu.Unlock()
 	if err != nil {
@@ -719,8 +725,6 @@ func (c *connection) recoverThen(no uint64, done func(*clientpb.RecoverResult, e
 	var mu sync.Mutex
 	result := &clientpb.RecoverResult{}
 	f := newFanout(len(members), func(err error) { done(result, err) })
-	// One attempt for every member and every try: a member applies it once.
-	attempt := newID(16)
 	for _, name := range members {
 		c.n.submitRepeatable(name, &fsmpb.Recover{Session: s.id, Attempt: attempt}, func(res fsm.Result, err error) {
 			if err == nil && res.Err == nil {

@@ -11,12 +11,13 @@ import (
 // A session recovers on a member whose leader is cut off from the other
 // replicas just before: the Recover goes into the old leader's log, which
 // can no longer commit it, and the leader steps down without an answer.
-// The front-end sends the same attempt again (a member applies an attempt
-// once: fsm's TestRecover_RepeatedAttemptChangesNothing) to the new leader
-// once it can reach one, so the client's Recover returns no error and the
-// three messages the session held come back once each, marked redelivered,
-// on their second delivery. Without the resend the client got "outcome
-// unknown" for a failover it could do nothing about.
+// The front-end sends the same attempt again to the new leader once it can
+// reach one, so the client's Recover returns no error and the three
+// messages the session held come back once each, marked redelivered, on
+// their second delivery. Without the resend the client got "outcome
+// unknown" for a failover it could do nothing about. Here the first try is
+// never committed; that a member applies a repeated attempt once, when the
+// first try was, is fsm's TestRecover_RepeatedAttemptChangesNothing.
 func TestCluster_RecoverIsSentAgainWhenItsLeaderStepsDown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for a leader to step down and a new one to be elected")

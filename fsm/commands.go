@@ -10,14 +10,47 @@ import (
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 )
 
-// EntryVersion is the version of the entry encoding this code writes and the
-// newest it reads.
-const EntryVersion = 1
+// EntryVersion is the newest version of the entry encoding this code reads.
+// Encode writes the oldest version that carries an entry's commands as this
+// code applies them, so a replica of an older build applies what it
+// understands and stops (ErrCorrupt) at the first entry it would apply
+// differently, rather than diverge:
+//   - 1: every entry but those below;
+//   - 2: one with a Recover that names its attempt (an older build, which
+//     knows no attempts, would recover again on a repeat that this one
+//     ignores).
+const EntryVersion = 2
 
 // Encode wraps typed command bodies into one log entry.
 func Encode(cmds ...*fsmpb.Command) ([]byte, error) {
-	return proto.Marshal(&fsmpb.Entry{Version: EntryVersion, Commands: cmds})
+	return proto.Marshal(&fsmpb.Entry{Version: entryVersionOf(cmds), Commands: cmds})
 }
+
+// entryVersionOf is the oldest entry version that carries cmds.
+func entryVersionOf(cmds []*fsmpb.Command) uint32 {
+	for _, c := range cmds {
+		if c.Type == fsmpb.CommandType_COMMAND_TYPE_RECOVER && hasField(c.Payload, recoverAttemptField) {
+			return 2
+		}
+	}
+	return 1
+}
+
+// recoverAttemptField is Recover.attempt's field number.
+const recoverAttemptField = 3
+
+// hasField reports whether the encoded message b sets field num (proto3
+// leaves a zero value out); a payload that does not parse has none.
+func hasField(b []byte, num protowire.Number) bool {
+	return eachField(b, func(n protowire.Number, _ protowire.Type, _ uint64, _ []byte) error {
+		if n == num {
+			return errFieldFound
+		}
+		return nil
+	}) == errFieldFound
+}
+
+var errFieldFound = errors.New("field found")
 
 // NewCommand builds a command of the type that matches body's Go type.
 func NewCommand(body proto.Message) (*fsmpb.Command, error) {
@@ -218,6 +251,12 @@ func applyEntry[S any](s S, table map[fsmpb.CommandType]handler[S], data []byte)
 		b, err := h.decode(c.Payload)
 		if err != nil {
 			return nil, fmt.Errorf("%w: command %d (%v): %v", ErrCorrupt, i, c.Type, err)
+		}
+		if r, ok := b.(*fsmpb.Recover); ok && e.Version < 2 {
+			// Written by an older leader, which forwarded a newer front-end's
+			// attempt as a field it did not know and whose replicas recover
+			// in full: so must this one.
+			r.Attempt = 0
 		}
 		bodies[i], hs[i] = b, h
 	}

@@ -66,11 +66,11 @@ type session struct {
 	id         string
 	owner      string
 	deliveries map[uint64]*message
-	// lastRecover is the attempt of the session's last recover, and
-	// lastRecoverWatermark what it answered: a front-end that got no answer
-	// sends the same attempt again, which must not take back what was
+	// lastRecover is the newest attempt the member applied for the session,
+	// and lastRecoverWatermark what it answered: a front-end that got no
+	// answer sends the same attempt again, which must not take back what was
 	// delivered since (each delivery counts toward max_deliveries).
-	lastRecover          string
+	lastRecover          uint64
 	lastRecoverWatermark uint64
 }
 
@@ -450,11 +450,11 @@ func (m *Member) recover(c *fsmpb.Recover) Result {
 	if s == nil {
 		return Result{Err: fmt.Errorf("%w: %q", ErrUnknownSession, c.Session)}
 	}
-	if c.Attempt != "" && c.Attempt == s.lastRecover {
+	if c.Attempt != 0 && c.Attempt <= s.lastRecover {
 		return Result{Watermark: s.lastRecoverWatermark}
 	}
 	returned := m.requeueAll(s, c.Now)
-	if c.Attempt != "" {
+	if c.Attempt != 0 {
 		s.lastRecover, s.lastRecoverWatermark = c.Attempt, m.nextDelivery
 	}
 	return Result{Returned: returned, Watermark: m.nextDelivery}

@@ -562,7 +562,7 @@ func TestRecover_RepeatedAttemptChangesNothing(t *testing.T) {
 	f.ok(&fsmpb.Configure{Settings: &fsmpb.MemberSettings{MaxDeliveries: 2}})
 	f.enqueue(0, msg("a"))
 	f.held("s", "a")
-	first := f.ok(&fsmpb.Recover{Session: "s", Now: 1, Attempt: "r1"})
+	first := f.ok(&fsmpb.Recover{Session: "s", Now: 1, Attempt: 1})
 	if first.Returned != 1 {
 		t.Fatalf("first Recover = %+v", first)
 	}
@@ -570,7 +570,7 @@ func TestRecover_RepeatedAttemptChangesNothing(t *testing.T) {
 	repeat := func(how string, m *fsm.Member, index uint64) {
 		t.Helper()
 		before := state(t, m)
-		rs, err := m.Apply(index, entry(t, &fsmpb.Recover{Session: "s", Now: 2, Attempt: "r1"}))
+		rs, err := m.Apply(index, entry(t, &fsmpb.Recover{Session: "s", Now: 2, Attempt: 1}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -585,11 +585,52 @@ func TestRecover_RepeatedAttemptChangesNothing(t *testing.T) {
 	repeat("restored from a snapshot", restore(t, snapshotBytes(t, f.m)), f.idx+1)
 	f.idx++
 	repeat("applied", f.m, f.idx)
-	if r := f.ok(&fsmpb.Recover{Session: "s", Now: 3, Attempt: "r2"}); r.Returned != 1 || r.Watermark <= first.Watermark {
+	if r := f.ok(&fsmpb.Recover{Session: "s", Now: 3, Attempt: 2}); r.Returned != 1 || r.Watermark <= first.Watermark {
 		t.Fatalf("a new attempt: Recover = %+v", r)
 	}
 	if a := f.lookup("a"); !a.Dead {
 		t.Fatalf("a after two deliveries and a new Recover = %+v, want dead (max 2)", a)
+	}
+}
+
+// Two recovers of one session overlap (the client gave up on the first and
+// recovered again): the first, resent after the second was applied, must
+// not take back what was delivered since, as the second took back all it
+// would have.
+func TestRecover_AnOlderAttemptAfterANewerChangesNothing(t *testing.T) {
+	f := newMember(t)
+	f.open("s")
+	f.enqueue(0, msg("a"))
+	f.held("s", "a")
+	f.ok(&fsmpb.Recover{Session: "s", Now: 1, Attempt: 1})
+	f.held("s", "a")
+	second := f.ok(&fsmpb.Recover{Session: "s", Now: 2, Attempt: 2})
+	f.held("s", "a")
+	before := state(t, f.m)
+	if r := f.ok(&fsmpb.Recover{Session: "s", Now: 3, Attempt: 1}); r.Returned != 0 || r.Watermark != second.Watermark {
+		t.Errorf("attempt 1 after 2 = %+v, want nothing returned and watermark %d", r, second.Watermark)
+	}
+	sameState(t, f.m, before, "an older attempt")
+	if a := f.lookup("a"); a.Session != "s" || a.DeliveryCount != 3 {
+		t.Errorf("a = %+v, want delivered to s, count 3", a)
+	}
+}
+
+// An older leader, which knows no attempts, forwards a newer front-end's
+// Recover with its attempt as a field it does not know, in a version 1
+// entry, and its replicas recover in full each time: a replica of this
+// build must do the same, or the two would diverge.
+func TestRecover_AttemptInAVersion1EntryIsIgnored(t *testing.T) {
+	f := newMember(t)
+	f.open("s")
+	f.enqueue(0, msg("a"))
+	for range 2 {
+		f.held("s", "a")
+		f.idx++
+		rs, err := f.m.Apply(f.idx, rawEntry(t, 1, fsm.MustCommand(&fsmpb.Recover{Session: "s", Attempt: 1})))
+		if err != nil || rs[0].Returned != 1 {
+			t.Fatalf("Recover in a version 1 entry = %+v, %v; want a full recover", rs, err)
+		}
 	}
 }
 

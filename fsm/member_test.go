@@ -979,9 +979,31 @@ func TestDecode_RejectsCorruptAndReadsValid(t *testing.T) {
 	}
 	data := entry(t, &fsmpb.Purge{}, &fsmpb.Recover{Session: "s"})
 	e, err := fsm.Decode(data)
-	if err != nil || e.GetVersion() != fsm.EntryVersion || len(e.GetCommands()) != 2 ||
+	if err != nil || e.GetVersion() != 1 || len(e.GetCommands()) != 2 ||
 		e.GetCommands()[1].GetType() != fsmpb.CommandType_COMMAND_TYPE_RECOVER {
 		t.Fatalf("Decode = %v, %v", e, err)
+	}
+}
+
+// An entry is written at the oldest version that carries its commands, so
+// that an older build stops at the first entry it would apply differently
+// and applies every other: a Recover naming its attempt makes version 2.
+func TestEncode_WritesTheOldestVersionThatCarriesTheEntry(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cmds []proto.Message
+		want uint32
+	}{
+		{"no commands", nil, 1},
+		{"a send", []proto.Message{&fsmpb.Enqueue{Now: 1, Messages: []*fsmpb.Message{{Id: "a"}}}}, 1},
+		{"a recover without an attempt", []proto.Message{&fsmpb.Recover{Session: "s", Now: 3}}, 1},
+		{"a recover with an attempt", []proto.Message{&fsmpb.Recover{Session: "s", Now: 3, Attempt: 1}}, 2},
+		{"an attempt after a send", []proto.Message{&fsmpb.Purge{}, &fsmpb.Recover{Session: "s", Attempt: 7}}, 2},
+	} {
+		e, err := fsm.Decode(entry(t, c.cmds...))
+		if err != nil || e.GetVersion() != c.want {
+			t.Errorf("%s: Decode = version %d, %v; want version %d", c.name, e.GetVersion(), err, c.want)
+		}
 	}
 }
 

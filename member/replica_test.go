@@ -291,9 +291,9 @@ func TestReplica_ConcurrentSendsKeepTheirOwnBodies(t *testing.T) {
 	if err := r.AddConsumer(&Consumer{ID: "c1", Session: "s1", Push: c.push}, 100); err != nil {
 		t.Fatal(err)
 	}
-	// Every fifth send is a batch of 40 messages of about 2.6 KiB, as an
-	// asynchronous producer sends them: its payload, over 64 KiB, goes to the
-	// buffers kept only while they are a quarter full.
+	// Every fifth send is a batch of 40 messages of 2,000 bytes, as an
+	// asynchronous producer sends them: its payload, about 80 KB, goes to
+	// the buffers kept only while they are a quarter full.
 	const senders, sends, batch = 8, 40, 40
 	// Single messages from 7 bytes to 3 KiB, so buffers of every size are
 	// recycled.

@@ -601,10 +601,14 @@ type Recover struct {
 	Session string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
 	// now (Unix ns, leader's clock) starts the redelivery delay, if any.
 	Now int64 `protobuf:"varint,2,opt,name=now,proto3" json:"now,omitempty"`
-	// attempt names one recover, which a front-end may send again when it got
-	// no answer: a Recover whose attempt is the session's last changes nothing
-	// and answers that recover's watermark again. Empty: always recovers.
-	Attempt       string `protobuf:"bytes,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// attempt numbers the session's recovers from 1, in the order its
+	// front-end made them; a front-end that got no answer sends the same one
+	// again. A Recover whose attempt is not above the last one the member
+	// applied for the session changes nothing and answers that one's
+	// watermark: a later recover already took back what this one would have.
+	// 0: always recovers (entries written before attempts). An entry that
+	// carries an attempt is of version 2.
+	Attempt       uint64 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -653,11 +657,11 @@ func (x *Recover) GetNow() int64 {
 	return 0
 }
 
-func (x *Recover) GetAttempt() string {
+func (x *Recover) GetAttempt() uint64 {
 	if x != nil {
 		return x.Attempt
 	}
-	return ""
+	return 0
 }
 
 // Release ends a session (closed, its connection dropped, or its front-end
@@ -2277,7 +2281,7 @@ type StoredSession struct {
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Owner string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
 	// The session's last recover (Recover.attempt) and the watermark it answered.
-	LastRecover          string `protobuf:"bytes,3,opt,name=last_recover,json=lastRecover,proto3" json:"last_recover,omitempty"`
+	LastRecover          uint64 `protobuf:"varint,3,opt,name=last_recover,json=lastRecover,proto3" json:"last_recover,omitempty"`
 	LastRecoverWatermark uint64 `protobuf:"varint,4,opt,name=last_recover_watermark,json=lastRecoverWatermark,proto3" json:"last_recover_watermark,omitempty"`
 	unknownFields        protoimpl.UnknownFields
 	sizeCache            protoimpl.SizeCache
@@ -2327,11 +2331,11 @@ func (x *StoredSession) GetOwner() string {
 	return ""
 }
 
-func (x *StoredSession) GetLastRecover() string {
+func (x *StoredSession) GetLastRecover() uint64 {
 	if x != nil {
 		return x.LastRecover
 	}
-	return ""
+	return 0
 }
 
 func (x *StoredSession) GetLastRecoverWatermark() uint64 {
@@ -2798,7 +2802,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\aRecover\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x10\n" +
 	"\x03now\x18\x02 \x01(\x03R\x03now\x12\x18\n" +
-	"\aattempt\x18\x03 \x01(\tR\aattempt\"5\n" +
+	"\aattempt\x18\x03 \x01(\x04R\aattempt\"5\n" +
 	"\aRelease\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x10\n" +
 	"\x03now\x18\x02 \x01(\x03R\x03now\"W\n" +
@@ -2918,7 +2922,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\rStoredSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12!\n" +
-	"\flast_recover\x18\x03 \x01(\tR\vlastRecover\x124\n" +
+	"\flast_recover\x18\x03 \x01(\x04R\vlastRecover\x124\n" +
 	"\x16last_recover_watermark\x18\x04 \x01(\x04R\x14lastRecoverWatermark\"W\n" +
 	"\vDedupRecord\x12\x19\n" +
 	"\bdedup_id\x18\x01 \x01(\tR\adedupId\x12\x1d\n" +
