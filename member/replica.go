@@ -521,14 +521,6 @@ func (r *Replica) Ack(ctx context.Context, session string, deliveryIDs []uint64)
 	return res.Acked, res.Rejected, err
 }
 
-// Recover returns the session's unacknowledged deliveries to pending; the
-// watermark is the first delivery id made after the recover.
-func (r *Replica) Recover(ctx context.Context, session string) (watermark uint64, err error) {
-	res, err := r.proposeResult(ctx, &fsmpb.Recover{Session: session})
-	r.kick()
-	return res.Watermark, err
-}
-
 // Release ends a session on this member.
 func (r *Replica) Release(ctx context.Context, session string) error {
 	err := r.propose(ctx, &fsmpb.Release{Session: session})
