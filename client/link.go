@@ -30,6 +30,9 @@ type link struct {
 	// mu, and read without it only once the link is installed.
 	id, node string
 	peers    []string
+	// maxFrame is the largest frame the server reads (0: it takes sends
+	// only as unary calls).
+	maxFrame int
 
 	sendMu sync.Mutex
 
@@ -105,7 +108,7 @@ func (c *Connection) openLink(ctx context.Context, addr string, gen uint64) (*li
 	h := reply.GetHello()
 	// Under mu: the reader may be reporting the link lost meanwhile.
 	l.mu.Lock()
-	l.id, l.node, l.peers = h.ConnectionId, h.NodeId, h.ClientAddrs
+	l.id, l.node, l.peers, l.maxFrame = h.ConnectionId, h.NodeId, h.ClientAddrs, int(h.MaxFrameBytes)
 	l.mu.Unlock()
 	return l, nil
 }
@@ -217,15 +220,21 @@ func (l *link) send(f *clientpb.ClientFrame) error {
 	return nil
 }
 
+// unsentError is the error of a request that never left: the link was
+// down before the frame was written.
+type unsentError struct{ error }
+
+func (e unsentError) Unwrap() error { return e.error }
+
 // requestAsync sends a frame; done gets its reply (with the reply's error,
-// typed) or the error that ended the link. It runs on the link's reader
-// goroutine and must not block.
+// typed) or the error that ended the link, an unsentError if the frame was
+// not written. It runs on the link's reader goroutine and must not block.
 func (l *link) requestAsync(f *clientpb.ClientFrame, done func(*clientpb.Reply, error)) {
 	l.mu.Lock()
 	if l.downErr != nil {
 		err := l.downErr
 		l.mu.Unlock()
-		done(nil, err)
+		done(nil, unsentError{err})
 		return
 	}
 	l.nextRequest++
@@ -234,7 +243,9 @@ func (l *link) requestAsync(f *clientpb.ClientFrame, done func(*clientpb.Reply, 
 	l.mu.Unlock()
 	if err := l.send(f); err != nil {
 		if l.forget(f.RequestId) {
-			done(nil, err)
+			// A failed stream Send wrote nothing: gRPC fails it only when
+			// the stream has ended.
+			done(nil, unsentError{err})
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/cairnmq/cairn/transport"
 	"github.com/cairnmq/cairn/transport/clientpb"
@@ -205,8 +206,8 @@ func (p *Producer) SendBatch(ctx context.Context, ms []*Message) ([]Receipt, err
 			c.linkDown(l, ErrLostServer)
 			continue
 		}
-		resp, err := l.api.Send(ctx, req)
-		if err == nil {
+		resp, answered, serr := sendOn(ctx, l, req, ms[0].ID)
+		if serr == nil {
 			out := make([]Receipt, len(resp.Results))
 			for i, r := range resp.Results {
 				out[i] = Receipt{ID: r.Id, Member: r.Member, Duplicate: r.Duplicate}
@@ -214,11 +215,10 @@ func (p *Producer) SendBatch(ctx context.Context, ms []*Message) ([]Receipt, err
 			}
 			return out, nil
 		}
-		serr := sendError(err, ms[0].ID)
 		notSent := errors.Is(serr, ErrUnavailable)
 		// A node that says it is stopping did not store the messages.
 		stopping := errors.Is(serr, transport.ErrNodeStopping)
-		if ctx.Err() != nil || (transport.ServerAnswered(err) && !stopping) || !(notSent || idempotent) {
+		if ctx.Err() != nil || (answered && !stopping) || !(notSent || idempotent) {
 			if mayBeStored && notSent {
 				serr = fmt.Errorf("%w: message %s may or may not have been enqueued by an earlier try: %w", ErrDeliveryUnknown, ms[0].ID, serr)
 			}
@@ -230,7 +230,43 @@ func (p *Producer) SendBatch(ctx context.Context, ms []*Message) ([]Receipt, err
 		// names, whichever node forwards it.
 		mayBeStored = mayBeStored || !notSent
 		c.opts.Logger.Info("cairn: resending after the connection's node was lost", "message", ms[0].ID, "err", serr)
-		c.linkDown(l, err)
+		c.linkDown(l, serr)
+	}
+}
+
+// sendOn sends a request once on link l: as a frame on its stream when the
+// server reads such frames and this one fits, which saves a call per send,
+// and otherwise as a unary call. answered is true when the error is the
+// server's (or gRPC's refusal of an oversized request), which trying again
+// elsewhere would not change; other errors are typed as sendError says.
+func sendOn(ctx context.Context, l *link, req *clientpb.SendRequest, id string) (resp *clientpb.SendResponse, answered bool, err error) {
+	f := &clientpb.ClientFrame{Op: &clientpb.ClientFrame_Send{Send: &clientpb.Send{Request: req}}}
+	if deadline, ok := ctx.Deadline(); ok {
+		// At least 1 ms: 0 would mean no limit.
+		f.GetSend().TimeoutMs = max(time.Until(deadline).Milliseconds(), 1)
+	}
+	if l.maxFrame == 0 || proto.Size(f) > l.maxFrame {
+		resp, err := l.api.Send(ctx, req)
+		if err != nil {
+			serr := sendError(err, id)
+			return nil, transport.ServerAnswered(err) || errors.Is(serr, ErrMessageTooLarge), serr
+		}
+		return resp, true, nil
+	}
+	reply, err := l.request(ctx, f)
+	var unsent unsentError
+	switch {
+	case reply != nil:
+		if err != nil {
+			return nil, true, err
+		}
+		return reply.GetSend(), true, nil
+	// The cause is text only, as in sendError: the link's error may wrap
+	// ErrUnavailable, which here means "not sent".
+	case errors.As(err, &unsent):
+		return nil, false, fmt.Errorf("%w: message %s was not sent: %v", ErrUnavailable, id, err)
+	default:
+		return nil, false, fmt.Errorf("%w: message %s may or may not have been enqueued: %v", ErrDeliveryUnknown, id, err)
 	}
 }
 

@@ -21,6 +21,11 @@ import (
 // does not read).
 const goodbyeGrace = time.Second
 
+// sendsGrace bounds how long a connection ended on purpose waits for the
+// sends it is serving to be answered: as long as a graceful stop lets unary
+// calls finish.
+const sendsGrace = 2 * time.Second
+
 func remoteAddr(ctx context.Context) string {
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		return p.Addr.String()
@@ -30,8 +35,24 @@ func remoteAddr(ctx context.Context) string {
 
 // goodbye ends the connection on purpose: the client reads why before the
 // stream ends. destroyed tells it not to reconnect; otherwise it reconnects
-// to another node at once instead of waiting to notice the silence.
+// to another node at once instead of waiting to notice the silence. Sends
+// already on their way are answered first (for up to sendsGrace), as a
+// graceful stop lets unary calls finish; later ones are refused.
 func (c *connection) goodbye(destroyed bool, reason string) {
+	c.mu.Lock()
+	if destroyed {
+		c.closing = fmt.Errorf("%w: %s", transport.ErrUnavailable, reason)
+	} else {
+		c.closing = fmt.Errorf("%w: %s", transport.ErrNodeStopping, reason)
+	}
+	c.mu.Unlock()
+	answered := make(chan struct{})
+	go func() { c.sends.Wait(); close(answered) }()
+	select {
+	case <-answered:
+	case <-time.After(sendsGrace):
+		c.n.log.Warn("connection ends with sends unanswered", "connection", c.id, "waited", sendsGrace)
+	}
 	c.out.push(&clientpb.ServerFrame{Frame: &clientpb.ServerFrame_Goodbye{Goodbye: &clientpb.Goodbye{Destroyed: destroyed, Reason: reason}}})
 	c.out.closeAfterFlush()
 	time.AfterFunc(goodbyeGrace, c.cancel)

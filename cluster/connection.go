@@ -50,7 +50,12 @@ type connection struct {
 	remote string
 	since  time.Time
 
+	// sends are the Send frames being served; once closing is set (under
+	// mu) none is added, so goodbye can wait for them.
+	sends sync.WaitGroup
+
 	mu        sync.Mutex
+	closing   error // why Send frames are refused: the connection is ending
 	clientID  string
 	sessions  map[uint64]*session
 	consumers map[uint64]*consumer
@@ -213,7 +218,7 @@ func (c *connection) hello(stream clientpb.ClientService_ConnectServer) error {
 		}
 	}
 	return stream.Send(replyFrame(f.RequestId, nil, &clientpb.Reply{Result: &clientpb.Reply_Hello{Hello: &clientpb.HelloResult{
-		ConnectionId: c.id, NodeId: c.n.cfg.NodeID, ClientAddrs: c.n.clientAddrs(),
+		ConnectionId: c.id, NodeId: c.n.cfg.NodeID, ClientAddrs: c.n.clientAddrs(), MaxFrameBytes: uint64(c.n.maxWire()),
 	}}}))
 }
 
@@ -290,10 +295,12 @@ func (cs *connections) abandonAll() {
 // another node, and waits, up to timeout, for their sessions to be released.
 func (cs *connections) closeAll(timeout time.Duration) {
 	cs.mu.Lock()
+	var byes sync.WaitGroup
 	for _, c := range cs.byID {
-		c.goodbye(false, fmt.Sprintf("node %s is shutting down", cs.n.cfg.NodeID))
+		byes.Go(func() { c.goodbye(false, fmt.Sprintf("node %s is shutting down", cs.n.cfg.NodeID)) })
 	}
 	cs.mu.Unlock()
+	byes.Wait()
 	done := make(chan struct{})
 	go func() { cs.ending.Wait(); close(done) }()
 	select {
@@ -391,11 +398,48 @@ func (c *connection) handle(f *clientpb.ClientFrame) {
 		c.rollback(f.RequestId, op.Rollback.Session)
 	case *clientpb.ClientFrame_TxOutcome:
 		c.txOutcome(f.RequestId, op.TxOutcome)
+	case *clientpb.ClientFrame_Send:
+		c.send(f.RequestId, op.Send)
 	case *clientpb.ClientFrame_Hello:
 		c.reply(f.RequestId, fmt.Errorf("%w: Hello was already sent", transport.ErrMalformed), nil)
 	default:
 		c.reply(f.RequestId, fmt.Errorf("%w: unknown or empty frame", transport.ErrMalformed), nil)
 	}
+}
+
+// send serves a Send frame as the unary Send would be served, on its own
+// goroutine since it waits for a commit. Sends carry no session, so they
+// keep no order with the connection's other frames; a producer's order
+// holds because its client waits for each answer before the next send.
+func (c *connection) send(requestID uint64, op *clientpb.Send) {
+	if op.Request == nil {
+		c.reply(requestID, fmt.Errorf("%w: Send without a request", transport.ErrMalformed), nil)
+		return
+	}
+	c.mu.Lock()
+	refused := c.closing
+	if refused == nil {
+		c.sends.Add(1)
+	}
+	c.mu.Unlock()
+	if refused != nil {
+		c.reply(requestID, refused, nil)
+		return
+	}
+	go func() {
+		defer c.sends.Done()
+		ctx, cancel := c.ctx, context.CancelFunc(func() {})
+		if op.TimeoutMs > 0 {
+			ctx, cancel = context.WithTimeout(c.ctx, time.Duration(op.TimeoutMs)*time.Millisecond)
+		}
+		defer cancel()
+		resp, err := c.n.send(ctx, op.Request)
+		if err != nil {
+			c.reply(requestID, err, nil)
+			return
+		}
+		c.reply(requestID, nil, &clientpb.Reply{Result: &clientpb.Reply_Send{Send: resp}})
+	}()
 }
 
 func (c *connection) openSession(op *clientpb.OpenSession) error {

@@ -250,13 +250,25 @@ func TestBadInput_MalformedSendRequests(t *testing.T) {
 		_, err := raw.Send(ctx, tc.req)
 		wantErr(t, tc.what, transport.FromStatus(err), tc.want)
 	}
+	// The same requests as Send frames on a connection get the same
+	// answers, and the connection stays.
+	r := openRaw(t, ctx, n)
+	if err := r.call(&clientpb.ClientFrame{RequestId: 1, Op: &clientpb.ClientFrame_Hello{Hello: &clientpb.Hello{}}}); err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range cases {
+		err := r.call(&clientpb.ClientFrame{RequestId: uint64(i) + 2, Op: &clientpb.ClientFrame_Send{Send: &clientpb.Send{Request: tc.req}}})
+		wantErr(t, tc.what+" (frame)", err, tc.want)
+	}
+	err := r.call(&clientpb.ClientFrame{RequestId: 100, Op: &clientpb.ClientFrame_Send{Send: &clientpb.Send{}}})
+	wantErr(t, "Send frame without a request", err, client.ErrMalformed)
 	if names := queueNames(t, a); len(names) != 0 {
 		t.Fatalf("malformed sends created queues: %v", names)
 	}
 
 	// Refused by the member itself: the same message id twice in a batch,
 	// then an id the queue already holds. Neither stores anything.
-	_, err := raw.Send(ctx, &clientpb.SendRequest{Destination: "raw", Messages: []*clientpb.Message{{Id: "dup", Body: []byte("1")}, {Id: "dup", Body: []byte("2")}}})
+	_, err = raw.Send(ctx, &clientpb.SendRequest{Destination: "raw", Messages: []*clientpb.Message{{Id: "dup", Body: []byte("1")}, {Id: "dup", Body: []byte("2")}}})
 	wantErr(t, "repeated id in a batch", transport.FromStatus(err), client.ErrInvalidArgument)
 	checkQueue(t, a, "raw", 0, 0)
 	if _, err := raw.Send(ctx, &clientpb.SendRequest{Destination: "raw", Messages: []*clientpb.Message{{Id: "once", Body: []byte("1")}}}); err != nil {

@@ -1739,6 +1739,7 @@ type ClientFrame struct {
 	//	*ClientFrame_Commit
 	//	*ClientFrame_Rollback
 	//	*ClientFrame_TxOutcome
+	//	*ClientFrame_Send
 	Op            isClientFrame_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1905,6 +1906,15 @@ func (x *ClientFrame) GetTxOutcome() *TxOutcome {
 	return nil
 }
 
+func (x *ClientFrame) GetSend() *Send {
+	if x != nil {
+		if x, ok := x.Op.(*ClientFrame_Send); ok {
+			return x.Send
+		}
+	}
+	return nil
+}
+
 type isClientFrame_Op interface {
 	isClientFrame_Op()
 }
@@ -1961,6 +1971,10 @@ type ClientFrame_TxOutcome struct {
 	TxOutcome *TxOutcome `protobuf:"bytes,22,opt,name=tx_outcome,json=txOutcome,proto3,oneof"`
 }
 
+type ClientFrame_Send struct {
+	Send *Send `protobuf:"bytes,23,opt,name=send,proto3,oneof"`
+}
+
 func (*ClientFrame_Hello) isClientFrame_Op() {}
 
 func (*ClientFrame_OpenSession) isClientFrame_Op() {}
@@ -1987,6 +2001,66 @@ func (*ClientFrame_Rollback) isClientFrame_Op() {}
 
 func (*ClientFrame_TxOutcome) isClientFrame_Op() {}
 
+func (*ClientFrame_Send) isClientFrame_Op() {}
+
+// Send is the unary Send carried on the connection: the same request, the
+// same checks and the same answer (Reply.send), without a call of its own.
+// Clients use it only when the Hello answer gives max_frame_bytes, and only
+// for frames within it. timeout_ms is what a call's deadline would be: how
+// long the server tries before it answers "outcome unknown" (0: as long as
+// the connection lasts).
+type Send struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Request       *SendRequest           `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	TimeoutMs     int64                  `protobuf:"varint,2,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Send) Reset() {
+	*x = Send{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Send) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Send) ProtoMessage() {}
+
+func (x *Send) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Send.ProtoReflect.Descriptor instead.
+func (*Send) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *Send) GetRequest() *SendRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *Send) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
 // TxSend sends messages in a transacted session: the front-end checks them,
 // chooses their member now, and holds them until Commit. The reply is a
 // SendResponse naming the member.
@@ -2000,7 +2074,7 @@ type TxSend struct {
 
 func (x *TxSend) Reset() {
 	*x = TxSend{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[26]
+	mi := &file_transport_clientpb_client_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2012,7 +2086,7 @@ func (x *TxSend) String() string {
 func (*TxSend) ProtoMessage() {}
 
 func (x *TxSend) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[26]
+	mi := &file_transport_clientpb_client_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2025,7 +2099,7 @@ func (x *TxSend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxSend.ProtoReflect.Descriptor instead.
 func (*TxSend) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{26}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *TxSend) GetSession() uint64 {
@@ -2059,7 +2133,7 @@ type Commit struct {
 
 func (x *Commit) Reset() {
 	*x = Commit{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[27]
+	mi := &file_transport_clientpb_client_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2071,7 +2145,7 @@ func (x *Commit) String() string {
 func (*Commit) ProtoMessage() {}
 
 func (x *Commit) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[27]
+	mi := &file_transport_clientpb_client_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2084,7 +2158,7 @@ func (x *Commit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Commit.ProtoReflect.Descriptor instead.
 func (*Commit) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{27}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Commit) GetSession() uint64 {
@@ -2126,7 +2200,7 @@ type Rollback struct {
 
 func (x *Rollback) Reset() {
 	*x = Rollback{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[28]
+	mi := &file_transport_clientpb_client_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2138,7 +2212,7 @@ func (x *Rollback) String() string {
 func (*Rollback) ProtoMessage() {}
 
 func (x *Rollback) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[28]
+	mi := &file_transport_clientpb_client_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2151,7 +2225,7 @@ func (x *Rollback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rollback.ProtoReflect.Descriptor instead.
 func (*Rollback) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{28}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Rollback) GetSession() uint64 {
@@ -2173,7 +2247,7 @@ type TxOutcome struct {
 
 func (x *TxOutcome) Reset() {
 	*x = TxOutcome{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[29]
+	mi := &file_transport_clientpb_client_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2185,7 +2259,7 @@ func (x *TxOutcome) String() string {
 func (*TxOutcome) ProtoMessage() {}
 
 func (x *TxOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[29]
+	mi := &file_transport_clientpb_client_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2198,7 +2272,7 @@ func (x *TxOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxOutcome.ProtoReflect.Descriptor instead.
 func (*TxOutcome) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{29}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TxOutcome) GetTx() string {
@@ -2224,7 +2298,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[30]
+	mi := &file_transport_clientpb_client_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2236,7 +2310,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[30]
+	mi := &file_transport_clientpb_client_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2249,7 +2323,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{30}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Hello) GetClientId() string {
@@ -2269,7 +2343,7 @@ type OpenSession struct {
 
 func (x *OpenSession) Reset() {
 	*x = OpenSession{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[31]
+	mi := &file_transport_clientpb_client_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2281,7 +2355,7 @@ func (x *OpenSession) String() string {
 func (*OpenSession) ProtoMessage() {}
 
 func (x *OpenSession) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[31]
+	mi := &file_transport_clientpb_client_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2294,7 +2368,7 @@ func (x *OpenSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSession.ProtoReflect.Descriptor instead.
 func (*OpenSession) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{31}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *OpenSession) GetSession() uint64 {
@@ -2320,7 +2394,7 @@ type CloseSession struct {
 
 func (x *CloseSession) Reset() {
 	*x = CloseSession{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[32]
+	mi := &file_transport_clientpb_client_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2332,7 +2406,7 @@ func (x *CloseSession) String() string {
 func (*CloseSession) ProtoMessage() {}
 
 func (x *CloseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[32]
+	mi := &file_transport_clientpb_client_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2345,7 +2419,7 @@ func (x *CloseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSession.ProtoReflect.Descriptor instead.
 func (*CloseSession) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{32}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CloseSession) GetSession() uint64 {
@@ -2367,7 +2441,7 @@ type CreateConsumer struct {
 
 func (x *CreateConsumer) Reset() {
 	*x = CreateConsumer{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[33]
+	mi := &file_transport_clientpb_client_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2379,7 +2453,7 @@ func (x *CreateConsumer) String() string {
 func (*CreateConsumer) ProtoMessage() {}
 
 func (x *CreateConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[33]
+	mi := &file_transport_clientpb_client_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2392,7 +2466,7 @@ func (x *CreateConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConsumer.ProtoReflect.Descriptor instead.
 func (*CreateConsumer) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{33}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CreateConsumer) GetSession() uint64 {
@@ -2435,7 +2509,7 @@ type CloseConsumer struct {
 
 func (x *CloseConsumer) Reset() {
 	*x = CloseConsumer{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[34]
+	mi := &file_transport_clientpb_client_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2447,7 +2521,7 @@ func (x *CloseConsumer) String() string {
 func (*CloseConsumer) ProtoMessage() {}
 
 func (x *CloseConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[34]
+	mi := &file_transport_clientpb_client_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2460,7 +2534,7 @@ func (x *CloseConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseConsumer.ProtoReflect.Descriptor instead.
 func (*CloseConsumer) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{34}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CloseConsumer) GetConsumer() uint64 {
@@ -2482,7 +2556,7 @@ type ReturnDeliveries struct {
 
 func (x *ReturnDeliveries) Reset() {
 	*x = ReturnDeliveries{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[35]
+	mi := &file_transport_clientpb_client_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2494,7 +2568,7 @@ func (x *ReturnDeliveries) String() string {
 func (*ReturnDeliveries) ProtoMessage() {}
 
 func (x *ReturnDeliveries) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[35]
+	mi := &file_transport_clientpb_client_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2507,7 +2581,7 @@ func (x *ReturnDeliveries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnDeliveries.ProtoReflect.Descriptor instead.
 func (*ReturnDeliveries) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{35}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReturnDeliveries) GetSession() uint64 {
@@ -2534,7 +2608,7 @@ type Credit struct {
 
 func (x *Credit) Reset() {
 	*x = Credit{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[36]
+	mi := &file_transport_clientpb_client_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2546,7 +2620,7 @@ func (x *Credit) String() string {
 func (*Credit) ProtoMessage() {}
 
 func (x *Credit) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[36]
+	mi := &file_transport_clientpb_client_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2559,7 +2633,7 @@ func (x *Credit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credit.ProtoReflect.Descriptor instead.
 func (*Credit) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{36}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Credit) GetConsumer() uint64 {
@@ -2586,7 +2660,7 @@ type DeliveryRef struct {
 
 func (x *DeliveryRef) Reset() {
 	*x = DeliveryRef{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[37]
+	mi := &file_transport_clientpb_client_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2598,7 +2672,7 @@ func (x *DeliveryRef) String() string {
 func (*DeliveryRef) ProtoMessage() {}
 
 func (x *DeliveryRef) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[37]
+	mi := &file_transport_clientpb_client_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2611,7 +2685,7 @@ func (x *DeliveryRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliveryRef.ProtoReflect.Descriptor instead.
 func (*DeliveryRef) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{37}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DeliveryRef) GetMember() string {
@@ -2638,7 +2712,7 @@ type Acknowledge struct {
 
 func (x *Acknowledge) Reset() {
 	*x = Acknowledge{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[38]
+	mi := &file_transport_clientpb_client_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2650,7 +2724,7 @@ func (x *Acknowledge) String() string {
 func (*Acknowledge) ProtoMessage() {}
 
 func (x *Acknowledge) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[38]
+	mi := &file_transport_clientpb_client_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2663,7 +2737,7 @@ func (x *Acknowledge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Acknowledge.ProtoReflect.Descriptor instead.
 func (*Acknowledge) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{38}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Acknowledge) GetSession() uint64 {
@@ -2689,7 +2763,7 @@ type RecoverSession struct {
 
 func (x *RecoverSession) Reset() {
 	*x = RecoverSession{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[39]
+	mi := &file_transport_clientpb_client_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2701,7 +2775,7 @@ func (x *RecoverSession) String() string {
 func (*RecoverSession) ProtoMessage() {}
 
 func (x *RecoverSession) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[39]
+	mi := &file_transport_clientpb_client_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2714,7 +2788,7 @@ func (x *RecoverSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverSession.ProtoReflect.Descriptor instead.
 func (*RecoverSession) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{39}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RecoverSession) GetSession() uint64 {
@@ -2740,7 +2814,7 @@ type ServerFrame struct {
 
 func (x *ServerFrame) Reset() {
 	*x = ServerFrame{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[40]
+	mi := &file_transport_clientpb_client_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2752,7 +2826,7 @@ func (x *ServerFrame) String() string {
 func (*ServerFrame) ProtoMessage() {}
 
 func (x *ServerFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[40]
+	mi := &file_transport_clientpb_client_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2765,7 +2839,7 @@ func (x *ServerFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerFrame.ProtoReflect.Descriptor instead.
 func (*ServerFrame) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{40}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ServerFrame) GetFrame() isServerFrame_Frame {
@@ -2870,7 +2944,7 @@ type Goodbye struct {
 
 func (x *Goodbye) Reset() {
 	*x = Goodbye{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[41]
+	mi := &file_transport_clientpb_client_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2882,7 +2956,7 @@ func (x *Goodbye) String() string {
 func (*Goodbye) ProtoMessage() {}
 
 func (x *Goodbye) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[41]
+	mi := &file_transport_clientpb_client_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2895,7 +2969,7 @@ func (x *Goodbye) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Goodbye.ProtoReflect.Descriptor instead.
 func (*Goodbye) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{41}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Goodbye) GetDestroyed() bool {
@@ -2920,7 +2994,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[42]
+	mi := &file_transport_clientpb_client_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2932,7 +3006,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[42]
+	mi := &file_transport_clientpb_client_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2945,7 +3019,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{42}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{43}
 }
 
 type Reply struct {
@@ -2960,6 +3034,7 @@ type Reply struct {
 	//	*Reply_Acknowledge
 	//	*Reply_TxSend
 	//	*Reply_Commit
+	//	*Reply_Send
 	Result        isReply_Result `protobuf_oneof:"result"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2967,7 +3042,7 @@ type Reply struct {
 
 func (x *Reply) Reset() {
 	*x = Reply{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[43]
+	mi := &file_transport_clientpb_client_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2979,7 +3054,7 @@ func (x *Reply) String() string {
 func (*Reply) ProtoMessage() {}
 
 func (x *Reply) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[43]
+	mi := &file_transport_clientpb_client_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2992,7 +3067,7 @@ func (x *Reply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reply.ProtoReflect.Descriptor instead.
 func (*Reply) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{43}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Reply) GetRequestId() uint64 {
@@ -3070,6 +3145,15 @@ func (x *Reply) GetCommit() *CommitResult {
 	return nil
 }
 
+func (x *Reply) GetSend() *SendResponse {
+	if x != nil {
+		if x, ok := x.Result.(*Reply_Send); ok {
+			return x.Send
+		}
+	}
+	return nil
+}
+
 type isReply_Result interface {
 	isReply_Result()
 }
@@ -3098,6 +3182,10 @@ type Reply_Commit struct {
 	Commit *CommitResult `protobuf:"bytes,15,opt,name=commit,proto3,oneof"`
 }
 
+type Reply_Send struct {
+	Send *SendResponse `protobuf:"bytes,16,opt,name=send,proto3,oneof"`
+}
+
 func (*Reply_Hello) isReply_Result() {}
 
 func (*Reply_CreateConsumer) isReply_Result() {}
@@ -3110,6 +3198,8 @@ func (*Reply_TxSend) isReply_Result() {}
 
 func (*Reply_Commit) isReply_Result() {}
 
+func (*Reply_Send) isReply_Result() {}
+
 type CommitResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Committed     bool                   `protobuf:"varint,1,opt,name=committed,proto3" json:"committed,omitempty"`
@@ -3119,7 +3209,7 @@ type CommitResult struct {
 
 func (x *CommitResult) Reset() {
 	*x = CommitResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[44]
+	mi := &file_transport_clientpb_client_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3131,7 +3221,7 @@ func (x *CommitResult) String() string {
 func (*CommitResult) ProtoMessage() {}
 
 func (x *CommitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[44]
+	mi := &file_transport_clientpb_client_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3144,7 +3234,7 @@ func (x *CommitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitResult.ProtoReflect.Descriptor instead.
 func (*CommitResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{44}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CommitResult) GetCommitted() bool {
@@ -3160,14 +3250,18 @@ type HelloResult struct {
 	NodeId       string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	// client_addrs are the client addresses of the cluster's live nodes, the
 	// answering one first: where a client reconnects when this node is lost.
-	ClientAddrs   []string `protobuf:"bytes,3,rep,name=client_addrs,json=clientAddrs,proto3" json:"client_addrs,omitempty"`
+	ClientAddrs []string `protobuf:"bytes,3,rep,name=client_addrs,json=clientAddrs,proto3" json:"client_addrs,omitempty"`
+	// max_frame_bytes is the largest ClientFrame the server reads; a larger
+	// one would end the connection. 0 from servers that take sends only as
+	// unary calls (they predate ClientFrame.send).
+	MaxFrameBytes uint64 `protobuf:"varint,4,opt,name=max_frame_bytes,json=maxFrameBytes,proto3" json:"max_frame_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HelloResult) Reset() {
 	*x = HelloResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[45]
+	mi := &file_transport_clientpb_client_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3179,7 +3273,7 @@ func (x *HelloResult) String() string {
 func (*HelloResult) ProtoMessage() {}
 
 func (x *HelloResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[45]
+	mi := &file_transport_clientpb_client_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3192,7 +3286,7 @@ func (x *HelloResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloResult.ProtoReflect.Descriptor instead.
 func (*HelloResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{45}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *HelloResult) GetConnectionId() string {
@@ -3216,6 +3310,13 @@ func (x *HelloResult) GetClientAddrs() []string {
 	return nil
 }
 
+func (x *HelloResult) GetMaxFrameBytes() uint64 {
+	if x != nil {
+		return x.MaxFrameBytes
+	}
+	return 0
+}
+
 type CreateConsumerResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// member is the member the consumer is pinned to.
@@ -3226,7 +3327,7 @@ type CreateConsumerResult struct {
 
 func (x *CreateConsumerResult) Reset() {
 	*x = CreateConsumerResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[46]
+	mi := &file_transport_clientpb_client_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3238,7 +3339,7 @@ func (x *CreateConsumerResult) String() string {
 func (*CreateConsumerResult) ProtoMessage() {}
 
 func (x *CreateConsumerResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[46]
+	mi := &file_transport_clientpb_client_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3251,7 +3352,7 @@ func (x *CreateConsumerResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConsumerResult.ProtoReflect.Descriptor instead.
 func (*CreateConsumerResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{46}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CreateConsumerResult) GetMember() string {
@@ -3273,7 +3374,7 @@ type Watermark struct {
 
 func (x *Watermark) Reset() {
 	*x = Watermark{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[47]
+	mi := &file_transport_clientpb_client_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3285,7 +3386,7 @@ func (x *Watermark) String() string {
 func (*Watermark) ProtoMessage() {}
 
 func (x *Watermark) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[47]
+	mi := &file_transport_clientpb_client_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3298,7 +3399,7 @@ func (x *Watermark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Watermark.ProtoReflect.Descriptor instead.
 func (*Watermark) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{47}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Watermark) GetMember() string {
@@ -3324,7 +3425,7 @@ type RecoverResult struct {
 
 func (x *RecoverResult) Reset() {
 	*x = RecoverResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[48]
+	mi := &file_transport_clientpb_client_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3336,7 +3437,7 @@ func (x *RecoverResult) String() string {
 func (*RecoverResult) ProtoMessage() {}
 
 func (x *RecoverResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[48]
+	mi := &file_transport_clientpb_client_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3349,7 +3450,7 @@ func (x *RecoverResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResult.ProtoReflect.Descriptor instead.
 func (*RecoverResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{48}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RecoverResult) GetWatermarks() []*Watermark {
@@ -3369,7 +3470,7 @@ type AcknowledgeResult struct {
 
 func (x *AcknowledgeResult) Reset() {
 	*x = AcknowledgeResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[49]
+	mi := &file_transport_clientpb_client_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3381,7 +3482,7 @@ func (x *AcknowledgeResult) String() string {
 func (*AcknowledgeResult) ProtoMessage() {}
 
 func (x *AcknowledgeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[49]
+	mi := &file_transport_clientpb_client_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3394,7 +3495,7 @@ func (x *AcknowledgeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeResult.ProtoReflect.Descriptor instead.
 func (*AcknowledgeResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{49}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *AcknowledgeResult) GetRejected() []*DeliveryRef {
@@ -3423,7 +3524,7 @@ type Delivery struct {
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[50]
+	mi := &file_transport_clientpb_client_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3435,7 +3536,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[50]
+	mi := &file_transport_clientpb_client_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3448,7 +3549,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{50}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Delivery) GetMember() string {
@@ -3538,7 +3639,7 @@ type Deliveries struct {
 
 func (x *Deliveries) Reset() {
 	*x = Deliveries{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[51]
+	mi := &file_transport_clientpb_client_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3550,7 +3651,7 @@ func (x *Deliveries) String() string {
 func (*Deliveries) ProtoMessage() {}
 
 func (x *Deliveries) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[51]
+	mi := &file_transport_clientpb_client_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3563,7 +3664,7 @@ func (x *Deliveries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deliveries.ProtoReflect.Descriptor instead.
 func (*Deliveries) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{51}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Deliveries) GetConsumer() uint64 {
@@ -3590,7 +3691,7 @@ type ConsumerClosed struct {
 
 func (x *ConsumerClosed) Reset() {
 	*x = ConsumerClosed{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[52]
+	mi := &file_transport_clientpb_client_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3602,7 +3703,7 @@ func (x *ConsumerClosed) String() string {
 func (*ConsumerClosed) ProtoMessage() {}
 
 func (x *ConsumerClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[52]
+	mi := &file_transport_clientpb_client_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3615,7 +3716,7 @@ func (x *ConsumerClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerClosed.ProtoReflect.Descriptor instead.
 func (*ConsumerClosed) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{52}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ConsumerClosed) GetConsumer() uint64 {
@@ -3640,7 +3741,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[53]
+	mi := &file_transport_clientpb_client_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3652,7 +3753,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[53]
+	mi := &file_transport_clientpb_client_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3665,7 +3766,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{53}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{54}
 }
 
 type NodeStatus struct {
@@ -3690,7 +3791,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[54]
+	mi := &file_transport_clientpb_client_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3702,7 +3803,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[54]
+	mi := &file_transport_clientpb_client_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3715,7 +3816,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{54}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *NodeStatus) GetId() string {
@@ -3797,7 +3898,7 @@ type ReplicaStatus struct {
 
 func (x *ReplicaStatus) Reset() {
 	*x = ReplicaStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[55]
+	mi := &file_transport_clientpb_client_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3809,7 +3910,7 @@ func (x *ReplicaStatus) String() string {
 func (*ReplicaStatus) ProtoMessage() {}
 
 func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[55]
+	mi := &file_transport_clientpb_client_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3822,7 +3923,7 @@ func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStatus.ProtoReflect.Descriptor instead.
 func (*ReplicaStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{55}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ReplicaStatus) GetNode() string {
@@ -3873,7 +3974,7 @@ type GroupStatus struct {
 
 func (x *GroupStatus) Reset() {
 	*x = GroupStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[56]
+	mi := &file_transport_clientpb_client_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3885,7 +3986,7 @@ func (x *GroupStatus) String() string {
 func (*GroupStatus) ProtoMessage() {}
 
 func (x *GroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[56]
+	mi := &file_transport_clientpb_client_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3898,7 +3999,7 @@ func (x *GroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
 func (*GroupStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{56}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GroupStatus) GetName() string {
@@ -3947,7 +4048,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[57]
+	mi := &file_transport_clientpb_client_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3959,7 +4060,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[57]
+	mi := &file_transport_clientpb_client_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3972,7 +4073,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{57}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ClusterStatusResponse) GetAnsweredBy() string {
@@ -4119,7 +4220,7 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x06member\x18\x02 \x01(\tR\x06member\x12\x1c\n" +
 	"\tduplicate\x18\x03 \x01(\bR\tduplicate\"E\n" +
 	"\fSendResponse\x125\n" +
-	"\aresults\x18\x01 \x03(\v2\x1b.cairn.client.v1.SendResultR\aresults\"\xe1\x06\n" +
+	"\aresults\x18\x01 \x03(\v2\x1b.cairn.client.v1.SendResultR\aresults\"\x8e\a\n" +
 	"\vClientFrame\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12.\n" +
@@ -4137,8 +4238,13 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x06commit\x18\x14 \x01(\v2\x17.cairn.client.v1.CommitH\x00R\x06commit\x127\n" +
 	"\brollback\x18\x15 \x01(\v2\x19.cairn.client.v1.RollbackH\x00R\brollback\x12;\n" +
 	"\n" +
-	"tx_outcome\x18\x16 \x01(\v2\x1a.cairn.client.v1.TxOutcomeH\x00R\ttxOutcomeB\x04\n" +
-	"\x02op\"T\n" +
+	"tx_outcome\x18\x16 \x01(\v2\x1a.cairn.client.v1.TxOutcomeH\x00R\ttxOutcome\x12+\n" +
+	"\x04send\x18\x17 \x01(\v2\x15.cairn.client.v1.SendH\x00R\x04sendB\x04\n" +
+	"\x02op\"]\n" +
+	"\x04Send\x126\n" +
+	"\arequest\x18\x01 \x01(\v2\x1c.cairn.client.v1.SendRequestR\arequest\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x02 \x01(\x03R\ttimeoutMs\"T\n" +
 	"\x06TxSend\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x120\n" +
 	"\x04send\x18\x02 \x01(\v2\x1c.cairn.client.v1.SendRequestR\x04send\"\x8a\x01\n" +
@@ -4199,7 +4305,7 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\aGoodbye\x12\x1c\n" +
 	"\tdestroyed\x18\x01 \x01(\bR\tdestroyed\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\v\n" +
-	"\tHeartbeat\"\xdd\x03\n" +
+	"\tHeartbeat\"\x92\x04\n" +
 	"\x05Reply\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12,\n" +
@@ -4210,14 +4316,16 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\arecover\x18\f \x01(\v2\x1e.cairn.client.v1.RecoverResultH\x00R\arecover\x12F\n" +
 	"\vacknowledge\x18\r \x01(\v2\".cairn.client.v1.AcknowledgeResultH\x00R\vacknowledge\x128\n" +
 	"\atx_send\x18\x0e \x01(\v2\x1d.cairn.client.v1.SendResponseH\x00R\x06txSend\x127\n" +
-	"\x06commit\x18\x0f \x01(\v2\x1d.cairn.client.v1.CommitResultH\x00R\x06commitB\b\n" +
+	"\x06commit\x18\x0f \x01(\v2\x1d.cairn.client.v1.CommitResultH\x00R\x06commit\x123\n" +
+	"\x04send\x18\x10 \x01(\v2\x1d.cairn.client.v1.SendResponseH\x00R\x04sendB\b\n" +
 	"\x06result\",\n" +
 	"\fCommitResult\x12\x1c\n" +
-	"\tcommitted\x18\x01 \x01(\bR\tcommitted\"n\n" +
+	"\tcommitted\x18\x01 \x01(\bR\tcommitted\"\x96\x01\n" +
 	"\vHelloResult\x12#\n" +
 	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12!\n" +
-	"\fclient_addrs\x18\x03 \x03(\tR\vclientAddrs\".\n" +
+	"\fclient_addrs\x18\x03 \x03(\tR\vclientAddrs\x12&\n" +
+	"\x0fmax_frame_bytes\x18\x04 \x01(\x04R\rmaxFrameBytes\".\n" +
 	"\x14CreateConsumerResult\x12\x16\n" +
 	"\x06member\x18\x01 \x01(\tR\x06member\"D\n" +
 	"\tWatermark\x12\x16\n" +
@@ -4328,7 +4436,7 @@ func file_transport_clientpb_client_proto_rawDescGZIP() []byte {
 }
 
 var file_transport_clientpb_client_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_transport_clientpb_client_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
+var file_transport_clientpb_client_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_transport_clientpb_client_proto_goTypes = []any{
 	(DestinationKind)(0),              // 0: cairn.client.v1.DestinationKind
 	(AckMode)(0),                      // 1: cairn.client.v1.AckMode
@@ -4358,40 +4466,41 @@ var file_transport_clientpb_client_proto_goTypes = []any{
 	(*SendResult)(nil),                // 25: cairn.client.v1.SendResult
 	(*SendResponse)(nil),              // 26: cairn.client.v1.SendResponse
 	(*ClientFrame)(nil),               // 27: cairn.client.v1.ClientFrame
-	(*TxSend)(nil),                    // 28: cairn.client.v1.TxSend
-	(*Commit)(nil),                    // 29: cairn.client.v1.Commit
-	(*Rollback)(nil),                  // 30: cairn.client.v1.Rollback
-	(*TxOutcome)(nil),                 // 31: cairn.client.v1.TxOutcome
-	(*Hello)(nil),                     // 32: cairn.client.v1.Hello
-	(*OpenSession)(nil),               // 33: cairn.client.v1.OpenSession
-	(*CloseSession)(nil),              // 34: cairn.client.v1.CloseSession
-	(*CreateConsumer)(nil),            // 35: cairn.client.v1.CreateConsumer
-	(*CloseConsumer)(nil),             // 36: cairn.client.v1.CloseConsumer
-	(*ReturnDeliveries)(nil),          // 37: cairn.client.v1.ReturnDeliveries
-	(*Credit)(nil),                    // 38: cairn.client.v1.Credit
-	(*DeliveryRef)(nil),               // 39: cairn.client.v1.DeliveryRef
-	(*Acknowledge)(nil),               // 40: cairn.client.v1.Acknowledge
-	(*RecoverSession)(nil),            // 41: cairn.client.v1.RecoverSession
-	(*ServerFrame)(nil),               // 42: cairn.client.v1.ServerFrame
-	(*Goodbye)(nil),                   // 43: cairn.client.v1.Goodbye
-	(*Heartbeat)(nil),                 // 44: cairn.client.v1.Heartbeat
-	(*Reply)(nil),                     // 45: cairn.client.v1.Reply
-	(*CommitResult)(nil),              // 46: cairn.client.v1.CommitResult
-	(*HelloResult)(nil),               // 47: cairn.client.v1.HelloResult
-	(*CreateConsumerResult)(nil),      // 48: cairn.client.v1.CreateConsumerResult
-	(*Watermark)(nil),                 // 49: cairn.client.v1.Watermark
-	(*RecoverResult)(nil),             // 50: cairn.client.v1.RecoverResult
-	(*AcknowledgeResult)(nil),         // 51: cairn.client.v1.AcknowledgeResult
-	(*Delivery)(nil),                  // 52: cairn.client.v1.Delivery
-	(*Deliveries)(nil),                // 53: cairn.client.v1.Deliveries
-	(*ConsumerClosed)(nil),            // 54: cairn.client.v1.ConsumerClosed
-	(*ClusterStatusRequest)(nil),      // 55: cairn.client.v1.ClusterStatusRequest
-	(*NodeStatus)(nil),                // 56: cairn.client.v1.NodeStatus
-	(*ReplicaStatus)(nil),             // 57: cairn.client.v1.ReplicaStatus
-	(*GroupStatus)(nil),               // 58: cairn.client.v1.GroupStatus
-	(*ClusterStatusResponse)(nil),     // 59: cairn.client.v1.ClusterStatusResponse
-	nil,                               // 60: cairn.client.v1.Message.PropertiesEntry
-	nil,                               // 61: cairn.client.v1.Delivery.PropertiesEntry
+	(*Send)(nil),                      // 28: cairn.client.v1.Send
+	(*TxSend)(nil),                    // 29: cairn.client.v1.TxSend
+	(*Commit)(nil),                    // 30: cairn.client.v1.Commit
+	(*Rollback)(nil),                  // 31: cairn.client.v1.Rollback
+	(*TxOutcome)(nil),                 // 32: cairn.client.v1.TxOutcome
+	(*Hello)(nil),                     // 33: cairn.client.v1.Hello
+	(*OpenSession)(nil),               // 34: cairn.client.v1.OpenSession
+	(*CloseSession)(nil),              // 35: cairn.client.v1.CloseSession
+	(*CreateConsumer)(nil),            // 36: cairn.client.v1.CreateConsumer
+	(*CloseConsumer)(nil),             // 37: cairn.client.v1.CloseConsumer
+	(*ReturnDeliveries)(nil),          // 38: cairn.client.v1.ReturnDeliveries
+	(*Credit)(nil),                    // 39: cairn.client.v1.Credit
+	(*DeliveryRef)(nil),               // 40: cairn.client.v1.DeliveryRef
+	(*Acknowledge)(nil),               // 41: cairn.client.v1.Acknowledge
+	(*RecoverSession)(nil),            // 42: cairn.client.v1.RecoverSession
+	(*ServerFrame)(nil),               // 43: cairn.client.v1.ServerFrame
+	(*Goodbye)(nil),                   // 44: cairn.client.v1.Goodbye
+	(*Heartbeat)(nil),                 // 45: cairn.client.v1.Heartbeat
+	(*Reply)(nil),                     // 46: cairn.client.v1.Reply
+	(*CommitResult)(nil),              // 47: cairn.client.v1.CommitResult
+	(*HelloResult)(nil),               // 48: cairn.client.v1.HelloResult
+	(*CreateConsumerResult)(nil),      // 49: cairn.client.v1.CreateConsumerResult
+	(*Watermark)(nil),                 // 50: cairn.client.v1.Watermark
+	(*RecoverResult)(nil),             // 51: cairn.client.v1.RecoverResult
+	(*AcknowledgeResult)(nil),         // 52: cairn.client.v1.AcknowledgeResult
+	(*Delivery)(nil),                  // 53: cairn.client.v1.Delivery
+	(*Deliveries)(nil),                // 54: cairn.client.v1.Deliveries
+	(*ConsumerClosed)(nil),            // 55: cairn.client.v1.ConsumerClosed
+	(*ClusterStatusRequest)(nil),      // 56: cairn.client.v1.ClusterStatusRequest
+	(*NodeStatus)(nil),                // 57: cairn.client.v1.NodeStatus
+	(*ReplicaStatus)(nil),             // 58: cairn.client.v1.ReplicaStatus
+	(*GroupStatus)(nil),               // 59: cairn.client.v1.GroupStatus
+	(*ClusterStatusResponse)(nil),     // 60: cairn.client.v1.ClusterStatusResponse
+	nil,                               // 61: cairn.client.v1.Message.PropertiesEntry
+	nil,                               // 62: cairn.client.v1.Delivery.PropertiesEntry
 }
 var file_transport_clientpb_client_proto_depIdxs = []int32{
 	3,  // 0: cairn.client.v1.ListConnectionsResponse.connections:type_name -> cairn.client.v1.ConnectionInfo
@@ -4399,78 +4508,81 @@ var file_transport_clientpb_client_proto_depIdxs = []int32{
 	22, // 2: cairn.client.v1.ListDestinationsResponse.destinations:type_name -> cairn.client.v1.DestinationInfo
 	0,  // 3: cairn.client.v1.DestinationInfo.kind:type_name -> cairn.client.v1.DestinationKind
 	21, // 4: cairn.client.v1.DestinationInfo.members:type_name -> cairn.client.v1.MemberInfo
-	60, // 5: cairn.client.v1.Message.properties:type_name -> cairn.client.v1.Message.PropertiesEntry
+	61, // 5: cairn.client.v1.Message.properties:type_name -> cairn.client.v1.Message.PropertiesEntry
 	23, // 6: cairn.client.v1.SendRequest.messages:type_name -> cairn.client.v1.Message
 	25, // 7: cairn.client.v1.SendResponse.results:type_name -> cairn.client.v1.SendResult
-	32, // 8: cairn.client.v1.ClientFrame.hello:type_name -> cairn.client.v1.Hello
-	33, // 9: cairn.client.v1.ClientFrame.open_session:type_name -> cairn.client.v1.OpenSession
-	34, // 10: cairn.client.v1.ClientFrame.close_session:type_name -> cairn.client.v1.CloseSession
-	35, // 11: cairn.client.v1.ClientFrame.create_consumer:type_name -> cairn.client.v1.CreateConsumer
-	36, // 12: cairn.client.v1.ClientFrame.close_consumer:type_name -> cairn.client.v1.CloseConsumer
-	38, // 13: cairn.client.v1.ClientFrame.credit:type_name -> cairn.client.v1.Credit
-	40, // 14: cairn.client.v1.ClientFrame.acknowledge:type_name -> cairn.client.v1.Acknowledge
-	41, // 15: cairn.client.v1.ClientFrame.recover:type_name -> cairn.client.v1.RecoverSession
-	37, // 16: cairn.client.v1.ClientFrame.return_deliveries:type_name -> cairn.client.v1.ReturnDeliveries
-	28, // 17: cairn.client.v1.ClientFrame.tx_send:type_name -> cairn.client.v1.TxSend
-	29, // 18: cairn.client.v1.ClientFrame.commit:type_name -> cairn.client.v1.Commit
-	30, // 19: cairn.client.v1.ClientFrame.rollback:type_name -> cairn.client.v1.Rollback
-	31, // 20: cairn.client.v1.ClientFrame.tx_outcome:type_name -> cairn.client.v1.TxOutcome
-	24, // 21: cairn.client.v1.TxSend.send:type_name -> cairn.client.v1.SendRequest
-	39, // 22: cairn.client.v1.Commit.deliveries:type_name -> cairn.client.v1.DeliveryRef
-	1,  // 23: cairn.client.v1.OpenSession.ack_mode:type_name -> cairn.client.v1.AckMode
-	39, // 24: cairn.client.v1.ReturnDeliveries.deliveries:type_name -> cairn.client.v1.DeliveryRef
-	39, // 25: cairn.client.v1.Acknowledge.deliveries:type_name -> cairn.client.v1.DeliveryRef
-	45, // 26: cairn.client.v1.ServerFrame.reply:type_name -> cairn.client.v1.Reply
-	53, // 27: cairn.client.v1.ServerFrame.deliveries:type_name -> cairn.client.v1.Deliveries
-	54, // 28: cairn.client.v1.ServerFrame.consumer_closed:type_name -> cairn.client.v1.ConsumerClosed
-	44, // 29: cairn.client.v1.ServerFrame.heartbeat:type_name -> cairn.client.v1.Heartbeat
-	43, // 30: cairn.client.v1.ServerFrame.goodbye:type_name -> cairn.client.v1.Goodbye
-	11, // 31: cairn.client.v1.Reply.error:type_name -> cairn.client.v1.Error
-	47, // 32: cairn.client.v1.Reply.hello:type_name -> cairn.client.v1.HelloResult
-	48, // 33: cairn.client.v1.Reply.create_consumer:type_name -> cairn.client.v1.CreateConsumerResult
-	50, // 34: cairn.client.v1.Reply.recover:type_name -> cairn.client.v1.RecoverResult
-	51, // 35: cairn.client.v1.Reply.acknowledge:type_name -> cairn.client.v1.AcknowledgeResult
-	26, // 36: cairn.client.v1.Reply.tx_send:type_name -> cairn.client.v1.SendResponse
-	46, // 37: cairn.client.v1.Reply.commit:type_name -> cairn.client.v1.CommitResult
-	49, // 38: cairn.client.v1.RecoverResult.watermarks:type_name -> cairn.client.v1.Watermark
-	39, // 39: cairn.client.v1.AcknowledgeResult.rejected:type_name -> cairn.client.v1.DeliveryRef
-	61, // 40: cairn.client.v1.Delivery.properties:type_name -> cairn.client.v1.Delivery.PropertiesEntry
-	52, // 41: cairn.client.v1.Deliveries.messages:type_name -> cairn.client.v1.Delivery
-	11, // 42: cairn.client.v1.ConsumerClosed.error:type_name -> cairn.client.v1.Error
-	57, // 43: cairn.client.v1.GroupStatus.replicas:type_name -> cairn.client.v1.ReplicaStatus
-	56, // 44: cairn.client.v1.ClusterStatusResponse.nodes:type_name -> cairn.client.v1.NodeStatus
-	58, // 45: cairn.client.v1.ClusterStatusResponse.groups:type_name -> cairn.client.v1.GroupStatus
-	12, // 46: cairn.client.v1.ClientService.CreateDestination:input_type -> cairn.client.v1.CreateDestinationRequest
-	14, // 47: cairn.client.v1.ClientService.DeleteDestination:input_type -> cairn.client.v1.DeleteDestinationRequest
-	16, // 48: cairn.client.v1.ClientService.ListDestinations:input_type -> cairn.client.v1.ListDestinationsRequest
-	18, // 49: cairn.client.v1.ClientService.ShowDestination:input_type -> cairn.client.v1.ShowDestinationRequest
-	19, // 50: cairn.client.v1.ClientService.PurgeDestination:input_type -> cairn.client.v1.PurgeDestinationRequest
-	13, // 51: cairn.client.v1.ClientService.UpdateDestination:input_type -> cairn.client.v1.UpdateDestinationRequest
-	24, // 52: cairn.client.v1.ClientService.Send:input_type -> cairn.client.v1.SendRequest
-	27, // 53: cairn.client.v1.ClientService.Connect:input_type -> cairn.client.v1.ClientFrame
-	55, // 54: cairn.client.v1.ClientService.ClusterStatus:input_type -> cairn.client.v1.ClusterStatusRequest
-	7,  // 55: cairn.client.v1.ClientService.RemoveNode:input_type -> cairn.client.v1.RemoveNodeRequest
-	9,  // 56: cairn.client.v1.ClientService.LeaveNode:input_type -> cairn.client.v1.LeaveNodeRequest
-	2,  // 57: cairn.client.v1.ClientService.ListConnections:input_type -> cairn.client.v1.ListConnectionsRequest
-	5,  // 58: cairn.client.v1.ClientService.DestroyConnection:input_type -> cairn.client.v1.DestroyConnectionRequest
-	22, // 59: cairn.client.v1.ClientService.CreateDestination:output_type -> cairn.client.v1.DestinationInfo
-	15, // 60: cairn.client.v1.ClientService.DeleteDestination:output_type -> cairn.client.v1.DeleteDestinationResponse
-	17, // 61: cairn.client.v1.ClientService.ListDestinations:output_type -> cairn.client.v1.ListDestinationsResponse
-	22, // 62: cairn.client.v1.ClientService.ShowDestination:output_type -> cairn.client.v1.DestinationInfo
-	20, // 63: cairn.client.v1.ClientService.PurgeDestination:output_type -> cairn.client.v1.PurgeDestinationResponse
-	22, // 64: cairn.client.v1.ClientService.UpdateDestination:output_type -> cairn.client.v1.DestinationInfo
-	26, // 65: cairn.client.v1.ClientService.Send:output_type -> cairn.client.v1.SendResponse
-	42, // 66: cairn.client.v1.ClientService.Connect:output_type -> cairn.client.v1.ServerFrame
-	59, // 67: cairn.client.v1.ClientService.ClusterStatus:output_type -> cairn.client.v1.ClusterStatusResponse
-	8,  // 68: cairn.client.v1.ClientService.RemoveNode:output_type -> cairn.client.v1.RemoveNodeResponse
-	10, // 69: cairn.client.v1.ClientService.LeaveNode:output_type -> cairn.client.v1.LeaveNodeResponse
-	4,  // 70: cairn.client.v1.ClientService.ListConnections:output_type -> cairn.client.v1.ListConnectionsResponse
-	6,  // 71: cairn.client.v1.ClientService.DestroyConnection:output_type -> cairn.client.v1.DestroyConnectionResponse
-	59, // [59:72] is the sub-list for method output_type
-	46, // [46:59] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	33, // 8: cairn.client.v1.ClientFrame.hello:type_name -> cairn.client.v1.Hello
+	34, // 9: cairn.client.v1.ClientFrame.open_session:type_name -> cairn.client.v1.OpenSession
+	35, // 10: cairn.client.v1.ClientFrame.close_session:type_name -> cairn.client.v1.CloseSession
+	36, // 11: cairn.client.v1.ClientFrame.create_consumer:type_name -> cairn.client.v1.CreateConsumer
+	37, // 12: cairn.client.v1.ClientFrame.close_consumer:type_name -> cairn.client.v1.CloseConsumer
+	39, // 13: cairn.client.v1.ClientFrame.credit:type_name -> cairn.client.v1.Credit
+	41, // 14: cairn.client.v1.ClientFrame.acknowledge:type_name -> cairn.client.v1.Acknowledge
+	42, // 15: cairn.client.v1.ClientFrame.recover:type_name -> cairn.client.v1.RecoverSession
+	38, // 16: cairn.client.v1.ClientFrame.return_deliveries:type_name -> cairn.client.v1.ReturnDeliveries
+	29, // 17: cairn.client.v1.ClientFrame.tx_send:type_name -> cairn.client.v1.TxSend
+	30, // 18: cairn.client.v1.ClientFrame.commit:type_name -> cairn.client.v1.Commit
+	31, // 19: cairn.client.v1.ClientFrame.rollback:type_name -> cairn.client.v1.Rollback
+	32, // 20: cairn.client.v1.ClientFrame.tx_outcome:type_name -> cairn.client.v1.TxOutcome
+	28, // 21: cairn.client.v1.ClientFrame.send:type_name -> cairn.client.v1.Send
+	24, // 22: cairn.client.v1.Send.request:type_name -> cairn.client.v1.SendRequest
+	24, // 23: cairn.client.v1.TxSend.send:type_name -> cairn.client.v1.SendRequest
+	40, // 24: cairn.client.v1.Commit.deliveries:type_name -> cairn.client.v1.DeliveryRef
+	1,  // 25: cairn.client.v1.OpenSession.ack_mode:type_name -> cairn.client.v1.AckMode
+	40, // 26: cairn.client.v1.ReturnDeliveries.deliveries:type_name -> cairn.client.v1.DeliveryRef
+	40, // 27: cairn.client.v1.Acknowledge.deliveries:type_name -> cairn.client.v1.DeliveryRef
+	46, // 28: cairn.client.v1.ServerFrame.reply:type_name -> cairn.client.v1.Reply
+	54, // 29: cairn.client.v1.ServerFrame.deliveries:type_name -> cairn.client.v1.Deliveries
+	55, // 30: cairn.client.v1.ServerFrame.consumer_closed:type_name -> cairn.client.v1.ConsumerClosed
+	45, // 31: cairn.client.v1.ServerFrame.heartbeat:type_name -> cairn.client.v1.Heartbeat
+	44, // 32: cairn.client.v1.ServerFrame.goodbye:type_name -> cairn.client.v1.Goodbye
+	11, // 33: cairn.client.v1.Reply.error:type_name -> cairn.client.v1.Error
+	48, // 34: cairn.client.v1.Reply.hello:type_name -> cairn.client.v1.HelloResult
+	49, // 35: cairn.client.v1.Reply.create_consumer:type_name -> cairn.client.v1.CreateConsumerResult
+	51, // 36: cairn.client.v1.Reply.recover:type_name -> cairn.client.v1.RecoverResult
+	52, // 37: cairn.client.v1.Reply.acknowledge:type_name -> cairn.client.v1.AcknowledgeResult
+	26, // 38: cairn.client.v1.Reply.tx_send:type_name -> cairn.client.v1.SendResponse
+	47, // 39: cairn.client.v1.Reply.commit:type_name -> cairn.client.v1.CommitResult
+	26, // 40: cairn.client.v1.Reply.send:type_name -> cairn.client.v1.SendResponse
+	50, // 41: cairn.client.v1.RecoverResult.watermarks:type_name -> cairn.client.v1.Watermark
+	40, // 42: cairn.client.v1.AcknowledgeResult.rejected:type_name -> cairn.client.v1.DeliveryRef
+	62, // 43: cairn.client.v1.Delivery.properties:type_name -> cairn.client.v1.Delivery.PropertiesEntry
+	53, // 44: cairn.client.v1.Deliveries.messages:type_name -> cairn.client.v1.Delivery
+	11, // 45: cairn.client.v1.ConsumerClosed.error:type_name -> cairn.client.v1.Error
+	58, // 46: cairn.client.v1.GroupStatus.replicas:type_name -> cairn.client.v1.ReplicaStatus
+	57, // 47: cairn.client.v1.ClusterStatusResponse.nodes:type_name -> cairn.client.v1.NodeStatus
+	59, // 48: cairn.client.v1.ClusterStatusResponse.groups:type_name -> cairn.client.v1.GroupStatus
+	12, // 49: cairn.client.v1.ClientService.CreateDestination:input_type -> cairn.client.v1.CreateDestinationRequest
+	14, // 50: cairn.client.v1.ClientService.DeleteDestination:input_type -> cairn.client.v1.DeleteDestinationRequest
+	16, // 51: cairn.client.v1.ClientService.ListDestinations:input_type -> cairn.client.v1.ListDestinationsRequest
+	18, // 52: cairn.client.v1.ClientService.ShowDestination:input_type -> cairn.client.v1.ShowDestinationRequest
+	19, // 53: cairn.client.v1.ClientService.PurgeDestination:input_type -> cairn.client.v1.PurgeDestinationRequest
+	13, // 54: cairn.client.v1.ClientService.UpdateDestination:input_type -> cairn.client.v1.UpdateDestinationRequest
+	24, // 55: cairn.client.v1.ClientService.Send:input_type -> cairn.client.v1.SendRequest
+	27, // 56: cairn.client.v1.ClientService.Connect:input_type -> cairn.client.v1.ClientFrame
+	56, // 57: cairn.client.v1.ClientService.ClusterStatus:input_type -> cairn.client.v1.ClusterStatusRequest
+	7,  // 58: cairn.client.v1.ClientService.RemoveNode:input_type -> cairn.client.v1.RemoveNodeRequest
+	9,  // 59: cairn.client.v1.ClientService.LeaveNode:input_type -> cairn.client.v1.LeaveNodeRequest
+	2,  // 60: cairn.client.v1.ClientService.ListConnections:input_type -> cairn.client.v1.ListConnectionsRequest
+	5,  // 61: cairn.client.v1.ClientService.DestroyConnection:input_type -> cairn.client.v1.DestroyConnectionRequest
+	22, // 62: cairn.client.v1.ClientService.CreateDestination:output_type -> cairn.client.v1.DestinationInfo
+	15, // 63: cairn.client.v1.ClientService.DeleteDestination:output_type -> cairn.client.v1.DeleteDestinationResponse
+	17, // 64: cairn.client.v1.ClientService.ListDestinations:output_type -> cairn.client.v1.ListDestinationsResponse
+	22, // 65: cairn.client.v1.ClientService.ShowDestination:output_type -> cairn.client.v1.DestinationInfo
+	20, // 66: cairn.client.v1.ClientService.PurgeDestination:output_type -> cairn.client.v1.PurgeDestinationResponse
+	22, // 67: cairn.client.v1.ClientService.UpdateDestination:output_type -> cairn.client.v1.DestinationInfo
+	26, // 68: cairn.client.v1.ClientService.Send:output_type -> cairn.client.v1.SendResponse
+	43, // 69: cairn.client.v1.ClientService.Connect:output_type -> cairn.client.v1.ServerFrame
+	60, // 70: cairn.client.v1.ClientService.ClusterStatus:output_type -> cairn.client.v1.ClusterStatusResponse
+	8,  // 71: cairn.client.v1.ClientService.RemoveNode:output_type -> cairn.client.v1.RemoveNodeResponse
+	10, // 72: cairn.client.v1.ClientService.LeaveNode:output_type -> cairn.client.v1.LeaveNodeResponse
+	4,  // 73: cairn.client.v1.ClientService.ListConnections:output_type -> cairn.client.v1.ListConnectionsResponse
+	6,  // 74: cairn.client.v1.ClientService.DestroyConnection:output_type -> cairn.client.v1.DestroyConnectionResponse
+	62, // [62:75] is the sub-list for method output_type
+	49, // [49:62] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_transport_clientpb_client_proto_init() }
@@ -4492,21 +4604,23 @@ func file_transport_clientpb_client_proto_init() {
 		(*ClientFrame_Commit)(nil),
 		(*ClientFrame_Rollback)(nil),
 		(*ClientFrame_TxOutcome)(nil),
+		(*ClientFrame_Send)(nil),
 	}
-	file_transport_clientpb_client_proto_msgTypes[40].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[41].OneofWrappers = []any{
 		(*ServerFrame_Reply)(nil),
 		(*ServerFrame_Deliveries)(nil),
 		(*ServerFrame_ConsumerClosed)(nil),
 		(*ServerFrame_Heartbeat)(nil),
 		(*ServerFrame_Goodbye)(nil),
 	}
-	file_transport_clientpb_client_proto_msgTypes[43].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[44].OneofWrappers = []any{
 		(*Reply_Hello)(nil),
 		(*Reply_CreateConsumer)(nil),
 		(*Reply_Recover)(nil),
 		(*Reply_Acknowledge)(nil),
 		(*Reply_TxSend)(nil),
 		(*Reply_Commit)(nil),
+		(*Reply_Send)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -4514,7 +4628,7 @@ func file_transport_clientpb_client_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_clientpb_client_proto_rawDesc), len(file_transport_clientpb_client_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   60,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
