@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -35,6 +36,8 @@ type link struct {
 	maxFrame int
 
 	sendMu sync.Mutex
+	// sendClosed is set, under sendMu, once the stream is half-closed.
+	sendClosed bool
 
 	mu          sync.Mutex
 	nextRequest uint64
@@ -143,6 +146,12 @@ func (l *link) readLoop() {
 			l.mu.Lock()
 			l.goodbye = fr.Goodbye
 			l.mu.Unlock()
+			// Nothing more goes out on this link: the node answers what
+			// came before the half-close, then ends the stream.
+			l.sendMu.Lock()
+			l.sendClosed = true
+			_ = l.stream.CloseSend()
+			l.sendMu.Unlock()
 		}
 	}
 }
@@ -197,6 +206,13 @@ func (l *link) lostErr(cause error) error {
 	return fmt.Errorf("%w: connection %s to node %s lost: %w", ErrLostServer, id, node, cause)
 }
 
+// saidGoodbye reports whether the node said it is ending the link.
+func (l *link) saidGoodbye() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.goodbye != nil
+}
+
 func (l *link) isDown() bool {
 	select {
 	case <-l.down:
@@ -212,13 +228,19 @@ func (l *link) send(f *clientpb.ClientFrame) error {
 		return l.lostErr(ErrLostServer)
 	}
 	l.sendMu.Lock()
-	err := l.stream.Send(f)
+	err := errSendClosed
+	if !l.sendClosed {
+		err = l.stream.Send(f)
+	}
 	l.sendMu.Unlock()
 	if err != nil {
 		return l.lostErr(err)
 	}
 	return nil
 }
+
+// errSendClosed fails a frame on a link whose node said Goodbye.
+var errSendClosed = errors.New("the node said goodbye")
 
 // unsentError is the error of a request that never left: the link was
 // down before the frame was written.
@@ -243,8 +265,8 @@ func (l *link) requestAsync(f *clientpb.ClientFrame, done func(*clientpb.Reply, 
 	l.mu.Unlock()
 	if err := l.send(f); err != nil {
 		if l.forget(f.RequestId) {
-			// A failed stream Send wrote nothing: gRPC fails it only when
-			// the stream has ended.
+			// A failed stream Send wrote nothing: gRPC queues a message
+			// whole or not at all (and ends the stream when it fails).
 			done(nil, unsentError{err})
 		}
 	}

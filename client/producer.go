@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -200,13 +201,14 @@ func (p *Producer) SendBatch(ctx context.Context, ms []*Message) ([]Receipt, err
 			return nil, fmt.Errorf("message %s was not sent: %w", ms[0].ID, err)
 		}
 		if l.isDown() {
-			// Lost before the call: it would fail without leaving (and
-			// a call cut off by the link's close fails the same way, so
-			// only this check tells the two apart).
+			// Lost before the send: it would fail without leaving.
 			c.linkDown(l, ErrLostServer)
 			continue
 		}
 		resp, answered, serr := sendOn(ctx, l, req, ms[0].ID)
+		if serr == nil && len(resp.GetResults()) != len(ms) {
+			return nil, fmt.Errorf("%w: message %s: the node answered with %d results for %d messages", ErrDeliveryUnknown, ms[0].ID, len(resp.GetResults()), len(ms))
+		}
 		if serr == nil {
 			out := make([]Receipt, len(resp.Results))
 			for i, r := range resp.Results {
@@ -216,40 +218,77 @@ func (p *Producer) SendBatch(ctx context.Context, ms []*Message) ([]Receipt, err
 			return out, nil
 		}
 		notSent := errors.Is(serr, ErrUnavailable)
-		// A node that says it is stopping did not store the messages.
-		stopping := errors.Is(serr, transport.ErrNodeStopping)
-		if ctx.Err() != nil || (answered && !stopping) || !(notSent || idempotent) {
+		// A node that says it is stopping did not store the messages; one
+		// that said Goodbye takes no more frames (the link is half-closed).
+		stopping := errors.Is(serr, transport.ErrNodeStopping) || (notSent && l.saidGoodbye())
+		final := func() error {
 			if mayBeStored && notSent {
-				serr = fmt.Errorf("%w: message %s may or may not have been enqueued by an earlier try: %w", ErrDeliveryUnknown, ms[0].ID, serr)
+				return fmt.Errorf("%w: message %s may or may not have been enqueued by an earlier try: %v", ErrDeliveryUnknown, ms[0].ID, serr)
 			}
-			return nil, serr
+			return serr
 		}
-		// The call failed in the transport: the node is lost. Resending is
-		// safe, since it never left or the dedup ids make a copy harmless;
-		// the server sends a message with a dedup id to the member its id
-		// names, whichever node forwards it.
+		if ctx.Err() != nil || (answered && !stopping) || !(notSent || idempotent) {
+			return nil, final()
+		}
+		// The node is lost or stopping. Resending is safe, since it never
+		// left or the dedup ids make a copy harmless; the server sends a
+		// message with a dedup id to the member its id names, whichever
+		// node forwards it.
 		mayBeStored = mayBeStored || !notSent
 		c.opts.Logger.Info("cairn: resending after the connection's node was lost", "message", ms[0].ID, "err", serr)
-		c.linkDown(l, serr)
+		if !stopping {
+			c.linkDown(l, serr)
+			continue
+		}
+		// A stopping node answers the sends it is serving before it ends
+		// the link; closing the link now would cut those off.
+		if err := c.awaitLinkEnd(ctx, l, serr); err != nil {
+			return nil, final()
+		}
 	}
+}
+
+// stoppingLinkWait bounds the wait for a stopping node to end its link: it
+// answers its sends in flight for up to 2 s, then says Goodbye and ends the
+// stream 1 s later at most.
+const stoppingLinkWait = 5 * time.Second
+
+// awaitLinkEnd waits for link l, whose node is stopping, to end; after
+// stoppingLinkWait the connection gives up on it. It fails only when ctx
+// ends.
+func (c *Connection) awaitLinkEnd(ctx context.Context, l *link, cause error) error {
+	t := time.NewTimer(stoppingLinkWait)
+	defer t.Stop()
+	select {
+	case <-l.down:
+	case <-t.C:
+		c.linkDown(l, cause)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
 }
 
 // sendOn sends a request once on link l: as a frame on its stream when the
 // server reads such frames and this one fits, which saves a call per send,
 // and otherwise as a unary call. answered is true when the error is the
 // server's (or gRPC's refusal of an oversized request), which trying again
-// elsewhere would not change; other errors are typed as sendError says.
+// elsewhere would not change. Otherwise the error wraps ErrUnavailable when
+// the send certainly did not leave, and ErrDeliveryUnknown when it may
+// have.
 func sendOn(ctx context.Context, l *link, req *clientpb.SendRequest, id string) (resp *clientpb.SendResponse, answered bool, err error) {
-	f := &clientpb.ClientFrame{Op: &clientpb.ClientFrame_Send{Send: &clientpb.Send{Request: req}}}
+	// Sized with the largest request id the link may give it: a frame over
+	// the node's limit would end the whole connection.
+	f := &clientpb.ClientFrame{RequestId: math.MaxUint64, Op: &clientpb.ClientFrame_Send{Send: &clientpb.Send{Request: req}}}
 	if deadline, ok := ctx.Deadline(); ok {
 		// At least 1 ms: 0 would mean no limit.
 		f.GetSend().TimeoutMs = max(time.Until(deadline).Milliseconds(), 1)
 	}
-	if l.maxFrame == 0 || proto.Size(f) > l.maxFrame {
+	if l.maxFrame == 0 || proto.Size(f) > min(l.maxFrame, maxWireBytes) {
 		resp, err := l.api.Send(ctx, req)
 		if err != nil {
-			serr := sendError(err, id)
-			return nil, transport.ServerAnswered(err) || errors.Is(serr, ErrMessageTooLarge), serr
+			serr, answered := sendError(err, id)
+			return nil, answered, serr
 		}
 		return resp, true, nil
 	}
@@ -257,10 +296,7 @@ func sendOn(ctx context.Context, l *link, req *clientpb.SendRequest, id string) 
 	var unsent unsentError
 	switch {
 	case reply != nil:
-		if err != nil {
-			return nil, true, err
-		}
-		return reply.GetSend(), true, nil
+		return reply.GetSend(), true, err
 	// The cause is text only, as in sendError: the link's error may wrap
 	// ErrUnavailable, which here means "not sent".
 	case errors.As(err, &unsent):
@@ -270,18 +306,19 @@ func sendOn(ctx context.Context, l *link, req *clientpb.SendRequest, id string) 
 	}
 }
 
-// sendError types a failed send. The server's own answers are typed already;
-// a failure of the call itself is a known non-delivery only when the request
-// never left (the connection could not be made), and unknown otherwise.
-func sendError(err error, id string) error {
-	typed := transport.FromStatus(err)
-	// gRPC's own size limit refuses a request before any handler sees it.
+// sendError types a failed unary send. The server's own answers are typed
+// already, and answered; so is gRPC's refusal of an oversized request,
+// which a resend would meet again. A failure of the call itself is a known
+// non-delivery only when the request never left (the connection could not
+// be made), and unknown otherwise.
+func sendError(err error, id string) (typed error, answered bool) {
+	typed = transport.FromStatus(err)
 	if transport.ServerAnswered(err) || errors.Is(typed, ErrMessageTooLarge) {
-		return typed
+		return typed, true
 	}
 	st, _ := status.FromError(err)
 	if st.Code() == codes.Unavailable && strings.Contains(st.Message(), "while dialing") {
-		return fmt.Errorf("%w: message %s was not sent: %v", ErrUnavailable, id, st.Message())
+		return fmt.Errorf("%w: message %s was not sent: %v", ErrUnavailable, id, st.Message()), false
 	}
-	return fmt.Errorf("%w: message %s may or may not have been enqueued: %v", ErrDeliveryUnknown, id, typed)
+	return fmt.Errorf("%w: message %s may or may not have been enqueued: %v", ErrDeliveryUnknown, id, typed), false
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/cairnmq/cairn/transport"
 	"github.com/cairnmq/cairn/transport/clientpb"
@@ -24,8 +25,12 @@ type fakeServer struct {
 	maxFrame uint64
 	// dropFrames ends the stream on this many Send frames, unanswered.
 	dropFrames int
+	// script, when set, may take a frame over from the default answers:
+	// conn counts the connections, from 1.
+	script func(stream clientpb.ClientService_ConnectServer, conn int, in *clientpb.ClientFrame) (handled bool, err error)
 
 	mu      sync.Mutex
+	conns   int
 	hellos  int
 	unary   int
 	framed  int
@@ -63,10 +68,22 @@ func (f *fakeServer) Send(_ context.Context, req *clientpb.SendRequest) (*client
 }
 
 func (f *fakeServer) Connect(stream clientpb.ClientService_ConnectServer) error {
+	f.mu.Lock()
+	f.conns++
+	conn := f.conns
+	f.mu.Unlock()
 	for {
 		in, err := stream.Recv()
 		if err != nil {
 			return err
+		}
+		if f.script != nil {
+			if handled, err := f.script(stream, conn, in); err != nil || handled {
+				if err != nil {
+					return err
+				}
+				continue
+			}
 		}
 		reply := &clientpb.Reply{RequestId: in.RequestId}
 		switch op := in.Op.(type) {
@@ -94,11 +111,15 @@ func (f *fakeServer) Connect(stream clientpb.ClientService_ConnectServer) error 
 			}
 		}
 		if in.RequestId != 0 {
-			if err := stream.Send(&clientpb.ServerFrame{Frame: &clientpb.ServerFrame_Reply{Reply: reply}}); err != nil {
+			if err := f.sendReply(stream, reply); err != nil {
 				return err
 			}
 		}
 	}
+}
+
+func (f *fakeServer) sendReply(stream clientpb.ClientService_ConnectServer, r *clientpb.Reply) error {
+	return stream.Send(&clientpb.ServerFrame{Frame: &clientpb.ServerFrame_Reply{Reply: r}})
 }
 
 func (f *fakeServer) counts() (unary, framed int) {
@@ -236,5 +257,145 @@ func TestSendOn_LinkDownBeforeTheFrameLeft(t *testing.T) {
 	}
 	if _, framed := f.counts(); framed != 0 {
 		t.Fatalf("the server got %d Send frames", framed)
+	}
+}
+
+// A node that refuses a send because it is stopping still answers the sends
+// it is serving: the client waits for the node to end the link rather than
+// closing it under them, then sends the refused one again elsewhere.
+func TestSendBatch_StoppingNodeAnswersTheSendsInFlight(t *testing.T) {
+	f := startFakeServer(t, 1<<20)
+	var held *clientpb.ClientFrame // the first send, answered late
+	f.script = func(stream clientpb.ClientService_ConnectServer, conn int, in *clientpb.ClientFrame) (bool, error) {
+		if conn != 1 || in.GetSend() == nil {
+			return false, nil
+		}
+		f.mu.Lock()
+		first := held == nil
+		if first {
+			held = in
+		}
+		f.mu.Unlock()
+		if first {
+			return true, nil
+		}
+		refusal := &clientpb.Reply{RequestId: in.RequestId, Error: transport.ToProto(fmt.Errorf("%w: node fake is shutting down", transport.ErrNodeStopping))}
+		if err := f.sendReply(stream, refusal); err != nil {
+			return true, err
+		}
+		// A client that closed the link on the refusal cut the held
+		// send off; give it time to do so.
+		select {
+		case <-stream.Context().Done():
+			return true, stream.Context().Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		f.mu.Lock()
+		answer := &clientpb.Reply{RequestId: held.RequestId, Result: &clientpb.Reply_Send{Send: f.answer(held.GetSend().Request)}}
+		f.mu.Unlock()
+		if err := f.sendReply(stream, answer); err != nil {
+			return true, err
+		}
+		if err := stream.Send(&clientpb.ServerFrame{Frame: &clientpb.ServerFrame_Goodbye{Goodbye: &clientpb.Goodbye{Reason: "node fake is shutting down"}}}); err != nil {
+			return true, err
+		}
+		return true, errors.New("stream ended after the goodbye")
+	}
+	p := fakeProducer(t, f)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	first := make(chan error, 1)
+	go func() {
+		_, err := p.Send(ctx, &Message{Body: []byte("in flight")})
+		first <- err
+	}()
+	eventuallyTrue(t, "the first send held by the node", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return held != nil
+	})
+	if _, err := p.Send(ctx, &Message{Body: []byte("refused")}); err != nil {
+		t.Fatalf("the refused send, sent again after the reconnect: %v", err)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("the send in flight when the node refused another: %v", err)
+	}
+}
+
+// Once the node said Goodbye, the client half-closes the link and no send
+// goes out on it: the send goes on the next link.
+func TestSendBatch_NoFrameAfterTheGoodbye(t *testing.T) {
+	f := startFakeServer(t, 1<<20)
+	afterGoodbye := 0
+	f.script = func(stream clientpb.ClientService_ConnectServer, conn int, in *clientpb.ClientFrame) (bool, error) {
+		switch {
+		case conn != 1:
+			return false, nil
+		case in.GetOpenSession() != nil:
+			if err := f.sendReply(stream, &clientpb.Reply{RequestId: in.RequestId}); err != nil {
+				return true, err
+			}
+			return true, stream.Send(&clientpb.ServerFrame{Frame: &clientpb.ServerFrame_Goodbye{Goodbye: &clientpb.Goodbye{Reason: "node fake is shutting down"}}})
+		case in.GetSend() != nil:
+			f.mu.Lock()
+			afterGoodbye++
+			f.mu.Unlock()
+			return true, nil // unanswered, as by a node that has ended
+		}
+		return false, nil
+	}
+	p := fakeProducer(t, f)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	eventuallyTrue(t, "the goodbye read", func() bool {
+		l, _, _ := p.s.conn.state()
+		return l == nil || l.saidGoodbye()
+	})
+	if _, err := p.Send(ctx, &Message{Body: []byte("x")}); err != nil {
+		t.Fatalf("the send, on the next link: %v", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if afterGoodbye != 0 || f.conns != 2 {
+		t.Fatalf("%d Send frames went out on the link after its Goodbye; %d connections, want 2", afterGoodbye, f.conns)
+	}
+}
+
+func eventuallyTrue(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// The frame is sized with its request id: one that fits only without it
+// would be refused by the node's gRPC, which ends the whole connection, so
+// it goes as a unary call.
+func TestSendOn_FrameSizedWithItsRequestID(t *testing.T) {
+	const limit = 4096
+	req := &clientpb.SendRequest{Destination: "q", Messages: []*clientpb.Message{{Id: "m1"}}}
+	frame := &clientpb.ClientFrame{Op: &clientpb.ClientFrame_Send{Send: &clientpb.Send{Request: req}}}
+	for proto.Size(frame) < limit {
+		req.Messages[0].Body = append(req.Messages[0].Body, 'x')
+	}
+	if proto.Size(frame) != limit {
+		t.Fatalf("could not size the frame to %d bytes exactly (got %d)", limit, proto.Size(frame))
+	}
+	f := startFakeServer(t, limit, grpc.MaxRecvMsgSize(limit))
+	p := fakeProducer(t, f)
+	l, err := p.s.conn.awaitLink(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, _, err := sendOn(context.Background(), l, req, "m1")
+	if err != nil || len(resp.GetResults()) != 1 {
+		t.Fatalf("results %v, err %v", resp.GetResults(), err)
+	}
+	if u, fr := f.counts(); u != 1 || fr != 0 {
+		t.Fatalf("%d unary calls and %d frames, want the unary call", u, fr)
 	}
 }

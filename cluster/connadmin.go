@@ -16,9 +16,9 @@ import (
 	"github.com/cairnmq/cairn/transport/clientpb"
 )
 
-// goodbyeGrace is how long a connection ended on purpose waits for its
-// Goodbye frame to be written before it is cut regardless (a client that
-// does not read).
+// goodbyeGrace is how long a connection ended on purpose waits, once its
+// Goodbye is queued, for the client to half-close the stream before it is
+// cut regardless (a client that does not read, or predates half-closing).
 const goodbyeGrace = time.Second
 
 // sendsGrace bounds how long a connection ended on purpose waits for the
@@ -40,9 +40,11 @@ func remoteAddr(ctx context.Context) string {
 // graceful stop lets unary calls finish; later ones are refused.
 func (c *connection) goodbye(destroyed bool, reason string) {
 	c.mu.Lock()
-	if destroyed {
+	switch {
+	case c.closing != nil: // the first reason stands
+	case destroyed:
 		c.closing = fmt.Errorf("%w: %s", transport.ErrUnavailable, reason)
-	} else {
+	default:
 		c.closing = fmt.Errorf("%w: %s", transport.ErrNodeStopping, reason)
 	}
 	c.mu.Unlock()
@@ -53,8 +55,10 @@ func (c *connection) goodbye(destroyed bool, reason string) {
 	case <-time.After(sendsGrace):
 		c.n.log.Warn("connection ends with sends unanswered", "connection", c.id, "waited", sendsGrace)
 	}
+	// The stream stays open until the client half-closes it (serve), so a
+	// send that crossed the Goodbye on the wire is still refused, not left
+	// unanswered; a client that does not is cut off after goodbyeGrace.
 	c.out.push(&clientpb.ServerFrame{Frame: &clientpb.ServerFrame_Goodbye{Goodbye: &clientpb.Goodbye{Destroyed: destroyed, Reason: reason}}})
-	c.out.closeAfterFlush()
 	time.AfterFunc(goodbyeGrace, c.cancel)
 }
 

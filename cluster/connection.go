@@ -151,6 +151,13 @@ func (cs *connections) serve(stream clientpb.ClientService_ConnectServer) error 
 	}()
 	select {
 	case <-recvErr:
+		// A client half-closes its side once it has read a Goodbye: the
+		// answers to what it sent before (refused sends) go out first.
+		c.out.closeAfterFlush()
+		select {
+		case <-writeErr:
+		case <-ctx.Done():
+		}
 		return nil
 	case err := <-writeErr:
 		return err
@@ -428,12 +435,18 @@ func (c *connection) send(requestID uint64, op *clientpb.Send) {
 	}
 	go func() {
 		defer c.sends.Done()
-		ctx, cancel := c.ctx, context.CancelFunc(func() {})
+		ctx := c.ctx
 		if op.TimeoutMs > 0 {
+			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(c.ctx, time.Duration(op.TimeoutMs)*time.Millisecond)
+			defer cancel()
 		}
-		defer cancel()
 		resp, err := c.n.send(ctx, op.Request)
+		if (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) && !errors.Is(err, transport.ErrDeliveryUnknown) {
+			// As a unary call's client would see its deadline: the send
+			// may have gone as far as its member.
+			err = fmt.Errorf("%w: the send may or may not have been enqueued: %v", transport.ErrDeliveryUnknown, err)
+		}
 		if err != nil {
 			c.reply(requestID, err, nil)
 			return
@@ -614,7 +627,8 @@ func (c *connection) push(k *consumer, ds []fsm.Delivery) bool {
 	f := &clientpb.ServerFrame{Frame: &clientpb.ServerFrame_Deliveries{Deliveries: &clientpb.Deliveries{Consumer: k.no, Messages: msgs}}}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return !k.closed && !c.closed && c.out.push(f)
+	// After a Goodbye the client takes nothing more: deliveries go back.
+	return !k.closed && !c.closed && c.closing == nil && c.out.push(f)
 }
 
 func nsToMs(ns int64) int64 {

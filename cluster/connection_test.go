@@ -3,9 +3,11 @@ package cluster
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/client"
 	"github.com/cairnmq/cairn/transport"
 	"github.com/cairnmq/cairn/transport/clientpb"
 )
@@ -16,7 +18,7 @@ import (
 func TestConnection_GoodbyeAnswersTheSendsInFlightFirst(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c := &connection{n: &Node{}, ctx: ctx, cancel: cancel, out: newOutbox[*clientpb.ServerFrame]()}
+	c := &connection{n: &Node{log: slog.New(slog.DiscardHandler)}, ctx: ctx, cancel: cancel, out: newOutbox[*clientpb.ServerFrame]()}
 	c.sends.Add(1) // a send being served
 	said := make(chan struct{})
 	go func() {
@@ -52,5 +54,45 @@ func TestConnection_GoodbyeAnswersTheSendsInFlightFirst(t *testing.T) {
 	}
 	if frames[1].GetGoodbye() == nil || frames[1].GetGoodbye().Destroyed {
 		t.Errorf("second frame %v, want a Goodbye that lets the client reconnect", frames[1])
+	}
+}
+
+// After its Goodbye a connection keeps reading until the client half-closes
+// it: a send that crossed the Goodbye on the wire is refused, so the client
+// knows it was not stored, rather than left unanswered.
+func TestConnection_SendAfterTheGoodbyeIsRefusedUntilTheClientHalfCloses(t *testing.T) {
+	n := startNode(t, testConfig(t, t.TempDir()))
+	ctx := testCtx(t)
+	r := openRaw(t, ctx, n)
+	r.send(&clientpb.ClientFrame{RequestId: 1, Op: &clientpb.ClientFrame_Hello{Hello: &clientpb.Hello{}}})
+	hello, err := r.reply(1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := admin(t, n)
+	if err := a.DestroyConnection(ctx, hello.GetHello().ConnectionId); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := r.st.Recv()
+		if err != nil {
+			t.Fatalf("stream ended before its Goodbye: %v", err)
+		}
+		if f.GetGoodbye() != nil {
+			break
+		}
+	}
+	send := &clientpb.SendRequest{Destination: "late", Messages: []*clientpb.Message{{Body: []byte("x")}}}
+	r.send(&clientpb.ClientFrame{RequestId: 2, Op: &clientpb.ClientFrame_Send{Send: &clientpb.Send{Request: send}}})
+	_, err = r.reply(2, nil)
+	wantErr(t, "a send after the Goodbye", err, client.ErrUnavailable)
+	if err := r.st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := r.st.Recv(); err == nil {
+		t.Fatalf("frame %v after the half-close; want the stream's end", f)
+	}
+	if names := queueNames(t, a); len(names) != 0 {
+		t.Fatalf("the refused send created %v", names)
 	}
 }
