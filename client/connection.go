@@ -254,6 +254,28 @@ func (c *Connection) awaitLink(ctx context.Context) (*link, error) {
 	}
 }
 
+// stoppingLinkWait bounds the wait for a stopping node to end its link: it
+// answers its sends in flight for up to 2 s, says Goodbye, and ends the
+// stream once it has released the connection's sessions (the link's 3 s
+// silence limit usually ends it first when that takes long).
+const stoppingLinkWait = 5 * time.Second
+
+// awaitLinkEnd waits for link l, whose node is stopping, to end; after
+// stoppingLinkWait the connection gives up on it. It fails only when ctx
+// ends.
+func (c *Connection) awaitLinkEnd(ctx context.Context, l *link, cause error) error {
+	t := time.NewTimer(stoppingLinkWait)
+	defer t.Stop()
+	select {
+	case <-l.down:
+	case <-t.C:
+		c.linkDown(l, cause)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
 func (c *Connection) reconnectingErr() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -344,9 +366,7 @@ func (c *Connection) Close() error {
 			firstErr = err
 		}
 	}
-	l.sendMu.Lock()
-	_ = l.stream.CloseSend()
-	l.sendMu.Unlock()
+	l.closeSend()
 	// The server releases the sessions when it sees the stream end; wait
 	// for it to close its side so the release has happened when Close returns.
 	select {
@@ -404,8 +424,17 @@ func (c *Connection) createOnLink(ctx context.Context, fn func(*link) error) err
 		c.objects.RLock()
 		err = fn(l)
 		c.objects.RUnlock()
-		if err == nil || !l.isDown() || !errors.Is(err, ErrLostServer) || ctx.Err() != nil {
+		if err == nil || !errors.Is(err, ErrLostServer) || ctx.Err() != nil {
 			return err
+		}
+		if !l.isDown() {
+			if !errors.Is(err, errSendClosed) {
+				return err
+			}
+			// The node said Goodbye: the next link takes the object.
+			if err := c.awaitLinkEnd(ctx, l, err); err != nil {
+				return err
+			}
 		}
 	}
 }

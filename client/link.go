@@ -146,12 +146,9 @@ func (l *link) readLoop() {
 			l.mu.Lock()
 			l.goodbye = fr.Goodbye
 			l.mu.Unlock()
-			// Nothing more goes out on this link: the node answers what
-			// came before the half-close, then ends the stream.
-			l.sendMu.Lock()
-			l.sendClosed = true
-			_ = l.stream.CloseSend()
-			l.sendMu.Unlock()
+			// Nothing more goes out on this link: the node refuses the
+			// sends that came before the half-close, then ends the stream.
+			l.closeSend()
 		}
 	}
 }
@@ -239,11 +236,20 @@ func (l *link) send(f *clientpb.ClientFrame) error {
 	return nil
 }
 
-// errSendClosed fails a frame on a link whose node said Goodbye.
+// closeSend half-closes the stream: later frames fail with errSendClosed.
+func (l *link) closeSend() {
+	l.sendMu.Lock()
+	defer l.sendMu.Unlock()
+	l.sendClosed = true
+	_ = l.stream.CloseSend()
+}
+
+// errSendClosed fails a frame on a half-closed link (its node said
+// Goodbye, or the connection is closing).
 var errSendClosed = errors.New("the node said goodbye")
 
 // unsentError is the error of a request that never left: the link was
-// down before the frame was written.
+// down or half-closed before the frame was written.
 type unsentError struct{ error }
 
 func (e unsentError) Unwrap() error { return e.error }

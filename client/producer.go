@@ -248,27 +248,6 @@ func (p *Producer) SendBatch(ctx context.Context, ms []*Message) ([]Receipt, err
 	}
 }
 
-// stoppingLinkWait bounds the wait for a stopping node to end its link: it
-// answers its sends in flight for up to 2 s, then says Goodbye and ends the
-// stream 1 s later at most.
-const stoppingLinkWait = 5 * time.Second
-
-// awaitLinkEnd waits for link l, whose node is stopping, to end; after
-// stoppingLinkWait the connection gives up on it. It fails only when ctx
-// ends.
-func (c *Connection) awaitLinkEnd(ctx context.Context, l *link, cause error) error {
-	t := time.NewTimer(stoppingLinkWait)
-	defer t.Stop()
-	select {
-	case <-l.down:
-	case <-t.C:
-		c.linkDown(l, cause)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return nil
-}
-
 // sendOn sends a request once on link l: as a frame on its stream when the
 // server reads such frames and this one fits, which saves a call per send,
 // and otherwise as a unary call. answered is true when the error is the

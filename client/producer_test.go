@@ -399,3 +399,31 @@ func TestSendOn_FrameSizedWithItsRequestID(t *testing.T) {
 		t.Fatalf("%d unary calls and %d frames, want the unary call", u, fr)
 	}
 }
+
+// A session opened while the node says Goodbye is opened on the next link,
+// not refused: the half-closed link takes no frame.
+func TestSession_OpenedDuringTheGoodbyeGoesToTheNextLink(t *testing.T) {
+	f := startFakeServer(t, 1<<20)
+	f.script = func(stream clientpb.ClientService_ConnectServer, conn int, in *clientpb.ClientFrame) (bool, error) {
+		if conn != 1 || in.GetOpenSession() == nil {
+			return false, nil
+		}
+		if err := f.sendReply(stream, &clientpb.Reply{RequestId: in.RequestId}); err != nil {
+			return true, err
+		}
+		return true, stream.Send(&clientpb.ServerFrame{Frame: &clientpb.ServerFrame_Goodbye{Goodbye: &clientpb.Goodbye{Reason: "node fake is shutting down"}}})
+	}
+	p := fakeProducer(t, f)
+	eventuallyTrue(t, "the goodbye read", func() bool {
+		l, _, _ := p.s.conn.state()
+		return l == nil || l.saidGoodbye()
+	})
+	if _, err := p.s.conn.Session(AutoAck); err != nil {
+		t.Fatalf("a session opened during the goodbye: %v", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.conns != 2 {
+		t.Fatalf("%d connections, want the session on the second", f.conns)
+	}
+}

@@ -40,11 +40,14 @@ func remoteAddr(ctx context.Context) string {
 // graceful stop lets unary calls finish; later ones are refused.
 func (c *connection) goodbye(destroyed bool, reason string) {
 	c.mu.Lock()
-	switch {
-	case c.closing != nil: // the first reason stands
-	case destroyed:
+	if c.closing != nil {
+		// Already said: the first reason stands, and one Goodbye goes.
+		c.mu.Unlock()
+		return
+	}
+	if destroyed {
 		c.closing = fmt.Errorf("%w: %s", transport.ErrUnavailable, reason)
-	default:
+	} else {
 		c.closing = fmt.Errorf("%w: %s", transport.ErrNodeStopping, reason)
 	}
 	c.mu.Unlock()

@@ -157,6 +157,7 @@ func (cs *connections) serve(stream clientpb.ClientService_ConnectServer) error 
 		select {
 		case <-writeErr:
 		case <-ctx.Done():
+		case <-time.After(goodbyeGrace): // a client that does not read
 		}
 		return nil
 	case err := <-writeErr:
