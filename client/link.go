@@ -143,12 +143,15 @@ func (l *link) readLoop() {
 				k.failOn(l.gen, transport.FromProto(fr.ConsumerClosed.Error))
 			}
 		case *clientpb.ServerFrame_Goodbye:
+			// Nothing more goes out on this link: the node refuses the
+			// sends that came before the half-close, then ends the stream.
+			// A send that sees the Goodbye finds the stream half-closed.
+			l.sendMu.Lock()
 			l.mu.Lock()
 			l.goodbye = fr.Goodbye
 			l.mu.Unlock()
-			// Nothing more goes out on this link: the node refuses the
-			// sends that came before the half-close, then ends the stream.
-			l.closeSend()
+			l.closeSendLocked()
+			l.sendMu.Unlock()
 		}
 	}
 }
@@ -240,6 +243,10 @@ func (l *link) send(f *clientpb.ClientFrame) error {
 func (l *link) closeSend() {
 	l.sendMu.Lock()
 	defer l.sendMu.Unlock()
+	l.closeSendLocked()
+}
+
+func (l *link) closeSendLocked() {
 	l.sendClosed = true
 	_ = l.stream.CloseSend()
 }

@@ -28,6 +28,9 @@ type fakeServer struct {
 	// script, when set, may take a frame over from the default answers:
 	// conn counts the connections, from 1.
 	script func(stream clientpb.ClientService_ConnectServer, conn int, in *clientpb.ClientFrame) (handled bool, err error)
+	// holdFirst, when set, keeps the first connection's stream open after
+	// the client half-closed it, until holdFirst is closed.
+	holdFirst chan struct{}
 
 	mu      sync.Mutex
 	conns   int
@@ -75,6 +78,9 @@ func (f *fakeServer) Connect(stream clientpb.ClientService_ConnectServer) error 
 	for {
 		in, err := stream.Recv()
 		if err != nil {
+			if conn == 1 && f.holdFirst != nil {
+				<-f.holdFirst
+			}
 			return err
 		}
 		if f.script != nil {
@@ -344,14 +350,25 @@ func TestSendBatch_NoFrameAfterTheGoodbye(t *testing.T) {
 		}
 		return false, nil
 	}
+	f.holdFirst = make(chan struct{})
 	p := fakeProducer(t, f)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	eventuallyTrue(t, "the goodbye read", func() bool {
-		l, _, _ := p.s.conn.state()
-		return l == nil || l.saidGoodbye()
-	})
-	if _, err := p.Send(ctx, &Message{Body: []byte("x")}); err != nil {
+	firstLinkSaidGoodbye(t, p.s.conn)
+	sent := make(chan error, 1)
+	go func() {
+		_, err := p.Send(ctx, &Message{Body: []byte("x")})
+		sent <- err
+	}()
+	// Room for the send to find the link half-closed; it must then wait
+	// for the link's end, not fail or go out on it.
+	select {
+	case err := <-sent:
+		t.Fatalf("the send returned (%v) while the first link was still up", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(f.holdFirst)
+	if err := <-sent; err != nil {
 		t.Fatalf("the send, on the next link: %v", err)
 	}
 	f.mu.Lock()
@@ -359,6 +376,16 @@ func TestSendBatch_NoFrameAfterTheGoodbye(t *testing.T) {
 	if afterGoodbye != 0 || f.conns != 2 {
 		t.Fatalf("%d Send frames went out on the link after its Goodbye; %d connections, want 2", afterGoodbye, f.conns)
 	}
+}
+
+// firstLinkSaidGoodbye waits until the connection's first link has read
+// its Goodbye (holdFirst keeps that link up meanwhile).
+func firstLinkSaidGoodbye(t *testing.T, c *Connection) {
+	t.Helper()
+	eventuallyTrue(t, "the goodbye read on the first link", func() bool {
+		l, _, _ := c.state()
+		return l != nil && l.gen == 1 && l.saidGoodbye()
+	})
 }
 
 func eventuallyTrue(t *testing.T, what string, cond func() bool) {
@@ -413,12 +440,21 @@ func TestSession_OpenedDuringTheGoodbyeGoesToTheNextLink(t *testing.T) {
 		}
 		return true, stream.Send(&clientpb.ServerFrame{Frame: &clientpb.ServerFrame_Goodbye{Goodbye: &clientpb.Goodbye{Reason: "node fake is shutting down"}}})
 	}
+	f.holdFirst = make(chan struct{})
 	p := fakeProducer(t, f)
-	eventuallyTrue(t, "the goodbye read", func() bool {
-		l, _, _ := p.s.conn.state()
-		return l == nil || l.saidGoodbye()
-	})
-	if _, err := p.s.conn.Session(AutoAck); err != nil {
+	firstLinkSaidGoodbye(t, p.s.conn)
+	opened := make(chan error, 1)
+	go func() {
+		_, err := p.s.conn.Session(AutoAck)
+		opened <- err
+	}()
+	select {
+	case err := <-opened:
+		t.Fatalf("the session's opening returned (%v) while the first link was still up", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(f.holdFirst)
+	if err := <-opened; err != nil {
 		t.Fatalf("a session opened during the goodbye: %v", err)
 	}
 	f.mu.Lock()
