@@ -40,7 +40,7 @@ type fakeServer struct {
 	dedupes []string
 }
 
-func startFakeServer(t *testing.T, maxFrame uint64, opts ...grpc.ServerOption) *fakeServer {
+func startFakeServer(t testing.TB, maxFrame uint64, opts ...grpc.ServerOption) *fakeServer {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -134,7 +134,7 @@ func (f *fakeServer) counts() (unary, framed int) {
 	return f.unary, f.framed
 }
 
-func fakeProducer(t *testing.T, f *fakeServer) *Producer {
+func fakeProducer(t testing.TB, f *fakeServer) *Producer {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -461,5 +461,28 @@ func TestSession_OpenedDuringTheGoodbyeGoesToTheNextLink(t *testing.T) {
 	defer f.mu.Unlock()
 	if f.conns != 2 {
 		t.Fatalf("%d connections, want the session on the second", f.conns)
+	}
+}
+
+// BenchmarkSend compares a send as a unary call with one as a frame on the
+// connection, against the fake node (no work behind the answer): what the
+// gRPC layer costs per send, client and server in one process.
+func BenchmarkSend(b *testing.B) {
+	for _, bc := range []struct {
+		name     string
+		maxFrame uint64
+	}{{"unary", 0}, {"frame", 1 << 20}} {
+		b.Run(bc.name, func(b *testing.B) {
+			p := fakeProducer(b, startFakeServer(b, bc.maxFrame))
+			body := make([]byte, 1024)
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if _, err := p.Send(ctx, &Message{Body: body}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
