@@ -302,7 +302,7 @@ func TestSendBatch_StoppingNodeAnswersTheSendsInFlight(t *testing.T) {
 		if err := f.sendReply(stream, answer); err != nil {
 			return true, err
 		}
-		if err := stream.Send(&clientpb.ServerFrame{Frame: &clientpb.ServerFrame_Goodbye{Goodbye: &clientpb.Goodbye{Reason: "node fake is shutting down"}}}); err != nil {
+		if err := sayGoodbye(stream); err != nil {
 			return true, err
 		}
 		return true, errors.New("stream ended after the goodbye")
@@ -341,7 +341,7 @@ func TestSendBatch_NoFrameAfterTheGoodbye(t *testing.T) {
 			if err := f.sendReply(stream, &clientpb.Reply{RequestId: in.RequestId}); err != nil {
 				return true, err
 			}
-			return true, stream.Send(&clientpb.ServerFrame{Frame: &clientpb.ServerFrame_Goodbye{Goodbye: &clientpb.Goodbye{Reason: "node fake is shutting down"}}})
+			return true, sayGoodbye(stream)
 		case in.GetSend() != nil:
 			f.mu.Lock()
 			afterGoodbye++
@@ -354,21 +354,11 @@ func TestSendBatch_NoFrameAfterTheGoodbye(t *testing.T) {
 	p := fakeProducer(t, f)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	firstLinkSaidGoodbye(t, p.s.conn)
-	sent := make(chan error, 1)
-	go func() {
+	err := duringGoodbye(t, f, p.s.conn, "the send", func() error {
 		_, err := p.Send(ctx, &Message{Body: []byte("x")})
-		sent <- err
-	}()
-	// Room for the send to find the link half-closed; it must then wait
-	// for the link's end, not fail or go out on it.
-	select {
-	case err := <-sent:
-		t.Fatalf("the send returned (%v) while the first link was still up", err)
-	case <-time.After(200 * time.Millisecond):
-	}
-	close(f.holdFirst)
-	if err := <-sent; err != nil {
+		return err
+	})
+	if err != nil {
 		t.Fatalf("the send, on the next link: %v", err)
 	}
 	f.mu.Lock()
@@ -378,14 +368,30 @@ func TestSendBatch_NoFrameAfterTheGoodbye(t *testing.T) {
 	}
 }
 
-// firstLinkSaidGoodbye waits until the connection's first link has read
-// its Goodbye (holdFirst keeps that link up meanwhile).
-func firstLinkSaidGoodbye(t *testing.T, c *Connection) {
+func sayGoodbye(stream clientpb.ClientService_ConnectServer) error {
+	return stream.Send(&clientpb.ServerFrame{Frame: &clientpb.ServerFrame_Goodbye{Goodbye: &clientpb.Goodbye{Reason: "node fake is shutting down"}}})
+}
+
+// duringGoodbye runs op once c's first link has read its Goodbye, while
+// the fake node holds that link up (holdFirst): op must then wait for the
+// link's end, not fail or go out on it. It returns op's error, once the
+// link is released.
+func duringGoodbye(t *testing.T, f *fakeServer, c *Connection, what string, op func() error) error {
 	t.Helper()
 	eventuallyTrue(t, "the goodbye read on the first link", func() bool {
 		l, _, _ := c.state()
 		return l != nil && l.gen == 1 && l.saidGoodbye()
 	})
+	done := make(chan error, 1)
+	go func() { done <- op() }()
+	// Room for op to find the link half-closed.
+	select {
+	case err := <-done:
+		t.Fatalf("%s returned (%v) while the first link was still up", what, err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(f.holdFirst)
+	return <-done
 }
 
 func eventuallyTrue(t *testing.T, what string, cond func() bool) {
@@ -438,23 +444,15 @@ func TestSession_OpenedDuringTheGoodbyeGoesToTheNextLink(t *testing.T) {
 		if err := f.sendReply(stream, &clientpb.Reply{RequestId: in.RequestId}); err != nil {
 			return true, err
 		}
-		return true, stream.Send(&clientpb.ServerFrame{Frame: &clientpb.ServerFrame_Goodbye{Goodbye: &clientpb.Goodbye{Reason: "node fake is shutting down"}}})
+		return true, sayGoodbye(stream)
 	}
 	f.holdFirst = make(chan struct{})
 	p := fakeProducer(t, f)
-	firstLinkSaidGoodbye(t, p.s.conn)
-	opened := make(chan error, 1)
-	go func() {
+	err := duringGoodbye(t, f, p.s.conn, "the session's opening", func() error {
 		_, err := p.s.conn.Session(AutoAck)
-		opened <- err
-	}()
-	select {
-	case err := <-opened:
-		t.Fatalf("the session's opening returned (%v) while the first link was still up", err)
-	case <-time.After(200 * time.Millisecond):
-	}
-	close(f.holdFirst)
-	if err := <-opened; err != nil {
+		return err
+	})
+	if err != nil {
 		t.Fatalf("a session opened during the goodbye: %v", err)
 	}
 	f.mu.Lock()
