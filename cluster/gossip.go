@@ -231,6 +231,16 @@ func (g *gossip) members() []gossipMember {
 	return out
 }
 
+// raftAddr is the Raft address node id announced, if gossip knows it.
+// Raft asks for an address up to three times per AppendEntries, so this
+// looks the node up rather than listing every member.
+func (g *gossip) raftAddr(id string) (string, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	m, ok := g.nodes[id]
+	return m.Meta.Raft, ok && m.Meta.Raft != ""
+}
+
 // alive is false for a node gossip holds dead or gone.
 func (g *gossip) alive(id string) bool {
 	g.mu.Lock()

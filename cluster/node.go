@@ -271,10 +271,8 @@ func (n *Node) peerAddr(node string) string {
 type raftAddresses struct{ n *Node }
 
 func (a raftAddresses) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) {
-	for _, m := range a.n.gossip.members() {
-		if m.ID == string(id) && m.Meta.Raft != "" {
-			return raft.ServerAddress(m.Meta.Raft), nil
-		}
+	if addr, ok := a.n.gossip.raftAddr(string(id)); ok {
+		return raft.ServerAddress(addr), nil
 	}
 	var addr string
 	a.n.meta.read(func(m *fsm.Meta) {
