@@ -59,10 +59,10 @@ type link struct {
 const silenceLimit = 3 * time.Second
 
 func grpcDial(addr string) (*grpc.ClientConn, error) {
-	return grpc.NewClient(addr,
+	return grpc.NewClient(addr, append(transport.DialWindows(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxWireBytes), grpc.MaxCallSendMsgSize(maxWireBytes)),
-	)
+	)...)
 }
 
 // openLink connects to addr and says Hello. The link's frames go to c from

@@ -26,6 +26,7 @@ import (
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 	"github.com/cairnmq/cairn/member"
+	"github.com/cairnmq/cairn/transport"
 	"github.com/cairnmq/cairn/transport/clientpb"
 	"github.com/cairnmq/cairn/transport/peerpb"
 	"github.com/cairnmq/cairn/transport/raftmux"
@@ -216,14 +217,14 @@ func (n *Node) startServers() {
 	// a partition): the server's heartbeats go nowhere, the ping goes
 	// unanswered, and the connection ends, releasing the messages its
 	// sessions held, within clientKeepalive twice.
-	n.grpcClient = grpc.NewServer(grpc.MaxRecvMsgSize(maxRecv), grpc.MaxSendMsgSize(maxRecv),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: clientKeepalive, Timeout: clientKeepalive}))
+	n.grpcClient = grpc.NewServer(append(transport.ServerWindows(), grpc.MaxRecvMsgSize(maxRecv), grpc.MaxSendMsgSize(maxRecv),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: clientKeepalive, Timeout: clientKeepalive}))...)
 	clientpb.RegisterClientServiceServer(n.grpcClient, &clientService{n: n})
 	healthpb.RegisterHealthServer(n.grpcClient, n.health)
 	reflection.Register(n.grpcClient)
 
-	n.grpcPeer = grpc.NewServer(grpc.MaxRecvMsgSize(maxRecv), grpc.MaxSendMsgSize(maxRecv),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: peerKeepalive / 2, PermitWithoutStream: true}))
+	n.grpcPeer = grpc.NewServer(append(transport.ServerWindows(), grpc.MaxRecvMsgSize(maxRecv), grpc.MaxSendMsgSize(maxRecv),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: peerKeepalive / 2, PermitWithoutStream: true}))...)
 	peerpb.RegisterPeerServiceServer(n.grpcPeer, &peerService{n: n})
 	healthpb.RegisterHealthServer(n.grpcPeer, n.health)
 	reflection.Register(n.grpcPeer)

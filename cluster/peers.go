@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairnmq/cairn/fsm"
+	"github.com/cairnmq/cairn/transport"
 	"github.com/cairnmq/cairn/transport/peerpb"
 )
 
@@ -78,14 +79,14 @@ func (p *peers) client(node string) (peerpb.PeerServiceClient, error) {
 	cc, ok := p.conns[addr]
 	if !ok {
 		var err error
-		opts := []grpc.DialOption{
+		opts := append(transport.DialWindows(),
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			// A peer that vanished without closing its connections (a
 			// partition, a pulled cable) is noticed in seconds, not at the
 			// operating system's TCP timeout.
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: peerKeepalive, Timeout: peerKeepalive, PermitWithoutStream: true}),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(p.n.maxWire()), grpc.MaxCallSendMsgSize(p.n.maxWire())),
-		}
+		)
 		if d := p.n.cfg.Dial; d != nil {
 			opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) { return d(ctx, "tcp", a) }))
 		}
