@@ -1,6 +1,6 @@
 // Package transport owns what crosses the network: the client API's protobuf
 // definitions and generated code (clientpb), the stream multiplexer that lets
-// every Raft group of a node share one port (raftmux), and the one table that
+// every Raft group of a node share one port (raftmux), the one table that
 // maps Cairn's typed errors to gRPC statuses and back (errors.go), and the
 // flow-control windows every gRPC connection is opened with (windows.go).
 //
