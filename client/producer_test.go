@@ -47,7 +47,8 @@ func startFakeServer(t testing.TB, maxFrame uint64, opts ...grpc.ServerOption) *
 		t.Fatal(err)
 	}
 	f := &fakeServer{addr: lis.Addr().String(), maxFrame: maxFrame}
-	gs := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(maxWireBytes)}, opts...)...)
+	// Opened as a node opens its client port (cluster.Start).
+	gs := grpc.NewServer(append(append(transport.ServerWindows(), grpc.MaxRecvMsgSize(maxWireBytes)), opts...)...)
 	clientpb.RegisterClientServiceServer(gs, f)
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)
