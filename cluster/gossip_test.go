@@ -37,10 +37,9 @@ func TestGossip_RaftAddrIsTheAnnouncedOne(t *testing.T) {
 	}
 }
 
-// BenchmarkRaftAddr: hashicorp/raft asks for the address of a peer up to
-// three times per AppendEntries. Finding it through members(), which copies
-// and sorts every node, was 5 % of a member leader's CPU in the 1-producer
-// send row.
+// BenchmarkRaftAddr: hashicorp/raft asks for an address up to three times
+// per AppendEntries; "members" is how it was found before raftAddr
+// (docs/performance.md, "No PING per round trip").
 func BenchmarkRaftAddr(b *testing.B) {
 	for _, size := range []int{3, 9} {
 		var nodes []gossipMember

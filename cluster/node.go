@@ -216,7 +216,9 @@ func (n *Node) startServers() {
 	// The keepalive finds a client cut off without a word (a pulled cable,
 	// a partition): the server's heartbeats go nowhere, the ping goes
 	// unanswered, and the connection ends, releasing the messages its
-	// sessions held, within clientKeepalive twice.
+	// sessions held, within clientKeepalive twice. A quiet client sends
+	// nothing (the heartbeats are the server's), so its connection carries
+	// that ping and its ack every clientKeepalive.
 	n.grpcClient = grpc.NewServer(append(transport.ServerWindows(), grpc.MaxRecvMsgSize(maxRecv), grpc.MaxSendMsgSize(maxRecv),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: clientKeepalive, Timeout: clientKeepalive}))...)
 	clientpb.RegisterClientServiceServer(n.grpcClient, &clientService{n: n})
