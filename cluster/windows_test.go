@@ -225,7 +225,7 @@ func TestCluster_NoPingPerForwardedSend(t *testing.T) {
 		before := count(t, all...)
 		sendN(t, ctx, p, fmt.Sprintf("m-%d-", round), sends)
 		after := count(t, all...)
-		if tc.hostOf("fwd#0") == host && after.data-before.data >= 2*sends {
+		if tc.hostOf("fwd#0") == host {
 			checkPings(t, "the nodes", sends, before, after)
 			return
 		}
