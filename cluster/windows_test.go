@@ -17,7 +17,9 @@ import (
 
 // pingCounter is a TCP proxy in front of one address that parses the HTTP/2
 // frames each side sends and counts their PINGs (not the acks) and DATA
-// frames.
+// frames. It is not a toxiproxy toxic (clientProxy's library): a toxic sees
+// chunks of one link and would need the same pipe and parser per link, and
+// a registry to hand the counts back.
 type pingCounter struct {
 	ln     net.Listener
 	target string
