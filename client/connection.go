@@ -87,6 +87,9 @@ type Connection struct {
 	creditMu   sync.Mutex
 	credits    map[creditKey]uint32
 	creditWake chan struct{}
+
+	// direct holds the send links to the hosts of members (direct.go).
+	direct sendLinks
 }
 
 // creditKey names a consumer on one link: credit meant for a link that was
@@ -104,10 +107,11 @@ func Dial(ctx context.Context, addrs []string, opts Options) (*Connection, error
 		opts: opts, addrs: addrs, changed: make(chan struct{}),
 		sessions: make(map[uint64]*Session), consumers: make(map[uint64]*Consumer), done: make(chan struct{}), closed: make(chan struct{}),
 		credits: make(map[creditKey]uint32), creditWake: make(chan struct{}, 1),
+		direct: sendLinks{routes: make(map[string]route), byAddr: make(map[string]*sendLink)},
 	}
 	var errs []string
 	for _, addr := range addrs {
-		l, err := c.openLink(ctx, addr, 1)
+		l, err := c.openLink(ctx, addr, 1, opts.ClientID)
 		if err == nil {
 			c.install(l)
 			go c.creditLoop()
@@ -330,6 +334,9 @@ func (c *Connection) shutdown(err error) {
 	if l != nil {
 		l.close(err)
 	}
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	c.closeSendLinks(done)
 	for _, k := range consumers {
 		k.fail(err)
 	}
@@ -366,6 +373,7 @@ func (c *Connection) Close() error {
 			firstErr = err
 		}
 	}
+	c.closeSendLinks(ctx)
 	l.closeSend()
 	// The server releases the sessions when it sees the stream end; wait
 	// for it to close its side so the release has happened when Close returns.

@@ -9,7 +9,11 @@
 //	msg, err := cons.Receive(ctx)
 //	err = msg.Ack()
 //
-// A Connection lives on a stream to one node (its front-end). Sessions carry
+// A Connection lives on a stream to one node (its front-end). A
+// destination's non-transacted sends go straight to its member's host on a
+// send link of their own once a node has named that host (it does when
+// every send to the destination goes to one member); Options.NoDirectSends
+// keeps them on the front-end, which forwards them. Sessions carry
 // an acknowledge mode; consumers prefetch up to Options.Prefetch messages; a
 // message handed to the application stays the session's until it is
 // acknowledged, the session recovers, or the session ends, and comes back

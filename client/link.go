@@ -65,10 +65,11 @@ func grpcDial(addr string) (*grpc.ClientConn, error) {
 	)...)
 }
 
-// openLink connects to addr and says Hello. The link's frames go to c from
-// the moment it opens, though c uses it for the application's requests only
-// once it is installed.
-func (c *Connection) openLink(ctx context.Context, addr string, gen uint64) (*link, error) {
+// openLink connects to addr and says Hello, with clientID. The link's
+// frames go to c from the moment it opens, though c uses it for the
+// application's requests only once it is installed (or, for a send link,
+// once direct.go holds it).
+func (c *Connection) openLink(ctx context.Context, addr string, gen uint64, clientID string) (*link, error) {
 	cc, err := grpcDial(addr)
 	if err != nil {
 		return nil, err
@@ -103,7 +104,7 @@ func (c *Connection) openLink(ctx context.Context, addr string, gen uint64) (*li
 	l.lastHeard.Store(time.Now().UnixNano())
 	go l.readLoop()
 	go l.watchSilence()
-	reply, err := l.request(dctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_Hello{Hello: &clientpb.Hello{ClientId: c.opts.ClientID}}})
+	reply, err := l.request(dctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_Hello{Hello: &clientpb.Hello{ClientId: clientID}}})
 	if err != nil {
 		l.close(err)
 		return nil, err
@@ -204,6 +205,16 @@ func (l *link) lostErr(cause error) error {
 		return fmt.Errorf("%w: connection to %s lost before it was opened: %w", ErrLostServer, l.addr, cause)
 	}
 	return fmt.Errorf("%w: connection %s to node %s lost: %w", ErrLostServer, id, node, cause)
+}
+
+// selfAddr is the client address the link's node gives for itself.
+func (l *link) selfAddr() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.peers) == 0 {
+		return ""
+	}
+	return l.peers[0]
 }
 
 // saidGoodbye reports whether the node said it is ending the link.

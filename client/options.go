@@ -30,6 +30,12 @@ type Options struct {
 	// while the connection reconnects waits for the reconnect before it
 	// fails with ErrLostServer (default 60 s).
 	ReconnectBlockingTime time.Duration
+	// NoDirectSends keeps every send on the connection's own node, which
+	// forwards it to the member's host. By default a destination's sends go
+	// straight to its member's host once a node has named it (direct.go);
+	// set this when the client cannot reach the addresses the nodes
+	// announce, or to measure the difference.
+	NoDirectSends bool
 	// TotalReconnectPeriod is how long the connection keeps trying to
 	// reconnect before it ends for good; 0 means the default, -1, which is
 	// forever.

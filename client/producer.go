@@ -193,29 +193,39 @@ func (p *Producer) SendBatch(ctx context.Context, ms []*Message) ([]Receipt, err
 	}
 	mayBeStored := false // an earlier try may have stored the messages
 	for {
-		l, err := c.awaitLink(ctx)
-		if err != nil {
-			if mayBeStored {
-				return nil, fmt.Errorf("%w: message %s may or may not have been enqueued; resending it after the connection's node was lost failed: %w", ErrDeliveryUnknown, ms[0].ID, err)
+		l, member := c.sendLinkFor(p.dest)
+		onSendLink := l != nil
+		if !onSendLink {
+			var err error
+			if l, err = c.awaitLink(ctx); err != nil {
+				if mayBeStored {
+					return nil, fmt.Errorf("%w: message %s may or may not have been enqueued; resending it after the connection's node was lost failed: %w", ErrDeliveryUnknown, ms[0].ID, err)
+				}
+				return nil, fmt.Errorf("message %s was not sent: %w", ms[0].ID, err)
 			}
-			return nil, fmt.Errorf("message %s was not sent: %w", ms[0].ID, err)
+			if l.isDown() {
+				// Lost before the send: it would fail without leaving.
+				c.linkDown(l, ErrLostServer)
+				continue
+			}
 		}
-		if l.isDown() {
-			// Lost before the send: it would fail without leaving.
-			c.linkDown(l, ErrLostServer)
-			continue
-		}
+		req.Direct = onSendLink
 		resp, answered, serr := sendOn(ctx, l, req, ms[0].ID)
 		if serr == nil && len(resp.GetResults()) != len(ms) {
 			return nil, fmt.Errorf("%w: message %s: the node answered with %d results for %d messages", ErrDeliveryUnknown, ms[0].ID, len(resp.GetResults()), len(ms))
 		}
 		if serr == nil {
+			c.learnRoute(p.dest, l, onSendLink, resp)
 			out := make([]Receipt, len(resp.Results))
 			for i, r := range resp.Results {
 				out[i] = Receipt{ID: r.Id, Member: r.Member, Duplicate: r.Duplicate}
 				ms[i].Member = r.Member
 			}
 			return out, nil
+		}
+		if onSendLink && !answered && errors.Is(serr, ErrDeliveryUnknown) {
+			// The connection's node would have named the member.
+			serr = fmt.Errorf("%w (sent straight to the host of member %s, node %s)", serr, member, l.node)
 		}
 		notSent := errors.Is(serr, ErrUnavailable)
 		// A node that says it is stopping did not store the messages; one
@@ -226,6 +236,14 @@ func (p *Producer) SendBatch(ctx context.Context, ms []*Message) ([]Receipt, err
 				return fmt.Errorf("%w: message %s may or may not have been enqueued by an earlier try: %v", ErrDeliveryUnknown, ms[0].ID, serr)
 			}
 			return serr
+		}
+		if onSendLink && ctx.Err() == nil && (notSent || (idempotent && errors.Is(serr, ErrDeliveryUnknown))) {
+			// The host is lost, stopping or no longer one (its node tries
+			// once, SendRequest.direct): the connection's node takes the
+			// send, and waits for an election if need be.
+			mayBeStored = mayBeStored || !notSent
+			c.dropRoute(p.dest, l, serr)
+			continue
 		}
 		if ctx.Err() != nil || (answered && !stopping) || !(notSent || idempotent) {
 			return nil, final()

@@ -32,12 +32,17 @@ type fakeServer struct {
 	// the client half-closed it, until holdFirst is closed.
 	holdFirst chan struct{}
 
-	mu      sync.Mutex
-	conns   int
-	hellos  int
-	unary   int
-	framed  int
-	dedupes []string
+	mu sync.Mutex
+	// hostAddr is what a send's answer names as the member's host.
+	hostAddr string
+	// clientIDs are the client ids of the Hellos, in order.
+	clientIDs []string
+	conns     int
+	ended     int // streams ended
+	hellos    int
+	unary     int
+	framed    int
+	dedupes   []string
 }
 
 func startFakeServer(t testing.TB, maxFrame uint64, opts ...grpc.ServerOption) *fakeServer {
@@ -56,7 +61,7 @@ func startFakeServer(t testing.TB, maxFrame uint64, opts ...grpc.ServerOption) *
 }
 
 func (f *fakeServer) answer(req *clientpb.SendRequest) *clientpb.SendResponse {
-	resp := &clientpb.SendResponse{}
+	resp := &clientpb.SendResponse{HostAddr: f.hostAddr}
 	for _, m := range req.Messages {
 		f.dedupes = append(f.dedupes, m.DedupId)
 		resp.Results = append(resp.Results, &clientpb.SendResult{Id: m.Id, Member: req.Destination})
@@ -76,6 +81,11 @@ func (f *fakeServer) Connect(stream clientpb.ClientService_ConnectServer) error 
 	f.conns++
 	conn := f.conns
 	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.ended++
+		f.mu.Unlock()
+	}()
 	for {
 		in, err := stream.Recv()
 		if err != nil {
@@ -97,6 +107,7 @@ func (f *fakeServer) Connect(stream clientpb.ClientService_ConnectServer) error 
 		case *clientpb.ClientFrame_Hello:
 			f.mu.Lock()
 			f.hellos++
+			f.clientIDs = append(f.clientIDs, op.Hello.ClientId)
 			f.mu.Unlock()
 			reply.Result = &clientpb.Reply_Hello{Hello: &clientpb.HelloResult{
 				ConnectionId: "fake", NodeId: "fake", ClientAddrs: []string{f.addr}, MaxFrameBytes: f.maxFrame,

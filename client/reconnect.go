@@ -145,7 +145,7 @@ func (c *Connection) reconnect(lost *link, lostErr error) {
 			if ctx.Err() != nil {
 				return
 			}
-			l, err := c.openLink(ctx, addr, gen)
+			l, err := c.openLink(ctx, addr, gen, c.opts.ClientID)
 			if err == nil {
 				if err = c.restore(ctx, l); err == nil {
 					c.opts.Logger.Info("cairn: connection reconnected", "connection", l.id, "node", l.node, "after", time.Since(start).Round(time.Millisecond))

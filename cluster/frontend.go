@@ -515,22 +515,46 @@ func (n *Node) send(ctx context.Context, req *clientpb.SendRequest) (*clientpb.S
 		return nil, err
 	}
 	msgs, idempotent := n.buildMessages(d, req)
-	name, res, err := n.enqueue(ctx, d, idx, &fsmpb.Enqueue{Messages: msgs}, idempotent)
+	window := routeWindow
+	if req.Direct {
+		window = 0
+	}
+	name, res, err := n.enqueue(ctx, d, idx, &fsmpb.Enqueue{Messages: msgs}, idempotent, window)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, member.ErrOutcomeUnknown) {
 			resent := "it was not resent (only messages with a dedup id are)"
-			if idempotent {
+			switch {
+			case idempotent && req.Direct:
+				resent = "it came straight to its host, which leaves resending it to the client's own node"
+			case idempotent:
 				resent = "resending it with its dedup id got no answer either"
 			}
 			return nil, fmt.Errorf("%w: message %s on member %s may or may not have been enqueued (%v); %s", transport.ErrDeliveryUnknown, msgs[0].Id, name, err, resent)
 		}
 		return nil, wireError(err)
 	}
-	resp := &clientpb.SendResponse{Results: make([]*clientpb.SendResult, len(res.Enqueued))}
+	resp := &clientpb.SendResponse{Results: make([]*clientpb.SendResult, len(res.Enqueued)), HostAddr: n.directHost(d, idx, name)}
 	for i, e := range res.Enqueued {
 		resp.Results[i] = &clientpb.SendResult{Id: e.ID, Member: name, Duplicate: e.Duplicate}
 	}
 	return resp, nil
+}
+
+// directHost is the client address of the node hosting member name, when
+// every send to the address asked for goes to that member (the destination
+// has one member, or the address names it): the client then sends there
+// directly (SendResponse.host_addr). It is empty when the router spreads
+// the sends, or no host is known now; it never waits to learn one.
+func (n *Node) directHost(d *fsmpb.Destination, idx int, name string) string {
+	if idx < 0 && len(d.Members) != 1 {
+		return ""
+	}
+	r, node, _ := n.knownHost(name)
+	if r != nil {
+		return n.addrs.Client
+	}
+	addr, _ := n.gossip.clientAddr(node)
+	return addr
 }
 
 // buildMessages makes a send's messages as stored: ids given where missing,
@@ -563,7 +587,9 @@ func (n *Node) buildMessages(d *fsmpb.Destination, req *clientpb.SendRequest) (m
 }
 
 // enqueue stores a send on a member of d (member idx, or one the router
-// chooses for a plain name) and returns the member's name.
+// chooses for a plain name) and returns the member's name. It looks for a
+// host and resends as described below for window (routeWindow; 0 for one
+// try).
 //
 // For a plain name the router moves on to another member, transparently,
 // when the one it chose is known not to have taken the send: no host, a
@@ -581,11 +607,11 @@ func (n *Node) buildMessages(d *fsmpb.Destination, req *clientpb.SendRequest) (m
 // names (dedupMember), not to the one the router prefers: a client that
 // lost its front-end mid-send resends through another node, and only the
 // same member's window can drop the copy.
-func (n *Node) enqueue(ctx context.Context, d *fsmpb.Destination, idx int, cmd *fsmpb.Enqueue, idempotent bool) (string, fsm.Result, error) {
+func (n *Node) enqueue(ctx context.Context, d *fsmpb.Destination, idx int, cmd *fsmpb.Enqueue, idempotent bool, window time.Duration) (string, fsm.Result, error) {
 	if idx >= 0 && d.Members[idx].Draining {
 		return fsm.MemberName(d.Name, uint32(idx)), fsm.Result{}, fmt.Errorf("%w: member %s is draining (an update is removing it); send to %s", transport.ErrUnavailable, fsm.MemberName(d.Name, uint32(idx)), d.Name)
 	}
-	deadline := time.Now().Add(routeWindow)
+	deadline := time.Now().Add(window)
 	failed := make([]bool, len(d.Members))
 	pinned := -1 // the member a send of unknown outcome must go to again
 	if idempotent && idx < 0 {

@@ -241,6 +241,15 @@ func (g *gossip) raftAddr(id string) (string, bool) {
 	return m.Meta.Raft, ok && m.Meta.Raft != ""
 }
 
+// clientAddr is the client address node id announced, if gossip holds it
+// alive.
+func (g *gossip) clientAddr(id string) (string, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	m, ok := g.nodes[id]
+	return m.Meta.Client, ok && m.State == "alive" && m.Meta.Client != ""
+}
+
 // alive is false for a node gossip holds dead or gone.
 func (g *gossip) alive(id string) bool {
 	g.mu.Lock()

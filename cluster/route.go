@@ -47,20 +47,27 @@ func (l *leaders) set(name, node string) {
 // the member), or another node's id. Both empty means no host is known now
 // (an election or a takeover is under way).
 func (n *Node) host(name string) (*member.Replica, string) {
-	if r, ok := n.groups.replica(name); ok {
-		if r.Leading() {
-			return r, ""
-		}
-		_, leader := r.Raft().LeaderWithID()
-		if string(leader) == n.cfg.NodeID {
-			return nil, "" // leader here, takeover not finished
-		}
-		return nil, string(leader)
-	}
-	if node := n.leaders.get(name); node != "" {
-		return nil, node
+	if r, node, known := n.knownHost(name); known {
+		return r, node
 	}
 	return nil, n.discoverLeader(name)
+}
+
+// knownHost is host without asking other nodes: known is false for a member
+// this node has no replica of and no leader cached for.
+func (n *Node) knownHost(name string) (r *member.Replica, node string, known bool) {
+	if replica, ok := n.groups.replica(name); ok {
+		if replica.Leading() {
+			return replica, "", true
+		}
+		_, leader := replica.Raft().LeaderWithID()
+		if string(leader) == n.cfg.NodeID {
+			return nil, "", true // leader here, takeover not finished
+		}
+		return nil, string(leader), true
+	}
+	node = n.leaders.get(name)
+	return nil, node, node != ""
 }
 
 // discoverLeader asks the nodes that replicate a member which one leads it.

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/net/http2"
 
@@ -190,6 +191,20 @@ func TestConnection_NoPingPerRoundTrip(t *testing.T) {
 // The same holds between nodes: a send forwarded from its front-end to the
 // member's host is one round trip on the peer connection.
 func TestCluster_NoPingPerForwardedSend(t *testing.T) {
+	sendThroughAnotherNode(t, true, func(before, after frames, _ *Node) {
+		checkPings(t, "the nodes", sends, before, after)
+	})
+}
+
+// sends is how many messages sendThroughAnotherNode measures.
+const sends = 100
+
+// sendThroughAnotherNode starts three nodes with proxies that count the
+// frames on their peer connections, creates a one-member queue, and sends
+// it messages from a client of a node that is not the member's host
+// (through that node only, or also straight to the host); check gets the
+// peer frames counted before and after, and the host.
+func sendThroughAnotherNode(t *testing.T, noDirectSends bool, check func(before, after frames, host *Node)) {
 	tc := planCluster(t, 3, withLogs(t))
 	proxies := make(map[string]*pingCounter)
 	var all []*pingCounter
@@ -213,26 +228,33 @@ func TestCluster_NoPingPerForwardedSend(t *testing.T) {
 	if _, err := tc.admin("n1").CreateQueue(ctx, "fwd", client.QueueOptions{Members: 1}); err != nil {
 		t.Fatal(err)
 	}
-	const sends = 100
 	// Once the member is on its preferred host no leadership moves by itself,
 	// but two loaded cores may still cost the leader its lease, and a
 	// front-end that becomes the host forwards nothing: such a round says
-	// nothing about PINGs, so it is measured again, a few times at most.
+	// nothing, so it is measured again, a few times at most.
 	for round := 1; ; round++ {
 		host := tc.waitSpread("fwd", 1)[0]
-		p := mustProducer(t, mustSession(t, tc.dial(tc.others(host)[0]), client.AutoAck), "fwd")
+		conn := tc.dial(tc.others(host)[0], func(o *client.Options) { o.NoDirectSends = noDirectSends })
+		p := mustProducer(t, mustSession(t, conn, client.AutoAck), "fwd")
 		// A dedup id lets a send cut by an election be resent, not lost.
 		p.SetIdempotent(true)
 		sendN(t, ctx, p, fmt.Sprintf("warm-%d-", round), 1)
+		if !noDirectSends {
+			// The send link to the host opens in the background.
+			waitFor(t, 10*time.Second, "the client's send link to the host", func() bool {
+				sendN(t, ctx, p, fmt.Sprintf("wait-%d-", round), 1)
+				return len(tc.node(host).conns.list()) > 0
+			})
+		}
 		before := count(t, all...)
 		sendN(t, ctx, p, fmt.Sprintf("m-%d-", round), sends)
 		after := count(t, all...)
 		if tc.hostOf("fwd#0") == host {
-			checkPings(t, "the nodes", sends, before, after)
+			check(before, after, tc.node(host))
 			return
 		}
 		if round == 3 {
-			t.Fatalf("the member's host changed during each of %d rounds of forwarded sends", round)
+			t.Fatalf("the member's host changed during each of %d rounds of sends", round)
 		}
 		t.Logf("round %d: the member's host changed during the sends; measuring again", round)
 	}

@@ -74,6 +74,9 @@ type Config struct {
 	Rate int
 	// Prefetch per consumer (0: the client's default).
 	Prefetch int
+	// NoDirectSends sends through each connection's node only, never
+	// straight to the member's host (client.Options.NoDirectSends).
+	NoDirectSends bool
 	// ConsumeAfter starts the consumers only when every send is done, so
 	// the consume rate is that of a backlog, not bounded by the producers.
 	ConsumeAfter bool
@@ -247,7 +250,7 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (Result, erro
 		addrs := append(append([]string{}, cfg.Servers[i%n:]...), cfg.Servers[:i%n]...)
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		c, err := client.Dial(dctx, addrs, client.Options{Prefetch: cfg.Prefetch, ReconnectPolicy: client.ReconnectAll})
+		c, err := client.Dial(dctx, addrs, client.Options{Prefetch: cfg.Prefetch, ReconnectPolicy: client.ReconnectAll, NoDirectSends: cfg.NoDirectSends})
 		if err == nil {
 			conns = append(conns, c)
 		}

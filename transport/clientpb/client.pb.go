@@ -1564,8 +1564,15 @@ func (x *Message) GetPrioritySet() bool {
 type SendRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// destination is a name, or NAME#I for member I.
-	Destination   string     `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
-	Messages      []*Message `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
+	Destination string     `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
+	Messages    []*Message `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
+	// direct is set by a client sending straight to the host an earlier
+	// answer named (SendResponse.host_addr). The node then tries the member's
+	// host once and answers at once: ErrUnavailable when it has none now, and
+	// an unknown outcome without resending a message with a dedup id. The
+	// client's own node, which it falls back to, is the one that waits for an
+	// election and resends.
+	Direct        bool `protobuf:"varint,3,opt,name=direct,proto3" json:"direct,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1612,6 +1619,13 @@ func (x *SendRequest) GetMessages() []*Message {
 		return x.Messages
 	}
 	return nil
+}
+
+func (x *SendRequest) GetDirect() bool {
+	if x != nil {
+		return x.Direct
+	}
+	return false
 }
 
 type SendResult struct {
@@ -1677,8 +1691,15 @@ func (x *SendResult) GetDuplicate() bool {
 }
 
 type SendResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Results       []*SendResult          `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Results []*SendResult          `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	// host_addr is the client address of the node hosting the member that
+	// took the send, when every send to this destination goes to that member
+	// (it has one member, or the address names one); empty otherwise. A
+	// client may send the destination's next messages on a connection to that
+	// node, which saves the front-end's forwarding. The answering node's own
+	// address (the first of HelloResult.client_addrs) means it is the host.
+	HostAddr      string `protobuf:"bytes,2,opt,name=host_addr,json=hostAddr,proto3" json:"host_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1718,6 +1739,13 @@ func (x *SendResponse) GetResults() []*SendResult {
 		return x.Results
 	}
 	return nil
+}
+
+func (x *SendResponse) GetHostAddr() string {
+	if x != nil {
+		return x.HostAddr
+	}
+	return ""
 }
 
 type ClientFrame struct {
@@ -4210,17 +4238,19 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\fpriority_set\x18\b \x01(\bR\vprioritySet\x1a=\n" +
 	"\x0fPropertiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"e\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"}\n" +
 	"\vSendRequest\x12 \n" +
 	"\vdestination\x18\x01 \x01(\tR\vdestination\x124\n" +
-	"\bmessages\x18\x02 \x03(\v2\x18.cairn.client.v1.MessageR\bmessages\"R\n" +
+	"\bmessages\x18\x02 \x03(\v2\x18.cairn.client.v1.MessageR\bmessages\x12\x16\n" +
+	"\x06direct\x18\x03 \x01(\bR\x06direct\"R\n" +
 	"\n" +
 	"SendResult\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06member\x18\x02 \x01(\tR\x06member\x12\x1c\n" +
-	"\tduplicate\x18\x03 \x01(\bR\tduplicate\"E\n" +
+	"\tduplicate\x18\x03 \x01(\bR\tduplicate\"b\n" +
 	"\fSendResponse\x125\n" +
-	"\aresults\x18\x01 \x03(\v2\x1b.cairn.client.v1.SendResultR\aresults\"\x8e\a\n" +
+	"\aresults\x18\x01 \x03(\v2\x1b.cairn.client.v1.SendResultR\aresults\x12\x1b\n" +
+	"\thost_addr\x18\x02 \x01(\tR\bhostAddr\"\x8e\a\n" +
 	"\vClientFrame\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12.\n" +
