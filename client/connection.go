@@ -107,7 +107,7 @@ func Dial(ctx context.Context, addrs []string, opts Options) (*Connection, error
 		opts: opts, addrs: addrs, changed: make(chan struct{}),
 		sessions: make(map[uint64]*Session), consumers: make(map[uint64]*Consumer), done: make(chan struct{}), closed: make(chan struct{}),
 		credits: make(map[creditKey]uint32), creditWake: make(chan struct{}, 1),
-		direct: sendLinks{routes: make(map[string]route), byAddr: make(map[string]*sendLink)},
+		direct: sendLinks{routes: make(map[string]route), byAddr: make(map[string]*sendLink), retryAt: make(map[string]time.Time)},
 	}
 	var errs []string
 	for _, addr := range addrs {
@@ -334,9 +334,9 @@ func (c *Connection) shutdown(err error) {
 	if l != nil {
 		l.close(err)
 	}
-	done, cancel := context.WithCancel(context.Background())
-	cancel()
-	c.closeSendLinks(done)
+	for _, l := range c.closeSendLinks() {
+		l.close(err)
+	}
 	for _, k := range consumers {
 		k.fail(err)
 	}
@@ -373,15 +373,21 @@ func (c *Connection) Close() error {
 			firstErr = err
 		}
 	}
-	c.closeSendLinks(ctx)
+	links := append(c.closeSendLinks(), l)
 	l.closeSend()
 	// The server releases the sessions when it sees the stream end; wait
-	// for it to close its side so the release has happened when Close returns.
-	select {
-	case <-l.readDone:
-	case <-ctx.Done():
+	// for it to close its side so the release has happened when Close
+	// returns, and the sends on the send links are answered.
+	for _, l := range links {
+		select {
+		case <-l.readDone:
+		case <-ctx.Done():
+		}
 	}
 	c.shutdown(ErrClosed)
+	for _, l := range links {
+		l.close(ErrClosed)
+	}
 	return firstErr
 }
 

@@ -2,33 +2,34 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/cairnmq/cairn/transport/clientpb"
 )
 
-// Sends straight to a member's host. A node answers a send with the client
-// address of the member's host when every send to that destination goes to
-// that member (SendResponse.host_addr: the destination has one member, or
-// the address names one). The connection then keeps a send link to that
-// node, a stream of its own with no client id, sessions or consumers, and
-// the destination's later non-transacted sends go on it: the front-end no
+// Sends straight to a member's host. A node answers a send with the host of
+// its member (SendResponse.host_node and host_addr) when every send to that
+// destination goes to that member: the destination has one member, or the
+// address names one. The connection then keeps a send link to that node, a
+// stream of its own with no client id, sessions or consumers, and the
+// destination's later non-transacted sends go on it: the front-end no
 // longer forwards each one to the host and carries its answer back.
 //
 // The send link is only ever a shortcut. Sends that find none ready go on
 // the connection's link, as they always did, and that link alone decides
 // when the connection is lost. A send link is opened in the background (no
-// send waits for a dial), and one that fails or whose node says Goodbye is
-// dropped: its send goes again on the connection's link when that is safe
-// (it never left, or it carries dedup ids), under the same rules as a send
-// that lost the connection's node. A producer's sends leave one at a time
-// (SendAsync keeps one batch in flight), so moving between links keeps
-// their order.
+// send waits for a dial). A send on it that fails drops the route: it goes
+// again through the connection's node when that is safe (it never left, or
+// it carries dedup ids), under the same rules as a send that lost the
+// connection's node, and the node's next answer names the host again. A
+// producer's sends leave one at a time (SendAsync keeps one batch in
+// flight), so moving between links keeps their order.
 
-// sendLinkRetry is how long a host whose send link could not be opened, or
-// failed, is left before it is dialled again; its sends go through the
-// connection's node meanwhile.
+// sendLinkRetry is how long a host is left after its send link could not be
+// opened or a send on it failed, before it is dialled again; its sends go
+// through the connection's node meanwhile.
 const sendLinkRetry = 5 * time.Second
 
 // sendLinks are a connection's send links and the routes to them.
@@ -36,96 +37,92 @@ type sendLinks struct {
 	mu     sync.Mutex
 	routes map[string]route // by destination address
 	byAddr map[string]*sendLink
-	closed bool
+	// retryAt holds back dialling a host that failed, by address.
+	retryAt map[string]time.Time
+	closed  bool
 }
 
-// route is where a destination's sends go: its member, and the client
-// address of that member's host.
-type route struct{ member, addr string }
+// route is where a destination's sends go: its member, and that member's
+// host (node id and client address).
+type route struct{ member, node, addr string }
 
-// sendLink is the link to one host: l is nil while it is being dialled and
-// after a failure (at failed).
+// sendLink is the link to one host; l is nil while it is being dialled.
 type sendLink struct {
 	l       *link
 	dialing bool
-	failed  time.Time
 }
 
-// sendLinkFor is the send link the next send to dest goes on and the
-// member it reaches there, or nil for the connection's own link. A missing
-// link to a known host is dialled in the background, unless it failed
-// within sendLinkRetry.
-func (c *Connection) sendLinkFor(dest string) (*link, string) {
+// sendLinkFor is the send link the next send to dest goes on and the route
+// it takes, or nil for the connection's own link. A missing link to a known
+// host is dialled in the background, unless the host failed within
+// sendLinkRetry.
+func (c *Connection) sendLinkFor(dest string) (*link, route) {
 	if c.opts.NoDirectSends {
-		return nil, ""
+		return nil, route{}
 	}
 	d := &c.direct
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	r, ok := d.routes[dest]
 	if !ok || d.closed {
-		return nil, ""
+		return nil, route{}
 	}
-	addr := r.addr
-	s := d.byAddr[addr]
+	s := d.byAddr[r.addr]
 	if s == nil {
 		s = &sendLink{}
-		d.byAddr[addr] = s
+		d.byAddr[r.addr] = s
 	}
 	if s.l != nil && !s.l.isDown() && !s.l.saidGoodbye() {
-		return s.l, r.member
+		return s.l, r
 	}
 	if s.l != nil {
-		s.l, s.failed = nil, time.Now()
+		s.l = nil
+		d.retryAt[r.addr] = time.Now().Add(sendLinkRetry)
 	}
-	if !s.dialing && time.Since(s.failed) >= sendLinkRetry {
+	if !s.dialing && !time.Now().Before(d.retryAt[r.addr]) {
 		s.dialing = true
-		go c.dialSendLink(addr, s)
+		go c.dialSendLink(r, s)
 	}
-	return nil, ""
+	return nil, route{}
 }
 
-// dialSendLink opens the send link s to addr.
-func (c *Connection) dialSendLink(addr string, s *sendLink) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-c.closed:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	l, err := c.openLink(ctx, addr, 0, "")
+// dialSendLink opens the send link s to r's host. A link that reached
+// another node than the one named (an address announced wrong, or reused
+// since) is not used.
+func (c *Connection) dialSendLink(r route, s *sendLink) {
+	l, err := c.openLink(context.Background(), r.addr, 0, "")
+	if err == nil && l.node != r.node {
+		l.close(ErrClosed)
+		err = fmt.Errorf("%s answered as node %s", r.addr, l.node)
+	}
 	d := &c.direct
 	d.mu.Lock()
 	s.dialing = false
-	keep := err == nil && !d.closed && d.byAddr[addr] == s
+	keep := err == nil && !d.closed && d.routedLocked(r.addr)
 	if keep {
 		s.l = l
-	} else {
-		s.failed = time.Now()
+	} else if err != nil {
+		d.retryAt[r.addr] = time.Now().Add(sendLinkRetry)
 	}
 	d.mu.Unlock()
 	switch {
 	case err != nil:
-		c.opts.Logger.Info("cairn: cannot open a send link to a member's host; its sends go through the connection's node", "addr", addr, "err", err)
+		c.opts.Logger.Info("cairn: cannot open a send link to a member's host; its sends go through the connection's node", "node", r.node, "addr", r.addr, "err", err)
 	case !keep:
 		l.close(ErrClosed)
 	}
 }
 
-// learnRoute records where the sends to dest go next, from the answer to a
-// send on l: to the host resp names, on a send link, unless the answering
-// node is the host and l is the connection's own link (or no single host
-// was named).
-func (c *Connection) learnRoute(dest string, l *link, onSendLink bool, resp *clientpb.SendResponse) {
+// learnRoute records where the sends to dest go next, from a send's
+// answer: to the host it names, on a send link, unless that host is the
+// connection's own node (or none was named).
+func (c *Connection) learnRoute(dest string, resp *clientpb.SendResponse) {
 	if c.opts.NoDirectSends || len(resp.Results) == 0 {
 		return
 	}
-	r := route{addr: resp.HostAddr, member: resp.Results[0].Member}
-	if !onSendLink && r.addr == l.selfAddr() {
-		r.addr = ""
+	var r route
+	if resp.HostAddr != "" && resp.HostNode != c.Node() {
+		r = route{member: resp.Results[0].Member, node: resp.HostNode, addr: resp.HostAddr}
 	}
 	c.direct.update(func(routes map[string]route) bool {
 		if routes[dest] == r {
@@ -142,10 +139,12 @@ func (c *Connection) learnRoute(dest string, l *link, onSendLink bool, resp *cli
 
 // dropRoute sends dest's next messages through the connection's node,
 // after a send on the send link l failed: its host was lost, is stopping,
-// or is a host no longer. The node's next answer names the host again.
+// or is a host no longer. The node's next answer names the host again; it
+// is dialled again after sendLinkRetry.
 func (c *Connection) dropRoute(dest string, l *link, cause error) {
 	c.opts.Logger.Info("cairn: a send straight to a member's host failed; sending through the connection's node", "dest", dest, "node", l.node, "err", cause)
 	c.direct.update(func(routes map[string]route) bool {
+		c.direct.retryAt[l.addr] = time.Now().Add(sendLinkRetry)
 		if routes[dest].addr != l.addr {
 			return false
 		}
@@ -154,9 +153,9 @@ func (c *Connection) dropRoute(dest string, l *link, cause error) {
 	})
 }
 
-// update changes the routes; when change reports a change, it forgets the
-// send links no route names any more and half-closes them: their nodes end
-// them once the sends under way on them are answered.
+// update changes the routes under d.mu; when change reports a change, it
+// forgets the send links no route names any more and half-closes them:
+// their nodes end them once the sends under way on them are answered.
 func (d *sendLinks) update(change func(routes map[string]route) bool) {
 	d.mu.Lock()
 	if !change(d.routes) {
@@ -165,15 +164,17 @@ func (d *sendLinks) update(change func(routes map[string]route) bool) {
 	}
 	var unused []*link
 	for addr, s := range d.byAddr {
-		used := false
-		for _, r := range d.routes {
-			used = used || r.addr == addr
-		}
-		if !used && !s.dialing {
+		if !d.routedLocked(addr) && !s.dialing {
 			delete(d.byAddr, addr)
 			if s.l != nil {
 				unused = append(unused, s.l)
 			}
+		}
+	}
+	now := time.Now()
+	for addr, at := range d.retryAt {
+		if now.After(at) {
+			delete(d.retryAt, addr)
 		}
 	}
 	d.mu.Unlock()
@@ -182,10 +183,20 @@ func (d *sendLinks) update(change func(routes map[string]route) bool) {
 	}
 }
 
+// routedLocked reports whether a route leads to addr; d.mu is held.
+func (d *sendLinks) routedLocked(addr string) bool {
+	for _, r := range d.routes {
+		if r.addr == addr {
+			return true
+		}
+	}
+	return false
+}
+
 // closeSendLinks half-closes every send link, so the sends on them are
-// answered, and waits for their ends until ctx is done; later dials are
-// dropped.
-func (c *Connection) closeSendLinks(ctx context.Context) {
+// answered, and forgets them; later dials are dropped. The caller waits for
+// the links' ends (waitLinks) or closes them.
+func (c *Connection) closeSendLinks() []*link {
 	d := &c.direct
 	d.mu.Lock()
 	d.closed = true
@@ -195,15 +206,10 @@ func (c *Connection) closeSendLinks(ctx context.Context) {
 			open = append(open, s.l)
 		}
 	}
+	clear(d.byAddr)
 	d.mu.Unlock()
 	for _, l := range open {
 		l.closeSend()
 	}
-	for _, l := range open {
-		select {
-		case <-l.readDone:
-		case <-ctx.Done():
-		}
-		l.close(ErrClosed)
-	}
+	return open
 }

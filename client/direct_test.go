@@ -3,17 +3,22 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cairnmq/cairn/transport"
+	"github.com/cairnmq/cairn/transport/clientpb"
 )
 
-func (f *fakeServer) setHost(addr string) {
+// setHost makes f's answers name h as the member's host (nil: none).
+func (f *fakeServer) setHost(h *fakeServer) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.hostAddr = addr
+	f.host = h
 }
 
 // streams is how many streams the fake node was opened and how many ended.
@@ -23,15 +28,34 @@ func (f *fakeServer) streams() (opened, ended int) {
 	return f.conns, f.ended
 }
 
+// sends is how many Send frames came, and how many of them marked direct.
+func (f *fakeServer) sends() (framed, direct int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.framed, f.directs
+}
+
+func (f *fakeServer) framedSends() int {
+	framed, _ := f.sends()
+	return framed
+}
+
+func (f *fakeServer) helloClientIDs() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.clientIDs)
+}
+
 func (f *fakeServer) lastDedup() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.dedupes[len(f.dedupes)-1]
 }
 
-func (f *fakeServer) framedSends() int {
-	_, framed := f.counts()
-	return framed
+func (c *Connection) routeCount() (routes, links int) {
+	c.direct.mu.Lock()
+	defer c.direct.mu.Unlock()
+	return len(c.direct.routes), len(c.direct.byAddr)
 }
 
 func dialFake(t *testing.T, f *fakeServer, opts Options) (*Connection, *Producer) {
@@ -77,35 +101,42 @@ func sendUntilAt(t *testing.T, p *Producer, f *fakeServer) {
 }
 
 // Once a node names the member's host, the destination's sends go to the
-// host on a link of their own, without a client id; when no single host is
-// named any more they go back to the connection's node and that link ends.
+// host on a link of their own, without a client id, marked direct; when no
+// host is named any more they go back to the connection's node and that
+// link ends. Close ends the send links too.
 func TestSendBatch_GoesStraightToTheHost(t *testing.T) {
 	front, host := startFakeServer(t, 1<<20), startFakeServer(t, 1<<20)
-	front.setHost(host.addr)
-	host.setHost(host.addr)
+	front.setHost(host)
+	host.setHost(host)
 	c, p := dialFake(t, front, Options{ClientID: "app"})
 	sendUntilAt(t, p, host)
 
-	before := front.framedSends()
+	frontBefore, _ := front.sends()
+	hostBefore, directBefore := host.sends()
 	const sends = 20
 	for range sends {
 		sendOne(t, p)
 	}
-	if n := front.framedSends() - before; n != 0 {
-		t.Errorf("the front-end got %d of %d sends after the host was known", n, sends)
+	frontAfter, frontDirect := front.sends()
+	hostAfter, directAfter := host.sends()
+	if frontAfter != frontBefore || frontDirect != 0 {
+		t.Errorf("the front-end got %d of %d sends after the host was known (%d in all marked direct)", frontAfter-frontBefore, sends, frontDirect)
 	}
-	if opened, _ := host.streams(); opened != 1 || !slices.Equal(host.clientIDs, []string{""}) {
-		t.Errorf("the host saw %d streams with client ids %q; want one send link without a client id", opened, host.clientIDs)
+	if hostAfter-hostBefore != sends || directAfter-directBefore != sends {
+		t.Errorf("the host got %d of %d sends, %d marked direct", hostAfter-hostBefore, sends, directAfter-directBefore)
 	}
-	if !slices.Equal(front.clientIDs, []string{"app"}) {
-		t.Errorf("the front-end saw client ids %q, want the connection's only", front.clientIDs)
+	if opened, _ := host.streams(); opened != 1 || !slices.Equal(host.helloClientIDs(), []string{""}) {
+		t.Errorf("the host saw %d streams with client ids %q; want one send link without a client id", opened, host.helloClientIDs())
+	}
+	if ids := front.helloClientIDs(); !slices.Equal(ids, []string{"app"}) {
+		t.Errorf("the front-end saw client ids %q, want the connection's only", ids)
 	}
 
 	// The destination grew past one member: no node names a host.
-	host.setHost("")
-	front.setHost("")
+	host.setHost(nil)
+	front.setHost(nil)
 	sendOne(t, p)
-	before = host.framedSends()
+	before := host.framedSends()
 	for range 5 {
 		sendOne(t, p)
 	}
@@ -117,61 +148,75 @@ func TestSendBatch_GoesStraightToTheHost(t *testing.T) {
 		return ended == 1
 	})
 
-	// Close ends the send links too.
-	front.setHost(host.addr)
+	front.setHost(host)
+	host.setHost(host)
 	sendUntilAt(t, p, host)
+	if opened, ended := host.streams(); opened != 2 || ended != 1 {
+		t.Fatalf("the host saw %d streams, %d ended; want the second send link open", opened, ended)
+	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	eventuallyTrue(t, "the send link to end with the connection", func() bool {
-		opened, ended := host.streams()
-		return opened == 2 && ended == 2
-	})
+	if _, ended := host.streams(); ended != 2 {
+		t.Errorf("Close returned before the send link ended")
+	}
 }
 
-// A front-end that names itself as the host needs no second link.
+// A host that is the connection's own node needs no second link: named by
+// the front-end itself, or by a send link's node once the member moved.
 func TestSendBatch_NoSendLinkToTheConnectionsOwnNode(t *testing.T) {
 	front := startFakeServer(t, 1<<20)
-	front.setHost(front.addr)
+	front.setHost(front)
 	c, p := dialFake(t, front, Options{})
 	for range 10 {
 		sendOne(t, p)
 	}
-	c.direct.mu.Lock()
-	routes, links := len(c.direct.routes), len(c.direct.byAddr)
-	c.direct.mu.Unlock()
-	if routes != 0 || links != 0 {
+	if routes, links := c.routeCount(); routes != 0 || links != 0 {
 		t.Errorf("%d routes and %d send links for sends whose front-end is the host", routes, links)
 	}
 	if opened, _ := front.streams(); opened != 1 {
 		t.Errorf("the node saw %d streams, want 1", opened)
 	}
+
+	host := startFakeServer(t, 1<<20)
+	front.setHost(host)
+	host.setHost(host)
+	sendUntilAt(t, p, host)
+	host.setHost(front) // the member moved to the front-end
+	front.setHost(front)
+	sendOne(t, p)
+	if routes, _ := c.routeCount(); routes != 0 {
+		t.Errorf("%d routes once the member's host is the connection's node", routes)
+	}
+	eventuallyTrue(t, "the send link to the former host to end", func() bool {
+		_, ended := host.streams()
+		return ended == 1
+	})
 }
 
 // NoDirectSends keeps every send on the connection's node.
 func TestSendBatch_NoDirectSends(t *testing.T) {
 	front, host := startFakeServer(t, 1<<20), startFakeServer(t, 1<<20)
-	front.setHost(host.addr)
+	front.setHost(host)
 	c, p := dialFake(t, front, Options{NoDirectSends: true})
 	for range 10 {
 		sendOne(t, p)
 	}
-	c.direct.mu.Lock()
-	routes := len(c.direct.routes)
-	c.direct.mu.Unlock()
+	routes, _ := c.routeCount()
 	if opened, _ := host.streams(); opened != 0 || routes != 0 {
 		t.Errorf("with NoDirectSends the host saw %d streams and the connection kept %d routes", opened, routes)
 	}
 }
 
 // A send lost with its send link goes again through the connection's node
-// when its dedup id makes that safe, and fails as unknown otherwise; the
-// sends after it go through the connection's node.
+// when its dedup id makes that safe, and fails as unknown, naming its
+// member and host, otherwise; the sends after it go through the
+// connection's node.
 func TestSendBatch_SendLinkLostFallsBackToTheConnection(t *testing.T) {
 	for _, idempotent := range []bool{true, false} {
 		front, host := startFakeServer(t, 1<<20), startFakeServer(t, 1<<20)
-		front.setHost(host.addr)
-		host.setHost(host.addr)
+		front.setHost(host)
+		host.setHost(host)
 		_, p := dialFake(t, front, Options{})
 		p.SetIdempotent(idempotent)
 		sendUntilAt(t, p, host)
@@ -189,8 +234,8 @@ func TestSendBatch_SendLinkLostFallsBackToTheConnection(t *testing.T) {
 			t.Fatalf("an idempotent send whose send link was lost: %v", err)
 		case idempotent && (front.framedSends() != before+1 || front.lastDedup() != m.ID):
 			t.Fatalf("the resend did not reach the front-end with its dedup id")
-		case !idempotent && (!errors.Is(err, ErrDeliveryUnknown) || !strings.Contains(err.Error(), "member q,")):
-			t.Fatalf("a send lost with its send link: %v, want ErrDeliveryUnknown naming member q", err)
+		case !idempotent && (!errors.Is(err, ErrDeliveryUnknown) || !strings.Contains(err.Error(), "member q, node "+host.node)):
+			t.Fatalf("a send lost with its send link: %v, want ErrDeliveryUnknown naming member q and node %s", err, host.node)
 		}
 		before = front.framedSends()
 		sendOne(t, p)
@@ -200,22 +245,77 @@ func TestSendBatch_SendLinkLostFallsBackToTheConnection(t *testing.T) {
 	}
 }
 
-// A host the client cannot reach costs the sends nothing: they go through
-// the connection's node.
-func TestSendBatch_UnreachableHost(t *testing.T) {
+// A send link's node that refuses a send (no host now, stopping) or says
+// Goodbye did not store it: the send goes through the connection's node,
+// with or without a dedup id, and so do the next ones.
+func TestSendBatch_SendLinkRefusalFallsBackToTheConnection(t *testing.T) {
+	for _, refusal := range []string{"unavailable", "stopping", "goodbye"} {
+		t.Run(refusal, func(t *testing.T) {
+			front, host := startFakeServer(t, 1<<20), startFakeServer(t, 1<<20)
+			front.setHost(host)
+			host.setHost(host)
+			_, p := dialFake(t, front, Options{})
+			sendUntilAt(t, p, host)
+			refused := make(chan struct{}, 1)
+			host.script = func(stream clientpb.ClientService_ConnectServer, _ int, in *clientpb.ClientFrame) (bool, error) {
+				if in.GetSend() == nil {
+					return false, nil
+				}
+				select {
+				case refused <- struct{}{}:
+				default:
+					return false, nil
+				}
+				var err error
+				switch refusal {
+				case "unavailable":
+					err = fmt.Errorf("%w: member q has no reachable host", transport.ErrUnavailable)
+				case "stopping":
+					err = fmt.Errorf("%w: node %s is stopping", transport.ErrNodeStopping, host.node)
+				case "goodbye":
+					if err := sayGoodbye(stream); err != nil {
+						return true, err
+					}
+					err = fmt.Errorf("%w: node %s is stopping", transport.ErrNodeStopping, host.node)
+				}
+				return true, host.sendReply(stream, &clientpb.Reply{RequestId: in.RequestId, Error: transport.ToProto(err)})
+			}
+			before := front.framedSends()
+			sendOne(t, p)
+			sendOne(t, p)
+			if n := front.framedSends() - before; n != 2 {
+				t.Errorf("the front-end got %d of the refused send and the next one", n)
+			}
+		})
+	}
+}
+
+// A host that cannot be reached, or whose address answers as another node,
+// costs the sends nothing: they go through the connection's node.
+func TestSendBatch_HostNotReached(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	gone := ln.Addr().String()
+	gone := &fakeServer{addr: ln.Addr().String(), node: "gone"}
 	ln.Close()
-	front := startFakeServer(t, 1<<20)
-	front.setHost(gone)
-	_, p := dialFake(t, front, Options{DialTimeout: time.Second})
-	for range 20 {
-		sendOne(t, p)
+	other := startFakeServer(t, 1<<20)
+	for _, named := range []*fakeServer{gone, {addr: other.addr, node: "not-" + other.node}} {
+		front := startFakeServer(t, 1<<20)
+		front.setHost(named)
+		_, p := dialFake(t, front, Options{DialTimeout: time.Second})
+		for range 20 {
+			sendOne(t, p)
+		}
+		if n := front.framedSends(); n != 20 {
+			t.Errorf("host %s at %s: the front-end got %d of 20 sends", named.node, named.addr, n)
+		}
 	}
-	if n := front.framedSends(); n != 20 {
-		t.Errorf("the front-end got %d of 20 sends", n)
+	eventuallyTrue(t, "the link to the wrong node to end", func() bool {
+		opened, ended := other.streams()
+		return opened == 1 && ended == 1
+	})
+	if n := other.framedSends(); n != 0 {
+		t.Errorf("%d sends went to a node that was not the one named", n)
 	}
 }

@@ -207,16 +207,6 @@ func (l *link) lostErr(cause error) error {
 	return fmt.Errorf("%w: connection %s to node %s lost: %w", ErrLostServer, id, node, cause)
 }
 
-// selfAddr is the client address the link's node gives for itself.
-func (l *link) selfAddr() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.peers) == 0 {
-		return ""
-	}
-	return l.peers[0]
-}
-
 // saidGoodbye reports whether the node said it is ending the link.
 func (l *link) saidGoodbye() bool {
 	l.mu.Lock()
@@ -262,9 +252,9 @@ func (l *link) closeSendLocked() {
 	_ = l.stream.CloseSend()
 }
 
-// errSendClosed fails a frame on a half-closed link (its node said
-// Goodbye, or the connection is closing).
-var errSendClosed = errors.New("the node said goodbye")
+// errSendClosed fails a frame on a half-closed link: its node said
+// Goodbye, or the client is closing the link.
+var errSendClosed = errors.New("the link is closing (its node said goodbye, or the client closed it)")
 
 // unsentError is the error of a request that never left: the link was
 // down or half-closed before the frame was written.

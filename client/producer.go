@@ -193,7 +193,7 @@ func (p *Producer) SendBatch(ctx context.Context, ms []*Message) ([]Receipt, err
 	}
 	mayBeStored := false // an earlier try may have stored the messages
 	for {
-		l, member := c.sendLinkFor(p.dest)
+		l, direct := c.sendLinkFor(p.dest)
 		onSendLink := l != nil
 		if !onSendLink {
 			var err error
@@ -215,7 +215,7 @@ func (p *Producer) SendBatch(ctx context.Context, ms []*Message) ([]Receipt, err
 			return nil, fmt.Errorf("%w: message %s: the node answered with %d results for %d messages", ErrDeliveryUnknown, ms[0].ID, len(resp.GetResults()), len(ms))
 		}
 		if serr == nil {
-			c.learnRoute(p.dest, l, onSendLink, resp)
+			c.learnRoute(p.dest, resp)
 			out := make([]Receipt, len(resp.Results))
 			for i, r := range resp.Results {
 				out[i] = Receipt{ID: r.Id, Member: r.Member, Duplicate: r.Duplicate}
@@ -223,9 +223,10 @@ func (p *Producer) SendBatch(ctx context.Context, ms []*Message) ([]Receipt, err
 			}
 			return out, nil
 		}
-		if onSendLink && !answered && errors.Is(serr, ErrDeliveryUnknown) {
+		unknown := errors.Is(serr, ErrDeliveryUnknown)
+		if onSendLink && !answered && unknown {
 			// The connection's node would have named the member.
-			serr = fmt.Errorf("%w (sent straight to the host of member %s, node %s)", serr, member, l.node)
+			serr = fmt.Errorf("%w (sent straight to the host of member %s, node %s)", serr, direct.member, direct.node)
 		}
 		notSent := errors.Is(serr, ErrUnavailable)
 		// A node that says it is stopping did not store the messages; one
@@ -237,13 +238,15 @@ func (p *Producer) SendBatch(ctx context.Context, ms []*Message) ([]Receipt, err
 			}
 			return serr
 		}
-		if onSendLink && ctx.Err() == nil && (notSent || (idempotent && errors.Is(serr, ErrDeliveryUnknown))) {
+		if onSendLink && (notSent || unknown) {
 			// The host is lost, stopping or no longer one (its node tries
 			// once, SendRequest.direct): the connection's node takes the
-			// send, and waits for an election if need be.
-			mayBeStored = mayBeStored || !notSent
+			// destination's sends, and waits for an election if need be.
 			c.dropRoute(p.dest, l, serr)
-			continue
+			if ctx.Err() == nil && (notSent || idempotent) {
+				mayBeStored = mayBeStored || !notSent
+				continue
+			}
 		}
 		if ctx.Err() != nil || (answered && !stopping) || !(notSent || idempotent) {
 			return nil, final()

@@ -20,7 +20,7 @@ import (
 // sends these tests make, and counts how each send arrived.
 type fakeServer struct {
 	clientpb.UnimplementedClientServiceServer
-	addr string
+	addr, node string
 	// maxFrame is what the Hello answer gives as max_frame_bytes.
 	maxFrame uint64
 	// dropFrames ends the stream on this many Send frames, unanswered.
@@ -33,8 +33,10 @@ type fakeServer struct {
 	holdFirst chan struct{}
 
 	mu sync.Mutex
-	// hostAddr is what a send's answer names as the member's host.
-	hostAddr string
+	// host is the node a send's answer names as the member's host.
+	host *fakeServer
+	// directs counts the sends marked direct.
+	directs int
 	// clientIDs are the client ids of the Hellos, in order.
 	clientIDs []string
 	conns     int
@@ -52,6 +54,7 @@ func startFakeServer(t testing.TB, maxFrame uint64, opts ...grpc.ServerOption) *
 		t.Fatal(err)
 	}
 	f := &fakeServer{addr: lis.Addr().String(), maxFrame: maxFrame}
+	f.node = "fake-" + f.addr
 	// Opened as a node opens its client port (cluster.Start).
 	gs := grpc.NewServer(append(append(transport.ServerWindows(), grpc.MaxRecvMsgSize(maxWireBytes)), opts...)...)
 	clientpb.RegisterClientServiceServer(gs, f)
@@ -61,7 +64,13 @@ func startFakeServer(t testing.TB, maxFrame uint64, opts ...grpc.ServerOption) *
 }
 
 func (f *fakeServer) answer(req *clientpb.SendRequest) *clientpb.SendResponse {
-	resp := &clientpb.SendResponse{HostAddr: f.hostAddr}
+	resp := &clientpb.SendResponse{}
+	if f.host != nil {
+		resp.HostNode, resp.HostAddr = f.host.node, f.host.addr
+	}
+	if req.Direct {
+		f.directs++
+	}
 	for _, m := range req.Messages {
 		f.dedupes = append(f.dedupes, m.DedupId)
 		resp.Results = append(resp.Results, &clientpb.SendResult{Id: m.Id, Member: req.Destination})
@@ -110,7 +119,7 @@ func (f *fakeServer) Connect(stream clientpb.ClientService_ConnectServer) error 
 			f.clientIDs = append(f.clientIDs, op.Hello.ClientId)
 			f.mu.Unlock()
 			reply.Result = &clientpb.Reply_Hello{Hello: &clientpb.HelloResult{
-				ConnectionId: "fake", NodeId: "fake", ClientAddrs: []string{f.addr}, MaxFrameBytes: f.maxFrame,
+				ConnectionId: "fake", NodeId: f.node, ClientAddrs: []string{f.addr}, MaxFrameBytes: f.maxFrame,
 			}}
 		case *clientpb.ClientFrame_Send:
 			f.mu.Lock()

@@ -1,9 +1,14 @@
 package cluster
 
 import (
+	"context"
+	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/cairnmq/cairn/client"
+	"github.com/cairnmq/cairn/transport"
 	"github.com/cairnmq/cairn/transport/clientpb"
 )
 
@@ -59,4 +64,64 @@ func TestCluster_SendsGoStraightToTheHost(t *testing.T) {
 			t.Errorf("the host serves %d client connections, want the send link only", n)
 		}
 	})
+}
+
+// A send marked direct gets one try: a node that knows no host for the
+// member answers ErrUnavailable at once, where an ordinary send would wait
+// out the routing window (longer than this context) for an election.
+func TestSend_DirectSendIsOneTry(t *testing.T) {
+	tc := newMultiNode(t, 3)
+	ctx := testCtx(t)
+	if _, err := tc.admin("n1").CreateQueue(ctx, "once", client.QueueOptions{Members: 1}); err != nil {
+		t.Fatal(err)
+	}
+	host := tc.waitSpread("once", 1)[0]
+	for _, id := range tc.others(host) {
+		tc.crash(id)
+	}
+	waitFor(t, 10*time.Second, "the host to step down without its quorum", func() bool { return tc.hostOf("once#0") == "" })
+	sctx, cancel := context.WithTimeout(ctx, routeWindow/2)
+	defer cancel()
+	_, err := rawClient(t, tc.node(host)).Send(sctx, &clientpb.SendRequest{
+		Destination: "once", Messages: []*clientpb.Message{{Body: []byte("x"), DedupId: "d1"}}, Direct: true,
+	})
+	if err := transport.FromStatus(err); !errors.Is(err, transport.ErrUnavailable) {
+		t.Fatalf("a direct send to a member without a host: %v, want ErrUnavailable", err)
+	}
+}
+
+// A client can reach a host that its own node cannot. A send straight to a
+// host cut off from the other replicas is accepted, then ends when the
+// host's leadership lapses: without a dedup id its outcome is unknown
+// (naming its member), never a refusal; the next sends go through the
+// client's node, which routes them to the new host.
+func TestCluster_DirectSendToACutOffHost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for an election")
+	}
+	tc := newMultiNode(t, 3)
+	ctx := testCtx(t)
+	if _, err := tc.admin("n1").CreateQueue(ctx, "cut", client.QueueOptions{Members: 1}); err != nil {
+		t.Fatal(err)
+	}
+	x := tc.waitSpread("cut", 1)[0]
+	y := tc.others(x)[0]
+	p := mustProducer(t, mustSession(t, tc.dial(y), client.AutoAck), "cut")
+	waitFor(t, 10*time.Second, "the client's send link to the host", func() bool {
+		sendN(t, ctx, p, "warm-", 1)
+		return len(tc.node(x).conns.list()) > 0
+	})
+
+	tc.isolate(x)
+	defer tc.rejoin(x)
+	_, err := p.Send(stepCtx(t, 30*time.Second), &client.Message{Body: []byte("at-the-cut")})
+	switch {
+	case err == nil:
+		t.Log("the send at the cut was stored before the cut took hold")
+	case !errors.Is(err, client.ErrDeliveryUnknown) || !strings.Contains(err.Error(), "cut#0"):
+		t.Fatalf("the send straight to the cut-off host: %v; want success or ErrDeliveryUnknown naming cut#0", err)
+	default:
+		t.Logf("the send straight to the cut-off host: %v", err)
+	}
+	sendN(t, stepCtx(t, 30*time.Second), p, "after-", 5)
 }

@@ -525,7 +525,7 @@ func (n *Node) send(ctx context.Context, req *clientpb.SendRequest) (*clientpb.S
 			resent := "it was not resent (only messages with a dedup id are)"
 			switch {
 			case idempotent && req.Direct:
-				resent = "it came straight to its host, which leaves resending it to the client's own node"
+				resent = "it was a direct send (one try); the client may resend it through its own node"
 			case idempotent:
 				resent = "resending it with its dedup id got no answer either"
 			}
@@ -533,28 +533,32 @@ func (n *Node) send(ctx context.Context, req *clientpb.SendRequest) (*clientpb.S
 		}
 		return nil, wireError(err)
 	}
-	resp := &clientpb.SendResponse{Results: make([]*clientpb.SendResult, len(res.Enqueued)), HostAddr: n.directHost(d, idx, name)}
+	resp := &clientpb.SendResponse{Results: make([]*clientpb.SendResult, len(res.Enqueued))}
+	resp.HostNode, resp.HostAddr = n.directHost(d, idx, name)
 	for i, e := range res.Enqueued {
 		resp.Results[i] = &clientpb.SendResult{Id: e.ID, Member: name, Duplicate: e.Duplicate}
 	}
 	return resp, nil
 }
 
-// directHost is the client address of the node hosting member name, when
-// every send to the address asked for goes to that member (the destination
-// has one member, or the address names it): the client then sends there
-// directly (SendResponse.host_addr). It is empty when the router spreads
-// the sends, or no host is known now; it never waits to learn one.
-func (n *Node) directHost(d *fsmpb.Destination, idx int, name string) string {
+// directHost names the node hosting member name (its id and client
+// address), when every send to the address asked for goes to that member
+// (the destination has one member, or the address names it): the client
+// then sends there directly (SendResponse.host_addr). Both are empty when
+// the router spreads the sends, or no live host is known now; it never
+// waits to learn one.
+func (n *Node) directHost(d *fsmpb.Destination, idx int, name string) (node, addr string) {
 	if idx < 0 && len(d.Members) != 1 {
-		return ""
+		return "", ""
 	}
 	r, node, _ := n.knownHost(name)
 	if r != nil {
-		return n.addrs.Client
+		return n.cfg.NodeID, n.addrs.Client
 	}
-	addr, _ := n.gossip.clientAddr(node)
-	return addr
+	if addr, ok := n.gossip.clientAddr(node); ok {
+		return node, addr
+	}
+	return "", ""
 }
 
 // buildMessages makes a send's messages as stored: ids given where missing,

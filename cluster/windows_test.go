@@ -240,7 +240,9 @@ func sendThroughAnotherNode(t *testing.T, noDirectSends bool, check func(before,
 		p.SetIdempotent(true)
 		sendN(t, ctx, p, fmt.Sprintf("warm-%d-", round), 1)
 		if !noDirectSends {
-			// The send link to the host opens in the background.
+			// The send link to the host opens in the background; the
+			// host serves no other client connection (the last round's
+			// is closed).
 			waitFor(t, 10*time.Second, "the client's send link to the host", func() bool {
 				sendN(t, ctx, p, fmt.Sprintf("wait-%d-", round), 1)
 				return len(tc.node(host).conns.list()) > 0
@@ -252,6 +254,9 @@ func sendThroughAnotherNode(t *testing.T, noDirectSends bool, check func(before,
 		if tc.hostOf("fwd#0") == host {
 			check(before, after, tc.node(host))
 			return
+		}
+		if err := conn.Close(); err != nil {
+			t.Fatal(err)
 		}
 		if round == 3 {
 			t.Fatalf("the member's host changed during each of %d rounds of sends", round)

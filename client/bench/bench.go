@@ -108,17 +108,19 @@ type Result struct {
 	Transacted int    `json:"transacted,omitempty"`
 	Rate       int    `json:"rate,omitempty"`
 	// ConsumeAfter: consumers started after the sends, on a backlog.
-	ConsumeAfter bool    `json:"consume_after,omitempty"`
-	SendRate     float64 `json:"send_rate"`
-	ConsumeRate  float64 `json:"consume_rate"`
-	SendMiBs     float64 `json:"send_mib_s"`
-	ConsumeMiBs  float64 `json:"consume_mib_s"`
-	SendLatency  Latency `json:"send_latency_ms"`
-	E2ELatency   Latency `json:"e2e_latency_ms"`
-	Sent         int64   `json:"sent"`
-	Consumed     int64   `json:"consumed"`
-	Lost         int64   `json:"lost"`
-	Duplicates   int64   `json:"duplicates"`
+	ConsumeAfter bool `json:"consume_after,omitempty"`
+	// NoDirectSends: every send went through its connection's node.
+	NoDirectSends bool    `json:"no_direct_sends,omitempty"`
+	SendRate      float64 `json:"send_rate"`
+	ConsumeRate   float64 `json:"consume_rate"`
+	SendMiBs      float64 `json:"send_mib_s"`
+	ConsumeMiBs   float64 `json:"consume_mib_s"`
+	SendLatency   Latency `json:"send_latency_ms"`
+	E2ELatency    Latency `json:"e2e_latency_ms"`
+	Sent          int64   `json:"sent"`
+	Consumed      int64   `json:"consumed"`
+	Lost          int64   `json:"lost"`
+	Duplicates    int64   `json:"duplicates"`
 	// SendErrors are sends that failed or whose outcome is unknown; their
 	// messages are not counted as sent, nor as lost or unexpected.
 	SendErrors int64 `json:"send_errors"`
@@ -333,7 +335,7 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (Result, erro
 	}
 
 	res := Result{Dest: q.Name, Members: members, Producers: cfg.Producers, Consumers: cfg.Consumers, Size: cfg.Size,
-		Mode: cfg.Mode, Ack: cfg.Ack, Transacted: cfg.Transacted, Rate: cfg.Rate, ConsumeAfter: cfg.ConsumeAfter,
+		Mode: cfg.Mode, Ack: cfg.Ack, Transacted: cfg.Transacted, Rate: cfg.Rate, ConsumeAfter: cfg.ConsumeAfter, NoDirectSends: cfg.NoDirectSends,
 		Sent: r.sent.Load(), Consumed: r.consumed.Load(), SendErrors: r.sendErrors.Load()}
 	if cfg.Mode == Async {
 		res.Window = cfg.Window

@@ -1567,11 +1567,11 @@ type SendRequest struct {
 	Destination string     `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
 	Messages    []*Message `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
 	// direct is set by a client sending straight to the host an earlier
-	// answer named (SendResponse.host_addr). The node then tries the member's
-	// host once and answers at once: ErrUnavailable when it has none now, and
-	// an unknown outcome without resending a message with a dedup id. The
-	// client's own node, which it falls back to, is the one that waits for an
-	// election and resends.
+	// answer named (SendResponse.host_addr). The node then makes one try:
+	// ErrUnavailable when it is no host and knows none now (or its host is
+	// busy), an unknown outcome without resending a message with a dedup id.
+	// The client's own node, which it falls back to, is the one that waits
+	// for an election and resends.
 	Direct        bool `protobuf:"varint,3,opt,name=direct,proto3" json:"direct,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1693,13 +1693,14 @@ func (x *SendResult) GetDuplicate() bool {
 type SendResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Results []*SendResult          `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
-	// host_addr is the client address of the node hosting the member that
-	// took the send, when every send to this destination goes to that member
-	// (it has one member, or the address names one); empty otherwise. A
-	// client may send the destination's next messages on a connection to that
-	// node, which saves the front-end's forwarding. The answering node's own
-	// address (the first of HelloResult.client_addrs) means it is the host.
+	// host_node and host_addr name the node hosting the member that took the
+	// send (its id and client address), when every send to this address goes
+	// to that member: the destination has one member, or the address names
+	// one. Both are empty otherwise, or when no host is known. A client may
+	// send the destination's next messages on a connection to that node
+	// (SendRequest.direct), which saves the front-end's forwarding.
 	HostAddr      string `protobuf:"bytes,2,opt,name=host_addr,json=hostAddr,proto3" json:"host_addr,omitempty"`
+	HostNode      string `protobuf:"bytes,3,opt,name=host_node,json=hostNode,proto3" json:"host_node,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1744,6 +1745,13 @@ func (x *SendResponse) GetResults() []*SendResult {
 func (x *SendResponse) GetHostAddr() string {
 	if x != nil {
 		return x.HostAddr
+	}
+	return ""
+}
+
+func (x *SendResponse) GetHostNode() string {
+	if x != nil {
+		return x.HostNode
 	}
 	return ""
 }
@@ -4247,10 +4255,11 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"SendResult\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06member\x18\x02 \x01(\tR\x06member\x12\x1c\n" +
-	"\tduplicate\x18\x03 \x01(\bR\tduplicate\"b\n" +
+	"\tduplicate\x18\x03 \x01(\bR\tduplicate\"\x7f\n" +
 	"\fSendResponse\x125\n" +
 	"\aresults\x18\x01 \x03(\v2\x1b.cairn.client.v1.SendResultR\aresults\x12\x1b\n" +
-	"\thost_addr\x18\x02 \x01(\tR\bhostAddr\"\x8e\a\n" +
+	"\thost_addr\x18\x02 \x01(\tR\bhostAddr\x12\x1b\n" +
+	"\thost_node\x18\x03 \x01(\tR\bhostNode\"\x8e\a\n" +
 	"\vClientFrame\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12.\n" +
