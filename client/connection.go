@@ -107,7 +107,7 @@ func Dial(ctx context.Context, addrs []string, opts Options) (*Connection, error
 		opts: opts, addrs: addrs, changed: make(chan struct{}),
 		sessions: make(map[uint64]*Session), consumers: make(map[uint64]*Consumer), done: make(chan struct{}), closed: make(chan struct{}),
 		credits: make(map[creditKey]uint32), creditWake: make(chan struct{}, 1),
-		direct: sendLinks{routes: make(map[string]route), byAddr: make(map[string]*sendLink), retryAt: make(map[string]time.Time)},
+		direct: sendLinks{routes: make(map[string]route), byAddr: make(map[string]*sendLink), held: make(map[string]*holdBack)},
 	}
 	var errs []string
 	for _, addr := range addrs {

@@ -27,24 +27,57 @@ import (
 // producer's sends leave one at a time (SendAsync keeps one batch in
 // flight), so moving between links keeps their order.
 
-// sendLinkRetry is how long a host is left after its send link could not be
-// opened or a send on it failed, before it is dialled again; its sends go
-// through the connection's node meanwhile.
-const sendLinkRetry = 5 * time.Second
+// A host is left sendLinkRetry after a send on its link failed, before it is
+// dialled again; after a dial that failed, twice as long each time, up to
+// sendLinkRetryMax (an address this client cannot reach stays so). Its sends
+// go through the connection's node meanwhile.
+const (
+	sendLinkRetry    = 5 * time.Second
+	sendLinkRetryMax = 5 * time.Minute
+)
 
 // sendLinks are a connection's send links and the routes to them.
 type sendLinks struct {
 	mu     sync.Mutex
 	routes map[string]route // by destination address
 	byAddr map[string]*sendLink
-	// retryAt holds back dialling a host that failed, by address.
-	retryAt map[string]time.Time
-	closed  bool
+	// held holds back dialling a host that failed, by address.
+	held   map[string]*holdBack
+	closed bool
 }
 
 // route is where a destination's sends go: its member, and that member's
 // host (node id and client address).
 type route struct{ member, node, addr string }
+
+// holdBack is when a host may be dialled again, and how many dials to it
+// failed in a row.
+type holdBack struct {
+	until       time.Time
+	failedDials int
+}
+
+// holdLocked holds addr back for sendLinkRetry, or longer after failed
+// dials; d.mu is held.
+func (d *sendLinks) holdLocked(addr string, dialFailed bool) {
+	h := d.held[addr]
+	if h == nil {
+		h = &holdBack{}
+		d.held[addr] = h
+	}
+	wait := sendLinkRetry
+	if dialFailed {
+		wait = min(sendLinkRetry<<h.failedDials, sendLinkRetryMax)
+		h.failedDials++
+	}
+	h.until = time.Now().Add(wait)
+}
+
+// heldLocked reports whether addr may not be dialled now; d.mu is held.
+func (d *sendLinks) heldLocked(addr string) bool {
+	h := d.held[addr]
+	return h != nil && time.Now().Before(h.until)
+}
 
 // sendLink is the link to one host; l is nil while it is being dialled.
 type sendLink struct {
@@ -77,9 +110,9 @@ func (c *Connection) sendLinkFor(dest string) (*link, route) {
 	}
 	if s.l != nil {
 		s.l = nil
-		d.retryAt[r.addr] = time.Now().Add(sendLinkRetry)
+		d.holdLocked(r.addr, false)
 	}
-	if !s.dialing && !time.Now().Before(d.retryAt[r.addr]) {
+	if !s.dialing && !d.heldLocked(r.addr) {
 		s.dialing = true
 		go c.dialSendLink(r, s)
 	}
@@ -99,15 +132,21 @@ func (c *Connection) dialSendLink(r route, s *sendLink) {
 	d.mu.Lock()
 	s.dialing = false
 	keep := err == nil && !d.closed && d.routedLocked(r.addr)
-	if keep {
+	first := false
+	switch {
+	case keep:
 		s.l = l
-	} else if err != nil {
-		d.retryAt[r.addr] = time.Now().Add(sendLinkRetry)
+		delete(d.held, r.addr)
+	case err != nil:
+		first = d.held[r.addr] == nil || d.held[r.addr].failedDials == 0
+		d.holdLocked(r.addr, true)
 	}
 	d.mu.Unlock()
 	switch {
+	case err != nil && first:
+		c.opts.Logger.Info("cairn: cannot open a send link to a member's host; its sends go through the connection's node (set Options.NoDirectSends if this client cannot reach the nodes' announced addresses)", "node", r.node, "addr", r.addr, "err", err)
 	case err != nil:
-		c.opts.Logger.Info("cairn: cannot open a send link to a member's host; its sends go through the connection's node", "node", r.node, "addr", r.addr, "err", err)
+		c.opts.Logger.Debug("cairn: cannot open a send link to a member's host", "node", r.node, "addr", r.addr, "err", err)
 	case !keep:
 		l.close(ErrClosed)
 	}
@@ -144,7 +183,7 @@ func (c *Connection) learnRoute(dest string, resp *clientpb.SendResponse) {
 func (c *Connection) dropRoute(dest string, l *link, cause error) {
 	c.opts.Logger.Info("cairn: a send straight to a member's host failed; sending through the connection's node", "dest", dest, "node", l.node, "err", cause)
 	c.direct.update(func(routes map[string]route) bool {
-		c.direct.retryAt[l.addr] = time.Now().Add(sendLinkRetry)
+		c.direct.holdLocked(l.addr, false)
 		if routes[dest].addr != l.addr {
 			return false
 		}
@@ -171,10 +210,9 @@ func (d *sendLinks) update(change func(routes map[string]route) bool) {
 			}
 		}
 	}
-	now := time.Now()
-	for addr, at := range d.retryAt {
-		if now.After(at) {
-			delete(d.retryAt, addr)
+	for addr, h := range d.held {
+		if !d.heldLocked(addr) && h.failedDials == 0 {
+			delete(d.held, addr)
 		}
 	}
 	d.mu.Unlock()
