@@ -319,3 +319,45 @@ func TestSendBatch_HostNotReached(t *testing.T) {
 		t.Errorf("%d sends went to a node that was not the one named", n)
 	}
 }
+
+// Connections of one process to one node share a TCP connection, each on
+// its own stream; the last one closed closes it, and the next dial makes a
+// new one.
+func TestConnections_ShareOneConnectionPerNode(t *testing.T) {
+	f := startFakeServer(t, 1<<20)
+	var ps []*Producer
+	var cs []*Connection
+	for range 3 {
+		c, p := dialFake(t, f, Options{})
+		cs, ps = append(cs, c), append(ps, p)
+	}
+	for _, p := range ps {
+		sendOne(t, p)
+	}
+	if n := f.accepted.Load(); n != 1 {
+		t.Errorf("3 connections to one node opened %d TCP connections, want 1", n)
+	}
+	if opened, _ := f.streams(); opened != 3 {
+		t.Errorf("the node saw %d streams, want 3", opened)
+	}
+	if err := cs[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	sendOne(t, ps[1]) // the others go on
+	for _, c := range cs[1:] {
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nodeConns.mu.Lock()
+	_, held := nodeConns.byAddr[f.addr]
+	nodeConns.mu.Unlock()
+	if held {
+		t.Errorf("the connection to the node outlived its last link")
+	}
+	_, p := dialFake(t, f, Options{})
+	sendOne(t, p)
+	if n := f.accepted.Load(); n != 2 {
+		t.Errorf("%d TCP connections after the first was closed and a new link made, want 2", n)
+	}
+}

@@ -70,7 +70,7 @@ func grpcDial(addr string) (*grpc.ClientConn, error) {
 // application's requests only once it is installed (or, for a send link,
 // once direct.go holds it).
 func (c *Connection) openLink(ctx context.Context, addr string, gen uint64, clientID string) (*link, error) {
-	cc, err := grpcDial(addr)
+	cc, err := nodeConns.acquire(addr)
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +81,7 @@ func (c *Connection) openLink(ctx context.Context, addr string, gen uint64, clie
 	}
 	fail := func(err error) (*link, error) {
 		cancel()
-		cc.Close()
+		nodeConns.release(addr, cc)
 		return nil, err
 	}
 	// The stream lives as long as the link; only its opening is bounded.
@@ -189,7 +189,7 @@ func (l *link) close(err error) bool {
 	close(l.down)
 	l.mu.Unlock()
 	l.cancel()
-	l.cc.Close()
+	nodeConns.release(l.addr, l.cc)
 	for _, done := range replies {
 		done(nil, err)
 	}
