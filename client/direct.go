@@ -68,7 +68,9 @@ func (d *sendLinks) holdLocked(addr string, dialFailed bool) {
 	wait := sendLinkRetry
 	if dialFailed {
 		wait = min(sendLinkRetry<<h.failedDials, sendLinkRetryMax)
-		h.failedDials++
+		if wait < sendLinkRetryMax {
+			h.failedDials++ // no further once capped: the shift would overflow
+		}
 	}
 	h.until = time.Now().Add(wait)
 }
@@ -160,7 +162,7 @@ func (c *Connection) learnRoute(dest string, resp *clientpb.SendResponse) {
 		return
 	}
 	var r route
-	if resp.HostAddr != "" && resp.HostNode != c.Node() {
+	if resp.HostAddr != "" && resp.HostNode != "" && resp.HostNode != c.Node() {
 		r = route{member: resp.Results[0].Member, node: resp.HostNode, addr: resp.HostAddr}
 	}
 	c.direct.update(func(routes map[string]route) bool {
@@ -233,7 +235,7 @@ func (d *sendLinks) routedLocked(addr string) bool {
 
 // closeSendLinks half-closes every send link, so the sends on them are
 // answered, and forgets them; later dials are dropped. The caller waits for
-// the links' ends (waitLinks) or closes them.
+// the links' ends or closes them.
 func (c *Connection) closeSendLinks() []*link {
 	d := &c.direct
 	d.mu.Lock()

@@ -237,11 +237,39 @@ func TestSendBatch_SendLinkLostFallsBackToTheConnection(t *testing.T) {
 		case !idempotent && (!errors.Is(err, ErrDeliveryUnknown) || !strings.Contains(err.Error(), "member q, node "+host.node)):
 			t.Fatalf("a send lost with its send link: %v, want ErrDeliveryUnknown naming member q and node %s", err, host.node)
 		}
+		// The host is held back for sendLinkRetry: the next sends go
+		// through the connection's node, and nothing dials the host.
 		before = front.framedSends()
-		sendOne(t, p)
-		if front.framedSends() != before+1 {
-			t.Errorf("idempotent %v: the send after the loss did not go through the connection's node", idempotent)
+		for range 5 {
+			sendOne(t, p)
 		}
+		if n := front.framedSends() - before; n != 5 {
+			t.Errorf("idempotent %v: %d of the 5 sends after the loss went through the connection's node", idempotent, n)
+		}
+		if opened, _ := host.streams(); opened != 1 {
+			t.Errorf("idempotent %v: the host was dialled again at once (%d streams)", idempotent, opened)
+		}
+	}
+}
+
+// A host that cannot be dialled is held back twice as long after each
+// failed dial, up to sendLinkRetryMax, however many fail.
+func TestSendLinks_HoldBackGrowsToItsCap(t *testing.T) {
+	d := sendLinks{held: make(map[string]*holdBack)}
+	for i := range 200 {
+		d.holdLocked("a", true)
+		wait := time.Until(d.held["a"].until)
+		want := min(sendLinkRetry<<i, sendLinkRetryMax)
+		if i > 10 {
+			want = sendLinkRetryMax
+		}
+		if wait <= want-time.Second || wait > want {
+			t.Fatalf("after %d failed dials the host is held %v, want %v", i+1, wait, want)
+		}
+	}
+	d.holdLocked("b", false)
+	if wait := time.Until(d.held["b"].until); wait > sendLinkRetry {
+		t.Errorf("a failed send holds its host %v, want %v", wait, sendLinkRetry)
 	}
 }
 
@@ -293,13 +321,13 @@ func TestSendBatch_SendLinkRefusalFallsBackToTheConnection(t *testing.T) {
 // A host that cannot be reached, or whose address answers as another node,
 // costs the sends nothing: they go through the connection's node.
 func TestSendBatch_HostNotReached(t *testing.T) {
+	other := startFakeServer(t, 1<<20)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	gone := &fakeServer{addr: ln.Addr().String(), node: "gone"}
 	ln.Close()
-	other := startFakeServer(t, 1<<20)
 	for _, named := range []*fakeServer{gone, {addr: other.addr, node: "not-" + other.node}} {
 		front := startFakeServer(t, 1<<20)
 		front.setHost(named)
@@ -359,5 +387,29 @@ func TestConnections_ShareOneConnectionPerNode(t *testing.T) {
 	sendOne(t, p)
 	if n := f.accepted.Load(); n != 2 {
 		t.Errorf("%d TCP connections after the first was closed and a new link made, want 2", n)
+	}
+}
+
+// A connection that broke under a link is not shared with the links made
+// after: the reconnect gets a new one, while the other connections' links
+// stay on theirs.
+func TestConnections_BrokenConnectionIsNotShared(t *testing.T) {
+	f := startFakeServer(t, 1<<20)
+	_, p1 := dialFake(t, f, Options{})
+	_, p2 := dialFake(t, f, Options{})
+	sendOne(t, p1)
+	sendOne(t, p2)
+	f.mu.Lock()
+	f.dropFrames = 1 // ends the stream with an error, as a failing node does
+	f.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := p1.Send(ctx, &Message{Body: []byte("dropped")}); !errors.Is(err, ErrDeliveryUnknown) {
+		t.Fatalf("a send whose stream failed: %v, want ErrDeliveryUnknown", err)
+	}
+	sendOne(t, p1) // after the reconnect
+	sendOne(t, p2)
+	if n := f.accepted.Load(); n != 2 {
+		t.Errorf("%d TCP connections; want the first, and a new one for the reconnect", n)
 	}
 }

@@ -238,7 +238,9 @@ func (p *Producer) SendBatch(ctx context.Context, ms []*Message) ([]Receipt, err
 			}
 			return serr
 		}
-		if onSendLink && (notSent || unknown) {
+		// The caller's own deadline says nothing against the host.
+		hostFailed := ctx.Err() == nil || l.isDown()
+		if onSendLink && (notSent || unknown) && hostFailed {
 			// The host is lost, stopping or no longer one (its node tries
 			// once, SendRequest.direct): the connection's node takes the
 			// destination's sends, and waits for an election if need be.
