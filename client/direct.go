@@ -99,7 +99,9 @@ func (c *Connection) sendLinkFor(dest string) (*link, route) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	r, ok := d.routes[dest]
-	if !ok || d.closed {
+	if !ok || d.closed || d.heldLocked(r.addr) {
+		// A host held back is not used either, whatever another send
+		// learned since: each send that fails on it is a wasted try.
 		return nil, route{}
 	}
 	s := d.byAddr[r.addr]
