@@ -53,8 +53,10 @@ type Session struct {
 	// firstValid is, per member, the lowest delivery id still the
 	// session's after its last recover; earlier ones were returned.
 	firstValid map[string]uint64
-	// acksInFlight counts automatic acknowledgements not yet answered.
-	acksInFlight sync.WaitGroup
+	// acksInFlight counts automatic acknowledgements not yet answered. A
+	// WaitGroup would not do: a listener may ack (Add from zero) while
+	// Close waits, which WaitGroup forbids.
+	acksInFlight inFlight
 }
 
 func newSession(c *Connection, no uint64, mode AckMode, gen uint64) *Session {
@@ -224,13 +226,13 @@ func (s *Session) sendDupsOK() {
 }
 
 func (s *Session) sendAcks(refs []*clientpb.DeliveryRef) {
-	s.acksInFlight.Add(1)
+	s.acksInFlight.add()
 	s.conn.requestAsync(&clientpb.ClientFrame{Op: &clientpb.ClientFrame_Acknowledge{Acknowledge: &clientpb.Acknowledge{Session: s.no, Deliveries: refs}}},
 		func(_ *clientpb.Reply, err error) {
 			if err != nil && !errors.Is(err, ErrClosed) {
 				s.conn.opts.Logger.Warn("cairn: automatic acknowledgement failed; the messages will be redelivered", "session", s.no, "messages", len(refs), "err", err)
 			}
-			s.acksInFlight.Done()
+			s.acksInFlight.done()
 		})
 }
 
@@ -238,14 +240,50 @@ func (s *Session) sendAcks(refs []*clientpb.DeliveryRef) {
 // automatic one to be answered.
 func (s *Session) flushAcks(ctx context.Context) error {
 	s.sendDupsOK()
-	done := make(chan struct{})
-	go func() { s.acksInFlight.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-s.acksInFlight.idle():
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("cairn: waiting for acknowledgements to be answered: %w", ctx.Err())
 	}
+}
+
+// inFlight counts requests awaiting their answers; its zero value has none.
+type inFlight struct {
+	mu    sync.Mutex
+	n     int
+	until chan struct{} // closed when n returns to 0; nil while n is 0
+}
+
+func (f *inFlight) add() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == 0 {
+		f.until = make(chan struct{})
+	}
+	f.n++
+}
+
+func (f *inFlight) done() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n--
+	if f.n == 0 {
+		close(f.until)
+		f.until = nil
+	}
+}
+
+// idle is closed once no request is in flight (at once if none is now).
+func (f *inFlight) idle() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == 0 {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return f.until
 }
 
 // ack acknowledges for Message.Ack (m) and Session.Acknowledge (nil: all).
