@@ -155,8 +155,10 @@ type ddRun struct {
 // producers (idempotent or not) send to queue#0, each one message at a time
 // with a unique body, recording every outcome in the history; H is crashed
 // once 40 sends succeeded, and the senders stop once 8 sends started after
-// the crash succeeded (the new host took over).
-func ddHostKill(t *testing.T, queue string, idempotent bool) *ddRun {
+// the crash succeeded (the new host took over). With direct, the senders
+// send straight to H once F named it (client/direct.go), falling back to F
+// when H is lost; without, every send goes through F, which forwards it.
+func ddHostKill(t *testing.T, queue string, idempotent, direct bool) *ddRun {
 	t.Helper()
 	watch := &logWatch{msg: "resending a send of unknown outcome; the member's dedup window drops a second copy", seen: make(chan struct{})}
 	tc := newMultiNode(t, 3, func(c *Config) {
@@ -180,7 +182,7 @@ func ddHostKill(t *testing.T, queue string, idempotent bool) *ddRun {
 	term := fr.Raft().CurrentTerm()
 	hist := newHistory()
 	var sends []ddSend
-	c := tc.dial(f)
+	c := tc.dial(f, func(o *client.Options) { o.NoDirectSends = !direct })
 	var (
 		mu                sync.Mutex
 		stop, crashed     atomic.Bool
@@ -351,9 +353,12 @@ func ddDrain(t *testing.T, tc *testCluster, f, h, queue string, hist *history) {
 }
 
 // The host of a member is killed while producers that are not idempotent
-// send to it through another front-end. Only the sends in flight at that
-// moment may end with ErrDeliveryUnknown (at most one per sender, unless
-// the loaded machine brings the member's group more elections), each
+// send to it through another front-end, which forwards every send (none
+// goes straight to the host: the forwarding is the subject; a sender
+// whose direct send is lost may have its next one forwarded into the same
+// crash). Only the sends in flight at that moment may end with
+// ErrDeliveryUnknown (at most one per sender, unless the loaded machine
+// brings the member's group more elections), each
 // naming its message id and member; they are never resent. No other error
 // but ErrUnavailable (not sent) is allowed, and the new host takes the
 // sends that follow. Once everything is drained: every send that returned
@@ -361,7 +366,7 @@ func ddDrain(t *testing.T, tc *testCluster, f, h, queue string, hist *history) {
 // ever received, and no message is received twice.
 func TestDD_HostKilledMidRequest_UnknownOnlyForInFlight(t *testing.T) {
 	const queue = "ddu"
-	run := ddHostKill(t, queue, false)
+	run := ddHostKill(t, queue, false, false)
 	sends, hist := run.sends, run.hist
 	target := queue + "#0"
 	var ok, unavailable, unknownBefore, unknownAfter int
@@ -423,13 +428,13 @@ func TestDD_HostKilledMidRequest_UnknownOnlyForInFlight(t *testing.T) {
 }
 
 // The same, with idempotent producers (every message carries its id as a
-// dedup id): a send in flight when the host dies is resent by the
-// front-end to the same member, whose replicated dedup window drops a
-// second copy. No send fails, none is of unknown outcome, and each message
-// is received exactly once.
+// dedup id) that send straight to the host: a send in flight when the host
+// dies is resent through the front-end to the same member, whose
+// replicated dedup window drops a second copy. No send fails, none is of
+// unknown outcome, and each message is received exactly once.
 func TestDD_HostKilledMidRequest_IdempotentNoUnknownsNoDuplicates(t *testing.T) {
 	const queue = "ddi"
-	run := ddHostKill(t, queue, true)
+	run := ddHostKill(t, queue, true, true)
 	sends, hist := run.sends, run.hist
 	target := queue + "#0"
 	dups := 0
