@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 
 	"github.com/cairnmq/cairn/transport"
 	"github.com/cairnmq/cairn/transport/clientpb"
@@ -25,7 +22,7 @@ type link struct {
 	c    *Connection
 	gen  uint64 // which link of the connection this is, from 1
 	addr string // as dialled
-	conn *pooledConn
+	cc   *grpc.ClientConn
 	api  clientpb.ClientServiceClient
 	// stream is set once, before readLoop starts.
 	stream clientpb.ClientService_ConnectClient
@@ -73,19 +70,18 @@ func grpcDial(addr string) (*grpc.ClientConn, error) {
 // application's requests only once it is installed (or, for a send link,
 // once direct.go holds it).
 func (c *Connection) openLink(ctx context.Context, addr string, gen uint64, clientID string) (*link, error) {
-	pc, err := nodeConns.acquire(addr)
+	cc, err := grpcDial(addr)
 	if err != nil {
 		return nil, err
 	}
-	cc := pc.cc
 	sctx, cancel := context.WithCancel(context.Background())
 	l := &link{
-		c: c, gen: gen, addr: addr, conn: pc, api: clientpb.NewClientServiceClient(cc), cancel: cancel,
+		c: c, gen: gen, addr: addr, cc: cc, api: clientpb.NewClientServiceClient(cc), cancel: cancel,
 		replies: make(map[uint64]func(*clientpb.Reply, error)), down: make(chan struct{}), readDone: make(chan struct{}),
 	}
 	fail := func(err error) (*link, error) {
 		cancel()
-		nodeConns.release(pc)
+		cc.Close()
 		return nil, err
 	}
 	// The stream lives as long as the link; only its opening is bounded.
@@ -126,11 +122,6 @@ func (l *link) readLoop() {
 	for {
 		f, err := l.stream.Recv()
 		if err != nil {
-			if !errors.Is(err, io.EOF) && status.Code(err) != codes.Canceled {
-				// Not the node ending the stream, nor the client: the
-				// connection under it failed.
-				nodeConns.broke(l.conn)
-			}
 			l.c.linkDown(l, transport.FromStatus(err))
 			return
 		}
@@ -178,7 +169,6 @@ func (l *link) watchSilence() {
 		case <-t.C:
 		}
 		if quiet := time.Since(time.Unix(0, l.lastHeard.Load())); quiet > silenceLimit {
-			nodeConns.broke(l.conn)
 			l.c.linkDown(l, fmt.Errorf("no word from the server for %v", quiet.Round(time.Millisecond)))
 			return
 		}
@@ -199,7 +189,7 @@ func (l *link) close(err error) bool {
 	close(l.down)
 	l.mu.Unlock()
 	l.cancel()
-	nodeConns.release(l.conn)
+	l.cc.Close()
 	for _, done := range replies {
 		done(nil, err)
 	}
