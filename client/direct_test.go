@@ -58,26 +58,6 @@ func (c *Connection) routeCount() (routes, links int) {
 	return len(c.direct.routes), len(c.direct.byAddr)
 }
 
-func dialFake(t *testing.T, f *fakeServer, opts Options) (*Connection, *Producer) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := Dial(ctx, []string{f.addr}, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	s, err := c.Session(AutoAck)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := s.Producer("q")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, p
-}
-
 func sendOne(t *testing.T, p *Producer) Receipt {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -157,9 +157,17 @@ func (f *fakeServer) counts() (unary, framed int) {
 
 func fakeProducer(t testing.TB, f *fakeServer) *Producer {
 	t.Helper()
+	_, p := dialFake(t, f, Options{ReconnectBlockingTime: 10 * time.Second})
+	return p
+}
+
+// dialFake connects to the fake node with opts and opens a producer of
+// queue q on an AutoAck session; the connection closes with the test.
+func dialFake(t testing.TB, f *fakeServer, opts Options) (*Connection, *Producer) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := Dial(ctx, []string{f.addr}, Options{ReconnectBlockingTime: 10 * time.Second})
+	c, err := Dial(ctx, []string{f.addr}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +180,7 @@ func fakeProducer(t testing.TB, f *fakeServer) *Producer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p
+	return c, p
 }
 
 func TestSendBatch_GoesOnTheStreamOnlyWhereTheServerReadsItsFrame(t *testing.T) {
