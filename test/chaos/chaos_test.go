@@ -12,7 +12,9 @@
 // `make chaos` runs a short pass of each scenario on each target (the
 // compose one only when Docker answers); `make chaos-local` the local one
 // alone; `make chaos-long` a soak. Without CAIRN_CHAOS=1 the tests skip, so
-// `make test` does not run them.
+// `make test` does not run them. CAIRN_CHAOS_HISTORY=DIR keeps each
+// scenario's history and verify's stderr, and the local nodes' logs, in DIR
+// (.ci/run sets it and prints where).
 package chaos
 
 import (
@@ -219,18 +221,19 @@ func faultEvery(lo, hi, hold time.Duration, metaLeader func(n int) bool, what st
 // runScenarios runs every scenario on tg: cairn verify through the faults,
 // heal, and the checker must find no violation.
 func runScenarios(t *testing.T, tg target) {
-	t.Cleanup(func() {
-		if t.Failed() {
-			tg.lastWords(t)
-		}
-	})
 	d := scenarioDuration(t)
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
+			// The nodes' last lines are the failed scenario's, not the
+			// end of the suite's.
+			t.Cleanup(func() {
+				if t.Failed() {
+					tg.lastWords(t)
+				}
+			})
 			args := append([]string{"--server", tg.clientAddrs(), "verify", "--duration", d.String(), "--producers", "2", "--consumers", "2", "--json"}, sc.verify...)
-			// CAIRN_CHAOS_HISTORY=DIR keeps every scenario's history there.
-			if dir := os.Getenv("CAIRN_CHAOS_HISTORY"); dir != "" {
-				args = append(args, "--history", filepath.Join(dir, strings.NewReplacer(" ", "-", "/", "-").Replace(t.Name())+".jsonl"))
+			if path := keptPath(t, ".jsonl"); path != "" {
+				args = append(args, "--history", path)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), d+5*time.Minute)
 			defer cancel()
@@ -243,12 +246,31 @@ func runScenarios(t *testing.T, tg target) {
 			sc.nemesis(t, tg, time.Now().Add(d))
 			tg.heal(t)
 			err := cmd.Wait()
+			if path := keptPath(t, ".stderr"); path != "" {
+				if werr := os.WriteFile(path, stderr.Bytes(), 0o644); werr != nil {
+					t.Errorf("keeping the verify's stderr: %v", werr)
+				}
+			}
 			t.Logf("cairn verify %s: %s", strings.Join(sc.verify, " "), strings.TrimSpace(stdout.String()))
 			if err != nil {
 				t.Fatalf("cairn verify: %v\nstdout: %s\nstderr: %s", err, stdout.String(), lastLines(stderr.String(), 20))
 			}
 		})
 	}
+}
+
+// keptDir is where CAIRN_CHAOS_HISTORY=DIR keeps what a failed run needs
+// looking into: each scenario's history (.jsonl) and verify's stderr, and
+// the local nodes' logs (cairn-N.log); "" when unset.
+func keptDir() string { return os.Getenv("CAIRN_CHAOS_HISTORY") }
+
+// keptPath names the test's file of that kind in keptDir, or "".
+func keptPath(t *testing.T, ext string) string {
+	dir := keptDir()
+	if dir == "" {
+		return ""
+	}
+	return filepath.Join(dir, strings.NewReplacer(" ", "-", "/", "-").Replace(t.Name())+ext)
 }
 
 // waitFor polls cond every 200 ms until it holds or d passes.
