@@ -58,7 +58,14 @@ const (
 // connection, the connection either reconnects or ends, by its policy.
 func (c *Connection) linkDown(l *link, cause error) {
 	lostErr := l.lostErr(cause)
-	l.close(lostErr)
+	if !l.close(lostErr) {
+		// Already ended, by whoever found it first: its cause is the one
+		// reported. Ending a link cancels its stream, so the reader's
+		// "context canceled" after the watchdog found the node silent is
+		// an echo of that, not news. (The connection's own ends, Close and
+		// shutdown, take the link out first and reconnect nothing.)
+		return
+	}
 	c.mu.Lock()
 	if c.link != l || c.closing || c.err != nil {
 		c.mu.Unlock()

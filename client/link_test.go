@@ -1,0 +1,64 @@
+package client
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// lockedBuffer is a log sink several connections write to at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *lockedBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *lockedBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// A link found silent is closed by its watchdog, which also ends the
+// reader's Recv: the connection reports the watchdog's cause, not the
+// reader's "context canceled" that follows from it. (The fake node sends
+// no heartbeats, so every link falls silent.)
+func TestLinkDown_ReportsTheSilenceNotItsEcho(t *testing.T) {
+	f := startFakeServer(t, 1<<20)
+	var logs lockedBuffer
+	opts := Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	const conns = 8
+	for range conns {
+		dialFake(t, f, opts)
+	}
+	lost := func() []string {
+		var out []string
+		for _, line := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(line, "lost its node") {
+				out = append(out, line)
+			}
+		}
+		return out
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(lost()) < conns && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	got := lost()
+	if len(got) < conns {
+		t.Fatalf("%d of %d connections reported their node lost within 10 s", len(got), conns)
+	}
+	for _, line := range got[:conns] {
+		if !strings.Contains(line, "no word from the server") {
+			t.Errorf("reported cause is not the silence: %s", line)
+		}
+	}
+}
