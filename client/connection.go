@@ -113,9 +113,12 @@ func Dial(ctx context.Context, addrs []string, opts Options) (*Connection, error
 	for _, addr := range addrs {
 		l, err := c.openLink(ctx, addr, 1, opts.ClientID)
 		if err == nil {
-			c.install(l)
-			go c.creditLoop()
-			return c, nil
+			if c.install(l) {
+				go c.creditLoop()
+				return c, nil
+			}
+			// Lost between its Hello and now: nothing would reconnect it.
+			err = fmt.Errorf("%w: the link ended as it was opened", ErrLostServer)
 		}
 		if errors.Is(err, ErrClientIDInUse) || ctx.Err() != nil {
 			return nil, err
@@ -241,9 +244,11 @@ func (c *Connection) awaitLink(ctx context.Context) (*link, error) {
 		switch {
 		case err != nil:
 			return nil, err
-		case l != nil:
+		case l != nil && !l.isDown():
 			return l, nil
 		case timeout == nil:
+			// No link, or one just ended whose reporter has yet to take it
+			// out and start the reconnect: wait for either.
 			t := time.NewTimer(c.opts.ReconnectBlockingTime)
 			defer t.Stop()
 			timeout = t.C

@@ -2,6 +2,7 @@ package client
 
 import (
 	"bytes"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -36,8 +37,15 @@ func TestLinkDown_ReportsTheSilenceNotItsEcho(t *testing.T) {
 	var logs lockedBuffer
 	opts := Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 	const conns = 8
+	var mu sync.Mutex
+	var told []error // what the exception listeners were told
 	for range conns {
-		dialFake(t, f, opts)
+		c, _ := dialFake(t, f, opts)
+		c.SetExceptionListener(func(err error) {
+			mu.Lock()
+			told = append(told, err)
+			mu.Unlock()
+		})
 	}
 	lost := func() []string {
 		var out []string
@@ -58,7 +66,27 @@ func TestLinkDown_ReportsTheSilenceNotItsEcho(t *testing.T) {
 	}
 	for _, line := range got[:conns] {
 		if !strings.Contains(line, "no word from the server") {
-			t.Errorf("reported cause is not the silence: %s", line)
+			t.Errorf("logged cause is not the silence: %s", line)
+		}
+	}
+	// The listener is called on its own goroutine, after the log line.
+	for time.Now().Before(deadline) {
+		mu.Lock()
+		n := len(told)
+		mu.Unlock()
+		if n >= conns {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(told) < conns {
+		t.Fatalf("%d of %d exception listeners were called", len(told), conns)
+	}
+	for _, err := range told[:conns] {
+		if !errors.Is(err, ErrLostServer) || !strings.Contains(err.Error(), "no word from the server") {
+			t.Errorf("the exception listener was told %v, not the silence", err)
 		}
 	}
 }

@@ -205,7 +205,7 @@ func (p *Producer) SendBatch(ctx context.Context, ms []*Message) ([]Receipt, err
 			}
 			if l.isDown() {
 				// Lost before the send: it would fail without leaving.
-				c.linkDown(l, ErrLostServer)
+				// Whoever ended it reconnects.
 				continue
 			}
 		}

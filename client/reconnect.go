@@ -62,8 +62,9 @@ func (c *Connection) linkDown(l *link, cause error) {
 		// Already ended, by whoever found it first: its cause is the one
 		// reported. Ending a link cancels its stream, so the reader's
 		// "context canceled" after the watchdog found the node silent is
-		// an echo of that, not news. (The connection's own ends, Close and
-		// shutdown, take the link out first and reconnect nothing.)
+		// an echo of that, not news. (shutdown takes the link out before
+		// ending it, and Close marks the connection closing first: neither
+		// reconnects.)
 		return
 	}
 	c.mu.Lock()

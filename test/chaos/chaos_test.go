@@ -243,14 +243,24 @@ func runScenarios(t *testing.T, tg target) {
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
+			waited := false
+			defer func() {
+				// Kept also when the nemesis or the heal failed the test
+				// before verify ended (its output is complete only then).
+				if !waited {
+					cancel()
+					_ = cmd.Wait()
+				}
+				if path := keptPath(t, ".stderr"); path != "" {
+					if err := os.WriteFile(path, stderr.Bytes(), 0o644); err != nil {
+						t.Errorf("keeping verify's stderr: %v", err)
+					}
+				}
+			}()
 			sc.nemesis(t, tg, time.Now().Add(d))
 			tg.heal(t)
 			err := cmd.Wait()
-			if path := keptPath(t, ".stderr"); path != "" {
-				if werr := os.WriteFile(path, stderr.Bytes(), 0o644); werr != nil {
-					t.Errorf("keeping the verify's stderr: %v", werr)
-				}
-			}
+			waited = true
 			t.Logf("cairn verify %s: %s", strings.Join(sc.verify, " "), strings.TrimSpace(stdout.String()))
 			if err != nil {
 				t.Fatalf("cairn verify: %v\nstdout: %s\nstderr: %s", err, stdout.String(), lastLines(stderr.String(), 20))
@@ -259,9 +269,8 @@ func runScenarios(t *testing.T, tg target) {
 	}
 }
 
-// keptDir is where CAIRN_CHAOS_HISTORY=DIR keeps what a failed run needs
-// looking into: each scenario's history (.jsonl) and verify's stderr, and
-// the local nodes' logs (cairn-N.log); "" when unset.
+// keptDir is CAIRN_CHAOS_HISTORY (the package doc says what goes there),
+// or "".
 func keptDir() string { return os.Getenv("CAIRN_CHAOS_HISTORY") }
 
 // keptPath names the test's file of that kind in keptDir, or "".

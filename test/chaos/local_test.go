@@ -268,14 +268,11 @@ func (c *localCluster) isolate(t *testing.T, i int) {
 }
 
 // reconnect lifts the cut, on each proxy at once. toxiproxy takes a latency
-// toxic off a connection by first flushing what it held, and that can block:
-// lifting the cut on a node's client proxy took 20–25 s in six isolations
-// of six (2026-12-01), and on a Raft proxy up to 90 s in a build that
-// shared client connections (likely a flush into a gRPC or Raft end that
-// stopped reading while its own writes were held). One proxy after the
-// other, a stuck one kept the node's peer and Raft proxies cut that much
-// longer: a "10 s" isolation lasted half a minute or more, and a drain
-// after it could wait on a node still cut off. A slow reset is logged.
+// toxic off a connection by first flushing what it held, and that flush can
+// block for tens of seconds (client/DESIGN.md, "One gRPC connection per
+// connection, still", has the figures). One proxy after the other, a stuck
+// one kept the node's peer and Raft proxies cut that much longer, so an
+// isolation lasted far beyond its 10 s. A slow reset is logged.
 func (c *localCluster) reconnect(t *testing.T, i int) {
 	var wg sync.WaitGroup
 	for _, p := range c.nodes[i].proxies {
