@@ -327,3 +327,90 @@ func TestSendBatch_HostNotReached(t *testing.T) {
 		t.Errorf("%d sends went to a node that was not the one named", n)
 	}
 }
+
+// Connections of one process to one node share a TCP connection, each on
+// its own stream; the last one closed closes it, and the next dial makes a
+// new one.
+func TestConnections_ShareOneConnectionPerNode(t *testing.T) {
+	f := startFakeServer(t, 1<<20)
+	var ps []*Producer
+	var cs []*Connection
+	for range 3 {
+		c, p := dialFake(t, f, Options{})
+		cs, ps = append(cs, c), append(ps, p)
+	}
+	for _, p := range ps {
+		sendOne(t, p)
+	}
+	if n := f.accepted.Load(); n != 1 {
+		t.Errorf("3 connections to one node opened %d TCP connections, want 1", n)
+	}
+	if opened, _ := f.streams(); opened != 3 {
+		t.Errorf("the node saw %d streams, want 3", opened)
+	}
+	if err := cs[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	sendOne(t, ps[1]) // the others go on
+	for _, c := range cs[1:] {
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nodeConns.mu.Lock()
+	_, held := nodeConns.byAddr[f.addr]
+	nodeConns.mu.Unlock()
+	if held {
+		t.Errorf("the connection to the node outlived its last link")
+	}
+	_, p := dialFake(t, f, Options{})
+	sendOne(t, p)
+	if n := f.accepted.Load(); n != 2 {
+		t.Errorf("%d TCP connections after the first was closed and a new link made, want 2", n)
+	}
+}
+
+// A connection that broke under a link is not shared with the links made
+// after: the reconnect gets a new one, while the other connections' links
+// stay on theirs.
+func TestConnections_BrokenConnectionIsNotShared(t *testing.T) {
+	f := startFakeServer(t, 1<<20)
+	_, p1 := dialFake(t, f, Options{})
+	_, p2 := dialFake(t, f, Options{})
+	sendOne(t, p1)
+	sendOne(t, p2)
+	f.mu.Lock()
+	f.dropFrames = 1 // ends the stream with an error, as a failing node does
+	f.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := p1.Send(ctx, &Message{Body: []byte("dropped")}); !errors.Is(err, ErrDeliveryUnknown) {
+		t.Fatalf("a send whose stream failed: %v, want ErrDeliveryUnknown", err)
+	}
+	sendOne(t, p1) // after the reconnect
+	sendOne(t, p2)
+	if n := f.accepted.Load(); n != 2 {
+		t.Errorf("%d TCP connections; want the first, and a new one for the reconnect", n)
+	}
+}
+
+// A connection whose Hello went unanswered is not shared with the next
+// link, which dials a connection of its own; the links already on it stay.
+func TestConnections_UnansweredHelloIsNotShared(t *testing.T) {
+	f := startFakeServer(t, 1<<20)
+	f.script = func(_ clientpb.ClientService_ConnectServer, conn int, in *clientpb.ClientFrame) (bool, error) {
+		return conn == 2 && in.GetHello() != nil, nil // swallowed
+	}
+	_, p1 := dialFake(t, f, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := Dial(ctx, []string{f.addr}, Options{DialTimeout: 200 * time.Millisecond}); err == nil {
+		t.Fatal("a Dial whose Hello went unanswered succeeded")
+	}
+	_, p3 := dialFake(t, f, Options{})
+	sendOne(t, p1)
+	sendOne(t, p3)
+	if n := f.accepted.Load(); n != 2 {
+		t.Errorf("%d TCP connections; want the first, and a new one after the unanswered Hello", n)
+	}
+}

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/cairnmq/cairn/transport"
 	"github.com/cairnmq/cairn/transport/clientpb"
@@ -22,7 +25,7 @@ type link struct {
 	c    *Connection
 	gen  uint64 // which link of the connection this is, from 1
 	addr string // as dialled
-	cc   *grpc.ClientConn
+	conn *pooledConn
 	api  clientpb.ClientServiceClient
 	// stream is set once, before readLoop starts.
 	stream clientpb.ClientService_ConnectClient
@@ -70,18 +73,19 @@ func grpcDial(addr string) (*grpc.ClientConn, error) {
 // application's requests only once it is installed (or, for a send link,
 // once direct.go holds it).
 func (c *Connection) openLink(ctx context.Context, addr string, gen uint64, clientID string) (*link, error) {
-	cc, err := grpcDial(addr)
+	pc, err := nodeConns.acquire(addr)
 	if err != nil {
 		return nil, err
 	}
+	cc := pc.cc
 	sctx, cancel := context.WithCancel(context.Background())
 	l := &link{
-		c: c, gen: gen, addr: addr, cc: cc, api: clientpb.NewClientServiceClient(cc), cancel: cancel,
+		c: c, gen: gen, addr: addr, conn: pc, api: clientpb.NewClientServiceClient(cc), cancel: cancel,
 		replies: make(map[uint64]func(*clientpb.Reply, error)), down: make(chan struct{}), readDone: make(chan struct{}),
 	}
 	fail := func(err error) (*link, error) {
 		cancel()
-		cc.Close()
+		nodeConns.release(pc)
 		return nil, err
 	}
 	// The stream lives as long as the link; only its opening is bounded.
@@ -93,12 +97,20 @@ func (c *Connection) openLink(ctx context.Context, addr string, gen uint64, clie
 	}()
 	dctx, dcancel := context.WithTimeout(ctx, c.opts.DialTimeout)
 	defer dcancel()
+	// A node that leaves the stream or the Hello unanswered for DialTimeout
+	// (not a caller that gave up) gets a new connection for the next link.
+	unanswered := func() {
+		if dctx.Err() != nil && ctx.Err() == nil {
+			nodeConns.broke(pc)
+		}
+	}
 	select {
 	case err := <-opened:
 		if err != nil {
 			return fail(transport.FromStatus(err))
 		}
 	case <-dctx.Done():
+		unanswered()
 		return fail(fmt.Errorf("no answer within %v", c.opts.DialTimeout))
 	}
 	l.lastHeard.Store(time.Now().UnixNano())
@@ -106,6 +118,7 @@ func (c *Connection) openLink(ctx context.Context, addr string, gen uint64, clie
 	go l.watchSilence()
 	reply, err := l.request(dctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_Hello{Hello: &clientpb.Hello{ClientId: clientID}}})
 	if err != nil {
+		unanswered()
 		l.close(err)
 		return nil, err
 	}
@@ -122,6 +135,15 @@ func (l *link) readLoop() {
 	for {
 		f, err := l.stream.Recv()
 		if err != nil {
+			if cause := nodeConns.abandonedFor(l.conn); cause != nil {
+				l.c.linkDown(l, cause)
+				return
+			}
+			if !errors.Is(err, io.EOF) && status.Code(err) != codes.Canceled {
+				// Not the node ending the stream, nor the client: the
+				// connection under it failed.
+				nodeConns.broke(l.conn)
+			}
 			l.c.linkDown(l, transport.FromStatus(err))
 			return
 		}
@@ -169,7 +191,9 @@ func (l *link) watchSilence() {
 		case <-t.C:
 		}
 		if quiet := time.Since(time.Unix(0, l.lastHeard.Load())); quiet > silenceLimit {
-			l.c.linkDown(l, fmt.Errorf("no word from the server for %v", quiet.Round(time.Millisecond)))
+			cause := fmt.Errorf("no word from the server for %v", quiet.Round(time.Millisecond))
+			nodeConns.abandon(l.conn, cause)
+			l.c.linkDown(l, cause)
 			return
 		}
 	}
@@ -189,7 +213,7 @@ func (l *link) close(err error) bool {
 	close(l.down)
 	l.mu.Unlock()
 	l.cancel()
-	l.cc.Close()
+	nodeConns.release(l.conn)
 	for _, done := range replies {
 		done(nil, err)
 	}

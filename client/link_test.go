@@ -30,8 +30,11 @@ func (w *lockedBuffer) String() string {
 
 // A link found silent is closed by its watchdog, which also ends the
 // reader's Recv: the connection reports the watchdog's cause, not the
-// reader's "context canceled" that follows from it. (The fake node sends
-// no heartbeats, so every link falls silent.)
+// reader's "context canceled" that follows from it. The 8 connections
+// share one gRPC connection, which the first watchdog to fire closes under
+// the other links: they too report the silence, not gRPC's "the client
+// connection is closing". (The fake node sends no heartbeats, so every link
+// falls silent.)
 func TestLinkDown_ReportsTheSilenceNotItsEcho(t *testing.T) {
 	f := startFakeServer(t, 1<<20)
 	var logs lockedBuffer

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,6 +32,9 @@ type fakeServer struct {
 	// holdFirst, when set, keeps the first connection's stream open after
 	// the client half-closed it, until holdFirst is closed.
 	holdFirst chan struct{}
+
+	// accepted counts the TCP connections the fake node accepted.
+	accepted atomic.Int32
 
 	mu sync.Mutex
 	// host is the node a send's answer names as the member's host.
@@ -58,9 +62,22 @@ func startFakeServer(t testing.TB, maxFrame uint64, opts ...grpc.ServerOption) *
 	// Opened as a node opens its client port (cluster.Start).
 	gs := grpc.NewServer(append(append(transport.ServerWindows(), grpc.MaxRecvMsgSize(maxWireBytes)), opts...)...)
 	clientpb.RegisterClientServiceServer(gs, f)
-	go func() { _ = gs.Serve(lis) }()
+	go func() { _ = gs.Serve(countingListener{lis, &f.accepted}) }()
 	t.Cleanup(gs.Stop)
 	return f
+}
+
+type countingListener struct {
+	net.Listener
+	n *atomic.Int32
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
 }
 
 func (f *fakeServer) answer(req *clientpb.SendRequest) *clientpb.SendResponse {

@@ -1,0 +1,124 @@
+package client
+
+import (
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+)
+
+// Links to one node share one gRPC connection: one TCP connection and
+// HTTP/2 session per node address in the process, each link a stream on it.
+// Many connections of one process to one node, such as 16 producers on 16
+// connections, then cost the node one socket to read and write instead of
+// 16: its HTTP/2 reader takes the frames of several streams in one read,
+// and its writer answers several in one write. With 16 synchronous
+// producers on one host it carried more in ten pairs of ten, and consuming
+// a backlog with 4 consumers 81,615 and 94,828 against 55,920 and 69,136
+// msgs/s (docs/performance.md, "Straight to the host, one connection per
+// node"). Streams stay independent: a link that ends ends its stream only.
+//
+// A connection a link found broken (its stream failed in the transport, or
+// its Hello went unanswered) is shared no more, nor one gRPC reports failing
+// or shut down: the next link to that node dials a new one, rather than
+// opening its stream on a dead socket or waiting out gRPC's reconnect
+// backoff. The links still on the old one end as their own reads or
+// watchdogs find it dead, and the last of them closes it.
+//
+// A node silent on one link is silent on all of them, so a link whose
+// watchdog fires abandons the connection: it is closed at once, as a link's
+// own connection was before they were shared, and every link on it ends
+// with the silence as its cause rather than with gRPC's "the client
+// connection is closing". Kept open, a connection to a node cut off from
+// the network held every link's frames (stream resets included) until the
+// cut was lifted, and the links dialled meanwhile waited on it.
+var nodeConns = connPool{byAddr: make(map[string]*pooledConn)}
+
+type connPool struct {
+	mu     sync.Mutex
+	byAddr map[string]*pooledConn // the connections new links share
+}
+
+// pooledConn is one shared connection; refs, broken and abandoned are
+// under the pool's mu.
+type pooledConn struct {
+	addr   string
+	cc     *grpc.ClientConn
+	refs   int
+	broken bool
+	// abandoned is why the connection was closed under its links, if it was.
+	abandoned error
+}
+
+// acquire returns a connection to addr for one more link, made now if no
+// sound one is shared (grpc.NewClient connects lazily, on the first
+// stream).
+func (p *connPool) acquire(addr string) (*pooledConn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pc := p.byAddr[addr]; pc != nil {
+		switch pc.cc.GetState() {
+		case connectivity.TransientFailure, connectivity.Shutdown:
+			pc.broken = true
+		}
+		if !pc.broken {
+			pc.refs++
+			return pc, nil
+		}
+		p.unshareLocked(pc)
+	}
+	cc, err := grpcDial(addr)
+	if err != nil {
+		return nil, err
+	}
+	pc := &pooledConn{addr: addr, cc: cc, refs: 1}
+	p.byAddr[addr] = pc
+	return pc, nil
+}
+
+// unshareLocked keeps pc from the links made from now on.
+func (p *connPool) unshareLocked(pc *pooledConn) {
+	pc.broken = true
+	if p.byAddr[pc.addr] == pc {
+		delete(p.byAddr, pc.addr)
+	}
+}
+
+// broke stops sharing pc with links made from now on.
+func (p *connPool) broke(pc *pooledConn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.unshareLocked(pc)
+}
+
+// abandon closes pc under its links, which end with cause.
+func (p *connPool) abandon(pc *pooledConn, cause error) {
+	p.mu.Lock()
+	p.unshareLocked(pc)
+	if pc.abandoned == nil {
+		pc.abandoned = cause
+	}
+	p.mu.Unlock()
+	pc.cc.Close()
+}
+
+// abandonedFor is why pc was closed under its links, or nil.
+func (p *connPool) abandonedFor(pc *pooledConn) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return pc.abandoned
+}
+
+// release gives back one link's hold on pc; the last closes it.
+func (p *connPool) release(pc *pooledConn) {
+	p.mu.Lock()
+	pc.refs--
+	last := pc.refs == 0
+	if last {
+		p.unshareLocked(pc)
+	}
+	p.mu.Unlock()
+	if last {
+		pc.cc.Close()
+	}
+}
