@@ -13,10 +13,10 @@ import (
 // connections, then cost the node one socket to read and write instead of
 // 16: its HTTP/2 reader takes the frames of several streams in one read,
 // and its writer answers several in one write. With 16 synchronous
-// producers on one host it carried more in ten pairs of ten, and consuming
-// a backlog with 4 consumers 81,615 and 94,828 against 55,920 and 69,136
-// msgs/s (docs/performance.md, "Straight to the host, one connection per
-// node"). Streams stay independent: a link that ends ends its stream only.
+// producers the nodes made 3.8 read and write system calls per message
+// instead of 6.2 and carried 5,855 and 5,810 msgs/s against 4,584 and 5,307
+// (docs/performance.md, "One connection per node, landed"). Streams stay
+// independent: a link that ends ends its stream only.
 //
 // A connection a link found broken (its stream failed in the transport, or
 // its Hello went unanswered) is shared no more, nor one gRPC reports failing
