@@ -2,6 +2,8 @@ package client
 
 import (
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
@@ -18,20 +20,23 @@ import (
 // (docs/performance.md, "One connection per node, landed"). Streams stay
 // independent: a link that ends ends its stream only.
 //
-// A connection a link found broken (its stream failed in the transport, or
-// its Hello went unanswered) is shared no more, nor one gRPC reports failing
-// or shut down: the next link to that node dials a new one, rather than
-// opening its stream on a dead socket or waiting out gRPC's reconnect
-// backoff. The links still on the old one end as their own reads or
-// watchdogs find it dead, and the last of them closes it.
+// A connection a link found broken (its stream failed in the transport, not
+// by the node's word, or its stream or Hello went unanswered) is shared no
+// more, nor one gRPC reports failing or shut down: the next link to that
+// node dials a new one, rather than opening its stream on a dead socket or
+// waiting out gRPC's reconnect backoff. The links still on the old one end
+// as their own reads or watchdogs find it dead, and the last of them closes
+// it.
 //
-// A node silent on one link is silent on all of them, so a link whose
-// watchdog fires abandons the connection: it is closed at once, as a link's
-// own connection was before they were shared, and every link on it ends
-// with the silence as its cause rather than with gRPC's "the client
-// connection is closing". Kept open, a connection to a node cut off from
-// the network held every link's frames (stream resets included) until the
-// cut was lifted, and the links dialled meanwhile waited on it.
+// A link whose watchdog finds the whole connection silent (no frame on any
+// of its links for the silence limit: the node sends each a heartbeat every
+// second) abandons it: it is closed at once, as a link's own connection was
+// before they were shared, and every link on it ends with the silence as
+// its cause rather than with gRPC's "the client connection is closing".
+// Kept open, a connection to a node cut off from the network held every
+// link's frames (stream resets included) until the cut was lifted, and the
+// links dialled meanwhile waited on it. A link silent on a connection that
+// others still hear from ends alone.
 var nodeConns = connPool{byAddr: make(map[string]*pooledConn)}
 
 type connPool struct {
@@ -48,7 +53,20 @@ type pooledConn struct {
 	broken bool
 	// abandoned is why the connection was closed under its links, if it was.
 	abandoned error
+	// lastHeard is when a frame last came on any of its links, unix nanos.
+	lastHeard atomic.Int64
+	closeOnce sync.Once
 }
+
+// heard notes a frame from the node.
+func (pc *pooledConn) heard() { pc.lastHeard.Store(time.Now().UnixNano()) }
+
+// quiet is how long no link on pc has heard from the node.
+func (pc *pooledConn) quiet() time.Duration { return time.Since(time.Unix(0, pc.lastHeard.Load())) }
+
+// close closes the gRPC connection once. gRPC's Close may wait seconds to
+// write its GOAWAY on a socket the node no longer reads.
+func (pc *pooledConn) close() { pc.closeOnce.Do(func() { pc.cc.Close() }) }
 
 // acquire returns a connection to addr for one more link, made now if no
 // sound one is shared (grpc.NewClient connects lazily, on the first
@@ -72,6 +90,7 @@ func (p *connPool) acquire(addr string) (*pooledConn, error) {
 		return nil, err
 	}
 	pc := &pooledConn{addr: addr, cc: cc, refs: 1}
+	pc.heard() // its silence counts from now
 	p.byAddr[addr] = pc
 	return pc, nil
 }
@@ -91,7 +110,8 @@ func (p *connPool) broke(pc *pooledConn) {
 	p.unshareLocked(pc)
 }
 
-// abandon closes pc under its links, which end with cause.
+// abandon closes pc under its links, which end with cause. The close runs
+// on its own, so that the link that found the silence reports it at once.
 func (p *connPool) abandon(pc *pooledConn, cause error) {
 	p.mu.Lock()
 	p.unshareLocked(pc)
@@ -99,7 +119,7 @@ func (p *connPool) abandon(pc *pooledConn, cause error) {
 		pc.abandoned = cause
 	}
 	p.mu.Unlock()
-	pc.cc.Close()
+	go pc.close()
 }
 
 // abandonedFor is why pc was closed under its links, or nil.
@@ -119,6 +139,6 @@ func (p *connPool) release(pc *pooledConn) {
 	}
 	p.mu.Unlock()
 	if last {
-		pc.cc.Close()
+		pc.close()
 	}
 }

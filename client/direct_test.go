@@ -333,6 +333,7 @@ func TestSendBatch_HostNotReached(t *testing.T) {
 // new one.
 func TestConnections_ShareOneConnectionPerNode(t *testing.T) {
 	f := startFakeServer(t, 1<<20)
+	f.heartbeat = 200 * time.Millisecond
 	var ps []*Producer
 	var cs []*Connection
 	for range 3 {
@@ -370,27 +371,71 @@ func TestConnections_ShareOneConnectionPerNode(t *testing.T) {
 	}
 }
 
-// A connection that broke under a link is not shared with the links made
-// after: the reconnect gets a new one, while the other connections' links
-// stay on theirs.
+// sharedWith is the connection new links to f share, if any.
+func sharedWith(f *fakeServer) *pooledConn {
+	nodeConns.mu.Lock()
+	defer nodeConns.mu.Unlock()
+	return nodeConns.byAddr[f.addr]
+}
+
+// sendAgain sends until a send succeeds: after a lost link, the first ones
+// may fail while the connection reconnects.
+func sendAgain(t *testing.T, p *Producer) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := p.Send(ctx, &Message{Body: []byte("x")})
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no send went through in 10 s: %v", err)
+		}
+	}
+}
+
+// A connection that failed under its links (no status, no Goodbye: the
+// socket died) is not shared with the links made after: the reconnects get
+// a new one.
 func TestConnections_BrokenConnectionIsNotShared(t *testing.T) {
 	f := startFakeServer(t, 1<<20)
+	f.heartbeat = 200 * time.Millisecond
+	_, p1 := dialFake(t, f, Options{})
+	_, p2 := dialFake(t, f, Options{})
+	sendOne(t, p1)
+	sendOne(t, p2)
+	broken := sharedWith(f)
+	f.breakConnections()
+	sendAgain(t, p1)
+	sendAgain(t, p2)
+	if pc := sharedWith(f); pc == nil || pc == broken {
+		t.Errorf("the links made after the connection failed share %p, the failed one is %p", pc, broken)
+	}
+}
+
+// A stream the node ended with its word (a status of its own) says nothing
+// about the connection under it, which stays shared.
+func TestConnections_NodeRefusalKeepsTheConnection(t *testing.T) {
+	f := startFakeServer(t, 1<<20)
+	f.heartbeat = 200 * time.Millisecond
 	_, p1 := dialFake(t, f, Options{})
 	_, p2 := dialFake(t, f, Options{})
 	sendOne(t, p1)
 	sendOne(t, p2)
 	f.mu.Lock()
-	f.dropFrames = 1 // ends the stream with an error, as a failing node does
+	f.dropFrames = 1 // ends the stream with ErrUnavailable, as a stopping node does
 	f.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := p1.Send(ctx, &Message{Body: []byte("dropped")}); !errors.Is(err, ErrDeliveryUnknown) {
 		t.Fatalf("a send whose stream failed: %v, want ErrDeliveryUnknown", err)
 	}
-	sendOne(t, p1) // after the reconnect
+	sendAgain(t, p1) // after the reconnect
 	sendOne(t, p2)
-	if n := f.accepted.Load(); n != 2 {
-		t.Errorf("%d TCP connections; want the first, and a new one for the reconnect", n)
+	if n := f.accepted.Load(); n != 1 {
+		t.Errorf("%d TCP connections; want the one, kept after the node's refusal", n)
 	}
 }
 
@@ -398,6 +443,7 @@ func TestConnections_BrokenConnectionIsNotShared(t *testing.T) {
 // link, which dials a connection of its own; the links already on it stay.
 func TestConnections_UnansweredHelloIsNotShared(t *testing.T) {
 	f := startFakeServer(t, 1<<20)
+	f.heartbeat = 200 * time.Millisecond
 	f.script = func(_ clientpb.ClientService_ConnectServer, conn int, in *clientpb.ClientFrame) (bool, error) {
 		return conn == 2 && in.GetHello() != nil, nil // swallowed
 	}
@@ -412,5 +458,36 @@ func TestConnections_UnansweredHelloIsNotShared(t *testing.T) {
 	sendOne(t, p3)
 	if n := f.accepted.Load(); n != 2 {
 		t.Errorf("%d TCP connections; want the first, and a new one after the unanswered Hello", n)
+	}
+}
+
+// A link that falls silent on a connection its neighbours still hear from
+// ends alone: the connection and their links stay.
+func TestConnections_OneSilentLinkEndsAlone(t *testing.T) {
+	f := startFakeServer(t, 1<<20)
+	f.heartbeat = 200 * time.Millisecond
+	f.silentStream = 2
+	c1, p1 := dialFake(t, f, Options{})
+	lost1 := make(chan error, 1)
+	c1.SetExceptionListener(func(err error) { lost1 <- err })
+	c2, _ := dialFake(t, f, Options{})
+	lost2 := make(chan error, 1)
+	c2.SetExceptionListener(func(err error) { lost2 <- err })
+	select {
+	case err := <-lost2:
+		if !strings.Contains(err.Error(), "no word from the server") {
+			t.Errorf("the silent link's connection was told %v, not the silence", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the silent link was not found silent in 10 s")
+	}
+	sendOne(t, p1)
+	select {
+	case err := <-lost1:
+		t.Fatalf("a link its node kept talking to was lost with its silent neighbour: %v", err)
+	default:
+	}
+	if n := f.accepted.Load(); n != 1 {
+		t.Errorf("%d TCP connections; want the one, kept", n)
 	}
 }

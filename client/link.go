@@ -106,6 +106,9 @@ func (c *Connection) openLink(ctx context.Context, addr string, gen uint64, clie
 	}
 	select {
 	case err := <-opened:
+		if cause := nodeConns.abandonedFor(pc); err != nil && cause != nil {
+			return fail(cause) // closed under the link as it opened
+		}
 		if err != nil {
 			return fail(transport.FromStatus(err))
 		}
@@ -139,7 +142,7 @@ func (l *link) readLoop() {
 				l.c.linkDown(l, cause)
 				return
 			}
-			if !errors.Is(err, io.EOF) && status.Code(err) != codes.Canceled {
+			if !errors.Is(err, io.EOF) && status.Code(err) != codes.Canceled && !transport.ServerAnswered(err) {
 				// Not the node ending the stream, nor the client: the
 				// connection under it failed.
 				nodeConns.broke(l.conn)
@@ -148,6 +151,7 @@ func (l *link) readLoop() {
 			return
 		}
 		l.lastHeard.Store(time.Now().UnixNano())
+		l.conn.heard()
 		switch fr := f.Frame.(type) {
 		case *clientpb.ServerFrame_Reply:
 			l.mu.Lock()
@@ -192,7 +196,9 @@ func (l *link) watchSilence() {
 		}
 		if quiet := time.Since(time.Unix(0, l.lastHeard.Load())); quiet > silenceLimit {
 			cause := fmt.Errorf("no word from the server for %v", quiet.Round(time.Millisecond))
-			nodeConns.abandon(l.conn, cause)
+			if l.conn.quiet() > silenceLimit {
+				nodeConns.abandon(l.conn, cause) // silent on every link
+			}
 			l.c.linkDown(l, cause)
 			return
 		}

@@ -33,8 +33,15 @@ type fakeServer struct {
 	// the client half-closed it, until holdFirst is closed.
 	holdFirst chan struct{}
 
-	// accepted counts the TCP connections the fake node accepted.
+	// accepted counts the TCP connections the fake node accepted; tcp
+	// holds them, for breakConnections.
 	accepted atomic.Int32
+	tcp      *sync.Map
+	// heartbeat, when set, sends each stream a heartbeat this often, as a
+	// node does; without, every link falls silent after its silence limit.
+	// silentStream, from 1, is a stream that gets none.
+	heartbeat    time.Duration
+	silentStream int
 
 	mu sync.Mutex
 	// host is the node a send's answer names as the member's host.
@@ -62,22 +69,47 @@ func startFakeServer(t testing.TB, maxFrame uint64, opts ...grpc.ServerOption) *
 	// Opened as a node opens its client port (cluster.Start).
 	gs := grpc.NewServer(append(append(transport.ServerWindows(), grpc.MaxRecvMsgSize(maxWireBytes)), opts...)...)
 	clientpb.RegisterClientServiceServer(gs, f)
-	go func() { _ = gs.Serve(countingListener{lis, &f.accepted}) }()
+	f.tcp = new(sync.Map)
+	go func() { _ = gs.Serve(countingListener{lis, &f.accepted, f.tcp}) }()
 	t.Cleanup(gs.Stop)
 	return f
 }
 
 type countingListener struct {
 	net.Listener
-	n *atomic.Int32
+	n    *atomic.Int32
+	held *sync.Map
 }
 
 func (l countingListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err == nil {
 		l.n.Add(1)
+		l.held.Store(c, true)
 	}
 	return c, err
+}
+
+// breakConnections closes every TCP connection the fake node accepted, as
+// a crash or a network failure does: no status, no Goodbye.
+func (f *fakeServer) breakConnections() {
+	f.tcp.Range(func(c, _ any) bool {
+		_ = c.(net.Conn).Close()
+		f.tcp.Delete(c)
+		return true
+	})
+}
+
+// lockedStream lets the heartbeat and the answers share a stream.
+type lockedStream struct {
+	clientpb.ClientService_ConnectServer
+	mu sync.Mutex
+}
+
+func (s *lockedStream) Send(f *clientpb.ServerFrame) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ClientService_ConnectServer.Send(f)
 }
 
 func (f *fakeServer) answer(req *clientpb.SendRequest) *clientpb.SendResponse {
@@ -102,11 +134,29 @@ func (f *fakeServer) Send(_ context.Context, req *clientpb.SendRequest) (*client
 	return f.answer(req), nil
 }
 
-func (f *fakeServer) Connect(stream clientpb.ClientService_ConnectServer) error {
+func (f *fakeServer) Connect(raw clientpb.ClientService_ConnectServer) error {
+	stream := &lockedStream{ClientService_ConnectServer: raw}
 	f.mu.Lock()
 	f.conns++
 	conn := f.conns
 	f.mu.Unlock()
+	if f.heartbeat > 0 && conn != f.silentStream {
+		t := time.NewTicker(f.heartbeat)
+		defer t.Stop()
+		go func() {
+			beat := &clientpb.ServerFrame{Frame: &clientpb.ServerFrame_Heartbeat{Heartbeat: &clientpb.Heartbeat{}}}
+			for {
+				select {
+				case <-raw.Context().Done():
+					return
+				case <-t.C:
+					if stream.Send(beat) != nil {
+						return
+					}
+				}
+			}
+		}()
+	}
 	defer func() {
 		f.mu.Lock()
 		f.ended++
