@@ -79,8 +79,41 @@ func TestHold_KeepsALiveLinkOpen(t *testing.T) {
 	}
 }
 
+// A hold takes in holdCap chunks and lets the rest wait in front of it, as
+// a partition's full windows make a sender wait; lifted, it passes all of
+// them in order.
+func TestHold_TakesInItsCapThenLetsTheSourceWait(t *testing.T) {
+	const more = 10
+	input := make(chan *stream.StreamChunk, holdCap+more)
+	output := make(chan *stream.StreamChunk, holdCap+more)
+	stub := runHold(t, input, output)
+	for i := range holdCap + more {
+		input <- &stream.StreamChunk{Data: []byte{byte(i)}}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(input) > more {
+		if time.Now().After(deadline) {
+			t.Fatalf("the hold took %d chunks in 10 s, want %d", holdCap+more-len(input), holdCap)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	stub.InterruptToxic()
+	if n := len(input); n != more {
+		t.Fatalf("the hold took %d chunks, want its cap of %d", holdCap+more-n, holdCap)
+	}
+	new(holdToxic).Cleanup(stub)
+	if stub.Closed() || len(output) != holdCap+more {
+		t.Fatalf("lifted: %d chunks passed, closed %v; want all %d and the link open", len(output), stub.Closed(), holdCap+more)
+	}
+	for i := range holdCap + more {
+		if c := <-output; c.Data[0] != byte(i) {
+			t.Fatalf("chunk %d came as %d", i, c.Data[0])
+		}
+	}
+}
+
 // A link whose writer is gone is given up at its first chunk, not one
-// patience per chunk as toxiproxy's flush does (20–55 s per proxy).
+// patience per chunk as toxiproxy's flush does (20–90 s per proxy).
 func TestHold_DropsALinkWhoseWriterIsGone(t *testing.T) {
 	defer func(p time.Duration) { holdPatience = p }(holdPatience)
 	holdPatience = 20 * time.Millisecond
