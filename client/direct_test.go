@@ -332,8 +332,7 @@ func TestSendBatch_HostNotReached(t *testing.T) {
 // its own stream; the last one closed closes it, and the next dial makes a
 // new one.
 func TestConnections_ShareOneConnectionPerNode(t *testing.T) {
-	f := startFakeServer(t, 1<<20)
-	f.heartbeat = 200 * time.Millisecond
+	f := beatingFake(t)
 	var ps []*Producer
 	var cs []*Connection
 	for range 3 {
@@ -371,6 +370,24 @@ func TestConnections_ShareOneConnectionPerNode(t *testing.T) {
 	}
 }
 
+// beatingFake is a fake node that sends each stream a heartbeat, so that a
+// test may take longer than the silence limit.
+func beatingFake(t *testing.T) *fakeServer {
+	f := startFakeServer(t, 1<<20)
+	f.heartbeat = 200 * time.Millisecond
+	return f
+}
+
+// sendingPair is two connections to f, each with a producer that sent once.
+func sendingPair(t *testing.T, f *fakeServer) (*Producer, *Producer) {
+	t.Helper()
+	_, p1 := dialFake(t, f, Options{})
+	_, p2 := dialFake(t, f, Options{})
+	sendOne(t, p1)
+	sendOne(t, p2)
+	return p1, p2
+}
+
 // sharedWith is the connection new links to f share, if any.
 func sharedWith(f *fakeServer) *pooledConn {
 	nodeConns.mu.Lock()
@@ -400,12 +417,8 @@ func sendAgain(t *testing.T, p *Producer) {
 // socket died) is not shared with the links made after: the reconnects get
 // a new one.
 func TestConnections_BrokenConnectionIsNotShared(t *testing.T) {
-	f := startFakeServer(t, 1<<20)
-	f.heartbeat = 200 * time.Millisecond
-	_, p1 := dialFake(t, f, Options{})
-	_, p2 := dialFake(t, f, Options{})
-	sendOne(t, p1)
-	sendOne(t, p2)
+	f := beatingFake(t)
+	p1, p2 := sendingPair(t, f)
 	broken := sharedWith(f)
 	f.breakConnections()
 	sendAgain(t, p1)
@@ -418,12 +431,8 @@ func TestConnections_BrokenConnectionIsNotShared(t *testing.T) {
 // A stream the node ended with its word (a status of its own) says nothing
 // about the connection under it, which stays shared.
 func TestConnections_NodeRefusalKeepsTheConnection(t *testing.T) {
-	f := startFakeServer(t, 1<<20)
-	f.heartbeat = 200 * time.Millisecond
-	_, p1 := dialFake(t, f, Options{})
-	_, p2 := dialFake(t, f, Options{})
-	sendOne(t, p1)
-	sendOne(t, p2)
+	f := beatingFake(t)
+	p1, p2 := sendingPair(t, f)
 	f.mu.Lock()
 	f.dropFrames = 1 // ends the stream with ErrUnavailable, as a stopping node does
 	f.mu.Unlock()
@@ -442,8 +451,7 @@ func TestConnections_NodeRefusalKeepsTheConnection(t *testing.T) {
 // A connection whose Hello went unanswered is not shared with the next
 // link, which dials a connection of its own; the links already on it stay.
 func TestConnections_UnansweredHelloIsNotShared(t *testing.T) {
-	f := startFakeServer(t, 1<<20)
-	f.heartbeat = 200 * time.Millisecond
+	f := beatingFake(t)
 	f.script = func(_ clientpb.ClientService_ConnectServer, conn int, in *clientpb.ClientFrame) (bool, error) {
 		return conn == 2 && in.GetHello() != nil, nil // swallowed
 	}
@@ -464,8 +472,7 @@ func TestConnections_UnansweredHelloIsNotShared(t *testing.T) {
 // A link that falls silent on a connection its neighbours still hear from
 // ends alone: the connection and their links stay.
 func TestConnections_OneSilentLinkEndsAlone(t *testing.T) {
-	f := startFakeServer(t, 1<<20)
-	f.heartbeat = 200 * time.Millisecond
+	f := beatingFake(t)
 	f.silentStream = 2
 	c1, p1 := dialFake(t, f, Options{})
 	lost1 := make(chan error, 1)
