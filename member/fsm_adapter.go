@@ -27,8 +27,15 @@ type memberFSM struct {
 	// with bodies put away that cannot be read back; both must stop the
 	// node.
 	corrupt, fatal func(error)
-	// since is the log applied since the last snapshot (or restore).
-	since logVolume // under mu
+	// since is the log applied since the last snapshot (or restore), and
+	// snapshots counts the snapshots and restores.
+	since     logVolume // under mu
+	snapshots uint64    // under mu
+	// pace is when the replica snapshots (snapshotPaceOf); ApplyBatch
+	// asks for a snapshot on snapshotWanted when an applied entry starts
+	// the replica's turn and the log since the last one is long enough.
+	pace           snapshotPace // under mu
+	snapshotWanted chan struct{}
 	// bodies keeps the bodies put away beyond bodyMemory bytes held
 	// (bodies.go); nil keeps them all in memory.
 	bodies     *bodyStore
@@ -45,6 +52,31 @@ func (a *memberFSM) volume() (stateBytes int64, since logVolume) {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	return a.m.Stats().Bytes, a.since
+}
+
+func (a *memberFSM) setPace(p snapshotPace) {
+	a.mu.Lock()
+	a.pace = p
+	a.mu.Unlock()
+}
+
+// snapshotDue says whether the log since the last snapshot is enough for
+// one at the replica's pace, and how many snapshots were taken so far.
+func (a *memberFSM) snapshotDue() (enough bool, taken uint64) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.pace.enough(a.m.Stats().Bytes, a.since), a.snapshots
+}
+
+// askSnapshotLocked asks the replica for a snapshot when the entries from+1
+// to to start its turn and the log since the last snapshot is enough.
+func (a *memberFSM) askSnapshotLocked(from, to uint64) {
+	if a.pace.turnStarts(from, to) && a.pace.enough(a.m.Stats().Bytes, a.since) {
+		select {
+		case a.snapshotWanted <- struct{}{}:
+		default:
+		}
+	}
 }
 
 var _ raft.BatchingFSM = (*memberFSM)(nil)
@@ -75,6 +107,9 @@ func (a *memberFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		out[i] = res
 	}
 	a.putBodiesAwayLocked()
+	if len(logs) > 0 {
+		a.askSnapshotLocked(logs[0].Index-1, logs[len(logs)-1].Index)
+	}
 	a.mu.Unlock()
 	a.applied()
 	return out
@@ -167,6 +202,7 @@ func (a *memberFSM) Snapshot() (raft.FSMSnapshot, error) {
 	// that applies them. Readers go on during the capture.
 	a.mu.Lock()
 	a.since = logVolume{}
+	a.snapshots++
 	a.mu.Unlock()
 	a.mu.RLock()
 	defer a.mu.RUnlock()
@@ -201,6 +237,7 @@ func (a *memberFSM) Restore(rc io.ReadCloser) error {
 	}
 	a.mu.Lock()
 	a.m, a.since = m, logVolume{}
+	a.snapshots++
 	if a.bodies != nil {
 		m.TrackBodies()
 		a.bodies.dropFiles(first, true)

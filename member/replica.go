@@ -35,10 +35,12 @@ type Config struct {
 	Timing  Timing
 	// SnapshotThreshold is how many entries since the last snapshot trigger
 	// a new one (0: hashicorp/raft's default, 8192), once they also carried
-	// half as many bytes as the state; other replicas wait longer
-	// (snapshotPaceOf).
+	// half as many bytes as the state, at the replica's next turn in the
+	// log; the leader waits twice as long (snapshotPaceOf).
 	SnapshotThreshold uint64
-	// SnapshotInterval is how often the threshold is checked (default 5 s).
+	// SnapshotInterval is how often the replica refreshes its snapshot
+	// pace from its role, and snapshots if it has waited a whole interval
+	// for its turn (default 5 s).
 	SnapshotInterval time.Duration
 	// LogStore is LogStoreBolt (the default when empty) or LogStoreWAL.
 	LogStore string
@@ -122,6 +124,8 @@ type Replica struct {
 	ledCh chan struct{}
 	// leaderGen counts leadership changes, so a stale takeover gives up.
 	leaderGen atomic.Uint64
+	// snapshotEntries is the configured snapshot threshold (snapshotPaceOf).
+	snapshotEntries uint64
 
 	mu        sync.Mutex
 	consumers map[string]*consumerState
@@ -172,12 +176,14 @@ func Open(cfg Config) (*Replica, error) {
 		reserved:  make(map[string]struct{}),
 		stop:      make(chan struct{}),
 		ledCh:     make(chan struct{}),
+
+		snapshotEntries: cmp.Or(cfg.SnapshotThreshold, raft.DefaultConfig().SnapshotThreshold),
 	}
 	onCorrupt := cfg.OnFatal
 	if onCorrupt == nil {
 		onCorrupt = func(err error) { panic(err) }
 	}
-	r.fsm = &memberFSM{m: fsm.NewMember(), applied: r.kick, log: r.log, corrupt: func(err error) {
+	r.fsm = &memberFSM{m: fsm.NewMember(), applied: r.kick, log: r.log, snapshotWanted: make(chan struct{}, 1), corrupt: func(err error) {
 		r.log.Error("member log entry cannot be applied; stopping to avoid diverging from the other replicas", "err", err)
 		onCorrupt(fmt.Errorf("member %s: %w", cfg.Name, err))
 	}, fatal: func(err error) {
@@ -193,9 +199,9 @@ func Open(cfg Config) (*Replica, error) {
 		r.fsm.m.TrackBodies()
 	}
 	// hashicorp/raft snapshots on its own only at maxSnapshotThreshold;
-	// snapshotTick snapshots at the configured threshold when the log has
-	// grown enough for the state's size.
-	minEntries := cmp.Or(cfg.SnapshotThreshold, raft.DefaultConfig().SnapshotThreshold)
+	// snapshotLoop snapshots at the configured threshold when the log has
+	// grown enough for the state's size, at the replica's turn.
+	minEntries := r.snapshotEntries
 	snapshotEvery := cmp.Or(cfg.SnapshotInterval, DefaultSnapshotInterval)
 	g, err := OpenRaft(RaftConfig{
 		Group: cfg.GroupID, NodeID: cfg.NodeID, Dir: cfg.Dir, Stream: cfg.Stream, Peers: cfg.Peers,
@@ -213,7 +219,12 @@ func Open(cfg Config) (*Replica, error) {
 	go r.dispatchLoop()
 	r.every(cfg.ExpiryInterval, r.expireTick)
 	r.every(cfg.ExpiryInterval, r.moveTicker())
-	r.every(snapshotEvery, func() { r.snapshotTick(minEntries) })
+	r.refreshSnapshotPace()
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.snapshotLoop(snapshotEvery)
+	}()
 	return r, nil
 }
 
@@ -262,6 +273,7 @@ func (r *Replica) watchLeadership() {
 		case <-r.stop:
 			return
 		case isLeader := <-r.notify:
+			r.refreshSnapshotPace()
 			r.ledMu.Lock()
 			gen := r.leaderGen.Add(1)
 			r.ledMu.Unlock()

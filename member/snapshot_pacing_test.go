@@ -11,7 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-func TestSnapshotDue(t *testing.T) {
+func TestSnapshotPace_Enough(t *testing.T) {
 	const min = 8192
 	for _, c := range []struct {
 		name       string
@@ -26,42 +26,85 @@ func TestSnapshotDue(t *testing.T) {
 		{"large state, little log", 1 << 30, logVolume{entries: min, bytes: min << 10}, false},
 		{"large state, log half its size", 1 << 30, logVolume{entries: 1 << 19, bytes: 1 << 29}, true},
 	} {
-		if got := snapshotDue(snapshotPaceOf(min, true, 0, 1), c.stateBytes, c.since); got != c.want {
-			t.Errorf("%s: snapshotDue = %v, want %v", c.name, got, c.want)
+		if got := snapshotPaceOf(min, true, 0, 1).enough(c.stateBytes, c.since); got != c.want {
+			t.Errorf("%s: enough = %v, want %v", c.name, got, c.want)
 		}
 	}
 }
 
-// The replicas of a group snapshot at different points of the log, and a
-// leader with followers waits the longest: twice the entries and the whole
-// state's bytes of log.
-func TestSnapshotPaceOf_StaggersReplicasAndSparesTheLeader(t *testing.T) {
+// A leader with followers waits the longest: twice the entries and the
+// whole state's bytes of log; each follower waits for its own share of the
+// state's bytes.
+func TestSnapshotPaceOf_StaggersBytesAndSparesTheLeader(t *testing.T) {
 	const min, state = 8192, 6 << 30
 	// due finds the least entries, and the least log bytes in 1 MiB steps,
-	// that make a snapshot due at pace p.
+	// that are enough at pace p.
 	due := func(p snapshotPace) (entries uint64, bytes int64) {
-		entries = min
-		for !snapshotDue(p, 0, logVolume{entries: entries}) {
+		for !p.enough(0, logVolume{entries: entries}) {
 			entries++
 		}
-		for bytes = 0; !snapshotDue(p, state, logVolume{entries: 1 << 30, bytes: uint64(bytes)}); bytes += 1 << 20 {
+		for bytes = 0; !p.enough(state, logVolume{entries: 1 << 30, bytes: uint64(bytes)}); bytes += 1 << 20 {
 		}
 		return entries, bytes
 	}
 	seen := map[int64]bool{}
-	lastEntries := uint64(0)
 	for rank := range 3 {
 		e, b := due(snapshotPaceOf(min, false, rank, 3))
-		if b < state/2 || b >= state || seen[b] || e <= lastEntries || e >= 2*min {
-			t.Errorf("follower ranked %d of 3 snapshots after %d entries and %d bytes of log beside %d of state; want entries from %d, rising with the rank, under %d, and bytes from half the state, unlike the others, under the whole", rank, e, b, state, min, 2*min)
+		if b < state/2 || b >= state || seen[b] || e != min {
+			t.Errorf("follower ranked %d of 3 snapshots after %d entries and %d bytes of log beside %d of state; want %d entries and bytes from half the state, unlike the others, under the whole", rank, e, b, state, min)
 		}
-		seen[b], lastEntries = true, e
+		seen[b] = true
 		if e, b := due(snapshotPaceOf(min, true, rank, 3)); e != 2*min || b != state {
 			t.Errorf("leader ranked %d of 3 snapshots after %d entries and %d bytes of log; want %d and the state's %d", rank, e, b, 2*min, state)
 		}
 	}
 	if e, b := due(snapshotPaceOf(min, true, 0, 1)); e != min || b != state/2 {
 		t.Errorf("a leader alone snapshots after %d entries and %d bytes of log; want %d and half the state, %d", e, b, min, state/2)
+	}
+}
+
+// Each rank's turns start at entries of their own, at least
+// minEntries/(2·replicas) from any other rank's, once every cycle of the
+// ranks; the leader keeps its rank's turns. A batch of entries starts a
+// turn exactly when one of its entries does.
+func TestSnapshotPace_TurnsOfTheRanksNeverMeet(t *testing.T) {
+	const min, replicas, entries = 8192, 3, 50_000
+	turnLen := uint64(min / (2 * replicas))
+	startsAt := map[uint64]int{}
+	for rank := range replicas {
+		for _, leader := range []bool{false, true} {
+			p := snapshotPaceOf(min, leader, rank, replicas)
+			var starts []uint64
+			for i := uint64(1); i <= entries; i++ {
+				if p.turnStarts(i-1, i) {
+					starts = append(starts, i)
+				}
+			}
+			if len(starts) < entries/int(turnLen*replicas) {
+				t.Fatalf("rank %d (leader %v): %d turns in %d entries, want one every %d", rank, leader, len(starts), entries, turnLen*replicas)
+			}
+			for k, i := range starts {
+				if k > 0 && i-starts[k-1] != turnLen*replicas {
+					t.Fatalf("rank %d (leader %v): turns at %d and %d, want %d apart", rank, leader, starts[k-1], i, turnLen*replicas)
+				}
+				if other, ok := startsAt[i]; ok && other != rank {
+					t.Fatalf("ranks %d and %d both start a turn at entry %d", other, rank, i)
+				}
+				startsAt[i] = rank
+			}
+			// Batches of every length from every entry of a cycle.
+			for from := uint64(0); from < 2*turnLen*replicas; from += 7 {
+				for n := uint64(0); n < 3*turnLen*replicas; n += 13 {
+					want := slices.ContainsFunc(starts, func(i uint64) bool { return i > from && i <= from+n })
+					if got := p.turnStarts(from, from+n); got != want {
+						t.Fatalf("rank %d (leader %v): turnStarts(%d, %d) = %v, want %v", rank, leader, from, from+n, got, want)
+					}
+				}
+			}
+		}
+	}
+	if p := snapshotPaceOf(min, true, 0, 1); !p.turnStarts(min/2-1, min/2) || p.turnStarts(min/2, min-1) {
+		t.Errorf("a replica alone starts a turn every %d entries; want every %d", p.turnLen, min/2)
 	}
 }
 
@@ -105,15 +148,15 @@ func TestReplica_SnapshotsWhenTheLogOutgrowsHalfTheState(t *testing.T) {
 	if added := since.bytes - before.bytes; since.entries != before.entries+20 || added < 20<<10 || added > 30<<10 || state < 2_000_000 {
 		t.Fatalf("volume = %d state bytes, %+v since the snapshot (%+v before 20 sends of 1 KiB); want about 2 MiB and 20 more entries of about 1 KiB", state, since, before)
 	}
-	if snapshotDue(r.snapshotPace(8), state, since) {
+	if r.snapshotPace(8).enough(state, since) {
 		t.Fatalf("%+v of log against %d bytes of state is due a snapshot", since, state)
 	}
 }
 
-// In a group of three, the leader takes the leader's pace and each follower
-// the pace of its rank among the servers sorted by id.
-func TestReplica_SnapshotPaceFollowsRoleAndRank(t *testing.T) {
-	ids := []string{"n2", "n3", "n1"}
+// threeReplicas opens a group of three replicas of "q#0" on nodes n2, n3
+// and n1, in that order, and waits for its leader.
+func threeReplicas(t *testing.T, opts ...func(*Config)) (ids []string, replicas []*Replica) {
+	ids = []string{"n2", "n3", "n1"}
 	var peers []raft.Server
 	var layers []raft.StreamLayer
 	for _, id := range ids {
@@ -121,10 +164,13 @@ func TestReplica_SnapshotPaceFollowsRoleAndRank(t *testing.T) {
 		peers = append(peers, raft.Server{ID: raft.ServerID(id), Address: addr})
 		layers = append(layers, layer)
 	}
-	var replicas []*Replica
 	for i, id := range ids {
-		r, err := Open(Config{Name: "q#0", GroupID: "q#0", NodeID: id, Dir: t.TempDir(), Stream: layers[i],
-			Peers: peers, Timing: fastTiming, ExpiryInterval: 20 * time.Millisecond})
+		cfg := Config{Name: "q#0", GroupID: "q#0", NodeID: id, Dir: t.TempDir(), Stream: layers[i],
+			Peers: peers, Timing: fastTiming, ExpiryInterval: 20 * time.Millisecond}
+		for _, o := range opts {
+			o(&cfg)
+		}
+		r, err := Open(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,10 +178,71 @@ func TestReplica_SnapshotPaceFollowsRoleAndRank(t *testing.T) {
 		replicas = append(replicas, r)
 	}
 	waitFor(t, "a leader", func() bool { return slices.ContainsFunc(replicas, (*Replica).Leading) })
+	return ids, replicas
+}
+
+// In a group of three, the leader takes the leader's pace and each follower
+// the pace of its rank among the servers sorted by id.
+func TestReplica_SnapshotPaceFollowsRoleAndRank(t *testing.T) {
+	ids, replicas := threeReplicas(t)
 	rankOf := map[string]int{"n1": 0, "n2": 1, "n3": 2}
 	for i, r := range replicas {
 		waitFor(t, "the pace of "+ids[i], func() bool {
 			return r.snapshotPace(100) == snapshotPaceOf(100, r.Raft().State() == raft.Leader, rankOf[ids[i]], 3)
 		})
+	}
+}
+
+// The three replicas of a group snapshot at their own turns of the log,
+// never together, however the log's growth falls between two checks: the
+// interval here is longer than the test, so only the turns can start them.
+// (With a check every interval, replicas whose thresholds passed between
+// two checks all snapshotted at the next one.)
+func TestReplica_ReplicasSnapshotAtTheirOwnTurns(t *testing.T) {
+	const threshold, entries = 192, 900
+	ids, replicas := threeReplicas(t, func(c *Config) {
+		c.SnapshotThreshold = threshold
+		c.SnapshotInterval = time.Hour
+	})
+	leader := slices.IndexFunc(replicas, (*Replica).Leading)
+	rankOf := map[string]uint64{"n1": 0, "n2": 1, "n3": 2}
+	turnLen := uint64(threshold / 6)
+	taken := make([][]uint64, len(replicas))
+	record := func() {
+		for i, r := range replicas {
+			n, _ := strconv.ParseUint(r.Raft().Stats()["last_snapshot_index"], 10, 64)
+			if k := len(taken[i]); n > 0 && (k == 0 || taken[i][k-1] != n) {
+				taken[i] = append(taken[i], n)
+			}
+		}
+	}
+	ctx := context.Background()
+	for i := range entries {
+		if _, err := replicas[leader].Enqueue(ctx, msgs(1, fmt.Sprintf("m%04d-", i))); err != nil {
+			t.Fatal(err)
+		}
+		record()
+	}
+	for i, r := range replicas {
+		waitFor(t, ids[i]+" applying the last entry", func() bool { return r.Raft().AppliedIndex() >= replicas[leader].Raft().LastIndex() })
+	}
+	record()
+	t.Logf("snapshot entries of %v (leader %s): %v", ids, ids[leader], taken)
+	for i, at := range taken {
+		want := entries / (2 * threshold) // a follower's snapshots, at least
+		if i == leader {
+			want = entries / (4 * threshold)
+		}
+		if len(at) < want {
+			t.Errorf("%s (leader %v) snapshotted at entries %v; want at least %d snapshots in %d entries", ids[i], i == leader, at, want, entries)
+		}
+		turn := rankOf[ids[i]] * turnLen
+		for _, n := range at {
+			// A turn starts at an entry and its snapshot follows it by the
+			// entries applied meanwhile: a few, well within the turn.
+			if (n+3*turnLen-turn)%(3*turnLen) >= turnLen {
+				t.Errorf("%s (rank %d, leader %v) snapshotted at entry %d, outside its turns (from %d every %d entries, %d long); all: %v", ids[i], rankOf[ids[i]], i == leader, n, turn, 3*turnLen, turnLen, taken)
+			}
+		}
 	}
 }
