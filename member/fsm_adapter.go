@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -27,14 +28,16 @@ type memberFSM struct {
 	// with bodies put away that cannot be read back; both must stop the
 	// node.
 	corrupt, fatal func(error)
-	// since is the log applied since the last snapshot (or restore), and
-	// snapshots counts the snapshots and restores.
-	since     logVolume // under mu
-	snapshots uint64    // under mu
-	// pace is when the replica snapshots (snapshotPaceOf); ApplyBatch
-	// asks for a snapshot on snapshotWanted when an applied entry starts
-	// the replica's turn and the log since the last one is long enough.
-	pace           snapshotPace // under mu
+	// since is the log applied since the last snapshot (or restore).
+	since logVolume // under mu
+	// lastIndex is the last entry applied, 0 after a restore, so that a
+	// turn starting on an entry Raft keeps from the state machine (a
+	// leader's no-op or barrier) is still seen.
+	lastIndex uint64 // under mu
+	// pace is when the replica snapshots (snapshotPaceOf), kept apart from
+	// mu so that setting it never waits behind a capture; ApplyBatch asks
+	// for a snapshot on snapshotWanted when the pace says it is due.
+	pace           atomic.Pointer[snapshotPace]
 	snapshotWanted chan struct{}
 	// bodies keeps the bodies put away beyond bodyMemory bytes held
 	// (bodies.go); nil keeps them all in memory.
@@ -46,32 +49,24 @@ type memberFSM struct {
 	log       *slog.Logger
 }
 
-// volume returns the bytes of the state's messages and the log applied
-// since the last snapshot.
-func (a *memberFSM) volume() (stateBytes int64, since logVolume) {
+// snapshotNearlyEnough says whether the log since the last snapshot is
+// nearly long enough for one at the replica's pace.
+func (a *memberFSM) snapshotNearlyEnough() bool {
+	p := a.pace.Load()
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	return a.m.Stats().Bytes, a.since
+	return p != nil && p.nearlyEnough(a.m.Stats().Bytes, a.since)
 }
 
-func (a *memberFSM) setPace(p snapshotPace) {
-	a.mu.Lock()
-	a.pace = p
-	a.mu.Unlock()
-}
-
-// snapshotDue says whether the log since the last snapshot is enough for
-// one at the replica's pace, and how many snapshots were taken so far.
-func (a *memberFSM) snapshotDue() (enough bool, taken uint64) {
-	a.mu.RLock()
-	defer a.mu.RUnlock()
-	return a.pace.enough(a.m.Stats().Bytes, a.since), a.snapshots
-}
-
-// askSnapshotLocked asks the replica for a snapshot when the entries from+1
-// to to start its turn and the log since the last snapshot is enough.
-func (a *memberFSM) askSnapshotLocked(from, to uint64) {
-	if a.pace.turnStarts(from, to) && a.pace.enough(a.m.Stats().Bytes, a.since) {
+// askSnapshotLocked asks the replica for a snapshot if one is due after
+// the entries first to last were applied.
+func (a *memberFSM) askSnapshotLocked(first, last uint64) {
+	from := first - 1
+	if a.lastIndex != 0 && a.lastIndex < first {
+		from = a.lastIndex
+	}
+	a.lastIndex = last
+	if p := a.pace.Load(); p != nil && p.due(a.m.Stats().Bytes, a.since, from, last) {
 		select {
 		case a.snapshotWanted <- struct{}{}:
 		default:
@@ -108,7 +103,7 @@ func (a *memberFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	}
 	a.putBodiesAwayLocked()
 	if len(logs) > 0 {
-		a.askSnapshotLocked(logs[0].Index-1, logs[len(logs)-1].Index)
+		a.askSnapshotLocked(logs[0].Index, logs[len(logs)-1].Index)
 	}
 	a.mu.Unlock()
 	a.applied()
@@ -202,7 +197,6 @@ func (a *memberFSM) Snapshot() (raft.FSMSnapshot, error) {
 	// that applies them. Readers go on during the capture.
 	a.mu.Lock()
 	a.since = logVolume{}
-	a.snapshots++
 	a.mu.Unlock()
 	a.mu.RLock()
 	defer a.mu.RUnlock()
@@ -236,8 +230,7 @@ func (a *memberFSM) Restore(rc io.ReadCloser) error {
 		}
 	}
 	a.mu.Lock()
-	a.m, a.since = m, logVolume{}
-	a.snapshots++
+	a.m, a.since, a.lastIndex = m, logVolume{}, 0
 	if a.bodies != nil {
 		m.TrackBodies()
 		a.bodies.dropFiles(first, true)

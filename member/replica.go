@@ -35,12 +35,11 @@ type Config struct {
 	Timing  Timing
 	// SnapshotThreshold is how many entries since the last snapshot trigger
 	// a new one (0: hashicorp/raft's default, 8192), once they also carried
-	// half as many bytes as the state, at the replica's next turn in the
-	// log; the leader waits twice as long (snapshotPaceOf).
+	// a share of the state's bytes, at the replica's next turn in the log;
+	// the shares and the leader's longer wait are in snapshotPaceOf.
 	SnapshotThreshold uint64
 	// SnapshotInterval is how often the replica refreshes its snapshot
-	// pace from its role, and snapshots if it has waited a whole interval
-	// for its turn (default 5 s).
+	// pace from its rank among the group's voters (default 5 s).
 	SnapshotInterval time.Duration
 	// LogStore is LogStoreBolt (the default when empty) or LogStoreWAL.
 	LogStore string
@@ -124,7 +123,9 @@ type Replica struct {
 	ledCh chan struct{}
 	// leaderGen counts leadership changes, so a stale takeover gives up.
 	leaderGen atomic.Uint64
-	// snapshotEntries is the configured snapshot threshold (snapshotPaceOf).
+	// snapshotEntries is the least log, in entries, between two snapshots
+	// (Config.SnapshotThreshold); the pace is refreshed from it whenever
+	// the replica's role or rank may have changed.
 	snapshotEntries uint64
 
 	mu        sync.Mutex
@@ -201,11 +202,10 @@ func Open(cfg Config) (*Replica, error) {
 	// hashicorp/raft snapshots on its own only at maxSnapshotThreshold;
 	// snapshotLoop snapshots at the configured threshold when the log has
 	// grown enough for the state's size, at the replica's turn.
-	minEntries := r.snapshotEntries
 	snapshotEvery := cmp.Or(cfg.SnapshotInterval, DefaultSnapshotInterval)
 	g, err := OpenRaft(RaftConfig{
 		Group: cfg.GroupID, NodeID: cfg.NodeID, Dir: cfg.Dir, Stream: cfg.Stream, Peers: cfg.Peers,
-		Timing: cfg.Timing, SnapshotThreshold: max(minEntries, maxSnapshotThreshold), SnapshotInterval: cfg.SnapshotInterval, LogStore: cfg.LogStore,
+		Timing: cfg.Timing, SnapshotThreshold: max(r.snapshotEntries, maxSnapshotThreshold), SnapshotInterval: cfg.SnapshotInterval, LogStore: cfg.LogStore,
 		Logger: cfg.Logger, NotifyCh: r.notify, Addresses: cfg.Addresses, OnStorageError: cfg.OnFatal,
 	}, r.fsm)
 	if err != nil {

@@ -2,6 +2,7 @@ package member
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/cairnmq/cairn/fsm"
 )
 
 func TestSnapshotPace_Enough(t *testing.T) {
@@ -108,6 +111,72 @@ func TestSnapshotPace_TurnsOfTheRanksNeverMeet(t *testing.T) {
 	}
 }
 
+// A replica snapshots at its turn once its log is nearly enough, and waits
+// for a turn no longer than a cycle of entries.
+func TestSnapshotPace_Due(t *testing.T) {
+	const min = 8192
+	p := snapshotPaceOf(min, false, 1, 3) // turns of 1,365 entries from entry 1,365, every 4,095
+	turn := uint64(1365 + 2*4095)         // a turn start past min entries of log
+	for _, c := range []struct {
+		name       string
+		stateBytes int64
+		since      logVolume
+		from, to   uint64
+		want       bool
+	}{
+		{"enough, the turn starts", 0, logVolume{entries: min}, turn - 1, turn, true},
+		{"enough, the turn starts inside a batch", 0, logVolume{entries: min}, turn - 10, turn + 10, true},
+		{"enough, no turn", 0, logVolume{entries: min}, turn, turn + 100, false},
+		{"a turn short of enough, the turn starts", 0, logVolume{entries: min - 1365}, turn - 1, turn, true},
+		{"more than a turn short, the turn starts", 0, logVolume{entries: min - 1366}, turn - 1, turn, false},
+		{"a cycle past enough, no turn", 0, logVolume{entries: min + 4095}, turn, turn + 1, true},
+		{"just under a cycle past enough, no turn", 0, logVolume{entries: min + 4094}, turn, turn + 1, false},
+		// Beside a large state, the state's bytes hold it until a turn
+		// past its share (2/3 for rank 1), however many entries.
+		{"a large state, under its share, the turn starts", 1 << 30, logVolume{entries: 1 << 20, bytes: 680 << 20}, turn - 1, turn, false},
+		{"a large state, its share reached, the turn starts", 1 << 30, logVolume{entries: 1 << 20, bytes: 720 << 20}, turn - 1, turn, true},
+		{"a large state, its share reached, no turn", 1 << 30, logVolume{entries: 1 << 20, bytes: 720 << 20}, turn, turn + 1, true},
+		{"a large state, its share reached, no turn, under a cycle past the entries", 1 << 30, logVolume{entries: min + 100, bytes: 720 << 20}, turn, turn + 1, false},
+	} {
+		if got := p.due(c.stateBytes, c.since, c.from, c.to); got != c.want {
+			t.Errorf("%s: due(%d, %+v, %d, %d) = %v, want %v", c.name, c.stateBytes, c.since, c.from, c.to, got, c.want)
+		}
+	}
+}
+
+// The state machine asks for a snapshot when an applied batch starts a
+// turn, counting from the last entry it applied: a turn that starts on an
+// entry Raft kept from it (a no-op, a barrier) is still seen.
+func TestMemberFSM_AsksAtTurnsAcrossEntriesItDoesNotSee(t *testing.T) {
+	a := &memberFSM{m: fsm.NewMember(), applied: func() {}, snapshotWanted: make(chan struct{}, 1)}
+	// Turns of 2 entries from entry 2, every 6; due within a turn of 12
+	// entries, from 10 entries of log.
+	p := snapshotPaceOf(12, false, 1, 3)
+	a.pace.Store(&p)
+	apply := func(indexes ...uint64) bool {
+		var logs []*raft.Log
+		for _, i := range indexes {
+			logs = append(logs, &raft.Log{Index: i, Type: raft.LogConfiguration})
+		}
+		a.ApplyBatch(logs)
+		select {
+		case <-a.snapshotWanted:
+			return true
+		default:
+			return false
+		}
+	}
+	for i := uint64(1); i <= 13; i++ {
+		if apply(i) {
+			t.Fatalf("asked for a snapshot after entry %d, before 10 entries of log at a turn's start", i)
+		}
+	}
+	// Entry 14 starts a turn and never reaches the state machine.
+	if !apply(15) {
+		t.Fatal("no ask after entry 15, though a turn started at entry 14 since entry 13")
+	}
+}
+
 // The replica counts the log it applies, snapshots on its own when the log
 // is large enough for the state, and starts counting again.
 func TestReplica_SnapshotsWhenTheLogOutgrowsHalfTheState(t *testing.T) {
@@ -142,15 +211,29 @@ func TestReplica_SnapshotsWhenTheLogOutgrowsHalfTheState(t *testing.T) {
 	if before.entries >= 10 {
 		t.Fatalf("after the snapshot, %+v counted: the count did not start again", before)
 	}
+	// What the first snapshot left counted depends on the turn it took;
+	// count the small sends from an empty log.
+	if err := r.Raft().Snapshot().Error(); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
+		t.Fatal(err)
+	}
+	_, before = r.fsm.volume()
 
 	enqueue(20, 1, "one")
 	state, since := r.fsm.volume()
 	if added := since.bytes - before.bytes; since.entries != before.entries+20 || added < 20<<10 || added > 30<<10 || state < 2_000_000 {
 		t.Fatalf("volume = %d state bytes, %+v since the snapshot (%+v before 20 sends of 1 KiB); want about 2 MiB and 20 more entries of about 1 KiB", state, since, before)
 	}
-	if r.snapshotPace(8).enough(state, since) {
+	if r.snapshotPace().enough(state, since) {
 		t.Fatalf("%+v of log against %d bytes of state is due a snapshot", since, state)
 	}
+}
+
+// volume returns the bytes of the state's messages and the log applied
+// since the last snapshot.
+func (a *memberFSM) volume() (stateBytes int64, since logVolume) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.m.Stats().Bytes, a.since
 }
 
 // threeReplicas opens a group of three replicas of "q#0" on nodes n2, n3
@@ -184,11 +267,12 @@ func threeReplicas(t *testing.T, opts ...func(*Config)) (ids []string, replicas 
 // In a group of three, the leader takes the leader's pace and each follower
 // the pace of its rank among the servers sorted by id.
 func TestReplica_SnapshotPaceFollowsRoleAndRank(t *testing.T) {
-	ids, replicas := threeReplicas(t)
+	ids, replicas := threeReplicas(t, func(c *Config) { c.SnapshotThreshold = 100 })
 	rankOf := map[string]int{"n1": 0, "n2": 1, "n3": 2}
 	for i, r := range replicas {
 		waitFor(t, "the pace of "+ids[i], func() bool {
-			return r.snapshotPace(100) == snapshotPaceOf(100, r.Raft().State() == raft.Leader, rankOf[ids[i]], 3)
+			p := r.fsm.pace.Load()
+			return p != nil && *p == snapshotPaceOf(100, r.Raft().State() == raft.Leader, rankOf[ids[i]], 3)
 		})
 	}
 }
@@ -203,10 +287,13 @@ func TestReplica_ReplicasSnapshotAtTheirOwnTurns(t *testing.T) {
 	ids, replicas := threeReplicas(t, func(c *Config) {
 		c.SnapshotThreshold = threshold
 		c.SnapshotInterval = time.Hour
+		// Slower than fastTiming, so that a loaded machine does not
+		// change the leader the test sends through.
+		c.Timing = Timing{Heartbeat: 500 * time.Millisecond, Election: 500 * time.Millisecond, LeaderLease: 250 * time.Millisecond, Commit: 5 * time.Millisecond}
 	})
 	leader := slices.IndexFunc(replicas, (*Replica).Leading)
 	rankOf := map[string]uint64{"n1": 0, "n2": 1, "n3": 2}
-	turnLen := uint64(threshold / 6)
+	const turnLen = threshold / 6
 	taken := make([][]uint64, len(replicas))
 	record := func() {
 		for i, r := range replicas {
@@ -229,12 +316,14 @@ func TestReplica_ReplicasSnapshotAtTheirOwnTurns(t *testing.T) {
 	record()
 	t.Logf("snapshot entries of %v (leader %s): %v", ids, ids[leader], taken)
 	for i, at := range taken {
-		want := entries / (2 * threshold) // a follower's snapshots, at least
+		// A follower snapshots every threshold entries, or a half cycle
+		// of turns later; a leader every twice that.
+		least, most := entries/(threshold+3*turnLen), entries/(threshold-turnLen)
 		if i == leader {
-			want = entries / (4 * threshold)
+			least, most = entries/(2*threshold+3*turnLen), entries/(2*threshold-turnLen)
 		}
-		if len(at) < want {
-			t.Errorf("%s (leader %v) snapshotted at entries %v; want at least %d snapshots in %d entries", ids[i], i == leader, at, want, entries)
+		if len(at) < least || len(at) > most {
+			t.Errorf("%s (leader %v) snapshotted at entries %v; want %d to %d snapshots in %d entries", ids[i], i == leader, at, least, most, entries)
 		}
 		turn := rankOf[ids[i]] * turnLen
 		for _, n := range at {
