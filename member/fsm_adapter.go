@@ -49,13 +49,13 @@ type memberFSM struct {
 	log       *slog.Logger
 }
 
-// snapshotNearlyEnough says whether the log since the last snapshot is
-// nearly long enough for one at the replica's pace.
-func (a *memberFSM) snapshotNearlyEnough() bool {
+// snapshotEnoughByNextTurn says whether the log since the last snapshot
+// is long enough for one at the replica's pace, counting a cycle ahead.
+func (a *memberFSM) snapshotEnoughByNextTurn() bool {
 	p := a.pace.Load()
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	return p != nil && p.nearlyEnough(a.m.Stats().Bytes, a.since)
+	return p != nil && p.enoughByNextTurn(a.m.Stats().Bytes, a.since)
 }
 
 // askSnapshotLocked asks the replica for a snapshot if one is due after

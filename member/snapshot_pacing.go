@@ -53,25 +53,26 @@ func (p snapshotPace) enough(stateBytes int64, since logVolume) bool {
 	return since.entries >= p.entries && int64(since.bytes)*p.den >= stateBytes*p.num
 }
 
-// nearlyEnough is enough up to a turn's entries early: a turn takes the
-// snapshot a replica will be due within it, since the threshold is seldom
-// a whole number of cycles (8,192 entries against 4,095 for three
-// replicas: waiting for enough would snapshot every third cycle).
-func (p snapshotPace) nearlyEnough(stateBytes int64, since logVolume) bool {
-	since.entries += p.turnLen
+// enoughByNextTurn says whether the log since the last snapshot will have
+// enough entries before the replica's next turn, a cycle on: a turn takes
+// the snapshot the replica would be due before the next. The threshold is
+// seldom a whole number of cycles (8,192 entries against 4,095 for three
+// voters), and waiting for the full count snapshotted every third cycle.
+func (p snapshotPace) enoughByNextTurn(stateBytes int64, since logVolume) bool {
+	since.entries += p.turnLen*p.ranks - 1
 	return p.enough(stateBytes, since)
 }
 
 // due says whether the replica snapshots after applying the entries from+1
 // to to: when one of its turns starts in them and the log since the last
-// one is nearly enough. Waiting for a turn adds at most a cycle of
+// one is enough by its next turn. Waiting for a turn adds at most a cycle of
 // entries, half of p.entries, so at most half the log the threshold keeps
 // anyway (in bytes too: with entries large enough to make a cycle long,
 // the entries are what the replica waited for). A replica that went a
 // whole cycle past enough without a turn (its rank changed, an ask was
 // lost) does not wait for the next.
 func (p snapshotPace) due(stateBytes int64, since logVolume, from, to uint64) bool {
-	if p.turnStarts(from, to) && p.nearlyEnough(stateBytes, since) {
+	if p.turnStarts(from, to) && p.enoughByNextTurn(stateBytes, since) {
 		return true
 	}
 	return since.entries >= p.entries+p.turnLen*p.ranks && p.enough(stateBytes, since)
@@ -109,7 +110,7 @@ func (r *Replica) snapshotLoop(interval time.Duration) {
 				return
 			default:
 			}
-			if r.fsm.snapshotNearlyEnough() {
+			if r.fsm.snapshotEnoughByNextTurn() {
 				r.snapshot()
 			}
 		}

@@ -111,8 +111,8 @@ func TestSnapshotPace_TurnsOfTheRanksNeverMeet(t *testing.T) {
 	}
 }
 
-// A replica snapshots at its turn once its log is nearly enough, and waits
-// for a turn no longer than a cycle of entries.
+// A replica snapshots at its turn when its log will be enough before its
+// next, and waits for a turn no longer than a cycle of entries.
 func TestSnapshotPace_Due(t *testing.T) {
 	const min = 8192
 	p := snapshotPaceOf(min, false, 1, 3) // turns of 1,365 entries from entry 1,365, every 4,095
@@ -127,8 +127,8 @@ func TestSnapshotPace_Due(t *testing.T) {
 		{"enough, the turn starts", 0, logVolume{entries: min}, turn - 1, turn, true},
 		{"enough, the turn starts inside a batch", 0, logVolume{entries: min}, turn - 10, turn + 10, true},
 		{"enough, no turn", 0, logVolume{entries: min}, turn, turn + 100, false},
-		{"a turn short of enough, the turn starts", 0, logVolume{entries: min - 1365}, turn - 1, turn, true},
-		{"more than a turn short, the turn starts", 0, logVolume{entries: min - 1366}, turn - 1, turn, false},
+		{"under a cycle short of enough, the turn starts", 0, logVolume{entries: min - 4094}, turn - 1, turn, true},
+		{"a cycle short of enough, the turn starts", 0, logVolume{entries: min - 4095}, turn - 1, turn, false},
 		{"a cycle past enough, no turn", 0, logVolume{entries: min + 4095}, turn, turn + 1, true},
 		{"just under a cycle past enough, no turn", 0, logVolume{entries: min + 4094}, turn, turn + 1, false},
 		// Beside a large state, the state's bytes hold it until a turn
@@ -149,8 +149,8 @@ func TestSnapshotPace_Due(t *testing.T) {
 // entry Raft kept from it (a no-op, a barrier) is still seen.
 func TestMemberFSM_AsksAtTurnsAcrossEntriesItDoesNotSee(t *testing.T) {
 	a := &memberFSM{m: fsm.NewMember(), applied: func() {}, snapshotWanted: make(chan struct{}, 1)}
-	// Turns of 2 entries from entry 2, every 6; due within a turn of 12
-	// entries, from 10 entries of log.
+	// Turns of 2 entries from entry 2, every 6; due at a turn from 7
+	// entries of log, 12 by the next turn.
 	p := snapshotPaceOf(12, false, 1, 3)
 	a.pace.Store(&p)
 	apply := func(indexes ...uint64) bool {
@@ -166,14 +166,14 @@ func TestMemberFSM_AsksAtTurnsAcrossEntriesItDoesNotSee(t *testing.T) {
 			return false
 		}
 	}
-	for i := uint64(1); i <= 13; i++ {
+	for i := uint64(1); i <= 7; i++ {
 		if apply(i) {
-			t.Fatalf("asked for a snapshot after entry %d, before 10 entries of log at a turn's start", i)
+			t.Fatalf("asked for a snapshot after entry %d, before 7 entries of log at a turn's start", i)
 		}
 	}
-	// Entry 14 starts a turn and never reaches the state machine.
-	if !apply(15) {
-		t.Fatal("no ask after entry 15, though a turn started at entry 14 since entry 13")
+	// Entry 8 starts a turn and never reaches the state machine.
+	if !apply(9) {
+		t.Fatal("no ask after entry 9, though a turn started at entry 8 since entry 7")
 	}
 }
 
