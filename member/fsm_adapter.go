@@ -32,8 +32,10 @@ type memberFSM struct {
 	since logVolume // under mu
 	// lastIndex is the last entry applied, 0 after a restore, so that a
 	// turn starting on an entry Raft keeps from the state machine (a
-	// leader's no-op or barrier) is still seen.
-	lastIndex uint64 // under mu
+	// leader's no-op or barrier) is still seen; enoughAt is the entry at
+	// which the log since the last snapshot became enough for one, 0
+	// before (snapshotPace.due).
+	lastIndex, enoughAt uint64 // under mu
 	// pace is when the replica snapshots (snapshotPaceOf), kept apart from
 	// mu so that setting it never waits behind a capture; ApplyBatch asks
 	// for a snapshot on snapshotWanted when the pace says it is due.
@@ -49,13 +51,13 @@ type memberFSM struct {
 	log       *slog.Logger
 }
 
-// snapshotEnoughByNextTurn says whether the log since the last snapshot
-// is long enough for one at the replica's pace, counting a cycle ahead.
-func (a *memberFSM) snapshotEnoughByNextTurn() bool {
+// snapshotEnoughNearTurn says whether the log since the last snapshot is
+// long enough for one at a turn (snapshotPace.enoughNearTurn).
+func (a *memberFSM) snapshotEnoughNearTurn() bool {
 	p := a.pace.Load()
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	return p != nil && p.enoughByNextTurn(a.m.Stats().Bytes, a.since)
+	return p != nil && p.enoughNearTurn(a.m.Stats().Bytes, a.since)
 }
 
 // askSnapshotLocked asks the replica for a snapshot if one is due after
@@ -66,7 +68,15 @@ func (a *memberFSM) askSnapshotLocked(first, last uint64) {
 		from = a.lastIndex
 	}
 	a.lastIndex = last
-	if p := a.pace.Load(); p != nil && p.due(a.m.Stats().Bytes, a.since, from, last) {
+	p := a.pace.Load()
+	if p == nil {
+		return
+	}
+	stateBytes := a.m.Stats().Bytes
+	if a.enoughAt == 0 && p.enough(stateBytes, a.since) {
+		a.enoughAt = last
+	}
+	if p.due(stateBytes, a.since, from, last, a.enoughAt) {
 		select {
 		case a.snapshotWanted <- struct{}{}:
 		default:
@@ -196,7 +206,7 @@ func (a *memberFSM) Snapshot() (raft.FSMSnapshot, error) {
 	// No entry is applied in between: Raft calls Snapshot on the goroutine
 	// that applies them. Readers go on during the capture.
 	a.mu.Lock()
-	a.since = logVolume{}
+	a.since, a.enoughAt = logVolume{}, 0
 	a.mu.Unlock()
 	a.mu.RLock()
 	defer a.mu.RUnlock()
@@ -230,7 +240,7 @@ func (a *memberFSM) Restore(rc io.ReadCloser) error {
 		}
 	}
 	a.mu.Lock()
-	a.m, a.since, a.lastIndex = m, logVolume{}, 0
+	a.m, a.since, a.lastIndex, a.enoughAt = m, logVolume{}, 0, 0
 	if a.bodies != nil {
 		m.TrackBodies()
 		a.bodies.dropFiles(first, true)

@@ -35,8 +35,9 @@ type Config struct {
 	Timing  Timing
 	// SnapshotThreshold is how many entries since the last snapshot trigger
 	// a new one (0: hashicorp/raft's default, 8192), once they also carried
-	// a share of the state's bytes, at the replica's next turn in the log;
-	// the shares and the leader's longer wait are in snapshotPaceOf.
+	// a share of the state's bytes, at the replica's turn in the log
+	// nearest to that point; the shares and the leader's longer wait are
+	// in snapshotPaceOf.
 	SnapshotThreshold uint64
 	// SnapshotInterval is how often the replica refreshes its snapshot
 	// pace from its rank among the group's voters (default 5 s).
@@ -123,10 +124,11 @@ type Replica struct {
 	ledCh chan struct{}
 	// leaderGen counts leadership changes, so a stale takeover gives up.
 	leaderGen atomic.Uint64
-	// snapshotEntries is the least log, in entries, between two snapshots
-	// (Config.SnapshotThreshold); the pace is refreshed from it whenever
-	// the replica's role or rank may have changed.
+	// snapshotEntries is Config.SnapshotThreshold, which the pace is
+	// computed from again whenever the replica's role or rank may have
+	// changed.
 	snapshotEntries uint64
+	paceMu          sync.Mutex
 
 	mu        sync.Mutex
 	consumers map[string]*consumerState

@@ -17,11 +17,12 @@ const maxSnapshotThreshold = 1 << 20
 type logVolume struct{ entries, bytes uint64 }
 
 // snapshotPace says when a replica snapshots (member/DESIGN.md, "Snapshots
-// paced by bytes", "staggered" and "at each replica's own turn"): once
-// at least entries entries, carrying at least num/den of the state's
-// bytes, came since its last snapshot, at the next start of its turn. The
-// log is cut into turns of turnLen entries, dealt in a cycle to the ranks
-// of the group's voters; the replica's turns are those of rank.
+// paced by bytes", "staggered" and "at each replica's own turn"): at the
+// start of one of its turns, once at least entries entries, carrying at
+// least num/den of the state's bytes, came since its last snapshot or will
+// have within half a cycle. The log is cut into turns of turnLen entries,
+// dealt in a cycle to the ranks of the group's voters; the replica's turns
+// are those of rank.
 type snapshotPace struct {
 	entries     uint64
 	num, den    int64
@@ -53,29 +54,28 @@ func (p snapshotPace) enough(stateBytes int64, since logVolume) bool {
 	return since.entries >= p.entries && int64(since.bytes)*p.den >= stateBytes*p.num
 }
 
-// enoughByNextTurn says whether the log since the last snapshot will have
-// enough entries before the replica's next turn, a cycle on: a turn takes
-// the snapshot the replica would be due before the next. The threshold is
-// seldom a whole number of cycles (8,192 entries against 4,095 for three
-// voters), and waiting for the full count snapshotted every third cycle.
-func (p snapshotPace) enoughByNextTurn(stateBytes int64, since logVolume) bool {
-	since.entries += p.turnLen*p.ranks - 1
+// enoughNearTurn says whether the log since the last snapshot is enough,
+// or will be within half a cycle: a turn takes the snapshot the replica is
+// due nearer to it than to its next turn. The threshold is seldom a whole
+// number of cycles (8,192 entries against 4,095 for three voters), and
+// waiting for the full count snapshotted every third cycle; taking it at
+// the last turn before would snapshot every cycle and a half on average.
+func (p snapshotPace) enoughNearTurn(stateBytes int64, since logVolume) bool {
+	since.entries += p.turnLen * p.ranks / 2
 	return p.enough(stateBytes, since)
 }
 
 // due says whether the replica snapshots after applying the entries from+1
 // to to: when one of its turns starts in them and the log since the last
-// one is enough by its next turn. Waiting for a turn adds at most a cycle of
-// entries, half of p.entries, so at most half the log the threshold keeps
-// anyway (in bytes too: with entries large enough to make a cycle long,
-// the entries are what the replica waited for). A replica that went a
-// whole cycle past enough without a turn (its rank changed, an ask was
-// lost) does not wait for the next.
-func (p snapshotPace) due(stateBytes int64, since logVolume, from, to uint64) bool {
-	if p.turnStarts(from, to) && p.enoughByNextTurn(stateBytes, since) {
+// one is enough near it. A turn moves a snapshot by at most half a cycle
+// of entries, a quarter of the configured threshold. A replica enough since
+// entry enoughAt (0: not yet) that went a whole cycle on without a turn
+// (its rank changed, an ask was lost) does not wait for the next.
+func (p snapshotPace) due(stateBytes int64, since logVolume, from, to, enoughAt uint64) bool {
+	if p.turnStarts(from, to) && p.enoughNearTurn(stateBytes, since) {
 		return true
 	}
-	return since.entries >= p.entries+p.turnLen*p.ranks && p.enough(stateBytes, since)
+	return enoughAt != 0 && to-enoughAt >= p.turnLen*p.ranks
 }
 
 // turnStarts says whether one of the replica's turns starts in the log
@@ -110,7 +110,7 @@ func (r *Replica) snapshotLoop(interval time.Duration) {
 				return
 			default:
 			}
-			if r.fsm.snapshotEnoughByNextTurn() {
+			if r.fsm.snapshotEnoughNearTurn() {
 				r.snapshot()
 			}
 		}
@@ -125,8 +125,12 @@ func (r *Replica) snapshot() {
 }
 
 // refreshSnapshotPace hands the state machine the pace of the replica's
-// role and rank now; a new leader's pace changes at once.
+// role and rank now; a new leader's pace changes at once. paceMu keeps a
+// refresh from the loop's tick from storing a pace older than the one a
+// leadership change stored meanwhile.
 func (r *Replica) refreshSnapshotPace() {
+	r.paceMu.Lock()
+	defer r.paceMu.Unlock()
 	p := r.snapshotPace()
 	r.fsm.pace.Store(&p)
 }

@@ -111,8 +111,8 @@ func TestSnapshotPace_TurnsOfTheRanksNeverMeet(t *testing.T) {
 	}
 }
 
-// A replica snapshots at its turn when its log will be enough before its
-// next, and waits for a turn no longer than a cycle of entries.
+// A replica snapshots at the turn nearest to where its log is enough, and
+// waits for a turn no longer than a cycle of entries.
 func TestSnapshotPace_Due(t *testing.T) {
 	const min = 8192
 	p := snapshotPaceOf(min, false, 1, 3) // turns of 1,365 entries from entry 1,365, every 4,095
@@ -122,24 +122,77 @@ func TestSnapshotPace_Due(t *testing.T) {
 		stateBytes int64
 		since      logVolume
 		from, to   uint64
+		enoughAt   uint64
 		want       bool
 	}{
-		{"enough, the turn starts", 0, logVolume{entries: min}, turn - 1, turn, true},
-		{"enough, the turn starts inside a batch", 0, logVolume{entries: min}, turn - 10, turn + 10, true},
-		{"enough, no turn", 0, logVolume{entries: min}, turn, turn + 100, false},
-		{"under a cycle short of enough, the turn starts", 0, logVolume{entries: min - 4094}, turn - 1, turn, true},
-		{"a cycle short of enough, the turn starts", 0, logVolume{entries: min - 4095}, turn - 1, turn, false},
-		{"a cycle past enough, no turn", 0, logVolume{entries: min + 4095}, turn, turn + 1, true},
-		{"just under a cycle past enough, no turn", 0, logVolume{entries: min + 4094}, turn, turn + 1, false},
+		{"enough, the turn starts", 0, logVolume{entries: min}, turn - 1, turn, turn - 1, true},
+		{"enough, the turn starts inside a batch", 0, logVolume{entries: min}, turn - 10, turn + 10, turn - 10, true},
+		{"enough, no turn", 0, logVolume{entries: min}, turn, turn + 100, turn, false},
+		{"half a cycle short of enough, the turn starts", 0, logVolume{entries: min - 2047}, turn - 1, turn, 0, true},
+		{"over half a cycle short of enough, the turn starts", 0, logVolume{entries: min - 2048}, turn - 1, turn, 0, false},
+		{"a cycle past enough, no turn", 0, logVolume{entries: min + 4095}, turn, turn + 1, turn + 1 - 4095, true},
+		{"just under a cycle past enough, no turn", 0, logVolume{entries: min + 4094}, turn, turn + 1, turn + 2 - 4095, false},
 		// Beside a large state, the state's bytes hold it until a turn
 		// past its share (2/3 for rank 1), however many entries.
-		{"a large state, under its share, the turn starts", 1 << 30, logVolume{entries: 1 << 20, bytes: 680 << 20}, turn - 1, turn, false},
-		{"a large state, its share reached, the turn starts", 1 << 30, logVolume{entries: 1 << 20, bytes: 720 << 20}, turn - 1, turn, true},
-		{"a large state, its share reached, no turn", 1 << 30, logVolume{entries: 1 << 20, bytes: 720 << 20}, turn, turn + 1, true},
-		{"a large state, its share reached, no turn, under a cycle past the entries", 1 << 30, logVolume{entries: min + 100, bytes: 720 << 20}, turn, turn + 1, false},
+		{"a large state, under its share, the turn starts", 1 << 30, logVolume{entries: 1 << 20, bytes: 680 << 20}, turn - 1, turn, 0, false},
+		{"a large state, its share reached, the turn starts", 1 << 30, logVolume{entries: 1 << 20, bytes: 720 << 20}, turn - 1, turn, turn - 100, true},
+		{"a large state, its share just reached, no turn", 1 << 30, logVolume{entries: 1 << 20, bytes: 720 << 20}, turn, turn + 1, turn + 1, false},
+		{"a large state, its share reached a cycle ago, no turn", 1 << 30, logVolume{entries: 1 << 20, bytes: 720 << 20}, turn, turn + 1, turn + 1 - 4095, true},
 	} {
-		if got := p.due(c.stateBytes, c.since, c.from, c.to); got != c.want {
-			t.Errorf("%s: due(%d, %+v, %d, %d) = %v, want %v", c.name, c.stateBytes, c.since, c.from, c.to, got, c.want)
+		if got := p.due(c.stateBytes, c.since, c.from, c.to, c.enoughAt); got != c.want {
+			t.Errorf("%s: due(%d, %+v, %d, %d, %d) = %v, want %v", c.name, c.stateBytes, c.since, c.from, c.to, c.enoughAt, got, c.want)
+		}
+	}
+}
+
+// Three replicas' state machines, fed the same batches, ask for their
+// snapshots at their own turns only: each ask comes with a batch that
+// starts one of its replica's turns, whatever the batch sizes (up to a
+// fifth of a turn, as MaxAppendEntries is of the default's 1,365).
+func TestMemberFSM_ReplicasAskAtTheirOwnTurns(t *testing.T) {
+	const threshold, turnLen = 600, 100
+	var fsms []*memberFSM
+	for rank := range 3 {
+		a := &memberFSM{m: fsm.NewMember(), applied: func() {}, snapshotWanted: make(chan struct{}, 1)}
+		p := snapshotPaceOf(threshold, rank == 0, rank, 3)
+		a.pace.Store(&p)
+		fsms = append(fsms, a)
+	}
+	asks := make([][]uint64, len(fsms))
+	next := uint64(1)
+	for batch := 0; next < 50*threshold; batch++ {
+		n := uint64(1 + (batch*7)%(turnLen/5))
+		var logs []*raft.Log
+		for range n {
+			logs = append(logs, &raft.Log{Index: next, Type: raft.LogConfiguration})
+			next++
+		}
+		for i, a := range fsms {
+			a.ApplyBatch(logs)
+			select {
+			case <-a.snapshotWanted:
+			default:
+				continue
+			}
+			first, at := logs[0].Index, logs[len(logs)-1].Index
+			if !slices.ContainsFunc(logs, func(l *raft.Log) bool { return (l.Index+3*turnLen-uint64(i)*turnLen)%(3*turnLen) == 0 }) {
+				t.Fatalf("rank %d asked after entries %d to %d, which start none of its turns (from %d, every %d)", i, first, at, i*turnLen, 3*turnLen)
+			}
+			asks[i] = append(asks[i], at)
+			if _, err := a.Snapshot(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i, at := range asks {
+		// A follower every threshold (a whole number of cycles here), the
+		// leader (rank 0) every twice that.
+		want := int(next) / threshold
+		if i == 0 {
+			want /= 2
+		}
+		if len(at) < want-1 || len(at) > want+1 {
+			t.Errorf("rank %d asked %d times in %d entries (%v); want about %d", i, len(at), next-1, at, want)
 		}
 	}
 }
@@ -149,8 +202,8 @@ func TestSnapshotPace_Due(t *testing.T) {
 // entry Raft kept from it (a no-op, a barrier) is still seen.
 func TestMemberFSM_AsksAtTurnsAcrossEntriesItDoesNotSee(t *testing.T) {
 	a := &memberFSM{m: fsm.NewMember(), applied: func() {}, snapshotWanted: make(chan struct{}, 1)}
-	// Turns of 2 entries from entry 2, every 6; due at a turn from 7
-	// entries of log, 12 by the next turn.
+	// Turns of 2 entries from entry 2, every 6; due at a turn from 9
+	// entries of log.
 	p := snapshotPaceOf(12, false, 1, 3)
 	a.pace.Store(&p)
 	apply := func(indexes ...uint64) bool {
@@ -166,14 +219,14 @@ func TestMemberFSM_AsksAtTurnsAcrossEntriesItDoesNotSee(t *testing.T) {
 			return false
 		}
 	}
-	for i := uint64(1); i <= 7; i++ {
+	for i := uint64(1); i <= 13; i++ {
 		if apply(i) {
-			t.Fatalf("asked for a snapshot after entry %d, before 7 entries of log at a turn's start", i)
+			t.Fatalf("asked for a snapshot after entry %d, before 9 entries of log at a turn's start", i)
 		}
 	}
-	// Entry 8 starts a turn and never reaches the state machine.
-	if !apply(9) {
-		t.Fatal("no ask after entry 9, though a turn started at entry 8 since entry 7")
+	// Entry 14 starts a turn and never reaches the state machine.
+	if !apply(15) {
+		t.Fatal("no ask after entry 15, though a turn started at entry 14 since entry 13")
 	}
 }
 
@@ -267,7 +320,9 @@ func threeReplicas(t *testing.T, opts ...func(*Config)) (ids []string, replicas 
 // In a group of three, the leader takes the leader's pace and each follower
 // the pace of its rank among the servers sorted by id.
 func TestReplica_SnapshotPaceFollowsRoleAndRank(t *testing.T) {
-	ids, replicas := threeReplicas(t, func(c *Config) { c.SnapshotThreshold = 100 })
+	// An interval longer than the test: only the leadership change
+	// refreshes the pace.
+	ids, replicas := threeReplicas(t, func(c *Config) { c.SnapshotThreshold, c.SnapshotInterval = 100, time.Hour })
 	rankOf := map[string]int{"n1": 0, "n2": 1, "n3": 2}
 	for i, r := range replicas {
 		waitFor(t, "the pace of "+ids[i], func() bool {
@@ -277,12 +332,12 @@ func TestReplica_SnapshotPaceFollowsRoleAndRank(t *testing.T) {
 	}
 }
 
-// The three replicas of a group snapshot at their own turns of the log,
-// never together, however the log's growth falls between two checks: the
-// interval here is longer than the test, so only the turns can start them.
-// (With a check every interval, replicas whose thresholds passed between
-// two checks all snapshotted at the next one.)
-func TestReplica_ReplicasSnapshotAtTheirOwnTurns(t *testing.T) {
+// The replicas of a group snapshot on their own as their log grows, the
+// leader half as often as the followers, with an interval longer than the
+// test: the state machine's asks alone start them. (Where in the log each
+// one falls is TestMemberFSM_ReplicasAskAtTheirOwnTurns's: a follower
+// behind applies up to 256 entries at once, which moves its snapshot.)
+func TestReplica_ReplicasSnapshotAsTheirLogGrows(t *testing.T) {
 	const threshold, entries = 192, 900
 	ids, replicas := threeReplicas(t, func(c *Config) {
 		c.SnapshotThreshold = threshold
@@ -292,7 +347,6 @@ func TestReplica_ReplicasSnapshotAtTheirOwnTurns(t *testing.T) {
 		c.Timing = Timing{Heartbeat: 500 * time.Millisecond, Election: 500 * time.Millisecond, LeaderLease: 250 * time.Millisecond, Commit: 5 * time.Millisecond}
 	})
 	leader := slices.IndexFunc(replicas, (*Replica).Leading)
-	rankOf := map[string]uint64{"n1": 0, "n2": 1, "n3": 2}
 	const turnLen = threshold / 6
 	taken := make([][]uint64, len(replicas))
 	record := func() {
@@ -324,14 +378,6 @@ func TestReplica_ReplicasSnapshotAtTheirOwnTurns(t *testing.T) {
 		}
 		if len(at) < least || len(at) > most {
 			t.Errorf("%s (leader %v) snapshotted at entries %v; want %d to %d snapshots in %d entries", ids[i], i == leader, at, least, most, entries)
-		}
-		turn := rankOf[ids[i]] * turnLen
-		for _, n := range at {
-			// A turn starts at an entry and its snapshot follows it by the
-			// entries applied meanwhile: a few, well within the turn.
-			if (n+3*turnLen-turn)%(3*turnLen) >= turnLen {
-				t.Errorf("%s (rank %d, leader %v) snapshotted at entry %d, outside its turns (from %d every %d entries, %d long); all: %v", ids[i], rankOf[ids[i]], i == leader, n, turn, 3*turnLen, turnLen, taken)
-			}
 		}
 	}
 }
