@@ -221,11 +221,14 @@ func Open(cfg Config) (*Replica, error) {
 	go r.dispatchLoop()
 	r.every(cfg.ExpiryInterval, r.expireTick)
 	r.every(cfg.ExpiryInterval, r.moveTicker())
+	// The pace is refreshed at each interval too, since a membership
+	// change moves the ranks.
 	r.refreshSnapshotPace()
+	r.every(snapshotEvery, r.refreshSnapshotPace)
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		r.snapshotLoop(snapshotEvery)
+		r.snapshotLoop()
 	}()
 	return r, nil
 }

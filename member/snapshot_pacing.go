@@ -3,7 +3,6 @@ package member
 import (
 	"errors"
 	"slices"
-	"time"
 
 	"github.com/hashicorp/raft"
 )
@@ -91,17 +90,12 @@ func (p snapshotPace) turnStarts(from, to uint64) bool {
 }
 
 // snapshotLoop takes the snapshots the state machine asks for as it
-// applies (memberFSM.askSnapshotLocked), and refreshes the pace every
-// interval, since a membership change moves the ranks.
-func (r *Replica) snapshotLoop(interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
+// applies (memberFSM.askSnapshotLocked).
+func (r *Replica) snapshotLoop() {
 	for {
 		select {
 		case <-r.stop:
 			return
-		case <-t.C:
-			r.refreshSnapshotPace()
 		case <-r.fsm.snapshotWanted:
 			// The ask may have waited behind a snapshot just taken, or
 			// behind Close.
