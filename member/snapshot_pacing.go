@@ -35,8 +35,7 @@ type snapshotPace struct {
 // state write it out at different moments of the log; a leader, whose
 // capture holds the applies every send waits for, waits twice the entries
 // and the whole state's bytes, unless it is alone. Turns are
-// minEntries/(2·replicas) long: a replica waits at most a cycle, half of
-// minEntries, for its turn.
+// minEntries/(2·replicas) long, so a cycle of them is half of minEntries.
 func snapshotPaceOf(minEntries uint64, leader bool, rank, replicas int) snapshotPace {
 	n, r := uint64(max(replicas, 1)), uint64(rank)
 	p := snapshotPace{entries: minEntries, num: int64(n + r), den: int64(2 * n),
@@ -120,7 +119,7 @@ func (r *Replica) snapshot() {
 
 // refreshSnapshotPace hands the state machine the pace of the replica's
 // role and rank now; a new leader's pace changes at once. paceMu keeps a
-// refresh from the loop's tick from storing a pace older than the one a
+// refresh at the interval's tick from storing a pace older than the one a
 // leadership change stored meanwhile.
 func (r *Replica) refreshSnapshotPace() {
 	r.paceMu.Lock()
