@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -35,6 +36,7 @@ var (
 	scale      = flag.Float64("scale", 1, "multiply every row's message count (0.1 for a quick look)")
 	only       = flag.String("only", "", "run only the rows whose name contains this")
 	pending    = flag.Int("pending", 0, "also fill a queue with this many 1 KiB messages and measure memory, restart time and send rate beside them")
+	rounds     = flag.Int("rounds", 1, "run every row this many times, Cairn and NATS alternating, and print the medians with the ratios' range")
 )
 
 // row is one comparison: the same workload on both brokers.
@@ -82,6 +84,9 @@ func main() {
 }
 
 func run() error {
+	if *rounds < 1 {
+		return fmt.Errorf("--rounds %d: every row needs at least one run", *rounds)
+	}
 	dir, err := os.MkdirTemp("", "cairn-benchsuite-")
 	if err != nil {
 		return err
@@ -121,23 +126,36 @@ func run() error {
 			continue
 		}
 		n := max(int(float64(r.count)**scale), 100)
-		c, err := cairnRow(cairn, r, n)
-		if err != nil {
-			return fmt.Errorf("%s on Cairn: %w", r.name, err)
-		}
-		if r.metric == "e2e" {
-			maxTogether = c.rate
-		}
-		fmt.Printf("| %s | %d | %.0f | %s |", r.name, n, c.rate, c.lat)
-		if *compare {
-			if r.nats == nil {
-				fmt.Print(noNATS())
-			} else {
+		// Each round runs Cairn then NATS, so that a machine that slows
+		// down during the suite weighs on both sides of every ratio.
+		var cairnRuns, natsRuns []figure
+		var ratios []float64
+		for range *rounds {
+			c, err := cairnRow(cairn, r, n)
+			if err != nil {
+				return fmt.Errorf("%s on Cairn: %w", r.name, err)
+			}
+			cairnRuns = append(cairnRuns, c)
+			if *compare && r.nats != nil {
 				m, err := natsRow(nats, natsBin, r, n)
 				if err != nil {
 					return fmt.Errorf("%s on NATS: %w", r.name, err)
 				}
-				fmt.Printf(" %.0f | %s | %.2f |", m.rate, m.lat, c.rate/m.rate)
+				natsRuns = append(natsRuns, m)
+				ratios = append(ratios, c.rate/m.rate)
+			}
+		}
+		c := medianFigure(cairnRuns)
+		if r.metric == "e2e" {
+			maxTogether = c.rate
+		}
+		fmt.Printf("| %s | %d | %.0f | %s |", r.name, n, c.rate, c.latency())
+		if *compare {
+			if r.nats == nil {
+				fmt.Print(noNATS())
+			} else {
+				m := medianFigure(natsRuns)
+				fmt.Printf(" %.0f | %s | %s |", m.rate, m.latency(), ratioCell(ratios))
 			}
 		}
 		fmt.Println()
@@ -150,12 +168,19 @@ func run() error {
 		rate := int(maxTogether / 2)
 		args := []string{"--mode", "async", "--window", "500", "--producers", "4", "--consumers", "4", "--ack", "client",
 			"--duration", "20s", "--rate", strconv.Itoa(rate)}
-		res, err := cairnBench(cairn, args)
-		if err != nil {
-			return fmt.Errorf("end to end at %d msgs/s: %w", rate, err)
+		var runs []figure
+		var sent int64
+		for range *rounds {
+			res, err := cairnBench(cairn, args)
+			if err != nil {
+				return fmt.Errorf("end to end at %d msgs/s: %w", rate, err)
+			}
+			sent += res.Sent
+			runs = append(runs, e2eFigure(res))
 		}
-		fmt.Printf("| end to end at %d msgs/s (half the send-and-consume maximum), 4+4 | %d | %.0f | %.2f / %.2f (e2e) |",
-			rate, res.Sent, res.ConsumeRate, res.E2ELatency.P50, res.E2ELatency.P99)
+		e := medianFigure(runs)
+		fmt.Printf("| end to end at %d msgs/s (half the send-and-consume maximum), 4+4 | %d | %.0f | %s |",
+			rate, sent/int64(len(runs)), e.rate, e.latency())
 		fmt.Println(noNATS())
 	}
 	if *pending > 0 {
@@ -174,9 +199,65 @@ func noNATS() string {
 	return ""
 }
 
+// figure is one run's result: its rate and, when the tool reported them,
+// its latency percentiles in milliseconds (end to end: e2e).
 type figure struct {
-	rate float64
-	lat  string
+	rate     float64
+	p50, p99 float64
+	hasLat   bool
+	e2e      bool
+}
+
+func (f figure) latency() string {
+	if !f.hasLat {
+		return "—"
+	}
+	if f.e2e {
+		return fmt.Sprintf("%.2f / %.2f (e2e)", f.p50, f.p99)
+	}
+	return fmt.Sprintf("%.2f / %.2f", f.p50, f.p99)
+}
+
+// medianFigure is the median of each of the runs' figures, taken one by
+// one: the rate of one run may go with the p99 of another.
+func medianFigure(runs []figure) figure {
+	pick := func(of func(figure) float64) float64 {
+		xs := make([]float64, len(runs))
+		for i, f := range runs {
+			xs[i] = of(f)
+		}
+		return median(xs)
+	}
+	return figure{
+		rate:   pick(func(f figure) float64 { return f.rate }),
+		p50:    pick(func(f figure) float64 { return f.p50 }),
+		p99:    pick(func(f figure) float64 { return f.p99 }),
+		hasLat: runs[0].hasLat,
+		e2e:    runs[0].e2e,
+	}
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// ratioCell is the Cairn/NATS cell: the median of the rounds' ratios and,
+// with more than one round, their range, which says how far one run is to
+// be trusted on this machine.
+func ratioCell(ratios []float64) string {
+	if len(ratios) == 1 {
+		return fmt.Sprintf("%.2f", ratios[0])
+	}
+	return fmt.Sprintf("%.2f (%.2f–%.2f)", median(ratios), slices.Min(ratios), slices.Max(ratios))
+}
+
+func e2eFigure(res benchJSON) figure {
+	return figure{rate: res.ConsumeRate, p50: res.E2ELatency.P50, p99: res.E2ELatency.P99, hasLat: true, e2e: true}
 }
 
 type latency struct{ P50, P99 float64 }
@@ -208,13 +289,10 @@ func cairnRow(c *cluster, r row, n int) (figure, error) {
 	if err != nil {
 		return figure{}, err
 	}
-	switch r.metric {
-	case "consume":
-		return figure{res.ConsumeRate, fmt.Sprintf("%.2f / %.2f (e2e)", res.E2ELatency.P50, res.E2ELatency.P99)}, nil
-	case "e2e":
-		return figure{res.ConsumeRate, fmt.Sprintf("%.2f / %.2f (e2e)", res.E2ELatency.P50, res.E2ELatency.P99)}, nil
+	if r.metric == "send" {
+		return figure{rate: res.SendRate, p50: res.SendLatency.P50, p99: res.SendLatency.P99, hasLat: true}, nil
 	}
-	return figure{res.SendRate, fmt.Sprintf("%.2f / %.2f", res.SendLatency.P50, res.SendLatency.P99)}, nil
+	return e2eFigure(res), nil
 }
 
 var (
@@ -259,13 +337,13 @@ func natsRow(c *cluster, natsBin string, r row, n int) (figure, error) {
 	}
 	// The aggregate comes last when there are several clients.
 	rate, _ := strconv.ParseFloat(strings.ReplaceAll(m[len(m)-1][1], ",", ""), 64)
-	lat := "—"
+	f := figure{rate: rate}
 	p50, p99 := natsP50.FindAllStringSubmatch(out, -1), natsP99.FindAllStringSubmatch(out, -1)
 	if p50 != nil && p99 != nil {
 		us := func(s string) float64 { v, _ := strconv.ParseFloat(strings.ReplaceAll(s, ",", ""), 64); return v }
-		lat = fmt.Sprintf("%.2f / %.2f", us(p50[len(p50)-1][1])/1000, us(p99[len(p99)-1][1])/1000)
+		f.p50, f.p99, f.hasLat = us(p50[len(p50)-1][1])/1000, us(p99[len(p99)-1][1])/1000, true
 	}
-	return figure{rate, lat}, nil
+	return f, nil
 }
 
 // pendingRows fills a queue with n messages and prints, as more rows: the

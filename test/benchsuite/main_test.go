@@ -1,0 +1,57 @@
+package main
+
+import "testing"
+
+func TestMedian(t *testing.T) {
+	for _, c := range []struct {
+		in   []float64
+		want float64
+	}{
+		{[]float64{3}, 3},
+		{[]float64{5, 1, 3}, 3},
+		{[]float64{4, 1, 3, 2}, 2.5},
+	} {
+		if got := median(c.in); got != c.want {
+			t.Errorf("median(%v) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}
+
+func TestMedianFigure_TakesEachFigureOnItsOwn(t *testing.T) {
+	runs := []figure{
+		{rate: 100, p50: 1, p99: 30, hasLat: true},
+		{rate: 300, p50: 3, p99: 10, hasLat: true},
+		{rate: 200, p50: 2, p99: 20, hasLat: true},
+	}
+	got := medianFigure(runs)
+	if got.rate != 200 || got.p50 != 2 || got.p99 != 20 || !got.hasLat {
+		t.Errorf("medianFigure = %+v, want rate 200, p50 2, p99 20", got)
+	}
+	if runs[0].rate != 100 || runs[1].rate != 300 {
+		t.Errorf("medianFigure reordered the runs: %+v", runs)
+	}
+}
+
+func TestRatioCell(t *testing.T) {
+	if got := ratioCell([]float64{1.234}); got != "1.23" {
+		t.Errorf("one round: %q", got)
+	}
+	if got, want := ratioCell([]float64{1.5, 1.2, 1.4}), "1.40 (1.20–1.50)"; got != want {
+		t.Errorf("three rounds: %q, want %q", got, want)
+	}
+}
+
+func TestFigureLatency(t *testing.T) {
+	for _, c := range []struct {
+		f    figure
+		want string
+	}{
+		{figure{rate: 1}, "—"},
+		{figure{p50: 1.5, p99: 9.25, hasLat: true}, "1.50 / 9.25"},
+		{figure{p50: 1.5, p99: 9.25, hasLat: true, e2e: true}, "1.50 / 9.25 (e2e)"},
+	} {
+		if got := c.f.latency(); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.f, got, c.want)
+		}
+	}
+}
