@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -157,7 +158,7 @@ func (m *Mux) Layer(group string) (*Layer, error) {
 	if _, ok := m.groups[group]; ok {
 		return nil, fmt.Errorf("raftmux: group %q already has a layer", group)
 	}
-	l := &Layer{mux: m, group: group, conns: make(chan net.Conn), closed: make(chan struct{})}
+	l := &Layer{mux: m, group: group, conns: make(chan net.Conn), closed: make(chan struct{}), open: make(map[*layerConn]struct{})}
 	m.groups[group] = l
 	return l, nil
 }
@@ -184,12 +185,25 @@ func (m *Mux) Close() error {
 }
 
 // Layer is one group's view of the mux; it implements raft.StreamLayer.
+//
+// The layer owns every connection it hands out, accepted or dialed, and
+// closes those still open when it closes. hashicorp/raft's NetworkTransport
+// does not: its Close leaves the connections it pooled for its RPCs open,
+// and the goroutine serving each connection it accepted blocked in a read.
+// A group that was deleted so left its connections and their goroutines on
+// both nodes of every link until the process ended (two to three a node
+// for each queue deleted, measured 2026-12-01), which temporary queues,
+// created and deleted all day, would have turned into file descriptors
+// running out.
 type Layer struct {
 	mux       *Mux
 	group     string
 	conns     chan net.Conn
 	closeOnce sync.Once
 	closed    chan struct{}
+
+	mu   sync.Mutex
+	open map[*layerConn]struct{} // nil once the layer is closed
 }
 
 var _ raft.StreamLayer = (*Layer)(nil)
@@ -198,13 +212,14 @@ var _ raft.StreamLayer = (*Layer)(nil)
 func (l *Layer) Accept() (net.Conn, error) {
 	select {
 	case c := <-l.conns:
-		return c, nil
+		return l.own(c)
 	case <-l.closed:
 		return nil, ErrClosed
 	}
 }
 
-// Close unregisters the group; the shared listener stays open.
+// Close unregisters the group and closes the connections it handed out
+// that are still open; the shared listener stays open.
 func (l *Layer) Close() error {
 	l.closeOnce.Do(func() {
 		close(l.closed)
@@ -213,8 +228,65 @@ func (l *Layer) Close() error {
 			delete(l.mux.groups, l.group)
 		}
 		l.mux.mu.Unlock()
+		l.mu.Lock()
+		open := l.open
+		l.open = nil
+		l.mu.Unlock()
+		for c := range open {
+			c.closedByLayer.Store(true)
+			c.Conn.Close()
+		}
 	})
 	return nil
+}
+
+// own wraps conn so that the layer closes it with itself.
+func (l *Layer) own(conn net.Conn) (net.Conn, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open == nil {
+		conn.Close()
+		return nil, ErrClosed
+	}
+	c := &layerConn{Conn: conn, layer: l}
+	l.open[c] = struct{}{}
+	return c, nil
+}
+
+func (l *Layer) forget(c *layerConn) {
+	l.mu.Lock()
+	delete(l.open, c)
+	l.mu.Unlock()
+}
+
+// openConns counts the connections the layer would close (tests).
+func (l *Layer) openConns() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.open)
+}
+
+// layerConn is a connection a layer handed out.
+type layerConn struct {
+	net.Conn
+	layer *Layer
+	// closedByLayer: reads end as the stream's end (io.EOF) once the layer
+	// closed the connection, which is how its user, a NetworkTransport
+	// serving it, stops without logging a decoding error for each.
+	closedByLayer atomic.Bool
+}
+
+func (c *layerConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err != nil && c.closedByLayer.Load() {
+		err = io.EOF
+	}
+	return n, err
+}
+
+func (c *layerConn) Close() error {
+	c.layer.forget(c)
+	return c.Conn.Close()
 }
 
 // Addr is the shared listener's advertised address; Raft records it as
@@ -233,5 +305,5 @@ func (l *Layer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Con
 		return nil, err
 	}
 	_ = conn.SetWriteDeadline(time.Time{})
-	return conn, nil
+	return l.own(conn)
 }

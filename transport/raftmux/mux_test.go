@@ -84,18 +84,18 @@ func TestMux_DropsUnknownGroupsAndStrangers(t *testing.T) {
 	if _, err := stranger.Read(make([]byte, 1)); err == nil {
 		t.Fatal("a connection with a bad header was not closed")
 	}
-	other, err := m.Layer("other")
+	// A group registered on another node only.
+	other, err := newMux(t).Layer("other")
 	if err != nil {
 		t.Fatal(err)
 	}
-	other.Close()
 	conn, err := other.Dial(addr, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := conn.Read(make([]byte, 1)); err == nil {
-		t.Fatal("a connection for a closed group was not closed")
+		t.Fatal("a connection for a group not running here was not closed")
 	}
 	c2, err := known.Dial(addr, time.Second)
 	if err != nil {
@@ -128,5 +128,58 @@ func TestMux_CloseEndsAccept(t *testing.T) {
 	}
 	if _, err := m.Layer("h"); err != ErrClosed {
 		t.Fatalf("Layer on a closed mux = %v, want ErrClosed", err)
+	}
+}
+
+// A layer closes with itself the connections it accepted and dialed, on
+// both ends of each link, and their reads end as io.EOF; a connection its
+// user closed is forgotten.
+func TestLayer_CloseClosesItsConnections(t *testing.T) {
+	m1, m2 := newMux(t), newMux(t)
+	a, err := m1.Layer("g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := m2.Layer("g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := func(from, to *Layer, toMux *Mux) (out, in net.Conn) {
+		t.Helper()
+		out, err := from.Dial(raft.ServerAddress(toMux.Addr().String()), time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in, err = to.Accept(); err != nil {
+			t.Fatal(err)
+		}
+		return out, in
+	}
+	aToB, bFromA := link(a, b, m2)
+	bToA, aFromB := link(b, a, m1)
+	spent, spentIn := link(a, b, m2)
+	spent.Close()
+	spentIn.Close()
+	if got := a.openConns(); got != 2 {
+		t.Fatalf("layer a holds %d connections, want 2 (one dialed, one accepted; the closed one forgotten)", got)
+	}
+
+	a.Close()
+	for name, c := range map[string]net.Conn{
+		"dialed by the closed layer":         aToB,
+		"accepted by the closed layer":       aFromB,
+		"the peer's end of the dialed one":   bFromA,
+		"the peer's end of the accepted one": bToA,
+	} {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+			t.Errorf("read on the connection %s = %v, want io.EOF", name, err)
+		}
+	}
+	if got := a.openConns(); got != 0 {
+		t.Errorf("closed layer still holds %d connections", got)
+	}
+	if _, err := a.Dial(raft.ServerAddress(m2.Addr().String()), time.Second); err != ErrClosed {
+		t.Errorf("Dial on a closed layer = %v, want ErrClosed", err)
 	}
 }
