@@ -190,11 +190,10 @@ func (m *Mux) Close() error {
 // closes those still open when it closes. hashicorp/raft's NetworkTransport
 // does not: its Close leaves the connections it pooled for its RPCs open,
 // and the goroutine serving each connection it accepted blocked in a read.
-// A group that was deleted so left its connections and their goroutines on
-// both nodes of every link until the process ended (two to three a node
-// for each queue deleted, measured 2026-12-01), which temporary queues,
-// created and deleted all day, would have turned into file descriptors
-// running out.
+// Without the layer's help, every deleted group would keep its connections
+// and their goroutines on both ends of each link until the process ended,
+// and temporary queues, created and deleted all day, would run a node out
+// of file descriptors (docs/performance.md, fifteenth session).
 type Layer struct {
 	mux       *Mux
 	group     string
@@ -293,8 +292,14 @@ func (c *layerConn) Close() error {
 // this server's address.
 func (l *Layer) Addr() net.Addr { return l.mux.advertise }
 
-// Dial opens a connection to the same group on the node at address.
+// Dial opens a connection to the same group on the node at address; a
+// closed layer returns ErrClosed.
 func (l *Layer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	select {
+	case <-l.closed:
+		return nil, ErrClosed
+	default:
+	}
 	conn, err := l.mux.dial(string(address), timeout)
 	if err != nil {
 		return nil, err

@@ -84,7 +84,12 @@ func TestMux_DropsUnknownGroupsAndStrangers(t *testing.T) {
 	if _, err := stranger.Read(make([]byte, 1)); err == nil {
 		t.Fatal("a connection with a bad header was not closed")
 	}
-	// A group registered on another node only.
+	// A group closed here, dialed by its layer on another node.
+	closed, err := m.Layer("other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed.Close()
 	other, err := newMux(t).Layer("other")
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +100,7 @@ func TestMux_DropsUnknownGroupsAndStrangers(t *testing.T) {
 	}
 	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := conn.Read(make([]byte, 1)); err == nil {
-		t.Fatal("a connection for a group not running here was not closed")
+		t.Fatal("a connection for a closed group was not closed")
 	}
 	c2, err := known.Dial(addr, time.Second)
 	if err != nil {
@@ -176,10 +181,17 @@ func TestLayer_CloseClosesItsConnections(t *testing.T) {
 			t.Errorf("read on the connection %s = %v, want io.EOF", name, err)
 		}
 	}
-	if got := a.openConns(); got != 0 {
-		t.Errorf("closed layer still holds %d connections", got)
-	}
 	if _, err := a.Dial(raft.ServerAddress(m2.Addr().String()), time.Second); err != ErrClosed {
 		t.Errorf("Dial on a closed layer = %v, want ErrClosed", err)
+	}
+	// A connection routed to the layer as it closed is closed, not handed
+	// out.
+	late, lateEnd := net.Pipe()
+	if c, err := a.own(late); err != ErrClosed || c != nil {
+		t.Errorf("own on a closed layer = %v, %v; want nil, ErrClosed", c, err)
+	}
+	lateEnd.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := lateEnd.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("a connection refused by a closed layer was left open: read = %v", err)
 	}
 }
