@@ -39,8 +39,9 @@ test-short:
 # the run into a temporary directory) and prints Cairn/NATS per row.
 # BENCH_FLAGS="--pending 1000000" adds memory, restart time and send rate
 # beside a million pending messages; "--scale 0.1" a quick look; "--rounds 3"
-# runs every row three times, Cairn and NATS alternating, and prints the
-# medians with the range of the Cairn/NATS ratios (one run swings by 30 %).
+# runs every row of the standard set three times, each round Cairn then
+# NATS, and prints the medians with the range of the Cairn/NATS ratios (one
+# run swings by 30 %).
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./fsm/ ./member/
 	$(GO) run ./test/benchsuite --cairn $(BIN) $(BENCH_FLAGS)

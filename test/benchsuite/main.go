@@ -36,7 +36,7 @@ var (
 	scale      = flag.Float64("scale", 1, "multiply every row's message count (0.1 for a quick look)")
 	only       = flag.String("only", "", "run only the rows whose name contains this")
 	pending    = flag.Int("pending", 0, "also fill a queue with this many 1 KiB messages and measure memory, restart time and send rate beside them")
-	rounds     = flag.Int("rounds", 1, "run every row this many times, Cairn and NATS alternating, and print the medians with the ratios' range")
+	rounds     = flag.Int("rounds", 1, "run every row of the standard set this many times, each round Cairn then NATS, and print the median of each figure and of the rounds' Cairn/NATS ratios, with their range")
 )
 
 // row is one comparison: the same workload on both brokers.
@@ -110,7 +110,11 @@ func run() error {
 	}
 	fmt.Printf("| row | messages | Cairn msgs/s | Cairn p50 / p99 ms |")
 	if *compare {
-		fmt.Printf(" NATS msgs/s | NATS p50 / p99 ms | Cairn/NATS |")
+		if *rounds > 1 {
+			fmt.Printf(" NATS msgs/s | NATS p50 / p99 ms | Cairn/NATS, median of the rounds' (range) |")
+		} else {
+			fmt.Printf(" NATS msgs/s | NATS p50 / p99 ms | Cairn/NATS |")
+		}
 	}
 	fmt.Println()
 	fmt.Printf("|---|---|---|---|")
@@ -169,18 +173,18 @@ func run() error {
 		args := []string{"--mode", "async", "--window", "500", "--producers", "4", "--consumers", "4", "--ack", "client",
 			"--duration", "20s", "--rate", strconv.Itoa(rate)}
 		var runs []figure
-		var sent int64
+		var sent []float64
 		for range *rounds {
 			res, err := cairnBench(cairn, args)
 			if err != nil {
 				return fmt.Errorf("end to end at %d msgs/s: %w", rate, err)
 			}
-			sent += res.Sent
+			sent = append(sent, float64(res.Sent))
 			runs = append(runs, e2eFigure(res))
 		}
 		e := medianFigure(runs)
-		fmt.Printf("| end to end at %d msgs/s (half the send-and-consume maximum), 4+4 | %d | %.0f | %s |",
-			rate, sent/int64(len(runs)), e.rate, e.latency())
+		fmt.Printf("| end to end at %d msgs/s (half the send-and-consume maximum), 4+4 | %.0f | %.0f | %s |",
+			rate, median(sent), e.rate, e.latency())
 		fmt.Println(noNATS())
 	}
 	if *pending > 0 {
@@ -219,22 +223,21 @@ func (f figure) latency() string {
 }
 
 // medianFigure is the median of each of the runs' figures, taken one by
-// one: the rate of one run may go with the p99 of another.
+// one: the rate of one run may go with the p99 of another. Latencies are
+// taken from the runs that reported them.
 func medianFigure(runs []figure) figure {
-	pick := func(of func(figure) float64) float64 {
-		xs := make([]float64, len(runs))
-		for i, f := range runs {
-			xs[i] = of(f)
+	var rates, p50s, p99s []float64
+	for _, f := range runs {
+		rates = append(rates, f.rate)
+		if f.hasLat {
+			p50s, p99s = append(p50s, f.p50), append(p99s, f.p99)
 		}
-		return median(xs)
 	}
-	return figure{
-		rate:   pick(func(f figure) float64 { return f.rate }),
-		p50:    pick(func(f figure) float64 { return f.p50 }),
-		p99:    pick(func(f figure) float64 { return f.p99 }),
-		hasLat: runs[0].hasLat,
-		e2e:    runs[0].e2e,
+	m := figure{rate: median(rates), e2e: runs[0].e2e}
+	if len(p50s) > 0 {
+		m.p50, m.p99, m.hasLat = median(p50s), median(p99s), true
 	}
+	return m
 }
 
 func median(xs []float64) float64 {

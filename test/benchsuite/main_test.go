@@ -30,6 +30,14 @@ func TestMedianFigure_TakesEachFigureOnItsOwn(t *testing.T) {
 	if runs[0].rate != 100 || runs[1].rate != 300 {
 		t.Errorf("medianFigure reordered the runs: %+v", runs)
 	}
+	// A run whose tool printed no latency counts for the rate only.
+	runs = append(runs[:2], figure{rate: 250})
+	if got := medianFigure(runs); got.rate != 250 || got.p50 != 2 || got.p99 != 20 || !got.hasLat {
+		t.Errorf("with a run without latency: %+v, want rate 250, p50 2, p99 20", got)
+	}
+	if got := medianFigure([]figure{{rate: 5}}); got.hasLat {
+		t.Errorf("no run with latency, yet %+v has one", got)
+	}
 }
 
 func TestRatioCell(t *testing.T) {
