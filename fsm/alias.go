@@ -102,13 +102,14 @@ func (m *Member) enqueueAliasing(c *fsmpb.Enqueue) Result {
 	return m.enqueue(c)
 }
 
-// ownBody gives msg a body of its own if it aliased its entry's: one the
-// state keeps past the batch that stored it. A copy, not a change, as in
-// PutBodiesAway.
-func (m *Member) ownBody(msg *message) {
-	if msg.aliased {
-		msg.msg = WithBody(msg.msg, bytes.Clone(msg.msg.Body))
-		msg.aliased = false
+// ownBody gives a message a body of its own if it aliased its entry's: one
+// the state keeps past the batch that stored it. A copy, not a change, as
+// in PutBodiesAway.
+func (m *Member) ownBody(r ref, rec *record) {
+	if rec.has(flagAliased) {
+		msg := m.full(r)
+		*m.records.msgAt(r) = WithBody(msg, bytes.Clone(msg.Body))
+		rec.set(flagAliased, false)
 	}
 }
 
@@ -117,8 +118,8 @@ func (m *Member) ownBody(msg *message) {
 func (m *Member) detachAliased() {
 	t := m.bodies
 	for _, msg := range t.aliased {
-		if m.messages[msg.msg.Id] == msg {
-			m.ownBody(msg)
+		if m.holds(msg) {
+			m.ownBody(msg.r, m.rec(msg.r))
 		}
 	}
 	clear(t.aliased)

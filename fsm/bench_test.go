@@ -149,6 +149,45 @@ func BenchmarkMember_Capture(b *testing.B) {
 	}
 }
 
+// BenchmarkMember_CaptureBodiesAway is BenchmarkMember_Capture for a
+// member that put its bodies away, as the member package's do: most of its
+// messages are held by their records alone.
+func BenchmarkMember_CaptureBodiesAway(b *testing.B) {
+	m := awayMember(b, 1_000_000)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if img := m.Capture(); img == nil {
+			b.Fatal("no image")
+		}
+	}
+}
+
+// countingPut puts bodies away to a place that only counts them.
+func countingPut() func(bodies [][]byte) ([]fsm.BodyRef, error) {
+	var at uint64
+	return func(bodies [][]byte) ([]fsm.BodyRef, error) {
+		refs := make([]fsm.BodyRef, len(bodies))
+		for i, body := range bodies {
+			at += uint64(len(body))
+			refs[i] = fsm.BodyRef{At: at, Len: uint32(len(body))}
+		}
+		return refs, nil
+	}
+}
+
+// awayMember is a member holding n pending 1 KiB messages whose bodies it
+// put away.
+func awayMember(b *testing.B, n int) *fsm.Member {
+	m := fsm.NewMember()
+	m.TrackBodies()
+	fillPending(b, m, n, make([]byte, 1024))
+	if err := m.PutBodiesAway(0, countingPut()); err != nil || m.HeldBodyBytes() != 0 {
+		b.Fatalf("put away: %v, %d bytes held", err, m.HeldBodyBytes())
+	}
+	return m
+}
+
 // BenchmarkMember_CollectBesideAMillion measures one full collection of a
 // heap holding a member with a million pending messages whose bodies were
 // put away, as the member package does beside a deep queue: the collector
@@ -156,21 +195,7 @@ func BenchmarkMember_Capture(b *testing.B) {
 // pays again and again while a million messages wait (docs/performance.md).
 // Read the figure with GOMAXPROCS=2, as on the reference machines.
 func BenchmarkMember_CollectBesideAMillion(b *testing.B) {
-	m := fsm.NewMember()
-	m.TrackBodies()
-	fillPending(b, m, 1_000_000, make([]byte, 1024))
-	var at uint64
-	err := m.PutBodiesAway(0, func(bodies [][]byte) ([]fsm.BodyRef, error) {
-		refs := make([]fsm.BodyRef, len(bodies))
-		for i, body := range bodies {
-			at += uint64(len(body))
-			refs[i] = fsm.BodyRef{At: at, Len: uint32(len(body))}
-		}
-		return refs, nil
-	})
-	if err != nil || m.HeldBodyBytes() != 0 {
-		b.Fatalf("put away: %v, %d bytes held", err, m.HeldBodyBytes())
-	}
+	m := awayMember(b, 1_000_000)
 	runtime.GC()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
@@ -194,15 +219,7 @@ func BenchmarkMember_EnqueuePuttingBodiesAway(b *testing.B) {
 	body := make([]byte, 1024)
 	m := fsm.NewMember()
 	m.TrackBodies()
-	var at uint64
-	put := func(bodies [][]byte) ([]fsm.BodyRef, error) {
-		refs := make([]fsm.BodyRef, len(bodies))
-		for i, body := range bodies {
-			at += uint64(len(body))
-			refs[i] = fsm.BodyRef{At: at, Len: uint32(len(body))}
-		}
-		return refs, nil
-	}
+	put := countingPut()
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for i := 0; i < b.N; i += batch {

@@ -35,13 +35,13 @@ type bodyTracking struct {
 	// fresh are the messages that came to wait for delivery since the last
 	// PutBodiesAway, in that order; dropped are the places of put-away bodies whose
 	// messages left the state since the last DroppedBodies.
-	fresh   []*message
+	fresh   []stamped
 	dropped []BodyRef
 	// aliasing is set while an Enqueue whose bodies alias its entry is
 	// applied; aliased are the messages it stored since the last
 	// PutBodiesAway (alias.go).
 	aliasing bool
-	aliased  []*message
+	aliased  []stamped
 }
 
 // TrackBodies makes the member keep count of the bodies it holds and of the
@@ -53,9 +53,11 @@ func (m *Member) TrackBodies() {
 		return
 	}
 	m.bodies = &bodyTracking{}
-	for _, msg := range m.messages {
-		if !msg.away.Away() {
-			m.bodies.held += int64(len(msg.msg.Body))
+	for _, c := range m.records.msgs {
+		for _, msg := range c {
+			if msg != nil {
+				m.bodies.held += int64(len(msg.Body))
+			}
 		}
 	}
 }
@@ -93,16 +95,16 @@ func (m *Member) PutBodiesAway(limit int64, put func(bodies [][]byte) ([]BodyRef
 	// Take from the newest back: the oldest are delivered first, so they
 	// are better held. A message can be in fresh twice (stored, delivered
 	// and returned within one batch).
-	var msgs []*message
-	var seen map[*message]bool
+	var msgs []stamped
+	var seen map[ref]bool
 	for i, excess := len(fresh)-1, t.held-limit; i >= 0 && excess > 0; i-- {
-		if msg := fresh[i]; m.putAwayable(msg) && !seen[msg] {
+		if msg := fresh[i]; m.putAwayable(msg) && !seen[msg.r] {
 			if seen == nil {
-				seen = map[*message]bool{}
+				seen = map[ref]bool{}
 			}
-			seen[msg] = true
+			seen[msg.r] = true
 			msgs = append(msgs, msg)
-			excess -= int64(len(msg.msg.Body))
+			excess -= int64(len(m.body(msg.r)))
 		}
 	}
 	// Keep the list's array for the next batch, unless a large batch grew
@@ -117,7 +119,7 @@ func (m *Member) PutBodiesAway(limit int64, put func(bodies [][]byte) ([]BodyRef
 	slices.Reverse(msgs)
 	bodies := make([][]byte, len(msgs))
 	for i, msg := range msgs {
-		bodies[i] = msg.msg.Body
+		bodies[i] = m.body(msg.r)
 	}
 	refs, err := put(bodies)
 	if err == nil && len(refs) != len(msgs) {
@@ -128,11 +130,13 @@ func (m *Member) PutBodiesAway(limit int64, put func(bodies [][]byte) ([]BodyRef
 		return err
 	}
 	for i, msg := range msgs {
+		rec := m.rec(msg.r)
 		// A copy, not a change: Results, images and transactions taken
-		// before share the message and may still read its body.
-		msg.msg = WithBody(msg.msg, nil)
-		msg.aliased = false
-		msg.away = refs[i]
+		// before share the message and may still read its body. The
+		// record alone holds most messages once their body is away.
+		m.setMessage(msg.r, rec, WithBody(m.full(msg.r), nil))
+		rec.set(flagAliased, false)
+		rec.away = refs[i]
 		t.held -= int64(refs[i].Len)
 	}
 	return nil
@@ -142,8 +146,8 @@ func (m *Member) PutBodiesAway(limit int64, put func(bodies [][]byte) ([]BodyRef
 const maxKeptFresh = 4096
 
 // putAwayable: still in the state, waiting, and with a body held.
-func (m *Member) putAwayable(msg *message) bool {
-	return m.messages[msg.msg.Id] == msg && msg.waiting() && !msg.away.Away() && len(msg.msg.Body) > 0
+func (m *Member) putAwayable(msg stamped) bool {
+	return m.holds(msg) && m.rec(msg.r).waiting() && len(m.body(msg.r)) > 0
 }
 
 // DroppedBodies returns the places of put-away bodies whose messages left
@@ -161,39 +165,43 @@ func (m *Member) DroppedBodies() []BodyRef {
 // body is: a caller that got a Delivery whose body was away reads it from
 // there, and finds the message gone (false) if it left the state since.
 func (m *Member) Delivered(deliveryID uint64) (*fsmpb.Message, BodyRef, bool) {
-	msg := m.byDelivery[deliveryID]
-	if msg == nil {
+	r := m.byDelivery[deliveryID]
+	if r == 0 {
 		return nil, BodyRef{}, false
 	}
-	return msg.msg, msg.away, true
+	return m.message(r), m.rec(r).away, true
 }
 
-// stored records a message newly in the state.
-func (t *bodyTracking) stored(msg *message) {
-	if t != nil && !msg.away.Away() {
-		t.held += int64(len(msg.msg.Body))
-		if t.aliasing && len(msg.msg.Body) > 0 {
-			msg.aliased = true
-			t.aliased = append(t.aliased, msg)
+// bodyStored records a message newly in the state.
+func (m *Member) bodyStored(r ref, rec *record) {
+	t := m.bodies
+	if t == nil {
+		return
+	}
+	if n := len(m.body(r)); n > 0 {
+		t.held += int64(n)
+		if t.aliasing {
+			rec.set(flagAliased, true)
+			t.aliased = append(t.aliased, stamped{r, rec.seq})
 		}
 	}
 }
 
-// waiting records a message that came to wait for delivery.
-func (t *bodyTracking) waiting(msg *message) {
-	if t != nil && !msg.away.Away() && len(msg.msg.Body) > 0 {
-		t.fresh = append(t.fresh, msg)
+// bodyWaiting records a message that came to wait for delivery.
+func (m *Member) bodyWaiting(r ref, rec *record) {
+	if t := m.bodies; t != nil && len(m.body(r)) > 0 {
+		t.fresh = append(t.fresh, stamped{r, rec.seq})
 	}
 }
 
-// removed records a message that left the state.
-func (t *bodyTracking) removed(msg *message) {
-	switch {
+// bodyRemoved records a message that left the state.
+func (m *Member) bodyRemoved(r ref, rec *record) {
+	switch t := m.bodies; {
 	case t == nil:
-	case msg.away.Away():
-		t.dropped = append(t.dropped, msg.away)
+	case rec.away.Away():
+		t.dropped = append(t.dropped, rec.away)
 	default:
-		t.held -= int64(len(msg.msg.Body))
+		t.held -= int64(len(m.body(r)))
 	}
 }
 

@@ -172,11 +172,17 @@ var (
 // snapshotBytes is the raw stream of Capture().WriteTo.
 func snapshotBytes(t tb, m *fsm.Member) []byte {
 	t.Helper()
+	return imageBytes(t, m.Capture())
+}
+
+// imageBytes writes a member image out.
+func imageBytes(t tb, img *fsm.MemberImage) []byte {
+	t.Helper()
 	var buf bytes.Buffer
 	bw := snapshotWriters.Get().(*bufio.Writer)
 	defer snapshotWriters.Put(bw)
 	bw.Reset(&buf)
-	n, err := m.Capture().WriteTo(bw)
+	n, err := img.WriteTo(bw)
 	if err != nil {
 		t.Fatalf("write snapshot: %v", err)
 	}

@@ -26,68 +26,21 @@ func DefaultSettings() *fsmpb.MemberSettings {
 	return &fsmpb.MemberSettings{DedupWindowNs: DefaultDedupWindowNs, DedupMaxIds: DefaultDedupMaxIDs}
 }
 
-// message is a stored message and its delivery state.
-type message struct {
-	msg         *fsmpb.Message
-	seq         uint64
-	size        int64
-	redelivered bool
-	// aliased: msg's body is a slice of the entry it came in (alias.go).
-	aliased bool
-	count   uint32
-	// deliveryID and session are set while the message is delivered.
-	deliveryID uint64
-	session    *session
-	// availableAt is set while the message waits out a redelivery delay.
-	availableAt int64
-	// dead: delivered max_deliveries times, waiting to move to the
-	// dead-letter queue. movingTo: the member it is moving to.
-	dead     bool
-	movingTo string
-	// tx is set while a prepared transaction acknowledges this delivery:
-	// it is held, neither acknowledged nor returned, until decided.
-	tx *tx
-	// away is where the member put the body, when msg holds none
-	// (bodies.go); replica-local.
-	away BodyRef
-}
-
-// waiting is true for a message in none of the other states: pending (or
-// expired and not yet removed).
-func (m *message) waiting() bool {
-	return m.session == nil && m.availableAt == 0 && !m.dead && m.movingTo == ""
-}
-
-func (m *message) expiredAt(now int64) bool {
-	return m.msg.Expiration != 0 && m.msg.Expiration <= now
-}
-
 type session struct {
-	id         string
-	owner      string
-	deliveries map[uint64]*message
+	id    string
+	owner string
+	// slot is where sessionSlots holds it; records name it by slot+1.
+	slot       uint32
+	deliveries map[uint64]ref
 	// lastRecover is the newest attempt the member applied for the session,
 	// and lastRecoverWatermark what it answered: a front-end that got no
 	// answer sends the same attempt again, which must not take back what was
 	// delivered since (each delivery counts toward max_deliveries).
 	lastRecover          uint64
 	lastRecoverWatermark uint64
-}
-
-func bySeq(a, b *message) bool { return a.seq < b.seq }
-
-func byAvailability(a, b *message) bool {
-	if a.availableAt != b.availableAt {
-		return a.availableAt < b.availableAt
-	}
-	return a.seq < b.seq
-}
-
-func byExpiration(a, b *message) bool {
-	if a.msg.Expiration != b.msg.Expiration {
-		return a.msg.Expiration < b.msg.Expiration
-	}
-	return a.seq < b.seq
+	// released: no longer open, kept for the deliveries a prepared
+	// transaction holds until it is decided.
+	released bool
 }
 
 // Member is the state machine of one member of a destination: its messages,
@@ -100,19 +53,28 @@ type Member struct {
 	nextDelivery uint64
 	settings     *fsmpb.MemberSettings
 
-	messages map[string]*message
-	pending  [MaxPriority + 1]*btree.BTreeG[*message]
+	// records hold the messages (records.go); ids finds them by id.
+	records  slab
+	ids      idIndex
+	pending  [MaxPriority + 1]*btree.BTreeG[item]
 	nPending int
-	expiry   *btree.BTreeG[*message]
-	delayed  *btree.BTreeG[*message]
+	expiry   *btree.BTreeG[item]
+	delayed  *btree.BTreeG[item]
 	// aside holds the dead and the moving messages, by sequence.
-	aside        *btree.BTreeG[*message]
+	aside        *btree.BTreeG[item]
 	deadLettered uint64
 	sealed       bool
-	byDelivery   map[uint64]*message
+	byDelivery   map[uint64]ref
 	sessions     map[string]*session
-	dedup        dedupWindow
-	bytes        int64
+	// sessionSlots are the sessions records name, open or released but
+	// holding deliveries; freeSlots the slots to reuse.
+	sessionSlots []*session
+	freeSlots    []uint32
+	// targets are the move targets records name, each once.
+	targets     []string
+	targetIndex map[string]uint32
+	dedup       dedupWindow
+	bytes       int64
 	// txs are the transactions prepared here; txMsgIDs the ids of their
 	// messages; decisions those recorded as a transaction's primary.
 	txs       map[string]*tx
@@ -131,12 +93,13 @@ func NewMember() *Member {
 		nextSeq:      1,
 		nextDelivery: 1,
 		settings:     DefaultSettings(),
-		messages:     make(map[string]*message),
-		expiry:       btree.NewG(32, byExpiration),
-		delayed:      btree.NewG(32, byAvailability),
+		ids:          newIDIndex(0),
+		expiry:       btree.NewG(32, byTime),
+		delayed:      btree.NewG(32, byTime),
 		aside:        btree.NewG(32, bySeq),
-		byDelivery:   make(map[uint64]*message),
+		byDelivery:   make(map[uint64]ref),
 		sessions:     make(map[string]*session),
+		targetIndex:  make(map[string]uint32),
 		dedup:        newDedupWindow(),
 		txs:          make(map[string]*tx),
 		txMsgIDs:     make(map[string]string),
@@ -253,7 +216,7 @@ func (m *Member) admit(msgs []*fsmpb.Message, now int64) ([]Enqueued, int64, err
 			}
 			batchDedup[d] = msg.Id
 		}
-		if _, ok := m.messages[msg.Id]; ok || batchIDs[msg.Id] || m.txMsgIDs[msg.Id] != "" {
+		if m.find(msg.Id) != 0 || batchIDs[msg.Id] || m.txMsgIDs[msg.Id] != "" {
 			return nil, 0, fmt.Errorf("%w: %s", ErrDuplicateMessageID, msg.Id)
 		}
 		batchIDs[msg.Id] = true
@@ -276,14 +239,13 @@ func (m *Member) store(msgs []*fsmpb.Message, out []Enqueued, now int64, withDed
 		if out[i].Duplicate {
 			continue
 		}
-		s := &message{msg: msg, seq: m.nextSeq, size: MessageSize(msg), count: msg.DeliveryCount, redelivered: msg.Redelivered}
+		r, rec := m.newRecord(msg, m.nextSeq, BodyRef{})
 		m.nextSeq++
-		m.messages[msg.Id] = s
-		m.bytes += s.size
-		m.bodies.stored(s)
-		m.pushPending(s)
-		if msg.Expiration != 0 {
-			m.expiry.ReplaceOrInsert(s)
+		m.bytes += rec.size
+		m.bodyStored(r, rec)
+		m.pushPending(r, rec)
+		if rec.expiration != 0 {
+			m.expiry.ReplaceOrInsert(expiryItem(r, rec))
 		}
 		if withDedup && msg.DedupId != "" {
 			m.dedup.add(msg.DedupId, msg.Id, now, int(m.settings.DedupMaxIds))
@@ -291,14 +253,14 @@ func (m *Member) store(msgs []*fsmpb.Message, out []Enqueued, now int64, withDed
 	}
 }
 
-func (m *Member) pushPending(s *message) {
-	m.pending[s.msg.Priority].ReplaceOrInsert(s)
+func (m *Member) pushPending(r ref, rec *record) {
+	m.pending[rec.priority].ReplaceOrInsert(seqItem(r, rec))
 	m.nPending++
-	m.bodies.waiting(s)
+	m.bodyWaiting(r, rec)
 }
 
-func (m *Member) popPending(s *message) {
-	if _, ok := m.pending[s.msg.Priority].Delete(s); ok {
+func (m *Member) popPending(r ref, rec *record) {
+	if _, ok := m.pending[rec.priority].Delete(seqItem(r, rec)); ok {
 		m.nPending--
 	}
 }
@@ -310,66 +272,135 @@ func (m *Member) deliver(c *fsmpb.Deliver) Result {
 	}
 	var out []Delivery
 	for _, id := range c.MessageIds {
-		msg := m.messages[id]
-		if msg == nil || !msg.waiting() || msg.expiredAt(c.Now) {
+		r := m.find(id)
+		if r == 0 {
 			continue
 		}
-		m.popPending(msg)
+		rec := m.rec(r)
+		if !rec.waiting() || rec.expiredAt(c.Now) {
+			continue
+		}
+		m.popPending(r, rec)
 		// A delivery may wait in a consumer's buffers long after this
 		// batch: it must not keep the entry alive.
-		m.ownBody(msg)
-		msg.count++
-		msg.deliveryID = m.nextDelivery
+		m.ownBody(r, rec)
+		rec.count++
+		rec.deliveryID = m.nextDelivery
 		m.nextDelivery++
-		msg.session = s
-		s.deliveries[msg.deliveryID] = msg
-		m.byDelivery[msg.deliveryID] = msg
-		out = append(out, Delivery{DeliveryID: msg.deliveryID, Message: msg.msg, Body: msg.away, Redelivered: msg.redelivered, DeliveryCount: msg.count})
+		rec.session = s.slot + 1
+		s.deliveries[rec.deliveryID] = r
+		m.byDelivery[rec.deliveryID] = r
+		out = append(out, m.delivery(r, rec))
 	}
 	return Result{Delivered: out}
 }
 
+func (m *Member) delivery(r ref, rec *record) Delivery {
+	return Delivery{DeliveryID: rec.deliveryID, Message: m.message(r), Body: rec.away, Redelivered: rec.has(flagRedelivered), DeliveryCount: rec.count}
+}
+
 // remove drops a message from every index.
-func (m *Member) remove(msg *message) {
-	delete(m.messages, msg.msg.Id)
+func (m *Member) remove(r ref) {
+	rec := m.rec(r)
 	switch {
-	case msg.session != nil:
-		delete(msg.session.deliveries, msg.deliveryID)
-		delete(m.byDelivery, msg.deliveryID)
-		msg.session = nil
-	case msg.availableAt != 0:
-		m.delayed.Delete(msg)
-	case msg.dead || msg.movingTo != "":
-		m.aside.Delete(msg)
+	case rec.session != 0:
+		m.undeliver(rec)
+	case rec.availableAt != 0:
+		m.delayed.Delete(delayItem(r, rec))
+	case rec.has(flagDead) || rec.movingTo != 0:
+		m.aside.Delete(seqItem(r, rec))
 	default:
-		m.popPending(msg)
+		m.popPending(r, rec)
 	}
-	if msg.msg.Expiration != 0 {
-		m.expiry.Delete(msg)
+	if rec.expiration != 0 {
+		m.expiry.Delete(expiryItem(r, rec))
 	}
-	m.bytes -= msg.size
-	m.bodies.removed(msg)
+	m.bytes -= rec.size
+	m.bodyRemoved(r, rec)
+	m.freeRecord(r)
+}
+
+// undeliver takes a delivered message from its session.
+func (m *Member) undeliver(rec *record) {
+	s := m.sessionSlots[rec.session-1]
+	delete(s.deliveries, rec.deliveryID)
+	delete(m.byDelivery, rec.deliveryID)
+	rec.session, rec.deliveryID = 0, 0
+	if s.released && len(s.deliveries) == 0 {
+		m.freeSession(s)
+	}
+}
+
+// newSession opens a session in a free slot.
+func (m *Member) newSession(id, owner string) *session {
+	s := &session{id: id, owner: owner, deliveries: make(map[uint64]ref)}
+	if n := len(m.freeSlots); n > 0 {
+		s.slot = m.freeSlots[n-1]
+		m.freeSlots = m.freeSlots[:n-1]
+		m.sessionSlots[s.slot] = s
+	} else {
+		s.slot = uint32(len(m.sessionSlots))
+		m.sessionSlots = append(m.sessionSlots, s)
+	}
+	return s
+}
+
+// releaseSession closes s; its slot stays taken while a prepared
+// transaction holds one of its deliveries.
+func (m *Member) releaseSession(s *session) {
+	if m.sessions[s.id] == s {
+		delete(m.sessions, s.id)
+	}
+	s.released = true
+	if len(s.deliveries) == 0 {
+		m.freeSession(s)
+	}
+}
+
+func (m *Member) freeSession(s *session) {
+	m.sessionSlots[s.slot] = nil
+	m.freeSlots = append(m.freeSlots, s.slot)
+}
+
+// sessionOf is the session holding a delivered message.
+func (m *Member) sessionOf(rec *record) *session { return m.sessionSlots[rec.session-1] }
+
+// target returns the index plus one that records use for a move target.
+func (m *Member) target(addr string) uint32 {
+	if i, ok := m.targetIndex[addr]; ok {
+		return i
+	}
+	m.targets = append(m.targets, addr)
+	i := uint32(len(m.targets))
+	m.targetIndex[addr] = i
+	return i
+}
+
+// targetOf is the member a message moves to, "" if none.
+func (m *Member) targetOf(rec *record) string {
+	if rec.movingTo == 0 {
+		return ""
+	}
+	return m.targets[rec.movingTo-1]
 }
 
 // requeue takes a message back from its session, marked redelivered: dead
 // once delivered max_deliveries times, else delayed if the member has a
 // redelivery delay, else pending.
-func (m *Member) requeue(msg *message, now int64) {
-	delete(msg.session.deliveries, msg.deliveryID)
-	delete(m.byDelivery, msg.deliveryID)
-	msg.session = nil
-	msg.deliveryID = 0
-	msg.redelivered = true
+func (m *Member) requeue(r ref, now int64) {
+	rec := m.rec(r)
+	m.undeliver(rec)
+	rec.set(flagRedelivered, true)
 	st := m.settings
 	switch {
-	case st.MaxDeliveries > 0 && msg.count >= st.MaxDeliveries:
-		msg.dead = true
-		m.aside.ReplaceOrInsert(msg)
+	case st.MaxDeliveries > 0 && rec.count >= st.MaxDeliveries:
+		rec.set(flagDead, true)
+		m.aside.ReplaceOrInsert(seqItem(r, rec))
 	case st.RedeliveryDelayNs > 0:
-		msg.availableAt = max(addSaturating(now, redeliveryDelay(st, msg.count)), 1)
-		m.delayed.ReplaceOrInsert(msg)
+		rec.availableAt = max(addSaturating(now, redeliveryDelay(st, rec.count)), 1)
+		m.delayed.ReplaceOrInsert(delayItem(r, rec))
 	default:
-		m.pushPending(msg)
+		m.pushPending(r, rec)
 	}
 }
 
@@ -407,7 +438,7 @@ func (m *Member) ack(c *fsmpb.Ack) Result {
 	var r Result
 	for _, id := range c.DeliveryIds {
 		msg := s.deliveries[id]
-		if msg == nil || msg.tx != nil {
+		if msg == 0 || m.rec(msg).has(flagHeld) {
 			r.Rejected = append(r.Rejected, id)
 			continue
 		}
@@ -415,7 +446,7 @@ func (m *Member) ack(c *fsmpb.Ack) Result {
 		r.Acked++
 	}
 	if c.UpTo != 0 {
-		for _, id := range s.deliveryIDs(c.UpTo) {
+		for _, id := range m.deliveryIDs(s, c.UpTo) {
 			m.remove(s.deliveries[id])
 			r.Acked++
 		}
@@ -425,10 +456,10 @@ func (m *Member) ack(c *fsmpb.Ack) Result {
 
 // deliveryIDs lists the session's delivery ids up to upTo (0: all),
 // ascending, but those a prepared transaction holds.
-func (s *session) deliveryIDs(upTo uint64) []uint64 {
+func (m *Member) deliveryIDs(s *session, upTo uint64) []uint64 {
 	ids := make([]uint64, 0, len(s.deliveries))
-	for id, msg := range s.deliveries {
-		if msg.tx == nil && (upTo == 0 || id <= upTo) {
+	for id, r := range s.deliveries {
+		if !m.rec(r).has(flagHeld) && (upTo == 0 || id <= upTo) {
 			ids = append(ids, id)
 		}
 	}
@@ -438,7 +469,7 @@ func (s *session) deliveryIDs(upTo uint64) []uint64 {
 
 // requeueAll takes back every delivery of s.
 func (m *Member) requeueAll(s *session, now int64) int {
-	ids := s.deliveryIDs(0)
+	ids := m.deliveryIDs(s, 0)
 	for _, id := range ids {
 		m.requeue(s.deliveries[id], now)
 	}
@@ -468,7 +499,7 @@ func (m *Member) release(c *fsmpb.Release) Result {
 		return Result{}
 	}
 	n := m.requeueAll(s, c.Now)
-	delete(m.sessions, s.id)
+	m.releaseSession(s)
 	return Result{Returned: n}
 }
 
@@ -480,7 +511,7 @@ func (m *Member) returnDeliveries(c *fsmpb.Return) Result {
 	var r Result
 	for _, id := range c.DeliveryIds {
 		msg := s.deliveries[id]
-		if msg == nil || msg.tx != nil {
+		if msg == 0 || m.rec(msg).has(flagHeld) {
 			r.Rejected = append(r.Rejected, id)
 			continue
 		}
@@ -494,7 +525,7 @@ func (m *Member) expire(c *fsmpb.Expire) Result {
 	var r Result
 	for _, id := range c.MessageIds {
 		// A message a prepared transaction holds expires once decided.
-		if msg := m.messages[id]; msg != nil && msg.tx == nil && msg.expiredAt(c.Now) {
+		if msg := m.find(id); msg != 0 && !m.rec(msg).has(flagHeld) && m.rec(msg).expiredAt(c.Now) {
 			m.remove(msg)
 			r.Removed++
 		}
@@ -505,12 +536,12 @@ func (m *Member) expire(c *fsmpb.Expire) Result {
 // purge removes what waits for delivery: pending and delayed messages.
 // Dead and moving ones finish their move.
 func (m *Member) purge(*fsmpb.Purge) Result {
-	var victims []*message
+	var victims []ref
 	for _, t := range append(m.pending[:], m.delayed) {
-		t.Ascend(func(msg *message) bool { victims = append(victims, msg); return true })
+		t.Ascend(func(it item) bool { victims = append(victims, it.r); return true })
 	}
-	for _, msg := range victims {
-		m.remove(msg)
+	for _, r := range victims {
+		m.remove(r)
 	}
 	return Result{Removed: len(victims)}
 }
@@ -525,7 +556,7 @@ func (m *Member) openSession(c *fsmpb.OpenSession) Result {
 		}
 		return Result{}
 	}
-	m.sessions[c.Session] = &session{id: c.Session, owner: c.Owner, deliveries: make(map[uint64]*message)}
+	m.sessions[c.Session] = m.newSession(c.Session, c.Owner)
 	return Result{}
 }
 
@@ -543,64 +574,67 @@ func (m *Member) move(c *fsmpb.Move) Result {
 	if _, i, err := ParseAddress(c.Target); err != nil || i < 0 {
 		return Result{Err: fmt.Errorf("%w: move target %q is not a member address", ErrMalformed, c.Target)}
 	}
-	var r Result
+	var res Result
 	for _, id := range c.MessageIds {
-		msg := m.messages[id]
-		switch {
-		case msg == nil:
+		r := m.find(id)
+		if r == 0 {
 			continue
+		}
+		rec := m.rec(r)
+		switch {
 		case c.Retarget:
-			if msg.movingTo != "" && msg.movingTo != c.Target {
-				msg.movingTo = c.Target
-				r.Moved++
+			if rec.movingTo != 0 && m.targetOf(rec) != c.Target {
+				rec.movingTo = m.target(c.Target)
+				res.Moved++
 			}
 			continue
-		case msg.session != nil || msg.availableAt != 0 || msg.movingTo != "":
+		case rec.session != 0 || rec.availableAt != 0 || rec.movingTo != 0:
 			continue
-		case msg.dead:
-			m.aside.Delete(msg)
+		case rec.has(flagDead):
+			m.aside.Delete(seqItem(r, rec))
 		default:
-			m.popPending(msg)
+			m.popPending(r, rec)
 		}
-		msg.movingTo = c.Target
-		m.aside.ReplaceOrInsert(msg)
-		r.Moved++
+		rec.movingTo = m.target(c.Target)
+		m.aside.ReplaceOrInsert(seqItem(r, rec))
+		res.Moved++
 	}
-	return r
+	return res
 }
 
 func (m *Member) moved(c *fsmpb.Moved) Result {
-	var r Result
+	var res Result
 	for _, id := range c.MessageIds {
-		if msg := m.messages[id]; msg != nil && msg.movingTo != "" {
-			if msg.dead {
+		if r := m.find(id); r != 0 && m.rec(r).movingTo != 0 {
+			if m.rec(r).has(flagDead) {
 				m.deadLettered++
 			}
-			m.remove(msg)
-			r.Removed++
+			m.remove(r)
+			res.Removed++
 		}
 	}
-	return r
+	return res
 }
 
 func (m *Member) wake(c *fsmpb.Wake) Result {
-	var due []*message
-	m.delayed.Ascend(func(msg *message) bool {
-		if msg.availableAt > c.Now {
+	var due []item
+	m.delayed.Ascend(func(it item) bool {
+		if it.at > c.Now {
 			return false
 		}
-		due = append(due, msg)
+		due = append(due, it)
 		return true
 	})
-	for _, msg := range due {
-		m.delayed.Delete(msg)
-		msg.availableAt = 0
-		m.pushPending(msg)
+	for _, it := range due {
+		m.delayed.Delete(it)
+		rec := m.rec(it.r)
+		rec.availableAt = 0
+		m.pushPending(it.r, rec)
 	}
 	return Result{Returned: len(due)}
 }
 
 func (m *Member) seal(c *fsmpb.Seal) Result {
 	m.sealed = c.Sealed
-	return Result{Held: len(m.messages)}
+	return Result{Held: m.records.live}
 }

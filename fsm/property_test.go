@@ -514,6 +514,8 @@ type propMachine struct {
 	f   *member
 	md  *model
 	now int64
+	// away gets every entry f gets, and puts its bodies away.
+	away *awayShadow
 
 	nextID  int
 	sent    []*fsmpb.Message // every message ever sent, for resends
@@ -542,6 +544,7 @@ func newPropMachine(t *rapid.T) *propMachine {
 	return &propMachine{
 		f:         newMember(t),
 		md:        newModel(),
+		away:      newAwayShadow(),
 		now:       1000,
 		isKnown:   map[string]bool{},
 		acked:     map[string]bool{},
@@ -674,6 +677,8 @@ func (p *propMachine) step(t *rapid.T, body proto.Message) fsm.Result {
 	}
 	got := p.f.do(body)
 	p.history = append(p.history, replay{p.f.idx, entry(t, body)})
+	limit := rapid.SampledFrom([]int64{0, 0, 0, 30}).Draw(t, "body bytes held")
+	p.away.apply(t, p.f.idx, p.history[len(p.history)-1].data, got, limit)
 	if len(p.history) > 8 {
 		p.history = p.history[1:]
 	}
@@ -1013,6 +1018,7 @@ func (p *propMachine) check(t *rapid.T) {
 		s.GetRedeliveryBackoff() != md.backoff || s.GetRedeliveryMaxDelayNs() != md.maxDelay {
 		t.Fatalf("Settings = %v, model %+v", s, *md)
 	}
+	p.away.check(t, m, p.known, p.now)
 }
 
 // quickState is state for members whose messages have one property at
@@ -1292,6 +1298,7 @@ func (p *propMachine) actions() map[string]func(*rapid.T) {
 				t.Fatalf("restored state differs")
 			}
 			p.f.m = r
+			p.away.snapshot(t)
 		},
 		"replay": func(t *rapid.T) {
 			if len(p.history) == 0 {

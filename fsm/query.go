@@ -45,8 +45,8 @@ func (m *Member) Sealed() bool { return m.sealed }
 
 // NextWake is when the earliest redelivery delay ends, 0 if none.
 func (m *Member) NextWake() int64 {
-	if msg, ok := m.delayed.Min(); ok {
-		return msg.availableAt
+	if it, ok := m.delayed.Min(); ok {
+		return it.at
 	}
 	return 0
 }
@@ -71,9 +71,9 @@ type Aside struct {
 // target yet, by sequence.
 func (m *Member) DeadWaiting(limit int) []string {
 	var ids []string
-	m.aside.Ascend(func(msg *message) bool {
-		if msg.dead && msg.movingTo == "" {
-			ids = append(ids, msg.msg.Id)
+	m.aside.Ascend(func(it item) bool {
+		if rec := m.rec(it.r); rec.has(flagDead) && rec.movingTo == 0 {
+			ids = append(ids, m.idOf(it.r))
 		}
 		return len(ids) < limit
 	})
@@ -84,11 +84,13 @@ func (m *Member) DeadWaiting(limit int) []string {
 // sequence.
 func (m *Member) AsideMessages(limit int) []Aside {
 	var out []Aside
-	m.aside.Ascend(func(msg *message) bool {
+	m.aside.Ascend(func(it item) bool {
 		if len(out) >= limit {
 			return false
 		}
-		out = append(out, Aside{Message: msg.msg, Body: msg.away, Seq: msg.seq, Dead: msg.dead, Target: msg.movingTo, Redelivered: msg.redelivered, DeliveryCount: msg.count})
+		rec := m.rec(it.r)
+		out = append(out, Aside{Message: m.message(it.r), Body: rec.away, Seq: rec.seq, Dead: rec.has(flagDead), Target: m.targetOf(rec),
+			Redelivered: rec.has(flagRedelivered), DeliveryCount: rec.count})
 		return true
 	})
 	return out
@@ -103,11 +105,11 @@ func (m *Member) Settings() *fsmpb.MemberSettings { return m.settings }
 func (m *Member) ScanPending(now int64, fn func(id string) bool) {
 	for p := MaxPriority; p >= 0; p-- {
 		more := true
-		m.pending[p].Ascend(func(msg *message) bool {
-			if msg.expiredAt(now) {
+		m.pending[p].Ascend(func(it item) bool {
+			if m.rec(it.r).expiredAt(now) {
 				return true
 			}
-			more = fn(msg.msg.Id)
+			more = fn(m.idOf(it.r))
 			return more
 		})
 		if !more {
@@ -120,11 +122,11 @@ func (m *Member) ScanPending(now int64, fn func(id string) bool) {
 // before now, earliest first.
 func (m *Member) ExpiredBy(now int64, limit int) []string {
 	var ids []string
-	m.expiry.Ascend(func(msg *message) bool {
-		if !msg.expiredAt(now) || len(ids) >= limit {
+	m.expiry.Ascend(func(it item) bool {
+		if it.at > now || len(ids) >= limit {
 			return false
 		}
-		ids = append(ids, msg.msg.Id)
+		ids = append(ids, m.idOf(it.r))
 		return true
 	})
 	return ids
@@ -132,8 +134,8 @@ func (m *Member) ExpiredBy(now int64, limit int) []string {
 
 // NextExpiration is the earliest expiration of a stored message, 0 if none.
 func (m *Member) NextExpiration() int64 {
-	if msg, ok := m.expiry.Min(); ok {
-		return msg.msg.Expiration
+	if it, ok := m.expiry.Min(); ok {
+		return it.at
 	}
 	return 0
 }
@@ -149,7 +151,7 @@ type SessionInfo struct {
 func (m *Member) Sessions() []SessionInfo {
 	out := make([]SessionInfo, 0, len(m.sessions))
 	for _, s := range m.sessions {
-		out = append(out, SessionInfo{ID: s.id, Owner: s.owner, Deliveries: len(s.deliveryIDs(0))})
+		out = append(out, SessionInfo{ID: s.id, Owner: s.owner, Deliveries: len(m.deliveryIDs(s, 0))})
 	}
 	slices.SortFunc(out, func(a, b SessionInfo) int { return cmp.Compare(a.ID, b.ID) })
 	return out
@@ -179,17 +181,18 @@ type MessageState struct {
 
 // Lookup returns the state of a stored message.
 func (m *Member) Lookup(id string) (MessageState, bool) {
-	msg := m.messages[id]
-	if msg == nil {
+	r := m.find(id)
+	if r == 0 {
 		return MessageState{}, false
 	}
-	st := MessageState{Message: msg.msg, Body: msg.away, Pending: msg.waiting(), AvailableAt: msg.availableAt, Dead: msg.dead, MovingTo: msg.movingTo,
-		DeliveryID: msg.deliveryID, Redelivered: msg.redelivered, DeliveryCount: msg.count}
-	if msg.session != nil {
-		st.Session = msg.session.id
+	rec := m.rec(r)
+	st := MessageState{Message: m.message(r), Body: rec.away, Pending: rec.waiting(), AvailableAt: rec.availableAt, Dead: rec.has(flagDead),
+		MovingTo: m.targetOf(rec), DeliveryID: rec.deliveryID, Redelivered: rec.has(flagRedelivered), DeliveryCount: rec.count}
+	if rec.session != 0 {
+		st.Session = m.sessionOf(rec).id
 	}
-	if msg.tx != nil {
-		st.Tx = msg.tx.id
+	if rec.has(flagHeld) {
+		st.Tx = m.holder(r)
 	}
 	return st, true
 }
@@ -202,12 +205,12 @@ func (m *Member) DeliveriesAfter(session string, after uint64) []Delivery {
 		return nil
 	}
 	var out []Delivery
-	for _, id := range s.deliveryIDs(0) {
+	for _, id := range m.deliveryIDs(s, 0) {
 		if id <= after {
 			continue
 		}
-		msg := s.deliveries[id]
-		out = append(out, Delivery{DeliveryID: id, Message: msg.msg, Body: msg.away, Redelivered: msg.redelivered, DeliveryCount: msg.count})
+		r := s.deliveries[id]
+		out = append(out, m.delivery(r, m.rec(r)))
 	}
 	return out
 }

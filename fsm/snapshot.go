@@ -19,10 +19,14 @@ import (
 // message bodies are shared, as the state machine never modifies them.
 type MemberImage struct {
 	header *fsmpb.MemberSnapshot
-	// messages are in the order Capture walked them until WriteTo sorts
-	// them by sequence: sorting a million while applies wait would stall
-	// the member for half a second.
-	messages []imageMessage
+	// records and msgs are copies of the member's slab, in slot order:
+	// WriteTo orders them by sequence, as sorting a million while applies
+	// wait would stall the member for half a second. sessions (by slot)
+	// and targets are what the records name.
+	records  [][]record
+	msgs     [][]*fsmpb.Message
+	sessions []string
+	targets  []string
 	// readBody reads a body the member put away (SetBodyReader).
 	readBody func(ref BodyRef, buf []byte) ([]byte, error)
 }
@@ -33,51 +37,21 @@ func (img *MemberImage) SetBodyReader(read func(ref BodyRef, buf []byte) ([]byte
 	img.readBody = read
 }
 
-// imageMessage is a message as captured: what changes copied, the message
-// itself shared.
-type imageMessage struct {
-	msg         *fsmpb.Message
-	seq         uint64
-	deliveryID  uint64
-	session     string
-	availableAt int64
-	movingTo    string
-	count       uint32
-	redelivered bool
-	dead        bool
-	away        BodyRef
-}
-
 // Capture copies the state for a snapshot. It runs while applies wait, so
-// it only copies: WriteTo orders and encodes (BenchmarkMember_Capture).
+// it only copies, chunk by chunk: WriteTo orders and encodes
+// (BenchmarkMember_Capture).
 func (m *Member) Capture() *MemberImage {
-	msgs := make([]imageMessage, 0, len(m.messages))
-	add := func(msg *message) bool {
-		im := imageMessage{msg: msg.msg, seq: msg.seq, availableAt: msg.availableAt, movingTo: msg.movingTo,
-			count: msg.count, redelivered: msg.redelivered, dead: msg.dead, away: msg.away}
-		if msg.session != nil {
-			im.deliveryID, im.session = msg.deliveryID, msg.session.id
-		}
-		msgs = append(msgs, im)
-		return true
+	records := make([][]record, len(m.records.chunks))
+	msgs := make([][]*fsmpb.Message, len(m.records.chunks))
+	for i, c := range m.records.chunks {
+		n := min(len(c), int(m.records.used)-i*slabChunk)
+		records[i] = slices.Clone(c[:n])
+		msgs[i] = slices.Clone(m.records.msgs[i][:n])
 	}
-	// Every message is in exactly one of these. The trees hold messages in
-	// sequence order, which is about the order they were allocated in, so
-	// walking them reads memory far more in order than walking the map.
-	for _, t := range m.pending {
-		t.Ascend(add)
-	}
-	m.delayed.Ascend(add)
-	m.aside.Ascend(add)
-	for _, msg := range m.byDelivery {
-		add(msg)
-	}
-	if len(msgs) != len(m.messages) {
-		// The states disagree with the map, which holds every message: a
-		// snapshot must not lose one for it.
-		msgs = msgs[:0]
-		for _, msg := range m.messages {
-			add(msg)
+	sessions := make([]string, len(m.sessionSlots))
+	for i, s := range m.sessionSlots {
+		if s != nil {
+			sessions[i] = s.id
 		}
 	}
 	img := &MemberImage{
@@ -86,11 +60,16 @@ func (m *Member) Capture() *MemberImage {
 			NextSeq:        m.nextSeq,
 			NextDeliveryId: m.nextDelivery,
 			Settings:       m.settings,
-			MessageCount:   uint64(len(msgs)),
+			MessageCount:   uint64(m.records.live),
 			DeadLettered:   m.deadLettered,
 			Sealed:         m.sealed,
 		},
-		messages: msgs,
+		records:  records,
+		msgs:     msgs,
+		sessions: sessions,
+		// Targets are only appended to: the records copied name none past
+		// this length.
+		targets: m.targets[:len(m.targets):len(m.targets)],
 	}
 	for _, s := range m.Sessions() {
 		own := m.sessions[s.ID]
@@ -106,8 +85,8 @@ func (m *Member) Capture() *MemberImage {
 		for _, o := range t.out {
 			st.Duplicate = append(st.Duplicate, o.Duplicate)
 		}
-		for _, msg := range t.acked {
-			st.DeliveryIds = append(st.DeliveryIds, msg.deliveryID)
+		for _, r := range t.acked {
+			st.DeliveryIds = append(st.DeliveryIds, m.rec(r).deliveryID)
 		}
 		img.header.Txs = append(img.header.Txs, st)
 	}
@@ -156,28 +135,52 @@ func (img *MemberImage) WriteTo(w io.Writer) (int64, error) {
 	if err := write(img.header); err != nil {
 		return n, err
 	}
-	slices.SortFunc(img.messages, func(a, b imageMessage) int { return cmpUint64(a.seq, b.seq) })
+	type slot struct {
+		seq uint64
+		r   ref
+	}
+	order := make([]slot, 0, img.header.MessageCount)
+	for i, c := range img.records {
+		for j := range c {
+			if c[j].has(flagLive) {
+				order = append(order, slot{c[j].seq, ref(i*slabChunk + j + 1)})
+			}
+		}
+	}
+	slices.SortFunc(order, func(a, b slot) int { return cmpUint64(a.seq, b.seq) })
 	var sm fsmpb.StoredMessage
-	// withBody is reused for every message whose body was put away: a
-	// million of them would otherwise be a million allocations.
-	var withBody fsmpb.Message
+	// withBody and alone are reused for every message whose body was put
+	// away or that its record holds alone: a million of them would
+	// otherwise be a million allocations.
+	var withBody, alone fsmpb.Message
 	var body []byte
-	for i := range img.messages {
-		im := &img.messages[i]
-		msg := im.msg
-		if im.away.Away() {
+	for _, o := range order {
+		i := uint32(o.r - 1)
+		rec := &img.records[i/slabChunk][i%slabChunk]
+		msg := img.msgs[i/slabChunk][i%slabChunk]
+		if msg == nil {
+			setFromRecord(&alone, rec)
+			msg = &alone
+		}
+		if rec.away.Away() {
 			if img.readBody == nil {
 				return n, fmt.Errorf("message %s: its body was put away and the image has no body reader", msg.Id)
 			}
 			var err error
-			if body, err = img.readBody(im.away, body[:0]); err != nil {
+			if body, err = img.readBody(rec.away, body[:0]); err != nil {
 				return n, fmt.Errorf("message %s: reading its body: %w", msg.Id, err)
 			}
 			setWithBody(&withBody, msg, body)
 			msg = &withBody
 		}
-		sm = fsmpb.StoredMessage{Message: msg, Seq: im.seq, Redelivered: im.redelivered, DeliveryCount: im.count,
-			AvailableAt: im.availableAt, Dead: im.dead, MovingTo: im.movingTo, DeliveryId: im.deliveryID, Session: im.session}
+		sm = fsmpb.StoredMessage{Message: msg, Seq: rec.seq, Redelivered: rec.has(flagRedelivered), DeliveryCount: rec.count,
+			AvailableAt: rec.availableAt, Dead: rec.has(flagDead), DeliveryId: rec.deliveryID}
+		if rec.movingTo != 0 {
+			sm.MovingTo = img.targets[rec.movingTo-1]
+		}
+		if rec.session != 0 {
+			sm.Session = img.sessions[rec.session-1]
+		}
 		if err := write(&sm); err != nil {
 			return n, err
 		}
@@ -301,14 +304,15 @@ func (s *MemberSnapshot) Restore(next func() (*fsmpb.StoredMessage, BodyRef, err
 	m := NewMember()
 	// Sized once rather than grown through every power of two; bounded, as
 	// the count comes from the file.
-	m.messages = make(map[string]*message, min(h.MessageCount, maxPresizedMessages))
+	m.ids = newIDIndex(int(min(h.MessageCount, maxPresizedMessages)))
 	m.applied, m.nextSeq, m.nextDelivery, m.deadLettered, m.sealed = h.Applied, h.NextSeq, h.NextDeliveryId, h.DeadLettered, h.Sealed
 	if h.Settings != nil {
 		m.settings = h.Settings
 	}
 	for _, s := range h.Sessions {
-		m.sessions[s.Id] = &session{id: s.Id, owner: s.Owner, deliveries: make(map[uint64]*message),
-			lastRecover: s.LastRecover, lastRecoverWatermark: s.LastRecoverWatermark}
+		ns := m.newSession(s.Id, s.Owner)
+		ns.lastRecover, ns.lastRecoverWatermark = s.LastRecover, s.LastRecoverWatermark
+		m.sessions[s.Id] = ns
 	}
 	for _, d := range h.Dedup {
 		r := &dedupRecord{dedupID: d.DedupId, messageID: d.MessageId, at: d.At}
@@ -331,38 +335,46 @@ func (s *MemberSnapshot) Restore(next func() (*fsmpb.StoredMessage, BodyRef, err
 		if err != nil {
 			return nil, fmt.Errorf("snapshot message %d of %d: %w", i, h.MessageCount, err)
 		}
-		msg := &message{msg: sm.Message, seq: sm.Seq, size: MessageSize(sm.Message) + int64(away.Len), redelivered: sm.Redelivered, count: sm.DeliveryCount,
-			availableAt: sm.AvailableAt, dead: sm.Dead, movingTo: sm.MovingTo, away: away}
-		m.messages[sm.Message.Id] = msg
-		m.bytes += msg.size
-		if sm.Message.Expiration != 0 {
-			m.expiry.ReplaceOrInsert(msg)
+		if m.find(sm.Message.Id) != 0 {
+			return nil, fmt.Errorf("%w: snapshot holds message %s twice", ErrCorrupt, sm.Message.Id)
+		}
+		r, rec := m.newRecord(sm.Message, sm.Seq, away)
+		rec.count, rec.availableAt = sm.DeliveryCount, sm.AvailableAt
+		rec.set(flagRedelivered, sm.Redelivered)
+		rec.set(flagDead, sm.Dead)
+		if sm.MovingTo != "" {
+			rec.movingTo = m.target(sm.MovingTo)
+		}
+		m.bytes += rec.size
+		if rec.expiration != 0 {
+			m.expiry.ReplaceOrInsert(expiryItem(r, rec))
 		}
 		switch {
 		case sm.Session != "":
-		case msg.availableAt != 0:
-			m.delayed.ReplaceOrInsert(msg)
+		case rec.availableAt != 0:
+			m.delayed.ReplaceOrInsert(delayItem(r, rec))
 			continue
-		case msg.dead || msg.movingTo != "":
-			m.aside.ReplaceOrInsert(msg)
+		case rec.has(flagDead) || rec.movingTo != 0:
+			m.aside.ReplaceOrInsert(seqItem(r, rec))
 			continue
 		default:
-			m.pushPending(msg)
+			m.pushPending(r, rec)
 			continue
 		}
 		s := m.sessions[sm.Session]
 		if s == nil && held[sm.DeliveryId] {
 			if s = orphans[sm.Session]; s == nil {
-				s = &session{id: sm.Session, deliveries: make(map[uint64]*message)}
+				s = m.newSession(sm.Session, "")
+				s.released = true
 				orphans[sm.Session] = s
 			}
 		}
 		if s == nil {
 			return nil, fmt.Errorf("%w: snapshot message %s is delivered to session %q, which is not in the snapshot", ErrCorrupt, sm.Message.Id, sm.Session)
 		}
-		msg.session, msg.deliveryID = s, sm.DeliveryId
-		s.deliveries[msg.deliveryID] = msg
-		m.byDelivery[msg.deliveryID] = msg
+		rec.session, rec.deliveryID = s.slot+1, sm.DeliveryId
+		s.deliveries[rec.deliveryID] = r
+		m.byDelivery[rec.deliveryID] = r
 	}
 	for _, st := range h.Txs {
 		t := &tx{id: st.Tx, primary: st.Primary, session: st.Session, preparedAt: st.PreparedAt, msgs: st.Messages}
@@ -380,7 +392,7 @@ func (s *MemberSnapshot) Restore(next func() (*fsmpb.StoredMessage, BodyRef, err
 		}
 		for _, id := range st.DeliveryIds {
 			msg := m.byDelivery[id]
-			if msg == nil {
+			if msg == 0 {
 				return nil, fmt.Errorf("%w: snapshot transaction %s holds delivery %d, which is not in the snapshot", ErrCorrupt, st.Tx, id)
 			}
 			t.acked = append(t.acked, msg)

@@ -25,7 +25,7 @@ type tx struct {
 	out   []Enqueued
 	bytes int64
 	// acked are the deliveries it acknowledges, held until the decision.
-	acked []*message
+	acked []ref
 }
 
 type decision struct {
@@ -72,7 +72,7 @@ func (m *Member) txPrepare(c *fsmpb.TxPrepare) Result {
 		}
 		return Result{Err: fmt.Errorf("%w: transaction %s was rolled back", ErrTxRefused, c.Tx)}
 	}
-	var acked []*message
+	var acked []ref
 	if len(c.DeliveryIds) > 0 {
 		s := m.sessions[c.Session]
 		if s == nil {
@@ -81,7 +81,7 @@ func (m *Member) txPrepare(c *fsmpb.TxPrepare) Result {
 		seen := make(map[uint64]bool, len(c.DeliveryIds))
 		for _, id := range c.DeliveryIds {
 			msg := s.deliveries[id]
-			if msg == nil || msg.tx != nil {
+			if msg == 0 || m.rec(msg).has(flagHeld) {
 				return Result{Err: fmt.Errorf("%w: delivery %d is no longer the session's (recovered, released or expired)", ErrTxRefused, id)}
 			}
 			if !seen[id] {
@@ -124,10 +124,11 @@ func (m *Member) hold(t *tx, withDedup bool) {
 			m.dedup.add(msg.DedupId, msg.Id, t.preparedAt, int(m.settings.DedupMaxIds))
 		}
 	}
-	for _, msg := range t.acked {
-		msg.tx = t
+	for _, r := range t.acked {
+		rec := m.rec(r)
+		rec.set(flagHeld, true)
 		// It expires, if it must, once the transaction is decided.
-		m.expiry.Delete(msg)
+		m.expiry.Delete(expiryItem(r, rec))
 	}
 	m.bytes += t.bytes
 	m.preparedSends += t.sends()
@@ -164,8 +165,8 @@ func (m *Member) txDecide(c *fsmpb.TxDecide) Result {
 			delete(m.txMsgIDs, msg.Id)
 		}
 	}
-	for _, msg := range t.acked {
-		msg.tx = nil
+	for _, r := range t.acked {
+		m.rec(r).set(flagHeld, false)
 	}
 	if commit {
 		m.store(t.msgs, t.out, c.Now, false)
@@ -179,13 +180,25 @@ func (m *Member) txDecide(c *fsmpb.TxDecide) Result {
 			m.dedup.forget(msg.DedupId, msg.Id)
 		}
 	}
-	for _, msg := range t.acked {
-		if msg.msg.Expiration != 0 {
-			m.expiry.ReplaceOrInsert(msg)
+	for _, r := range t.acked {
+		if rec := m.rec(r); rec.expiration != 0 {
+			m.expiry.ReplaceOrInsert(expiryItem(r, rec))
 		}
-		m.requeue(msg, c.Now)
+		m.requeue(r, c.Now)
 	}
 	return Result{Returned: len(t.acked)}
+}
+
+// holder is the prepared transaction that acknowledges the delivery r: an
+// inspection, so it searches rather than have every record name its
+// transaction.
+func (m *Member) holder(r ref) string {
+	for _, t := range m.txs {
+		if slices.Contains(t.acked, r) {
+			return t.id
+		}
+	}
+	return ""
 }
 
 // sends counts the messages the transaction will enqueue.
