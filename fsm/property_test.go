@@ -1080,6 +1080,9 @@ func (p *propMachine) newMessage(t *rapid.T) *fsmpb.Message {
 	}
 	if rapid.Bool().Draw(t, "has dedup") {
 		m.DedupId = fmt.Sprintf("d%d", rapid.IntRange(0, 11).Draw(t, "dedup"))
+		if rapid.IntRange(0, 3).Draw(t, "dedup id is the id") == 0 {
+			m.DedupId = m.Id // as idempotent producers send
+		}
 	}
 	m.Body = bytes.Repeat([]byte{'x'}, rapid.IntRange(0, 24).Draw(t, "size"))
 	if rapid.IntRange(0, 3).Draw(t, "has property") == 0 {

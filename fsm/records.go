@@ -11,10 +11,10 @@ import (
 // a million waiting messages are then some 72,000 objects to the collector,
 // mostly tree nodes, instead of 3 million and the pointers between them,
 // which it followed on every cycle (fsm/DESIGN.md, "The state holds no
-// pointer per message"). A message the
-// record cannot hold whole (a body in memory, properties, a dedup id, an id
-// over maxInlineID bytes, fields of a newer version, counts it came with)
-// keeps its *fsmpb.Message beside the record, in the slab's msgs.
+// pointer per message"). A message the record cannot hold whole (a body
+// in memory, properties, a dedup id other than its id, an id over
+// maxInlineID bytes, fields of a newer version, counts it came with) keeps
+// its *fsmpb.Message beside the record, in the slab's msgs.
 
 // ref names a record in a member's slab; 0 names none.
 type ref uint32
@@ -48,6 +48,9 @@ const (
 	flagHeld
 	// flagFull: the slab's msgs hold the message.
 	flagFull
+	// flagDedupIsID: the message's dedup id is its id, as idempotent
+	// producers send it.
+	flagDedupIsID
 )
 
 // record is a stored message and its delivery state.
@@ -190,13 +193,26 @@ func delayItem(r ref, rec *record) item  { return item{at: rec.availableAt, seq:
 // which keeps the map free of pointers; an id whose hash another id holds
 // goes to collided, which is almost always empty.
 type idIndex struct {
-	seed     maphash.Seed
+	seed maphash.Seed
+	// mask is all ones but in tests, which narrow the hash to make ids
+	// collide.
+	mask     uint64
 	byHash   map[uint64]ref
 	collided map[string]ref
 }
 
 func newIDIndex(size int) idIndex {
-	return idIndex{seed: maphash.MakeSeed(), byHash: make(map[uint64]ref, size), collided: make(map[string]ref)}
+	return idIndex{seed: maphash.MakeSeed(), mask: ^uint64(0), byHash: make(map[uint64]ref, size), collided: make(map[string]ref)}
+}
+
+func (x *idIndex) hash(id string) uint64 { return maphash.String(x.seed, id) & x.mask }
+
+// hashBytes is hash of the id b holds, without building the string.
+func (x *idIndex) hashBytes(b []byte) uint64 { return maphash.Bytes(x.seed, b) & x.mask }
+
+// remake empties the index into new maps: Go's maps do not shrink.
+func (x *idIndex) remake() {
+	x.byHash, x.collided = make(map[uint64]ref), make(map[string]ref)
 }
 
 // rec is the record r names.
@@ -225,14 +241,14 @@ func (m *Member) idIs(r ref, id string) bool {
 
 // find returns the record of the message with id, or 0.
 func (m *Member) find(id string) ref {
-	if r, ok := m.ids.byHash[maphash.String(m.ids.seed, id)]; ok && m.idIs(r, id) {
+	if r, ok := m.ids.byHash[m.ids.hash(id)]; ok && m.idIs(r, id) {
 		return r
 	}
 	return m.ids.collided[id]
 }
 
 func (m *Member) index(id string, r ref) {
-	h := maphash.String(m.ids.seed, id)
+	h := m.ids.hash(id)
 	if _, taken := m.ids.byHash[h]; taken {
 		m.ids.collided[id] = r
 		return
@@ -244,10 +260,9 @@ func (m *Member) unindex(r ref) {
 	rec := m.rec(r)
 	var h uint64
 	if rec.has(flagFull) {
-		h = maphash.String(m.ids.seed, m.full(r).Id)
+		h = m.ids.hash(m.full(r).Id)
 	} else {
-		// The same hash as of the id as a string, without building it.
-		h = maphash.Bytes(m.ids.seed, rec.id[:rec.idLen])
+		h = m.ids.hashBytes(rec.id[:rec.idLen])
 	}
 	if m.ids.byHash[h] == r {
 		delete(m.ids.byHash, h)
@@ -258,9 +273,9 @@ func (m *Member) unindex(r ref) {
 
 // holdsWhole reports whether a record can stand for msg without the
 // message: everything but its id, priority, expiration and enqueue time is
-// empty, and the id fits.
+// empty, or the dedup id its id, and the id fits.
 func holdsWhole(msg *fsmpb.Message) bool {
-	return len(msg.Id) <= maxInlineID && len(msg.Body) == 0 && len(msg.Properties) == 0 && msg.DedupId == "" &&
+	return len(msg.Id) <= maxInlineID && len(msg.Body) == 0 && len(msg.Properties) == 0 && (msg.DedupId == "" || msg.DedupId == msg.Id) &&
 		msg.DeliveryCount == 0 && !msg.Redelivered && len(msg.ProtoReflect().GetUnknown()) == 0
 }
 
@@ -282,6 +297,7 @@ func (m *Member) newRecord(msg *fsmpb.Message, seq uint64, away BodyRef) (ref, *
 func (m *Member) setMessage(r ref, rec *record, msg *fsmpb.Message) {
 	if holdsWhole(msg) {
 		rec.idLen = uint8(copy(rec.id[:], msg.Id))
+		rec.set(flagDedupIsID, msg.DedupId != "")
 		rec.set(flagFull, false)
 		*m.records.msgAt(r) = nil
 		return
@@ -295,9 +311,7 @@ func (m *Member) setMessage(r ref, rec *record, msg *fsmpb.Message) {
 func (m *Member) freeRecord(r ref) {
 	m.unindex(r)
 	if m.records.release(r) {
-		// Maps do not shrink: a drained deep queue gives back what it
-		// grew.
-		m.ids = newIDIndex(0)
+		m.ids.remake()
 	}
 }
 
@@ -316,6 +330,9 @@ func (m *Member) message(r ref) *fsmpb.Message {
 // setFromRecord makes dst the message a record holds alone.
 func setFromRecord(dst *fsmpb.Message, rec *record) {
 	*dst = fsmpb.Message{Id: string(rec.id[:rec.idLen]), Priority: uint32(rec.priority), Expiration: rec.expiration, EnqueuedAt: rec.enqueuedAt}
+	if rec.has(flagDedupIsID) {
+		dst.DedupId = dst.Id
+	}
 }
 
 // body is the body the state holds for r, nil if none or put away.

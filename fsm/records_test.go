@@ -2,7 +2,7 @@ package fsm
 
 import (
 	"fmt"
-	"hash/maphash"
+	"reflect"
 	"testing"
 	"unsafe"
 
@@ -52,7 +52,15 @@ func TestSlab_DrainedMemberGivesBackItsChunks(t *testing.T) {
 	if len(r[0].Delivered) != n {
 		t.Fatalf("delivered %d of %d", len(r[0].Delivered), n)
 	}
+	mustApply(t, m, MustCommand(&fsmpb.Ack{Session: "s", UpTo: r[0].Delivered[n-2].DeliveryID}))
+	if len(m.ids.byHash) != 1 {
+		t.Fatalf("one message left, %d ids indexed", len(m.ids.byHash))
+	}
+	before := reflect.ValueOf(m.ids.byHash).UnsafePointer()
 	mustApply(t, m, MustCommand(&fsmpb.Ack{Session: "s", UpTo: r[0].Delivered[n-1].DeliveryID}))
+	if reflect.ValueOf(m.ids.byHash).UnsafePointer() == before {
+		t.Fatal("the drained member kept the id map it grew")
+	}
 	if m.records.live != 0 || len(m.records.chunks) != 1 || len(m.records.chunks[0]) != firstChunk || len(m.ids.byHash) != 0 {
 		t.Fatalf("drained: %d live, %d chunks, first of %d, %d ids", m.records.live, len(m.records.chunks), len(m.records.chunks[0]), len(m.ids.byHash))
 	}
@@ -65,24 +73,60 @@ func TestSlab_DrainedMemberGivesBackItsChunks(t *testing.T) {
 
 func TestIDIndex_IDsWhoseHashIsTaken(t *testing.T) {
 	m := NewMember()
+	m.ids.mask = 0 // every id hashes to 0: the first holds the hash, the others collide
 	store := func(id string) ref {
-		mustApply(t, m, MustCommand(&fsmpb.Enqueue{Now: 1, Messages: []*fsmpb.Message{{Id: id, Priority: 4}}}))
+		mustApply(t, m, MustCommand(&fsmpb.Enqueue{Now: 1, Messages: []*fsmpb.Message{{Id: id, Priority: 4, Expiration: 10}}}))
 		return m.find(id)
 	}
-	a := store("a")
-	// No two ids are known to share a 64-bit hash: make "b"'s slot taken
-	// by "a", as a collision would.
-	hb := maphash.String(m.ids.seed, "b")
-	m.ids.byHash[hb] = a
-	b := store("b")
-	if b == 0 || b == a || m.ids.collided["b"] != b {
-		t.Fatalf("b stored in %d, a in %d, collided %v", b, a, m.ids.collided)
+	drop := func(id string) {
+		if r := mustApply(t, m, MustCommand(&fsmpb.Expire{Now: 10, MessageIds: []string{id}})); r[0].Removed != 1 {
+			t.Fatalf("expire %s removed %d", id, r[0].Removed)
+		}
 	}
-	if m.find("a") != a || m.find("b") != b || m.find("c") != 0 {
-		t.Fatalf("find: a %d, b %d, c %d", m.find("a"), m.find("b"), m.find("c"))
+	want := map[string]ref{}
+	check := func(when string) {
+		t.Helper()
+		for id, r := range want {
+			if got := m.find(id); got != r {
+				t.Fatalf("%s: find(%s) = %d, want %d", when, id, got, r)
+			}
+		}
+		if m.find("never") != 0 {
+			t.Fatalf("%s: found an id never stored", when)
+		}
 	}
-	mustApply(t, m, MustCommand(&fsmpb.Purge{}))
-	if len(m.ids.collided) != 0 || m.find("b") != 0 || m.find("a") != 0 {
-		t.Fatalf("after purge: collided %v, a %d, b %d", m.ids.collided, m.find("a"), m.find("b"))
+	for _, id := range []string{"a", "b", "c"} {
+		want[id] = store(id)
+	}
+	if len(m.ids.byHash) != 1 || len(m.ids.collided) != 2 {
+		t.Fatalf("%d ids by hash, %d collided; want 1 and 2", len(m.ids.byHash), len(m.ids.collided))
+	}
+	check("stored")
+	drop("a") // the one holding the hash
+	delete(want, "a")
+	want["d"] = store("d") // takes the free hash
+	check("a gone, d stored")
+	drop("c") // a collided one
+	delete(want, "c")
+	check("c gone")
+	drop("d")
+	delete(want, "d")
+	check("d gone")
+	drop("b")
+	if len(m.ids.byHash) != 0 || len(m.ids.collided) != 0 {
+		t.Fatalf("all gone: %v by hash, %v collided", m.ids.byHash, m.ids.collided)
+	}
+}
+
+func TestSlab_FreedSlotLetsItsMessageGo(t *testing.T) {
+	m := NewMember()
+	mustApply(t, m, MustCommand(&fsmpb.Enqueue{Now: 1, Messages: []*fsmpb.Message{{Id: "a", Body: []byte("x"), Priority: 4, Expiration: 10}, {Id: "b", Priority: 4}}}))
+	a := m.find("a")
+	if m.full(a) == nil {
+		t.Fatal("a message with a body in memory is not kept beside its record")
+	}
+	mustApply(t, m, MustCommand(&fsmpb.Expire{Now: 10, MessageIds: []string{"a"}}))
+	if *m.records.msgAt(a) != nil {
+		t.Fatal("the freed slot still points to its message")
 	}
 }
