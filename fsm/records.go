@@ -293,7 +293,7 @@ func (m *Member) newRecord(msg *fsmpb.Message, seq uint64, away BodyRef) (ref, *
 }
 
 // setMessage makes msg the record's message: in the record alone when it
-// can hold it, else in full.
+// can hold it, else beside it in the slab's msgs.
 func (m *Member) setMessage(r ref, rec *record, msg *fsmpb.Message) {
 	if holdsWhole(msg) {
 		rec.idLen = uint8(copy(rec.id[:], msg.Id))
