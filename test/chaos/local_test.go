@@ -64,19 +64,12 @@ func newLocalCluster(t *testing.T) *localCluster {
 			dir:    t.TempDir(),
 			listen: fmt.Sprintf("127.0.1.%d", i+1),
 			adv:    fmt.Sprintf("127.0.0.%d", i+1),
-			ports:  map[string]int{},
 		}
 		n.logPath = filepath.Join(n.dir, "server.log")
 		if dir := keptDir(); dir != "" {
 			n.logPath = filepath.Join(dir, n.id+".log") // outlives the run
 		}
-		for _, a := range append(proxiedAddrs, "gossip") {
-			host := n.listen
-			if a == "gossip" {
-				host = n.adv
-			}
-			n.ports[a] = freePort(t, host)
-		}
+		n.ports = reservePorts(t, append(proxiedAddrs, "gossip"), n.listen, n.adv)
 		for _, a := range proxiedAddrs {
 			p := toxiproxy.NewProxy(srv, n.id+"-"+a, n.addr(n.adv, a), n.addr(n.listen, a))
 			if err := p.Start(); err != nil {
@@ -101,15 +94,48 @@ func (n *localNode) addr(host, what string) string {
 	return net.JoinHostPort(host, fmt.Sprint(n.ports[what]))
 }
 
-// freePort is a port free on host now; the node binds it a moment later.
-func freePort(t *testing.T, host string) int {
+// reservePorts gives each name a port free on every one of hosts, and no
+// two names the same one. The proxies bind on the advertised host the port
+// numbers the node binds on its listen host, so a port must be free on both;
+// and each is held until all are picked, because a port let go at once may
+// be handed out again (a node once got one port for its client and its HTTP
+// proxies: "address already in use"). They are let go when this returns;
+// the node and its proxies bind them a moment later.
+func reservePorts(t *testing.T, names []string, hosts ...string) map[string]int {
 	t.Helper()
-	ln, err := net.Listen("tcp", host+":0")
-	if err != nil {
-		t.Fatalf("no free port on %s (is all of 127.0.0.0/8 on the loopback device?): %v", host, err)
+	ports := make(map[string]int, len(names))
+	var held []net.Listener
+	defer func() {
+		for _, ln := range held {
+			ln.Close()
+		}
+	}()
+	for _, name := range names {
+		for attempt := 0; ; attempt++ {
+			if attempt == 100 {
+				t.Fatalf("no port free on all of %v after 100 tries", hosts)
+			}
+			first, err := net.Listen("tcp", hosts[0]+":0")
+			if err != nil {
+				t.Fatalf("no free port on %s (is all of 127.0.0.0/8 on the loopback device?): %v", hosts[0], err)
+			}
+			port := first.Addr().(*net.TCPAddr).Port
+			taken := []net.Listener{first}
+			for _, h := range hosts[1:] {
+				ln, err := net.Listen("tcp", net.JoinHostPort(h, fmt.Sprint(port)))
+				if err != nil {
+					break
+				}
+				taken = append(taken, ln)
+			}
+			held = append(held, taken...)
+			if len(taken) == len(hosts) {
+				ports[name] = port
+				break
+			}
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return ports
 }
 
 // logStore is the nodes' --log-store: CAIRN_CHAOS_LOG_STORE, default bolt.
