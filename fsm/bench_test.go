@@ -70,7 +70,7 @@ func BenchmarkMember_ScanPending(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		n := 0
-		m.ScanPending(0, func(string) bool { n++; return n < 256 })
+		m.ScanPending(0, func([]byte) bool { n++; return n < 256 })
 	}
 }
 

@@ -153,7 +153,7 @@ func props(kv ...string) func(*fsmpb.Message) {
 // pendingIDs lists the pending ids not expired at now, in delivery order.
 func pendingIDs(m *fsm.Member, now int64) []string {
 	ids := []string{}
-	m.ScanPending(now, func(id string) bool { ids = append(ids, id); return true })
+	m.ScanPending(now, func(id []byte) bool { ids = append(ids, string(id)); return true })
 	return ids
 }
 

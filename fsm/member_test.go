@@ -48,7 +48,7 @@ func TestScanPending_StopsWhenFnReturnsFalseAndSkipsExpired(t *testing.T) {
 	f := newMember(t)
 	f.enqueue(0, msg("a", prio(9), expires(50)), msg("b", prio(9)), msg("c", prio(5)), msg("d", prio(1)))
 	var got []string
-	f.m.ScanPending(50, func(id string) bool { got = append(got, id); return len(got) < 2 })
+	f.m.ScanPending(50, func(id []byte) bool { got = append(got, string(id)); return len(got) < 2 })
 	if want := []string{"b", "c"}; !slices.Equal(got, want) {
 		t.Fatalf("ScanPending(50) stopping after 2 = %v, want %v", got, want)
 	}

@@ -101,15 +101,25 @@ func (m *Member) Settings() *fsmpb.MemberSettings { return m.settings }
 
 // ScanPending calls fn with the ids of pending messages in delivery order
 // (highest priority first, then arrival), skipping those expired at now,
-// until fn returns false.
-func (m *Member) ScanPending(now int64, fn func(id string) bool) {
+// until fn returns false. The id is lent: it is valid only until fn
+// returns, and fn copies it (string(id)) to keep it. Lending spares the
+// dispatcher a string per message it passes over, most of them messages
+// already handed out (`fsm/DESIGN.md`).
+func (m *Member) ScanPending(now int64, fn func(id []byte) bool) {
+	var copied []byte // the ids records do not hold, one buffer for all
 	for p := MaxPriority; p >= 0; p-- {
 		more := true
 		m.pending[p].Ascend(func(it item) bool {
-			if m.rec(it.r).expiredAt(now) {
+			rec := m.rec(it.r)
+			if rec.expiredAt(now) {
 				return true
 			}
-			more = fn(m.idOf(it.r))
+			if rec.has(flagFull) {
+				copied = append(copied[:0], m.full(it.r).Id...)
+				more = fn(copied)
+			} else {
+				more = fn(rec.id[:rec.idLen])
+			}
 			return more
 		})
 		if !more {

@@ -125,11 +125,11 @@ func (r *Replica) dispatchOnce() bool {
 		return false
 	}
 	r.fsm.read(func(m *fsm.Member) {
-		m.ScanPending(now, func(id string) bool {
-			if _, busy := r.reserved[id]; busy {
+		m.ScanPending(now, func(id []byte) bool {
+			if _, busy := r.reserved[string(id)]; busy {
 				return true
 			}
-			return d.deal(id)
+			return d.deal(string(id))
 		})
 	})
 	picks := r.reserveLocked(d)
@@ -169,8 +169,8 @@ func (r *Replica) dealEnqueueLocked(c *fsmpb.Enqueue) (picks []pick, all bool) {
 	}
 	waiting := false
 	r.fsm.read(func(m *fsm.Member) {
-		m.ScanPending(c.Now, func(id string) bool {
-			_, busy := r.reserved[id]
+		m.ScanPending(c.Now, func(id []byte) bool {
+			_, busy := r.reserved[string(id)]
 			waiting = !busy
 			return busy
 		})

@@ -157,8 +157,8 @@ func (r *Replica) moveOnce(strandedSince time.Time) time.Time {
 func (r *Replica) movePending(ctx context.Context) bool {
 	var ids []string
 	r.fsm.read(func(m *fsm.Member) {
-		m.ScanPending(r.now().UnixNano(), func(id string) bool {
-			ids = append(ids, id)
+		m.ScanPending(r.now().UnixNano(), func(id []byte) bool {
+			ids = append(ids, string(id))
 			return len(ids) < moveBatch
 		})
 	})
