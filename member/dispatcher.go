@@ -141,7 +141,8 @@ func (r *Replica) dispatchOnce() bool {
 // submitEnqueue proposes c and, when consumers wait with credit and no
 // message could be delivered before c's, the Deliver of its messages in the
 // same Raft entry, so they are pushed when c commits (member/DESIGN.md).
-// Otherwise c waits its turn, counted in ahead.
+// The messages not dealt then wait in undealt until c is applied: a later
+// send's deal takes them first.
 func (r *Replica) submitEnqueue(c *fsmpb.Enqueue, done func(fsm.Result, error)) {
 	// Encoded here rather than by prop.submit, before submitMu is taken:
 	// the bodies are the costly part, and concurrent sends encode theirs
@@ -154,18 +155,57 @@ func (r *Replica) submitEnqueue(c *fsmpb.Enqueue, done func(fsm.Result, error)) 
 	r.submitMu.Lock()
 	defer r.submitMu.Unlock()
 	r.mu.Lock()
-	picks, all := r.dealEnqueueLocked(c)
+	picks, u := r.dealEnqueueLocked(c)
 	r.mu.Unlock()
-	send.done = r.tracked(!all, done)
+	send.done = func(res fsm.Result, err error) {
+		r.applied(u)
+		done(res, err)
+		r.kick()
+	}
 	r.prop.queueGroup(append([]proposal{send}, r.prop.prepare(r.deliveries(picks, c.Now)...)...))
 }
 
-// dealEnqueueLocked deals c's messages to the consumers with credit if
-// nothing may come before them; all reports whether every message that can
-// be delivered was dealt. r.mu is held.
-func (r *Replica) dealEnqueueLocked(c *fsmpb.Enqueue) (picks []pick, all bool) {
+// undealt are the messages of an Enqueue proposed and not yet applied that
+// were not dealt as it was proposed.
+type undealt struct{ msgs []*fsmpb.Message }
+
+// applied forgets u, the undealt messages of an Enqueue now applied (or
+// failed): those still undealt are pending in the member now, where the
+// dispatcher deals them.
+func (r *Replica) applied(u *undealt) {
+	if u == nil {
+		return
+	}
+	r.mu.Lock()
+	r.undealt = slices.DeleteFunc(r.undealt, func(v *undealt) bool { return v == u })
+	r.mu.Unlock()
+}
+
+// dealEnqueueLocked deals c's messages to the consumers with credit, after
+// the undealt messages of the Enqueues before it, if nothing else may come
+// before them: no pending message waits undealt and no command ahead may
+// make one pending. It returns the picks, and c's messages left undealt
+// (the expired ones are never delivered), which it adds to r.undealt
+// (nil if none). r.mu is held.
+func (r *Replica) dealEnqueueLocked(c *fsmpb.Enqueue) ([]pick, *undealt) {
+	picks, left := r.dealLocked(c)
+	if len(left) == 0 {
+		return picks, nil
+	}
+	u := &undealt{msgs: left}
+	r.undealt = append(r.undealt, u)
+	return picks, u
+}
+
+func (r *Replica) dealLocked(c *fsmpb.Enqueue) (picks []pick, left []*fsmpb.Message) {
+	live := make([]*fsmpb.Message, 0, len(c.Messages))
+	for _, m := range c.Messages {
+		if m.Expiration == 0 || m.Expiration > c.Now {
+			live = append(live, m)
+		}
+	}
 	if r.ahead > 0 {
-		return nil, false
+		return nil, live
 	}
 	waiting := false
 	r.fsm.read(func(m *fsm.Member) {
@@ -176,28 +216,40 @@ func (r *Replica) dealEnqueueLocked(c *fsmpb.Enqueue) (picks []pick, all bool) {
 		})
 	})
 	if waiting {
-		return nil, false
+		return nil, live
 	}
 	d := r.newDealerLocked()
 	if d == nil {
-		return nil, false
+		return nil, live
 	}
-	// In the order the member keeps pending messages: by priority, then
-	// as they came.
-	msgs := slices.Clone(c.Messages)
-	slices.SortStableFunc(msgs, func(a, b *fsmpb.Message) int { return cmp.Compare(b.Priority, a.Priority) })
-	left := 0
-	for _, m := range msgs {
-		if m.Expiration != 0 && m.Expiration <= c.Now {
-			continue // expired already: never delivered
+	// In the order the member will keep them pending: by priority, then
+	// as they came, the Enqueues before c first.
+	type candidate struct {
+		m   *fsmpb.Message
+		own bool // c's
+	}
+	var cands []candidate
+	for _, u := range r.undealt {
+		for _, m := range u.msgs {
+			if _, busy := r.reserved[m.Id]; !busy && (m.Expiration == 0 || m.Expiration > c.Now) {
+				cands = append(cands, candidate{m, false})
+			}
 		}
-		if _, busy := r.reserved[m.Id]; busy || d.want == 0 {
-			left++
+	}
+	for _, m := range live {
+		cands = append(cands, candidate{m, true})
+	}
+	slices.SortStableFunc(cands, func(a, b candidate) int { return cmp.Compare(b.m.Priority, a.m.Priority) })
+	for _, k := range cands {
+		if _, busy := r.reserved[k.m.Id]; busy || d.want == 0 {
+			if k.own {
+				left = append(left, k.m)
+			}
 			continue
 		}
-		d.deal(m.Id)
+		d.deal(k.m.Id)
 	}
-	return r.reserveLocked(d), left == 0
+	return r.reserveLocked(d), left
 }
 
 // addsPending reports whether a command may make messages pending (stored,

@@ -90,24 +90,28 @@ func TestReplica_DeliversAnEnqueueInItsOwnEntry(t *testing.T) {
 }
 
 // dealNow runs the Enqueue deal of submitEnqueue after setup, both while
-// the dispatcher is held off, so the deal sees the state setup made.
-func dealNow(r *Replica, setup func(), ms []*fsmpb.Message) (ids []string, all bool) {
+// the dispatcher is held off, so the deal sees the state setup made. It
+// leaves the messages not dealt out of r.undealt, as if their Enqueue were
+// applied at once; left lists them.
+func dealNow(r *Replica, setup func(), ms []*fsmpb.Message) (ids, left []string) {
 	r.submitMu.Lock()
 	defer r.submitMu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	setup()
-	picks, all := r.dealEnqueueLocked(&fsmpb.Enqueue{Now: r.now().UnixNano(), Messages: ms})
+	picks, rest := r.dealLocked(&fsmpb.Enqueue{Now: r.now().UnixNano(), Messages: ms})
 	for _, p := range picks {
 		ids = append(ids, p.ids...)
 	}
-	return ids, all
+	for _, m := range rest {
+		left = append(left, m.Id)
+	}
+	return ids, left
 }
 
 // Messages that may come before a send's keep it from being dealt at once:
 // pending ones not yet dealt, and commands ahead of it that may make some
-// pending. A send larger than the credit is dealt in part and counts as
-// ahead of the next one.
+// pending. A send larger than the credit is dealt in part.
 func TestReplica_EnqueueDealtOnlyWhenNothingComesFirst(t *testing.T) {
 	ctx := context.Background()
 	var c collector
@@ -117,8 +121,8 @@ func TestReplica_EnqueueDealtOnlyWhenNothingComesFirst(t *testing.T) {
 	}
 	none := func() {}
 	// Credit given without waking the dispatcher, which dealNow holds off.
-	if ids, all := dealNow(r, func() { r.consumers["c1"].credit = 4 }, msgs(1, "new")); ids != nil || all {
-		t.Fatalf("with 2 messages pending, a send was dealt %v (all %v)", ids, all)
+	if ids, left := dealNow(r, func() { r.consumers["c1"].credit = 4 }, msgs(1, "new")); ids != nil || !slices.Equal(left, []string{"new000"}) {
+		t.Fatalf("with 2 messages pending, a send was dealt %v (left %v)", ids, left)
 	}
 	r.kick()
 	waitFor(t, "the pending messages delivered", func() bool { return c.count() == 2 })
@@ -131,13 +135,66 @@ func TestReplica_EnqueueDealtOnlyWhenNothingComesFirst(t *testing.T) {
 
 	expired := &fsmpb.Message{Id: "expired", Priority: 4, Expiration: 1}
 	urgent := &fsmpb.Message{Id: "urgent", Priority: 9}
-	ids, all := dealNow(r, none, append([]*fsmpb.Message{expired}, append(msgs(1, "a"), urgent)...))
-	if !slices.Equal(ids, []string{"urgent", "a000"}) || !all {
-		t.Fatalf("dealt %v (all %v); want urgent, then a000, and nothing of the expired one", ids, all)
+	ids, left := dealNow(r, none, append([]*fsmpb.Message{expired}, append(msgs(1, "a"), urgent)...))
+	if !slices.Equal(ids, []string{"urgent", "a000"}) || left != nil {
+		t.Fatalf("dealt %v (left %v); want urgent, then a000, and nothing of the expired one", ids, left)
 	}
 	// The consumer's credit (4 less the 2 delivered, less 2 dealt) is spent.
-	if ids, all := dealNow(r, func() { r.consumers["c1"].credit++ }, msgs(3, "b")); !slices.Equal(ids, []string{"b000"}) || all {
-		t.Fatalf("with credit for 1 of 3, dealt %v (all %v); want b000 and not all", ids, all)
+	if ids, left := dealNow(r, func() { r.consumers["c1"].credit++ }, msgs(3, "b")); !slices.Equal(ids, []string{"b000"}) || !slices.Equal(left, []string{"b001", "b002"}) {
+		t.Fatalf("with credit for 1 of 3, dealt %v (left %v); want b000, and b001 and b002 left", ids, left)
+	}
+}
+
+// The messages a send could not deal for want of credit are dealt by the
+// next send, before its own of the same priority, while the first is still
+// on its way to the log: a send dealt in part does not make every send
+// behind it wait for the dispatcher.
+func TestReplica_NextSendDealsTheMessagesASendLeft(t *testing.T) {
+	var c collector
+	r := consumingReplica(t, 0, c.push)
+	r.submitMu.Lock()
+	defer r.submitMu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	deal := func(ms ...*fsmpb.Message) (ids []string, u *undealt) {
+		picks, u := r.dealEnqueueLocked(&fsmpb.Enqueue{Now: r.now().UnixNano(), Messages: ms})
+		for _, p := range picks {
+			ids = append(ids, p.ids...)
+		}
+		return ids, u
+	}
+	msg := func(id string, priority uint32) *fsmpb.Message { return &fsmpb.Message{Id: id, Priority: priority} }
+
+	r.consumers["c1"].credit = 1
+	ids, first := deal(msg("x0", 4), msg("x1", 4), msg("x2", 4))
+	if !slices.Equal(ids, []string{"x0"}) || first == nil {
+		t.Fatalf("with credit for 1, dealt %v and left %v; want x0, and x1 and x2 left", ids, first)
+	}
+	// Credit for 3 comes back: the next send's urgent message goes first,
+	// then the first send's, then its own.
+	r.consumers["c1"].credit = 3
+	ids, second := deal(msg("y0", 4), msg("urgent", 9))
+	if want := []string{"urgent", "x1", "x2"}; !slices.Equal(ids, want) || second == nil || len(second.msgs) != 1 || second.msgs[0].Id != "y0" {
+		t.Fatalf("dealt %v and left %v; want %v, and y0 left", ids, second, want)
+	}
+	// Behind a command that may make pending messages nobody can name,
+	// nothing is dealt, and the whole send waits.
+	r.ahead++
+	r.consumers["c1"].credit = 5
+	if ids, third := deal(msg("z0", 4)); ids != nil || third == nil {
+		t.Fatalf("behind a Recover, dealt %v and left %v", ids, third)
+	}
+	r.ahead--
+	// Once applied, the first send's messages are the member's to deal
+	// (pending or delivered); the others' wait on.
+	r.mu.Unlock()
+	r.applied(first)
+	r.mu.Lock()
+	if len(r.undealt) != 2 || r.undealt[0] != second {
+		t.Fatalf("after the first send applied, undealt holds %d sends", len(r.undealt))
+	}
+	if ids, fourth := deal(msg("w0", 4)); !slices.Equal(ids, []string{"y0", "z0", "w0"}) || fourth != nil {
+		t.Fatalf("dealt %v and left %v; want y0, z0, w0 and none left", ids, fourth)
 	}
 }
 

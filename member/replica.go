@@ -137,10 +137,14 @@ type Replica struct {
 	// reserved are message ids in Deliver commands not yet applied.
 	reserved map[string]struct{}
 	// ahead counts the commands submitted and not yet applied that may
-	// make messages pending (an Enqueue whose messages were not all dealt
-	// to consumers as it was proposed, a Recover, ...): while there are
-	// any, a new Enqueue's messages wait their turn (submitEnqueue).
+	// make pending messages the replica cannot name (a Recover, a
+	// Release, ...): while there are any, a new Enqueue's messages wait
+	// their turn (submitEnqueue).
 	ahead int
+	// undealt are the messages of the Enqueues submitted and not yet
+	// applied that were not dealt as they were proposed, in the order
+	// submitted: a later Enqueue deals them before its own.
+	undealt []*undealt
 	// submitMu keeps each decision to deliver messages next to its
 	// proposal: dealt in one order, the Delivers are logged in it.
 	submitMu sync.Mutex
