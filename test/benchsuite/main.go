@@ -67,12 +67,17 @@ var rows = []row{
 	// what `nats bench js consume` buffers per client (its --batch, default
 	// 500), and Cairn's --prefetch is the same credit. Cairn's consumers
 	// also wait for each acknowledgement's commit before taking more; NATS
-	// acknowledges without waiting.
+	// acknowledges without waiting. The rows that send and consume at once
+	// (and the end-to-end row after them) give their consumers the same
+	// 500: with the client's default of 64, a consumer waiting on its
+	// acknowledgement runs out of credit within one Raft round at these
+	// rates, and its messages then wait for another (docs/performance.md,
+	// "Credit for the end-to-end row").
 	{name: "consume a backlog, 4 consumers, each message acked", count: 100000, metric: "consume", natsPreload: true,
 		cairn: []string{"--mode", "async", "--window", "500", "--producers", "4", "--consumers", "4", "--consume-after", "--ack", "client", "--prefetch", "500"},
 		nats:  []string{"consume", "--clients", "4", "--acks", "explicit", "--batch", "500"}},
 	{name: "send and consume together, 4+4, window 500", count: 100000, metric: "e2e",
-		cairn: []string{"--mode", "async", "--window", "500", "--producers", "4", "--consumers", "4", "--ack", "client"}},
+		cairn: []string{"--mode", "async", "--window", "500", "--producers", "4", "--consumers", "4", "--ack", "client", "--prefetch", "500"}},
 }
 
 func main() {
@@ -170,7 +175,7 @@ func run() error {
 		// spare. Half the send-only maximum can be more than sending and
 		// consuming together can carry, and then measures a growing queue.
 		rate := int(maxTogether / 2)
-		args := []string{"--mode", "async", "--window", "500", "--producers", "4", "--consumers", "4", "--ack", "client",
+		args := []string{"--mode", "async", "--window", "500", "--producers", "4", "--consumers", "4", "--ack", "client", "--prefetch", "500",
 			"--duration", "20s", "--rate", strconv.Itoa(rate)}
 		var runs []figure
 		var sent []float64
