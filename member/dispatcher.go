@@ -1,7 +1,6 @@
 package member
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -169,9 +168,9 @@ func (r *Replica) submitEnqueue(c *fsmpb.Enqueue, done func(fsm.Result, error)) 
 // were not dealt as it was proposed.
 type undealt struct{ msgs []*fsmpb.Message }
 
-// applied forgets u, the undealt messages of an Enqueue now applied (or
-// failed): those still undealt are pending in the member now, where the
-// dispatcher deals them.
+// applied forgets u, the undealt messages of an Enqueue now applied (they
+// are pending in the member, where the dispatcher deals them, unless
+// rejected) or failed (they are nowhere).
 func (r *Replica) applied(u *undealt) {
 	if u == nil {
 		return
@@ -183,10 +182,10 @@ func (r *Replica) applied(u *undealt) {
 
 // dealEnqueueLocked deals c's messages to the consumers with credit, after
 // the undealt messages of the Enqueues before it, if nothing else may come
-// before them: no pending message waits undealt and no command ahead may
-// make one pending. It returns the picks, and c's messages left undealt
-// (the expired ones are never delivered), which it adds to r.undealt
-// (nil if none). r.mu is held.
+// before them: no pending message waits unreserved and no command ahead
+// may make one pending. It returns the picks, and c's messages left
+// undealt (the expired ones are never delivered), which it adds to
+// r.undealt (nil if none). r.mu is held.
 func (r *Replica) dealEnqueueLocked(c *fsmpb.Enqueue) ([]pick, *undealt) {
 	picks, left := r.dealLocked(c)
 	if len(left) == 0 {
@@ -197,59 +196,68 @@ func (r *Replica) dealEnqueueLocked(c *fsmpb.Enqueue) ([]pick, *undealt) {
 	return picks, u
 }
 
+// dealLocked is dealEnqueueLocked's deal, which leaves r.undealt as it is.
 func (r *Replica) dealLocked(c *fsmpb.Enqueue) (picks []pick, left []*fsmpb.Message) {
-	live := make([]*fsmpb.Message, 0, len(c.Messages))
-	for _, m := range c.Messages {
-		if m.Expiration == 0 || m.Expiration > c.Now {
-			live = append(live, m)
+	live := func(m *fsmpb.Message) bool { return m.Expiration == 0 || m.Expiration > c.Now }
+	d := r.enqueueDealerLocked(c.Now)
+	if d == nil {
+		for _, m := range c.Messages {
+			if live(m) {
+				left = append(left, m)
+			}
+		}
+		return nil, left
+	}
+	free := func(m *fsmpb.Message) bool {
+		_, busy := r.reserved[m.Id]
+		return !busy && live(m)
+	}
+	// In the order the member will keep them pending: by priority, then as
+	// they came, the Enqueues before c first. Walking the ten priorities
+	// costs no sort and no copy under the locks.
+	dealt := make([]bool, len(c.Messages))
+	for p := fsm.MaxPriority; p >= 0 && d.want > 0; p-- {
+		for _, u := range r.undealt {
+			for _, m := range u.msgs {
+				if d.want > 0 && int(m.Priority) == p && free(m) {
+					d.deal(m.Id)
+				}
+			}
+		}
+		for i, m := range c.Messages {
+			if d.want > 0 && int(m.Priority) == p && free(m) {
+				d.deal(m.Id)
+				dealt[i] = true
+			}
 		}
 	}
+	for i, m := range c.Messages {
+		if !dealt[i] && live(m) {
+			left = append(left, m)
+		}
+	}
+	return r.reserveLocked(d), left
+}
+
+// enqueueDealerLocked is a dealer for a new Enqueue's messages, or nil when
+// something may have to be delivered before them (a command ahead, a
+// pending message not reserved) or no consumer has credit.
+func (r *Replica) enqueueDealerLocked(now int64) *dealer {
 	if r.ahead > 0 {
-		return nil, live
+		return nil
 	}
 	waiting := false
 	r.fsm.read(func(m *fsm.Member) {
-		m.ScanPending(c.Now, func(id []byte) bool {
+		m.ScanPending(now, func(id []byte) bool {
 			_, busy := r.reserved[string(id)]
 			waiting = !busy
 			return busy
 		})
 	})
 	if waiting {
-		return nil, live
+		return nil
 	}
-	d := r.newDealerLocked()
-	if d == nil {
-		return nil, live
-	}
-	// In the order the member will keep them pending: by priority, then
-	// as they came, the Enqueues before c first.
-	type candidate struct {
-		m   *fsmpb.Message
-		own bool // c's
-	}
-	var cands []candidate
-	for _, u := range r.undealt {
-		for _, m := range u.msgs {
-			if _, busy := r.reserved[m.Id]; !busy && (m.Expiration == 0 || m.Expiration > c.Now) {
-				cands = append(cands, candidate{m, false})
-			}
-		}
-	}
-	for _, m := range live {
-		cands = append(cands, candidate{m, true})
-	}
-	slices.SortStableFunc(cands, func(a, b candidate) int { return cmp.Compare(b.m.Priority, a.m.Priority) })
-	for _, k := range cands {
-		if _, busy := r.reserved[k.m.Id]; busy || d.want == 0 {
-			if k.own {
-				left = append(left, k.m)
-			}
-			continue
-		}
-		d.deal(k.m.Id)
-	}
-	return r.reserveLocked(d), left
+	return r.newDealerLocked()
 }
 
 // addsPending reports whether a command may make messages pending (stored,

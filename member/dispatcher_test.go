@@ -198,6 +198,46 @@ func TestReplica_NextSendDealsTheMessagesASendLeft(t *testing.T) {
 	}
 }
 
+// Through Submit: a send dealt in part leaves its other messages to the
+// next send or the dispatcher, which deliver each once, in order, and the
+// replica forgets them once their send is applied.
+func TestReplica_SendDealtInPartThroughSubmit(t *testing.T) {
+	var c collector
+	r := consumingReplica(t, 2, c.push)
+	var sent sync.WaitGroup
+	submit := func(prefix string, n int) {
+		sent.Add(1)
+		r.Submit(&fsmpb.Enqueue{Messages: msgs(n, prefix)}, func(res fsm.Result, err error) {
+			if err == nil {
+				err = res.Err
+			}
+			if err != nil {
+				t.Error(err)
+			}
+			sent.Done()
+		})
+	}
+	submit("a", 5) // credit for 2: a000 and a001 dealt, three left
+	r.Credit("c1", 3)
+	submit("b", 3)
+	r.Credit("c1", 3)
+	sent.Wait()
+	waitFor(t, "8 deliveries", func() bool { return c.count() >= 8 })
+	var got []string
+	for _, d := range c.deliveries() {
+		got = append(got, d.Message.Id)
+	}
+	if want := []string{"a000", "a001", "a002", "a003", "a004", "b000", "b001", "b002"}; !slices.Equal(got, want) {
+		t.Fatalf("delivered %v, want %v", got, want)
+	}
+	r.mu.Lock()
+	left := len(r.undealt)
+	r.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("after both sends were applied, the replica still keeps %d sends' undealt messages", left)
+	}
+}
+
 // Producers send one to three messages at a time, several sends in flight
 // each, while a consumer with little credit acknowledges and takes more:
 // sends dealt as they are proposed, sends dealt in part, and messages the
