@@ -199,44 +199,38 @@ func (r *Replica) dealEnqueueLocked(c *fsmpb.Enqueue) ([]pick, *undealt) {
 // dealLocked is dealEnqueueLocked's deal, which leaves r.undealt as it is.
 func (r *Replica) dealLocked(c *fsmpb.Enqueue) (picks []pick, left []*fsmpb.Message) {
 	live := func(m *fsmpb.Message) bool { return m.Expiration == 0 || m.Expiration > c.Now }
-	d := r.enqueueDealerLocked(c.Now)
-	if d == nil {
-		for _, m := range c.Messages {
-			if live(m) {
-				left = append(left, m)
-			}
-		}
-		return nil, left
-	}
-	free := func(m *fsmpb.Message) bool {
-		_, busy := r.reserved[m.Id]
-		return !busy && live(m)
-	}
-	// In the order the member will keep them pending: by priority, then as
-	// they came, the Enqueues before c first. Walking the ten priorities
-	// costs no sort and no copy under the locks.
 	dealt := make([]bool, len(c.Messages))
-	for p := fsm.MaxPriority; p >= 0 && d.want > 0; p-- {
-		for _, u := range r.undealt {
-			for _, m := range u.msgs {
+	if d := r.enqueueDealerLocked(c.Now); d != nil {
+		free := func(m *fsmpb.Message) bool {
+			_, busy := r.reserved[m.Id]
+			return !busy && live(m)
+		}
+		// In the order the member will keep them pending: by priority, then
+		// as they came, the Enqueues before c first. Walking the ten
+		// priorities costs no sort and no copy under the locks.
+		for p := fsm.MaxPriority; p >= 0 && d.want > 0; p-- {
+			for _, u := range r.undealt {
+				for _, m := range u.msgs {
+					if d.want > 0 && int(m.Priority) == p && free(m) {
+						d.deal(m.Id)
+					}
+				}
+			}
+			for i, m := range c.Messages {
 				if d.want > 0 && int(m.Priority) == p && free(m) {
 					d.deal(m.Id)
+					dealt[i] = true
 				}
 			}
 		}
-		for i, m := range c.Messages {
-			if d.want > 0 && int(m.Priority) == p && free(m) {
-				d.deal(m.Id)
-				dealt[i] = true
-			}
-		}
+		picks = r.reserveLocked(d)
 	}
 	for i, m := range c.Messages {
 		if !dealt[i] && live(m) {
 			left = append(left, m)
 		}
 	}
-	return r.reserveLocked(d), left
+	return picks, left
 }
 
 // enqueueDealerLocked is a dealer for a new Enqueue's messages, or nil when
