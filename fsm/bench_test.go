@@ -211,31 +211,52 @@ func BenchmarkMember_CollectBesideAMillion(b *testing.B) {
 }
 
 // BenchmarkMember_EnqueuePuttingBodiesAway measures the state machine's
-// cost per message stored into a deep queue, as a member that puts bodies
-// away runs it: 64 messages of 1 KiB per entry, every body put away after
-// its entry (to a place that only counts them).
+// cost per message stored into a queue, as a member that puts bodies away
+// runs it (64 messages of 1 KiB per entry, every body put away after its
+// entry, to a place that only counts them), beside 1,000 and beside a
+// million pending, as the million-pending rows of docs/performance.md
+// compare sends beside each.
 func BenchmarkMember_EnqueuePuttingBodiesAway(b *testing.B) {
+	for _, depth := range []int{1000, 1000000} {
+		b.Run(fmt.Sprintf("beside-%d", depth), func(b *testing.B) {
+			m := fsm.NewMember()
+			m.TrackBodies()
+			enqueue := enqueuer(b, m)
+			enqueue(depth)
+			b.SetBytes(1024)
+			b.ReportAllocs()
+			b.ResetTimer()
+			enqueue(b.N)
+		})
+	}
+}
+
+// enqueuer returns a function that applies count more 1 KiB messages to m,
+// 64 per entry, putting every body away after its entry.
+func enqueuer(b *testing.B, m *fsm.Member) func(count int) {
 	const batch = 64
 	body := make([]byte, 1024)
-	m := fsm.NewMember()
-	m.TrackBodies()
 	put := countingPut()
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for i := 0; i < b.N; i += batch {
-		msgs := make([]*fsmpb.Message, batch)
-		for j := range msgs {
-			msgs[j] = &fsmpb.Message{Id: fmt.Sprintf("ID:%032d", i+j), Body: body, Priority: 4}
-		}
-		data, err := fsm.Encode(fsm.MustCommand(&fsmpb.Enqueue{Now: int64(i), Messages: msgs}))
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := m.Apply(uint64(i/batch+1), data); err != nil {
-			b.Fatal(err)
-		}
-		if err := m.PutBodiesAway(0, put); err != nil {
-			b.Fatal(err)
+	var index uint64
+	var sent int
+	return func(count int) {
+		for end := sent + count; sent < end; {
+			msgs := make([]*fsmpb.Message, min(batch, end-sent))
+			for j := range msgs {
+				msgs[j] = &fsmpb.Message{Id: fmt.Sprintf("ID:%032d", sent), Body: body, Priority: 4}
+				sent++
+			}
+			data, err := fsm.Encode(fsm.MustCommand(&fsmpb.Enqueue{Now: int64(sent), Messages: msgs}))
+			if err != nil {
+				b.Fatal(err)
+			}
+			index++
+			if _, err := m.Apply(index, data); err != nil {
+				b.Fatal(err)
+			}
+			if err := m.PutBodiesAway(0, put); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
 }
