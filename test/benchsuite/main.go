@@ -359,9 +359,10 @@ func natsRow(c *cluster, natsBin string, r row, n int) (figure, error) {
 // memory with n pending, and how long a restarted node takes to serve again.
 // The rate beside 1,000 is measured twice, on a fresh cluster and again once
 // the n messages are stored (in a queue of its own, just before the row
-// beside n): on these virtual machines gigabytes of page cache alone slow
-// every write on the machine, so only the second pair isolates the depth of
-// the queue from the state of the machine (docs/performance.md).
+// beside n): on the project's virtual machines every queue measured slower
+// once gigabytes were stored, in most runs, so only the second pair compares
+// queues in the same state of the machine (docs/performance.md, "What slows
+// sends beside a million").
 func pendingRows(c *cluster, n int) error {
 	sendRow := func(dest string) (benchJSON, error) {
 		return cairnBench(c, []string{"--dest", dest, "--count", "50000", "--mode", "async", "--window", "500", "--producers", "4", "--consumers", "0"})
