@@ -1,6 +1,9 @@
 package transport
 
-import "google.golang.org/grpc"
+import (
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
+)
 
 // Flow-control windows of every gRPC connection Cairn opens, client and
 // peer alike. Fixed windows turn off gRPC's bandwidth-delay estimator,
@@ -18,12 +21,14 @@ const (
 	ConnectionWindowBytes = 16 << 20
 )
 
-// DialWindows are the DialOptions that set the windows on a client.
+// DialWindows are the DialOptions that set the windows on a client, and
+// the buffer pool it reads messages into (bufpool.go).
 func DialWindows() []grpc.DialOption {
-	return []grpc.DialOption{grpc.WithStaticStreamWindowSize(StreamWindowBytes), grpc.WithStaticConnWindowSize(ConnectionWindowBytes)}
+	return []grpc.DialOption{grpc.WithStaticStreamWindowSize(StreamWindowBytes), grpc.WithStaticConnWindowSize(ConnectionWindowBytes), experimental.WithBufferPool(bufferPool)}
 }
 
-// ServerWindows are the ServerOptions that set the windows on a server.
+// ServerWindows are the ServerOptions that set the windows on a server,
+// and the buffer pool it reads messages into (bufpool.go).
 func ServerWindows() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.StaticStreamWindowSize(StreamWindowBytes), grpc.StaticConnWindowSize(ConnectionWindowBytes)}
+	return []grpc.ServerOption{grpc.StaticStreamWindowSize(StreamWindowBytes), grpc.StaticConnWindowSize(ConnectionWindowBytes), experimental.BufferPool(bufferPool)}
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/cairnmq/cairn/transport"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -25,6 +27,7 @@ func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
 func main() {
+	transport.UseBufferPool()
 	root := newRoot()
 	if err := root.Execute(); err != nil {
 		// One line on stderr, whatever the error; the details are in it.
