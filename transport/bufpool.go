@@ -8,23 +8,29 @@ import (
 	"google.golang.org/grpc/mem"
 )
 
-// gRPC reads every message into a buffer from a pool, and its protobuf
-// codec marshals every message into one. Its default pool has tiers of
-// 256 B, 4, 16 and 32 KiB and 1 MiB, and clears the whole of a buffer it
-// hands out again: an asynchronous batch, a forwarded send or a push of
-// 40 KiB takes a 1 MiB buffer and writes 1 MiB of zeros into it first. At
-// the end-to-end row's load (4 + 4 clients, 14,000 msgs/s) that clearing
-// was 2 % of the machine's CPU, as much as Cairn's whole enqueue path in
-// the state machine (docs/performance.md, "Where a 2-core machine's CPU
-// goes"). bufferPool has a tier at every power of two from 256 B to
-// 4 MiB, so a buffer is at most twice the message, and hands buffers out
-// as they were left. Nothing reads a pooled buffer beyond what gRPC wrote
-// into it (a read fills exactly the message's length, a marshal appends
-// from zero length), so the zeros protected nothing in a process that
-// only ever holds its own data.
+// gRPC's protobuf codec marshals every message into a buffer from the
+// process's default pool and unmarshals every message received in more
+// than one HTTP/2 frame from a copy into one; a connection's pool holds the
+// frames (up to 16 KiB). gRPC's default pool has tiers of 256 B, 4, 16 and
+// 32 KiB and 1 MiB, and clears the whole of a buffer it hands out again: an
+// asynchronous batch, a forwarded send or a push of 40 KiB took a 1 MiB
+// buffer and wrote 1 MiB of zeros into it first, 8–11 µs each time. At the
+// end-to-end row's load (4 + 4 clients, 14,000 msgs/s) that clearing was
+// 2 % of the machine's CPU, as much as the acknowledgements cost the state
+// machine (docs/performance.md, "Where a 2-core machine's CPU goes").
+//
+// bufferPool has a tier at every power of two from 2 KiB to 4 MiB, so a
+// buffer is less than twice what it holds, and hands buffers out as they
+// were left, as gRPC's own unexported pools for frames do
+// (internal/transport's NewDirtySimplePool). That is safe because gRPC
+// writes a buffer's whole length before reading it: a frame is read with
+// io.ReadFull, a message is copied in whole, a marshal appends exactly the
+// size it computed. The one exception would be a message changed while it
+// is sent, a data race that then sends an earlier message's bytes where
+// zeros were.
 const (
-	minPooledShift = 8  // 256 B: gRPC pools nothing below 1 KiB anyway
-	maxPooledShift = 22 // 4 MiB: the largest entry, and so the largest batch
+	minPooledShift = 11 // 2 KiB: gRPC pools nothing of 1 KiB or less
+	maxPooledShift = 22 // 4 MiB: an entry's size, and so a batch's
 )
 
 // tieredPool is a mem.BufferPool of buffers whose capacities are powers of
@@ -36,7 +42,7 @@ type tieredPool struct {
 var bufferPool mem.BufferPool = &tieredPool{}
 
 // Get returns a buffer of length n whose capacity is the power of two at or
-// above n; beyond the largest tier, a buffer of exactly n that Put drops.
+// above n; beyond the largest tier, a buffer of exactly n, which Put drops.
 func (p *tieredPool) Get(n int) *[]byte {
 	shift := max(bits.Len(uint(n-1)), minPooledShift)
 	if n <= 0 || shift > maxPooledShift {
@@ -54,17 +60,18 @@ func (p *tieredPool) Get(n int) *[]byte {
 // Put keeps a buffer in the tier of the largest power of two its capacity
 // holds, so any buffer a tier hands out is at least that tier's size.
 func (p *tieredPool) Put(b *[]byte) {
-	shift := bits.Len(uint(cap(*b))) - 1
-	if shift < minPooledShift || shift > maxPooledShift {
+	c := cap(*b)
+	if c < 1<<minPooledShift || c > 1<<maxPooledShift {
 		return
 	}
-	p.tiers[shift].Put(b)
+	p.tiers[bits.Len(uint(c))-1].Put(b)
 }
 
 // UseBufferPool makes bufferPool the process's default, the one gRPC's
-// protobuf codec marshals into whatever a connection's options say; the
-// cairn binary calls it first thing. DialWindows and ServerWindows give
-// every connection Cairn opens the pool for its reads either way, so a
-// program that embeds the client without calling it keeps gRPC's default
-// only for what it marshals.
+// protobuf codec marshals and unmarshals messages with whatever a
+// connection's options say, and so the one that matters; the cairn binary
+// calls it first thing, as gRPC asks (it is not safe once connections are
+// open). DialWindows and ServerWindows give every connection Cairn opens
+// the pool for its frames either way; a program that embeds the client
+// without calling UseBufferPool keeps gRPC's default for whole messages.
 func UseBufferPool() { experimental.SetDefaultBufferPool(bufferPool) }

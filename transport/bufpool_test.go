@@ -8,7 +8,7 @@ import (
 
 func TestBufferPool_GivesTheLengthAskedWithinTwiceTheCapacity(t *testing.T) {
 	p := &tieredPool{}
-	for _, n := range []int{0, 1, 255, 256, 257, 1024, 40_000, 65_536, 65_537, 1 << 22, 1<<22 + 1, 9 << 20} {
+	for _, n := range []int{0, 1, 1024, 1025, 2048, 2049, 40_000, 65_536, 65_537, 1 << 22, 1<<22 + 1, 9 << 20} {
 		b := p.Get(n)
 		if len(*b) != n {
 			t.Fatalf("Get(%d) has length %d", n, len(*b))
@@ -18,19 +18,28 @@ func TestBufferPool_GivesTheLengthAskedWithinTwiceTheCapacity(t *testing.T) {
 		}
 		p.Put(b)
 	}
+	// A buffer over the largest tier is not kept: it would be handed out
+	// for every 4 MiB asked for, at up to twice that.
+	big := make([]byte, 0, 6<<20)
+	p.Put(&big)
+	for range 10 {
+		if b := p.Get(1 << 22); cap(*b) != 1<<22 {
+			t.Fatalf("Get(4 MiB) has capacity %d", cap(*b))
+		}
+	}
 }
 
 // A buffer comes back from its tier, and every tier hands out buffers large
 // enough for what is asked of it, whatever capacities were put in.
 func TestBufferPool_ReusesBuffersLargeEnough(t *testing.T) {
 	p := &tieredPool{}
-	odd := make([]byte, 10, 50_000) // a capacity that is no power of two
-	p.Put(&odd)
 	for range 100 {
-		for _, n := range []int{300, 32_769, 40_000, 49_999, 65_536} {
-			b := p.Get(n)
-			if len(*b) != n || cap(*b) < n {
-				t.Fatalf("Get(%d): length %d, capacity %d", n, len(*b), cap(*b))
+		odd := make([]byte, 10, 50_000) // in the 32 KiB tier: no power of two
+		p.Put(&odd)
+		for _, n := range []int{3000, 20_000, 32_768, 32_769, 40_000, 65_536} {
+			b := p.Get(n) // reslicing a buffer too small would panic
+			if len(*b) != n {
+				t.Fatalf("Get(%d): length %d", n, len(*b))
 			}
 			p.Put(b)
 		}

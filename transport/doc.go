@@ -1,8 +1,9 @@
 // Package transport owns what crosses the network: the client API's protobuf
 // definitions and generated code (clientpb), the stream multiplexer that lets
 // every Raft group of a node share one port (raftmux), the one table that
-// maps Cairn's typed errors to gRPC statuses and back (errors.go), and the
-// flow-control windows every gRPC connection is opened with (windows.go).
+// maps Cairn's typed errors to gRPC statuses and back (errors.go), the
+// flow-control windows every gRPC connection is opened with (windows.go),
+// and the buffer pool gRPC reads and marshals messages into (bufpool.go).
 //
 // It holds no broker logic: the services are implemented by package cluster
 // and called by package client.

@@ -22,13 +22,13 @@ const (
 )
 
 // DialWindows are the DialOptions that set the windows on a client, and
-// the buffer pool it reads messages into (bufpool.go).
+// the buffer pool for the frames it reads (bufpool.go).
 func DialWindows() []grpc.DialOption {
 	return []grpc.DialOption{grpc.WithStaticStreamWindowSize(StreamWindowBytes), grpc.WithStaticConnWindowSize(ConnectionWindowBytes), experimental.WithBufferPool(bufferPool)}
 }
 
 // ServerWindows are the ServerOptions that set the windows on a server,
-// and the buffer pool it reads messages into (bufpool.go).
+// and the buffer pool for the frames it reads (bufpool.go).
 func ServerWindows() []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.StaticStreamWindowSize(StreamWindowBytes), grpc.StaticConnWindowSize(ConnectionWindowBytes), experimental.BufferPool(bufferPool)}
 }
