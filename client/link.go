@@ -62,7 +62,7 @@ type link struct {
 const silenceLimit = 3 * time.Second
 
 func grpcDial(addr string) (*grpc.ClientConn, error) {
-	return grpc.NewClient(addr, append(transport.DialWindows(),
+	return grpc.NewClient(addr, append(transport.DialOptions(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxWireBytes), grpc.MaxCallSendMsgSize(maxWireBytes)),
 	)...)

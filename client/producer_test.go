@@ -67,7 +67,7 @@ func startFakeServer(t testing.TB, maxFrame uint64, opts ...grpc.ServerOption) *
 	f := &fakeServer{addr: lis.Addr().String(), maxFrame: maxFrame}
 	f.node = "fake-" + f.addr
 	// Opened as a node opens its client port (cluster.Start).
-	gs := grpc.NewServer(append(append(transport.ServerWindows(), grpc.MaxRecvMsgSize(maxWireBytes)), opts...)...)
+	gs := grpc.NewServer(append(append(transport.ServerOptions(), grpc.MaxRecvMsgSize(maxWireBytes)), opts...)...)
 	clientpb.RegisterClientServiceServer(gs, f)
 	f.tcp = new(sync.Map)
 	go func() { _ = gs.Serve(countingListener{lis, &f.accepted, f.tcp}) }()

@@ -94,7 +94,7 @@ const peerClientTimeout = 3 * time.Second
 
 // onClientAPI calls fn on another node's client API.
 func (n *Node) onClientAPI(ctx context.Context, addr string, fn func(context.Context, clientpb.ClientServiceClient) error) error {
-	cc, err := grpc.NewClient(addr, append(transport.DialWindows(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	cc, err := grpc.NewClient(addr, append(transport.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		return err
 	}

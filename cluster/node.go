@@ -219,13 +219,13 @@ func (n *Node) startServers() {
 	// sessions held, within clientKeepalive twice. A quiet client sends
 	// nothing (the heartbeats are the server's), so its connection carries
 	// that ping and its ack every clientKeepalive.
-	n.grpcClient = grpc.NewServer(append(transport.ServerWindows(), grpc.MaxRecvMsgSize(maxRecv), grpc.MaxSendMsgSize(maxRecv),
+	n.grpcClient = grpc.NewServer(append(transport.ServerOptions(), grpc.MaxRecvMsgSize(maxRecv), grpc.MaxSendMsgSize(maxRecv),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: clientKeepalive, Timeout: clientKeepalive}))...)
 	clientpb.RegisterClientServiceServer(n.grpcClient, &clientService{n: n})
 	healthpb.RegisterHealthServer(n.grpcClient, n.health)
 	reflection.Register(n.grpcClient)
 
-	n.grpcPeer = grpc.NewServer(append(transport.ServerWindows(), grpc.MaxRecvMsgSize(maxRecv), grpc.MaxSendMsgSize(maxRecv),
+	n.grpcPeer = grpc.NewServer(append(transport.ServerOptions(), grpc.MaxRecvMsgSize(maxRecv), grpc.MaxSendMsgSize(maxRecv),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: peerKeepalive / 2, PermitWithoutStream: true}))...)
 	peerpb.RegisterPeerServiceServer(n.grpcPeer, &peerService{n: n})
 	healthpb.RegisterHealthServer(n.grpcPeer, n.health)

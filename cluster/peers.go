@@ -79,7 +79,7 @@ func (p *peers) client(node string) (peerpb.PeerServiceClient, error) {
 	cc, ok := p.conns[addr]
 	if !ok {
 		var err error
-		opts := append(transport.DialWindows(),
+		opts := append(transport.DialOptions(),
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			// A peer that vanished without closing its connections (a
 			// partition, a pulled cable) is noticed in seconds, not at the

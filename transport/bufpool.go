@@ -16,21 +16,24 @@ import (
 // asynchronous batch, a forwarded send or a push of 40 KiB took a 1 MiB
 // buffer and wrote 1 MiB of zeros into it first, 8–11 µs each time. At the
 // end-to-end row's load (4 + 4 clients, 14,000 msgs/s) that clearing was
-// 2 % of the machine's CPU, as much as the acknowledgements cost the state
-// machine (docs/performance.md, "Where a 2-core machine's CPU goes").
+// 2 % of the machine's CPU in a system-wide profile (docs/performance.md,
+// "Where a 2-core machine's CPU goes").
 //
 // bufferPool has a tier at every power of two from 2 KiB to 4 MiB, so a
 // buffer is less than twice what it holds, and hands buffers out as they
-// were left, as gRPC's own unexported pools for frames do
-// (internal/transport's NewDirtySimplePool). That is safe because gRPC
-// writes a buffer's whole length before reading it: a frame is read with
-// io.ReadFull, a message is copied in whole, a marshal appends exactly the
-// size it computed. The one exception would be a message changed while it
-// is sent, a data race that then sends an earlier message's bytes where
-// zeros were.
+// were left. gRPC has such a pool (internal/mem's
+// NewDirtyBinaryTieredBufferPool) but does not export it. Not clearing is
+// safe because gRPC writes a buffer's whole length before reading it: a
+// frame is read with io.ReadFull, a message is copied in whole, a marshal
+// appends exactly the size it computed. The one exception would be a
+// message changed while it is sent, a data race that then sends an earlier
+// message's bytes where zeros were.
 const (
 	minPooledShift = 11 // 2 KiB: gRPC pools nothing of 1 KiB or less
-	maxPooledShift = 22 // 4 MiB: an entry's size, and so a batch's
+	// 4 MiB: twice the largest message a node takes by default
+	// (MaxMessageBytes + 1 MiB); a node set for larger messages allocates
+	// buffers for those each time.
+	maxPooledShift = 22
 )
 
 // tieredPool is a mem.BufferPool of buffers whose capacities are powers of
@@ -70,8 +73,9 @@ func (p *tieredPool) Put(b *[]byte) {
 // UseBufferPool makes bufferPool the process's default, the one gRPC's
 // protobuf codec marshals and unmarshals messages with whatever a
 // connection's options say, and so the one that matters; the cairn binary
-// calls it first thing, as gRPC asks (it is not safe once connections are
-// open). DialWindows and ServerWindows give every connection Cairn opens
-// the pool for its frames either way; a program that embeds the client
-// without calling UseBufferPool keeps gRPC's default for whole messages.
+// calls it in an init function, as gRPC asks (it is not safe once
+// connections are open). DialOptions and ServerOptions give every
+// connection Cairn opens the pool for its frames either way; a program
+// that embeds the client without calling UseBufferPool keeps gRPC's
+// default for whole messages.
 func UseBufferPool() { experimental.SetDefaultBufferPool(bufferPool) }

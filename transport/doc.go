@@ -2,7 +2,7 @@
 // definitions and generated code (clientpb), the stream multiplexer that lets
 // every Raft group of a node share one port (raftmux), the one table that
 // maps Cairn's typed errors to gRPC statuses and back (errors.go), the
-// flow-control windows every gRPC connection is opened with (windows.go),
+// flow-control windows every gRPC connection is opened with (options.go),
 // and the buffer pool gRPC reads and marshals messages into (bufpool.go).
 //
 // It holds no broker logic: the services are implemented by package cluster

@@ -26,8 +26,11 @@ type exitError struct {
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
+// init sets the buffer pool of every gRPC connection the binary opens,
+// before any is (transport/bufpool.go).
+func init() { transport.UseBufferPool() }
+
 func main() {
-	transport.UseBufferPool()
 	root := newRoot()
 	if err := root.Execute(); err != nil {
 		// One line on stderr, whatever the error; the details are in it.

@@ -21,14 +21,15 @@ const (
 	ConnectionWindowBytes = 16 << 20
 )
 
-// DialWindows are the DialOptions that set the windows on a client, and
-// the buffer pool for the frames it reads (bufpool.go).
-func DialWindows() []grpc.DialOption {
+// DialOptions are what every client connection Cairn opens is dialled
+// with: the windows, and the buffer pool for the frames it reads
+// (bufpool.go).
+func DialOptions() []grpc.DialOption {
 	return []grpc.DialOption{grpc.WithStaticStreamWindowSize(StreamWindowBytes), grpc.WithStaticConnWindowSize(ConnectionWindowBytes), experimental.WithBufferPool(bufferPool)}
 }
 
-// ServerWindows are the ServerOptions that set the windows on a server,
-// and the buffer pool for the frames it reads (bufpool.go).
-func ServerWindows() []grpc.ServerOption {
+// ServerOptions are what every gRPC server of Cairn's starts with: the
+// windows, and the buffer pool for the frames it reads (bufpool.go).
+func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.StaticStreamWindowSize(StreamWindowBytes), grpc.StaticConnWindowSize(ConnectionWindowBytes), experimental.BufferPool(bufferPool)}
 }
