@@ -35,11 +35,15 @@ type Session struct {
 	// lostAcks is set when a reconnect took away messages the session
 	// held unacknowledged: the next acknowledge reports ErrLostServer.
 	lostAcks bool
-	// Transacted: the members the open transaction sent to; txLost is set
-	// when a reconnect lost its work (the next commit rolls back);
-	// committing while a commit is under way; possibleDup after a commit
-	// of unknown outcome, until a transaction ends.
+	// Transacted: the members the open transaction sent to, and how many
+	// messages the front-end said it holds (txSends: the commit tells it,
+	// so that a front-end the session moved to in a reconnect it saw too
+	// late does not commit only what it holds); txLost is set when a
+	// reconnect lost its work (the next commit rolls back); committing
+	// while a commit is under way; possibleDup after a commit of unknown
+	// outcome, until a transaction ends.
 	txMembers   map[string]bool
+	txSends     int
 	txLost      bool
 	committing  bool
 	possibleDup bool
@@ -64,7 +68,10 @@ func newSession(c *Connection, no uint64, mode AckMode, gen uint64) *Session {
 }
 
 // linkLost forgets what the session held on a lost link: the server
-// releases it, and it comes again marked redelivered.
+// releases it, and it comes again marked redelivered. A transaction with
+// a commit under way is not marked lost: a commit that left learns its
+// outcome (resolve), and one that had yet to leave goes to the next node,
+// which rolls it back because it holds none of the sends the commit counts.
 func (s *Session) linkLost() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -75,6 +82,7 @@ func (s *Session) linkLost() {
 		s.lostAcks = true
 	}
 	clear(s.txMembers)
+	s.txSends = 0
 	clear(s.unacked)
 	s.unacked = nil
 	s.dupsOK = nil

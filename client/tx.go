@@ -51,6 +51,7 @@ func (p *Producer) txSend(ctx context.Context, req *clientpb.SendRequest, ms []*
 		ms[i].Member = r.Member
 		s.txMembers[r.Member] = true
 	}
+	s.txSends += len(results)
 	s.mu.Unlock()
 	return out, nil
 }
@@ -81,6 +82,7 @@ func (s *Session) Commit(ctx context.Context) error {
 	lost := s.txLost
 	held := slices.Clone(s.unacked)
 	members := maps.Clone(s.txMembers)
+	sends := uint32(s.txSends)
 	s.committing = !lost
 	s.mu.Unlock()
 	if lost {
@@ -107,7 +109,7 @@ func (s *Session) Commit(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	reply, err := l.request(ctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_Commit{Commit: &clientpb.Commit{Session: s.no, Tx: tx, Primary: primary, Deliveries: refs}}})
+	reply, err := l.request(ctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_Commit{Commit: &clientpb.Commit{Session: s.no, Tx: tx, Primary: primary, Deliveries: refs, Sends: &sends}}})
 	switch {
 	case err == nil:
 		s.endTx(false)
@@ -180,6 +182,7 @@ func (s *Session) endTx(possibleDup bool) {
 	clear(s.unacked)
 	s.unacked = nil
 	clear(s.txMembers)
+	s.txSends = 0
 	s.txLost = false
 	s.possibleDup = possibleDup
 }

@@ -125,10 +125,24 @@ func (c *connection) commit(requestID uint64, op *clientpb.Commit) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*routeWindow)
 		defer cancel()
 		var sends map[string][]*fsmpb.Message
+		held := 0
 		if buf != nil {
 			sends = buf.sends
+			for _, msgs := range sends {
+				held += len(msgs)
+			}
 		}
-		committed, err := c.n.commitTx(ctx, s.id, op.Tx, op.Primary, sends, op.Deliveries)
+		var committed bool
+		var err error
+		if op.Sends != nil && *op.Sends != uint32(held) {
+			// Most likely a reconnect the client's session saw too late
+			// (its link ended just after a send's answer): the sends held
+			// before it were on the connection it left, and committing
+			// what is here would drop them unseen.
+			err = fmt.Errorf("%w: this node holds %d sends for the transaction, the client counted %d: the connection reconnected while the transaction was under way, or a send's answer was lost; do the transaction again", transport.ErrTransactionRolledBack, held, *op.Sends)
+		} else {
+			committed, err = c.n.commitTx(ctx, s.id, op.Tx, op.Primary, sends, op.Deliveries)
+		}
 		if committed {
 			c.reply(requestID, nil, &clientpb.Reply{Result: &clientpb.Reply_Commit{Commit: &clientpb.CommitResult{Committed: true}}})
 			return

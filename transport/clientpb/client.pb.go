@@ -2157,12 +2157,18 @@ func (x *TxSend) GetSend() *SendRequest {
 // the transaction touches (those of its sends' replies and of its
 // deliveries); its group records the decision. A new transaction starts at
 // once. A rolled-back commit returns the session's deliveries, as Rollback.
+//
+// sends, when set, is how many messages the client was told the front-end
+// holds for the transaction (the TxSend replies since it began). A
+// front-end holding any other number rolls the transaction back: some were
+// held by a connection the client left when it reconnected.
 type Commit struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
 	Tx            string                 `protobuf:"bytes,2,opt,name=tx,proto3" json:"tx,omitempty"`
 	Primary       string                 `protobuf:"bytes,3,opt,name=primary,proto3" json:"primary,omitempty"`
 	Deliveries    []*DeliveryRef         `protobuf:"bytes,4,rep,name=deliveries,proto3" json:"deliveries,omitempty"`
+	Sends         *uint32                `protobuf:"varint,5,opt,name=sends,proto3,oneof" json:"sends,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2223,6 +2229,13 @@ func (x *Commit) GetDeliveries() []*DeliveryRef {
 		return x.Deliveries
 	}
 	return nil
+}
+
+func (x *Commit) GetSends() uint32 {
+	if x != nil && x.Sends != nil {
+		return *x.Sends
+	}
+	return 0
 }
 
 // Rollback drops the held sends and returns every delivery the session
@@ -4286,14 +4299,16 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"timeout_ms\x18\x02 \x01(\x03R\ttimeoutMs\"T\n" +
 	"\x06TxSend\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x120\n" +
-	"\x04send\x18\x02 \x01(\v2\x1c.cairn.client.v1.SendRequestR\x04send\"\x8a\x01\n" +
+	"\x04send\x18\x02 \x01(\v2\x1c.cairn.client.v1.SendRequestR\x04send\"\xaf\x01\n" +
 	"\x06Commit\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x0e\n" +
 	"\x02tx\x18\x02 \x01(\tR\x02tx\x12\x18\n" +
 	"\aprimary\x18\x03 \x01(\tR\aprimary\x12<\n" +
 	"\n" +
 	"deliveries\x18\x04 \x03(\v2\x1c.cairn.client.v1.DeliveryRefR\n" +
-	"deliveries\"$\n" +
+	"deliveries\x12\x19\n" +
+	"\x05sends\x18\x05 \x01(\rH\x00R\x05sends\x88\x01\x01B\b\n" +
+	"\x06_sends\"$\n" +
 	"\bRollback\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\"5\n" +
 	"\tTxOutcome\x12\x0e\n" +
@@ -4645,6 +4660,7 @@ func file_transport_clientpb_client_proto_init() {
 		(*ClientFrame_TxOutcome)(nil),
 		(*ClientFrame_Send)(nil),
 	}
+	file_transport_clientpb_client_proto_msgTypes[28].OneofWrappers = []any{}
 	file_transport_clientpb_client_proto_msgTypes[41].OneofWrappers = []any{
 		(*ServerFrame_Reply)(nil),
 		(*ServerFrame_Deliveries)(nil),
