@@ -112,8 +112,19 @@ func (p *Producer) Send(ctx context.Context, m *Message) (Receipt, error) {
 // leave together, in one request and one commit, so the producer's order is
 // kept and the batches grow with the load; each waits at most the
 // connection's RequestTimeout. The caller bounds how many it leaves
-// unconfirmed (a window), since nothing here does.
+// unconfirmed (a window), since nothing here does. In a transacted
+// session, Commit and Rollback wait until every asynchronous send has
+// completed and its done returned, so done must not commit or roll back
+// its own session.
 func (p *Producer) SendAsync(m *Message, done func(Receipt, error)) {
+	if s := p.s; s.mode == Transacted {
+		s.asyncSends.add()
+		appDone := done
+		done = func(r Receipt, err error) {
+			defer s.asyncSends.done()
+			appDone(r, err)
+		}
+	}
 	a := &p.async
 	a.mu.Lock()
 	a.queue = append(a.queue, asyncSend{m, done})

@@ -38,15 +38,17 @@ type Session struct {
 	// Transacted: the members the open transaction sent to, and how many
 	// messages the front-end said it holds (txSends: the commit tells it,
 	// so that a front-end the session moved to in a reconnect it saw too
-	// late does not commit only what it holds); txLost is set when a
-	// reconnect lost its work (the next commit rolls back); committing
-	// while a commit is under way; possibleDup after a commit of unknown
-	// outcome, until a transaction ends.
+	// late does not commit only what it holds); txLost, when set, says why
+	// the transaction cannot commit (its next commit rolls back);
+	// committing while a commit is under way; possibleDup after a commit of
+	// unknown outcome, until a transaction ends; asyncSends are the
+	// asynchronous sends Commit and Rollback wait for.
 	txMembers   map[string]bool
 	txSends     int
-	txLost      bool
+	txLost      string
 	committing  bool
 	possibleDup bool
+	asyncSends  inFlight
 	consumers   map[uint64]*Consumer
 	// unacked are messages handed out and not yet acknowledged (ClientAck,
 	// IndividualAck).
@@ -71,13 +73,14 @@ func newSession(c *Connection, no uint64, mode AckMode, gen uint64) *Session {
 // releases it, and it comes again marked redelivered. A transaction with
 // a commit under way is not marked lost: a commit that left learns its
 // outcome (resolve), and one that had yet to leave goes to the next node,
-// which rolls it back because it holds none of the sends the commit counts.
+// where it rolls back: that node holds none of the sends the commit counts,
+// and the deliveries it names were the old connection's session's.
 func (s *Session) linkLost() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
 	case s.mode == Transacted && !s.committing && (len(s.unacked) > 0 || len(s.txMembers) > 0):
-		s.txLost = true
+		s.txLost = "the connection reconnected to another node during the transaction, which lost its work"
 	case len(s.unacked) > 0:
 		s.lostAcks = true
 	}

@@ -39,8 +39,21 @@ func (p *Producer) txSend(ctx context.Context, req *clientpb.SendRequest, ms []*
 			req.Messages[i].Properties, ms[i].Properties = props, props
 		}
 	}
-	reply, err := s.conn.request(ctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_TxSend{TxSend: &clientpb.TxSend{Session: s.no, Send: req}}})
+	l, err := s.conn.awaitLink(ctx)
 	if err != nil {
+		return nil, err
+	}
+	reply, err := l.request(ctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_TxSend{TxSend: &clientpb.TxSend{Session: s.no, Send: req}}})
+	if err != nil {
+		if reply == nil && !errors.As(err, new(unsentError)) {
+			// The node may hold it: the transaction can no longer say what
+			// it commits.
+			s.mu.Lock()
+			if s.txLost == "" {
+				s.txLost = fmt.Sprintf("a send of the transaction may or may not have reached the node (%v)", err)
+			}
+			s.mu.Unlock()
+		}
 		return nil, err
 	}
 	results := reply.GetTxSend().GetResults()
@@ -71,10 +84,14 @@ func newTxID() string {
 // the first commit after the connection reconnected in the middle of the
 // transaction. If the connection lost its node during the commit, Commit
 // asks the transaction's primary member for the outcome, for up to
-// ReconnectBlockingTime, and only then fails with ErrCommitUnknown.
+// ReconnectBlockingTime, and only then fails with ErrCommitUnknown. It
+// first waits for the session's asynchronous sends to complete.
 func (s *Session) Commit(ctx context.Context) error {
 	if s.mode != Transacted {
 		return fmt.Errorf("%w: session is not transacted", ErrInvalidArgument)
+	}
+	if err := s.awaitAsyncSends(ctx); err != nil {
+		return err
 	}
 	s.handout.Lock()
 	defer s.handout.Unlock()
@@ -83,11 +100,11 @@ func (s *Session) Commit(ctx context.Context) error {
 	held := slices.Clone(s.unacked)
 	members := maps.Clone(s.txMembers)
 	sends := uint32(s.txSends)
-	s.committing = !lost
+	s.committing = lost == ""
 	s.mu.Unlock()
-	if lost {
+	if lost != "" {
 		err := s.rollback(ctx)
-		return errors.Join(fmt.Errorf("%w: the connection reconnected to another node during the transaction, which lost its work; do it again", ErrTransactionRolledBack), err)
+		return errors.Join(fmt.Errorf("%w: %s; do it again", ErrTransactionRolledBack, lost), err)
 	}
 	defer func() {
 		s.mu.Lock()
@@ -155,10 +172,14 @@ func (s *Session) resolve(ctx context.Context, tx, primary string, cause error) 
 
 // Rollback ends the session's transaction without doing any of it: its
 // sends are dropped, and the messages it received come again, marked
-// redelivered. A new transaction starts.
+// redelivered. A new transaction starts. It first waits for the session's
+// asynchronous sends to complete.
 func (s *Session) Rollback(ctx context.Context) error {
 	if s.mode != Transacted {
 		return fmt.Errorf("%w: session is not transacted", ErrInvalidArgument)
+	}
+	if err := s.awaitAsyncSends(ctx); err != nil {
+		return err
 	}
 	s.handout.Lock()
 	defer s.handout.Unlock()
@@ -175,6 +196,18 @@ func (s *Session) rollback(ctx context.Context) error {
 	return err
 }
 
+// awaitAsyncSends waits until every asynchronous send of the session has
+// completed and its callback returned, so that a commit or rollback covers
+// exactly the sends made before it, as JMS asks.
+func (s *Session) awaitAsyncSends(ctx context.Context) error {
+	select {
+	case <-s.asyncSends.idle():
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the session's asynchronous sends: %w", ctx.Err())
+	}
+}
+
 // endTx starts a new transaction; possibleDup marks its sends.
 func (s *Session) endTx(possibleDup bool) {
 	s.mu.Lock()
@@ -183,6 +216,6 @@ func (s *Session) endTx(possibleDup bool) {
 	s.unacked = nil
 	clear(s.txMembers)
 	s.txSends = 0
-	s.txLost = false
+	s.txLost = ""
 	s.possibleDup = possibleDup
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cairnmq/cairn/client"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
+	"github.com/cairnmq/cairn/transport/clientpb"
 )
 
 func mustTx(t *testing.T, c *client.Connection) *client.Session {
@@ -387,4 +388,57 @@ func TestTx_CommitUnknownWhenThePrimaryCannotAnswer(t *testing.T) {
 	if m.Properties[client.PossibleDuplicateProperty] != "true" {
 		t.Fatalf("message sent after an unknown commit has properties %v; want %s", m.Properties, client.PossibleDuplicateProperty)
 	}
+}
+
+// A commit whose client counts other sends than the front-end holds (its
+// session moved here in a reconnect it saw too late, and the sends were
+// held by the node it left) is rolled back and enqueues nothing; one that
+// counts the same, or counts nothing (a client that does not say), commits.
+func TestTx_CommitCountingOtherSendsRollsBack(t *testing.T) {
+	n := startNode(t, testConfig(t, t.TempDir()))
+	ctx := testCtx(t)
+	a := admin(t, n)
+	r := openRaw(t, ctx, n)
+	id := uint64(0)
+	frame := func(f *clientpb.ClientFrame) *clientpb.ClientFrame {
+		id++
+		f.RequestId = id
+		return f
+	}
+	if err := r.call(frame(&clientpb.ClientFrame{Op: &clientpb.ClientFrame_Hello{Hello: &clientpb.Hello{}}})); err != nil {
+		t.Fatalf("hello: %v", err)
+	}
+	if err := r.call(frame(&clientpb.ClientFrame{Op: &clientpb.ClientFrame_OpenSession{OpenSession: &clientpb.OpenSession{Session: 1, AckMode: clientpb.AckMode_ACK_MODE_TRANSACTED}}})); err != nil {
+		t.Fatalf("open session: %v", err)
+	}
+	txSend := func(msgID string) string {
+		t.Helper()
+		f := frame(&clientpb.ClientFrame{Op: &clientpb.ClientFrame_TxSend{TxSend: &clientpb.TxSend{Session: 1, Send: &clientpb.SendRequest{
+			Destination: "txc", Messages: []*clientpb.Message{{Id: msgID, Body: []byte(msgID)}}}}}})
+		r.send(f)
+		reply, err := r.reply(f.RequestId, nil)
+		if err != nil {
+			t.Fatalf("transacted send %s: %v", msgID, err)
+		}
+		return reply.GetTxSend().GetResults()[0].GetMember()
+	}
+	commit := func(tx, primary string, sends *uint32) error {
+		return r.call(frame(&clientpb.ClientFrame{Op: &clientpb.ClientFrame_Commit{Commit: &clientpb.Commit{Session: 1, Tx: tx, Primary: primary, Sends: sends}}}))
+	}
+	two, one := uint32(2), uint32(1)
+
+	// The case of the chaos suite: the client's sends were held by the node
+	// it left, and this one holds none.
+	wantErr(t, "commit counting a send where none is held", commit("t0", "txc#0", &one), client.ErrTransactionRolledBack)
+	member := txSend("held-alone")
+	wantErr(t, "commit counting two sends where one is held", commit("t1", member, &two), client.ErrTransactionRolledBack)
+	checkQueue(t, a, "txc", 0, 0)
+	if err := commit("t2", txSend("counted"), &one); err != nil {
+		t.Fatalf("commit counting the one send held: %v", err)
+	}
+	checkQueue(t, a, "txc", 1, 0)
+	if err := commit("t3", txSend("uncounted"), nil); err != nil {
+		t.Fatalf("commit that counts nothing: %v", err)
+	}
+	checkQueue(t, a, "txc", 2, 0)
 }

@@ -2161,7 +2161,8 @@ func (x *TxSend) GetSend() *SendRequest {
 // sends, when set, is how many messages the client was told the front-end
 // holds for the transaction (the TxSend replies since it began). A
 // front-end holding any other number rolls the transaction back: some were
-// held by a connection the client left when it reconnected.
+// held by a connection the client left when it reconnected, or a send's
+// answer was lost.
 type Commit struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
