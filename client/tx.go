@@ -82,7 +82,7 @@ func newTxID() string {
 // dropped and the received messages come again, marked redelivered, and
 // the application may do the same work again. That is always the case for
 // the first commit after the connection reconnected in the middle of the
-// transaction. If the connection lost its node during the commit, Commit
+// transaction, or after a send whose answer never came. If the connection lost its node during the commit, Commit
 // asks the transaction's primary member for the outcome, for up to
 // ReconnectBlockingTime, and only then fails with ErrCommitUnknown. It
 // first waits for the session's asynchronous sends to complete.

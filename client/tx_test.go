@@ -69,6 +69,17 @@ func startTxFake(t *testing.T, fate func(conn, before int) txSendFate) *txFake {
 	return f
 }
 
+// firstOnEachConnection gives each connection's first TxSend fate, and
+// answers the others.
+func firstOnEachConnection(fate txSendFate) func(conn, before int) txSendFate {
+	return func(_, before int) txSendFate {
+		if before == 0 {
+			return fate
+		}
+		return answerTxSend
+	}
+}
+
 // transactedProducer opens a transacted session on f and a producer in it.
 func transactedProducer(t *testing.T, f *txFake) (*Connection, *Session, *Producer) {
 	t.Helper()
@@ -129,12 +140,7 @@ func TestCommit_CarriesTheNumberOfHeldSends(t *testing.T) {
 // and report success (verify lost committed messages so in the chaos
 // suite), or roll back at once.
 func TestCommit_AfterASendAnsweredAsTheLinkEnded(t *testing.T) {
-	f := startTxFake(t, func(_, before int) txSendFate {
-		if before == 0 {
-			return answerThenEndStream
-		}
-		return answerTxSend
-	})
+	f := startTxFake(t, firstOnEachConnection(answerThenEndStream))
 	conn, s, p := transactedProducer(t, f)
 	ctx := txCtx(t)
 	// Which comes first is the scheduler's choice; before the count, the
@@ -190,12 +196,7 @@ func TestCommit_WaitsForTheSessionsAsynchronousSends(t *testing.T) {
 // Commit rolls it back, also when that send was its only one, so the node
 // drops what it may hold instead of carrying it into the next transaction.
 func TestCommit_RollsBackAfterASendOfUnknownOutcome(t *testing.T) {
-	f := startTxFake(t, func(_, before int) txSendFate {
-		if before == 0 {
-			return swallowTxSend
-		}
-		return answerTxSend
-	})
+	f := startTxFake(t, firstOnEachConnection(swallowTxSend))
 	_, s, p := transactedProducer(t, f)
 	sctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
