@@ -82,10 +82,11 @@ func newTxID() string {
 // dropped and the received messages come again, marked redelivered, and
 // the application may do the same work again. That is always the case for
 // the first commit after the connection reconnected in the middle of the
-// transaction, or after a send whose answer never came. If the connection lost its node during the commit, Commit
-// asks the transaction's primary member for the outcome, for up to
-// ReconnectBlockingTime, and only then fails with ErrCommitUnknown. It
-// first waits for the session's asynchronous sends to complete.
+// transaction, or after a send whose answer never came. If the connection
+// lost its node during the commit, Commit asks the transaction's primary
+// member for the outcome, for up to ReconnectBlockingTime, and only then
+// fails with ErrCommitUnknown. It first waits for the session's
+// asynchronous sends to complete.
 func (s *Session) Commit(ctx context.Context) error {
 	if s.mode != Transacted {
 		return fmt.Errorf("%w: session is not transacted", ErrInvalidArgument)
