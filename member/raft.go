@@ -209,7 +209,9 @@ func OpenRaft(cfg RaftConfig, fsm raft.FSM) (*Group, error) {
 		// sender blocks on AppendEntries while the response decoder blocks
 		// on the finished channel, and Shutdown then never returns. One RPC
 		// in flight turns pipelining off; batching many messages per entry
-		// (and many entries per AppendEntries) keeps the throughput.
+		// (and many entries per AppendEntries) keeps the throughput. With
+		// 2 or 4 in flight the sync and async rows measured no faster
+		// (docs/performance.md, "Where the hops cost").
 		MaxRPCsInFlight:       1,
 		Timeout:               10 * time.Second,
 		Logger:                hlog.Named("transport"),
