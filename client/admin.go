@@ -130,8 +130,11 @@ type QueueInfo struct {
 
 // MemberInfo describes one member of a queue.
 type MemberInfo struct {
-	Name      string   `json:"name"`
-	Host      string   `json:"host"`
+	Name string `json:"name"`
+	Host string `json:"host"`
+	// HostAddr is the host's client address, empty while no host is known:
+	// Options.PreferHostOf connects there.
+	HostAddr  string   `json:"host_addr"`
 	Pending   uint64   `json:"pending"`
 	Delivered uint64   `json:"delivered"`
 	Consumers int      `json:"consumers"`
@@ -158,7 +161,7 @@ func queueInfo(d *clientpb.DestinationInfo) QueueInfo {
 		RedeliveryBackoff: int(d.RedeliveryBackoff), RedeliveryMaxDelayMillis: d.RedeliveryMaxDelayMs, ForwardDelayMillis: d.ForwardDelayMs,
 		DedupWindowMillis: d.DedupWindowMs, DedupMaxIDs: int(d.DedupMaxIds)}
 	for _, m := range d.Members {
-		q.Members = append(q.Members, MemberInfo{Name: m.Name, Host: m.Host, Pending: m.Pending, Delivered: m.Delivered, Consumers: int(m.Consumers), Bytes: m.Bytes, Replicas: m.Replicas,
+		q.Members = append(q.Members, MemberInfo{Name: m.Name, Host: m.Host, HostAddr: m.HostAddr, Pending: m.Pending, Delivered: m.Delivered, Consumers: int(m.Consumers), Bytes: m.Bytes, Replicas: m.Replicas,
 			Delayed: m.Delayed, Moving: m.Moving, DeadLettered: m.DeadLettered, Draining: m.Draining, Prepared: m.Prepared})
 	}
 	return q

@@ -111,7 +111,7 @@ func Dial(ctx context.Context, addrs []string, opts Options) (*Connection, error
 	}
 	var errs []string
 	for _, addr := range addrs {
-		l, err := c.openLink(ctx, addr, 1, opts.ClientID)
+		l, err := c.openPreferred(ctx, addr, 1, "")
 		if err == nil {
 			if c.install(l) {
 				go c.creditLoop()

@@ -36,6 +36,13 @@ type Options struct {
 	// set this when the client cannot reach the addresses the nodes
 	// announce, or to measure the difference.
 	NoDirectSends bool
+	// PreferHostOf names a destination (one with a single member, or a
+	// member's address NAME#I) whose host the connection connects to: each
+	// connect and reconnect asks the node it dials which node hosts it and
+	// opens the link there when it can, else on the node it dialled. Set it
+	// on a connection that consumes that destination: its deliveries and
+	// acknowledgements then skip the hop through another node (home.go).
+	PreferHostOf string
 	// TotalReconnectPeriod is how long the connection keeps trying to
 	// reconnect before it ends for good; 0 means the default, -1, which is
 	// forever.

@@ -153,7 +153,7 @@ func (c *Connection) reconnect(lost *link, lostErr error) {
 			if ctx.Err() != nil {
 				return
 			}
-			l, err := c.openLink(ctx, addr, gen, c.opts.ClientID)
+			l, err := c.openPreferred(ctx, addr, gen, lost.node)
 			if err == nil {
 				if err = c.restore(ctx, l); err == nil {
 					c.opts.Logger.Info("cairn: connection reconnected", "connection", l.id, "node", l.node, "after", time.Since(start).Round(time.Millisecond))

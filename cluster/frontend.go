@@ -553,12 +553,24 @@ func (n *Node) directHost(d *fsmpb.Destination, idx int, name string) (node, add
 	}
 	r, node, _ := n.knownHost(name)
 	if r != nil {
-		return n.cfg.NodeID, n.addrs.Client
+		node = n.cfg.NodeID
 	}
-	if addr, ok := n.gossip.clientAddr(node); ok {
+	if addr := n.clientAddrOf(node); addr != "" {
 		return node, addr
 	}
 	return "", ""
+}
+
+// clientAddrOf is the client address of a node: this node's, or another's
+// that gossip holds alive; empty when none is known.
+func (n *Node) clientAddrOf(node string) string {
+	if node == n.cfg.NodeID {
+		return n.addrs.Client
+	}
+	if addr, ok := n.gossip.clientAddr(node); ok {
+		return addr
+	}
+	return ""
 }
 
 // buildMessages makes a send's messages as stored: ids given where missing,
@@ -728,6 +740,9 @@ func (n *Node) destinationInfo(ctx context.Context, d *fsmpb.Destination) *clien
 		mi := &clientpb.MemberInfo{Name: fsm.MemberName(d.Name, p.Index), Replicas: p.Replicas}
 		st := n.memberInfo(ctx, mi.Name)
 		mi.Host, mi.Pending, mi.Delivered, mi.Bytes, mi.Consumers = st.host, uint64(st.pending), uint64(st.delivered), st.bytes, uint32(st.consumers)
+		if st.host != "" {
+			mi.HostAddr = n.clientAddrOf(st.host)
+		}
 		mi.Delayed, mi.Moving, mi.DeadLettered, mi.Draining = uint64(st.delayed), uint64(st.moving), uint64(st.deadLettered), p.Draining
 		mi.Prepared = uint64(st.prepared)
 		info.Pending += mi.Pending

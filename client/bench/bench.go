@@ -77,6 +77,9 @@ type Config struct {
 	// NoDirectSends sends through each connection's node only, never
 	// straight to the member's host (client.Options.NoDirectSends).
 	NoDirectSends bool
+	// ConsumersOnHost connects each consumer to its member's host
+	// (client.Options.PreferHostOf) rather than to the next node in turn.
+	ConsumersOnHost bool
 	// ConsumeAfter starts the consumers only when every send is done, so
 	// the consume rate is that of a backlog, not bounded by the producers.
 	ConsumeAfter bool
@@ -110,17 +113,19 @@ type Result struct {
 	// ConsumeAfter: consumers started after the sends, on a backlog.
 	ConsumeAfter bool `json:"consume_after,omitempty"`
 	// NoDirectSends: every send went through its connection's node.
-	NoDirectSends bool    `json:"no_direct_sends,omitempty"`
-	SendRate      float64 `json:"send_rate"`
-	ConsumeRate   float64 `json:"consume_rate"`
-	SendMiBs      float64 `json:"send_mib_s"`
-	ConsumeMiBs   float64 `json:"consume_mib_s"`
-	SendLatency   Latency `json:"send_latency_ms"`
-	E2ELatency    Latency `json:"e2e_latency_ms"`
-	Sent          int64   `json:"sent"`
-	Consumed      int64   `json:"consumed"`
-	Lost          int64   `json:"lost"`
-	Duplicates    int64   `json:"duplicates"`
+	NoDirectSends bool `json:"no_direct_sends,omitempty"`
+	// ConsumersOnHost: each consumer connected to its member's host.
+	ConsumersOnHost bool    `json:"consumers_on_host,omitempty"`
+	SendRate        float64 `json:"send_rate"`
+	ConsumeRate     float64 `json:"consume_rate"`
+	SendMiBs        float64 `json:"send_mib_s"`
+	ConsumeMiBs     float64 `json:"consume_mib_s"`
+	SendLatency     Latency `json:"send_latency_ms"`
+	E2ELatency      Latency `json:"e2e_latency_ms"`
+	Sent            int64   `json:"sent"`
+	Consumed        int64   `json:"consumed"`
+	Lost            int64   `json:"lost"`
+	Duplicates      int64   `json:"duplicates"`
 	// SendErrors are sends that failed or whose outcome is unknown; their
 	// messages are not counted as sent, nor as lost or unexpected.
 	SendErrors int64 `json:"send_errors"`
@@ -246,13 +251,15 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (Result, erro
 			_ = c.Close()
 		}
 	}()
-	dial := func(i int) (*client.Connection, error) {
+	// dial connects connection i; preferHost, when set, names the
+	// destination whose host it connects to instead.
+	dial := func(i int, preferHost string) (*client.Connection, error) {
 		// Each connection starts on another node, so the load spreads.
 		n := len(cfg.Servers)
 		addrs := append(append([]string{}, cfg.Servers[i%n:]...), cfg.Servers[:i%n]...)
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		c, err := client.Dial(dctx, addrs, client.Options{Prefetch: cfg.Prefetch, ReconnectPolicy: client.ReconnectAll, NoDirectSends: cfg.NoDirectSends})
+		c, err := client.Dial(dctx, addrs, client.Options{Prefetch: cfg.Prefetch, ReconnectPolicy: client.ReconnectAll, NoDirectSends: cfg.NoDirectSends, PreferHostOf: preferHost})
 		if err == nil {
 			conns = append(conns, c)
 		}
@@ -262,7 +269,12 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (Result, erro
 	var cwg sync.WaitGroup
 	startConsumers := func() error {
 		for i := range cfg.Consumers {
-			conn, err := dial(i)
+			dest := r.members[i%len(r.members)]
+			preferHost := ""
+			if cfg.ConsumersOnHost {
+				preferHost = dest
+			}
+			conn, err := dial(i, preferHost)
 			if err != nil {
 				return err
 			}
@@ -270,7 +282,6 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (Result, erro
 			if err != nil {
 				return err
 			}
-			dest := r.members[i%len(r.members)]
 			k, err := s.Consumer(ctx, dest)
 			if err != nil {
 				return fmt.Errorf("consumer on %s: %w", dest, err)
@@ -290,7 +301,7 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (Result, erro
 	var producers []*client.Producer
 	var psessions []*client.Session
 	for i := range cfg.Producers {
-		conn, err := dial(i)
+		conn, err := dial(i, "")
 		if err != nil {
 			return Result{}, err
 		}
@@ -335,7 +346,7 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (Result, erro
 	}
 
 	res := Result{Dest: q.Name, Members: members, Producers: cfg.Producers, Consumers: cfg.Consumers, Size: cfg.Size,
-		Mode: cfg.Mode, Ack: cfg.Ack, Transacted: cfg.Transacted, Rate: cfg.Rate, ConsumeAfter: cfg.ConsumeAfter, NoDirectSends: cfg.NoDirectSends,
+		Mode: cfg.Mode, Ack: cfg.Ack, Transacted: cfg.Transacted, Rate: cfg.Rate, ConsumeAfter: cfg.ConsumeAfter, NoDirectSends: cfg.NoDirectSends, ConsumersOnHost: cfg.ConsumersOnHost,
 		Sent: r.sent.Load(), Consumed: r.consumed.Load(), SendErrors: r.sendErrors.Load()}
 	if cfg.Mode == Async {
 		res.Window = cfg.Window

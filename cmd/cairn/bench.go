@@ -92,6 +92,7 @@ configuration: "dest","members","producers","consumers","size","mode",
 	f.IntVar(&cfg.Rate, "rate", 0, "offered load in msgs/s over all producers (0: as fast as they go)")
 	f.IntVar(&cfg.Prefetch, "prefetch", 0, "messages a consumer may hold unconsumed (0: the client's default, 64)")
 	f.BoolVar(&cfg.NoDirectSends, "no-direct-sends", false, "send through each connection's node only, not straight to the member's host")
+	f.BoolVar(&cfg.ConsumersOnHost, "consumers-on-host", false, "connect each consumer to its member's host instead of spreading the connections over the nodes (its deliveries then skip a relaying node)")
 	f.BoolVar(&cfg.ConsumeAfter, "consume-after", false, "start the consumers when every send is done: the consume rate of a backlog")
 	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", 30*time.Second, "after the sends, how long to wait for the next message before the missing ones count as lost")
 	f.BoolVar(&asJSON, "json", false, "print the result as one JSON object")

@@ -1143,7 +1143,11 @@ type MemberInfo struct {
 	Draining bool `protobuf:"varint,11,opt,name=draining,proto3" json:"draining,omitempty"`
 	// prepared: held by prepared transactions (sends to enqueue, deliveries
 	// to acknowledge) until their decision.
-	Prepared      uint64 `protobuf:"varint,12,opt,name=prepared,proto3" json:"prepared,omitempty"`
+	Prepared uint64 `protobuf:"varint,12,opt,name=prepared,proto3" json:"prepared,omitempty"`
+	// host_addr is the host's client address, when the answering node knows
+	// it (empty while no host is known): where a client connects to be
+	// served by the host without another node relaying (Options.PreferHostOf).
+	HostAddr      string `protobuf:"bytes,13,opt,name=host_addr,json=hostAddr,proto3" json:"host_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1260,6 +1264,13 @@ func (x *MemberInfo) GetPrepared() uint64 {
 		return x.Prepared
 	}
 	return 0
+}
+
+func (x *MemberInfo) GetHostAddr() string {
+	if x != nil {
+		return x.HostAddr
+	}
+	return ""
 }
 
 type DestinationInfo struct {
@@ -4209,7 +4220,7 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x17PurgeDestinationRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"2\n" +
 	"\x18PurgeDestinationResponse\x12\x16\n" +
-	"\x06purged\x18\x01 \x01(\x04R\x06purged\"\xcb\x02\n" +
+	"\x06purged\x18\x01 \x01(\x04R\x06purged\"\xe8\x02\n" +
 	"\n" +
 	"MemberInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -4224,7 +4235,8 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\rdead_lettered\x18\n" +
 	" \x01(\x04R\fdeadLettered\x12\x1a\n" +
 	"\bdraining\x18\v \x01(\bR\bdraining\x12\x1a\n" +
-	"\bprepared\x18\f \x01(\x04R\bprepared\"\xf2\x05\n" +
+	"\bprepared\x18\f \x01(\x04R\bprepared\x12\x1b\n" +
+	"\thost_addr\x18\r \x01(\tR\bhostAddr\"\xf2\x05\n" +
 	"\x0fDestinationInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x124\n" +
 	"\x04kind\x18\x02 \x01(\x0e2 .cairn.client.v1.DestinationKindR\x04kind\x12\x18\n" +

@@ -1,0 +1,84 @@
+package cluster
+
+import (
+	"testing"
+	"time"
+
+	"github.com/cairnmq/cairn/client"
+)
+
+func preferHostOf(dest string) func(*client.Options) {
+	return func(o *client.Options) { o.PreferHostOf = dest }
+}
+
+// A connection that prefers a destination's host connects to that host
+// whichever node it dials, when every consumer of the address is served by
+// one member: a one-member queue, or a member's address. A queue spread
+// over several members, or one that does not exist, leaves it on the node
+// it dialled. Its consumer is then served by the host itself.
+func TestCluster_PreferHostOfConnectsToTheHost(t *testing.T) {
+	tc := newMultiNode(t, 3)
+	ctx := testCtx(t)
+	for name, members := range map[string]int{"near": 1, "spread": 3} {
+		if _, err := tc.admin("n1").CreateQueue(ctx, name, client.QueueOptions{Members: members}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nearHost := tc.waitSpread("near", 1)[0]
+	spreadHosts := tc.waitSpread("spread", 3)
+	// member is the member whose host is wanted: a host that moved since
+	// is found at the next connect, rightly.
+	for _, c := range []struct{ prefer, member, dialled, want string }{
+		{"near", "near#0", tc.others(nearHost)[0], nearHost},
+		{"near#0", "near#0", tc.others(nearHost)[1], nearHost},
+		{"spread#2", "spread#2", tc.others(spreadHosts[2])[0], spreadHosts[2]},
+		{"spread", "", tc.others(spreadHosts[0])[0], tc.others(spreadHosts[0])[0]},
+		{"missing", "", nearHost, nearHost},
+	} {
+		conn := tc.dial(c.dialled, preferHostOf(c.prefer))
+		if got := conn.Node(); got != c.want && (c.member == "" || tc.hostOf(c.member) == c.want) {
+			t.Errorf("dialled %s preferring the host of %s: connected to %s, want %s", c.dialled, c.prefer, got, c.want)
+		}
+		_ = conn.Close()
+	}
+
+	conn := tc.dial(tc.others(nearHost)[0], preferHostOf("near"))
+	s := mustSession(t, conn, client.AutoAck)
+	k := mustConsumer(t, ctx, s, "near")
+	send(t, ctx, mustProducer(t, s, "near"), "hello")
+	if got := string(recv(t, k).Body); got != "hello" {
+		t.Fatalf("received %q, want hello", got)
+	}
+	if served := len(tc.node(nearHost).conns.list()); served != 1 || conn.Node() != nearHost {
+		t.Errorf("the host %s serves %d client connections and the consumer is on %s: want the consumer's own, on the host", nearHost, served, conn.Node())
+	}
+}
+
+// A connection that loses the host it preferred does not wait for it: it
+// reconnects to a live node (the new host when one is named by then) and
+// its consumer goes on.
+func TestCluster_PreferHostOfReconnectsWithoutTheLostHost(t *testing.T) {
+	tc := newMultiNode(t, 3)
+	ctx := testCtx(t)
+	if _, err := tc.admin("n1").CreateQueue(ctx, "near", client.QueueOptions{Members: 1}); err != nil {
+		t.Fatal(err)
+	}
+	host := tc.waitSpread("near", 1)[0]
+	conn := tc.dial(tc.others(host)[0], preferHostOf("near"), func(o *client.Options) { o.ReconnectPolicy = client.ReconnectAll })
+	if conn.Node() != host {
+		t.Fatalf("connected to %s, not to the host %s", conn.Node(), host)
+	}
+	k := mustConsumer(t, ctx, mustSession(t, conn, client.AutoAck), "near")
+	before := conn.ID()
+	tc.crash(host)
+	newHost := tc.waitHost("near#0")
+	waitFor(t, 30*time.Second, "the connection reconnected", func() bool { return conn.ID() != before })
+	if conn.Node() == host {
+		t.Fatalf("reconnected to the lost host %s", host)
+	}
+	p := mustProducer(t, mustSession(t, tc.dial(newHost), client.AutoAck), "near")
+	send(t, ctx, p, "after")
+	if got := string(recv(t, k).Body); got != "after" {
+		t.Fatalf("received %q after the host was lost, want after", got)
+	}
+}
