@@ -36,13 +36,15 @@ clocks in step.
   cairn bench --count 100000 --producers 4 --consumers 4 --mode async --window 500
   cairn bench --duration 30s --producers 16 --consumers 0
   cairn bench --duration 30s --rate 5000 --json     # latency at a fixed load
+  cairn bench --duration 30s --rate 5000 --consumers-on-host   # consumers served by the host itself
 
 --json prints one object: {"send_rate","consume_rate" (msgs/s),
 "send_mib_s","consume_mib_s","send_latency_ms","e2e_latency_ms" (each
 {"p50","p90","p99","p999","max"}),"sent","consumed","lost","duplicates",
 "unexpected","send_errors","send_seconds","consume_seconds", and the
 configuration: "dest","members","producers","consumers","size","mode",
-"window","ack","transacted","rate","consume_after"}.`,
+"window","ack","transacted","rate","consume_after","no_direct_sends",
+"consumers_on_host"}.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.Flags().Changed("count") && cmd.Flags().Changed("duration") {
