@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cairnmq/cairn/transport"
 	"github.com/cairnmq/cairn/transport/clientpb"
 )
 
@@ -45,7 +46,13 @@ func (c *Connection) openPreferred(ctx context.Context, addr string, gen uint64,
 	if c.opts.PreferHostOf == "" {
 		return c.openLink(ctx, addr, gen, c.opts.ClientID)
 	}
-	node, hostAddr := c.locate(ctx, addr)
+	pc, err := nodeConns.acquire(addr)
+	if err != nil {
+		return nil, err
+	}
+	// Held until the link is opened: a link to addr then shares it.
+	defer nodeConns.release(pc)
+	node, hostAddr := c.locate(ctx, pc, addr)
 	if hostAddr != "" && hostAddr != addr && node != avoid {
 		l, err := c.openLink(ctx, hostAddr, gen, c.opts.ClientID)
 		if err == nil {
@@ -56,30 +63,31 @@ func (c *Connection) openPreferred(ctx context.Context, addr string, gen uint64,
 	return c.openLink(ctx, addr, gen, c.opts.ClientID)
 }
 
-// locate asks addr's node which node hosts Options.PreferHostOf: a
+// locate asks addr's node (over pc) which node hosts Options.PreferHostOf: a
 // destination with one member, or a member's address (NAME#I). It returns
 // nothing for a destination of several members, whose consumers the
 // cluster serves from every member's host, or when the node knows no host.
-func (c *Connection) locate(ctx context.Context, addr string) (node, hostAddr string) {
-	pc, err := nodeConns.acquire(addr)
-	if err != nil {
-		return "", ""
-	}
-	// Released after the link is opened, which then shares the connection.
-	defer nodeConns.release(pc)
+func (c *Connection) locate(ctx context.Context, pc *pooledConn, addr string) (node, hostAddr string) {
 	lctx, cancel := context.WithTimeout(ctx, min(locateTimeout, c.opts.DialTimeout))
 	defer cancel()
 	want := c.opts.PreferHostOf
 	name, _, _ := strings.Cut(want, "#")
 	info, err := clientpb.NewClientServiceClient(pc.cc).ShowDestination(lctx, &clientpb.ShowDestinationRequest{Name: name})
 	if err != nil {
-		c.opts.Logger.Debug("cairn: cannot find the host of the preferred destination", "dest", want, "via", addr, "err", err)
+		// Info, not an error: a destination created later is found at the
+		// next reconnect. A misspelt one is found here, in the log.
+		c.opts.Logger.Info("cairn: cannot find the host of Options.PreferHostOf; connecting to the node dialled", "dest", want, "via", addr, "err", transport.FromStatus(err))
 		return "", ""
 	}
 	for _, m := range info.Members {
 		if m.Name == want || (name == want && len(info.Members) == 1) {
 			return m.Host, m.HostAddr
 		}
+	}
+	if name == want {
+		c.opts.Logger.Info("cairn: Options.PreferHostOf names a destination of several members, hosted on several nodes; name one member (NAME#I) to connect to its host", "dest", want, "members", len(info.Members))
+	} else {
+		c.opts.Logger.Info("cairn: Options.PreferHostOf names no member of its destination", "dest", want, "members", len(info.Members))
 	}
 	return "", ""
 }
