@@ -19,13 +19,8 @@ import (
 func TestSend_NamesTheHostOnlyWhenTheRouteIsFixed(t *testing.T) {
 	tc := newMultiNode(t, 3)
 	ctx := testCtx(t)
-	for name, members := range map[string]int{"one": 1, "spread": 3} {
-		if _, err := tc.admin("n1").CreateQueue(ctx, name, client.QueueOptions{Members: members}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	oneHost := tc.waitSpread("one", 1)[0]
-	spreadHosts := tc.waitSpread("spread", 3)
+	hosts := tc.createSpread(ctx, map[string]int{"one": 1, "spread": 3})
+	oneHost, spreadHosts := hosts["one"][0], hosts["spread"]
 	for _, c := range []struct{ addr, host string }{
 		{"one", oneHost},
 		{"one#0", oneHost},

@@ -740,9 +740,7 @@ func (n *Node) destinationInfo(ctx context.Context, d *fsmpb.Destination) *clien
 		mi := &clientpb.MemberInfo{Name: fsm.MemberName(d.Name, p.Index), Replicas: p.Replicas}
 		st := n.memberInfo(ctx, mi.Name)
 		mi.Host, mi.Pending, mi.Delivered, mi.Bytes, mi.Consumers = st.host, uint64(st.pending), uint64(st.delivered), st.bytes, uint32(st.consumers)
-		if st.host != "" {
-			mi.HostAddr = n.clientAddrOf(st.host)
-		}
+		mi.HostAddr = n.clientAddrOf(st.host)
 		mi.Delayed, mi.Moving, mi.DeadLettered, mi.Draining = uint64(st.delayed), uint64(st.moving), uint64(st.deadLettered), p.Draining
 		mi.Prepared = uint64(st.prepared)
 		info.Pending += mi.Pending

@@ -436,6 +436,23 @@ func (tc *testCluster) statusErr(id string) (client.ClusterStatus, error) {
 	return a.ClusterStatus(ctx)
 }
 
+// createSpread creates each queue with its number of members and waits
+// until each member leads on its preferred host; it returns the hosts by
+// queue and member index.
+func (tc *testCluster) createSpread(ctx context.Context, members map[string]int) map[string][]string {
+	tc.t.Helper()
+	hosts := make(map[string][]string, len(members))
+	for name, n := range members {
+		if _, err := tc.admin("n1").CreateQueue(ctx, name, client.QueueOptions{Members: n}); err != nil {
+			tc.t.Fatal(err)
+		}
+	}
+	for name, n := range members {
+		hosts[name] = tc.waitSpread(name, n)
+	}
+	return hosts
+}
+
 // waitSpread waits until each of a destination's members is hosted by its
 // preferred host (its first replica), each on a different node, and
 // returns the hosts by member index: after that no leadership moves by

@@ -19,13 +19,8 @@ func preferHostOf(dest string) func(*client.Options) {
 func TestCluster_PreferHostOfConnectsToTheHost(t *testing.T) {
 	tc := newMultiNode(t, 3)
 	ctx := testCtx(t)
-	for name, members := range map[string]int{"near": 1, "spread": 3} {
-		if _, err := tc.admin("n1").CreateQueue(ctx, name, client.QueueOptions{Members: members}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	nearHost := tc.waitSpread("near", 1)[0]
-	spreadHosts := tc.waitSpread("spread", 3)
+	hosts := tc.createSpread(ctx, map[string]int{"near": 1, "spread": 3})
+	nearHost, spreadHosts := hosts["near"][0], hosts["spread"]
 	// member is the member whose host is wanted: a host that moved since
 	// is found at the next connect, rightly.
 	for _, c := range []struct{ prefer, member, dialled, want string }{
