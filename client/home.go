@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -52,7 +54,10 @@ func (c *Connection) openPreferred(ctx context.Context, addr string, gen uint64,
 	}
 	// Held until the link is opened: a link to addr then shares it.
 	defer nodeConns.release(pc)
-	node, hostAddr := c.locate(ctx, pc, addr)
+	node, hostAddr, err := c.locate(ctx, pc, addr)
+	if err != nil {
+		return nil, err
+	}
 	if hostAddr != "" && hostAddr != addr && node != avoid {
 		l, err := c.openLink(ctx, hostAddr, gen, c.opts.ClientID)
 		if err == nil {
@@ -67,21 +72,27 @@ func (c *Connection) openPreferred(ctx context.Context, addr string, gen uint64,
 // destination with one member, or a member's address (NAME#I). It returns
 // nothing for a destination of several members, whose consumers the
 // cluster serves from every member's host, or when the node knows no host.
-func (c *Connection) locate(ctx context.Context, pc *pooledConn, addr string) (node, hostAddr string) {
+// Its only error is a name the node refuses as malformed (ErrInvalidName),
+// which no reconnect would mend.
+func (c *Connection) locate(ctx context.Context, pc *pooledConn, addr string) (node, hostAddr string, err error) {
 	lctx, cancel := context.WithTimeout(ctx, min(locateTimeout, c.opts.DialTimeout))
 	defer cancel()
 	want := c.opts.PreferHostOf
 	name, _, _ := strings.Cut(want, "#")
 	info, err := clientpb.NewClientServiceClient(pc.cc).ShowDestination(lctx, &clientpb.ShowDestinationRequest{Name: name})
 	if err != nil {
-		// Info, not an error: a destination created later is found at the
-		// next reconnect. A misspelt one is found here, in the log.
-		c.opts.Logger.Info("cairn: cannot find the host of Options.PreferHostOf; connecting to the node dialled", "dest", want, "via", addr, "err", transport.FromStatus(err))
-		return "", ""
+		err = transport.FromStatus(err)
+		if errors.Is(err, ErrInvalidName) {
+			return "", "", fmt.Errorf("the destination to prefer the host of (Options.PreferHostOf): %w", err)
+		}
+		// Not an error: a destination created later is found at the next
+		// reconnect. A misspelt one is found here, in the log.
+		c.opts.Logger.Info("cairn: cannot find the host of Options.PreferHostOf; connecting to the node dialled", "dest", want, "via", addr, "err", err)
+		return "", "", nil
 	}
 	for _, m := range info.Members {
 		if m.Name == want || (name == want && len(info.Members) == 1) {
-			return m.Host, m.HostAddr
+			return m.Host, m.HostAddr, nil
 		}
 	}
 	if name == want {
@@ -89,5 +100,5 @@ func (c *Connection) locate(ctx context.Context, pc *pooledConn, addr string) (n
 	} else {
 		c.opts.Logger.Info("cairn: Options.PreferHostOf names no member of its destination", "dest", want, "members", len(info.Members))
 	}
-	return "", ""
+	return "", "", nil
 }

@@ -42,6 +42,8 @@ type Options struct {
 	// opens the link there when it can, else on the node it dialled. Set it
 	// on a connection that consumes that destination: its deliveries and
 	// acknowledgements then skip the hop through another node (home.go).
+	// A malformed name fails Dial with ErrInvalidName; a destination that
+	// does not exist yet leaves the connection on the node it dialled.
 	PreferHostOf string
 	// TotalReconnectPeriod is how long the connection keeps trying to
 	// reconnect before it ends for good; 0 means the default, -1, which is

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -75,5 +76,16 @@ func TestCluster_PreferHostOfReconnectsWithoutTheLostHost(t *testing.T) {
 	send(t, ctx, p, "after")
 	if got := string(recv(t, k).Body); got != "after" {
 		t.Fatalf("received %q after the host was lost, want after", got)
+	}
+}
+
+// A malformed name is refused at Dial with ErrInvalidName, rather than
+// leaving the connection on whatever node it reached.
+func TestCluster_PreferHostOfRefusesAMalformedName(t *testing.T) {
+	tc := newMultiNode(t, 3)
+	ctx := testCtx(t)
+	_, err := client.Dial(ctx, []string{tc.node("n1").Addrs().Client}, client.Options{PreferHostOf: "no spaces here"})
+	if !errors.Is(err, client.ErrInvalidName) {
+		t.Fatalf("Dial preferring the host of a malformed name: %v, want ErrInvalidName", err)
 	}
 }
