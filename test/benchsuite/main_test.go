@@ -1,6 +1,12 @@
 package main
 
-import "testing"
+import (
+	"math"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+)
 
 func TestMedian(t *testing.T) {
 	for _, c := range []struct {
@@ -61,5 +67,33 @@ func TestFigureLatency(t *testing.T) {
 		if got := c.f.latency(); got != c.want {
 			t.Errorf("%+v: %q, want %q", c.f, got, c.want)
 		}
+	}
+}
+
+func TestCombinedRate(t *testing.T) {
+	// 1,000 messages at 10/s and 1,000 at 40/s: 2,000 in 125 s.
+	if got := combinedRate(10, 40); got != 16 {
+		t.Fatalf("combinedRate(10, 40) = %v, want 16", got)
+	}
+}
+
+func TestCPUSeconds_AgreesWithGetrusage(t *testing.T) {
+	// Spin until this process has used 300 ms of CPU, then read both; a
+	// parse of the wrong fields of /proc/<pid>/stat would not agree.
+	var ru syscall.Rusage
+	used := func() float64 {
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+	}
+	for deadline := time.Now().Add(5 * time.Second); used() < 0.3 && time.Now().Before(deadline); {
+	}
+	got, err := cpuSeconds(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := used(); math.Abs(got-want) > 0.05 {
+		t.Fatalf("cpuSeconds = %.2f s, getrusage says %.2f s", got, want)
 	}
 }
