@@ -585,7 +585,11 @@ func (c *connection) attach(k *consumer, dest string, prefetch int) error {
 		return err
 	}
 	s := k.session
-	if _, err := c.n.submit(ctx, name, &fsmpb.OpenSession{Session: s.id, Owner: c.n.owner()}); err != nil {
+	// Opening a session it holds already changes nothing on a member, so a
+	// failover of the member's host while the consumer is created (as when
+	// a client re-creates its consumers after a reconnect) costs a slower
+	// answer, not a consumer lost.
+	if _, err := c.n.submitRepeatableWait(ctx, name, &fsmpb.OpenSession{Session: s.id, Owner: c.n.owner()}); err != nil {
 		return wireError(err)
 	}
 	c.mu.Lock()

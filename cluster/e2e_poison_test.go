@@ -97,7 +97,7 @@ func TestPoison_DelayedMessageSurvivesFailoverWithItsCount(t *testing.T) {
 	if _, err := tc.admin("n1").CreateQueue(ctx, "fq", client.QueueOptions{Members: 1, RedeliveryDelay: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	host := tc.waitHost("fq#0")
+	host := tc.waitSpread("fq", 1)[0]
 	other := tc.others(host)[0]
 	s := mustSession(t, tc.dial(other), client.ClientAck)
 	send(t, ctx, mustProducer(t, s, "fq"), "m")

@@ -22,7 +22,7 @@ func TestCluster_FrontEndCrash_HostReleasesItsSessions(t *testing.T) {
 	if _, err := tc.admin("n1").CreateQueue(ctx, "fe", client.QueueOptions{Members: 1}); err != nil {
 		t.Fatal(err)
 	}
-	host := tc.waitHost("fe#0")
+	host := tc.waitSpread("fe", 1)[0]
 	rest := tc.others(host)
 	front, other := rest[0], rest[1]
 

@@ -331,6 +331,9 @@ func (tc *testCluster) hostOf(name string) string {
 }
 
 // waitHost waits until some running node hosts the member and returns it.
+// Right after a member is created its first host may hand it to its
+// preferred host a moment later: a test that picks nodes by their role
+// waits with waitSpread instead.
 func (tc *testCluster) waitHost(name string) string {
 	tc.t.Helper()
 	var h string

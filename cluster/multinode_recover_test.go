@@ -27,7 +27,7 @@ func TestCluster_RecoverIsSentAgainWhenItsLeaderStepsDown(t *testing.T) {
 	if _, err := tc.admin("n1").CreateQueue(ctx, "rec", client.QueueOptions{Members: 1}); err != nil {
 		t.Fatal(err)
 	}
-	host := tc.waitHost("rec#0")
+	host := tc.waitSpread("rec", 1)[0]
 	s := mustSession(t, tc.dial(host), client.ClientAck)
 	sent := sendN(t, ctx, mustProducer(t, s, "rec"), "m", 3)
 	k := mustConsumer(t, ctx, s, "rec")
@@ -76,4 +76,56 @@ func TestCluster_RecoverIsSentAgainWhenItsLeaderStepsDown(t *testing.T) {
 		t.Errorf("redelivered %v, want %v", got, want)
 	}
 	expectNothing(t, k, 300*time.Millisecond)
+}
+
+// A consumer is created on a member whose leader is cut off from the other
+// replicas just before: the session's OpenSession on the member goes into
+// the old leader's log, which can no longer commit it, and the leader steps
+// down without an answer. Opening a session twice changes nothing, so the
+// front-end sends it again to the new leader, and the consumer is created
+// and receives. Without the resend the client got "outcome unknown", and a
+// client re-creating its consumers after a reconnect lost them.
+func TestCluster_ConsumerCreatedWhileItsLeaderStepsDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for a leader to step down and a new one to be elected")
+	}
+	tc := newMultiNode(t, 3)
+	ctx := testCtx(t)
+	if _, err := tc.admin("n1").CreateQueue(ctx, "cc", client.QueueOptions{Members: 1}); err != nil {
+		t.Fatal(err)
+	}
+	host := tc.waitSpread("cc", 1)[0]
+	conn := tc.dial(host)
+	sent := sendN(t, ctx, mustProducer(t, mustSession(t, conn, client.AutoAck), "cc"), "m", 3)
+	s := mustSession(t, conn, client.AutoAck)
+
+	tc.isolate(host)
+	type created struct {
+		k   *client.Consumer
+		err error
+	}
+	done := make(chan created, 1)
+	go func() {
+		k, err := s.Consumer(stepCtx(t, 30*time.Second), "cc")
+		done <- created{k, err}
+	}()
+	r, _ := tc.node(host).groups.replica("cc#0")
+	waitFor(t, 10*time.Second, "the cut-off leader to step down", func() bool { return !r.Leading() })
+	select {
+	case c := <-done:
+		t.Fatalf("creating the consumer returned (%v) while its member had no leader this node could reach", c.err)
+	default:
+	}
+	tc.rejoin(host)
+	var k *client.Consumer
+	select {
+	case c := <-done:
+		if c.err != nil {
+			t.Fatalf("creating the consumer across the failover: %v", c.err)
+		}
+		k = c.k
+	case <-time.After(15 * time.Second):
+		t.Fatal("the consumer was not created 15 s after the links were healed")
+	}
+	sameSet(t, "received after the failover", bodiesOf(recvN(t, k, len(sent))), sent)
 }

@@ -66,7 +66,7 @@ func TestRefresh_FrontEndKilled_ConsumerGoesOn(t *testing.T) {
 	tc := newMultiNode(t, 3)
 	ctx := testCtx(t)
 	createQueues(t, ctx, tc.admin("n1"), map[string]int{"rf": 1})
-	host := tc.waitHost("rf#0")
+	host := tc.waitSpread("rf", 1)[0]
 	rest := tc.others(host)
 	front, other := rest[0], rest[1]
 	sent := sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial(other), client.AutoAck), "rf"), "rf-", 10)
@@ -137,7 +137,7 @@ func TestRefresh_Policies_EachConnectionOnItsOwn(t *testing.T) {
 	tc := newMultiNode(t, 3)
 	ctx := testCtx(t)
 	createQueues(t, ctx, tc.admin("n1"), map[string]int{"rp": 1})
-	host := tc.waitHost("rp#0")
+	host := tc.waitSpread("rp", 1)[0]
 	front := tc.others(host)[0]
 	addr := []string{tc.node(front).Addrs().Client}
 

@@ -102,7 +102,7 @@ func TestCluster_HostCrashed_ConsumerOnOtherFrontEndKeepsItsDeliveries(t *testin
 	if _, err := tc.admin("n1").CreateQueue(ctx, "fo", client.QueueOptions{Members: 1}); err != nil {
 		t.Fatal(err)
 	}
-	host := tc.waitHost("fo#0")
+	host := tc.waitSpread("fo", 1)[0]
 	front := "n1"
 	if host == front {
 		front = "n2"

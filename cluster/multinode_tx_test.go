@@ -179,7 +179,7 @@ func TestTx_FrontEndKilledMidTransaction(t *testing.T) {
 	ctx := stepCtx(t, time.Minute)
 	a := tc.admin("n1")
 	createQueues(t, ctx, a, map[string]int{"tin": 1, "tout": 1})
-	front := tc.others(tc.waitHost("tin#0"), tc.waitHost("tout#0"))[0]
+	front := tc.others(tc.waitSpread("tin", 1)[0], tc.waitSpread("tout", 1)[0])[0]
 	other := tc.others(front)[0]
 	sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial(other), client.AutoAck), "tin"), "in-", 2)
 
@@ -362,7 +362,7 @@ func TestTx_CommitUnknownWhenThePrimaryCannotAnswer(t *testing.T) {
 	tc := newMultiNode(t, 3)
 	ctx := stepCtx(t, time.Minute)
 	createQueues(t, ctx, tc.admin("n1"), map[string]int{"tu": 1})
-	host := tc.waitHost("tu#0")
+	host := tc.waitSpread("tu", 1)[0]
 	survivor := tc.others(host)[0]
 	proxy := newClientProxy(t, tc.node(survivor).Addrs().Client)
 	conn := dialVia(t, []string{proxy.addr()}, client.Options{ReconnectPolicy: client.ReconnectAll, ReconnectBlockingTime: 2 * time.Second})

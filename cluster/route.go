@@ -201,12 +201,23 @@ func (n *Node) submit(ctx context.Context, name string, body proto.Message) (fsm
 
 // submitBy is submit that stops looking for the member's host at deadline.
 func (n *Node) submitBy(ctx context.Context, name string, body proto.Message, deadline time.Time) (fsm.Result, error) {
+	return await(ctx, func(done func(fsm.Result, error)) { n.attempt(name, body, deadline, done) })
+}
+
+// submitRepeatableWait is submitRepeatable that waits for the answer; a
+// rejection is returned as the error, as well as in the result.
+func (n *Node) submitRepeatableWait(ctx context.Context, name string, body proto.Message) (fsm.Result, error) {
+	return await(ctx, func(done func(fsm.Result, error)) { n.submitRepeatable(name, body, done) })
+}
+
+// await runs an asynchronous submit and waits for its answer or ctx.
+func await(ctx context.Context, submit func(done func(fsm.Result, error))) (fsm.Result, error) {
 	type outcome struct {
 		r   fsm.Result
 		err error
 	}
 	ch := make(chan outcome, 1)
-	n.attempt(name, body, deadline, func(r fsm.Result, err error) { ch <- outcome{r, err} })
+	submit(func(r fsm.Result, err error) { ch <- outcome{r, err} })
 	select {
 	case o := <-ch:
 		if o.err == nil {
