@@ -3,11 +3,13 @@ package cluster
 import (
 	"fmt"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/cairnmq/cairn/client"
 	"github.com/cairnmq/cairn/fsm"
+	"github.com/cairnmq/cairn/member"
 )
 
 // Restart without loss: a node stopped and started again on the same data
@@ -258,5 +260,65 @@ func TestRestart_ReadyOnlyOnceMembersAreRestored(t *testing.T) {
 	})
 	if !open || pending != 5 {
 		t.Fatalf("the restarted node reports Ready while member ready#0 is open=%v with %d of its 5 pending messages applied; at that moment: %s", open, pending, metaState)
+	}
+}
+
+// A restarted node opens the member replicas placed on it side by side:
+// opening one reads its log since its last snapshot, and the node is ready
+// only once every one is open, so one after another a node holding two
+// deep queues took the sum of both (docs/performance.md, "Replicas open
+// side by side").
+func TestRestart_MemberReplicasOpenSideBySide(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	n := startNode(t, cfg)
+	ctx := testCtx(t)
+	s := mustSession(t, dial(t, n), client.AutoAck)
+	queues := []string{"side-a", "side-b"}
+	for _, q := range queues {
+		sendN(t, ctx, mustProducer(t, s, q), q+"/", 3)
+	}
+	n.Stop()
+
+	// Each open waits until a second one is under way, for at most 5 s:
+	// opened one after the other, they never overlap.
+	var mu sync.Mutex
+	inFlight, most := 0, 0
+	overlapped := make(chan struct{})
+	var overlap sync.Once
+	open := openMember
+	t.Cleanup(func() { openMember = open })
+	openMember = func(c member.Config) (*member.Replica, error) {
+		mu.Lock()
+		inFlight++
+		most = max(most, inFlight)
+		if inFlight >= 2 {
+			overlap.Do(func() { close(overlapped) })
+		}
+		mu.Unlock()
+		defer func() { mu.Lock(); inFlight--; mu.Unlock() }()
+		select {
+		case <-overlapped:
+		case <-time.After(5 * time.Second):
+		}
+		return open(c)
+	}
+	n2, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n2.Stop)
+	if err := n2.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if most < 2 {
+		t.Fatalf("the restarted node opened its %d member replicas one at a time", len(queues))
+	}
+	for _, q := range queues {
+		r, ok := n2.groups.replica(q + "#0")
+		if !ok || r.Stats().Pending != 3 {
+			t.Fatalf("%s#0 after the restart: open %v, want 3 pending", q, ok)
+		}
 	}
 }

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
@@ -131,6 +133,9 @@ func (gs *groups) preferred(name string) string {
 	return d.Members[idx].Replicas[0]
 }
 
+// openMember opens a member replica; tests wrap it to watch the opens.
+var openMember = member.Open
+
 type placed struct {
 	dest  *fsmpb.Destination
 	place *fsmpb.MemberPlacement
@@ -173,6 +178,12 @@ func (gs *groups) reconcile() {
 		}
 	}
 
+	// Replicas open side by side, because opening one reads its whole log
+	// since its last snapshot (hashicorp/raft's NewRaft looks through it for
+	// configuration changes) and a node is ready only once every replica
+	// placed on it is open (cluster/DESIGN.md, "Replicas open side by side").
+	var opening errgroup.Group
+	opening.SetLimit(max(2, runtime.GOMAXPROCS(0)))
 	for id, p := range want {
 		gs.mu.RLock()
 		_, open := gs.byGroup[id]
@@ -180,16 +191,20 @@ func (gs *groups) reconcile() {
 		if open {
 			continue
 		}
-		r, err := gs.open(id, p, nodes)
-		if err != nil {
-			gs.n.log.Warn("cannot open member replica yet", "group", id, "err", err)
-			continue
-		}
-		gs.mu.Lock()
-		gs.byGroup[id] = r
-		gs.byName[r.Name()] = r
-		gs.mu.Unlock()
+		opening.Go(func() error {
+			r, err := gs.open(id, p, nodes)
+			if err != nil {
+				gs.n.log.Warn("cannot open member replica yet", "group", id, "err", err)
+				return nil
+			}
+			gs.mu.Lock()
+			gs.byGroup[id] = r
+			gs.byName[r.Name()] = r
+			gs.mu.Unlock()
+			return nil
+		})
 	}
+	_ = opening.Wait() // each open logs its own failure; the next round tries it again
 }
 
 func (gs *groups) open(id string, p placed, nodes map[string]*fsmpb.Node) (*member.Replica, error) {
@@ -228,7 +243,7 @@ func (gs *groups) open(id string, p placed, nodes map[string]*fsmpb.Node) (*memb
 			gs.poke()
 		}
 	}
-	r, err := member.Open(cfg)
+	r, err := openMember(cfg)
 	if err != nil {
 		layer.Close()
 		return nil, err
