@@ -24,6 +24,11 @@ type nodeMeta struct {
 	HTTP   string `json:"h"`
 	// Leaving is set by a node handing its leaderships away before it stops.
 	Leaving bool `json:"l,omitempty"`
+	// CatchingUp is set while a member replica on the node is not open yet
+	// or has not applied its log, so that no leadership is handed to it
+	// meanwhile (cluster/DESIGN.md, "Preferred hosts"). A node of an
+	// earlier version never sets it, and is handed leaderships as before.
+	CatchingUp bool `json:"u,omitempty"`
 }
 
 // gossip is the node's membership: memberlist's view of which nodes are
@@ -34,6 +39,8 @@ type gossip struct {
 	ml     *memberlist.Memberlist
 	metaMu sync.Mutex
 	meta   []byte
+	// metaChanged wakes broadcastLoop.
+	metaChanged chan struct{}
 
 	// nodes is gossip's view, copied from memberlist's events as they
 	// happen: the nodes memberlist hands out are its own, which it keeps
@@ -56,8 +63,8 @@ func privateIP() (string, error) {
 }
 
 func startGossip(n *Node, advertiseHost string) (*gossip, error) {
-	g := &gossip{n: n, nodes: make(map[string]gossipMember), stop: make(chan struct{}), done: make(chan struct{})}
-	meta, err := json.Marshal(nodeMeta{Boot: n.boot, Client: n.addrs.Client, Peer: n.addrs.Peer, Raft: n.addrs.Raft, HTTP: n.addrs.HTTP})
+	g := &gossip{n: n, nodes: make(map[string]gossipMember), stop: make(chan struct{}), done: make(chan struct{}), metaChanged: make(chan struct{}, 1)}
+	meta, err := json.Marshal(nodeMeta{Boot: n.boot, Client: n.addrs.Client, Peer: n.addrs.Peer, Raft: n.addrs.Raft, HTTP: n.addrs.HTTP, CatchingUp: true})
 	if err != nil {
 		return nil, err
 	}
@@ -104,6 +111,7 @@ func startGossip(n *Node, advertiseHost string) (*gossip, error) {
 	g.ml = ml
 	go g.joinLoop(n.cfg.Join)
 	go g.reconnectLoop()
+	go g.broadcastLoop()
 	return g, nil
 }
 
@@ -267,15 +275,52 @@ func (g *gossip) aliveWithBoot(id, boot string) bool {
 // setLeaving tells the others that this node is handing its leaderships
 // away, so none is handed back to it.
 func (g *gossip) setLeaving() {
+	g.updateMeta("telling the others this node is leaving", func(m *nodeMeta) { m.Leaving = true })
+}
+
+// setCatchingUp tells the others whether a member replica here is still
+// opening or applying its log. It does not wait for the news to go out
+// (broadcastLoop sends it): its caller is the readiness watch, which a node
+// cut off from the others would otherwise hold up.
+func (g *gossip) setCatchingUp(catchingUp bool) {
+	g.changeMeta(func(m *nodeMeta) { m.CatchingUp = catchingUp })
+	select {
+	case g.metaChanged <- struct{}{}:
+	default:
+	}
+}
+
+// broadcastLoop gossips this node's metadata each time setCatchingUp
+// changed it; a broadcast carries the newest.
+func (g *gossip) broadcastLoop() {
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-g.metaChanged:
+		}
+		if err := g.ml.UpdateNode(2 * time.Second); err != nil {
+			g.n.log.Debug("telling the others whether this node is catching up", "err", err)
+		}
+	}
+}
+
+// updateMeta changes what this node gossips about itself and waits (up to
+// 2 s) until the change went out to another node.
+func (g *gossip) updateMeta(what string, change func(m *nodeMeta)) {
+	g.changeMeta(change)
+	if err := g.ml.UpdateNode(2 * time.Second); err != nil {
+		g.n.log.Warn(what, "err", err)
+	}
+}
+
+func (g *gossip) changeMeta(change func(m *nodeMeta)) {
 	var meta nodeMeta
 	g.metaMu.Lock()
+	defer g.metaMu.Unlock()
 	_ = json.Unmarshal(g.meta, &meta)
-	meta.Leaving = true
+	change(&meta)
 	g.meta, _ = json.Marshal(meta)
-	g.metaMu.Unlock()
-	if err := g.ml.UpdateNode(2 * time.Second); err != nil {
-		g.n.log.Warn("telling the others this node is leaving", "err", err)
-	}
 }
 
 func (g *gossip) leave(timeout time.Duration) {
@@ -292,7 +337,11 @@ func (g *gossip) shutdown() {
 
 // memberlist.Delegate
 
-func (g *gossip) NodeMeta(limit int) []byte                  { return g.meta }
+func (g *gossip) NodeMeta(limit int) []byte {
+	g.metaMu.Lock()
+	defer g.metaMu.Unlock()
+	return g.meta
+}
 func (g *gossip) NotifyMsg([]byte)                           {}
 func (g *gossip) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 func (g *gossip) LocalState(join bool) []byte                { return nil }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -273,4 +274,58 @@ func metaCaughtUp(tc *testCluster, id string) string {
 		return fmt.Sprintf("meta replica on %s applied %d of %d", id, applied, commit)
 	}
 	return ""
+}
+
+// A preferred host that comes back with a replica still applying its log
+// is not handed the member's leadership until it has applied it: a new
+// leader serves only once its state machine has every committed entry, so
+// a member handed to a node replaying a deep queue waited for the replay
+// (docs/performance.md, "Replicas open side by side").
+func TestCluster_PreferredHostCatchingUp_IsNotHandedTheLeadership(t *testing.T) {
+	tc := newMultiNode(t, 3)
+	ctx := testCtx(t)
+	info, err := tc.admin("n1").CreateQueue(ctx, "cu", client.QueueOptions{Members: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	preferred := info.Members[0].Replicas[0]
+	if host := tc.waitSpread("cu", 1)[0]; host != preferred {
+		t.Fatalf("cu#0 is hosted by %s, not by its preferred host %s", host, preferred)
+	}
+	sent := sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial(tc.others(preferred)[0]), client.AutoAck), "cu"), "cu/", 3)
+
+	var held atomic.Bool
+	held.Store(true)
+	lagging := replicasLagging
+	t.Cleanup(func() { replicasLagging = lagging })
+	replicasLagging = func(gs *groups) bool {
+		return (gs.n.cfg.NodeID == preferred && held.Load()) || lagging(gs)
+	}
+	tc.stop(preferred)
+	var stand string
+	tc.converge(20*time.Second, "another host for cu#0", func() bool {
+		stand = tc.hostOf("cu#0")
+		return stand != "" && stand != preferred
+	})
+	tc.start(preferred)
+	tc.converge(10*time.Second, "gossip to say "+preferred+" is catching up", func() bool {
+		for _, m := range tc.node(stand).gossip.members() {
+			if m.ID == preferred {
+				return m.State == "alive" && m.Meta.CatchingUp
+			}
+		}
+		return false
+	})
+	// The stand-in checks its members every 2 s and moves one at most every
+	// 5 s: long enough for a move that should not happen to happen.
+	for deadline := time.Now().Add(transferEvery + 2*time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if h := tc.hostOf("cu#0"); h == preferred {
+			t.Fatalf("cu#0 was handed back to %s while its replica was catching up", preferred)
+		}
+	}
+
+	held.Store(false)
+	tc.converge(20*time.Second, "cu#0 back on its preferred host "+preferred, func() bool { return tc.hostOf("cu#0") == preferred })
+	k := mustConsumer(t, ctx, mustSession(t, tc.dial(preferred), client.AutoAck), "cu")
+	sameSet(t, "cu after the move back", bodiesOf(recvN(t, k, 3)), sent)
 }

@@ -359,12 +359,14 @@ func (n *Node) membershipChanged() {
 	}
 }
 
-// watchReady mirrors readiness into the gRPC health service.
+// watchReady mirrors readiness into the gRPC health service, and tells the
+// other nodes through gossip whether this one is still catching up: not
+// ready, or a replica here still applying its log.
 func (n *Node) watchReady() {
 	defer n.bg.Done()
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
-	serving := false
+	serving, catchingUp := false, true // as gossip started
 	for {
 		select {
 		case <-n.stopped:
@@ -372,17 +374,21 @@ func (n *Node) watchReady() {
 		case <-t.C:
 		}
 		ready := n.Ready() == nil
-		if ready == serving {
-			continue
+		if ready != serving {
+			serving = ready
+			st := healthpb.HealthCheckResponse_NOT_SERVING
+			if ready {
+				st = healthpb.HealthCheckResponse_SERVING
+			}
+			n.log.Debug("readiness changed", "ready", ready)
+			n.health.SetServingStatus("", st)
+			n.health.SetServingStatus(clientpb.ClientService_ServiceDesc.ServiceName, st)
 		}
-		serving = ready
-		st := healthpb.HealthCheckResponse_NOT_SERVING
-		if ready {
-			st = healthpb.HealthCheckResponse_SERVING
+		if behind := !ready || replicasLagging(n.groups); behind != catchingUp {
+			catchingUp = behind
+			n.log.Debug("catching up changed", "catching_up", behind)
+			n.gossip.setCatchingUp(behind)
 		}
-		n.log.Debug("readiness changed", "ready", ready)
-		n.health.SetServingStatus("", st)
-		n.health.SetServingStatus(clientpb.ClientService_ServiceDesc.ServiceName, st)
 	}
 }
 
