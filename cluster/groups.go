@@ -84,10 +84,7 @@ const transferEvery = 5 * time.Second
 // not its state machine, whose applies a new leader waits for before it
 // serves.
 func (gs *groups) preferHosts() {
-	canLead := map[string]bool{}
-	for _, m := range gs.n.gossip.members() {
-		canLead[m.ID] = m.State == "alive" && !m.Meta.Leaving && !m.Meta.CatchingUp
-	}
+	canLead := gs.n.nodesThatCanLead()
 	for _, r := range gs.all() {
 		if !r.Leading() {
 			continue

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -222,7 +223,7 @@ func (n *Node) removeNode(ctx context.Context, id string) error {
 // the process to stop (Left); the stop then interrupts nothing.
 func (n *Node) Leave(ctx context.Context) error {
 	n.leaving.Store(true)
-	n.handOver()
+	n.handOver(ctx)
 	select {
 	case <-n.leave:
 	default:
@@ -232,12 +233,28 @@ func (n *Node) Leave(ctx context.Context) error {
 }
 
 // handOver transfers every leadership this node holds to another replica,
-// after telling the others (through gossip) not to hand any back.
-func (n *Node) handOver() {
+// after telling the others (through gossip) not to hand any back, nor to
+// wait for it, and after waiting, at most quorumWait or until ctx ends, for
+// replicas still catching up that a group needs for a quorum without this
+// node. Nodes that stop together (a whole cluster stopped) thus do not wait
+// for each other: each may have said it was catching up as the others
+// left.
+func (n *Node) handOver(ctx context.Context) {
 	n.gossip.setLeaving()
+	ctx, cancel := context.WithTimeout(ctx, quorumWait)
+	n.awaitCaughtUpQuorums(ctx)
+	cancel()
+	canLead := n.nodesThatCanLead()
 	transfer := func(what string, r *raft.Raft) {
 		if r.State() != raft.Leader {
 			return
+		}
+		if id, addr, ok := n.voterThatCanLead(r, canLead); ok {
+			err := r.LeadershipTransferToServer(id, addr).Error()
+			if err == nil {
+				return
+			}
+			n.log.Info("leadership not handed over to a caught-up replica; letting Raft pick one", "group", what, "to", id, "err", err)
 		}
 		if err := r.LeadershipTransfer().Error(); err != nil {
 			n.log.Info("leadership not handed over", "group", what, "err", err)
@@ -250,6 +267,118 @@ func (n *Node) handOver() {
 	}
 	wg.Wait()
 	transfer(metaGroupID, n.meta.group.Raft)
+}
+
+// quorumWait bounds how long a node that stops gracefully waits for
+// replicas still catching up (awaitCaughtUpQuorums): replaying the log of
+// 1.2 million messages took 7–10 s after the node was ready; Kubernetes
+// gives the pod 60 s (deploy/kubernetes/cairn.yaml) and `cairn node leave`
+// 30 s.
+const quorumWait = 20 * time.Second
+
+// awaitCaughtUpQuorums waits until ctx ends while a group with a replica
+// here would keep a quorum without this node only once replicas still
+// catching up have: a node restarted a moment ago (the previous pod of a
+// rolling restart) reads and applies its log before it answers its groups'
+// leaders promptly, and stopping this node meanwhile held a member's sends
+// 5.7 s. It does not wait for replicas that are down or leaving, which
+// waiting would not bring back.
+func (n *Node) awaitCaughtUpQuorums(ctx context.Context) {
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	var waited []string
+	for {
+		needed := n.catchingUpForQuorum()
+		if len(needed) == 0 {
+			if waited != nil {
+				n.log.Info("replicas caught up; handing leaderships over", "nodes", waited)
+			}
+			return
+		}
+		if waited == nil {
+			n.log.Info("waiting for replicas still catching up, so that their groups keep a quorum without this node", "nodes", needed, "at_most", quorumWait)
+		}
+		waited = needed
+		select {
+		case <-ctx.Done():
+			n.log.Warn("stopping although replicas are still catching up: groups that need them for a quorum pause until they have", "nodes", needed)
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// catchingUpForQuorum lists the nodes still catching up that a group with a
+// replica here needs, beside the replicas that can serve now, for a quorum
+// without this node.
+func (n *Node) catchingUpForQuorum() []string {
+	canLead, catchingUp := n.nodesThatCanLead(), map[string]bool{}
+	for _, m := range n.gossip.members() {
+		catchingUp[m.ID] = m.State == "alive" && !m.Meta.Leaving && m.Meta.CatchingUp
+	}
+	rafts := []*raft.Raft{n.meta.group.Raft}
+	for _, r := range n.groups.all() {
+		rafts = append(rafts, r.Raft())
+	}
+	needed := map[string]bool{}
+	for _, r := range rafts {
+		f := r.GetConfiguration()
+		if f.Error() != nil {
+			continue
+		}
+		voters, serving := 0, 0
+		var waiting []string
+		for _, s := range f.Configuration().Servers {
+			if s.Suffrage != raft.Voter {
+				continue
+			}
+			voters++
+			switch id := string(s.ID); {
+			case id == n.cfg.NodeID:
+			case canLead[id]:
+				serving++
+			case catchingUp[id]:
+				waiting = append(waiting, id)
+			}
+		}
+		if quorum := voters/2 + 1; serving < quorum && serving+len(waiting) >= quorum {
+			for _, id := range waiting {
+				needed[id] = true
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(needed))
+}
+
+// voterThatCanLead picks a voter of a group other than this node that can
+// lead it now (nodesThatCanLead). hashicorp/raft's own pick is the voter
+// whose log is the most up to date, which a node still applying its log,
+// restarted a moment ago, has as well: handed the leadership, it would keep
+// the group waiting for its replay, as in a rolling restart.
+func (n *Node) voterThatCanLead(r *raft.Raft, canLead map[string]bool) (raft.ServerID, raft.ServerAddress, bool) {
+	f := r.GetConfiguration()
+	if f.Error() != nil {
+		return "", "", false
+	}
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage != raft.Voter || string(s.ID) == n.cfg.NodeID || !canLead[string(s.ID)] {
+			continue
+		}
+		if addr, err := (raftAddresses{n}).ServerAddr(s.ID); err == nil {
+			return s.ID, addr, true
+		}
+	}
+	return "", "", false
+}
+
+// nodesThatCanLead are the nodes gossip holds alive, not leaving and not
+// catching up (cluster/DESIGN.md, "Preferred hosts").
+func (n *Node) nodesThatCanLead() map[string]bool {
+	canLead := map[string]bool{}
+	for _, m := range n.gossip.members() {
+		canLead[m.ID] = m.State == "alive" && !m.Meta.Leaving && !m.Meta.CatchingUp
+	}
+	return canLead
 }
 
 // Left is closed once Leave asked the node to stop.

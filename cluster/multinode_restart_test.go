@@ -294,13 +294,7 @@ func TestCluster_PreferredHostCatchingUp_IsNotHandedTheLeadership(t *testing.T) 
 	}
 	sent := sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial(tc.others(preferred)[0]), client.AutoAck), "cu"), "cu/", 3)
 
-	var held atomic.Bool
-	held.Store(true)
-	lagging := replicasLagging
-	t.Cleanup(func() { replicasLagging = lagging })
-	replicasLagging = func(gs *groups) bool {
-		return (gs.n.cfg.NodeID == preferred && held.Load()) || lagging(gs)
-	}
+	release := holdCatchingUp(t, preferred)
 	tc.stop(preferred)
 	var stand string
 	tc.converge(20*time.Second, "another host for cu#0", func() bool {
@@ -308,14 +302,7 @@ func TestCluster_PreferredHostCatchingUp_IsNotHandedTheLeadership(t *testing.T) 
 		return stand != "" && stand != preferred
 	})
 	tc.start(preferred)
-	tc.converge(10*time.Second, "gossip to say "+preferred+" is catching up", func() bool {
-		for _, m := range tc.node(stand).gossip.members() {
-			if m.ID == preferred {
-				return m.State == "alive" && m.Meta.CatchingUp
-			}
-		}
-		return false
-	})
+	tc.waitCatchingUp(stand, preferred, true)
 	// The stand-in checks its members every 2 s and moves one at most every
 	// 5 s: long enough for a move that should not happen to happen.
 	for deadline := time.Now().Add(transferEvery + 2*time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
@@ -324,8 +311,131 @@ func TestCluster_PreferredHostCatchingUp_IsNotHandedTheLeadership(t *testing.T) 
 		}
 	}
 
-	held.Store(false)
+	release()
 	tc.converge(20*time.Second, "cu#0 back on its preferred host "+preferred, func() bool { return tc.hostOf("cu#0") == preferred })
 	k := mustConsumer(t, ctx, mustSession(t, tc.dial(preferred), client.AutoAck), "cu")
 	sameSet(t, "cu after the move back", bodiesOf(recvN(t, k, 3)), sent)
+}
+
+// holdCatchingUp makes node say it is catching up (its replicas lagging)
+// until release is called.
+func holdCatchingUp(t *testing.T, node string) (release func()) {
+	var held atomic.Bool
+	held.Store(true)
+	lagging := replicasLagging
+	t.Cleanup(func() { replicasLagging = lagging })
+	replicasLagging = func(gs *groups) bool {
+		return (gs.n.cfg.NodeID == node && held.Load()) || lagging(gs)
+	}
+	return func() { held.Store(false) }
+}
+
+// waitCatchingUp waits until gossip on node from says whether node of is
+// catching up.
+func (tc *testCluster) waitCatchingUp(from, of string, catchingUp bool) {
+	tc.t.Helper()
+	tc.converge(10*time.Second, fmt.Sprintf("gossip on %s to say whether %s is catching up (%v)", from, of, catchingUp), func() bool {
+		for _, m := range tc.node(from).gossip.members() {
+			if m.ID == of {
+				return m.State == "alive" && m.Meta.CatchingUp == catchingUp
+			}
+		}
+		return false
+	})
+}
+
+// A node that leaves hands its leaderships to a replica that can lead at
+// once, not to one still applying its log: hashicorp/raft's own pick is the
+// most up-to-date log, which such a replica has too, and the member would
+// wait for its replay. The node first waits for that replica
+// (TestCluster_GracefulStop_WaitsForAReplicaCatchingUp); here the wait runs
+// out.
+func TestCluster_Leave_HandsLeadershipToACaughtUpReplica(t *testing.T) {
+	tc := newMultiNode(t, 3)
+	ctx := testCtx(t)
+	info, err := tc.admin("n1").CreateQueue(ctx, "ho", client.QueueOptions{Members: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := info.Members[0].Replicas[0]
+	if h := tc.waitSpread("ho", 1)[0]; h != host {
+		t.Fatalf("ho#0 is hosted by %s, not by its preferred host %s", h, host)
+	}
+	sent := sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial(host), client.AutoAck), "ho"), "ho/", 3)
+	// Raft would pick the first voter of the configuration among those
+	// whose logs are equally up to date: hold that one back.
+	r, _ := tc.node(host).groups.replica("ho#0")
+	f := r.Raft().GetConfiguration()
+	if err := f.Error(); err != nil {
+		t.Fatal(err)
+	}
+	var behind, ready string
+	for _, s := range f.Configuration().Servers {
+		switch {
+		case string(s.ID) == host:
+		case behind == "":
+			behind = string(s.ID)
+		default:
+			ready = string(s.ID)
+		}
+	}
+	release := holdCatchingUp(t, behind)
+	for _, from := range []string{host, ready} {
+		tc.waitCatchingUp(from, behind, true)
+	}
+
+	leaveCtx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_ = tc.node(host).Leave(leaveCtx)
+	tc.converge(20*time.Second, "a new host for ho#0", func() bool { h := tc.hostOf("ho#0"); return h != "" && h != host })
+	if h := tc.hostOf("ho#0"); h != ready {
+		t.Fatalf("ho#0 was handed to %s, which was catching up, not to %s", h, ready)
+	}
+	release()
+	tc.stop(host)
+	k := mustConsumer(t, ctx, mustSession(t, tc.dial(ready), client.AutoAck), "ho")
+	sameSet(t, "ho after the handover", bodiesOf(recvN(t, k, 3)), sent)
+}
+
+// A node that stops gracefully while a replica its groups need for a
+// quorum without it is still catching up waits for that replica before it
+// hands its leaderships over: stopping at once, in a rolling restart right
+// after the node before came back, left a deep queue's member with a
+// leader and one replica too busy replaying its log to answer.
+func TestCluster_GracefulStop_WaitsForAReplicaCatchingUp(t *testing.T) {
+	tc := newMultiNode(t, 3)
+	ctx := testCtx(t)
+	if _, err := tc.admin("n1").CreateQueue(ctx, "wq", client.QueueOptions{Members: 1}); err != nil {
+		t.Fatal(err)
+	}
+	host := tc.waitSpread("wq", 1)[0]
+	behind := tc.others(host)[0]
+	release := holdCatchingUp(t, behind)
+	tc.waitCatchingUp(host, behind, true)
+
+	nd := tc.node(host)
+	stopped := make(chan struct{})
+	go func() { nd.Stop(); close(stopped) }()
+	// Handed over at once, the leadership would be gone in milliseconds.
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if r, ok := nd.groups.replica("wq#0"); !ok || !r.Leading() {
+			t.Fatalf("%s handed wq#0 over while %s, which the member needs for a quorum without it, was catching up", host, behind)
+		}
+	}
+	select {
+	case <-stopped:
+		t.Fatalf("%s stopped while %s was catching up", host, behind)
+	default:
+	}
+	release()
+	select {
+	case <-stopped:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("%s did not stop once %s had caught up", host, behind)
+	}
+	tc.nodes[tc.index(host)] = nil
+	rest := tc.others(host)
+	sent := sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial(rest[0]), client.AutoAck), "wq"), "wq/", 3)
+	k := mustConsumer(t, ctx, mustSession(t, tc.dial(rest[1]), client.AutoAck), "wq")
+	sameSet(t, "wq without "+host, bodiesOf(recvN(t, k, 3)), sent)
 }

@@ -415,7 +415,7 @@ func (n *Node) halt(graceful bool) {
 		n.health.Shutdown()
 		if graceful {
 			n.leaving.Store(true)
-			n.handOver()
+			n.handOver(context.Background())
 			n.conns.closeAll(5 * time.Second)
 			// Unary calls in flight (a LeaveNode) get their answer.
 			stopped := make(chan struct{})
