@@ -284,14 +284,7 @@ func metaCaughtUp(tc *testCluster, id string) string {
 func TestCluster_PreferredHostCatchingUp_IsNotHandedTheLeadership(t *testing.T) {
 	tc := newMultiNode(t, 3)
 	ctx := testCtx(t)
-	info, err := tc.admin("n1").CreateQueue(ctx, "cu", client.QueueOptions{Members: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	preferred := info.Members[0].Replicas[0]
-	if host := tc.waitSpread("cu", 1)[0]; host != preferred {
-		t.Fatalf("cu#0 is hosted by %s, not by its preferred host %s", host, preferred)
-	}
+	preferred := tc.queueOnItsPreferredHost(ctx, "cu")
 	sent := sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial(tc.others(preferred)[0]), client.AutoAck), "cu"), "cu/", 3)
 
 	release := holdCatchingUp(t, preferred)
@@ -315,6 +308,21 @@ func TestCluster_PreferredHostCatchingUp_IsNotHandedTheLeadership(t *testing.T) 
 	tc.converge(20*time.Second, "cu#0 back on its preferred host "+preferred, func() bool { return tc.hostOf("cu#0") == preferred })
 	k := mustConsumer(t, ctx, mustSession(t, tc.dial(preferred), client.AutoAck), "cu")
 	sameSet(t, "cu after the move back", bodiesOf(recvN(t, k, 3)), sent)
+}
+
+// queueOnItsPreferredHost creates a queue of one member and waits until
+// the member's preferred host hosts it; it returns that host.
+func (tc *testCluster) queueOnItsPreferredHost(ctx context.Context, name string) string {
+	tc.t.Helper()
+	info, err := tc.admin("n1").CreateQueue(ctx, name, client.QueueOptions{Members: 1})
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	preferred := info.Members[0].Replicas[0]
+	if host := tc.waitSpread(name, 1)[0]; host != preferred {
+		tc.t.Fatalf("%s#0 is hosted by %s, not by its preferred host %s", name, host, preferred)
+	}
+	return preferred
 }
 
 // holdCatchingUp makes node say it is catching up (its replicas lagging)
@@ -353,14 +361,7 @@ func (tc *testCluster) waitCatchingUp(from, of string, catchingUp bool) {
 func TestCluster_Leave_HandsLeadershipToACaughtUpReplica(t *testing.T) {
 	tc := newMultiNode(t, 3)
 	ctx := testCtx(t)
-	info, err := tc.admin("n1").CreateQueue(ctx, "ho", client.QueueOptions{Members: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := info.Members[0].Replicas[0]
-	if h := tc.waitSpread("ho", 1)[0]; h != host {
-		t.Fatalf("ho#0 is hosted by %s, not by its preferred host %s", h, host)
-	}
+	host := tc.queueOnItsPreferredHost(ctx, "ho")
 	sent := sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial(host), client.AutoAck), "ho"), "ho/", 3)
 	// Raft would pick the first voter of the configuration among those
 	// whose logs are equally up to date: hold that one back.
@@ -405,10 +406,7 @@ func TestCluster_Leave_HandsLeadershipToACaughtUpReplica(t *testing.T) {
 func TestCluster_GracefulStop_WaitsForAReplicaCatchingUp(t *testing.T) {
 	tc := newMultiNode(t, 3)
 	ctx := testCtx(t)
-	if _, err := tc.admin("n1").CreateQueue(ctx, "wq", client.QueueOptions{Members: 1}); err != nil {
-		t.Fatal(err)
-	}
-	host := tc.waitSpread("wq", 1)[0]
+	host := tc.queueOnItsPreferredHost(ctx, "wq")
 	behind := tc.others(host)[0]
 	release := holdCatchingUp(t, behind)
 	tc.waitCatchingUp(host, behind, true)
