@@ -312,10 +312,7 @@ func (n *Node) awaitCaughtUpQuorums(ctx context.Context) {
 // replica here needs, beside the replicas that can serve now, for a quorum
 // without this node.
 func (n *Node) catchingUpForQuorum() []string {
-	canLead, catchingUp := n.nodesThatCanLead(), map[string]bool{}
-	for _, m := range n.gossip.members() {
-		catchingUp[m.ID] = m.State == "alive" && !m.Meta.Leaving && m.Meta.CatchingUp
-	}
+	canLead, catchingUp := n.leadReadiness()
 	rafts := []*raft.Raft{n.meta.group.Raft}
 	for _, r := range n.groups.all() {
 		rafts = append(rafts, r.Raft())
@@ -374,11 +371,20 @@ func (n *Node) voterThatCanLead(r *raft.Raft, canLead map[string]bool) (raft.Ser
 // nodesThatCanLead are the nodes gossip holds alive, not leaving and not
 // catching up (cluster/DESIGN.md, "Preferred hosts").
 func (n *Node) nodesThatCanLead() map[string]bool {
-	canLead := map[string]bool{}
-	for _, m := range n.gossip.members() {
-		canLead[m.ID] = m.State == "alive" && !m.Meta.Leaving && !m.Meta.CatchingUp
-	}
+	canLead, _ := n.leadReadiness()
 	return canLead
+}
+
+// leadReadiness splits the nodes gossip holds alive and not leaving into
+// those that can lead now and those still catching up.
+func (n *Node) leadReadiness() (canLead, catchingUp map[string]bool) {
+	canLead, catchingUp = map[string]bool{}, map[string]bool{}
+	for _, m := range n.gossip.members() {
+		if m.State == "alive" && !m.Meta.Leaving {
+			canLead[m.ID], catchingUp[m.ID] = !m.Meta.CatchingUp, m.Meta.CatchingUp
+		}
+	}
+	return canLead, catchingUp
 }
 
 // Left is closed once Leave asked the node to stop.
