@@ -24,8 +24,9 @@ type nodeMeta struct {
 	HTTP   string `json:"h"`
 	// Leaving is set by a node handing its leaderships away before it stops.
 	Leaving bool `json:"l,omitempty"`
-	// CatchingUp is set while a member replica on the node is not open yet
-	// or has not applied its log, so that no leadership is handed to it
+	// CatchingUp is set while the node's meta replica or a member replica
+	// on it is not open yet or has not applied its log (Node.catchingUp),
+	// so that no leadership is handed to it
 	// meanwhile (cluster/DESIGN.md, "Preferred hosts"). A node of an
 	// earlier version never sets it, and is handed leaderships as before.
 	CatchingUp bool `json:"u,omitempty"`

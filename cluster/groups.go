@@ -329,17 +329,7 @@ func (gs *groups) replica(name string) (*member.Replica, bool) {
 // leader, and — where this node leads — has finished its takeover, so that
 // a ready node serves every queue it hosts.
 func (gs *groups) ready() error {
-	var placed []string
-	gs.n.meta.read(func(m *fsm.Meta) {
-		for _, d := range m.Destinations() {
-			for _, p := range d.Members {
-				if slices.Contains(p.Replicas, gs.n.cfg.NodeID) {
-					placed = append(placed, fsm.MemberName(d.Name, p.Index))
-				}
-			}
-		}
-	})
-	for _, name := range placed {
+	for _, name := range gs.placedHere() {
 		r, ok := gs.replica(name)
 		if !ok {
 			return fmt.Errorf("member %s is not open yet", name)
@@ -353,6 +343,28 @@ func (gs *groups) ready() error {
 		}
 	}
 	return nil
+}
+
+// opening reports whether a member replica placed here is not open yet.
+func (gs *groups) opening() bool {
+	return slices.ContainsFunc(gs.placedHere(), func(name string) bool {
+		_, open := gs.replica(name)
+		return !open
+	})
+}
+
+// placedHere lists the members the placement gives a replica on this node.
+func (gs *groups) placedHere() (placed []string) {
+	gs.n.meta.read(func(m *fsm.Meta) {
+		for _, d := range m.Destinations() {
+			for _, p := range d.Members {
+				if slices.Contains(p.Replicas, gs.n.cfg.NodeID) {
+					placed = append(placed, fsm.MemberName(d.Name, p.Index))
+				}
+			}
+		}
+	})
+	return placed
 }
 
 func (gs *groups) closeAll() {

@@ -387,15 +387,20 @@ func (mg *metaGroup) leaderID() string {
 // ready reports whether the meta group has a leader, this node is in its
 // configuration and registered, and this replica has applied what it knows.
 func (mg *metaGroup) ready() error {
-	r := mg.group.Raft
-	if _, id := r.LeaderWithID(); id == "" {
+	if _, id := mg.group.Raft.LeaderWithID(); id == "" {
 		return errors.New("the meta group has no leader yet")
 	}
+	return mg.caughtUp()
+}
+
+// caughtUp is ready without the leader: an election under way leaves this
+// replica as caught up as it was.
+func (mg *metaGroup) caughtUp() error {
 	var registered bool
 	var applied uint64
 	mg.fsm.read(func(m *fsm.Meta) { _, registered = m.Node(mg.n.cfg.NodeID); applied = m.Applied() })
 	if !mg.group.CaughtUp(applied) {
-		return fmt.Errorf("the meta group is catching up (applied %d, committed %d)", applied, r.CommitIndex())
+		return fmt.Errorf("the meta group is catching up (applied %d, committed %d)", applied, mg.group.Raft.CommitIndex())
 	}
 	if !registered {
 		return errors.New("this node is not registered in the meta group yet")

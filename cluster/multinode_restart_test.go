@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -282,12 +283,13 @@ func metaCaughtUp(tc *testCluster, id string) string {
 // a member handed to a node replaying a deep queue waited for the replay
 // (docs/performance.md, "Replicas open side by side").
 func TestCluster_PreferredHostCatchingUp_IsNotHandedTheLeadership(t *testing.T) {
+	catchingUp := holdCatchingUp(t)
 	tc := newMultiNode(t, 3)
 	ctx := testCtx(t)
 	preferred := tc.queueOnItsPreferredHost(ctx, "cu")
 	sent := sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial(tc.others(preferred)[0]), client.AutoAck), "cu"), "cu/", 3)
 
-	release := holdCatchingUp(t, preferred)
+	catchingUp.hold(preferred)
 	tc.stop(preferred)
 	var stand string
 	tc.converge(20*time.Second, "another host for cu#0", func() bool {
@@ -304,10 +306,39 @@ func TestCluster_PreferredHostCatchingUp_IsNotHandedTheLeadership(t *testing.T) 
 		}
 	}
 
-	release()
+	catchingUp.release()
 	tc.converge(20*time.Second, "cu#0 back on its preferred host "+preferred, func() bool { return tc.hostOf("cu#0") == preferred })
 	k := mustConsumer(t, ctx, mustSession(t, tc.dial(preferred), client.AutoAck), "cu")
 	sameSet(t, "cu after the move back", bodiesOf(recvN(t, k, 3)), sent)
+}
+
+// A node whose groups have no leader for the moment (an election; here no
+// quorum at all) is not catching up: it has opened and applied all it
+// holds. Counted, it had every node of a group that just lost its leader
+// say it was catching up, and a node stopping then found no replica to
+// wait for or to hand its leaderships to.
+func TestCluster_LeaderlessGroups_AreNotCatchingUp(t *testing.T) {
+	tc := newMultiNode(t, 3)
+	ctx := testCtx(t)
+	host := tc.queueOnItsPreferredHost(ctx, "lg")
+	survivor := tc.others(host)[0]
+	n := tc.node(survivor)
+	if n.catchingUp() {
+		t.Fatalf("%s says it is catching up with its groups led", survivor)
+	}
+	tc.crash(host)
+	tc.crash(tc.others(host, survivor)[0])
+	tc.converge(10*time.Second, "lg#0 on "+survivor+" without a leader", func() bool {
+		r, ok := n.groups.replica("lg#0")
+		if !ok {
+			return false
+		}
+		_, leader := r.Raft().LeaderWithID()
+		return leader == ""
+	})
+	if n.catchingUp() {
+		t.Fatalf("%s says it is catching up because its groups have no leader: %v", survivor, n.Ready())
+	}
 }
 
 // queueOnItsPreferredHost creates a queue of one member and waits until
@@ -325,17 +356,44 @@ func (tc *testCluster) queueOnItsPreferredHost(ctx context.Context, name string)
 	return preferred
 }
 
-// holdCatchingUp makes node say it is catching up (its replicas lagging)
-// until release is called.
-func holdCatchingUp(t *testing.T, node string) (release func()) {
-	var held atomic.Bool
-	held.Store(true)
+// catchingUpHold makes one node say it is catching up (its replicas
+// lagging) until released.
+type catchingUpHold struct{ node atomic.Pointer[string] }
+
+// holdCatchingUp wraps replicasLagging; it must run before the nodes start,
+// whose readiness loops read it.
+func holdCatchingUp(t *testing.T) *catchingUpHold {
+	h := &catchingUpHold{}
 	lagging := replicasLagging
 	t.Cleanup(func() { replicasLagging = lagging })
 	replicasLagging = func(gs *groups) bool {
-		return (gs.n.cfg.NodeID == node && held.Load()) || lagging(gs)
+		if held := h.node.Load(); held != nil && *held == gs.n.cfg.NodeID {
+			return true
+		}
+		return lagging(gs)
 	}
-	return func() { held.Store(false) }
+	return h
+}
+
+func (h *catchingUpHold) hold(node string) { h.node.Store(&node) }
+func (h *catchingUpHold) release()         { h.node.Store(nil) }
+
+// holdBehind makes node say it is catching up, and waits until gossip on
+// each of seenBy says so. It first waits until they have seen every node
+// caught up: gossip starts with every node catching up, and the news that
+// node caught up, still on its way, would otherwise undo the hold for a
+// while.
+func (tc *testCluster) holdBehind(h *catchingUpHold, node string, seenBy ...string) {
+	tc.t.Helper()
+	for _, from := range seenBy {
+		for _, of := range tc.others(from) {
+			tc.waitCatchingUp(from, of, false)
+		}
+	}
+	h.hold(node)
+	for _, from := range seenBy {
+		tc.waitCatchingUp(from, node, true)
+	}
 }
 
 // waitCatchingUp waits until gossip on node from says whether node of is
@@ -359,6 +417,7 @@ func (tc *testCluster) waitCatchingUp(from, of string, catchingUp bool) {
 // (TestCluster_GracefulStop_WaitsForAReplicaCatchingUp); here the wait runs
 // out.
 func TestCluster_Leave_HandsLeadershipToACaughtUpReplica(t *testing.T) {
+	catchingUp := holdCatchingUp(t)
 	tc := newMultiNode(t, 3)
 	ctx := testCtx(t)
 	host := tc.queueOnItsPreferredHost(ctx, "ho")
@@ -380,10 +439,7 @@ func TestCluster_Leave_HandsLeadershipToACaughtUpReplica(t *testing.T) {
 			ready = string(s.ID)
 		}
 	}
-	release := holdCatchingUp(t, behind)
-	for _, from := range []string{host, ready} {
-		tc.waitCatchingUp(from, behind, true)
-	}
+	tc.holdBehind(catchingUp, behind, host, ready)
 
 	leaveCtx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
@@ -392,7 +448,7 @@ func TestCluster_Leave_HandsLeadershipToACaughtUpReplica(t *testing.T) {
 	if h := tc.hostOf("ho#0"); h != ready {
 		t.Fatalf("ho#0 was handed to %s, which was catching up, not to %s", h, ready)
 	}
-	release()
+	catchingUp.release()
 	tc.stop(host)
 	k := mustConsumer(t, ctx, mustSession(t, tc.dial(ready), client.AutoAck), "ho")
 	sameSet(t, "ho after the handover", bodiesOf(recvN(t, k, 3)), sent)
@@ -404,20 +460,29 @@ func TestCluster_Leave_HandsLeadershipToACaughtUpReplica(t *testing.T) {
 // after the node before came back, left a deep queue's member with a
 // leader and one replica too busy replaying its log to answer.
 func TestCluster_GracefulStop_WaitsForAReplicaCatchingUp(t *testing.T) {
+	catchingUp := holdCatchingUp(t)
 	tc := newMultiNode(t, 3)
 	ctx := testCtx(t)
 	host := tc.queueOnItsPreferredHost(ctx, "wq")
 	behind := tc.others(host)[0]
-	release := holdCatchingUp(t, behind)
-	tc.waitCatchingUp(host, behind, true)
-
+	tc.holdBehind(catchingUp, behind, host)
 	nd := tc.node(host)
+	if need := nd.catchingUpForQuorum(); !slices.Equal(need, []string{behind}) {
+		t.Fatalf("%s needs %v, catching up, for a quorum without it; want [%s]", host, need, behind)
+	}
+	r, ok := nd.groups.replica("wq#0")
+	if !ok {
+		t.Fatalf("%s has no replica of wq#0", host)
+	}
+
 	stopped := make(chan struct{})
 	go func() { nd.Stop(); close(stopped) }()
 	// Handed over at once, the leadership would be gone in milliseconds.
 	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if r, ok := nd.groups.replica("wq#0"); !ok || !r.Leading() {
-			t.Fatalf("%s handed wq#0 over while %s, which the member needs for a quorum without it, was catching up", host, behind)
+		if !r.Leading() {
+			leader, _ := r.Raft().LeaderWithID()
+			t.Fatalf("%s gave wq#0 up (raft %s, leader now %q) while %s, which the member needs for a quorum without it, was catching up",
+				host, r.Raft().State(), leader, behind)
 		}
 	}
 	select {
@@ -425,7 +490,7 @@ func TestCluster_GracefulStop_WaitsForAReplicaCatchingUp(t *testing.T) {
 		t.Fatalf("%s stopped while %s was catching up", host, behind)
 	default:
 	}
-	release()
+	catchingUp.release()
 	select {
 	case <-stopped:
 	case <-time.After(15 * time.Second):

@@ -360,8 +360,7 @@ func (n *Node) membershipChanged() {
 }
 
 // watchReady mirrors readiness into the gRPC health service, and tells the
-// other nodes through gossip whether this one is still catching up: not
-// ready, or a replica here still applying its log.
+// other nodes through gossip whether this one is still catching up.
 func (n *Node) watchReady() {
 	defer n.bg.Done()
 	t := time.NewTicker(250 * time.Millisecond)
@@ -384,12 +383,25 @@ func (n *Node) watchReady() {
 			n.health.SetServingStatus("", st)
 			n.health.SetServingStatus(clientpb.ClientService_ServiceDesc.ServiceName, st)
 		}
-		if behind := !ready || replicasLagging(n.groups); behind != catchingUp {
+		if behind := n.catchingUp(); behind != catchingUp {
 			catchingUp = behind
 			n.log.Debug("catching up changed", "catching_up", behind)
 			n.gossip.setCatchingUp(behind)
 		}
 	}
+}
+
+// catchingUp reports whether this node is still opening its replicas or
+// applying their logs; gossip tells the others (watchReady), so that none
+// hands it a leadership meanwhile. Unlike Ready it leaves out whether each
+// group has a leader: an election, which every replica of a group sees at
+// once, says nothing of this node, and counting it had every node of the
+// group say it was catching up until the election ended.
+func (n *Node) catchingUp() bool {
+	if n.meta.caughtUp() != nil {
+		return true
+	}
+	return n.groups.opening() || replicasLagging(n.groups)
 }
 
 // destinations lists every destination.
