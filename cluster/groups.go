@@ -165,6 +165,15 @@ type placed struct {
 }
 
 func (gs *groups) reconcile() {
+	// A restarted node's meta replica holds the placement of its last
+	// snapshot until the leader says what was committed since; acting on
+	// it opened the replicas in waves (those the snapshot knew, then the
+	// rest once the log was applied), each wave reading its logs before
+	// the next began. Every meta apply pokes this loop, the last one
+	// included.
+	if gs.n.meta.caughtUp() != nil {
+		return
+	}
 	want := map[string]placed{}
 	existing := map[string]bool{}
 	var nodes map[string]*fsmpb.Node
