@@ -390,20 +390,25 @@ func (mg *metaGroup) ready() error {
 	if _, id := mg.group.Raft.LeaderWithID(); id == "" {
 		return errors.New("the meta group has no leader yet")
 	}
-	return mg.caughtUp()
-}
-
-// caughtUp is ready without the leader: an election under way leaves this
-// replica as caught up as it was.
-func (mg *metaGroup) caughtUp() error {
-	var registered bool
-	var applied uint64
-	mg.fsm.read(func(m *fsm.Meta) { _, registered = m.Node(mg.n.cfg.NodeID); applied = m.Applied() })
-	if !mg.group.CaughtUp(applied) {
-		return fmt.Errorf("the meta group is catching up (applied %d, committed %d)", applied, mg.group.Raft.CommitIndex())
+	if err := mg.caughtUp(); err != nil {
+		return err
 	}
+	var registered bool
+	mg.fsm.read(func(m *fsm.Meta) { _, registered = m.Node(mg.n.cfg.NodeID) })
 	if !registered {
 		return errors.New("this node is not registered in the meta group yet")
+	}
+	return nil
+}
+
+// caughtUp is nil once this replica has applied what it knows committed.
+// An election under way leaves it as caught up as it was; a node removed
+// from the cluster, no longer registered, still acts on what it applied.
+func (mg *metaGroup) caughtUp() error {
+	var applied uint64
+	mg.fsm.read(func(m *fsm.Meta) { applied = m.Applied() })
+	if !mg.group.CaughtUp(applied) {
+		return fmt.Errorf("the meta group is catching up (applied %d, committed %d)", applied, mg.group.Raft.CommitIndex())
 	}
 	return nil
 }
