@@ -58,41 +58,78 @@ func unmarshalCopying(payload []byte) (*fsmpb.Enqueue, error) {
 // Any other message is unmarshalled whole.
 func decodeMessageAliasing(b []byte) (*fsmpb.Message, error) {
 	msg := new(fsmpb.Message)
-	start, end, body := -1, -1, []byte(nil)
-	for at := 0; at < len(b); {
-		num, typ, n := protowire.ConsumeTag(b[at:])
-		if n < 0 {
-			return msg, proto.Unmarshal(b, msg)
-		}
-		m := protowire.ConsumeFieldValue(num, typ, b[at+n:])
-		if m < 0 {
-			return msg, proto.Unmarshal(b, msg)
-		}
-		if num == 2 {
-			if start >= 0 || typ != protowire.BytesType {
-				return msg, proto.Unmarshal(b, msg)
-			}
-			body, _ = protowire.ConsumeBytes(b[at+n:])
-			start, end = at, at+n+m
-		}
-		at += n + m
-	}
-	if start < 0 {
+	start, end, body, ok := oneField(b, 2)
+	if !ok {
 		return msg, proto.Unmarshal(b, msg)
 	}
-	merge := proto.UnmarshalOptions{Merge: true}
-	if err := merge.Unmarshal(b[:start], msg); err != nil {
-		return nil, err
-	}
-	if err := merge.Unmarshal(b[end:], msg); err != nil {
+	if err := unmarshalAround(b, start, end, msg); err != nil {
 		return nil, err
 	}
 	if len(body) > 0 {
 		// The capacity ends with the body, so an append cannot reach
-		// the entry's next bytes.
+		// the bytes after it.
 		msg.Body = body[:len(body):len(body)]
 	}
 	return msg, nil
+}
+
+// decodeStoredAliasing decodes a snapshot's message record as
+// proto.Unmarshal does, except that the body aliases rec when the message
+// field appears once and its body once.
+func decodeStoredAliasing(rec []byte) (*fsmpb.StoredMessage, error) {
+	sm := new(fsmpb.StoredMessage)
+	start, end, msg, ok := oneField(rec, 1)
+	if !ok {
+		return sm, proto.Unmarshal(rec, sm)
+	}
+	if err := unmarshalAround(rec, start, end, sm); err != nil {
+		return nil, err
+	}
+	var err error
+	sm.Message, err = decodeMessageAliasing(msg)
+	return sm, err
+}
+
+// oneField finds field num of b when it appears exactly once and is
+// length-delimited: b[start:end] is the field, val its value. ok is false
+// for any other b (the field missing, repeated or of another wire type, or b
+// broken), which the caller leaves to protobuf.
+func oneField(b []byte, num protowire.Number) (start, end int, val []byte, ok bool) {
+	start = -1
+	for at := 0; at < len(b); {
+		n, typ, tagLen := protowire.ConsumeTag(b[at:])
+		if tagLen < 0 {
+			return 0, 0, nil, false
+		}
+		valLen := protowire.ConsumeFieldValue(n, typ, b[at+tagLen:])
+		if valLen < 0 {
+			return 0, 0, nil, false
+		}
+		if n == num {
+			if start >= 0 || typ != protowire.BytesType {
+				return 0, 0, nil, false
+			}
+			val, _ = protowire.ConsumeBytes(b[at+tagLen:])
+			start, end = at, at+tagLen+valLen
+		}
+		at += tagLen + valLen
+	}
+	return start, end, val, start >= 0
+}
+
+// unmarshalAround unmarshals into msg the bytes of b before start and from
+// end on: all of b but the field between.
+func unmarshalAround(b []byte, start, end int, msg proto.Message) error {
+	merge := proto.UnmarshalOptions{Merge: true}
+	if start > 0 {
+		if err := merge.Unmarshal(b[:start], msg); err != nil {
+			return err
+		}
+	}
+	if end < len(b) {
+		return merge.Unmarshal(b[end:], msg)
+	}
+	return nil
 }
 
 // enqueueAliasing applies an Enqueue decoded by decodeEnqueueAliasing.

@@ -2,7 +2,9 @@ package fsm_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"unsafe"
 
@@ -183,4 +185,95 @@ func TestMember_KeepsNoEntryAfterPuttingBodiesAway(t *testing.T) {
 	if st, ok := r.Lookup("m4"); !ok || string(st.Message.Body) != "body-4" {
 		t.Fatalf("restored m4: %v %q", ok, st.Message.GetBody())
 	}
+}
+
+// storedSeeds are snapshot message records of every shape
+// DecodeStoredMessageAliasing treats apart.
+func storedSeeds(t testing.TB) map[string][]byte {
+	t.Helper()
+	full := &fsmpb.StoredMessage{
+		Message: &fsmpb.Message{Id: "ID:1", Body: []byte("hello"), Properties: map[string]string{"k": "v"}, Priority: 7,
+			Expiration: 99, DedupId: "d", EnqueuedAt: 5, DeliveryCount: 2, Redelivered: true},
+		Seq: 9, Redelivered: true, DeliveryCount: 3, DeliveryId: 12, Session: "s", AvailableAt: 4, Dead: true, MovingTo: "q#1",
+	}
+	rec, err := proto.Marshal(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	field := func(num protowire.Number, v []byte) []byte {
+		return protowire.AppendBytes(protowire.AppendTag(nil, num, protowire.BytesType), v)
+	}
+	message := func(body string) []byte {
+		return append(field(1, []byte("ID:2")), field(2, []byte(body))...)
+	}
+	seq := protowire.AppendVarint(protowire.AppendTag(nil, 2, protowire.VarintType), 7)
+	unknown := protowire.AppendVarint(protowire.AppendTag(nil, 77, protowire.VarintType), 1)
+	return map[string][]byte{
+		"every field":                    rec,
+		"message last":                   slices.Concat(seq, field(1, message("b"))),
+		"message twice, merged":          slices.Concat(field(1, message("one")), seq, field(1, field(6, []byte("dedup")))),
+		"message as a varint":            protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 3),
+		"no message":                     seq,
+		"no body":                        field(1, field(1, []byte("ID:3"))),
+		"unknown fields around":          slices.Concat(unknown, field(1, message("b")), unknown),
+		"invalid UTF-8 session":          slices.Concat(field(1, message("b")), field(6, []byte("\xff"))),
+		"invalid UTF-8 before the field": slices.Concat(field(9, []byte("\xff")), field(1, message("b"))),
+		"priority too high":              field(1, append(message("b"), protowire.AppendVarint(protowire.AppendTag(nil, 4, protowire.VarintType), 99)...)),
+		"truncated":                      rec[:len(rec)-3],
+		"bad tag":                        {0xff, 0xff, 0xff},
+	}
+}
+
+// checkStoredAliasingDecode holds DecodeStoredMessageAliasing to
+// DecodeStoredMessage, which proto.Unmarshal decodes: the same message or
+// an error wrapping ErrCorrupt from both.
+func checkStoredAliasingDecode(t *testing.T, rec []byte) {
+	t.Helper()
+	got, err := fsm.DecodeStoredMessageAliasing(rec)
+	want, wantErr := fsm.DecodeStoredMessage(rec)
+	if (err == nil) != (wantErr == nil) {
+		t.Fatalf("aliasing decoder error %v, copying decoder error %v: they disagree", err, wantErr)
+	}
+	if err != nil {
+		if !errors.Is(err, fsm.ErrCorrupt) || got != nil {
+			t.Fatalf("aliasing decoder = %v, %v; want nil and an error wrapping ErrCorrupt", got, err)
+		}
+		return
+	}
+	if !proto.Equal(got, want) {
+		t.Fatalf("aliasing decoder = %v\ncopying decoder  = %v", got, want)
+	}
+}
+
+func TestDecodeStoredMessageAliasing_MatchesProtoUnmarshal(t *testing.T) {
+	for name, rec := range storedSeeds(t) {
+		t.Run(name, func(t *testing.T) { checkStoredAliasingDecode(t, rec) })
+	}
+}
+
+func TestDecodeStoredMessageAliasing_BodyIsASliceOfTheRecord(t *testing.T) {
+	seeds := storedSeeds(t)
+	for _, name := range []string{"every field", "message last", "unknown fields around"} {
+		sm, err := fsm.DecodeStoredMessageAliasing(seeds[name])
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if b := sm.Message.Body; !within(b, seeds[name]) || cap(b) != len(b) {
+			t.Errorf("%s: body %q is not a slice of the record ending with the body", name, b)
+		}
+	}
+	// A merged message is protobuf's to decode, and copies.
+	sm, err := fsm.DecodeStoredMessageAliasing(seeds["message twice, merged"])
+	if err != nil || string(sm.Message.Body) != "one" || sm.Message.DedupId != "dedup" {
+		t.Fatalf("merged message: %v, %v", sm, err)
+	}
+}
+
+// FuzzDecodeStoredMessageAliasing: the aliasing decoder decodes what
+// proto.Unmarshal decodes, the same way, and refuses what it refuses.
+func FuzzDecodeStoredMessageAliasing(f *testing.F) {
+	for _, rec := range storedSeeds(f) {
+		f.Add(rec)
+	}
+	f.Fuzz(checkStoredAliasingDecode)
 }

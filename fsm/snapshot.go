@@ -286,7 +286,18 @@ func noEOF(err error) error {
 // keeps no reference to rec. It is safe to call on several goroutines.
 func DecodeStoredMessage(rec []byte) (*fsmpb.StoredMessage, error) {
 	sm := new(fsmpb.StoredMessage)
-	if err := proto.Unmarshal(rec, sm); err != nil {
+	return checkStored(sm, proto.Unmarshal(rec, sm))
+}
+
+// DecodeStoredMessageAliasing is DecodeStoredMessage with the message's
+// body a slice of rec: for a caller that writes most bodies elsewhere and
+// copies those it keeps before rec changes.
+func DecodeStoredMessageAliasing(rec []byte) (*fsmpb.StoredMessage, error) {
+	return checkStored(decodeStoredAliasing(rec))
+}
+
+func checkStored(sm *fsmpb.StoredMessage, err error) (*fsmpb.StoredMessage, error) {
+	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	if err := ValidateMessage(sm.Message); err != nil {

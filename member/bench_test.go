@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -130,12 +132,14 @@ func benchReplica(b *testing.B) *Replica {
 	return testReplica(b, b.TempDir(), func(c *Config) { c.BodyMemory = DefaultBodyMemory })
 }
 
-// BenchmarkRestore measures a restore of 200,000 pending 1 KiB messages into
-// memory the process has not touched yet (it is given back to the system
-// before each one), as in a node that restarts: with the records decoded on
-// the restoring goroutine alone, and on one more goroutine per core.
+// BenchmarkRestore measures a restore of 200,000 pending 1 KiB messages
+// (CAIRN_BENCH_RESTORE_MESSAGES sets another number) into memory the process
+// has not touched yet (it is given back to the system before each one), as
+// in a node that restarts: with the records decoded on the restoring
+// goroutine alone, on one more goroutine per core, and on those putting the
+// bodies past the nodes' default memory into files, as a node does.
 func BenchmarkRestore(b *testing.B) {
-	const n = 200_000
+	n := benchRestoreMessages(b)
 	m := fsm.NewMember()
 	body := make([]byte, 1024)
 	for i := 0; i < n; i += 1000 {
@@ -169,4 +173,35 @@ func BenchmarkRestore(b *testing.B) {
 			}
 		})
 	}
+	b.Run(fmt.Sprintf("workers=%d/bodies-away", restoreWorkers()), func(b *testing.B) {
+		store, err := openBodyStore(b.TempDir())
+		if err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			b.StopTimer()
+			debug.FreeOSMemory()
+			first := store.roll()
+			b.StartTimer()
+			put := &restoreBodies{store: store, memory: DefaultBodyMemory}
+			got, err := restoreMember(bytes.NewReader(snap.Bytes()), restoreWorkers(), put)
+			if err != nil || got.Stats().Pending != n || put.failed.Load() != nil {
+				b.Fatalf("restore: %v", err)
+			}
+			b.StopTimer()
+			store.dropFiles(first, false)
+			b.StartTimer()
+		}
+	})
+}
+
+func benchRestoreMessages(b *testing.B) int {
+	if s := os.Getenv("CAIRN_BENCH_RESTORE_MESSAGES"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return n
+	}
+	return 200_000
 }

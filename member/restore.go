@@ -1,6 +1,7 @@
 package member
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -172,17 +173,19 @@ func (d *recordDecoder) next() (*fsmpb.StoredMessage, fsm.BodyRef, error) {
 	return m, ref, nil
 }
 
-// release gives a built chunk's budget back and keeps its buffer for the
-// reader, unless it grew past a chunk's size for one large record.
+// release keeps a built chunk's buffer for the reader, unless it grew past
+// a chunk's size for one large record, and gives its budget back: in that
+// order, so that the chunk the budget lets the reader send is followed by
+// one read into the buffer.
 func (d *recordDecoder) release(c *restoreChunk) {
-	for range c.tokens {
-		<-d.budget
-	}
 	if cap(c.recs) <= 2*restoreChunkBytes {
 		select {
 		case d.free <- c.recs[:0]:
 		default:
 		}
+	}
+	for range c.tokens {
+		<-d.budget
 	}
 }
 
@@ -248,12 +251,19 @@ func (d *recordDecoder) read(snap *fsm.MemberSnapshot, work, ordered chan<- *res
 	}
 }
 
+// decodeChunk decodes c's records. With bodies to put away, each body is
+// first a slice of c.recs: most go to a file from there, and those kept in
+// memory are copied, as c.recs is reused once the chunk is built.
 func decodeChunk(c *restoreChunk, put *restoreBodies) {
 	defer close(c.done)
+	decode := fsm.DecodeStoredMessage
+	if put != nil {
+		decode = fsm.DecodeStoredMessageAliasing
+	}
 	c.msgs = make([]*fsmpb.StoredMessage, len(c.ends))
 	start := 0
 	for i, end := range c.ends {
-		sm, err := fsm.DecodeStoredMessage(c.recs[start:end])
+		sm, err := decode(c.recs[start:end])
 		if err != nil {
 			c.msgs, c.err = c.msgs[:i], err
 			break
@@ -262,4 +272,11 @@ func decodeChunk(c *restoreChunk, put *restoreBodies) {
 		start = end
 	}
 	c.refs = put.takeOut(c.msgs)
+	if put != nil {
+		for _, sm := range c.msgs {
+			if len(sm.Message.Body) > 0 {
+				sm.Message.Body = bytes.Clone(sm.Message.Body)
+			}
+		}
+	}
 }
