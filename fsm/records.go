@@ -256,14 +256,35 @@ func (m *Member) index(id string, r ref) {
 	m.ids.byHash[h] = r
 }
 
-func (m *Member) unindex(r ref) {
-	rec := m.rec(r)
-	var h uint64
-	if rec.has(flagFull) {
-		h = m.ids.hash(m.full(r).Id)
-	} else {
-		h = m.ids.hashBytes(rec.id[:rec.idLen])
+// indexRestored indexes records a restore made without indexing them, in
+// one pass once they are all made; false if two have the same id.
+func (m *Member) indexRestored(rs []ref) (dup ref, ok bool) {
+	for _, r := range rs {
+		h := m.idHash(r)
+		if _, taken := m.ids.byHash[h]; !taken {
+			m.ids.byHash[h] = r
+			continue
+		}
+		id := m.idOf(r)
+		if m.find(id) != 0 {
+			return r, false
+		}
+		m.ids.collided[id] = r
 	}
+	return 0, true
+}
+
+// idHash is the index's hash of r's id, without building the id.
+func (m *Member) idHash(r ref) uint64 {
+	rec := m.rec(r)
+	if rec.has(flagFull) {
+		return m.ids.hash(m.full(r).Id)
+	}
+	return m.ids.hashBytes(rec.id[:rec.idLen])
+}
+
+func (m *Member) unindex(r ref) {
+	h := m.idHash(r)
 	if m.ids.byHash[h] == r {
 		delete(m.ids.byHash, h)
 		return
@@ -282,13 +303,20 @@ func holdsWhole(msg *fsmpb.Message) bool {
 // newRecord stores msg in a new record with sequence seq, indexed by id,
 // its body at away when the caller took it out of msg.
 func (m *Member) newRecord(msg *fsmpb.Message, seq uint64, away BodyRef) (ref, *record) {
+	r, rec := m.newUnindexedRecord(msg, seq, away)
+	m.index(msg.Id, r)
+	return r, rec
+}
+
+// newUnindexedRecord is newRecord for a restore, which indexes its records
+// once they are all made (indexRestored).
+func (m *Member) newUnindexedRecord(msg *fsmpb.Message, seq uint64, away BodyRef) (ref, *record) {
 	r := m.records.alloc()
 	rec := m.rec(r)
 	*rec = record{seq: seq, size: MessageSize(msg) + int64(away.Len), expiration: msg.Expiration, enqueuedAt: msg.EnqueuedAt,
 		away: away, count: msg.DeliveryCount, priority: uint8(msg.Priority), flags: flagLive}
 	rec.set(flagRedelivered, msg.Redelivered)
 	m.setMessage(r, rec, msg)
-	m.index(msg.Id, r)
 	return r, rec
 }
 

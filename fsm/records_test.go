@@ -3,6 +3,7 @@ package fsm
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 	"unsafe"
 
@@ -115,6 +116,36 @@ func TestIDIndex_IDsWhoseHashIsTaken(t *testing.T) {
 	drop("b")
 	if len(m.ids.byHash) != 0 || len(m.ids.collided) != 0 {
 		t.Fatalf("all gone: %v by hash, %v collided", m.ids.byHash, m.ids.collided)
+	}
+}
+
+// A restore indexes its records in a pass of their own: ids whose hash is
+// taken go to the second map, and an id seen again is found wherever the
+// first one went.
+func TestIDIndex_RestoredRecordsIndexedAfterwards(t *testing.T) {
+	for _, ids := range [][]string{{"a", "b", "c"}, {"a", "b", "a"}, {"a", "b", "c", "b"}} {
+		m := NewMember()
+		m.ids.mask = 0 // every id hashes to 0
+		var made []ref
+		for i, id := range ids {
+			r, _ := m.newUnindexedRecord(&fsmpb.Message{Id: id, Priority: 4}, uint64(i+1), BodyRef{})
+			made = append(made, r)
+		}
+		dup, ok := m.indexRestored(made)
+		if last := len(ids) - 1; slices.Index(ids, ids[last]) != last {
+			if ok || dup != made[last] {
+				t.Errorf("%v: indexRestored = %d, %v; want the last record refused", ids, dup, ok)
+			}
+			continue
+		}
+		if !ok {
+			t.Fatalf("%v: record %d refused as a duplicate", ids, dup)
+		}
+		for i, id := range ids {
+			if got := m.find(id); got != made[i] {
+				t.Errorf("%v: find(%s) = %d, want %d", ids, id, got, made[i])
+			}
+		}
 	}
 }
 

@@ -341,15 +341,14 @@ func (s *MemberSnapshot) Restore(next func() (*fsmpb.StoredMessage, BodyRef, err
 		}
 	}
 	orphans := map[string]*session{}
+	made := make([]ref, 0, min(h.MessageCount, maxPresizedMessages))
 	for i := uint64(0); i < h.MessageCount; i++ {
 		sm, away, err := next()
 		if err != nil {
 			return nil, fmt.Errorf("snapshot message %d of %d: %w", i, h.MessageCount, err)
 		}
-		if m.find(sm.Message.Id) != 0 {
-			return nil, fmt.Errorf("%w: snapshot holds message %s twice", ErrCorrupt, sm.Message.Id)
-		}
-		r, rec := m.newRecord(sm.Message, sm.Seq, away)
+		r, rec := m.newUnindexedRecord(sm.Message, sm.Seq, away)
+		made = append(made, r)
 		rec.count, rec.availableAt = sm.DeliveryCount, sm.AvailableAt
 		rec.set(flagRedelivered, sm.Redelivered)
 		rec.set(flagDead, sm.Dead)
@@ -386,6 +385,12 @@ func (s *MemberSnapshot) Restore(next func() (*fsmpb.StoredMessage, BodyRef, err
 		rec.session, rec.deliveryID = s.slot+1, sm.DeliveryId
 		s.deliveries[rec.deliveryID] = r
 		m.byDelivery[rec.deliveryID] = r
+	}
+	// Indexed in a pass of their own: while the records are read, the
+	// decoders stream the snapshot through the caches, and a lookup into
+	// an index of a million ids cost four times as much.
+	if dup, ok := m.indexRestored(made); !ok {
+		return nil, fmt.Errorf("%w: snapshot holds message %s twice", ErrCorrupt, m.idOf(dup))
 	}
 	for _, st := range h.Txs {
 		t := &tx{id: st.Tx, primary: st.Primary, session: st.Session, preparedAt: st.PreparedAt, msgs: st.Messages}
