@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"errors"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -41,7 +42,7 @@ func decodeEnqueueAliasing(payload []byte) (*fsmpb.Enqueue, error) {
 	return e, nil
 }
 
-// errNotPlain: an Enqueue with fields decodeEnqueueAliasing leaves to protobuf.
+// errNotPlain: bytes with fields the hand decoders leave to protobuf.
 var errNotPlain = errors.New("not a plain enqueue")
 
 func unmarshalCopying(payload []byte) (*fsmpb.Enqueue, error) {
@@ -52,84 +53,132 @@ func unmarshalCopying(payload []byte) (*fsmpb.Enqueue, error) {
 	return e, nil
 }
 
-// decodeMessageAliasing decodes a message whose body field appears once
-// by unmarshalling the bytes on either side of that field, which protobuf
-// defines as unmarshalling the whole, and taking the body as a slice of b.
-// Any other message is unmarshalled whole.
+// decodeMessageAliasing decodes a message by hand, the body a slice of b,
+// or, when the hand decoder leaves it to protobuf, unmarshals it whole.
 func decodeMessageAliasing(b []byte) (*fsmpb.Message, error) {
+	if msg := new(fsmpb.Message); decodeMessageByHand(b, msg) {
+		return msg, nil
+	}
 	msg := new(fsmpb.Message)
-	start, end, body, ok := oneField(b, 2)
-	if !ok {
-		return msg, proto.Unmarshal(b, msg)
-	}
-	if err := unmarshalAround(b, start, end, msg); err != nil {
-		return nil, err
-	}
-	if len(body) > 0 {
-		// The capacity ends with the body, so an append cannot reach
-		// the bytes after it.
-		msg.Body = body[:len(body):len(body)]
-	}
-	return msg, nil
+	return msg, proto.Unmarshal(b, msg)
 }
 
 // decodeStoredAliasing decodes a snapshot's message record as
-// proto.Unmarshal does, except that the body aliases rec when the message
-// field appears once and its body once.
+// proto.Unmarshal does, the body a slice of rec when decoded by hand.
 func decodeStoredAliasing(rec []byte) (*fsmpb.StoredMessage, error) {
+	if sm, ok := decodeStoredByHand(rec); ok {
+		return sm, nil
+	}
 	sm := new(fsmpb.StoredMessage)
-	start, end, msg, ok := oneField(rec, 1)
-	if !ok {
-		return sm, proto.Unmarshal(rec, sm)
-	}
-	if err := unmarshalAround(rec, start, end, sm); err != nil {
-		return nil, err
-	}
-	var err error
-	sm.Message, err = decodeMessageAliasing(msg)
-	return sm, err
+	return sm, proto.Unmarshal(rec, sm)
 }
 
-// oneField finds field num of b when it appears exactly once and is
-// length-delimited: b[start:end] is the field, val its value. ok is false
-// for any other b (the field missing, repeated or of another wire type, or b
-// broken), which the caller leaves to protobuf.
-func oneField(b []byte, num protowire.Number) (start, end int, val []byte, ok bool) {
-	start = -1
-	for at := 0; at < len(b); {
-		n, typ, tagLen := protowire.ConsumeTag(b[at:])
-		if tagLen < 0 {
-			return 0, 0, nil, false
-		}
-		valLen := protowire.ConsumeFieldValue(n, typ, b[at+tagLen:])
-		if valLen < 0 {
-			return 0, 0, nil, false
-		}
-		if n == num {
-			if start >= 0 || typ != protowire.BytesType {
-				return 0, 0, nil, false
+// The records this build writes (a Message, a StoredMessage) are decoded
+// by hand: protobuf's reflection cost a restore more CPU than the rest of
+// the decoding (fsm/DESIGN.md). The hand decoders take only what this
+// build writes: every field one they know, of its wire type, with valid
+// UTF-8 in its strings. They report false for anything else (an unknown
+// field, a mistyped one, broken bytes), and the caller hands the bytes to
+// protobuf, which decides what they make or which error. Fuzz tests hold
+// them to proto.Unmarshal.
+
+// decodeMessageByHand decodes b into msg, the body a slice of b.
+func decodeMessageByHand(b []byte, msg *fsmpb.Message) bool {
+	return eachField(b, func(num protowire.Number, typ protowire.Type, v uint64, b []byte) error {
+		isVarint, isBytes := typ == protowire.VarintType, typ == protowire.BytesType
+		switch {
+		case num == 1 && isBytes && utf8.Valid(b):
+			msg.Id = string(b)
+		case num == 2 && isBytes:
+			msg.Body = nil
+			if len(b) > 0 {
+				// The capacity ends with the body, so an append cannot
+				// reach the bytes after it.
+				msg.Body = b[:len(b):len(b)]
 			}
-			val, _ = protowire.ConsumeBytes(b[at+tagLen:])
-			start, end = at, at+tagLen+valLen
+		case num == 3 && isBytes && addPropertyByHand(b, msg):
+		case num == 4 && isVarint:
+			msg.Priority = uint32(v)
+		case num == 5 && isVarint:
+			msg.Expiration = int64(v)
+		case num == 6 && isBytes && utf8.Valid(b):
+			msg.DedupId = string(b)
+		case num == 7 && isVarint:
+			msg.EnqueuedAt = int64(v)
+		case num == 8 && isVarint:
+			msg.DeliveryCount = uint32(v)
+		case num == 9 && isVarint:
+			msg.Redelivered = protowire.DecodeBool(v)
+		default:
+			return errNotPlain
 		}
-		at += tagLen + valLen
-	}
-	return start, end, val, start >= 0
+		return nil
+	}) == nil
 }
 
-// unmarshalAround unmarshals into msg the bytes of b before start and from
-// end on: all of b but the field between.
-func unmarshalAround(b []byte, start, end int, msg proto.Message) error {
-	merge := proto.UnmarshalOptions{Merge: true}
-	if start > 0 {
-		if err := merge.Unmarshal(b[:start], msg); err != nil {
-			return err
+// addPropertyByHand adds the map entry b to msg's properties.
+func addPropertyByHand(b []byte, msg *fsmpb.Message) bool {
+	var key, value string
+	err := eachField(b, func(num protowire.Number, typ protowire.Type, _ uint64, b []byte) error {
+		switch {
+		case typ != protowire.BytesType || !utf8.Valid(b):
+			return errNotPlain
+		case num == 1:
+			key = string(b)
+		case num == 2:
+			value = string(b)
+		default:
+			return errNotPlain
 		}
+		return nil
+	})
+	if err != nil {
+		return false
 	}
-	if end < len(b) {
-		return merge.Unmarshal(b[end:], msg)
+	if msg.Properties == nil {
+		msg.Properties = make(map[string]string)
 	}
-	return nil
+	msg.Properties[key] = value
+	return true
+}
+
+// decodeStoredByHand decodes a snapshot's message record, the body a slice
+// of rec. A message field that appears twice is merged, as protobuf does,
+// by decoding the second into the first.
+func decodeStoredByHand(rec []byte) (*fsmpb.StoredMessage, bool) {
+	sm := new(fsmpb.StoredMessage)
+	err := eachField(rec, func(num protowire.Number, typ protowire.Type, v uint64, b []byte) error {
+		isVarint, isBytes := typ == protowire.VarintType, typ == protowire.BytesType
+		switch {
+		case num == 1 && isBytes:
+			if sm.Message == nil {
+				sm.Message = new(fsmpb.Message)
+			}
+			if !decodeMessageByHand(b, sm.Message) {
+				return errNotPlain
+			}
+		case num == 2 && isVarint:
+			sm.Seq = v
+		case num == 3 && isVarint:
+			sm.Redelivered = protowire.DecodeBool(v)
+		case num == 4 && isVarint:
+			sm.DeliveryCount = uint32(v)
+		case num == 5 && isVarint:
+			sm.DeliveryId = v
+		case num == 6 && isBytes && utf8.Valid(b):
+			sm.Session = string(b)
+		case num == 7 && isVarint:
+			sm.AvailableAt = int64(v)
+		case num == 8 && isVarint:
+			sm.Dead = protowire.DecodeBool(v)
+		case num == 9 && isBytes && utf8.Valid(b):
+			sm.MovingTo = string(b)
+		default:
+			return errNotPlain
+		}
+		return nil
+	})
+	return sm, err == nil
 }
 
 // enqueueAliasing applies an Enqueue decoded by decodeEnqueueAliasing.

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
@@ -41,6 +42,9 @@ func aliasSeeds(t testing.TB) map[string][]byte {
 	body := func(s string) []byte {
 		return protowire.AppendString(protowire.AppendTag(nil, 2, protowire.BytesType), s)
 	}
+	property := func(entry string) []byte {
+		return protowire.AppendString(protowire.AppendTag(nil, 3, protowire.BytesType), entry)
+	}
 	unknown := protowire.AppendVarint(protowire.AppendTag(nil, 77, protowire.VarintType), 1)
 	return map[string][]byte{
 		"common":                       plain,
@@ -52,11 +56,17 @@ func aliasSeeds(t testing.TB) map[string][]byte {
 		"unknown fields around a body": msgBytes(unknown, id, body("b"), unknown),
 		"unknown field in the enqueue": append(plain, unknown...),
 		"properties after the body":    msgBytes(id, body("b"), protowire.AppendBytes(protowire.AppendTag(nil, 3, protowire.BytesType), []byte("\x0a\x01k\x12\x01v"))),
-		"invalid UTF-8 id":             msgBytes(protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "\xff"), body("b")),
-		"invalid UTF-8 after the body": msgBytes(id, body("b"), protowire.AppendString(protowire.AppendTag(nil, 6, protowire.BytesType), "\xff")),
-		"truncated message":            msgBytes(id, body("body"))[:8],
-		"truncated body":               append(protowire.AppendTag(nil, 2, protowire.BytesType), 9, 0x12, 5, 'a'),
-		"bad tag":                      {0xff, 0xff, 0xff},
+		"property without a key, then one key twice": msgBytes(id, body("b"), property("\x12\x01v"), property("\x0a\x01k\x12\x01v"), property("\x0a\x01k\x12\x01w")),
+		"property with an unknown field":             msgBytes(id, property("\x0a\x01k\x18\x01\x12\x01v"), body("b")),
+		"property with invalid UTF-8":                msgBytes(id, body("b"), property("\x0a\x01\xff")),
+		"id as a varint":                             msgBytes(protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 5), body("b")),
+		"priority as bytes":                          msgBytes(id, body("b"), protowire.AppendBytes(protowire.AppendTag(nil, 4, protowire.BytesType), []byte("x"))),
+		"group field":                                msgBytes(id, body("b"), protowire.AppendTag(nil, 12, protowire.StartGroupType), protowire.AppendTag(nil, 12, protowire.EndGroupType)),
+		"invalid UTF-8 id":                           msgBytes(protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "\xff"), body("b")),
+		"invalid UTF-8 after the body":               msgBytes(id, body("b"), protowire.AppendString(protowire.AppendTag(nil, 6, protowire.BytesType), "\xff")),
+		"truncated message":                          msgBytes(id, body("body"))[:8],
+		"truncated body":                             append(protowire.AppendTag(nil, 2, protowire.BytesType), 9, 0x12, 5, 'a'),
+		"bad tag":                                    {0xff, 0xff, 0xff},
 	}
 }
 
@@ -96,7 +106,7 @@ func TestDecodeEnqueueAliasing_MatchesProtoUnmarshal(t *testing.T) {
 
 func TestDecodeEnqueueAliasing_BodiesAreSlicesOfThePayload(t *testing.T) {
 	seeds := aliasSeeds(t)
-	for _, name := range []string{"common", "body first", "unknown fields around a body", "properties after the body"} {
+	for _, name := range []string{"common", "body first", "body twice, the last wins", "properties after the body"} {
 		e, err := fsm.DecodeEnqueueAliasing(seeds[name])
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -209,18 +219,21 @@ func storedSeeds(t testing.TB) map[string][]byte {
 	seq := protowire.AppendVarint(protowire.AppendTag(nil, 2, protowire.VarintType), 7)
 	unknown := protowire.AppendVarint(protowire.AppendTag(nil, 77, protowire.VarintType), 1)
 	return map[string][]byte{
-		"every field":                    rec,
-		"message last":                   slices.Concat(seq, field(1, message("b"))),
-		"message twice, merged":          slices.Concat(field(1, message("one")), seq, field(1, field(6, []byte("dedup")))),
-		"message as a varint":            protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 3),
-		"no message":                     seq,
-		"no body":                        field(1, field(1, []byte("ID:3"))),
-		"unknown fields around":          slices.Concat(unknown, field(1, message("b")), unknown),
-		"invalid UTF-8 session":          slices.Concat(field(1, message("b")), field(6, []byte("\xff"))),
-		"invalid UTF-8 before the field": slices.Concat(field(9, []byte("\xff")), field(1, message("b"))),
-		"priority too high":              field(1, append(message("b"), protowire.AppendVarint(protowire.AppendTag(nil, 4, protowire.VarintType), 99)...)),
-		"truncated":                      rec[:len(rec)-3],
-		"bad tag":                        {0xff, 0xff, 0xff},
+		"every field":                     rec,
+		"message last":                    slices.Concat(seq, field(1, message("b"))),
+		"message twice, merged":           slices.Concat(field(1, message("one")), seq, field(1, field(6, []byte("dedup")))),
+		"message as a varint":             protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 3),
+		"no message":                      seq,
+		"no body":                         field(1, field(1, []byte("ID:3"))),
+		"unknown fields around":           slices.Concat(unknown, field(1, message("b")), unknown),
+		"invalid UTF-8 session":           slices.Concat(field(1, message("b")), field(6, []byte("\xff"))),
+		"invalid UTF-8 before the field":  slices.Concat(field(9, []byte("\xff")), field(1, message("b"))),
+		"priority too high":               field(1, append(message("b"), protowire.AppendVarint(protowire.AppendTag(nil, 4, protowire.VarintType), 99)...)),
+		"seq as bytes":                    slices.Concat(field(1, message("b")), field(2, []byte("x"))),
+		"session as a varint":             slices.Concat(field(1, message("b")), protowire.AppendVarint(protowire.AppendTag(nil, 6, protowire.VarintType), 1)),
+		"an unknown field in the message": field(1, slices.Concat(message("b"), unknown)),
+		"truncated":                       rec[:len(rec)-3],
+		"bad tag":                         {0xff, 0xff, 0xff},
 	}
 }
 
@@ -253,7 +266,7 @@ func TestDecodeStoredMessageAliasing_MatchesProtoUnmarshal(t *testing.T) {
 
 func TestDecodeStoredMessageAliasing_BodyIsASliceOfTheRecord(t *testing.T) {
 	seeds := storedSeeds(t)
-	for _, name := range []string{"every field", "message last", "unknown fields around"} {
+	for _, name := range []string{"every field", "message last", "message twice, merged"} {
 		sm, err := fsm.DecodeStoredMessageAliasing(seeds[name])
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -262,7 +275,7 @@ func TestDecodeStoredMessageAliasing_BodyIsASliceOfTheRecord(t *testing.T) {
 			t.Errorf("%s: body %q is not a slice of the record ending with the body", name, b)
 		}
 	}
-	// A merged message is protobuf's to decode, and copies.
+	// A message field twice is one message with the fields of both.
 	sm, err := fsm.DecodeStoredMessageAliasing(seeds["message twice, merged"])
 	if err != nil || string(sm.Message.Body) != "one" || sm.Message.DedupId != "dedup" {
 		t.Fatalf("merged message: %v, %v", sm, err)
@@ -276,4 +289,57 @@ func FuzzDecodeStoredMessageAliasing(f *testing.F) {
 		f.Add(rec)
 	}
 	f.Fuzz(checkStoredAliasingDecode)
+}
+
+// The hand decoder knows every field of a snapshot record: a field added to
+// Message or StoredMessage must be added to it too, or every record that
+// carries it goes through protobuf's reflection.
+func TestDecodeStoredByHand_KnowsEveryField(t *testing.T) {
+	sm := &fsmpb.StoredMessage{Message: &fsmpb.Message{}}
+	setEveryField(t, sm.ProtoReflect())
+	setEveryField(t, sm.Message.ProtoReflect())
+	rec, err := proto.Marshal(sm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := fsm.DecodeStoredByHand(rec)
+	if !ok {
+		t.Fatalf("a record with every field set is left to protobuf: %v", sm)
+	}
+	if !proto.Equal(got, sm) {
+		t.Fatalf("decoded by hand: %v\nwant %v", got, sm)
+	}
+}
+
+// setEveryField gives each scalar and map field of m a value other than
+// its zero; message fields are the caller's.
+func setEveryField(t *testing.T, m protoreflect.Message) {
+	t.Helper()
+	fields := m.Descriptor().Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		var v protoreflect.Value
+		switch {
+		case fd.IsMap():
+			m.Mutable(fd).Map().Set(protoreflect.ValueOfString("k").MapKey(), protoreflect.ValueOfString("v"))
+			continue
+		case fd.Kind() == protoreflect.MessageKind:
+			continue
+		case fd.Kind() == protoreflect.StringKind:
+			v = protoreflect.ValueOfString(string(fd.Name()))
+		case fd.Kind() == protoreflect.BytesKind:
+			v = protoreflect.ValueOfBytes([]byte(fd.Name()))
+		case fd.Kind() == protoreflect.BoolKind:
+			v = protoreflect.ValueOfBool(true)
+		case fd.Kind() == protoreflect.Uint32Kind:
+			v = protoreflect.ValueOfUint32(uint32(fd.Number()))
+		case fd.Kind() == protoreflect.Uint64Kind:
+			v = protoreflect.ValueOfUint64(uint64(fd.Number()))
+		case fd.Kind() == protoreflect.Int64Kind:
+			v = protoreflect.ValueOfInt64(int64(fd.Number()))
+		default:
+			t.Fatalf("%s is of kind %v, which this test cannot set", fd.FullName(), fd.Kind())
+		}
+		m.Set(fd, v)
+	}
 }

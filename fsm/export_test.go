@@ -16,3 +16,7 @@ func NarrowIDHash(m *Member, mask uint64) {
 		}
 	}
 }
+
+// DecodeStoredByHand exposes the hand decoder of snapshot records, which
+// must know every field this build writes.
+var DecodeStoredByHand = decodeStoredByHand
