@@ -16,7 +16,7 @@ import (
 // batch: fsm/DESIGN.md says why and what it saves.
 
 // decodeEnqueueAliasing decodes an Enqueue as proto.Unmarshal does, except
-// that each message's body aliases payload.
+// that the body of each message decoded by hand aliases payload.
 func decodeEnqueueAliasing(payload []byte) (*fsmpb.Enqueue, error) {
 	e := new(fsmpb.Enqueue)
 	err := eachField(payload, func(num protowire.Number, typ protowire.Type, v uint64, b []byte) error {
@@ -43,7 +43,7 @@ func decodeEnqueueAliasing(payload []byte) (*fsmpb.Enqueue, error) {
 }
 
 // errNotPlain: bytes with fields the hand decoders leave to protobuf.
-var errNotPlain = errors.New("not a plain enqueue")
+var errNotPlain = errors.New("a shape left to protobuf")
 
 func unmarshalCopying(payload []byte) (*fsmpb.Enqueue, error) {
 	e := new(fsmpb.Enqueue)

@@ -312,7 +312,9 @@ func TestDecodeStoredByHand_KnowsEveryField(t *testing.T) {
 }
 
 // setEveryField gives each scalar and map field of m a value other than
-// its zero; message fields are the caller's.
+// its zero; message fields are the caller's to set first. A field of
+// another kind fails the test, which then needs to learn it, as the hand
+// decoder does.
 func setEveryField(t *testing.T, m protoreflect.Message) {
 	t.Helper()
 	fields := m.Descriptor().Fields()
@@ -320,10 +322,15 @@ func setEveryField(t *testing.T, m protoreflect.Message) {
 		fd := fields.Get(i)
 		var v protoreflect.Value
 		switch {
+		case fd.IsList():
+			t.Fatalf("%s is repeated, which this test cannot set", fd.FullName())
 		case fd.IsMap():
 			m.Mutable(fd).Map().Set(protoreflect.ValueOfString("k").MapKey(), protoreflect.ValueOfString("v"))
 			continue
 		case fd.Kind() == protoreflect.MessageKind:
+			if !m.Has(fd) {
+				t.Fatalf("%s is a message field the test does not set", fd.FullName())
+			}
 			continue
 		case fd.Kind() == protoreflect.StringKind:
 			v = protoreflect.ValueOfString(string(fd.Name()))
