@@ -31,6 +31,9 @@ type logCache struct {
 	mu      sync.RWMutex
 	entries []*raft.Log // contiguous indexes, oldest first
 	bytes   int
+	// staged are a leader's newest entries from StageLogs until
+	// StoreLogs has written them.
+	staged []*raft.Log
 }
 
 func newLogCache(store raft.LogStore, maxEntries, maxBytes int) *logCache {
@@ -42,15 +45,40 @@ func (c *logCache) IsMonotonic() bool { return isMonotonic(c.LogStore) }
 
 func (c *logCache) GetLog(idx uint64, log *raft.Log) error {
 	c.mu.RLock()
-	if n := len(c.entries); n > 0 {
-		if first := c.entries[0].Index; idx >= first && idx-first < uint64(n) {
-			*log = *c.entries[idx-first]
-			c.mu.RUnlock()
-			return nil
-		}
+	if l := find(c.staged, idx); l != nil {
+		*log = *l
+		c.mu.RUnlock()
+		return nil
+	}
+	if l := find(c.entries, idx); l != nil {
+		*log = *l
+		c.mu.RUnlock()
+		return nil
 	}
 	c.mu.RUnlock()
 	return c.LogStore.GetLog(idx, log)
+}
+
+// find returns the entry of index idx in entries of contiguous indexes, or
+// nil.
+func find(entries []*raft.Log, idx uint64) *raft.Log {
+	if n := len(entries); n > 0 {
+		if first := entries[0].Index; idx >= first && idx-first < uint64(n) {
+			return entries[idx-first]
+		}
+	}
+	return nil
+}
+
+// StageLogs makes a leader's new entries readable before they are written,
+// so that its replication sends them to the followers while StoreLogs
+// writes them here (third_party/hashicorp-raft calls it; member/DESIGN.md,
+// "The leader writes while its followers do"). They are readable until
+// StoreLogs returns, whether it wrote them or failed to.
+func (c *logCache) StageLogs(logs []*raft.Log) {
+	c.mu.Lock()
+	c.staged = logs
+	c.mu.Unlock()
 }
 
 func (c *logCache) StoreLog(log *raft.Log) error {
@@ -58,11 +86,13 @@ func (c *logCache) StoreLog(log *raft.Log) error {
 }
 
 func (c *logCache) StoreLogs(logs []*raft.Log) error {
-	if err := c.LogStore.StoreLogs(logs); err != nil {
-		return err
-	}
+	err := c.LogStore.StoreLogs(logs)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.staged = nil
+	if err != nil {
+		return err
+	}
 	for _, l := range logs {
 		if n := len(c.entries); n > 0 && c.entries[n-1].Index+1 != l.Index {
 			// Not the next index (a follower's log replaced after a

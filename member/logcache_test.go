@@ -2,6 +2,7 @@ package member
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -157,5 +158,47 @@ func TestLogCache_ForgetsWhatNoLongerFollows(t *testing.T) {
 	}
 	if got, want := fmt.Sprint(cached(t, c, s, 100, 101)), "[100 101]"; got != want {
 		t.Errorf("cached after a jump: %s, want %s", got, want)
+	}
+}
+
+// failingStore refuses every write.
+type failingStore struct{ *raft.InmemStore }
+
+func (failingStore) StoreLogs([]*raft.Log) error { return errors.New("disk on fire") }
+
+// A leader's staged entries are read from memory before the store has them
+// (its followers are sent them meanwhile), stay cached once written, and are
+// gone if the write fails.
+func TestLogCache_StagedEntriesReadableUntilStored(t *testing.T) {
+	c, s := newTestCache(512, 1<<20)
+	if err := c.StoreLogs(entries(1, 2, 100)); err != nil {
+		t.Fatal(err)
+	}
+	staged := entries(3, 5, 100)
+	c.StageLogs(staged)
+	if got, want := fmt.Sprint(cached(t, c, s, 1, 5)), "[1 2 3 4 5]"; got != want {
+		t.Errorf("cached with 3..5 staged: %s, want %s", got, want)
+	}
+	if last, _ := s.LastIndex(); last != 2 {
+		t.Fatalf("staging wrote to the store: its last index is %d, want 2", last)
+	}
+	if err := c.StoreLogs(staged); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.staged) != 0 {
+		t.Errorf("%d entries still staged after they were stored", len(c.staged))
+	}
+	if got, want := fmt.Sprint(cached(t, c, s, 1, 5)), "[1 2 3 4 5]"; got != want {
+		t.Errorf("cached once 3..5 are stored: %s, want %s", got, want)
+	}
+
+	failing := newLogCache(failingStore{raft.NewInmemStore()}, 512, 1<<20)
+	failing.StageLogs(entries(1, 1, 100))
+	if err := failing.StoreLogs(entries(1, 1, 100)); err == nil {
+		t.Fatal("StoreLogs into a failing store succeeded")
+	}
+	var l raft.Log
+	if err := failing.GetLog(1, &l); !errors.Is(err, raft.ErrLogNotFound) {
+		t.Errorf("GetLog of an entry whose write failed: %v, want %v", err, raft.ErrLogNotFound)
 	}
 }

@@ -1262,6 +1262,34 @@ func (r *Raft) dispatchLogs(applyLogs []*logFuture) {
 		r.leaderState.inflight.PushBack(applyLog)
 	}
 
+	// Cairn's patch: a store that can show entries before they are durable
+	// (StageLogs) lets the followers write them while the leader does, as
+	// section 10.2.1 of the Raft thesis allows. The leader counts itself in
+	// the commitment only once its own write is done, so an entry still
+	// needs a majority of durable copies to commit; the leader loop waits
+	// for the write, so nothing committed is applied here before it is
+	// stored here.
+	if stager, ok := r.logs.(interface{ StageLogs([]*Log) }); ok {
+		prevIndex, prevTerm := r.getLastLog()
+		stager.StageLogs(logs)
+		r.setLastLog(lastIndex, term)
+		for _, f := range r.leaderState.replState {
+			asyncNotifyCh(f.triggerCh)
+		}
+		if err := r.logs.StoreLogs(logs); err != nil {
+			r.logger.Error("failed to commit logs", "error", err)
+			// The store drops what it staged when the write fails.
+			r.setLastLog(prevIndex, prevTerm)
+			for _, applyLog := range applyLogs {
+				applyLog.respond(err)
+			}
+			r.setState(Follower)
+			return
+		}
+		r.leaderState.commitment.match(r.localID, lastIndex)
+		return
+	}
+
 	// Write the log entry locally
 	if err := r.logs.StoreLogs(logs); err != nil {
 		r.logger.Error("failed to commit logs", "error", err)
