@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -285,8 +286,11 @@ func noEOF(err error) error {
 // DecodeStoredMessage decodes and checks one message record; the message
 // keeps no reference to rec. It is safe to call on several goroutines.
 func DecodeStoredMessage(rec []byte) (*fsmpb.StoredMessage, error) {
-	sm := new(fsmpb.StoredMessage)
-	return checkStored(sm, proto.Unmarshal(rec, sm))
+	sm, err := decodeStoredAliasing(rec)
+	if err == nil && sm.Message != nil && sm.Message.Body != nil {
+		sm.Message.Body = bytes.Clone(sm.Message.Body)
+	}
+	return checkStored(sm, err)
 }
 
 // DecodeStoredMessageAliasing is DecodeStoredMessage with the message's
