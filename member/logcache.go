@@ -73,8 +73,9 @@ func find(entries []*raft.Log, idx uint64) *raft.Log {
 // StageLogs makes a leader's new entries readable before they are written,
 // so that its replication sends them to the followers while StoreLogs
 // writes them here (third_party/hashicorp-raft calls it; member/DESIGN.md,
-// "The leader writes while its followers do"). They are readable until
-// StoreLogs returns, whether it wrote them or failed to.
+// "The leader writes while its followers do"). They stay readable until
+// StoreLogs has written them; if it fails they stay, since the replication
+// may still read them and the leader ends the process.
 func (c *logCache) StageLogs(logs []*raft.Log) {
 	c.mu.Lock()
 	c.staged = logs
@@ -86,13 +87,12 @@ func (c *logCache) StoreLog(log *raft.Log) error {
 }
 
 func (c *logCache) StoreLogs(logs []*raft.Log) error {
-	err := c.LogStore.StoreLogs(logs)
+	if err := c.LogStore.StoreLogs(logs); err != nil {
+		return err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.staged = nil
-	if err != nil {
-		return err
-	}
 	for _, l := range logs {
 		if n := len(c.entries); n > 0 && c.entries[n-1].Index+1 != l.Index {
 			// Not the next index (a follower's log replaced after a

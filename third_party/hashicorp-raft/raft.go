@@ -1268,23 +1268,25 @@ func (r *Raft) dispatchLogs(applyLogs []*logFuture) {
 	// the commitment only once its own write is done, so an entry still
 	// needs a majority of durable copies to commit; the leader loop waits
 	// for the write, so nothing committed is applied here before it is
-	// stored here.
+	// stored here. The store keeps staged entries readable until StoreLogs
+	// has written them.
 	if stager, ok := r.logs.(interface{ StageLogs([]*Log) }); ok {
-		prevIndex, prevTerm := r.getLastLog()
 		stager.StageLogs(logs)
 		r.setLastLog(lastIndex, term)
 		for _, f := range r.leaderState.replState {
 			asyncNotifyCh(f.triggerCh)
 		}
 		if err := r.logs.StoreLogs(logs); err != nil {
+			// The followers may hold these entries already, so they may
+			// commit without this leader; answering them as failed would be
+			// wrong, and stepping down with the last index put back would let
+			// a replicator find them missing and send a snapshot instead,
+			// which a follower whose store empties its log for a snapshot
+			// (raft-wal) would install over entries it has written. The
+			// store keeps them staged; a leader that cannot write its log
+			// ends here.
 			r.logger.Error("failed to commit logs", "error", err)
-			// The store drops what it staged when the write fails.
-			r.setLastLog(prevIndex, prevTerm)
-			for _, applyLog := range applyLogs {
-				applyLog.respond(err)
-			}
-			r.setState(Follower)
-			return
+			panic(fmt.Errorf("failed to write the leader's new log entries, which its followers may already hold: %w", err))
 		}
 		r.leaderState.commitment.match(r.localID, lastIndex)
 		return
