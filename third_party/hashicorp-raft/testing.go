@@ -715,6 +715,11 @@ WAIT:
 	goto CHECK
 }
 
+// wrapTestLogStore, when set, wraps the log store of every server that
+// MakeCluster starts. Cairn's staging_cairn_test.go sets it to run these
+// tests through the leader's staged write (CAIRN.md).
+var wrapTestLogStore func(LogStore) LogStore
+
 // NOTE: This is exposed for middleware testing purposes and is not a stable API
 type MakeClusterOpts struct {
 	Peers           int
@@ -807,6 +812,9 @@ func makeCluster(t *testing.T, opts *MakeClusterOpts) *cluster {
 
 		if opts.MonotonicLogs {
 			logs = &MockMonotonicLogStore{s: logs}
+		}
+		if wrapTestLogStore != nil { // Cairn: see CAIRN.md
+			logs = wrapTestLogStore(logs)
 		}
 
 		peerConf := opts.Conf
