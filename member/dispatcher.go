@@ -281,9 +281,15 @@ func (r *Replica) delivered(p pick, res fsm.Result, err error) {
 	for _, id := range p.ids {
 		delete(r.reserved, id)
 	}
-	live := r.consumers[p.c.ID] == p.c
+	current := r.consumers[p.c.ID]
+	live := current == p.c
 	if live {
 		p.c.credit += len(p.ids) - len(got)
+	} else if current != nil && current.Session == p.c.Session {
+		// The consumer attached again meanwhile, and that attachment pushed
+		// the session's deliveries it found applied: those are the
+		// session's now, not to be given back under it.
+		got = slices.DeleteFunc(got, func(d fsm.Delivery) bool { return d.DeliveryID <= current.attachPushed })
 	}
 	r.mu.Unlock()
 	if errors.Is(err, fsm.ErrUnknownSession) && live {

@@ -357,3 +357,58 @@ func TestAddsPending(t *testing.T) {
 		}
 	}
 }
+
+// A consumer attached again to the same host (its link ended, the host did
+// not change) is pushed the session's deliveries above what it saw. A
+// Deliver proposed for its earlier attachment that is applied by then is
+// among them, and when that Deliver's result comes back to the dispatcher
+// it must not give those deliveries back: the client holds them, and an
+// acknowledgement of one would be refused as no longer the session's.
+func TestReplica_DeliveryPushedOnReattachIsNotGivenBack(t *testing.T) {
+	ctx := context.Background()
+	var first, second collector
+	r := consumingReplica(t, 0, first.push)
+	if _, err := r.Enqueue(ctx, msgs(1, "m")); err != nil {
+		t.Fatal(err)
+	}
+	// Results come back in log order on one goroutine: holding one holds
+	// the Deliver's after it, while Raft goes on applying.
+	held, release := make(chan struct{}), make(chan struct{})
+	r.Submit(&fsmpb.OpenSession{Session: "s2", Owner: "owner"}, func(fsm.Result, error) {
+		close(held)
+		<-release
+	})
+	<-held
+	r.Credit("c1", 1)
+	applied := func() (ds []fsm.Delivery) {
+		r.Read(func(m *fsm.Member) { ds = m.DeliveriesAfter("s1", 0) })
+		return ds
+	}
+	waitFor(t, "the Deliver applied", func() bool { return len(applied()) == 1 })
+	d := applied()[0]
+
+	r.RemoveConsumer("c1")
+	if err := r.AttachConsumer(&Consumer{ID: "c1", Session: "s1", Push: second.push}, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if second.count() != 1 || first.count() != 0 {
+		t.Fatalf("pushed to the earlier attachment %d, to the new one %d; want 0 and 1", first.count(), second.count())
+	}
+	close(release)
+	// The Deliver's result has been handled once a later command's has.
+	if err := r.OpenSession(ctx, "s3", "owner"); err != nil {
+		t.Fatal(err)
+	}
+	// What came before the fix gave it back from a goroutine at once.
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		if len(applied()) != 1 {
+			t.Fatalf("delivery %d, pushed to the new attachment, was given back to pending", d.DeliveryID)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	acked, rejected, err := r.Ack(ctx, "s1", []uint64{d.DeliveryID})
+	if err != nil || acked != 1 || len(rejected) != 0 {
+		t.Fatalf("ack of the pushed delivery: acked %d, rejected %v, err %v; want it acked", acked, rejected, err)
+	}
+}

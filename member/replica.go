@@ -103,6 +103,11 @@ type Consumer struct {
 type consumerState struct {
 	*Consumer
 	credit int
+	// attachPushed is the highest delivery id pushed to the consumer when it
+	// attached (the session's deliveries above its pushedUpTo). A Deliver
+	// proposed for an earlier attachment of the same consumer that commits
+	// while this one attaches is among them, so it must not be given back.
+	attachPushed uint64
 }
 
 // Replica is this node's replica of one member: its Raft group, the
@@ -600,6 +605,9 @@ func (r *Replica) AttachConsumer(c *Consumer, credit int, pushedUpTo uint64) err
 		return fmt.Errorf("member %s: consumer %s is already attached", r.cfg.Name, c.ID)
 	}
 	cs := &consumerState{Consumer: c, credit: credit - len(unseen)}
+	for _, d := range unseen {
+		cs.attachPushed = max(cs.attachPushed, d.DeliveryID)
+	}
 	r.consumers[c.ID] = cs
 	r.order = append(r.order, c.ID)
 	r.mu.Unlock()
