@@ -105,8 +105,9 @@ type consumerState struct {
 	credit int
 	// attachPushed is the highest delivery id pushed to the consumer when it
 	// attached (the session's deliveries above its pushedUpTo). A Deliver
-	// proposed for an earlier attachment of the same consumer that commits
-	// while this one attaches is among them, so it must not be given back.
+	// proposed for an earlier attachment of the same consumer that was
+	// applied before this one attached is among them and must not be given
+	// back when its result comes in.
 	attachPushed uint64
 }
 
@@ -630,7 +631,7 @@ func (r *Replica) Credit(consumerID string, n int) {
 }
 
 // RemoveConsumer detaches a consumer; deliveries that commit afterwards go
-// back to pending.
+// back to pending, unless the consumer attached again and was pushed them.
 func (r *Replica) RemoveConsumer(consumerID string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
