@@ -84,6 +84,7 @@ func waitHealthy(t *testing.T, d time.Duration) {
 
 // Every scenario against the compose cluster.
 func TestChaos_Compose(t *testing.T) {
+	t.Parallel() // beside TestChaos_Local: see runScenarios
 	if !enabled() {
 		t.Skip("the chaos suite runs with CAIRN_CHAOS=1 (make chaos)")
 	}

@@ -348,6 +348,7 @@ func (c *localCluster) lastWords(t *testing.T) {
 
 // Every scenario against three local processes.
 func TestChaos_Local(t *testing.T) {
+	t.Parallel() // beside TestChaos_Compose: see runScenarios
 	if !enabled() {
 		t.Skip("the chaos suite runs with CAIRN_CHAOS=1 (make chaos)")
 	}
