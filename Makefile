@@ -84,8 +84,9 @@ cluster-down:
 
 # chaos runs every nemesis scenario of test/chaos for 30 s each, with cairn
 # verify judging, against the compose cluster and three local processes
-# side by side (209-223 s together, 380 s one after the other); chaos-local the local ones alone (no Docker needed);
-# chaos-long soaks each for 6 minutes (30 per target, an hour in all).
+# side by side (209-223 s together, 380 s one after the other); chaos-local
+# the local ones alone (no Docker needed); chaos-long soaks each for 6
+# minutes (30 per target, the two targets together, about half an hour).
 chaos: image
 	CAIRN_CHAOS=1 $(GO) test -count=1 -timeout 40m -v ./test/chaos
 chaos-local:
