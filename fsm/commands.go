@@ -18,8 +18,10 @@ import (
 //   - 1: every entry but those below;
 //   - 2: one with a Recover that names its attempt (an older build, which
 //     knows no attempts, would recover again on a repeat that this one
-//     ignores).
-const EntryVersion = 2
+//     ignores);
+//   - 3: one with an unseen Return (an older build would mark those
+//     messages redelivered and count the delivery).
+const EntryVersion = 3
 
 // Encode wraps typed command bodies into one log entry.
 func Encode(cmds ...*fsmpb.Command) ([]byte, error) {
@@ -28,16 +30,23 @@ func Encode(cmds ...*fsmpb.Command) ([]byte, error) {
 
 // entryVersionOf is the oldest entry version that carries cmds.
 func entryVersionOf(cmds []*fsmpb.Command) uint32 {
+	v := uint32(1)
 	for _, c := range cmds {
-		if c.Type == fsmpb.CommandType_COMMAND_TYPE_RECOVER && hasField(c.Payload, recoverAttemptField) {
-			return 2
+		switch {
+		case c.Type == fsmpb.CommandType_COMMAND_TYPE_RETURN && hasField(c.Payload, returnUnseenField):
+			return 3
+		case c.Type == fsmpb.CommandType_COMMAND_TYPE_RECOVER && hasField(c.Payload, recoverAttemptField):
+			v = 2
 		}
 	}
-	return 1
+	return v
 }
 
-// recoverAttemptField is Recover.attempt's field number.
-const recoverAttemptField = 3
+// The fields whose presence raises an entry's version.
+const (
+	recoverAttemptField = 3 // Recover.attempt
+	returnUnseenField   = 4 // Return.unseen
+)
 
 // hasField reports whether the encoded message b sets field num (proto3
 // leaves a zero value out); a payload that does not parse has none.

@@ -158,6 +158,8 @@ func FuzzMemberApply(f *testing.F) {
 	f.Add(frame(seeds[0], seeds[1], seeds[3], seeds[5], seeds[6], seeds[8], seeds[9], seeds[13], seeds[14]))
 	f.Add(frame(seeds[len(seeds)-4:]...))
 	f.Add(seedRedelivery(seeds))
+	unseen := entry(f, &fsmpb.Return{Session: "s1", DeliveryIds: []uint64{1, 2, 3}, Now: 35, Unseen: true})
+	f.Add(frame(seeds[17], seeds[0], seeds[3], unseen, seeds[3], unseen, seeds[5], seeds[6]))
 	f.Add(frame(seeds[17], seeds[3], seeds[0], seeds[19], seeds[22], seeds[23], seeds[26], seeds[0], seeds[19], seeds[20], seeds[24], seeds[27]))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {

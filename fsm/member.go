@@ -515,10 +515,26 @@ func (m *Member) returnDeliveries(c *fsmpb.Return) Result {
 			r.Rejected = append(r.Rejected, id)
 			continue
 		}
-		m.requeue(msg, c.Now)
+		if c.Unseen {
+			m.unsee(msg)
+		} else {
+			m.requeue(msg, c.Now)
+		}
 		r.Returned++
 	}
 	return r
+}
+
+// unsee takes a message back from its session as if the delivery had not
+// been made: the consumer never saw it, so it is neither counted nor
+// marked, and it waits pending in its old place.
+func (m *Member) unsee(r ref) {
+	rec := m.rec(r)
+	m.undeliver(rec)
+	if rec.count > 0 {
+		rec.count--
+	}
+	m.pushPending(r, rec)
 }
 
 func (m *Member) expire(c *fsmpb.Expire) Result {

@@ -660,6 +660,50 @@ func TestReturn_ReturnsChosenDeliveriesRedelivered(t *testing.T) {
 	}
 }
 
+// A return of deliveries the consumer never saw undoes them: however often
+// it happens, the message is neither counted, nor marked, nor delayed, nor
+// dead-lettered; the mark and count of earlier real deliveries stay.
+func TestReturn_UnseenDeliveriesAreNotCounted(t *testing.T) {
+	f := newMember(t)
+	f.ok(&fsmpb.Configure{Settings: &fsmpb.MemberSettings{MaxDeliveries: 2, RedeliveryDelayNs: 100}})
+	f.open("s", "other")
+	f.enqueue(0, msg("a"), msg("b"), msg("c"))
+	for range 5 {
+		d := f.held("s", "a", "b")
+		if r := f.ok(&fsmpb.Return{Session: "s", DeliveryIds: d, Now: 10, Unseen: true}); r.Returned != 2 {
+			t.Fatalf("unseen return = %+v", r)
+		}
+	}
+	if got := pendingIDs(f.m, 0); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("pending after unseen returns = %v; want a, b, c in their order", got)
+	}
+	for _, id := range []string{"a", "b"} {
+		if ms := f.lookup(id); ms.Redelivered || ms.DeliveryCount != 0 || ms.Dead || ms.AvailableAt != 0 {
+			t.Fatalf("%s after unseen returns = %+v; want as never delivered", id, ms)
+		}
+	}
+	// A real delivery taken back by a recover is counted and marked; an
+	// unseen one after it keeps that.
+	f.held("s", "a")
+	f.ok(&fsmpb.Recover{Session: "s", Now: 10})
+	f.ok(&fsmpb.Wake{Now: 1000})
+	d := f.held("s", "a")
+	f.ok(&fsmpb.Return{Session: "s", DeliveryIds: d, Now: 20, Unseen: true})
+	if ms := f.lookup("a"); !ms.Redelivered || ms.DeliveryCount != 1 || !ms.Pending {
+		t.Fatalf("a after a recover and an unseen return = %+v; want marked, count 1, pending", ms)
+	}
+	ds := f.deliver("other", 30, "a")
+	if len(ds) != 1 || !ds[0].Redelivered || ds[0].DeliveryCount != 2 {
+		t.Fatalf("delivery after = %+v; want the second delivery, marked", ds)
+	}
+	// What the session does not hold is rejected, and changes nothing.
+	before := state(t, f.m)
+	if r := f.ok(&fsmpb.Return{Session: "s", DeliveryIds: []uint64{ds[0].DeliveryID, 999}, Unseen: true}); r.Returned != 0 || len(r.Rejected) != 2 {
+		t.Fatalf("unseen return of others' deliveries = %+v", r)
+	}
+	sameState(t, f.m, before, "an unseen return of deliveries not held")
+}
+
 // ---- Expire, Purge ----
 
 func TestExpire_RemovesOnlyMessagesExpiredAtItsNow(t *testing.T) {
@@ -987,7 +1031,8 @@ func TestDecode_RejectsCorruptAndReadsValid(t *testing.T) {
 
 // An entry is written at the oldest version that carries its commands, so
 // that an older build stops at the first entry it would apply differently
-// and applies every other: a Recover naming its attempt makes version 2.
+// and applies every other: a Recover naming its attempt makes version 2, a
+// Return of unseen deliveries version 3.
 func TestEncode_WritesTheOldestVersionThatCarriesTheEntry(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -999,6 +1044,9 @@ func TestEncode_WritesTheOldestVersionThatCarriesTheEntry(t *testing.T) {
 		{"a recover without an attempt", []proto.Message{&fsmpb.Recover{Session: "s", Now: 3}}, 1},
 		{"a recover with an attempt", []proto.Message{&fsmpb.Recover{Session: "s", Now: 3, Attempt: 1}}, 2},
 		{"an attempt after a send", []proto.Message{&fsmpb.Purge{}, &fsmpb.Recover{Session: "s", Attempt: 7}}, 2},
+		{"a return", []proto.Message{&fsmpb.Return{Session: "s", DeliveryIds: []uint64{1}}}, 1},
+		{"an unseen return", []proto.Message{&fsmpb.Return{Session: "s", DeliveryIds: []uint64{1}, Unseen: true}}, 3},
+		{"an attempt and an unseen return", []proto.Message{&fsmpb.Recover{Session: "s", Attempt: 1}, &fsmpb.Return{Session: "s", Unseen: true}}, 3},
 	} {
 		e, err := fsm.Decode(entry(t, c.cmds...))
 		if err != nil || e.GetVersion() != c.want {

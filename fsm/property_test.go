@@ -309,7 +309,15 @@ func (md *model) giveBack(c *fsmpb.Return) fsm.Result {
 			r.Rejected = append(r.Rejected, d)
 			continue
 		}
-		md.requeue(id, c.Now)
+		if c.Unseen {
+			// As if never delivered: no count, no mark, pending again.
+			m := md.msgs[id]
+			delete(s.deliveries, d)
+			m.session, m.deliveryID = "", 0
+			m.count--
+		} else {
+			md.requeue(id, c.Now)
+		}
 		r.Returned++
 	}
 	return r
@@ -813,11 +821,23 @@ func (p *propMachine) step(t *rapid.T, body proto.Message) fsm.Result {
 	switch c := body.(type) {
 	case *fsmpb.Recover, *fsmpb.Release, *fsmpb.Return:
 		// A delivery taken back is marked, and dead exactly when it was
-		// delivered max_deliveries times.
+		// delivered max_deliveries times; one its consumer never saw is
+		// pending as before it was delivered: uncounted, its mark as it was.
 		maxd := p.f.m.Settings().GetMaxDeliveries()
+		unseen := false
+		if r, ok := c.(*fsmpb.Return); ok {
+			unseen = r.Unseen
+		}
 		for id, b := range before {
 			a, ok := after[id]
 			if b.Session == "" || !ok || a.Session != "" {
+				continue
+			}
+			if unseen {
+				if a.Redelivered != b.Redelivered || a.DeliveryCount != b.DeliveryCount-1 || !a.Pending || a.Dead || a.AvailableAt != 0 {
+					t.Fatalf("unseen return took back %s: %+v, was %+v", id, a, b)
+				}
+				p.lastCount[id] = a.DeliveryCount
 				continue
 			}
 			if !a.Redelivered || a.DeliveryCount != b.DeliveryCount || a.Dead != (maxd > 0 && b.DeliveryCount >= maxd) {
@@ -1227,7 +1247,8 @@ func (p *propMachine) actions() map[string]func(*rapid.T) {
 		},
 		"return": func(t *rapid.T) {
 			s := p.session(t)
-			p.step(t, &fsmpb.Return{Session: s, DeliveryIds: p.deliveryIDs(t, s), Now: p.now})
+			unseen := rapid.Bool().Draw(t, "unseen")
+			p.step(t, &fsmpb.Return{Session: s, DeliveryIds: p.deliveryIDs(t, s), Now: p.now, Unseen: unseen})
 		},
 		"move": func(t *rapid.T) {
 			target := rapid.SampledFrom([]string{"q#0", "q#1", "q.DLQ#0"}).Draw(t, "target")

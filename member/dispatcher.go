@@ -315,7 +315,7 @@ func (r *Replica) delivered(p pick, res fsm.Result, err error) {
 			defer r.wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			if err := r.Return(ctx, p.c.Session, ids); err != nil {
+			if err := r.ReturnUnseen(ctx, p.c.Session, ids); err != nil {
 				r.log.Debug("returning deliveries of a consumer that left", "consumer", p.c.ID, "err", err)
 			}
 		}()

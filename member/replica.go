@@ -555,9 +555,10 @@ func (r *Replica) Release(ctx context.Context, session string) error {
 	return err
 }
 
-// Return gives chosen deliveries back to pending.
-func (r *Replica) Return(ctx context.Context, session string, deliveryIDs []uint64) error {
-	err := r.propose(ctx, &fsmpb.Return{Session: session, DeliveryIds: deliveryIDs})
+// ReturnUnseen takes back deliveries that never reached their consumer,
+// as if they had not been made (fsmpb.Return.unseen).
+func (r *Replica) ReturnUnseen(ctx context.Context, session string, deliveryIDs []uint64) error {
+	err := r.propose(ctx, &fsmpb.Return{Session: session, DeliveryIds: deliveryIDs, Unseen: true})
 	r.kick()
 	return err
 }

@@ -142,7 +142,7 @@ func TestReplica_DeliversWithinCreditAndAcks(t *testing.T) {
 	}
 }
 
-func TestReplica_PushToGoneConsumerReturnsMessages(t *testing.T) {
+func TestReplica_PushToGoneConsumerReturnsMessagesUnseen(t *testing.T) {
 	ctx := context.Background()
 	r := testReplica(t, t.TempDir())
 	if err := r.OpenSession(ctx, "s1", "owner"); err != nil {
@@ -155,10 +155,12 @@ func TestReplica_PushToGoneConsumerReturnsMessages(t *testing.T) {
 	if _, err := r.Enqueue(ctx, msgs(1, "m")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "message back to pending, redelivered", func() bool {
+	// The push never reached the consumer: the message is pending again as
+	// if never delivered, neither counted nor marked.
+	waitFor(t, "message back to pending, unseen", func() bool {
 		var st fsm.MessageState
 		r.Read(func(m *fsm.Member) { st, _ = m.Lookup("m000") })
-		return st.Pending && st.Redelivered && st.DeliveryCount == 1
+		return st.Pending && !st.Redelivered && st.DeliveryCount == 0
 	})
 }
 

@@ -718,14 +718,20 @@ func (x *Release) GetNow() int64 {
 	return 0
 }
 
-// Return gives chosen deliveries of a live session back to pending, marked
-// redelivered: messages prefetched by a consumer that closed, or a push that
-// could not be made.
+// Return gives chosen deliveries of a live session back to pending.
 type Return struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
-	DeliveryIds   []uint64               `protobuf:"varint,2,rep,packed,name=delivery_ids,json=deliveryIds,proto3" json:"delivery_ids,omitempty"`
-	Now           int64                  `protobuf:"varint,3,opt,name=now,proto3" json:"now,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Session     string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	DeliveryIds []uint64               `protobuf:"varint,2,rep,packed,name=delivery_ids,json=deliveryIds,proto3" json:"delivery_ids,omitempty"`
+	Now         int64                  `protobuf:"varint,3,opt,name=now,proto3" json:"now,omitempty"`
+	// unseen says the consumer never saw these deliveries: pushed after it
+	// left, never written to its stream, or prefetched and never handed to
+	// the application. Each is taken back as if it had not been delivered:
+	// its delivery count drops by one, it keeps the redelivered mark it had,
+	// and it waits pending (never delayed, never dead). Without it (entries
+	// written before unseen), each is requeued as a recover does: marked
+	// redelivered. An entry with an unseen Return is of version 3.
+	Unseen        bool `protobuf:"varint,4,opt,name=unseen,proto3" json:"unseen,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -779,6 +785,13 @@ func (x *Return) GetNow() int64 {
 		return x.Now
 	}
 	return 0
+}
+
+func (x *Return) GetUnseen() bool {
+	if x != nil {
+		return x.Unseen
+	}
+	return false
 }
 
 // Move takes messages that wait here (pending, or dead: delivered
@@ -2805,11 +2818,12 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\aattempt\x18\x03 \x01(\x04R\aattempt\"5\n" +
 	"\aRelease\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x10\n" +
-	"\x03now\x18\x02 \x01(\x03R\x03now\"W\n" +
+	"\x03now\x18\x02 \x01(\x03R\x03now\"o\n" +
 	"\x06Return\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12!\n" +
 	"\fdelivery_ids\x18\x02 \x03(\x04R\vdeliveryIds\x12\x10\n" +
-	"\x03now\x18\x03 \x01(\x03R\x03now\"[\n" +
+	"\x03now\x18\x03 \x01(\x03R\x03now\x12\x16\n" +
+	"\x06unseen\x18\x04 \x01(\bR\x06unseen\"[\n" +
 	"\x04Move\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x1f\n" +
 	"\vmessage_ids\x18\x02 \x03(\tR\n" +
