@@ -162,6 +162,24 @@ func ServerAnswered(err error) bool {
 	return false
 }
 
+// NoProgress reports whether a stream ended with an error that a new
+// stream, to the same node or another, would meet again: a frame over a
+// limit, one that does not decode, a method, credential or request the
+// server refuses. Reconnecting cannot get past it, so it is reported
+// rather than retried. A lost node (unavailable, reset, deadline,
+// cancelled) is not such an error.
+func NoProgress(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok || err == nil {
+		return false
+	}
+	switch st.Code() {
+	case codes.ResourceExhausted, codes.Internal, codes.Unimplemented, codes.InvalidArgument, codes.Unauthenticated, codes.PermissionDenied:
+		return true
+	}
+	return false
+}
+
 // FromStatus converts an error returned by a gRPC call to the typed error.
 func FromStatus(err error) error {
 	st, ok := status.FromError(err)
