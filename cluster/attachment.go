@@ -28,14 +28,16 @@ type attachment struct {
 	member  string
 	session string
 
-	mu         sync.Mutex
-	credit     int
-	pushedUpTo uint64
-	gen        uint64
-	link       link
-	ended      chan struct{} // closed when the current link ends
-	stopped    bool
-	stop       chan struct{}
+	mu sync.Mutex
+	// credit is the room the consumer has, held what it was pushed and has
+	// not made room for again: credit+held never grows past its prefetch.
+	credit, held int
+	pushedUpTo   uint64
+	gen          uint64
+	link         link
+	ended        chan struct{} // closed when the current link ends
+	stopped      bool
+	stop         chan struct{}
 }
 
 // link is one attachment to one host.
@@ -57,8 +59,8 @@ func (a *attachment) start(ctx context.Context) error {
 			go a.run()
 			return nil
 		}
-		if errors.Is(err, fsm.ErrUnknownSession) {
-			return wireError(err)
+		if final := finalLinkError(err); final != nil {
+			return final
 		}
 		select {
 		case <-ctx.Done():
@@ -86,8 +88,8 @@ func (a *attachment) run() {
 				delay = 20 * time.Millisecond
 				break
 			}
-			if errors.Is(err, fsm.ErrUnknownSession) {
-				a.c.consumerGone(a.k, wireError(err))
+			if final := finalLinkError(err); final != nil {
+				a.c.consumerGone(a.k, final)
 				return
 			}
 			a.n.log.Debug("consumer waiting for its member's host", "member", a.member, "consumer", a.k.id, "err", err)
@@ -146,6 +148,7 @@ func (a *attachment) push(gen uint64, ds []fsm.Delivery) bool {
 		return false
 	}
 	a.credit -= len(ds)
+	a.held += len(ds)
 	for _, d := range ds {
 		a.pushedUpTo = max(a.pushedUpTo, d.DeliveryID)
 	}
@@ -168,7 +171,7 @@ func (a *attachment) returnIfStopped(ds []fsm.Delivery) {
 	for i, d := range ds {
 		ids[i] = d.DeliveryID
 	}
-	a.n.submitAsync(a.member, &fsmpb.Return{Session: a.session, DeliveryIds: ids}, func(fsm.Result, error) {})
+	a.n.submitAsync(a.member, &fsmpb.Return{Session: a.session, DeliveryIds: ids, Unseen: true}, func(fsm.Result, error) {})
 }
 
 // linkEnded is told by link gen that it ended.
@@ -184,22 +187,40 @@ func (a *attachment) linkEnded(gen uint64, err error) {
 		a.link = nil
 		close(a.ended)
 	}
-	if errors.Is(err, fsm.ErrUnknownSession) && !a.stopped {
-		// The session was released under the consumer (its front-end was
-		// declared dead): nothing to re-attach to.
+	if final := finalLinkError(err); final != nil && !a.stopped {
 		a.stopped = true
 		close(a.stop)
-		go a.c.consumerGone(a.k, wireError(err))
+		go a.c.consumerGone(a.k, final)
 	}
 }
 
-// grant gives the consumer room for n more messages.
+// finalLinkError is the error that ends a consumer whose link to its host
+// failed with err for good, or nil if a new link may succeed. A session
+// released under the consumer (its front-end was declared dead) leaves
+// nothing to attach to; a stream error that any new stream would meet
+// again (transport.NoProgress) would have the consumer retry forever,
+// its client waiting and never told.
+func finalLinkError(err error) error {
+	switch {
+	case errors.Is(err, fsm.ErrUnknownSession):
+		return wireError(err)
+	case transport.NoProgress(err):
+		return fmt.Errorf("the consumer's link to its member's host failed and would fail again: %w", transport.FromStatus(err))
+	}
+	return nil
+}
+
+// grant gives the consumer room for n more messages, at most as many as it
+// was pushed since it last made room: more is ignored, so a client never
+// holds more messages than its prefetch (cluster/DESIGN.md, "Credit").
 func (a *attachment) grant(n int) {
 	a.mu.Lock()
+	n = min(n, a.held)
+	a.held -= n
 	a.credit += n
 	l := a.link
 	a.mu.Unlock()
-	if l != nil {
+	if l != nil && n > 0 {
 		l.grant(n)
 	}
 }

@@ -88,6 +88,9 @@ const (
 	DefaultGossipAddr      = ":7653"
 	DefaultHTTPAddr        = ":7654"
 	DefaultMaxMessageBytes = 1 << 20
+	// MaxMaxMessageBytes is the largest --max-message-bytes: a
+	// transaction holds at least one message of the largest size.
+	MaxMaxMessageBytes = maxTxBytes
 	// DefaultReplicas is the replication factor of a destination when the
 	// cluster has enough nodes.
 	DefaultReplicas = 3
@@ -143,6 +146,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: --bootstrap-expect %d is negative", ErrConfig, c.BootstrapExpect)
 	case c.MaxMessageBytes < 0:
 		return fmt.Errorf("%w: --max-message-bytes %d is negative", ErrConfig, c.MaxMessageBytes)
+	case c.MaxMessageBytes > MaxMaxMessageBytes:
+		return fmt.Errorf("%w: --max-message-bytes %d is over %d (64 MiB), the most one transaction holds", ErrConfig, c.MaxMessageBytes, MaxMaxMessageBytes)
 	case c.BodyMemoryMiB < -1:
 		return fmt.Errorf("%w: --body-memory-mib %d: use a number of MiB, or -1 to keep every body in memory", ErrConfig, c.BodyMemoryMiB)
 	case c.LogStore != "" && c.LogStore != member.LogStoreBolt && c.LogStore != member.LogStoreWAL:

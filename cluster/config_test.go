@@ -30,6 +30,8 @@ func TestConfig_Validate(t *testing.T) {
 		{"--log-store", func(c *Config) { c.LogStore = "rocks" }},
 		{"--body-memory-mib", func(c *Config) { c.BodyMemoryMiB = -2 }},
 		{"--client-addr", func(c *Config) { c.ClientAddr = "7650" }},
+		{"--max-message-bytes", func(c *Config) { c.MaxMessageBytes = -1 }},
+		{"--max-message-bytes", func(c *Config) { c.MaxMessageBytes = MaxMaxMessageBytes + 1 }},
 	} {
 		c := valid()
 		bad.change(&c)

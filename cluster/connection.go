@@ -255,13 +255,18 @@ func (cs *connections) end(c *connection) {
 	for _, k := range c.consumers {
 		k.detach()
 	}
+	// Closed, the connection pushes nothing more: what its outbox holds
+	// never reached the client.
+	unseen := c.unsentDeliveries(c.out.stop())
 	if c.abandoned {
 		sessions = nil
 	}
 	c.mu.Unlock()
 
 	// Waiting lets a graceful stop release what its clients held before the
-	// node leaves; a release that fails goes on in the background.
+	// node leaves; a release that fails goes on in the background. The
+	// deliveries the client never got are taken back first, unseen, so the
+	// release counts and marks only those it may have seen.
 	releases := 0
 	for _, members := range sessions {
 		releases += len(members)
@@ -270,6 +275,9 @@ func (cs *connections) end(c *connection) {
 	f := newFanout(releases, func(error) { close(tried) })
 	for id, members := range sessions {
 		for _, name := range members {
+			if ids := unseen[id][name]; len(ids) > 0 {
+				cs.n.submitAsync(name, &fsmpb.Return{Session: id, DeliveryIds: ids, Unseen: true}, func(fsm.Result, error) {})
+			}
 			cs.n.releaseSession(name, id, f.finish)
 		}
 	}
@@ -283,6 +291,28 @@ func (cs *connections) end(c *connection) {
 		delete(cs.clientIDs, c.clientID)
 	}
 	cs.mu.Unlock()
+}
+
+// unsentDeliveries groups the deliveries of frames never sent by session
+// id and member; c.mu is held.
+func (c *connection) unsentDeliveries(frames []*clientpb.ServerFrame) map[string]map[string][]uint64 {
+	out := map[string]map[string][]uint64{}
+	for _, f := range frames {
+		ds := f.GetDeliveries()
+		k := c.consumers[ds.GetConsumer()]
+		if ds == nil || k == nil {
+			continue
+		}
+		byMember := out[k.session.id]
+		if byMember == nil {
+			byMember = map[string][]uint64{}
+			out[k.session.id] = byMember
+		}
+		for _, d := range ds.Messages {
+			byMember[d.Member] = append(byMember[d.Member], d.DeliveryId)
+		}
+	}
+	return out
 }
 
 // abandonAll drops every connection without releasing its sessions, as a
@@ -616,8 +646,9 @@ func (c *connection) attach(k *consumer, dest string, prefetch int) error {
 	return nil
 }
 
-// push hands committed deliveries to the client; false means the consumer
-// is gone and they go back to pending.
+// push hands committed deliveries to the client, in frames within the
+// node's frame limit; false means the consumer is gone and they go back to
+// pending, unseen.
 func (c *connection) push(k *consumer, ds []fsm.Delivery) bool {
 	msgs := make([]*clientpb.Delivery, len(ds))
 	dest, _, _ := fsm.ParseAddress(k.member)
@@ -629,11 +660,15 @@ func (c *connection) push(k *consumer, ds []fsm.Delivery) bool {
 			DeliveryCount: d.DeliveryCount, TimestampUnixMs: nsToMs(m.EnqueuedAt), Destination: dest,
 		}
 	}
-	f := &clientpb.ServerFrame{Frame: &clientpb.ServerFrame_Deliveries{Deliveries: &clientpb.Deliveries{Consumer: k.no, Messages: msgs}}}
+	runs := transport.Batches(msgs, c.n.maxWire())
+	frames := make([]*clientpb.ServerFrame, len(runs))
+	for i, run := range runs {
+		frames[i] = &clientpb.ServerFrame{Frame: &clientpb.ServerFrame_Deliveries{Deliveries: &clientpb.Deliveries{Consumer: k.no, Messages: run}}}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	// After a Goodbye the client takes nothing more: deliveries go back.
-	return !k.closed && !c.closed && c.closing == nil && c.out.push(f)
+	return !k.closed && !c.closed && c.closing == nil && c.out.push(frames...)
 }
 
 func nsToMs(ns int64) int64 {
@@ -661,7 +696,8 @@ func (c *connection) closeConsumer(requestID uint64, op *clientpb.CloseConsumer)
 	c.reply(requestID, nil, nil)
 }
 
-// returnDeliveries gives back deliveries a session never handed out.
+// returnDeliveries gives back deliveries a session never handed out: the
+// application never saw them, so they are neither counted nor marked.
 func (c *connection) returnDeliveries(requestID uint64, op *clientpb.ReturnDeliveries) {
 	s, byMember, _, err := c.sessionRefs(op.Session, op.Deliveries)
 	if err != nil {
@@ -671,7 +707,7 @@ func (c *connection) returnDeliveries(requestID uint64, op *clientpb.ReturnDeliv
 	f := newFanout(len(byMember), func(err error) { c.reply(requestID, err, nil) })
 	for _, g := range byMember {
 		// Deliveries the session no longer holds were released already.
-		c.n.submitAsync(g.member, &fsmpb.Return{Session: s.id, DeliveryIds: g.ids}, func(res fsm.Result, err error) { f.finish(err) })
+		c.n.submitAsync(g.member, &fsmpb.Return{Session: s.id, DeliveryIds: g.ids, Unseen: true}, func(res fsm.Result, err error) { f.finish(err) })
 	}
 }
 

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"google.golang.org/grpc"
 	"strings"
 	"testing"
 	"time"
@@ -284,11 +285,12 @@ func TestBadInput_MalformedSendRequests(t *testing.T) {
 type rawStream struct {
 	t  *testing.T
 	st clientpb.ClientService_ConnectClient
+	id uint64 // the last request id next gave
 }
 
-func openRaw(t *testing.T, ctx context.Context, n *Node) *rawStream {
+func openRaw(t *testing.T, ctx context.Context, n *Node, opts ...grpc.DialOption) *rawStream {
 	t.Helper()
-	st, err := rawClient(t, n).Connect(ctx)
+	st, err := rawClient(t, n, opts...).Connect(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,6 +326,42 @@ func (r *rawStream) reply(id uint64, deliveries *[]*clientpb.Delivery) (*clientp
 	}
 }
 
+// next makes a request frame of op (nil: none) with the next request id.
+func (r *rawStream) next(op any) *clientpb.ClientFrame {
+	r.id++
+	f := &clientpb.ClientFrame{RequestId: r.id}
+	switch op := op.(type) {
+	case *clientpb.Hello:
+		f.Op = &clientpb.ClientFrame_Hello{Hello: op}
+	case *clientpb.OpenSession:
+		f.Op = &clientpb.ClientFrame_OpenSession{OpenSession: op}
+	case *clientpb.CloseSession:
+		f.Op = &clientpb.ClientFrame_CloseSession{CloseSession: op}
+	case *clientpb.CreateConsumer:
+		f.Op = &clientpb.ClientFrame_CreateConsumer{CreateConsumer: op}
+	case *clientpb.CloseConsumer:
+		f.Op = &clientpb.ClientFrame_CloseConsumer{CloseConsumer: op}
+	case *clientpb.Acknowledge:
+		f.Op = &clientpb.ClientFrame_Acknowledge{Acknowledge: op}
+	case *clientpb.RecoverSession:
+		f.Op = &clientpb.ClientFrame_Recover{Recover: op}
+	case *clientpb.ReturnDeliveries:
+		f.Op = &clientpb.ClientFrame_ReturnDeliveries{ReturnDeliveries: op}
+	case *clientpb.TxSend:
+		f.Op = &clientpb.ClientFrame_TxSend{TxSend: op}
+	case *clientpb.Commit:
+		f.Op = &clientpb.ClientFrame_Commit{Commit: op}
+	case *clientpb.Rollback:
+		f.Op = &clientpb.ClientFrame_Rollback{Rollback: op}
+	case *clientpb.TxOutcome:
+		f.Op = &clientpb.ClientFrame_TxOutcome{TxOutcome: op}
+	case nil:
+	default:
+		r.t.Fatalf("unknown op %T", op)
+	}
+	return f
+}
+
 // call sends a request and returns its reply's error.
 func (r *rawStream) call(f *clientpb.ClientFrame) error {
 	r.t.Helper()
@@ -352,43 +390,8 @@ func TestBadInput_MalformedStreamFramesAreRefused(t *testing.T) {
 	a := admin(t, n)
 
 	r := openRaw(t, ctx, n)
-	if err := r.call(&clientpb.ClientFrame{RequestId: 1, Op: &clientpb.ClientFrame_Hello{Hello: &clientpb.Hello{}}}); err != nil {
+	if err := r.call(r.next(&clientpb.Hello{})); err != nil {
 		t.Fatalf("hello: %v", err)
-	}
-	id := uint64(1)
-	next := func(op any) *clientpb.ClientFrame {
-		id++
-		f := &clientpb.ClientFrame{RequestId: id}
-		switch op := op.(type) {
-		case *clientpb.Hello:
-			f.Op = &clientpb.ClientFrame_Hello{Hello: op}
-		case *clientpb.OpenSession:
-			f.Op = &clientpb.ClientFrame_OpenSession{OpenSession: op}
-		case *clientpb.CloseSession:
-			f.Op = &clientpb.ClientFrame_CloseSession{CloseSession: op}
-		case *clientpb.CreateConsumer:
-			f.Op = &clientpb.ClientFrame_CreateConsumer{CreateConsumer: op}
-		case *clientpb.CloseConsumer:
-			f.Op = &clientpb.ClientFrame_CloseConsumer{CloseConsumer: op}
-		case *clientpb.Acknowledge:
-			f.Op = &clientpb.ClientFrame_Acknowledge{Acknowledge: op}
-		case *clientpb.RecoverSession:
-			f.Op = &clientpb.ClientFrame_Recover{Recover: op}
-		case *clientpb.ReturnDeliveries:
-			f.Op = &clientpb.ClientFrame_ReturnDeliveries{ReturnDeliveries: op}
-		case *clientpb.TxSend:
-			f.Op = &clientpb.ClientFrame_TxSend{TxSend: op}
-		case *clientpb.Commit:
-			f.Op = &clientpb.ClientFrame_Commit{Commit: op}
-		case *clientpb.Rollback:
-			f.Op = &clientpb.ClientFrame_Rollback{Rollback: op}
-		case *clientpb.TxOutcome:
-			f.Op = &clientpb.ClientFrame_TxOutcome{TxOutcome: op}
-		case nil:
-		default:
-			t.Fatalf("unknown op %T", op)
-		}
-		return f
 	}
 	for _, tc := range []struct {
 		what string
@@ -410,7 +413,7 @@ func TestBadInput_MalformedStreamFramesAreRefused(t *testing.T) {
 		{"rollback on a session never opened", &clientpb.Rollback{Session: 99}, transport.ErrUnknownSession},
 		{"outcome of a transaction whose primary is no member", &clientpb.TxOutcome{Tx: "t", Primary: "raw-q"}, transport.ErrCommitUnknown},
 	} {
-		wantErr(t, tc.what, r.call(next(tc.op)), tc.want)
+		wantErr(t, tc.what, r.call(r.next(tc.op)), tc.want)
 	}
 	if names := queueNames(t, a); len(names) != 0 {
 		t.Fatalf("refused frames created queues: %v", names)
@@ -418,18 +421,18 @@ func TestBadInput_MalformedStreamFramesAreRefused(t *testing.T) {
 
 	// The same stream still works: open a session, then refuse what is
 	// wrong inside it.
-	if err := r.call(next(&clientpb.OpenSession{Session: 1, AckMode: clientpb.AckMode_ACK_MODE_CLIENT})); err != nil {
+	if err := r.call(r.next(&clientpb.OpenSession{Session: 1, AckMode: clientpb.AckMode_ACK_MODE_CLIENT})); err != nil {
 		t.Fatalf("open session: %v", err)
 	}
-	wantErr(t, "session opened twice", r.call(next(&clientpb.OpenSession{Session: 1, AckMode: clientpb.AckMode_ACK_MODE_CLIENT})), client.ErrMalformed)
-	wantErr(t, "prefetch over the maximum", r.call(next(&clientpb.CreateConsumer{Session: 1, Consumer: 1, Destination: "raw-q", Prefetch: MaxPrefetch + 1})), client.ErrInvalidArgument)
-	wantErr(t, "consumer of an invalid name", r.call(next(&clientpb.CreateConsumer{Session: 1, Consumer: 1, Destination: "raw q"})), client.ErrInvalidName)
+	wantErr(t, "session opened twice", r.call(r.next(&clientpb.OpenSession{Session: 1, AckMode: clientpb.AckMode_ACK_MODE_CLIENT})), client.ErrMalformed)
+	wantErr(t, "prefetch over the maximum", r.call(r.next(&clientpb.CreateConsumer{Session: 1, Consumer: 1, Destination: "raw-q", Prefetch: MaxPrefetch + 1})), client.ErrInvalidArgument)
+	wantErr(t, "consumer of an invalid name", r.call(r.next(&clientpb.CreateConsumer{Session: 1, Consumer: 1, Destination: "raw q"})), client.ErrInvalidName)
 
 	if _, err := rawClient(t, n).Send(ctx, &clientpb.SendRequest{Destination: "raw-q", Messages: []*clientpb.Message{{Id: "m1", Body: []byte("hello")}}}); err != nil {
 		t.Fatal(err)
 	}
 	var got []*clientpb.Delivery
-	f := next(&clientpb.CreateConsumer{Session: 1, Consumer: 1, Destination: "raw-q", Prefetch: 1})
+	f := r.next(&clientpb.CreateConsumer{Session: 1, Consumer: 1, Destination: "raw-q", Prefetch: 1})
 	r.send(f)
 	if _, err := r.reply(f.RequestId, &got); err != nil {
 		t.Fatalf("create consumer: %v", err)
@@ -449,10 +452,10 @@ func TestBadInput_MalformedStreamFramesAreRefused(t *testing.T) {
 	}
 	// Acks the session cannot make: a member it holds nothing of, a
 	// delivery it does not hold. Neither changes anything.
-	wantErr(t, "ack of a member the session holds nothing of", r.call(next(&clientpb.Acknowledge{Session: 1, Deliveries: []*clientpb.DeliveryRef{{Member: "other#0", DeliveryId: d.DeliveryId}}})), client.ErrLostServer)
-	wantErr(t, "ack of a delivery the session does not hold", r.call(next(&clientpb.Acknowledge{Session: 1, Deliveries: []*clientpb.DeliveryRef{{Member: d.Member, DeliveryId: d.DeliveryId + 100}}})), client.ErrLostServer)
+	wantErr(t, "ack of a member the session holds nothing of", r.call(r.next(&clientpb.Acknowledge{Session: 1, Deliveries: []*clientpb.DeliveryRef{{Member: "other#0", DeliveryId: d.DeliveryId}}})), client.ErrLostServer)
+	wantErr(t, "ack of a delivery the session does not hold", r.call(r.next(&clientpb.Acknowledge{Session: 1, Deliveries: []*clientpb.DeliveryRef{{Member: d.Member, DeliveryId: d.DeliveryId + 100}}})), client.ErrLostServer)
 	checkQueue(t, a, "raw-q", 0, 1)
-	if err := r.call(next(&clientpb.Acknowledge{Session: 1, Deliveries: []*clientpb.DeliveryRef{{Member: d.Member, DeliveryId: d.DeliveryId}}})); err != nil {
+	if err := r.call(r.next(&clientpb.Acknowledge{Session: 1, Deliveries: []*clientpb.DeliveryRef{{Member: d.Member, DeliveryId: d.DeliveryId}}})); err != nil {
 		t.Fatalf("real ack: %v", err)
 	}
 	checkQueue(t, a, "raw-q", 0, 0)

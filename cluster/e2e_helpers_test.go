@@ -255,9 +255,9 @@ func assertServes(t *testing.T, n *Node, queue string) {
 
 // rawClient is the generated gRPC client on the node's client port, for
 // requests the client library would never send.
-func rawClient(t *testing.T, n *Node) clientpb.ClientServiceClient {
+func rawClient(t *testing.T, n *Node, opts ...grpc.DialOption) clientpb.ClientServiceClient {
 	t.Helper()
-	cc, err := grpc.NewClient(n.Addrs().Client, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(n.Addrs().Client, append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -206,9 +207,9 @@ func newID(bytes int) string {
 }
 
 func (n *Node) startServers() {
-	// Room for the largest message plus its envelope; a larger request is
-	// refused by gRPC itself, which the client reports as too large.
-	maxRecv := n.maxWire()
+	// A client frame over the limit is refused by gRPC itself, which the
+	// client reports as too large; frames pushed are split to fit it.
+	frame := n.maxWire()
 	n.health = health.NewServer()
 	n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	n.health.SetServingStatus(clientpb.ClientService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
@@ -219,13 +220,13 @@ func (n *Node) startServers() {
 	// sessions held, within clientKeepalive twice. A quiet client sends
 	// nothing (the heartbeats are the server's), so its connection carries
 	// that ping and its ack every clientKeepalive.
-	n.grpcClient = grpc.NewServer(append(transport.ServerOptions(), grpc.MaxRecvMsgSize(maxRecv), grpc.MaxSendMsgSize(maxRecv),
+	n.grpcClient = grpc.NewServer(append(transport.ServerOptions(), grpc.MaxRecvMsgSize(frame), grpc.MaxSendMsgSize(frame),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: clientKeepalive, Timeout: clientKeepalive}))...)
 	clientpb.RegisterClientServiceServer(n.grpcClient, &clientService{n: n})
 	healthpb.RegisterHealthServer(n.grpcClient, n.health)
 	reflection.Register(n.grpcClient)
 
-	n.grpcPeer = grpc.NewServer(append(transport.ServerOptions(), grpc.MaxRecvMsgSize(maxRecv), grpc.MaxSendMsgSize(maxRecv),
+	n.grpcPeer = grpc.NewServer(append(transport.ServerOptions(), grpc.MaxRecvMsgSize(maxPeerFrame), grpc.MaxSendMsgSize(maxPeerFrame),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: peerKeepalive / 2, PermitWithoutStream: true}))...)
 	peerpb.RegisterPeerServiceServer(n.grpcPeer, &peerService{n: n})
 	healthpb.RegisterHealthServer(n.grpcPeer, n.health)
@@ -246,10 +247,17 @@ func (n *Node) startServers() {
 	serve("HTTP", func() error { return n.httpSrv.Serve(n.lnHTTP) })
 }
 
-// maxWire bounds one gRPC message between nodes and with clients: the
-// largest message with room for its envelope; deliveries are sent in
-// frames of at most deliveryFrameBytes (or one message).
-func (n *Node) maxWire() int { return n.cfg.MaxMessageBytes + 1<<20 }
+// maxWire bounds one frame (gRPC message) to and from clients: derived
+// from the largest message (transport.FrameLimit). Deliveries are split
+// into frames within it.
+func (n *Node) maxWire() int { return transport.FrameLimit(n.cfg.MaxMessageBytes) }
+
+// maxPeerFrame bounds one frame between nodes: as much as gRPC carries.
+// Peers send what they built from checked input (a transaction's sends,
+// up to maxTxBytes, travel in one command), so a lower limit would only
+// break a legitimate stream, and it would be a second number that every
+// node's setting must agree with (cluster/DESIGN.md, "Frame limits").
+const maxPeerFrame = math.MaxInt32
 
 // peerAddr is where a node's peer service listens, as gossip (fresher)
 // or the registry knows it.

@@ -8,7 +8,8 @@ import (
 // outbox queues a stream's outgoing items so that pushing never blocks the
 // member's dispatcher or the proposer's result goroutine. It needs no bound
 // of its own: deliveries are bounded by the consumers' credit, replies by
-// the requests in flight.
+// the requests in flight. What it never sent, stop hands back: deliveries
+// among them never reached their consumer.
 type outbox[T any] struct {
 	mu       sync.Mutex
 	items    []T
@@ -26,42 +27,59 @@ func (o *outbox[T]) wake() {
 	}
 }
 
-// push queues an item; false if the outbox is closed.
-func (o *outbox[T]) push(item T) bool {
+// push queues items, all of them or none; false if the outbox is closed.
+func (o *outbox[T]) push(items ...T) bool {
 	o.mu.Lock()
 	if o.closed || o.draining {
 		o.mu.Unlock()
 		return false
 	}
-	o.items = append(o.items, item)
+	o.items = append(o.items, items...)
 	o.mu.Unlock()
 	o.wake()
 	return true
 }
 
-// run sends queued items until ctx ends, a send fails, or the outbox drains
-// after closeAfterFlush.
+// next takes the first queued item; done means there will be none to send:
+// the outbox was stopped, or it drains and is empty.
+func (o *outbox[T]) next() (item T, ok, done bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed || len(o.items) == 0 {
+		return item, false, o.closed || o.draining
+	}
+	item = o.items[0]
+	var zero T
+	o.items[0] = zero
+	o.items = o.items[1:]
+	return item, true, false
+}
+
+// run sends queued items, one at a time, until ctx ends, a send fails, the
+// outbox is stopped, or it drains after closeAfterFlush. An item whose
+// send failed is queued again, first, for stop.
 func (o *outbox[T]) run(ctx context.Context, send func(T) error) error {
 	defer o.close()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-o.signal:
-		}
-		o.mu.Lock()
-		batch, draining := o.items, o.draining
-		o.items = nil
-		o.mu.Unlock()
-		for _, item := range batch {
+	for ctx.Err() == nil {
+		item, ok, done := o.next()
+		if ok {
 			if err := send(item); err != nil {
+				o.mu.Lock()
+				o.items = append([]T{item}, o.items...)
+				o.mu.Unlock()
 				return err
 			}
+			continue
 		}
-		if draining {
+		if done {
 			return nil
 		}
+		select {
+		case <-ctx.Done():
+		case <-o.signal:
+		}
 	}
+	return nil
 }
 
 // closeAfterFlush takes no more items and ends run once the queued ones are sent.
@@ -72,9 +90,22 @@ func (o *outbox[T]) closeAfterFlush() {
 	o.wake()
 }
 
+// close takes no more items and sends no more.
 func (o *outbox[T]) close() {
 	o.mu.Lock()
 	o.closed = true
-	o.items = nil
 	o.mu.Unlock()
+}
+
+// stop closes the outbox and returns the items it never sent: those
+// queued, and one whose send failed if run has returned. An item run is
+// sending meanwhile is not among them.
+func (o *outbox[T]) stop() []T {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.closed = true
+	items := o.items
+	o.items = nil
+	o.wake()
+	return items
 }

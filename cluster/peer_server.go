@@ -8,6 +8,7 @@ import (
 
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/member"
+	"github.com/cairnmq/cairn/transport"
 	"github.com/cairnmq/cairn/transport/peerpb"
 )
 
@@ -106,7 +107,7 @@ func (s *peerService) Consume(stream peerpb.PeerService_ConsumeServer) error {
 	gone := make(chan error, 1)
 	c := &member.Consumer{
 		ID: a.Consumer, Session: a.Session,
-		Push: func(ds []fsm.Delivery) bool { return out.push(deliveriesEvent(ds)) },
+		Push: func(ds []fsm.Delivery) bool { return out.push(deliveryEvents(ds, s.n.maxWire())...) },
 		Gone: func(err error) {
 			select {
 			case gone <- err:
@@ -149,12 +150,19 @@ func (s *peerService) Consume(stream peerpb.PeerService_ConsumeServer) error {
 	}
 }
 
-func deliveriesEvent(ds []fsm.Delivery) *peerpb.ConsumeEvent {
+// deliveryEvents carries deliveries to a front-end in events within the
+// frame limit: the front-end passes them on to its client as they come.
+func deliveryEvents(ds []fsm.Delivery, limit int) []*peerpb.ConsumeEvent {
 	out := make([]*peerpb.Delivery, len(ds))
 	for i, d := range ds {
 		out[i] = &peerpb.Delivery{DeliveryId: d.DeliveryID, Message: d.Message, Redelivered: d.Redelivered, DeliveryCount: d.DeliveryCount}
 	}
-	return &peerpb.ConsumeEvent{Event: &peerpb.ConsumeEvent_Deliveries{Deliveries: &peerpb.Deliveries{Deliveries: out}}}
+	runs := transport.Batches(out, limit)
+	evs := make([]*peerpb.ConsumeEvent, len(runs))
+	for i, run := range runs {
+		evs[i] = &peerpb.ConsumeEvent{Event: &peerpb.ConsumeEvent_Deliveries{Deliveries: &peerpb.Deliveries{Deliveries: run}}}
+	}
+	return evs
 }
 
 func (s *peerService) MetaApply(ctx context.Context, req *peerpb.MetaApplyRequest) (*peerpb.MetaApplyResponse, error) {

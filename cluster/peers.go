@@ -85,7 +85,7 @@ func (p *peers) client(node string) (peerpb.PeerServiceClient, error) {
 			// partition, a pulled cable) is noticed in seconds, not at the
 			// operating system's TCP timeout.
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: peerKeepalive, Timeout: peerKeepalive, PermitWithoutStream: true}),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(p.n.maxWire()), grpc.MaxCallSendMsgSize(p.n.maxWire())),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxPeerFrame), grpc.MaxCallSendMsgSize(maxPeerFrame)),
 		)
 		if d := p.n.cfg.Dial; d != nil {
 			opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) { return d(ctx, "tcp", a) }))

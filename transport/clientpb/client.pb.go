@@ -2490,6 +2490,9 @@ func (x *CloseSession) GetSession() uint64 {
 	return 0
 }
 
+// CreateConsumer opens a consumer with room for prefetch messages (0: the
+// default, 64; at most 10,000): the server pushes at most that many ahead
+// of the room the client makes again with Credit.
 type CreateConsumer struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
@@ -2606,7 +2609,8 @@ func (x *CloseConsumer) GetConsumer() uint64 {
 }
 
 // ReturnDeliveries gives back deliveries the session received but never
-// handed to the application; they return to pending at once.
+// handed to the application; they return to pending at once, as if never
+// delivered: neither counted nor marked redelivered.
 type ReturnDeliveries struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
@@ -2659,6 +2663,9 @@ func (x *ReturnDeliveries) GetDeliveries() []*DeliveryRef {
 	return nil
 }
 
+// Credit makes room again for messages the consumer was pushed (it took
+// them, or dropped them). Room for more than were pushed since the last
+// Credit is ignored, so a consumer never holds more than its prefetch.
 type Credit struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Consumer      uint64                 `protobuf:"varint,1,opt,name=consumer,proto3" json:"consumer,omitempty"`
@@ -3313,8 +3320,11 @@ type HelloResult struct {
 	// answering one first: where a client reconnects when this node is lost.
 	ClientAddrs []string `protobuf:"bytes,3,rep,name=client_addrs,json=clientAddrs,proto3" json:"client_addrs,omitempty"`
 	// max_frame_bytes is the largest ClientFrame the server reads; a larger
-	// one would end the connection. 0 from servers that take sends only as
-	// unary calls (they predate ClientFrame.send).
+	// one would end the connection. It also bounds the ServerFrames it
+	// pushes: deliveries come split into frames within it. Derived from the
+	// server's largest message (--max-message-bytes, plus 1 MiB). 0 from
+	// servers that take sends only as unary calls (they predate
+	// ClientFrame.send).
 	MaxFrameBytes uint64 `protobuf:"varint,4,opt,name=max_frame_bytes,json=maxFrameBytes,proto3" json:"max_frame_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
