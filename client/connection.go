@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -11,10 +12,13 @@ import (
 	"github.com/cairnmq/cairn/transport/clientpb"
 )
 
-// maxWireBytes bounds what the client sends and accepts on the wire: the
-// largest message a server accepts by default (1 MiB) has room, and a larger
-// one is refused by the server with ErrMessageTooLarge.
-const maxWireBytes = 64 << 20
+// maxWireBytes is gRPC's own bound on a frame, the only one the client
+// sets: the server's frame limit, derived from its largest message, bounds
+// what it pushes, and the client checks what it sends against it
+// (HelloResult.max_frame_bytes), so no second number has to agree with
+// the server's setting. A frame over the server's limit is refused by the
+// server with ErrMessageTooLarge.
+const maxWireBytes = math.MaxInt32
 
 // AckMode is a session's acknowledge mode.
 type AckMode int

@@ -147,7 +147,11 @@ func (l *link) readLoop() {
 				// connection under it failed.
 				nodeConns.broke(l.conn)
 			}
-			l.c.linkDown(l, transport.FromStatus(err))
+			cause := transport.FromStatus(err)
+			if transport.NoProgress(err) {
+				cause = stuckError{cause}
+			}
+			l.c.linkDown(l, cause)
 			return
 		}
 		l.lastHeard.Store(time.Now().UnixNano())
@@ -226,11 +230,21 @@ func (l *link) close(err error) bool {
 	return true
 }
 
-// lostErr is the error requests on a lost link fail with.
+// stuckError is the cause of a link's end that any new link would meet
+// again (transport.NoProgress): its connection does not reconnect.
+type stuckError struct{ error }
+
+func (e stuckError) Unwrap() error { return e.error }
+
+// lostErr is the error requests on a lost link fail with. A stuck link's
+// is not ErrLostServer: no node was lost, and reconnecting would not help.
 func (l *link) lostErr(cause error) error {
 	l.mu.Lock()
 	id, node := l.id, l.node
 	l.mu.Unlock()
+	if errors.As(cause, new(stuckError)) {
+		return fmt.Errorf("cairn: connection %s to node %s failed, and a reconnect would fail the same way, so it does not reconnect: %w", id, node, cause)
+	}
 	if id == "" {
 		return fmt.Errorf("%w: connection to %s lost before it was opened: %w", ErrLostServer, l.addr, cause)
 	}

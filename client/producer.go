@@ -297,7 +297,7 @@ func sendOn(ctx context.Context, l *link, req *clientpb.SendRequest, id string) 
 		// At least 1 ms: 0 would mean no limit.
 		f.GetSend().TimeoutMs = max(time.Until(deadline).Milliseconds(), 1)
 	}
-	if l.maxFrame == 0 || proto.Size(f) > min(l.maxFrame, maxWireBytes) {
+	if l.maxFrame == 0 || proto.Size(f) > l.maxFrame {
 		resp, err := l.api.Send(ctx, req)
 		if err != nil {
 			serr, answered := sendError(err, id)

@@ -88,6 +88,13 @@ func (c *Connection) linkDown(l *link, cause error) {
 	goodbye := l.goodbye
 	l.mu.Unlock()
 
+	if errors.As(cause, new(stuckError)) {
+		c.shutdown(lostErr)
+		if listener != nil {
+			go listener(lostErr)
+		}
+		return
+	}
 	if refuse := c.refreshRefused(goodbye); refuse != nil {
 		err := fmt.Errorf("%w; it does not reconnect: %w", lostErr, refuse)
 		c.shutdown(err)
@@ -220,7 +227,7 @@ func (c *Connection) restore(ctx context.Context, l *link) error {
 		}}})
 		switch {
 		case err == nil:
-			k.setMember(reply.GetCreateConsumer().Member)
+			k.setMember(reply.GetCreateConsumer().GetMember())
 		case reply == nil:
 			return fmt.Errorf("re-creating consumer %d of %s: %w", k.no, k.dest, err)
 		default:

@@ -168,7 +168,7 @@ func (s *Session) Consumer(ctx context.Context, dest string, opts ...ConsumerOpt
 			s.forgetConsumer(k)
 			return err
 		}
-		k.setMember(reply.GetCreateConsumer().Member)
+		k.setMember(reply.GetCreateConsumer().GetMember())
 		return nil
 	})
 	if err != nil {

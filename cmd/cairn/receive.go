@@ -35,6 +35,7 @@ func receiveCmd() *cobra.Command {
 		Short: "Receive messages from a queue (DEST is NAME, or NAME#I for member I)",
 		Long: `Receive up to --count messages. It exits when it has them or when --timeout
 has passed (0: no limit), with status 0 either way; the lines say what it got.
+An error that reconnecting cannot get past ends it at once, with status 1.
 
 --ack auto     acknowledge each message as it is received (default)
 --ack client   acknowledge each message after printing it
