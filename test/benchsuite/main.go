@@ -52,6 +52,16 @@ type row struct {
 	metric string // "send", "consume" or "e2e"
 	// natsPreload fills the stream first (consume rows).
 	natsPreload bool
+	// size is the message body in bytes (0: 1 KiB).
+	size int
+}
+
+// bytes is the row's message size.
+func (r row) bytes() int {
+	if r.size == 0 {
+		return 1024
+	}
+	return r.size
 }
 
 var rows = []row{
@@ -84,6 +94,24 @@ var rows = []row{
 		nats:  []string{"consume", "--clients", "4", "--acks", "explicit", "--batch", "500"}},
 	{name: "send and consume together, 4+4, window 500", count: 100000, metric: "e2e",
 		cairn: []string{"--mode", "async", "--window", "500", "--producers", "4", "--consumers", "4", "--ack", "client", "--prefetch", "500", "--consumers-on-host"}},
+	// Large messages, the sizes users send besides 1 KiB: windows and
+	// prefetch shrink with the size, so that each client holds a few MiB,
+	// on both sides alike.
+	{name: "async send, 64 KiB, 4 producers, window 64", size: 64 << 10, count: 10000, metric: "send",
+		cairn: []string{"--mode", "async", "--window", "64", "--producers", "4", "--consumers", "0"},
+		nats:  []string{"pub", "async", "--batch", "64", "--clients", "4"}},
+	{name: "consume a backlog, 64 KiB, 4 consumers, each message acked", size: 64 << 10, count: 10000, metric: "consume", natsPreload: true,
+		cairn: []string{"--mode", "async", "--window", "64", "--producers", "4", "--consumers", "4", "--consume-after", "--ack", "client", "--prefetch", "64", "--consumers-on-host"},
+		nats:  []string{"consume", "--clients", "4", "--acks", "explicit", "--batch", "64"}},
+	{name: "sync send, 1 MiB, 1 producer", size: 1 << 20, count: 300, metric: "send",
+		cairn: []string{"--mode", "sync", "--producers", "1", "--consumers", "0"},
+		nats:  []string{"pub", "sync", "--clients", "1"}},
+	{name: "async send, 1 MiB, 4 producers, window 4", size: 1 << 20, count: 1000, metric: "send",
+		cairn: []string{"--mode", "async", "--window", "4", "--producers", "4", "--consumers", "0"},
+		nats:  []string{"pub", "async", "--batch", "4", "--clients", "4"}},
+	{name: "consume a backlog, 1 MiB, 4 consumers, each message acked", size: 1 << 20, count: 1000, metric: "consume", natsPreload: true,
+		cairn: []string{"--mode", "async", "--window", "4", "--producers", "4", "--consumers", "4", "--consume-after", "--ack", "client", "--prefetch", "4", "--consumers-on-host"},
+		nats:  []string{"consume", "--clients", "4", "--acks", "explicit", "--batch", "4"}},
 }
 
 func main() {
@@ -285,7 +313,7 @@ type benchJSON struct {
 }
 
 func cairnBench(c *cluster, args []string) (benchJSON, error) {
-	args = append([]string{"--server", strings.Join(c.clients, ","), "bench", "--json", "--size", "1024"}, args...)
+	args = append([]string{"--server", strings.Join(c.clients, ","), "bench", "--json", "--size", "1024"}, args...) // a later --size wins
 	out, err := exec.Command(*cairnBin, args...).Output()
 	var res benchJSON
 	if err != nil {
@@ -299,7 +327,7 @@ func cairnBench(c *cluster, args []string) (benchJSON, error) {
 }
 
 func cairnRow(c *cluster, r row, n int) (figure, error) {
-	res, err := cairnBench(c, append([]string{"--count", strconv.Itoa(n)}, r.cairn...))
+	res, err := cairnBench(c, append([]string{"--count", strconv.Itoa(n), "--size", strconv.Itoa(r.bytes())}, r.cairn...))
 	if err != nil {
 		return figure{}, err
 	}
@@ -315,12 +343,12 @@ var (
 	natsP99  = regexp.MustCompile(`P99:? ([0-9,.]+)us`)
 )
 
-func natsBench(c *cluster, natsBin string, args []string) (string, error) {
+func natsBench(c *cluster, natsBin string, args []string, size int) (string, error) {
 	if args[0] == "pub" {
 		args = append(args, "--replicas", "3", "--storage", "file")
 	}
 	args = append([]string{"--server", strings.Join(c.clients, ","), "bench", "js"}, args...)
-	args = append(args, "--size", "1KB", "--no-progress")
+	args = append(args, "--size", strconv.Itoa(size), "--no-progress")
 	cmd := exec.Command(filepath.Join(natsBin, "nats"), args...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -332,7 +360,10 @@ func natsBench(c *cluster, natsBin string, args []string) (string, error) {
 func natsRow(c *cluster, natsBin string, r row, n int) (figure, error) {
 	count := []string{"--msgs", strconv.Itoa(n)}
 	if r.natsPreload {
-		if _, err := natsBench(c, natsBin, append([]string{"pub", "async", "bench.x", "--batch", "500", "--clients", "4", "--create", "--purge"}, count...)); err != nil {
+		// Batches of at most 512 KiB (500 at 1 KiB): a client filling the
+		// stream with large messages holds a few MiB, not hundreds.
+		batch := strconv.Itoa(min(500, max(4, (512<<10)/r.bytes())))
+		if _, err := natsBench(c, natsBin, append([]string{"pub", "async", "bench.x", "--batch", batch, "--clients", "4", "--create", "--purge"}, count...), r.bytes()); err != nil {
 			return figure{}, err
 		}
 	}
@@ -341,7 +372,7 @@ func natsRow(c *cluster, natsBin string, r row, n int) (figure, error) {
 		// The subject comes after the sub-command; a fresh stream per row.
 		args = append([]string{args[0], args[1], "bench.x", "--create", "--purge"}, args[2:]...)
 	}
-	out, err := natsBench(c, natsBin, args)
+	out, err := natsBench(c, natsBin, args, r.bytes())
 	if err != nil {
 		return figure{}, err
 	}
@@ -704,8 +735,10 @@ func startNATS(dir, bin string) (*cluster, error) {
 	}
 	for i := range 3 {
 		name := fmt.Sprintf("n%d", i+1)
+		// max_payload: room for the 1 MiB rows (NATS takes 1 MB by default).
 		conf := fmt.Sprintf(`server_name: %s
 listen: %q
+max_payload: 4MB
 jetstream {
   store_dir: %q
   sync_interval: always
