@@ -267,6 +267,10 @@ func applyEntry[S any](s S, table map[fsmpb.CommandType]handler[S], data []byte)
 			// in full: so must this one.
 			r.Attempt = 0
 		}
+		if r, ok := b.(*fsmpb.Return); ok && e.Version < 3 {
+			// Likewise unseen: an older build's replicas mark and count.
+			r.Unseen = false
+		}
 		bodies[i], hs[i] = b, h
 	}
 	results := make([]Result, len(bodies))

@@ -634,6 +634,23 @@ func TestRecover_AttemptInAVersion1EntryIsIgnored(t *testing.T) {
 	}
 }
 
+// Likewise an older leader forwards an unseen Return with unseen as a
+// field it does not know, in a version 1 entry, and its replicas requeue
+// marked and counted: so must this build's.
+func TestReturn_UnseenInAnOlderEntryIsIgnored(t *testing.T) {
+	f := newMember(t)
+	f.open("s")
+	f.enqueue(0, msg("a"))
+	d := f.held("s", "a")
+	f.idx++
+	if _, err := f.m.Apply(f.idx, rawEntry(t, 2, fsm.MustCommand(&fsmpb.Return{Session: "s", DeliveryIds: d, Unseen: true}))); err != nil {
+		t.Fatal(err)
+	}
+	if ms := f.lookup("a"); !ms.Redelivered || ms.DeliveryCount != 1 {
+		t.Fatalf("a after an unseen Return in a version 2 entry = %+v; want marked, count 1, as an older build applies it", ms)
+	}
+}
+
 // ---- requeue: redelivery delay ----
 
 func TestRedeliveryDelay_GrowsWithTheDeliveryCountUpToTheCap(t *testing.T) {

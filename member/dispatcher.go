@@ -281,15 +281,9 @@ func (r *Replica) delivered(p pick, res fsm.Result, err error) {
 	for _, id := range p.ids {
 		delete(r.reserved, id)
 	}
-	current := r.consumers[p.c.ID]
-	live := current == p.c
+	live := r.consumers[p.c.ID] == p.c
 	if live {
 		p.c.credit += len(p.ids) - len(got)
-	} else if current != nil && current.Session == p.c.Session {
-		// The consumer attached again meanwhile, and that attachment pushed
-		// the session's deliveries it found applied: those are the
-		// session's now, not to be given back under it.
-		got = slices.DeleteFunc(got, func(d fsm.Delivery) bool { return d.DeliveryID <= current.attachPushed })
 	}
 	r.mu.Unlock()
 	if errors.Is(err, fsm.ErrUnknownSession) && live {
@@ -309,16 +303,7 @@ func (r *Replica) delivered(p pick, res fsm.Result, err error) {
 		for i, d := range got {
 			ids[i] = d.DeliveryID
 		}
-		// Not on this goroutine: it is the one that completes proposals.
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := r.ReturnUnseen(ctx, p.c.Session, ids); err != nil {
-				r.log.Debug("returning deliveries of a consumer that left", "consumer", p.c.ID, "err", err)
-			}
-		}()
+		r.GiveBack(p.c.Session, ids)
 	}
 	r.kick()
 }

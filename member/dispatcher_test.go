@@ -412,3 +412,54 @@ func TestReplica_DeliveryPushedOnReattachIsNotGivenBack(t *testing.T) {
 		t.Fatalf("ack of the pushed delivery: acked %d, rejected %v, err %v; want it acked", acked, rejected, err)
 	}
 }
+
+// A delivery given back unseen goes one way: a consumer of its session that
+// attached again and was pushed it keeps it (the give-back leaves it), and
+// one attaching while the give-back is on its way is not pushed it (else
+// it would hold a message that is pending again).
+func TestReplica_GiveBackAndReattachNeverBothTakeADelivery(t *testing.T) {
+	ctx := context.Background()
+	var first, second, third collector
+	r := consumingReplica(t, 1, first.push)
+	if _, err := r.Enqueue(ctx, msgs(1, "m")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the delivery pushed", func() bool { return first.count() == 1 })
+	d := first.deliveries()[0].DeliveryID
+	held := func() int {
+		var ds []fsm.Delivery
+		r.Read(func(m *fsm.Member) { ds = m.DeliveriesAfter("s1", 0) })
+		return len(ds)
+	}
+
+	// Attached again first, and pushed it: a give-back after leaves it.
+	r.RemoveConsumer("c1")
+	if err := r.AttachConsumer(&Consumer{ID: "c1", Session: "s1", Push: second.push}, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if second.count() != 1 {
+		t.Fatalf("the new attachment was pushed %d deliveries; want the session's one", second.count())
+	}
+	r.GiveBack("s1", []uint64{d})
+	waitFor(t, "the give-back done", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return len(r.returning) == 0
+	})
+	if held() != 1 {
+		t.Fatalf("delivery %d, pushed to the new attachment, was given back", d)
+	}
+
+	// A give-back on its way (marked, not yet applied): an attachment made
+	// meanwhile is not pushed it.
+	r.RemoveConsumer("c1")
+	r.mu.Lock()
+	r.returning[d] = struct{}{}
+	r.mu.Unlock()
+	if err := r.AttachConsumer(&Consumer{ID: "c1", Session: "s1", Push: third.push}, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if third.count() != 0 {
+		t.Fatalf("an attachment made while delivery %d was being given back was pushed it", d)
+	}
+}

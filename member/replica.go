@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -142,6 +143,9 @@ type Replica struct {
 	next      int
 	// reserved are message ids in Deliver commands not yet applied.
 	reserved map[string]struct{}
+	// returning are delivery ids given back unseen and not yet applied: an
+	// attachment made meanwhile must not push them again (GiveBack).
+	returning map[uint64]struct{}
 	// ahead counts the commands submitted and not yet applied that may
 	// make pending messages the replica cannot name (a Recover, a
 	// Release, ...): while there are any, a new Enqueue's messages wait
@@ -187,6 +191,7 @@ func Open(cfg Config) (*Replica, error) {
 		wake:      make(chan struct{}, 1),
 		consumers: make(map[string]*consumerState),
 		reserved:  make(map[string]struct{}),
+		returning: make(map[uint64]struct{}),
 		stop:      make(chan struct{}),
 		ledCh:     make(chan struct{}),
 
@@ -555,12 +560,43 @@ func (r *Replica) Release(ctx context.Context, session string) error {
 	return err
 }
 
-// ReturnUnseen takes back deliveries that never reached their consumer,
-// as if they had not been made (fsmpb.Return.unseen).
-func (r *Replica) ReturnUnseen(ctx context.Context, session string, deliveryIDs []uint64) error {
-	err := r.propose(ctx, &fsmpb.Return{Session: session, DeliveryIds: deliveryIDs, Unseen: true})
-	r.kick()
-	return err
+// GiveBack takes back, in the background, deliveries of a session that
+// never reached its consumer, as if they had not been made
+// (fsmpb.Return.unseen). A consumer of the session that attached again
+// meanwhile was pushed the session's deliveries it found applied: those
+// are the session's now, not given back. One attaching until the return
+// is applied is not pushed them: it would hold them while they are pending
+// again. Both are decided under r.mu, so each delivery goes one way.
+func (r *Replica) GiveBack(session string, deliveryIDs []uint64) {
+	r.mu.Lock()
+	for _, c := range r.consumers {
+		if c.Session == session {
+			deliveryIDs = slices.DeleteFunc(deliveryIDs, func(id uint64) bool { return id <= c.attachPushed })
+		}
+	}
+	for _, id := range deliveryIDs {
+		r.returning[id] = struct{}{}
+	}
+	r.mu.Unlock()
+	if len(deliveryIDs) == 0 {
+		return
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err := r.propose(ctx, &fsmpb.Return{Session: session, DeliveryIds: deliveryIDs, Unseen: true})
+		r.mu.Lock()
+		for _, id := range deliveryIDs {
+			delete(r.returning, id)
+		}
+		r.mu.Unlock()
+		if err != nil {
+			r.log.Debug("giving back deliveries that never reached their consumer", "session", session, "err", err)
+		}
+		r.kick()
+	}()
 }
 
 // Purge removes every pending message.
@@ -606,6 +642,7 @@ func (r *Replica) AttachConsumer(c *Consumer, credit int, pushedUpTo uint64) err
 		r.mu.Unlock()
 		return fmt.Errorf("member %s: consumer %s is already attached", r.cfg.Name, c.ID)
 	}
+	unseen = slices.DeleteFunc(unseen, func(d fsm.Delivery) bool { _, back := r.returning[d.DeliveryID]; return back })
 	cs := &consumerState{Consumer: c, credit: credit - len(unseen)}
 	for _, d := range unseen {
 		cs.attachPushed = max(cs.attachPushed, d.DeliveryID)

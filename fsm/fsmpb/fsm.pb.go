@@ -730,7 +730,8 @@ type Return struct {
 	// its delivery count drops by one, it keeps the redelivered mark it had,
 	// and it waits pending (never delayed, never dead). Without it (entries
 	// written before unseen), each is requeued as a recover does: marked
-	// redelivered. An entry with an unseen Return is of version 3.
+	// redelivered. An entry with an unseen Return is of version 3; in an
+	// older entry (an older leader forwarded it) unseen is ignored.
 	Unseen        bool `protobuf:"varint,4,opt,name=unseen,proto3" json:"unseen,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
