@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -163,19 +164,27 @@ func ServerAnswered(err error) bool {
 }
 
 // NoProgress reports whether a stream ended with an error that a new
-// stream, to the same node or another, would meet again: a frame over a
-// limit, one that does not decode, a method, credential or request the
-// server refuses. Reconnecting cannot get past it, so it is reported
-// rather than retried. A lost node (unavailable, reset, deadline,
-// cancelled) is not such an error.
+// stream, to the same node or another, would meet again: gRPC's refusal of
+// a frame over a size limit, on either side, or of one that does not
+// decode, or a Cairn node's typed refusal other than being unavailable.
+// Reconnecting cannot get past those, so they are reported rather than
+// retried. Everything else, whatever its code, may be a lost node: a
+// closed connection, a GOAWAY, and a stream reset (which gRPC reports as
+// Internal or ResourceExhausted, as it does a proxy's failures).
 func NoProgress(err error) bool {
 	st, ok := status.FromError(err)
 	if !ok || err == nil {
 		return false
 	}
+	if ServerAnswered(err) {
+		return !errors.Is(FromStatus(err), ErrUnavailable)
+	}
+	msg := st.Message()
 	switch st.Code() {
-	case codes.ResourceExhausted, codes.Internal, codes.Unimplemented, codes.InvalidArgument, codes.Unauthenticated, codes.PermissionDenied:
-		return true
+	case codes.ResourceExhausted:
+		return strings.Contains(msg, "larger than max")
+	case codes.Internal:
+		return strings.Contains(msg, "failed to unmarshal the received message")
 	}
 	return false
 }

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -37,7 +38,9 @@ func drawDeliveries(t *rapid.T) []*clientpb.Delivery {
 }
 
 // checkRuns checks that runs are items cut in order, none empty, each
-// frame within limit unless it holds one item alone.
+// frame within limit unless it holds one item alone, and each as full as
+// it can be: with the next item, it would not fit (but for the few bytes
+// Batches keeps for the frame's own fields).
 func checkRuns[T proto.Message](t *rapid.T, items []T, runs [][]T, limit int, frame func([]T) proto.Message) {
 	var joined []T
 	for i, run := range runs {
@@ -46,6 +49,12 @@ func checkRuns[T proto.Message](t *rapid.T, items []T, runs [][]T, limit int, fr
 		}
 		if size := proto.Size(frame(run)); size > limit && len(run) > 1 {
 			t.Fatalf("run %d: %d items in a frame of %d bytes, over the limit %d", i, len(run), size, limit)
+		}
+		if i+1 < len(runs) {
+			more := append(slices.Clone(run), runs[i+1][0])
+			if size := proto.Size(frame(more)); size <= limit-frameFixed {
+				t.Fatalf("run %d ends though the next item fits: %d bytes with it, limit %d", i, size, limit)
+			}
 		}
 		joined = append(joined, run...)
 	}
