@@ -156,15 +156,17 @@ func (a *attachment) push(gen uint64, ds []fsm.Delivery) bool {
 	return a.c.push(a.k, ds)
 }
 
-// returnIfStopped gives back deliveries a remote host pushed after the
-// consumer closed: they never reached the client. (A local host does this
-// itself when Push refuses; after a mere change of host they are not
-// returned, since the new host pushes them again.)
-func (a *attachment) returnIfStopped(ds []fsm.Delivery) {
+// giveBack returns, unseen, deliveries a remote host pushed on link gen
+// that never reached the client: the consumer closed, or its connection
+// refused them. (A local host does this itself when Push refuses.) After
+// a mere change of link they are not returned: the new link's host pushes
+// the session's deliveries above the last one the client got, these among
+// them.
+func (a *attachment) giveBack(gen uint64, ds []fsm.Delivery) {
 	a.mu.Lock()
-	stopped := a.stopped
+	relinked := gen != a.gen && !a.stopped
 	a.mu.Unlock()
-	if !stopped {
+	if relinked {
 		return
 	}
 	ids := make([]uint64, len(ds))
@@ -305,11 +307,16 @@ func (a *attachment) attachRemote(node string, gen uint64, credit int, pushed ui
 	go func() { _ = credits.run(ctx, stream.Send) }()
 	go func() {
 		defer cancel()
-		for {
-			ev, err := stream.Recv()
-			if err != nil {
-				a.linkEnded(gen, err)
-				return
+		// The host pushes the deliveries an earlier host committed and
+		// never pushed as it attaches, before it says Attached: the first
+		// event may be those.
+		for ev := first; ; ev = nil {
+			if ev == nil {
+				var err error
+				if ev, err = stream.Recv(); err != nil {
+					a.linkEnded(gen, err)
+					return
+				}
 			}
 			switch e := ev.Event.(type) {
 			case *peerpb.ConsumeEvent_Deliveries:
@@ -318,7 +325,7 @@ func (a *attachment) attachRemote(node string, gen uint64, credit int, pushed ui
 					ds[i] = fsm.Delivery{DeliveryID: d.DeliveryId, Message: d.Message, Redelivered: d.Redelivered, DeliveryCount: d.DeliveryCount}
 				}
 				if !a.push(gen, ds) {
-					a.returnIfStopped(ds)
+					a.giveBack(gen, ds)
 					return
 				}
 			case *peerpb.ConsumeEvent_Gone:

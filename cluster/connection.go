@@ -275,10 +275,17 @@ func (cs *connections) end(c *connection) {
 	f := newFanout(releases, func(error) { close(tried) })
 	for id, members := range sessions {
 		for _, name := range members {
-			if ids := unseen[id][name]; len(ids) > 0 {
-				cs.n.submitAsync(name, &fsmpb.Return{Session: id, DeliveryIds: ids, Unseen: true}, func(fsm.Result, error) {})
+			ids := unseen[id][name]
+			if len(ids) == 0 {
+				cs.n.releaseSession(name, id, f.finish)
+				continue
 			}
-			cs.n.releaseSession(name, id, f.finish)
+			// The release waits for the return's answer: sent together, a
+			// retry of the return could come after it and be refused. (Off
+			// the answer's goroutine, which may be a proposer's.)
+			cs.n.submitAsync(name, &fsmpb.Return{Session: id, DeliveryIds: ids, Unseen: true}, func(fsm.Result, error) {
+				go cs.n.releaseSession(name, id, f.finish)
+			})
 		}
 	}
 	select {

@@ -3,10 +3,11 @@ package cluster
 import (
 	"context"
 	"errors"
-	"google.golang.org/grpc"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/cairnmq/cairn/client"
 	"github.com/cairnmq/cairn/transport"

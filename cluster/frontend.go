@@ -494,8 +494,10 @@ func (n *Node) validateSend(req *clientpb.SendRequest) error {
 		switch {
 		case size > n.cfg.MaxMessageBytes:
 			return fmt.Errorf("%w: message %s is %d bytes with its properties; this node accepts at most %d (--max-message-bytes)", transport.ErrMessageTooLarge, what, size, n.cfg.MaxMessageBytes)
-		case !n.deliverable(m, size):
-			return fmt.Errorf("%w: message %s is %d bytes encoded, its %d properties costing more on the wire than their text; this node delivers messages of at most %d encoded bytes", transport.ErrMessageTooLarge, what, proto.Size(m), len(m.Properties), transport.MaxEncodedMessage(n.maxWire()))
+		case proto.Size(m) > transport.MaxEncodedMessage(n.maxWire()):
+			// Its delivery would not fit a frame of its own: many short
+			// properties cost more on the wire than their text.
+			return fmt.Errorf("%w: message %s is %d bytes encoded, with its %d properties; this node delivers messages of at most %d encoded bytes", transport.ErrMessageTooLarge, what, proto.Size(m), len(m.Properties), transport.MaxEncodedMessage(n.maxWire()))
 		case m.Priority > fsm.MaxPriority:
 			return fmt.Errorf("%w: message %s has priority %d; priorities go from 0 to %d", transport.ErrInvalidArgument, what, m.Priority, fsm.MaxPriority)
 		case m.TtlMs < 0 || m.ExpirationUnixMs < 0:
@@ -507,15 +509,6 @@ func (n *Node) validateSend(req *clientpb.SendRequest) error {
 		}
 	}
 	return nil
-}
-
-// deliverable reports whether m, whose body and properties are size
-// bytes, fits a frame of its own once delivered. Only a message that may
-// not is measured: its other fields cost a few hundred bytes at most, and
-// the encoding adds at most 18 bytes a property.
-func (n *Node) deliverable(m *clientpb.Message, size int) bool {
-	limit := transport.MaxEncodedMessage(n.maxWire())
-	return size+1024+18*len(m.Properties) <= limit || proto.Size(m) <= limit
 }
 
 // send enqueues a request's messages on one member and waits for the commit.

@@ -208,7 +208,10 @@ func newID(bytes int) string {
 
 func (n *Node) startServers() {
 	// A client frame over the limit is refused by gRPC itself, which the
-	// client reports as too large; frames pushed are split to fit it.
+	// client reports as too large. Frames pushed are split to fit it, and
+	// sent whatever their size: a message taken under a larger limit (a
+	// node's setting since lowered) goes alone, rather than breaking its
+	// consumer's connection again and again, never delivered.
 	frame := n.maxWire()
 	n.health = health.NewServer()
 	n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -220,7 +223,7 @@ func (n *Node) startServers() {
 	// sessions held, within clientKeepalive twice. A quiet client sends
 	// nothing (the heartbeats are the server's), so its connection carries
 	// that ping and its ack every clientKeepalive.
-	n.grpcClient = grpc.NewServer(append(transport.ServerOptions(), grpc.MaxRecvMsgSize(frame), grpc.MaxSendMsgSize(frame),
+	n.grpcClient = grpc.NewServer(append(transport.ServerOptions(), grpc.MaxRecvMsgSize(frame), grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: clientKeepalive, Timeout: clientKeepalive}))...)
 	clientpb.RegisterClientServiceServer(n.grpcClient, &clientService{n: n})
 	healthpb.RegisterHealthServer(n.grpcClient, n.health)

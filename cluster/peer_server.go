@@ -118,7 +118,19 @@ func (s *peerService) Consume(stream peerpb.PeerService_ConsumeServer) error {
 	if err := r.AttachConsumer(c, int(a.Credit), a.PushedUpTo); err != nil {
 		return stream.Send(&peerpb.ConsumeEvent{Event: &peerpb.ConsumeEvent_Gone{Gone: peerErrorOf(s.n, a.Member, err)}})
 	}
-	defer r.RemoveConsumer(c.ID)
+	defer func() {
+		r.RemoveConsumer(c.ID)
+		// What is still queued never reached the front-end.
+		var ids []uint64
+		for _, ev := range out.stop() {
+			for _, d := range ev.GetDeliveries().GetDeliveries() {
+				ids = append(ids, d.DeliveryId)
+			}
+		}
+		if len(ids) > 0 {
+			r.GiveBack(a.Session, ids)
+		}
+	}()
 	out.push(&peerpb.ConsumeEvent{Event: &peerpb.ConsumeEvent_Attached{Attached: true}})
 	credits := make(chan error, 1)
 	go func() {

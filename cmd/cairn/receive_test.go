@@ -60,7 +60,6 @@ func TestReceive_FailsWhenItCannotMakeProgress(t *testing.T) {
 	for _, args := range [][]string{
 		{"receive", "q"},
 		{"receive", "q", "--count", "5", "--timeout", "30s"},
-		{"receive", "q", "--reconnect", "none"},
 	} {
 		root := newRoot()
 		var out bytes.Buffer
