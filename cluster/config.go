@@ -45,8 +45,9 @@ type Config struct {
 	Profiling bool
 
 	// LogStore is where every Raft group of the node keeps its log:
-	// member.LogStoreBolt (the default) or member.LogStoreWAL. A data
-	// directory keeps the kind it was started with.
+	// member.LogStoreBolt or member.LogStoreWAL. A data directory keeps
+	// the kind it was started with; empty means that one, or bolt for a
+	// new directory.
 	LogStore string
 	// BodyMemoryMiB is how many MiB of message bodies each queue member
 	// keeps in memory; the newest waiting bodies past it wait in files

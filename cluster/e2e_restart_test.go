@@ -1,8 +1,11 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -320,5 +323,36 @@ func TestRestart_MemberReplicasOpenSideBySide(t *testing.T) {
 		if !ok || r.Stats().Pending != 3 {
 			t.Fatalf("%s#0 after the restart: open %v, want 3 pending", q, ok)
 		}
+	}
+}
+
+// A data directory keeps the log store it was started with: started again
+// without --log-store, a wal node stays on wal and keeps its messages;
+// asking for the other kind is refused before anything is opened. A new
+// data directory gets bolt, the default.
+func TestRestart_DataDirKeepsItsLogStore(t *testing.T) {
+	cfg := testConfig(t, t.TempDir(), func(c *Config) { c.LogStore = member.LogStoreWAL })
+	n := startNode(t, cfg)
+	ctx := testCtx(t)
+	sendN(t, ctx, mustProducer(t, mustSession(t, dial(t, n), client.AutoAck), "kept"), "m", 3)
+	n.Stop()
+
+	other := cfg
+	other.LogStore = member.LogStoreBolt
+	if _, err := Start(other); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "holds wal logs") {
+		t.Fatalf("a wal data dir started with --log-store bolt: %v; want ErrConfig naming the kind it holds", err)
+	}
+	again := cfg
+	again.LogStore = ""
+	n = startNode(t, again)
+	checkQueue(t, admin(t, n), "kept", 3, 0)
+	if got := member.HeldStore(filepath.Join(cfg.DataDir, "meta")); got != member.LogStoreWAL {
+		t.Fatalf("the meta group's store is %q after a restart without --log-store; want wal", got)
+	}
+	n.Stop()
+
+	fresh := startNode(t, testConfig(t, t.TempDir()))
+	if got := member.HeldStore(filepath.Join(fresh.cfg.DataDir, "meta")); got != member.LogStoreBolt {
+		t.Fatalf("a new data dir's store is %q; want bolt, the default", got)
 	}
 }

@@ -500,3 +500,16 @@ func TestCluster_GracefulStop_WaitsForAReplicaCatchingUp(t *testing.T) {
 	k := mustConsumer(t, ctx, mustSession(t, tc.dial(rest[1]), client.AutoAck), "wq")
 	sameSet(t, "wq without "+host, bodiesOf(recvN(t, k, 3)), sent)
 }
+
+// A node restarted while another is down rejoins with the one left: it has
+// cluster state, whatever its log store, so it waits for one other node in
+// gossip, not for --bootstrap-expect of them.
+func TestCluster_RestartWhileAnotherIsDown(t *testing.T) {
+	forEachLogStore(t, func(t *testing.T, store func(*Config)) {
+		tc := newMultiNode(t, 3, store)
+		tc.crash("n3")
+		tc.stop("n1")
+		tc.start("n1")
+		assertServes(t, tc.node("n1"), "after")
+	})
+}

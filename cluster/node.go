@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -92,10 +93,13 @@ func Start(cfg Config) (_ *Node, err error) {
 	if err := claimDataDir(cfg.DataDir, cfg.NodeID); err != nil {
 		return nil, err
 	}
+	held := member.HeldStore(filepath.Join(cfg.DataDir, "meta"))
+	if cfg.LogStore, err = logStoreFor(cfg, held); err != nil {
+		return nil, err
+	}
 	n := &Node{cfg: cfg, boot: newID(8), stopped: make(chan struct{}), metaKick: make(chan struct{}, 1), groupsKick: make(chan struct{}, 1), leaders: leaders{m: map[string]string{}}, loads: loads{m: map[string]*loadEntry{}}, leave: make(chan struct{})}
 	n.log = cfg.Logger.With("node", cfg.NodeID)
-	_, statErr := os.Stat(filepath.Join(cfg.DataDir, "meta", "raft.db"))
-	n.hadState = statErr == nil
+	n.hadState = held != ""
 	defer func() {
 		if err != nil {
 			n.closeListeners()
@@ -183,6 +187,20 @@ func claimDataDir(dir, nodeID string) error {
 		return fmt.Errorf("%w: --data-dir %s belongs to node %q, not %q; use that --node-id or another directory", ErrConfig, dir, owner, nodeID)
 	}
 	return nil
+}
+
+// logStoreFor is the log store the node's groups use: the one its data
+// directory holds (every group's is the meta group's kind), else the one
+// asked for, else raft-boltdb. Asking for the other kind than the
+// directory holds is refused: its groups would start from empty logs.
+func logStoreFor(cfg Config, held string) (string, error) {
+	switch {
+	case held == "":
+		return cmp.Or(cfg.LogStore, member.LogStoreBolt), nil
+	case cfg.LogStore != "" && cfg.LogStore != held:
+		return "", fmt.Errorf("%w: --log-store %s, but --data-dir %s holds %s logs; start without --log-store, or with --log-store %s", ErrConfig, cfg.LogStore, cfg.DataDir, held, held)
+	}
+	return held, nil
 }
 
 func advertiseHost(cfg Config) (string, error) {

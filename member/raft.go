@@ -122,9 +122,23 @@ type durableStore interface {
 	Close() error
 }
 
-// openStore opens the group's store of the given kind. A directory holds
-// one kind for good: opening it with the other would start from an empty
-// log and forget every acknowledged entry, so that is refused.
+// HeldStore is the kind of log store a group directory holds: LogStoreBolt,
+// LogStoreWAL, or "" for a directory with none yet.
+func HeldStore(dir string) string {
+	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
+	switch {
+	case exists(filepath.Join(dir, "raft.db")):
+		return LogStoreBolt
+	case exists(filepath.Join(dir, "wal")):
+		return LogStoreWAL
+	}
+	return ""
+}
+
+// openStore opens the group's store of the given kind ("": LogStoreBolt).
+// A directory holds one kind for good: opening it with the other would
+// start from an empty log and forget every acknowledged entry, so that is
+// refused.
 func openStore(kind, dir string) (durableStore, error) {
 	boltPath, walDir := filepath.Join(dir, "raft.db"), filepath.Join(dir, "wal")
 	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }

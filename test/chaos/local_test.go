@@ -138,13 +138,9 @@ func reservePorts(t *testing.T, names []string, hosts ...string) map[string]int 
 	return ports
 }
 
-// logStore is the nodes' --log-store: CAIRN_CHAOS_LOG_STORE, default bolt.
-func logStore() string {
-	if v := os.Getenv("CAIRN_CHAOS_LOG_STORE"); v != "" {
-		return v
-	}
-	return "bolt"
-}
+// logStore is the nodes' --log-store: CAIRN_CHAOS_LOG_STORE, or the
+// server's default (bolt for a new data directory).
+func logStore() string { return os.Getenv("CAIRN_CHAOS_LOG_STORE") }
 
 // bodyMemory is the nodes' --body-memory-mib: CAIRN_CHAOS_BODY_MEMORY_MIB,
 // default 0, so that every waiting body goes through the member's body files
