@@ -37,6 +37,7 @@ var (
 	scale      = flag.Float64("scale", 1, "multiply every row's message count (0.1 for a quick look)")
 	only       = flag.String("only", "", "run only the rows whose name contains this")
 	pending    = flag.Int("pending", 0, "also fill a queue with this many 1 KiB messages and measure memory, restart time and send rate beside them")
+	queues     = flag.Int("queues", 0, "also create this many idle queues (and with --compare as many NATS streams of three replicas) and measure their creation rate, idle CPU and memory")
 	rounds     = flag.Int("rounds", 1, "run every row of the standard set this many times, each round Cairn then NATS, and print the median of each figure and of the rounds' Cairn/NATS ratios, with their range")
 )
 
@@ -225,6 +226,11 @@ func run() error {
 		fmt.Printf("| end to end at %d msgs/s (half the send-and-consume maximum), 4+4 | %.0f | %.0f | %s |",
 			rate, median(sent), e.rate, e.latency())
 		fmt.Println(noNATS())
+	}
+	if *queues > 0 {
+		if err := idleRows(cairn, nats, natsBin, *queues); err != nil {
+			return fmt.Errorf("with %d idle queues: %w", *queues, err)
+		}
 	}
 	if *pending > 0 {
 		if err := pendingRows(cairn, *pending); err != nil {
@@ -563,19 +569,13 @@ func residentMemories(c *cluster) string {
 	return strings.Join(rss, ", ")
 }
 
-// residentMemory reads VmRSS of a process.
+// residentMemory is a process's VmRSS, for a sentence.
 func residentMemory(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	mib, err := rssMiB(pid)
 	if err != nil {
 		return "?"
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
-			return fmt.Sprintf("%.0f MiB", float64(kb)/1024)
-		}
-	}
-	return "?"
+	return fmt.Sprintf("%.0f MiB", mib)
 }
 
 // cluster is three local server processes.
