@@ -95,6 +95,15 @@ var rows = []row{
 		nats:  []string{"consume", "--clients", "4", "--acks", "explicit", "--batch", "500"}},
 	{name: "send and consume together, 4+4, window 500", count: 100000, metric: "e2e",
 		cairn: []string{"--mode", "async", "--window", "500", "--producers", "4", "--consumers", "4", "--ack", "client", "--prefetch", "500", "--consumers-on-host"}},
+	// The default shape: `cairn queue create` makes a member per node, and
+	// clients connect to every node. The rows above use one member, as a
+	// JetStream stream is one group; these are what a user gets.
+	{name: "sync send, 16 producers, a member per node", count: 20000, metric: "send",
+		cairn: []string{"--mode", "sync", "--producers", "16", "--consumers", "0", "--members", "0"},
+		nats:  []string{"pub", "sync", "--clients", "16"}},
+	{name: "async send, 4 producers, window 500, a member per node", count: 200000, metric: "send",
+		cairn: []string{"--mode", "async", "--window", "500", "--producers", "4", "--consumers", "0", "--members", "0"},
+		nats:  []string{"pub", "async", "--batch", "500", "--clients", "4"}},
 	// Large messages, the sizes users send besides 1 KiB: windows and
 	// prefetch shrink with the size, so that each client holds a few MiB,
 	// on both sides alike.
