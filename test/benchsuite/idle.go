@@ -52,24 +52,13 @@ func (c idleCost) above(base idleCost) string {
 // measureIdle measures the cluster's CPU over idleWindow and its memory at
 // the end.
 func (c *cluster) measureIdle() (idleCost, error) {
-	total := func() (float64, error) {
-		var sum float64
-		for _, p := range c.procs {
-			cpu, err := cpuSeconds(p.Process.Pid)
-			if err != nil {
-				return 0, err
-			}
-			sum += cpu
-		}
-		return sum, nil
-	}
-	before, err := total()
+	before, err := c.cpuSeconds()
 	if err != nil {
 		return idleCost{}, err
 	}
 	start := time.Now()
 	time.Sleep(idleWindow)
-	after, err := total()
+	after, err := c.cpuSeconds()
 	if err != nil {
 		return idleCost{}, err
 	}

@@ -512,24 +512,13 @@ func pendingRows(c *cluster, n int) error {
 // second, 0.16 s with a million stored; a replaying node more than a core.
 func (c *cluster) waitQuiet(limit time.Duration) (time.Duration, error) {
 	start := time.Now()
-	busy := func() (float64, error) {
-		var total float64
-		for _, p := range c.procs {
-			cpu, err := cpuSeconds(p.Process.Pid)
-			if err != nil {
-				return 0, err
-			}
-			total += cpu
-		}
-		return total, nil
-	}
-	before, err := busy()
+	before, err := c.cpuSeconds()
 	if err != nil {
 		return 0, err
 	}
 	for time.Since(start) < limit {
 		time.Sleep(time.Second)
-		now, err := busy()
+		now, err := c.cpuSeconds()
 		if err != nil {
 			return 0, err
 		}
@@ -539,6 +528,19 @@ func (c *cluster) waitQuiet(limit time.Duration) (time.Duration, error) {
 		before = now
 	}
 	return 0, fmt.Errorf("the nodes were still busy %v after their restarts", limit)
+}
+
+// cpuSeconds is the CPU time the cluster's processes have used together.
+func (c *cluster) cpuSeconds() (float64, error) {
+	var total float64
+	for _, p := range c.procs {
+		cpu, err := cpuSeconds(p.Process.Pid)
+		if err != nil {
+			return 0, err
+		}
+		total += cpu
+	}
+	return total, nil
 }
 
 // cpuSeconds is the user and system CPU time a process has used.
