@@ -161,6 +161,24 @@ func (m *Member) DroppedBodies() []BodyRef {
 	return d
 }
 
+// bodiesAway returns the places of every body put away that the member
+// still holds or dropped since the last DroppedBodies: all a caller frees
+// when the member goes.
+func (m *Member) bodiesAway() []BodyRef {
+	if m.bodies == nil {
+		return nil
+	}
+	out := m.DroppedBodies()
+	for i, c := range m.records.chunks {
+		for j := range c[:min(len(c), int(m.records.used)-i*slabChunk)] {
+			if rec := &c[j]; rec.has(flagLive) && rec.away.Away() {
+				out = append(out, rec.away)
+			}
+		}
+	}
+	return out
+}
+
 // Delivered returns the message delivered with deliveryID and where its
 // body is: a caller that got a Delivery whose body was away reads it from
 // there, and finds the message gone (false) if it left the state since.

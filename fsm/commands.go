@@ -3,6 +3,7 @@ package fsm
 import (
 	"errors"
 	"fmt"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -20,8 +21,10 @@ import (
 //     knows no attempts, would recover again on a repeat that this one
 //     ignores);
 //   - 3: one with an unseen Return (an older build would mark those
-//     messages redelivered and count the delivery).
-const EntryVersion = 3
+//     messages redelivered and count the delivery);
+//   - 4: one of a group shared by several members, whose commands name
+//     their member (an older build would apply them all to one member).
+const EntryVersion = 4
 
 // Encode wraps typed command bodies into one log entry.
 func Encode(cmds ...*fsmpb.Command) ([]byte, error) {
@@ -31,6 +34,11 @@ func Encode(cmds ...*fsmpb.Command) ([]byte, error) {
 // entryVersionOf is the oldest entry version that carries cmds.
 func entryVersionOf(cmds []*fsmpb.Command) uint32 {
 	v := uint32(1)
+	for _, c := range cmds {
+		if c.Member != "" || isGroupCommand(c.Type) {
+			return 4
+		}
+	}
 	for _, c := range cmds {
 		switch {
 		case c.Type == fsmpb.CommandType_COMMAND_TYPE_RETURN && hasField(c.Payload, returnUnseenField):
@@ -124,6 +132,10 @@ func commandTypeOf(body proto.Message) (fsmpb.CommandType, bool) {
 		return fsmpb.CommandType_COMMAND_TYPE_TX_PREPARE, true
 	case *fsmpb.TxDecide:
 		return fsmpb.CommandType_COMMAND_TYPE_TX_DECIDE, true
+	case *fsmpb.AddMember:
+		return fsmpb.CommandType_COMMAND_TYPE_ADD_MEMBER, true
+	case *fsmpb.DropMember:
+		return fsmpb.CommandType_COMMAND_TYPE_DROP_MEMBER, true
 	case *fsmpb.CreateDestination:
 		return fsmpb.CommandType_COMMAND_TYPE_CREATE_DESTINATION, true
 	case *fsmpb.DeleteDestination:
@@ -183,6 +195,11 @@ func decodeCommand(data []byte) (*fsmpb.Command, error) {
 			c.Type = fsmpb.CommandType(int32(v))
 		case num == 2 && typ == protowire.BytesType:
 			c.Payload = b
+		case num == 3 && typ == protowire.BytesType:
+			if !utf8.Valid(b) {
+				return errors.New("member name is not valid UTF-8")
+			}
+			c.Member = string(b)
 		}
 		return nil
 	})
@@ -253,31 +270,43 @@ func applyEntry[S any](s S, table map[fsmpb.CommandType]handler[S], data []byte)
 	bodies := make([]proto.Message, len(e.Commands))
 	hs := make([]handler[S], len(e.Commands))
 	for i, c := range e.Commands {
+		if c.Member != "" {
+			return nil, fmt.Errorf("%w: command %d is for member %q of a shared group, and this state machine is not one", ErrCorrupt, i, c.Member)
+		}
 		h, ok := table[c.Type]
 		if !ok {
 			return nil, fmt.Errorf("%w: command %d has type %v, which this state machine does not apply", ErrCorrupt, i, c.Type)
 		}
-		b, err := h.decode(c.Payload)
-		if err != nil {
-			return nil, fmt.Errorf("%w: command %d (%v): %v", ErrCorrupt, i, c.Type, err)
+		if bodies[i], err = decodeIn(h, e.Version, i, c); err != nil {
+			return nil, err
 		}
-		if r, ok := b.(*fsmpb.Recover); ok && e.Version < 2 {
-			// Written by an older leader, which forwarded a newer front-end's
-			// attempt as a field it did not know and whose replicas recover
-			// in full: so must this one.
-			r.Attempt = 0
-		}
-		if r, ok := b.(*fsmpb.Return); ok && e.Version < 3 {
-			// Likewise unseen: an older build's replicas mark and count.
-			r.Unseen = false
-		}
-		bodies[i], hs[i] = b, h
+		hs[i] = h
 	}
 	results := make([]Result, len(bodies))
 	for i, b := range bodies {
 		results[i] = hs[i].apply(s, b)
 	}
 	return results, nil
+}
+
+// decodeIn decodes command i of an entry of the given version with h, as
+// the build that wrote the entry meant it.
+func decodeIn[S any](h handler[S], version uint32, i int, c *fsmpb.Command) (proto.Message, error) {
+	b, err := h.decode(c.Payload)
+	if err != nil {
+		return nil, fmt.Errorf("%w: command %d (%v): %v", ErrCorrupt, i, c.Type, err)
+	}
+	if r, ok := b.(*fsmpb.Recover); ok && version < 2 {
+		// Written by an older leader, which forwarded a newer front-end's
+		// attempt as a field it did not know and whose replicas recover
+		// in full: so must this one.
+		r.Attempt = 0
+	}
+	if r, ok := b.(*fsmpb.Return); ok && version < 3 {
+		// Likewise unseen: an older build's replicas mark and count.
+		r.Unseen = false
+	}
+	return b, nil
 }
 
 // DecodeMemberCommand decodes one member command for a host to submit; it
@@ -316,7 +345,7 @@ var rejections = []error{
 	// ErrTxRefused first: it wraps the reason, which is another of these.
 	ErrTxRefused,
 	ErrUnknownSession, ErrSessionOwned, ErrDuplicateMessageID, ErrMemberFull, ErrSealed, ErrInvalidMessage,
-	ErrMalformed, ErrInvalidName, ErrInvalidSettings, ErrDestinationExists, ErrUnknownDestination,
+	ErrMalformed, ErrInvalidName, ErrInvalidSettings, ErrDestinationExists, ErrUnknownDestination, ErrUnknownMember,
 }
 
 // RejectionCode names a rejection for the wire ("" if err is none).

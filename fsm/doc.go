@@ -1,6 +1,7 @@
 // Package fsm holds Cairn's deterministic state machines: the member state
 // machine (one member of a destination: messages, pending order, deliveries,
-// acknowledgements, expiry, duplicate detection) and the meta state machine
+// acknowledgements, expiry, duplicate detection), the group state machine
+// (several members sharing one Raft group), and the meta state machine
 // (destinations, their members' placement, the node registry), with the
 // commands that change them and their snapshots.
 //

@@ -33,6 +33,9 @@ var (
 	ErrTxRefused = errors.New("transaction refused")
 	// ErrUnknownDestination: the destination does not exist.
 	ErrUnknownDestination = errors.New("unknown destination")
+	// ErrUnknownMember: a shared group holds no member of that name (not
+	// added yet, or dropped).
+	ErrUnknownMember = errors.New("no such member in this group")
 )
 
 // ErrCorrupt marks an entry that cannot be applied at all: it does not

@@ -59,6 +59,9 @@ const (
 	CommandType_COMMAND_TYPE_SEAL               CommandType = 21
 	CommandType_COMMAND_TYPE_TX_PREPARE         CommandType = 22
 	CommandType_COMMAND_TYPE_TX_DECIDE          CommandType = 23
+	// Shared member group commands: a member joins or leaves the group.
+	CommandType_COMMAND_TYPE_ADD_MEMBER  CommandType = 24
+	CommandType_COMMAND_TYPE_DROP_MEMBER CommandType = 25
 )
 
 // Enum value maps for CommandType.
@@ -88,6 +91,8 @@ var (
 		21: "COMMAND_TYPE_SEAL",
 		22: "COMMAND_TYPE_TX_PREPARE",
 		23: "COMMAND_TYPE_TX_DECIDE",
+		24: "COMMAND_TYPE_ADD_MEMBER",
+		25: "COMMAND_TYPE_DROP_MEMBER",
 	}
 	CommandType_value = map[string]int32{
 		"COMMAND_TYPE_UNKNOWN":            0,
@@ -114,6 +119,8 @@ var (
 		"COMMAND_TYPE_SEAL":               21,
 		"COMMAND_TYPE_TX_PREPARE":         22,
 		"COMMAND_TYPE_TX_DECIDE":          23,
+		"COMMAND_TYPE_ADD_MEMBER":         24,
+		"COMMAND_TYPE_DROP_MEMBER":        25,
 	}
 )
 
@@ -250,9 +257,12 @@ func (x *Entry) GetCommands() []*Command {
 // Command is one typed command; payload is the encoding of the message that
 // CommandType names (Enqueue for COMMAND_TYPE_ENQUEUE, ...).
 type Command struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Type          CommandType            `protobuf:"varint,1,opt,name=type,proto3,enum=cairn.fsm.v1.CommandType" json:"type,omitempty"`
-	Payload       []byte                 `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Type    CommandType            `protobuf:"varint,1,opt,name=type,proto3,enum=cairn.fsm.v1.CommandType" json:"type,omitempty"`
+	Payload []byte                 `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	// member names the member a command is for in a group shared by several
+	// members ("orders#0"); empty in a group of one member.
+	Member        string `protobuf:"bytes,3,opt,name=member,proto3" json:"member,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -301,6 +311,88 @@ func (x *Command) GetPayload() []byte {
 	return nil
 }
 
+func (x *Command) GetMember() string {
+	if x != nil {
+		return x.Member
+	}
+	return ""
+}
+
+// AddMember starts an empty member in a shared group; the command's member
+// names it.
+type AddMember struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddMember) Reset() {
+	*x = AddMember{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddMember) ProtoMessage() {}
+
+func (x *AddMember) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddMember.ProtoReflect.Descriptor instead.
+func (*AddMember) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{2}
+}
+
+// DropMember removes a member and everything it holds from a shared group.
+type DropMember struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DropMember) Reset() {
+	*x = DropMember{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DropMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DropMember) ProtoMessage() {}
+
+func (x *DropMember) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DropMember.ProtoReflect.Descriptor instead.
+func (*DropMember) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{3}
+}
+
 // Message is a message as the sender gave it, with the expiration and
 // arrival time that the leader decided.
 type Message struct {
@@ -325,7 +417,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[2]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -337,7 +429,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[2]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -350,7 +442,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{2}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Message) GetId() string {
@@ -428,7 +520,7 @@ type Enqueue struct {
 
 func (x *Enqueue) Reset() {
 	*x = Enqueue{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[3]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -440,7 +532,7 @@ func (x *Enqueue) String() string {
 func (*Enqueue) ProtoMessage() {}
 
 func (x *Enqueue) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[3]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -453,7 +545,7 @@ func (x *Enqueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Enqueue.ProtoReflect.Descriptor instead.
 func (*Enqueue) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{3}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Enqueue) GetNow() int64 {
@@ -483,7 +575,7 @@ type Deliver struct {
 
 func (x *Deliver) Reset() {
 	*x = Deliver{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[4]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -495,7 +587,7 @@ func (x *Deliver) String() string {
 func (*Deliver) ProtoMessage() {}
 
 func (x *Deliver) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[4]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -508,7 +600,7 @@ func (x *Deliver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deliver.ProtoReflect.Descriptor instead.
 func (*Deliver) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{4}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Deliver) GetSession() string {
@@ -545,7 +637,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -557,7 +649,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -570,7 +662,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{5}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Ack) GetSession() string {
@@ -615,7 +707,7 @@ type Recover struct {
 
 func (x *Recover) Reset() {
 	*x = Recover{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -627,7 +719,7 @@ func (x *Recover) String() string {
 func (*Recover) ProtoMessage() {}
 
 func (x *Recover) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -640,7 +732,7 @@ func (x *Recover) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Recover.ProtoReflect.Descriptor instead.
 func (*Recover) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Recover) GetSession() string {
@@ -676,7 +768,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -688,7 +780,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -701,7 +793,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Release) GetSession() string {
@@ -739,7 +831,7 @@ type Return struct {
 
 func (x *Return) Reset() {
 	*x = Return{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -751,7 +843,7 @@ func (x *Return) String() string {
 func (*Return) ProtoMessage() {}
 
 func (x *Return) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -764,7 +856,7 @@ func (x *Return) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Return.ProtoReflect.Descriptor instead.
 func (*Return) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Return) GetSession() string {
@@ -815,7 +907,7 @@ type Move struct {
 
 func (x *Move) Reset() {
 	*x = Move{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -827,7 +919,7 @@ func (x *Move) String() string {
 func (*Move) ProtoMessage() {}
 
 func (x *Move) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -840,7 +932,7 @@ func (x *Move) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Move.ProtoReflect.Descriptor instead.
 func (*Move) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Move) GetTarget() string {
@@ -874,7 +966,7 @@ type Moved struct {
 
 func (x *Moved) Reset() {
 	*x = Moved{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -886,7 +978,7 @@ func (x *Moved) String() string {
 func (*Moved) ProtoMessage() {}
 
 func (x *Moved) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -899,7 +991,7 @@ func (x *Moved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Moved.ProtoReflect.Descriptor instead.
 func (*Moved) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Moved) GetMessageIds() []string {
@@ -922,7 +1014,7 @@ type Seal struct {
 
 func (x *Seal) Reset() {
 	*x = Seal{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -934,7 +1026,7 @@ func (x *Seal) String() string {
 func (*Seal) ProtoMessage() {}
 
 func (x *Seal) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -947,7 +1039,7 @@ func (x *Seal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Seal.ProtoReflect.Descriptor instead.
 func (*Seal) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Seal) GetSealed() bool {
@@ -968,7 +1060,7 @@ type Wake struct {
 
 func (x *Wake) Reset() {
 	*x = Wake{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -980,7 +1072,7 @@ func (x *Wake) String() string {
 func (*Wake) ProtoMessage() {}
 
 func (x *Wake) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -993,7 +1085,7 @@ func (x *Wake) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Wake.ProtoReflect.Descriptor instead.
 func (*Wake) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Wake) GetNow() int64 {
@@ -1015,7 +1107,7 @@ type Expire struct {
 
 func (x *Expire) Reset() {
 	*x = Expire{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1027,7 +1119,7 @@ func (x *Expire) String() string {
 func (*Expire) ProtoMessage() {}
 
 func (x *Expire) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1040,7 +1132,7 @@ func (x *Expire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Expire.ProtoReflect.Descriptor instead.
 func (*Expire) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Expire) GetNow() int64 {
@@ -1066,7 +1158,7 @@ type Purge struct {
 
 func (x *Purge) Reset() {
 	*x = Purge{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1078,7 +1170,7 @@ func (x *Purge) String() string {
 func (*Purge) ProtoMessage() {}
 
 func (x *Purge) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1091,7 +1183,7 @@ func (x *Purge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Purge.ProtoReflect.Descriptor instead.
 func (*Purge) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 // OpenSession registers a session before anything is delivered to it.
@@ -1107,7 +1199,7 @@ type OpenSession struct {
 
 func (x *OpenSession) Reset() {
 	*x = OpenSession{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1119,7 +1211,7 @@ func (x *OpenSession) String() string {
 func (*OpenSession) ProtoMessage() {}
 
 func (x *OpenSession) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1132,7 +1224,7 @@ func (x *OpenSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSession.ProtoReflect.Descriptor instead.
 func (*OpenSession) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *OpenSession) GetSession() string {
@@ -1160,7 +1252,7 @@ type Configure struct {
 
 func (x *Configure) Reset() {
 	*x = Configure{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +1264,7 @@ func (x *Configure) String() string {
 func (*Configure) ProtoMessage() {}
 
 func (x *Configure) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +1277,7 @@ func (x *Configure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Configure.ProtoReflect.Descriptor instead.
 func (*Configure) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Configure) GetSettings() *MemberSettings {
@@ -1222,7 +1314,7 @@ type MemberSettings struct {
 
 func (x *MemberSettings) Reset() {
 	*x = MemberSettings{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1234,7 +1326,7 @@ func (x *MemberSettings) String() string {
 func (*MemberSettings) ProtoMessage() {}
 
 func (x *MemberSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1247,7 +1339,7 @@ func (x *MemberSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberSettings.ProtoReflect.Descriptor instead.
 func (*MemberSettings) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *MemberSettings) GetMaxBytes() int64 {
@@ -1320,7 +1412,7 @@ type MemberPlacement struct {
 
 func (x *MemberPlacement) Reset() {
 	*x = MemberPlacement{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1332,7 +1424,7 @@ func (x *MemberPlacement) String() string {
 func (*MemberPlacement) ProtoMessage() {}
 
 func (x *MemberPlacement) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1345,7 +1437,7 @@ func (x *MemberPlacement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberPlacement.ProtoReflect.Descriptor instead.
 func (*MemberPlacement) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *MemberPlacement) GetIndex() uint32 {
@@ -1418,7 +1510,7 @@ type Destination struct {
 
 func (x *Destination) Reset() {
 	*x = Destination{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1430,7 +1522,7 @@ func (x *Destination) String() string {
 func (*Destination) ProtoMessage() {}
 
 func (x *Destination) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1443,7 +1535,7 @@ func (x *Destination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Destination.ProtoReflect.Descriptor instead.
 func (*Destination) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Destination) GetName() string {
@@ -1567,7 +1659,7 @@ type CreateDestination struct {
 
 func (x *CreateDestination) Reset() {
 	*x = CreateDestination{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1579,7 +1671,7 @@ func (x *CreateDestination) String() string {
 func (*CreateDestination) ProtoMessage() {}
 
 func (x *CreateDestination) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1592,7 +1684,7 @@ func (x *CreateDestination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDestination.ProtoReflect.Descriptor instead.
 func (*CreateDestination) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CreateDestination) GetDestination() *Destination {
@@ -1611,7 +1703,7 @@ type DeleteDestination struct {
 
 func (x *DeleteDestination) Reset() {
 	*x = DeleteDestination{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1623,7 +1715,7 @@ func (x *DeleteDestination) String() string {
 func (*DeleteDestination) ProtoMessage() {}
 
 func (x *DeleteDestination) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1636,7 +1728,7 @@ func (x *DeleteDestination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDestination.ProtoReflect.Descriptor instead.
 func (*DeleteDestination) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeleteDestination) GetName() string {
@@ -1660,7 +1752,7 @@ type ResizeDestination struct {
 
 func (x *ResizeDestination) Reset() {
 	*x = ResizeDestination{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1672,7 +1764,7 @@ func (x *ResizeDestination) String() string {
 func (*ResizeDestination) ProtoMessage() {}
 
 func (x *ResizeDestination) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1685,7 +1777,7 @@ func (x *ResizeDestination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeDestination.ProtoReflect.Descriptor instead.
 func (*ResizeDestination) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ResizeDestination) GetName() string {
@@ -1721,7 +1813,7 @@ type RemoveMember struct {
 
 func (x *RemoveMember) Reset() {
 	*x = RemoveMember{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1733,7 +1825,7 @@ func (x *RemoveMember) String() string {
 func (*RemoveMember) ProtoMessage() {}
 
 func (x *RemoveMember) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1746,7 +1838,7 @@ func (x *RemoveMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMember.ProtoReflect.Descriptor instead.
 func (*RemoveMember) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RemoveMember) GetName() string {
@@ -1777,7 +1869,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1789,7 +1881,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1802,7 +1894,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Node) GetId() string {
@@ -1856,7 +1948,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1868,7 +1960,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1881,7 +1973,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RegisterNode) GetNode() *Node {
@@ -1902,7 +1994,7 @@ type RemoveNode struct {
 
 func (x *RemoveNode) Reset() {
 	*x = RemoveNode{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1914,7 +2006,7 @@ func (x *RemoveNode) String() string {
 func (*RemoveNode) ProtoMessage() {}
 
 func (x *RemoveNode) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1927,7 +2019,7 @@ func (x *RemoveNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNode.ProtoReflect.Descriptor instead.
 func (*RemoveNode) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RemoveNode) GetId() string {
@@ -1951,7 +2043,7 @@ type ReplaceReplica struct {
 
 func (x *ReplaceReplica) Reset() {
 	*x = ReplaceReplica{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1963,7 +2055,7 @@ func (x *ReplaceReplica) String() string {
 func (*ReplaceReplica) ProtoMessage() {}
 
 func (x *ReplaceReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1976,7 +2068,7 @@ func (x *ReplaceReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceReplica.ProtoReflect.Descriptor instead.
 func (*ReplaceReplica) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReplaceReplica) GetDestination() string {
@@ -2030,7 +2122,7 @@ type TxPrepare struct {
 
 func (x *TxPrepare) Reset() {
 	*x = TxPrepare{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2042,7 +2134,7 @@ func (x *TxPrepare) String() string {
 func (*TxPrepare) ProtoMessage() {}
 
 func (x *TxPrepare) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2055,7 +2147,7 @@ func (x *TxPrepare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxPrepare.ProtoReflect.Descriptor instead.
 func (*TxPrepare) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TxPrepare) GetTx() string {
@@ -2123,7 +2215,7 @@ type TxDecide struct {
 
 func (x *TxDecide) Reset() {
 	*x = TxDecide{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2135,7 +2227,7 @@ func (x *TxDecide) String() string {
 func (*TxDecide) ProtoMessage() {}
 
 func (x *TxDecide) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2148,7 +2240,7 @@ func (x *TxDecide) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxDecide.ProtoReflect.Descriptor instead.
 func (*TxDecide) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TxDecide) GetTx() string {
@@ -2199,7 +2291,7 @@ type StoredMessage struct {
 
 func (x *StoredMessage) Reset() {
 	*x = StoredMessage{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2211,7 +2303,7 @@ func (x *StoredMessage) String() string {
 func (*StoredMessage) ProtoMessage() {}
 
 func (x *StoredMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2224,7 +2316,7 @@ func (x *StoredMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredMessage.ProtoReflect.Descriptor instead.
 func (*StoredMessage) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StoredMessage) GetMessage() *Message {
@@ -2303,7 +2395,7 @@ type StoredSession struct {
 
 func (x *StoredSession) Reset() {
 	*x = StoredSession{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2315,7 +2407,7 @@ func (x *StoredSession) String() string {
 func (*StoredSession) ProtoMessage() {}
 
 func (x *StoredSession) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2328,7 +2420,7 @@ func (x *StoredSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredSession.ProtoReflect.Descriptor instead.
 func (*StoredSession) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StoredSession) GetId() string {
@@ -2372,7 +2464,7 @@ type DedupRecord struct {
 
 func (x *DedupRecord) Reset() {
 	*x = DedupRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2384,7 +2476,7 @@ func (x *DedupRecord) String() string {
 func (*DedupRecord) ProtoMessage() {}
 
 func (x *DedupRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2397,7 +2489,7 @@ func (x *DedupRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupRecord.ProtoReflect.Descriptor instead.
 func (*DedupRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DedupRecord) GetDedupId() string {
@@ -2443,7 +2535,7 @@ type MemberSnapshot struct {
 
 func (x *MemberSnapshot) Reset() {
 	*x = MemberSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2455,7 +2547,7 @@ func (x *MemberSnapshot) String() string {
 func (*MemberSnapshot) ProtoMessage() {}
 
 func (x *MemberSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2468,7 +2560,7 @@ func (x *MemberSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberSnapshot.ProtoReflect.Descriptor instead.
 func (*MemberSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *MemberSnapshot) GetApplied() uint64 {
@@ -2566,7 +2658,7 @@ type StoredTx struct {
 
 func (x *StoredTx) Reset() {
 	*x = StoredTx{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2578,7 +2670,7 @@ func (x *StoredTx) String() string {
 func (*StoredTx) ProtoMessage() {}
 
 func (x *StoredTx) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2591,7 +2683,7 @@ func (x *StoredTx) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredTx.ProtoReflect.Descriptor instead.
 func (*StoredTx) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StoredTx) GetTx() string {
@@ -2655,7 +2747,7 @@ type TxDecision struct {
 
 func (x *TxDecision) Reset() {
 	*x = TxDecision{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2667,7 +2759,7 @@ func (x *TxDecision) String() string {
 func (*TxDecision) ProtoMessage() {}
 
 func (x *TxDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2680,7 +2772,7 @@ func (x *TxDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxDecision.ProtoReflect.Descriptor instead.
 func (*TxDecision) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TxDecision) GetTx() string {
@@ -2704,6 +2796,60 @@ func (x *TxDecision) GetAt() int64 {
 	return 0
 }
 
+// GroupSnapshot heads a shared group's snapshot: one member snapshot
+// (a MemberSnapshot and its records) follows for each name, in this order.
+type GroupSnapshot struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Applied       uint64                 `protobuf:"varint,1,opt,name=applied,proto3" json:"applied,omitempty"`
+	Members       []string               `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupSnapshot) Reset() {
+	*x = GroupSnapshot{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupSnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupSnapshot) ProtoMessage() {}
+
+func (x *GroupSnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupSnapshot.ProtoReflect.Descriptor instead.
+func (*GroupSnapshot) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *GroupSnapshot) GetApplied() uint64 {
+	if x != nil {
+		return x.Applied
+	}
+	return 0
+}
+
+func (x *GroupSnapshot) GetMembers() []string {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
 type MetaSnapshot struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Applied       uint64                 `protobuf:"varint,1,opt,name=applied,proto3" json:"applied,omitempty"`
@@ -2716,7 +2862,7 @@ type MetaSnapshot struct {
 
 func (x *MetaSnapshot) Reset() {
 	*x = MetaSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2728,7 +2874,7 @@ func (x *MetaSnapshot) String() string {
 func (*MetaSnapshot) ProtoMessage() {}
 
 func (x *MetaSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2741,7 +2887,7 @@ func (x *MetaSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaSnapshot.ProtoReflect.Descriptor instead.
 func (*MetaSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *MetaSnapshot) GetApplied() uint64 {
@@ -2779,10 +2925,14 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x13fsm/fsmpb/fsm.proto\x12\fcairn.fsm.v1\"T\n" +
 	"\x05Entry\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x121\n" +
-	"\bcommands\x18\x02 \x03(\v2\x15.cairn.fsm.v1.CommandR\bcommands\"R\n" +
+	"\bcommands\x18\x02 \x03(\v2\x15.cairn.fsm.v1.CommandR\bcommands\"j\n" +
 	"\aCommand\x12-\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x19.cairn.fsm.v1.CommandTypeR\x04type\x12\x18\n" +
-	"\apayload\x18\x02 \x01(\fR\apayload\"\xf4\x02\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\x12\x16\n" +
+	"\x06member\x18\x03 \x01(\tR\x06member\"\v\n" +
+	"\tAddMember\"\f\n" +
+	"\n" +
+	"DropMember\"\xf4\x02\n" +
 	"\aMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04body\x18\x02 \x01(\fR\x04body\x12E\n" +
@@ -2970,12 +3120,15 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"TxDecision\x12\x0e\n" +
 	"\x02tx\x18\x01 \x01(\tR\x02tx\x12\x16\n" +
 	"\x06commit\x18\x02 \x01(\bR\x06commit\x12\x0e\n" +
-	"\x02at\x18\x03 \x01(\x03R\x02at\"\xab\x01\n" +
+	"\x02at\x18\x03 \x01(\x03R\x02at\"C\n" +
+	"\rGroupSnapshot\x12\x18\n" +
+	"\aapplied\x18\x01 \x01(\x04R\aapplied\x12\x18\n" +
+	"\amembers\x18\x02 \x03(\tR\amembers\"\xab\x01\n" +
 	"\fMetaSnapshot\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\x04R\aapplied\x12=\n" +
 	"\fdestinations\x18\x02 \x03(\v2\x19.cairn.fsm.v1.DestinationR\fdestinations\x12(\n" +
 	"\x05nodes\x18\x03 \x03(\v2\x12.cairn.fsm.v1.NodeR\x05nodes\x12\x18\n" +
-	"\aremoved\x18\x04 \x03(\tR\aremoved*\xaf\x05\n" +
+	"\aremoved\x18\x04 \x03(\tR\aremoved*\xea\x05\n" +
 	"\vCommandType\x12\x18\n" +
 	"\x14COMMAND_TYPE_UNKNOWN\x10\x00\x12\x18\n" +
 	"\x14COMMAND_TYPE_ENQUEUE\x10\x01\x12\x18\n" +
@@ -3001,7 +3154,9 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x1aCOMMAND_TYPE_REMOVE_MEMBER\x10\x14\x12\x15\n" +
 	"\x11COMMAND_TYPE_SEAL\x10\x15\x12\x1b\n" +
 	"\x17COMMAND_TYPE_TX_PREPARE\x10\x16\x12\x1a\n" +
-	"\x16COMMAND_TYPE_TX_DECIDE\x10\x17*g\n" +
+	"\x16COMMAND_TYPE_TX_DECIDE\x10\x17\x12\x1b\n" +
+	"\x17COMMAND_TYPE_ADD_MEMBER\x10\x18\x12\x1c\n" +
+	"\x18COMMAND_TYPE_DROP_MEMBER\x10\x19*g\n" +
 	"\x0fDestinationKind\x12\x1c\n" +
 	"\x18DESTINATION_KIND_UNKNOWN\x10\x00\x12\x1a\n" +
 	"\x16DESTINATION_KIND_QUEUE\x10\x01\x12\x1a\n" +
@@ -3020,70 +3175,73 @@ func file_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_fsm_fsmpb_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(CommandType)(0),          // 0: cairn.fsm.v1.CommandType
 	(DestinationKind)(0),      // 1: cairn.fsm.v1.DestinationKind
 	(*Entry)(nil),             // 2: cairn.fsm.v1.Entry
 	(*Command)(nil),           // 3: cairn.fsm.v1.Command
-	(*Message)(nil),           // 4: cairn.fsm.v1.Message
-	(*Enqueue)(nil),           // 5: cairn.fsm.v1.Enqueue
-	(*Deliver)(nil),           // 6: cairn.fsm.v1.Deliver
-	(*Ack)(nil),               // 7: cairn.fsm.v1.Ack
-	(*Recover)(nil),           // 8: cairn.fsm.v1.Recover
-	(*Release)(nil),           // 9: cairn.fsm.v1.Release
-	(*Return)(nil),            // 10: cairn.fsm.v1.Return
-	(*Move)(nil),              // 11: cairn.fsm.v1.Move
-	(*Moved)(nil),             // 12: cairn.fsm.v1.Moved
-	(*Seal)(nil),              // 13: cairn.fsm.v1.Seal
-	(*Wake)(nil),              // 14: cairn.fsm.v1.Wake
-	(*Expire)(nil),            // 15: cairn.fsm.v1.Expire
-	(*Purge)(nil),             // 16: cairn.fsm.v1.Purge
-	(*OpenSession)(nil),       // 17: cairn.fsm.v1.OpenSession
-	(*Configure)(nil),         // 18: cairn.fsm.v1.Configure
-	(*MemberSettings)(nil),    // 19: cairn.fsm.v1.MemberSettings
-	(*MemberPlacement)(nil),   // 20: cairn.fsm.v1.MemberPlacement
-	(*Destination)(nil),       // 21: cairn.fsm.v1.Destination
-	(*CreateDestination)(nil), // 22: cairn.fsm.v1.CreateDestination
-	(*DeleteDestination)(nil), // 23: cairn.fsm.v1.DeleteDestination
-	(*ResizeDestination)(nil), // 24: cairn.fsm.v1.ResizeDestination
-	(*RemoveMember)(nil),      // 25: cairn.fsm.v1.RemoveMember
-	(*Node)(nil),              // 26: cairn.fsm.v1.Node
-	(*RegisterNode)(nil),      // 27: cairn.fsm.v1.RegisterNode
-	(*RemoveNode)(nil),        // 28: cairn.fsm.v1.RemoveNode
-	(*ReplaceReplica)(nil),    // 29: cairn.fsm.v1.ReplaceReplica
-	(*TxPrepare)(nil),         // 30: cairn.fsm.v1.TxPrepare
-	(*TxDecide)(nil),          // 31: cairn.fsm.v1.TxDecide
-	(*StoredMessage)(nil),     // 32: cairn.fsm.v1.StoredMessage
-	(*StoredSession)(nil),     // 33: cairn.fsm.v1.StoredSession
-	(*DedupRecord)(nil),       // 34: cairn.fsm.v1.DedupRecord
-	(*MemberSnapshot)(nil),    // 35: cairn.fsm.v1.MemberSnapshot
-	(*StoredTx)(nil),          // 36: cairn.fsm.v1.StoredTx
-	(*TxDecision)(nil),        // 37: cairn.fsm.v1.TxDecision
-	(*MetaSnapshot)(nil),      // 38: cairn.fsm.v1.MetaSnapshot
-	nil,                       // 39: cairn.fsm.v1.Message.PropertiesEntry
+	(*AddMember)(nil),         // 4: cairn.fsm.v1.AddMember
+	(*DropMember)(nil),        // 5: cairn.fsm.v1.DropMember
+	(*Message)(nil),           // 6: cairn.fsm.v1.Message
+	(*Enqueue)(nil),           // 7: cairn.fsm.v1.Enqueue
+	(*Deliver)(nil),           // 8: cairn.fsm.v1.Deliver
+	(*Ack)(nil),               // 9: cairn.fsm.v1.Ack
+	(*Recover)(nil),           // 10: cairn.fsm.v1.Recover
+	(*Release)(nil),           // 11: cairn.fsm.v1.Release
+	(*Return)(nil),            // 12: cairn.fsm.v1.Return
+	(*Move)(nil),              // 13: cairn.fsm.v1.Move
+	(*Moved)(nil),             // 14: cairn.fsm.v1.Moved
+	(*Seal)(nil),              // 15: cairn.fsm.v1.Seal
+	(*Wake)(nil),              // 16: cairn.fsm.v1.Wake
+	(*Expire)(nil),            // 17: cairn.fsm.v1.Expire
+	(*Purge)(nil),             // 18: cairn.fsm.v1.Purge
+	(*OpenSession)(nil),       // 19: cairn.fsm.v1.OpenSession
+	(*Configure)(nil),         // 20: cairn.fsm.v1.Configure
+	(*MemberSettings)(nil),    // 21: cairn.fsm.v1.MemberSettings
+	(*MemberPlacement)(nil),   // 22: cairn.fsm.v1.MemberPlacement
+	(*Destination)(nil),       // 23: cairn.fsm.v1.Destination
+	(*CreateDestination)(nil), // 24: cairn.fsm.v1.CreateDestination
+	(*DeleteDestination)(nil), // 25: cairn.fsm.v1.DeleteDestination
+	(*ResizeDestination)(nil), // 26: cairn.fsm.v1.ResizeDestination
+	(*RemoveMember)(nil),      // 27: cairn.fsm.v1.RemoveMember
+	(*Node)(nil),              // 28: cairn.fsm.v1.Node
+	(*RegisterNode)(nil),      // 29: cairn.fsm.v1.RegisterNode
+	(*RemoveNode)(nil),        // 30: cairn.fsm.v1.RemoveNode
+	(*ReplaceReplica)(nil),    // 31: cairn.fsm.v1.ReplaceReplica
+	(*TxPrepare)(nil),         // 32: cairn.fsm.v1.TxPrepare
+	(*TxDecide)(nil),          // 33: cairn.fsm.v1.TxDecide
+	(*StoredMessage)(nil),     // 34: cairn.fsm.v1.StoredMessage
+	(*StoredSession)(nil),     // 35: cairn.fsm.v1.StoredSession
+	(*DedupRecord)(nil),       // 36: cairn.fsm.v1.DedupRecord
+	(*MemberSnapshot)(nil),    // 37: cairn.fsm.v1.MemberSnapshot
+	(*StoredTx)(nil),          // 38: cairn.fsm.v1.StoredTx
+	(*TxDecision)(nil),        // 39: cairn.fsm.v1.TxDecision
+	(*GroupSnapshot)(nil),     // 40: cairn.fsm.v1.GroupSnapshot
+	(*MetaSnapshot)(nil),      // 41: cairn.fsm.v1.MetaSnapshot
+	nil,                       // 42: cairn.fsm.v1.Message.PropertiesEntry
 }
 var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	3,  // 0: cairn.fsm.v1.Entry.commands:type_name -> cairn.fsm.v1.Command
 	0,  // 1: cairn.fsm.v1.Command.type:type_name -> cairn.fsm.v1.CommandType
-	39, // 2: cairn.fsm.v1.Message.properties:type_name -> cairn.fsm.v1.Message.PropertiesEntry
-	4,  // 3: cairn.fsm.v1.Enqueue.messages:type_name -> cairn.fsm.v1.Message
-	19, // 4: cairn.fsm.v1.Configure.settings:type_name -> cairn.fsm.v1.MemberSettings
+	42, // 2: cairn.fsm.v1.Message.properties:type_name -> cairn.fsm.v1.Message.PropertiesEntry
+	6,  // 3: cairn.fsm.v1.Enqueue.messages:type_name -> cairn.fsm.v1.Message
+	21, // 4: cairn.fsm.v1.Configure.settings:type_name -> cairn.fsm.v1.MemberSettings
 	1,  // 5: cairn.fsm.v1.Destination.kind:type_name -> cairn.fsm.v1.DestinationKind
-	20, // 6: cairn.fsm.v1.Destination.members:type_name -> cairn.fsm.v1.MemberPlacement
-	21, // 7: cairn.fsm.v1.CreateDestination.destination:type_name -> cairn.fsm.v1.Destination
-	20, // 8: cairn.fsm.v1.ResizeDestination.add:type_name -> cairn.fsm.v1.MemberPlacement
-	26, // 9: cairn.fsm.v1.RegisterNode.node:type_name -> cairn.fsm.v1.Node
-	4,  // 10: cairn.fsm.v1.TxPrepare.messages:type_name -> cairn.fsm.v1.Message
-	4,  // 11: cairn.fsm.v1.StoredMessage.message:type_name -> cairn.fsm.v1.Message
-	19, // 12: cairn.fsm.v1.MemberSnapshot.settings:type_name -> cairn.fsm.v1.MemberSettings
-	33, // 13: cairn.fsm.v1.MemberSnapshot.sessions:type_name -> cairn.fsm.v1.StoredSession
-	34, // 14: cairn.fsm.v1.MemberSnapshot.dedup:type_name -> cairn.fsm.v1.DedupRecord
-	36, // 15: cairn.fsm.v1.MemberSnapshot.txs:type_name -> cairn.fsm.v1.StoredTx
-	37, // 16: cairn.fsm.v1.MemberSnapshot.decisions:type_name -> cairn.fsm.v1.TxDecision
-	4,  // 17: cairn.fsm.v1.StoredTx.messages:type_name -> cairn.fsm.v1.Message
-	21, // 18: cairn.fsm.v1.MetaSnapshot.destinations:type_name -> cairn.fsm.v1.Destination
-	26, // 19: cairn.fsm.v1.MetaSnapshot.nodes:type_name -> cairn.fsm.v1.Node
+	22, // 6: cairn.fsm.v1.Destination.members:type_name -> cairn.fsm.v1.MemberPlacement
+	23, // 7: cairn.fsm.v1.CreateDestination.destination:type_name -> cairn.fsm.v1.Destination
+	22, // 8: cairn.fsm.v1.ResizeDestination.add:type_name -> cairn.fsm.v1.MemberPlacement
+	28, // 9: cairn.fsm.v1.RegisterNode.node:type_name -> cairn.fsm.v1.Node
+	6,  // 10: cairn.fsm.v1.TxPrepare.messages:type_name -> cairn.fsm.v1.Message
+	6,  // 11: cairn.fsm.v1.StoredMessage.message:type_name -> cairn.fsm.v1.Message
+	21, // 12: cairn.fsm.v1.MemberSnapshot.settings:type_name -> cairn.fsm.v1.MemberSettings
+	35, // 13: cairn.fsm.v1.MemberSnapshot.sessions:type_name -> cairn.fsm.v1.StoredSession
+	36, // 14: cairn.fsm.v1.MemberSnapshot.dedup:type_name -> cairn.fsm.v1.DedupRecord
+	38, // 15: cairn.fsm.v1.MemberSnapshot.txs:type_name -> cairn.fsm.v1.StoredTx
+	39, // 16: cairn.fsm.v1.MemberSnapshot.decisions:type_name -> cairn.fsm.v1.TxDecision
+	6,  // 17: cairn.fsm.v1.StoredTx.messages:type_name -> cairn.fsm.v1.Message
+	23, // 18: cairn.fsm.v1.MetaSnapshot.destinations:type_name -> cairn.fsm.v1.Destination
+	28, // 19: cairn.fsm.v1.MetaSnapshot.nodes:type_name -> cairn.fsm.v1.Node
 	20, // [20:20] is the sub-list for method output_type
 	20, // [20:20] is the sub-list for method input_type
 	20, // [20:20] is the sub-list for extension type_name
@@ -3102,7 +3260,7 @@ func file_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_fsmpb_fsm_proto_rawDesc), len(file_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   38,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

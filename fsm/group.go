@@ -1,0 +1,148 @@
+package fsm
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cairnmq/cairn/fsm/fsmpb"
+)
+
+// Group is the state machine of a Raft group shared by several members, of
+// one destination or of many: every command names its member
+// (Command.member), and each member's commands are applied to it exactly
+// as a group of its own would apply them, in log order. AddMember starts an
+// empty member, DropMember removes one with all it holds; a command for a
+// member the group does not hold is rejected (ErrUnknownMember).
+//
+// A member's name here is whatever the caller uses to tell members apart
+// for good, an incarnation rather than an address: a member dropped and
+// added again under the same name starts empty.
+type Group struct {
+	applied uint64
+	members map[string]*Member
+	// track: every member tracks its bodies (TrackBodies).
+	track bool
+	// dropped are the put-away bodies of members dropped since the last
+	// DroppedBodies.
+	dropped []BodyRef
+}
+
+// NewGroup returns a group that holds no member.
+func NewGroup() *Group {
+	return &Group{members: make(map[string]*Member)}
+}
+
+var groupHandlers = func() map[fsmpb.CommandType]handler[*Group] {
+	t := make(map[fsmpb.CommandType]handler[*Group])
+	// The handlers' apply is unused: Group.Apply needs the command's member.
+	on(t, fsmpb.CommandType_COMMAND_TYPE_ADD_MEMBER, func() *fsmpb.AddMember { return new(fsmpb.AddMember) }, nil)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_DROP_MEMBER, func() *fsmpb.DropMember { return new(fsmpb.DropMember) }, nil)
+	return t
+}()
+
+// isGroupCommand reports whether t is a command of the group itself.
+func isGroupCommand(t fsmpb.CommandType) bool {
+	_, ok := groupHandlers[t]
+	return ok
+}
+
+// TrackBodies makes every member, present and added later, track its
+// bodies (Member.TrackBodies).
+func (g *Group) TrackBodies() {
+	g.track = true
+	for _, m := range g.members {
+		m.TrackBodies()
+	}
+}
+
+// Apply applies the log entry at index and returns one Result per command,
+// as Member.Apply does: an entry at or below the last applied index is
+// skipped, and an error wraps ErrCorrupt (a command without its member, a
+// type no member applies) and means that the entry changed nothing.
+func (g *Group) Apply(index uint64, data []byte) ([]Result, error) {
+	if index <= g.applied {
+		return nil, nil
+	}
+	e, err := Decode(data)
+	if err != nil {
+		return nil, err
+	}
+	members := memberHandlers
+	if g.track {
+		members = aliasingMemberHandlers
+	}
+	bodies := make([]proto.Message, len(e.Commands))
+	for i, c := range e.Commands {
+		if c.Member == "" {
+			return nil, fmt.Errorf("%w: command %d (%v) names no member, and this group is shared", ErrCorrupt, i, c.Type)
+		}
+		h, ok := members[c.Type]
+		if !ok {
+			h2, ok := groupHandlers[c.Type]
+			if !ok {
+				return nil, fmt.Errorf("%w: command %d has type %v, which a member group does not apply", ErrCorrupt, i, c.Type)
+			}
+			bodies[i], err = decodeIn(h2, e.Version, i, c)
+		} else {
+			bodies[i], err = decodeIn(h, e.Version, i, c)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	results := make([]Result, len(bodies))
+	for i, c := range e.Commands {
+		switch c.Type {
+		case fsmpb.CommandType_COMMAND_TYPE_ADD_MEMBER:
+			// Adding a member held already changes nothing: two leaders in
+			// turn may each have proposed it.
+			if g.members[c.Member] == nil {
+				m := NewMember()
+				if g.track {
+					m.TrackBodies()
+				}
+				g.members[c.Member] = m
+			}
+		case fsmpb.CommandType_COMMAND_TYPE_DROP_MEMBER:
+			if m := g.members[c.Member]; m != nil {
+				g.dropped = append(g.dropped, m.bodiesAway()...)
+				delete(g.members, c.Member)
+			}
+		default:
+			m := g.members[c.Member]
+			if m == nil {
+				results[i] = Result{Err: fmt.Errorf("%w: %s", ErrUnknownMember, c.Member)}
+				continue
+			}
+			results[i] = members[c.Type].apply(m, bodies[i])
+			m.applied = index
+		}
+	}
+	g.applied = index
+	return results, nil
+}
+
+// Applied is the index of the last entry applied.
+func (g *Group) Applied() uint64 { return g.applied }
+
+// Member returns the member of that name, or nil.
+func (g *Group) Member(name string) *Member { return g.members[name] }
+
+// Members returns the names of the members the group holds, sorted.
+func (g *Group) Members() []string { return slices.Sorted(maps.Keys(g.members)) }
+
+// DroppedBodies returns the bodies that members dropped since the last call
+// let go of, for a caller that put them away: a dropped member's are among
+// them (Member.DroppedBodies).
+func (g *Group) DroppedBodies() []BodyRef {
+	var out []BodyRef
+	for _, name := range g.Members() {
+		out = append(out, g.members[name].DroppedBodies()...)
+	}
+	out = append(out, g.dropped...)
+	g.dropped = nil
+	return out
+}
