@@ -28,11 +28,16 @@ type Group struct {
 	// dropped are the put-away bodies of members dropped since the last
 	// DroppedBodies.
 	dropped []BodyRef
+	// touched names the members the last Apply changed or dropped, each
+	// once (in); bytes is the members' bytes together.
+	touched []string
+	in      map[string]bool
+	bytes   int64
 }
 
 // NewGroup returns a group that holds no member.
 func NewGroup() *Group {
-	return &Group{members: make(map[string]*Member)}
+	return &Group{members: make(map[string]*Member), in: make(map[string]bool)}
 }
 
 var groupHandlers = func() map[fsmpb.CommandType]handler[*Group] {
@@ -94,6 +99,15 @@ func (g *Group) Apply(index uint64, data []byte) ([]Result, error) {
 		}
 	}
 	results := make([]Result, len(bodies))
+	g.touched = g.touched[:0]
+	clear(g.in)
+	touch := func(name string, m *Member) {
+		if !g.in[name] {
+			g.in[name] = true
+			g.touched = append(g.touched, name)
+			g.bytes -= m.bytes
+		}
+	}
 	for i, c := range e.Commands {
 		switch c.Type {
 		case fsmpb.CommandType_COMMAND_TYPE_ADD_MEMBER:
@@ -105,9 +119,11 @@ func (g *Group) Apply(index uint64, data []byte) ([]Result, error) {
 					m.TrackBodies()
 				}
 				g.members[c.Member] = m
+				touch(c.Member, m)
 			}
 		case fsmpb.CommandType_COMMAND_TYPE_DROP_MEMBER:
 			if m := g.members[c.Member]; m != nil {
+				touch(c.Member, m)
 				g.dropped = append(g.dropped, m.bodiesAway()...)
 				delete(g.members, c.Member)
 			}
@@ -117,8 +133,14 @@ func (g *Group) Apply(index uint64, data []byte) ([]Result, error) {
 				results[i] = Result{Err: fmt.Errorf("%w: %s", ErrUnknownMember, c.Member)}
 				continue
 			}
+			touch(c.Member, m)
 			results[i] = members[c.Type].apply(m, bodies[i])
 			m.applied = index
+		}
+	}
+	for _, name := range g.touched {
+		if m := g.members[name]; m != nil {
+			g.bytes += m.bytes
 		}
 	}
 	g.applied = index
@@ -127,6 +149,14 @@ func (g *Group) Apply(index uint64, data []byte) ([]Result, error) {
 
 // Applied is the index of the last entry applied.
 func (g *Group) Applied() uint64 { return g.applied }
+
+// Touched names the members the last Apply added, changed or dropped
+// (a command rejected as for a member the group does not hold touches
+// none), in the order first touched; the slice is reused by the next Apply.
+func (g *Group) Touched() []string { return g.touched }
+
+// Bytes is what the members hold together (Stats.Bytes of each).
+func (g *Group) Bytes() int64 { return g.bytes }
 
 // Member returns the member of that name, or nil.
 func (g *Group) Member(name string) *Member { return g.members[name] }

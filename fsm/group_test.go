@@ -289,6 +289,19 @@ func TestProperty_GroupAppliesAsSeparateMembers(t *testing.T) {
 				}
 				i = j
 			}
+			var held int64
+			for _, name := range g.Members() {
+				held += g.Member(name).Stats().Bytes
+			}
+			if g.Bytes() != held {
+				t.Fatalf("entry %d: Bytes = %d, the members hold %d", idx, g.Bytes(), held)
+			}
+			touched := slices.Clone(g.Touched())
+			for k, c := range cmds {
+				if !slices.Contains([]fsmpb.CommandType{fsmpb.CommandType_COMMAND_TYPE_ADD_MEMBER, fsmpb.CommandType_COMMAND_TYPE_DROP_MEMBER}, c.Type) && !errors.Is(rs[k].Err, fsm.ErrUnknownMember) && !slices.Contains(touched, c.Member) {
+					t.Fatalf("entry %d: %s not in Touched %v", idx, c.Member, touched)
+				}
+			}
 			if got := g.Members(); !slices.Equal(got, slices.Sorted(func(yield func(string) bool) {
 				for n := range alone {
 					if !yield(n) {
@@ -309,7 +322,7 @@ func TestProperty_GroupAppliesAsSeparateMembers(t *testing.T) {
 		if err != nil {
 			t.Fatalf("restore: %v", err)
 		}
-		if r.Applied() != g.Applied() || !bytes.Equal(groupState(t, g), groupState(t, r)) || !bytes.Equal(raw, groupSnapshot(t, r)) {
+		if r.Applied() != g.Applied() || r.Bytes() != g.Bytes() || !bytes.Equal(groupState(t, g), groupState(t, r)) || !bytes.Equal(raw, groupSnapshot(t, r)) {
 			t.Fatal("the restored group differs")
 		}
 	})
