@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -204,4 +205,49 @@ func benchRestoreMessages(b *testing.B) int {
 		return n
 	}
 	return 200_000
+}
+
+// BenchmarkIdleMembers measures what an idle member replica costs this
+// node, in heap and goroutines: opened in a group of its own, and opened
+// in a group shared with the others (one replica here: a follower's
+// replica costs the same or less, as nothing dispatches).
+func BenchmarkIdleMembers(b *testing.B) {
+	const members = 200
+	for _, shared := range []bool{false, true} {
+		b.Run(fmt.Sprintf("shared=%v", shared), func(b *testing.B) {
+			for range b.N {
+				runtime.GC()
+				var before runtime.MemStats
+				runtime.ReadMemStats(&before)
+				goroutines := runtime.NumGoroutine()
+				var closers []func() error
+				var s *Shared
+				if shared {
+					s = sharedGroup(b, []string{"n1"}, []string{b.TempDir()})[0]
+					closers = append(closers, s.Close)
+				}
+				for i := range members {
+					key := fmt.Sprintf("q%d#0@u", i)
+					if shared {
+						r, err := s.Open(key, Config{Name: key})
+						if err != nil {
+							b.Fatal(err)
+						}
+						waitFor(b, "hosted", r.Leading)
+						continue
+					}
+					r := testReplica(b, b.TempDir())
+					closers = append(closers, r.Close)
+				}
+				runtime.GC()
+				var after runtime.MemStats
+				runtime.ReadMemStats(&after)
+				b.ReportMetric(float64(after.HeapInuse+after.StackInuse-before.HeapInuse-before.StackInuse)/members, "bytes/member")
+				b.ReportMetric(float64(runtime.NumGoroutine()-goroutines)/members, "goroutines/member")
+				for _, c := range closers {
+					c()
+				}
+			}
+		})
+	}
 }

@@ -670,7 +670,7 @@ type fsmHarness struct {
 func newFSMHarness(t *testing.T, bodyMemory int64) *fsmHarness {
 	h := &fsmHarness{t: t}
 	h.a = &memberFSM{m: fsm.NewMember(), log: slog.New(slog.DiscardHandler),
-		applied: func() {}, corrupt: func(err error) { t.Errorf("corrupt: %v", err) },
+		applied: func([]string) {}, corrupt: func(err error) { t.Errorf("corrupt: %v", err) },
 		fatal: func(err error) { h.fatal = append(h.fatal, err) }}
 	if bodyMemory >= 0 {
 		h.a.bodies, h.a.bodyMemory = testBodyStore(t), bodyMemory
@@ -731,10 +731,10 @@ func TestMemberFSM_DeliveriesOfMessagesThatLeftAreDropped(t *testing.T) {
 		t.Fatalf("acked %d", res.Acked)
 	}
 
-	if out := h.a.deliveriesWithBodies(ds[:1]); len(out) != 0 {
+	if out := h.a.deliveriesWithBodies("", ds[:1]); len(out) != 0 {
 		t.Fatalf("the delivery of a message acked since: returned %+v", out)
 	}
-	out := h.a.deliveriesWithBodies(ds)
+	out := h.a.deliveriesWithBodies("", ds)
 	if len(h.fatal) != 0 {
 		t.Fatalf("fatal: %v", h.fatal)
 	}
@@ -767,7 +767,7 @@ func TestMemberFSM_UnreadableBodiesAreFatal(t *testing.T) {
 	h := newFSMHarness(t, 1)
 	ds := h.enqueueAndDeliver("one", "two")
 	h.a.bodies.dropFiles(0, false) // every file
-	if out := h.a.deliveriesWithBodies(ds); len(out) != 0 {
+	if out := h.a.deliveriesWithBodies("", ds); len(out) != 0 {
 		t.Fatalf("returned %+v with their bodies unreadable", out)
 	}
 	if len(h.fatal) != 1 || !errors.Is(h.fatal[0], errBodyGone) {
@@ -781,7 +781,7 @@ func TestMemberFSM_ClosedBodiesAreNotFatal(t *testing.T) {
 	h := newFSMHarness(t, 1)
 	ds := h.enqueueAndDeliver("one", "two")
 	h.a.closeBodies()
-	if out := h.a.deliveriesWithBodies(ds); len(out) != 0 {
+	if out := h.a.deliveriesWithBodies("", ds); len(out) != 0 {
 		t.Fatalf("returned %+v with the bodies closed", out)
 	}
 	if len(h.fatal) != 0 {
@@ -798,7 +798,7 @@ func TestMemberFSM_HeldBodiesPassThrough(t *testing.T) {
 	if len(ds) != 1 || ds[0].Body.Away() {
 		t.Fatalf("deliveries %+v, want one with its body held", ds)
 	}
-	if out := h.a.deliveriesWithBodies(ds); len(out) != 1 || string(out[0].Message.Body) != "held" {
+	if out := h.a.deliveriesWithBodies("", ds); len(out) != 1 || string(out[0].Message.Body) != "held" {
 		t.Fatalf("returned %+v", out)
 	}
 	if got := bodyFiles(t, h.a.bodies.dir); len(got) != 0 {

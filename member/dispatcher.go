@@ -104,7 +104,7 @@ func (r *Replica) reserveLocked(d *dealer) []pick {
 func (r *Replica) deliveries(picks []pick, now int64) []command {
 	cmds := make([]command, len(picks))
 	for i, p := range picks {
-		cmds[i] = command{body: &fsmpb.Deliver{Session: p.c.Session, Now: now, MessageIds: p.ids}, done: func(res fsm.Result, err error) {
+		cmds[i] = command{member: r.key, body: &fsmpb.Deliver{Session: p.c.Session, Now: now, MessageIds: p.ids}, done: func(res fsm.Result, err error) {
 			r.delivered(p, res, err)
 		}}
 	}
@@ -123,7 +123,7 @@ func (r *Replica) dispatchOnce() bool {
 		r.mu.Unlock()
 		return false
 	}
-	r.fsm.read(func(m *fsm.Member) {
+	r.fsm.read(r.key, func(m *fsm.Member) {
 		m.ScanPending(now, func(id []byte) bool {
 			if _, busy := r.reserved[string(id)]; busy {
 				return true
@@ -146,7 +146,7 @@ func (r *Replica) submitEnqueue(c *fsmpb.Enqueue, done func(fsm.Result, error)) 
 	// Encoded here rather than by prop.submit, before submitMu is taken:
 	// the bodies are the costly part, and concurrent sends encode theirs
 	// side by side.
-	send, err := newProposal(c, nil)
+	send, err := newProposal(r.key, c, nil)
 	if err != nil {
 		done(fsm.Result{}, err)
 		return
@@ -241,7 +241,7 @@ func (r *Replica) enqueueDealerLocked(now int64) *dealer {
 		return nil
 	}
 	waiting := false
-	r.fsm.read(func(m *fsm.Member) {
+	r.fsm.read(r.key, func(m *fsm.Member) {
 		m.ScanPending(now, func(id []byte) bool {
 			_, busy := r.reserved[string(id)]
 			waiting = !busy
@@ -276,7 +276,7 @@ func (r *Replica) delivered(p pick, res fsm.Result, err error) {
 	if err != nil {
 		got = nil
 	}
-	got = r.fsm.deliveriesWithBodies(got)
+	got = r.fsm.deliveriesWithBodies(r.key, got)
 	r.mu.Lock()
 	for _, id := range p.ids {
 		delete(r.reserved, id)
@@ -328,7 +328,7 @@ func (r *Replica) ExpireNow() int {
 	for {
 		now := r.now().UnixNano()
 		var ids []string
-		r.fsm.read(func(m *fsm.Member) { ids = m.ExpiredBy(now, expireBatch) })
+		r.fsm.read(r.key, func(m *fsm.Member) { ids = m.ExpiredBy(now, expireBatch) })
 		if len(ids) == 0 {
 			return removed
 		}

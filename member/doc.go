@@ -1,8 +1,9 @@
-// Package member runs one member replica on this node: the member's Raft
-// group (hashicorp/raft over a bbolt log with fsync on), the proposer that
-// packs concurrent commands into one Raft entry, and, while this replica
-// hosts the member (leads its group), the dispatcher that delivers pending
-// messages to consumers with credit and the expiry loop.
+// Package member runs member replicas on this node: each member's Raft
+// group (hashicorp/raft over a fsynced log; a group of its own, or one
+// shared by many members, Shared), the proposer that packs concurrent
+// commands into one Raft entry, and, while this replica hosts the member
+// (leads its group), the dispatcher that delivers pending messages to
+// consumers with credit and the expiry loop.
 //
 // Every decision the state machine must not make itself is made here, on the
 // leader, and carried in the command: the time (Enqueue.now, Deliver.now,

@@ -16,14 +16,17 @@ import (
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 )
 
-// memberFSM adapts the pure member state machine to hashicorp/raft. It holds
-// the lock that serialises Apply with every reader.
+// memberFSM adapts the pure state machine of a group to hashicorp/raft:
+// one member's (m) in a group of its own, or a shared group's (g, Shared).
+// It holds the lock that serialises Apply with every reader.
 type memberFSM struct {
 	mu sync.RWMutex
 	m  *fsm.Member
-	// applied is called after each entry, outside the lock, to wake the
-	// dispatcher; it must not block.
-	applied func()
+	g  *fsm.Group
+	// applied is called after each batch of entries, outside the lock, with
+	// the members they touched (nil in a group of one member), to wake their
+	// dispatchers; it must not block.
+	applied func(touched []string)
 	// corrupt is called with an entry that cannot be applied, and fatal
 	// with bodies put away that cannot be read back; both must stop the
 	// node.
@@ -57,7 +60,31 @@ func (a *memberFSM) snapshotEnoughNearTurn() bool {
 	p := a.pace.Load()
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	return p != nil && p.enoughNearTurn(a.m.Stats().Bytes, a.since)
+	return p != nil && p.enoughNearTurn(a.stateBytesLocked(), a.since)
+}
+
+// stateBytesLocked is what the group's members hold together.
+func (a *memberFSM) stateBytesLocked() int64 {
+	if a.g != nil {
+		return a.g.Bytes()
+	}
+	return a.m.Stats().Bytes
+}
+
+// absent is what a member not yet added to its shared group reads as: empty.
+// Readers never change a state.
+var absent = fsm.NewMember()
+
+// memberLocked is the state of the member named key ("" in a group of its
+// own): absent if a shared group does not hold it (yet).
+func (a *memberFSM) memberLocked(key string) *fsm.Member {
+	if a.g == nil {
+		return a.m
+	}
+	if m := a.g.Member(key); m != nil {
+		return m
+	}
+	return absent
 }
 
 // askSnapshotLocked asks the replica for a snapshot if one is due after
@@ -72,7 +99,7 @@ func (a *memberFSM) askSnapshotLocked(first, last uint64) {
 	if p == nil {
 		return
 	}
-	stateBytes := a.m.Stats().Bytes
+	stateBytes := a.stateBytesLocked()
 	if a.enoughAt == 0 && p.enough(stateBytes, a.since) {
 		a.enoughAt = last
 	}
@@ -94,6 +121,7 @@ func (a *memberFSM) Apply(l *raft.Log) interface{} {
 // Each response is the entry's []fsm.Result (nil for Raft's own entries).
 func (a *memberFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	out := make([]interface{}, len(logs))
+	var touched []string
 	a.mu.Lock()
 	for i, l := range logs {
 		a.since.entries++
@@ -101,37 +129,58 @@ func (a *memberFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		if l.Type != raft.LogCommand {
 			continue
 		}
-		res, err := a.m.Apply(l.Index, l.Data)
+		var res []fsm.Result
+		var err error
+		if a.g != nil {
+			res, err = a.g.Apply(l.Index, l.Data)
+			touched = append(touched, a.g.Touched()...)
+		} else {
+			res, err = a.m.Apply(l.Index, l.Data)
+		}
 		if err != nil {
 			// The entries before it applied; their bodies leave them.
-			a.putBodiesAwayLocked()
+			a.putBodiesAwayLocked(touched)
 			a.mu.Unlock()
 			a.corrupt(fmt.Errorf("entry %d: %w", l.Index, err))
 			return out
 		}
 		out[i] = res
 	}
-	a.putBodiesAwayLocked()
+	a.putBodiesAwayLocked(touched)
 	if len(logs) > 0 {
 		a.askSnapshotLocked(logs[0].Index, logs[len(logs)-1].Index)
 	}
 	a.mu.Unlock()
-	a.applied()
+	a.applied(touched)
 	return out
 }
 
-// putBodiesAwayLocked puts away the bodies that bring the state's held
-// bodies over bodyMemory, and forgets those whose messages left it. A
-// failure (a full disk) leaves the bodies in memory. a.mu is held.
-func (a *memberFSM) putBodiesAwayLocked() {
+// putBodiesAwayLocked puts away the bodies that bring each touched
+// member's held bodies over bodyMemory, and forgets those whose messages
+// left the state. A failure (a full disk) leaves the bodies in memory.
+// a.mu is held.
+func (a *memberFSM) putBodiesAwayLocked(touched []string) {
 	if a.bodies == nil {
 		return
 	}
-	if err := a.m.PutBodiesAway(a.bodyMemory, a.bodies.put); err != nil && time.Since(a.putFailed) > time.Minute {
-		a.putFailed = time.Now()
-		a.log.Warn("cannot put message bodies away on disk; keeping them in memory", "held_bytes", a.m.HeldBodyBytes(), "err", err)
+	if a.g == nil {
+		a.putAwayLocked(a.m)
+		a.bodies.drop(a.m.DroppedBodies())
+		return
 	}
-	a.bodies.drop(a.m.DroppedBodies())
+	for _, key := range touched {
+		if m := a.g.Member(key); m != nil {
+			a.putAwayLocked(m)
+		}
+	}
+	a.bodies.drop(a.g.DroppedBodies())
+}
+
+func (a *memberFSM) putAwayLocked(m *fsm.Member) {
+	if err := m.PutBodiesAway(a.bodyMemory, a.bodies.put); err != nil && time.Since(a.putFailed) > time.Minute {
+		a.putFailed = time.Now()
+		a.log.Warn("cannot put message bodies away on disk; keeping them in memory", "held_bytes", m.HeldBodyBytes(), "err", err)
+	}
 }
 
 // closeBodies deletes the bodies put away; the next start restores and
@@ -162,7 +211,7 @@ func (a *memberFSM) withBody(msg *fsmpb.Message, ref fsm.BodyRef) (*fsmpb.Messag
 // that cannot be read is a fault of this node's disk, not of the message:
 // the node stops (fatal), and the deliveries stay with their session for
 // the next host to push. After the replica stopped, they stay there too.
-func (a *memberFSM) deliveriesWithBodies(ds []fsm.Delivery) []fsm.Delivery {
+func (a *memberFSM) deliveriesWithBodies(key string, ds []fsm.Delivery) []fsm.Delivery {
 	if !slices.ContainsFunc(ds, func(d fsm.Delivery) bool { return d.Body.Away() }) {
 		return ds
 	}
@@ -174,7 +223,7 @@ func (a *memberFSM) deliveriesWithBodies(ds []fsm.Delivery) []fsm.Delivery {
 		if d.Body.Away() {
 			// The state's message now: a restore may have put its body
 			// elsewhere since the Delivery was made.
-			msg, ref, ok := a.m.Delivered(d.DeliveryID)
+			msg, ref, ok := a.memberLocked(key).Delivered(d.DeliveryID)
 			if !ok || msg.Id != d.Message.Id {
 				continue
 			}
@@ -210,10 +259,20 @@ func (a *memberFSM) Snapshot() (raft.FSMSnapshot, error) {
 	a.mu.Unlock()
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	img := a.m.Capture()
-	snap := memberSnapshot{img: img, release: func() {}}
+	snap := memberSnapshot{release: func() {}}
+	var images []*fsm.MemberImage
+	if a.g != nil {
+		img := a.g.Capture()
+		snap.img, images = img, img.Members()
+	} else {
+		img := a.m.Capture()
+		snap.img, images = img, []*fsm.MemberImage{img}
+	}
 	if a.bodies != nil {
-		img.SetBodyReader(a.bodies.readAhead().read)
+		read := a.bodies.readAhead().read
+		for _, img := range images {
+			img.SetBodyReader(read)
+		}
 		snap.release = a.bodies.pin()
 	}
 	return snap, nil
@@ -227,7 +286,14 @@ func (a *memberFSM) Restore(rc io.ReadCloser) error {
 		first = a.bodies.roll()
 		put = &restoreBodies{store: a.bodies, memory: a.bodyMemory}
 	}
-	m, err := restoreMember(rc, restoreWorkers(), put)
+	var m *fsm.Member
+	var g *fsm.Group
+	var err error
+	if a.g != nil {
+		g, err = restoreGroup(rc, restoreWorkers(), put)
+	} else {
+		m, err = restoreMember(rc, restoreWorkers(), put)
+	}
 	if err != nil {
 		if a.bodies != nil {
 			a.bodies.dropFiles(first, false)
@@ -240,25 +306,34 @@ func (a *memberFSM) Restore(rc io.ReadCloser) error {
 		}
 	}
 	a.mu.Lock()
-	a.m, a.since, a.lastIndex, a.enoughAt = m, logVolume{}, 0, 0
+	a.m, a.g, a.since, a.lastIndex, a.enoughAt = m, g, logVolume{}, 0, 0
+	var every []string
+	if g != nil {
+		every = g.Members()
+	}
 	if a.bodies != nil {
-		m.TrackBodies()
+		if g != nil {
+			g.TrackBodies()
+		} else {
+			m.TrackBodies()
+		}
 		a.bodies.dropFiles(first, true)
 	}
 	a.mu.Unlock()
-	a.applied()
+	a.applied(every)
 	return nil
 }
 
-// read runs fn with the state held against applies.
-func (a *memberFSM) read(fn func(m *fsm.Member)) {
+// read runs fn with the state of the member named key held against
+// applies (memberLocked).
+func (a *memberFSM) read(key string, fn func(m *fsm.Member)) {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	fn(a.m)
+	fn(a.memberLocked(key))
 }
 
 type memberSnapshot struct {
-	img *fsm.MemberImage
+	img io.WriterTo
 	// release lets the body store delete files the image may read.
 	release func()
 }

@@ -87,7 +87,7 @@ func (r *Replica) moveTicker() func() {
 func (r *Replica) wakeDue() {
 	now := r.now().UnixNano()
 	var next int64
-	r.fsm.read(func(m *fsm.Member) { next = m.NextWake() })
+	r.fsm.read(r.key, func(m *fsm.Member) { next = m.NextWake() })
 	if next == 0 || next > now {
 		return
 	}
@@ -105,7 +105,7 @@ func (r *Replica) moveOnce(strandedSince time.Time) time.Time {
 	defer cancel()
 	draining := r.cfg.Mover.Draining(r.cfg.Name)
 	var sealed bool
-	r.fsm.read(func(m *fsm.Member) { sealed = m.Sealed() })
+	r.fsm.read(r.key, func(m *fsm.Member) { sealed = m.Sealed() })
 	if draining != sealed {
 		if _, err := r.proposeResult(ctx, &fsmpb.Seal{Sealed: draining}); err != nil {
 			r.log.Warn("sealing a draining member (or unsealing one taken back) failed", "draining", draining, "err", err)
@@ -116,7 +116,7 @@ func (r *Replica) moveOnce(strandedSince time.Time) time.Time {
 	for range moveRounds {
 		var dead []string
 		var pending int
-		r.fsm.read(func(m *fsm.Member) {
+		r.fsm.read(r.key, func(m *fsm.Member) {
 			dead = m.DeadWaiting(moveBatch)
 			pending = m.Stats().Pending
 		})
@@ -139,7 +139,7 @@ func (r *Replica) moveOnce(strandedSince time.Time) time.Time {
 
 	if draining {
 		var st fsm.Stats
-		r.fsm.read(func(m *fsm.Member) { st = m.Stats() })
+		r.fsm.read(r.key, func(m *fsm.Member) { st = m.Stats() })
 		if st.Pending+st.Delivered+st.Delayed+st.Moving > 0 {
 			return strandedSince
 		}
@@ -156,7 +156,7 @@ func (r *Replica) moveOnce(strandedSince time.Time) time.Time {
 // movePending starts moving a batch of pending messages to another member.
 func (r *Replica) movePending(ctx context.Context) bool {
 	var ids []string
-	r.fsm.read(func(m *fsm.Member) {
+	r.fsm.read(r.key, func(m *fsm.Member) {
 		m.ScanPending(r.now().UnixNano(), func(id []byte) bool {
 			ids = append(ids, string(id))
 			return len(ids) < moveBatch
@@ -186,7 +186,7 @@ func (r *Replica) startMove(ctx context.Context, ids []string, dead bool) bool {
 func (r *Replica) finishMoves(ctx context.Context) bool {
 	var aside []fsm.Aside
 	var err error
-	r.fsm.read(func(m *fsm.Member) {
+	r.fsm.read(r.key, func(m *fsm.Member) {
 		aside = m.AsideMessages(moveBatch)
 		for i := range aside {
 			if aside[i].Message, err = r.fsm.withBody(aside[i].Message, aside[i].Body); err != nil {

@@ -46,10 +46,12 @@ type proposal struct {
 	done func(fsm.Result, error)
 }
 
-// command is a body to propose and what to call with its result.
+// command is a body to propose, the member of a shared group it is for
+// ("" in a group of one member), and what to call with its result.
 type command struct {
-	body proto.Message
-	done func(fsm.Result, error)
+	member string
+	body   proto.Message
+	done   func(fsm.Result, error)
 }
 
 type inflight struct {
@@ -95,7 +97,7 @@ func (p *proposer) submit(cmds ...command) { p.queueGroup(p.prepare(cmds...)) }
 func (p *proposer) prepare(cmds ...command) []proposal {
 	group := make([]proposal, 0, len(cmds))
 	for _, c := range cmds {
-		q, err := newProposal(c.body, c.done)
+		q, err := newProposal(c.member, c.body, c.done)
 		if err != nil {
 			c.done(fsm.Result{}, err)
 			continue
@@ -178,13 +180,14 @@ const smallPayload = 64 << 10
 
 // newProposal marshals body into a recycled buffer; the batcher hands it
 // back (recycle) once it has copied the payload into the entry.
-func newProposal(body proto.Message, done func(fsm.Result, error)) (proposal, error) {
+func newProposal(member string, body proto.Message, done func(fsm.Result, error)) (proposal, error) {
 	buf := payloads.Get().(*[]byte)
 	cmd, err := fsm.NewCommandInto(*buf, body)
 	if err != nil {
 		payloads.Put(buf)
 		return proposal{}, err
 	}
+	cmd.Member = member
 	return proposal{cmd: cmd, buf: buf, done: done}, nil
 }
 

@@ -1,12 +1,10 @@
 package member
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -116,8 +114,14 @@ type consumerState struct {
 // proposer that batches commands into entries, and, while it leads the
 // group, the dispatcher that feeds consumers and the expiry loop.
 type Replica struct {
-	cfg   Config
-	log   *slog.Logger
+	cfg Config
+	log *slog.Logger
+	// host runs the member's Raft group: its own, or one it shares with
+	// other members (shared, not nil), in whose state machine key names it.
+	host   *raftHost
+	shared *Shared
+	key    string
+	// group, fsm and prop are host's.
 	group *Group
 	fsm   *memberFSM
 	prop  *proposer
@@ -131,11 +135,6 @@ type Replica struct {
 	ledCh chan struct{}
 	// leaderGen counts leadership changes, so a stale takeover gives up.
 	leaderGen atomic.Uint64
-	// snapshotEntries is Config.SnapshotThreshold, which the pace is
-	// computed from again whenever the replica's role or rank may have
-	// changed.
-	snapshotEntries uint64
-	paceMu          sync.Mutex
 
 	mu        sync.Mutex
 	consumers map[string]*consumerState
@@ -164,8 +163,21 @@ type Replica struct {
 	stopOnce sync.Once
 }
 
-// Open starts the replica, bootstrapping its group on first use.
+// Open starts the replica of a member in a Raft group of its own,
+// bootstrapping the group on first use.
 func Open(cfg Config) (*Replica, error) {
+	r := newReplica(cfg)
+	a := &memberFSM{m: fsm.NewMember(), applied: func([]string) { r.kick() }}
+	h, err := openHost(r.cfg, a, r.notify)
+	if err != nil {
+		return nil, err
+	}
+	r.start(h)
+	return r, nil
+}
+
+// newReplica fills cfg's defaults into a replica not started yet.
+func newReplica(cfg Config) *Replica {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
@@ -184,7 +196,7 @@ func Open(cfg Config) (*Replica, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	r := &Replica{
+	return &Replica{
 		cfg:       cfg,
 		log:       cfg.Logger.With("member", cfg.Name),
 		notify:    make(chan bool, 16),
@@ -194,77 +206,40 @@ func Open(cfg Config) (*Replica, error) {
 		returning: make(map[uint64]struct{}),
 		stop:      make(chan struct{}),
 		ledCh:     make(chan struct{}),
+	}
+}
 
-		snapshotEntries: cmp.Or(cfg.SnapshotThreshold, raft.DefaultConfig().SnapshotThreshold),
-	}
-	onCorrupt := cfg.OnFatal
-	if onCorrupt == nil {
-		onCorrupt = func(err error) { panic(err) }
-	}
-	r.fsm = &memberFSM{m: fsm.NewMember(), applied: r.kick, log: r.log, snapshotWanted: make(chan struct{}, 1), corrupt: func(err error) {
-		r.log.Error("member log entry cannot be applied; stopping to avoid diverging from the other replicas", "err", err)
-		onCorrupt(fmt.Errorf("member %s: %w", cfg.Name, err))
-	}, fatal: func(err error) {
-		r.log.Error("message bodies on this node's disk cannot be read; stopping so that another replica serves them (a restart rebuilds them from the Raft log)", "err", err)
-		onCorrupt(fmt.Errorf("member %s: %w", cfg.Name, err))
-	}}
-	if cfg.BodyMemory >= 0 {
-		bodies, err := openBodyStore(filepath.Join(cfg.Dir, "bodies"))
-		if err != nil {
-			return nil, fmt.Errorf("member %s: %w", cfg.Name, err)
-		}
-		r.fsm.bodies, r.fsm.bodyMemory = bodies, cfg.BodyMemory
-		r.fsm.m.TrackBodies()
-	}
-	// hashicorp/raft snapshots on its own only at maxSnapshotThreshold;
-	// snapshotLoop snapshots at the configured threshold when the log has
-	// grown enough for the state's size, at the replica's turn.
-	snapshotEvery := cmp.Or(cfg.SnapshotInterval, DefaultSnapshotInterval)
-	g, err := OpenRaft(RaftConfig{
-		Group: cfg.GroupID, NodeID: cfg.NodeID, Dir: cfg.Dir, Stream: cfg.Stream, Peers: cfg.Peers,
-		Timing: cfg.Timing, SnapshotThreshold: max(r.snapshotEntries, maxSnapshotThreshold), SnapshotInterval: cfg.SnapshotInterval, LogStore: cfg.LogStore,
-		Logger: cfg.Logger, NotifyCh: r.notify, Addresses: cfg.Addresses, OnStorageError: cfg.OnFatal,
-	}, r.fsm)
-	if err != nil {
-		r.fsm.closeBodies()
-		return nil, err
-	}
-	r.group = g
-	r.prop = newProposer(g.Raft)
+// start runs the replica's loops on host.
+func (r *Replica) start(h *raftHost) {
+	r.host, r.group, r.fsm, r.prop = h, h.group, h.fsm, h.prop
 	r.wg.Add(2)
 	go r.watchLeadership()
 	go r.dispatchLoop()
-	r.every(cfg.ExpiryInterval, r.expireTick)
-	r.every(cfg.ExpiryInterval, r.moveTicker())
-	// The pace is refreshed at each interval too, since a membership
-	// change moves the ranks.
-	r.refreshSnapshotPace()
-	r.every(snapshotEvery, r.refreshSnapshotPace)
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		r.snapshotLoop()
-	}()
-	return r, nil
+	r.every(r.cfg.ExpiryInterval, r.expireTick)
+	r.every(r.cfg.ExpiryInterval, r.moveTicker())
 }
 
 // every runs tick at each interval, on a goroutine of its own, until the
 // replica stops.
 func (r *Replica) every(interval time.Duration, tick func()) {
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
+	runEvery(&r.wg, r.stop, interval, tick)
+}
+
+// runEvery runs tick at each interval on a goroutine counted in wg, until
+// stop is closed.
+func runEvery(wg *sync.WaitGroup, stop <-chan struct{}, interval time.Duration, tick func()) {
+	wg.Go(func() {
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
 			select {
-			case <-r.stop:
+			case <-stop:
 				return
 			case <-t.C:
 			}
 			tick()
 		}
-	}()
+	})
 }
 
 // Name is the member's address.
@@ -293,7 +268,9 @@ func (r *Replica) watchLeadership() {
 		case <-r.stop:
 			return
 		case isLeader := <-r.notify:
-			r.refreshSnapshotPace()
+			if r.shared == nil {
+				r.host.refreshSnapshotPace()
+			}
 			r.ledMu.Lock()
 			gen := r.leaderGen.Add(1)
 			r.ledMu.Unlock()
@@ -414,8 +391,14 @@ func (r *Replica) prepareLeadership() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	if !r.fsm.holds(r.key) {
+		// A shared group's new member: its first host adds it.
+		if err := r.propose(ctx, &fsmpb.AddMember{}); err != nil {
+			return fmt.Errorf("add to its group: %w", err)
+		}
+	}
 	var current *fsmpb.MemberSettings
-	r.fsm.read(func(m *fsm.Member) { current = m.Settings() })
+	r.fsm.read(r.key, func(m *fsm.Member) { current = m.Settings() })
 	if !proto.Equal(current, r.cfg.Settings) {
 		if err := r.propose(ctx, &fsmpb.Configure{Settings: r.cfg.Settings}); err != nil {
 			return fmt.Errorf("configure: %w", err)
@@ -428,7 +411,7 @@ func (r *Replica) prepareLeadership() error {
 // its unacknowledged messages return to pending, marked redelivered.
 func (r *Replica) SweepSessions(ctx context.Context) error {
 	var dead []string
-	r.fsm.read(func(m *fsm.Member) {
+	r.fsm.read(r.key, func(m *fsm.Member) {
 		for _, s := range m.Sessions() {
 			if !r.cfg.OwnerLive(s.Owner) {
 				dead = append(dead, s.ID)
@@ -457,6 +440,13 @@ func (r *Replica) SweepSessions(ctx context.Context) error {
 // Enqueue for the dedup window and the messages' arrival; a Recover,
 // Release or Return for the redelivery delay.
 func (r *Replica) Submit(body proto.Message, done func(fsm.Result, error)) {
+	select {
+	case <-r.stop:
+		// A shared group's proposer outlives its members' replicas.
+		done(fsm.Result{}, ErrStopped)
+		return
+	default:
+	}
 	now := r.now().UnixNano()
 	switch c := body.(type) {
 	case *fsmpb.Enqueue:
@@ -476,14 +466,14 @@ func (r *Replica) Submit(body proto.Message, done func(fsm.Result, error)) {
 		c.Now = now
 	}
 	if !addsPending(body) {
-		r.prop.submit(command{body: body, done: r.tracked(false, done)})
+		r.prop.submit(command{member: r.key, body: body, done: r.tracked(false, done)})
 		return
 	}
 	// Counted and queued under submitMu, so a send dealt meanwhile cannot
 	// overtake it in the log without seeing it.
 	r.submitMu.Lock()
 	defer r.submitMu.Unlock()
-	r.prop.submit(command{body: body, done: r.tracked(true, done)})
+	r.prop.submit(command{member: r.key, body: body, done: r.tracked(true, done)})
 }
 
 // tracked wraps a submitted command's done to kick the dispatcher after the
@@ -539,7 +529,7 @@ func (r *Replica) Enqueue(ctx context.Context, msgs []*fsmpb.Message) ([]fsm.Enq
 // OpenSession registers a session owned by owner before consumers of it attach.
 func (r *Replica) OpenSession(ctx context.Context, session, owner string) error {
 	var open bool
-	r.fsm.read(func(m *fsm.Member) { open = m.HasSession(session) })
+	r.fsm.read(r.key, func(m *fsm.Member) { open = m.HasSession(session) })
 	if open {
 		return nil
 	}
@@ -607,13 +597,13 @@ func (r *Replica) Purge(ctx context.Context) (int, error) {
 
 // Stats counts what the member holds, as applied on this replica.
 func (r *Replica) Stats() (s fsm.Stats) {
-	r.fsm.read(func(m *fsm.Member) { s = m.Stats() })
+	r.fsm.read(r.key, func(m *fsm.Member) { s = m.Stats() })
 	return s
 }
 
 // Read runs fn on the replica's state, held against applies; fn must not
 // keep the state or block.
-func (r *Replica) Read(fn func(m *fsm.Member)) { r.fsm.read(fn) }
+func (r *Replica) Read(fn func(m *fsm.Member)) { r.fsm.read(r.key, fn) }
 
 // AddConsumer attaches a consumer with credit for that many messages. Its
 // session must be open (OpenSession).
@@ -634,8 +624,8 @@ func (r *Replica) AttachConsumer(c *Consumer, credit int, pushedUpTo uint64) err
 	}
 	var unseen []fsm.Delivery
 	if pushedUpTo != ^uint64(0) {
-		r.fsm.read(func(m *fsm.Member) { unseen = m.DeliveriesAfter(c.Session, pushedUpTo) })
-		unseen = r.fsm.deliveriesWithBodies(unseen)
+		r.fsm.read(r.key, func(m *fsm.Member) { unseen = m.DeliveriesAfter(c.Session, pushedUpTo) })
+		unseen = r.fsm.deliveriesWithBodies(r.key, unseen)
 	}
 	r.mu.Lock()
 	if _, ok := r.consumers[c.ID]; ok {
@@ -707,12 +697,12 @@ func (r *Replica) shutdown(destroy bool) error {
 	r.stopOnce.Do(func() {
 		close(r.stop)
 		r.setLeading(false, 0)
-		r.prop.close()
-		if destroy {
-			err = r.group.Destroy()
-		} else {
-			err = r.group.Close()
+		if r.shared != nil {
+			r.wg.Wait()
+			err = r.shared.leave(r, destroy)
+			return
 		}
+		err = r.host.close(destroy)
 		r.wg.Wait()
 		r.fsm.closeBodies()
 	})

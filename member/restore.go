@@ -62,9 +62,37 @@ func restoreMember(r io.Reader, workers int, put *restoreBodies) (*fsm.Member, e
 	if err != nil {
 		return nil, err
 	}
+	return restoreFrom(snap, workers, put)
+}
+
+func restoreFrom(snap *fsm.MemberSnapshot, workers int, put *restoreBodies) (*fsm.Member, error) {
 	d := decodeRecords(snap, max(workers, 1), put)
 	defer d.close()
 	return snap.Restore(d.next)
+}
+
+// restoreGroup reads a snapshot written by fsm.GroupImage.WriteTo, each
+// member as restoreMember does.
+func restoreGroup(r io.Reader, workers int, put *restoreBodies) (*fsm.Group, error) {
+	snap, err := fsm.OpenGroupSnapshot(r)
+	if err != nil {
+		return nil, err
+	}
+	var members []*fsm.Member
+	for {
+		name, ms, err := snap.NextMember()
+		if errors.Is(err, io.EOF) {
+			return snap.NewGroupFrom(members)
+		}
+		if err != nil {
+			return nil, err
+		}
+		m, err := restoreFrom(ms, workers, put)
+		if err != nil {
+			return nil, fmt.Errorf("member %s: %w", name, err)
+		}
+		members = append(members, m)
+	}
 }
 
 // restoreBodies puts away, during a restore, the bodies past the first

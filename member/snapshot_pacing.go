@@ -90,30 +90,30 @@ func (p snapshotPace) turnStarts(from, to uint64) bool {
 
 // snapshotLoop takes the snapshots the state machine asks for as it
 // applies (memberFSM.askSnapshotLocked).
-func (r *Replica) snapshotLoop() {
+func (h *raftHost) snapshotLoop() {
 	for {
 		select {
-		case <-r.stop:
+		case <-h.stop:
 			return
-		case <-r.fsm.snapshotWanted:
+		case <-h.fsm.snapshotWanted:
 			// The ask may have waited behind a snapshot just taken, or
 			// behind Close.
 			select {
-			case <-r.stop:
+			case <-h.stop:
 				return
 			default:
 			}
-			if r.fsm.snapshotEnoughNearTurn() {
-				r.snapshot()
+			if h.fsm.snapshotEnoughNearTurn() {
+				h.snapshot()
 			}
 		}
 	}
 }
 
-func (r *Replica) snapshot() {
-	err := r.group.Raft.Snapshot().Error()
+func (h *raftHost) snapshot() {
+	err := h.group.Raft.Snapshot().Error()
 	if err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) && !errors.Is(err, raft.ErrRaftShutdown) {
-		r.log.Warn("snapshot failed; the replica tries again once as much log has come again", "err", err)
+		h.log.Warn("snapshot failed; the replica tries again once as much log has come again", "err", err)
 	}
 }
 
@@ -121,26 +121,26 @@ func (r *Replica) snapshot() {
 // role and rank now; a new leader's pace changes at once. paceMu keeps a
 // refresh at the interval's tick from storing a pace older than the one a
 // leadership change stored meanwhile.
-func (r *Replica) refreshSnapshotPace() {
-	r.paceMu.Lock()
-	defer r.paceMu.Unlock()
-	p := r.snapshotPace()
-	r.fsm.pace.Store(&p)
+func (h *raftHost) refreshSnapshotPace() {
+	h.paceMu.Lock()
+	defer h.paceMu.Unlock()
+	p := h.snapshotPace()
+	h.fsm.pace.Store(&p)
 }
 
 // snapshotPace is this replica's pace now, from its role and its rank in
 // the group's latest configuration; a replica with no configuration yet
 // paces as one alone. Ranks are among voters, the replicas that write
 // snapshots of their own and count in a quorum.
-func (r *Replica) snapshotPace() snapshotPace {
-	leader := r.group.Raft.State() == raft.Leader
+func (h *raftHost) snapshotPace() snapshotPace {
+	leader := h.group.Raft.State() == raft.Leader
 	var ids []string
-	for _, s := range r.group.Raft.GetConfiguration().Configuration().Servers {
+	for _, s := range h.group.Raft.GetConfiguration().Configuration().Servers {
 		if s.Suffrage == raft.Voter {
 			ids = append(ids, string(s.ID))
 		}
 	}
 	slices.Sort(ids)
-	rank := max(slices.Index(ids, r.cfg.NodeID), 0)
-	return snapshotPaceOf(r.snapshotEntries, leader, rank, len(ids))
+	rank := max(slices.Index(ids, h.nodeID), 0)
+	return snapshotPaceOf(h.snapshotEntries, leader, rank, len(ids))
 }

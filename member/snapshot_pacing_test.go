@@ -153,7 +153,7 @@ func TestMemberFSM_ReplicasAskAtTheirOwnTurns(t *testing.T) {
 	const threshold, turnLen = 600, 100
 	var fsms []*memberFSM
 	for rank := range 3 {
-		a := &memberFSM{m: fsm.NewMember(), applied: func() {}, snapshotWanted: make(chan struct{}, 1)}
+		a := &memberFSM{m: fsm.NewMember(), applied: func([]string) {}, snapshotWanted: make(chan struct{}, 1)}
 		p := snapshotPaceOf(threshold, rank == 0, rank, 3)
 		a.pace.Store(&p)
 		fsms = append(fsms, a)
@@ -201,7 +201,7 @@ func TestMemberFSM_ReplicasAskAtTheirOwnTurns(t *testing.T) {
 // turn, counting from the last entry it applied: a turn that starts on an
 // entry Raft kept from it (a no-op, a barrier) is still seen.
 func TestMemberFSM_AsksAtTurnsAcrossEntriesItDoesNotSee(t *testing.T) {
-	a := &memberFSM{m: fsm.NewMember(), applied: func() {}, snapshotWanted: make(chan struct{}, 1)}
+	a := &memberFSM{m: fsm.NewMember(), applied: func([]string) {}, snapshotWanted: make(chan struct{}, 1)}
 	// Turns of 2 entries from entry 2, every 6; due at a turn from 9
 	// entries of log.
 	p := snapshotPaceOf(12, false, 1, 3)
@@ -276,7 +276,7 @@ func TestReplica_SnapshotsWhenTheLogOutgrowsHalfTheState(t *testing.T) {
 	if added := since.bytes - before.bytes; since.entries != before.entries+20 || added < 20<<10 || added > 30<<10 || state < 2_000_000 {
 		t.Fatalf("volume = %d state bytes, %+v since the snapshot (%+v before 20 sends of 1 KiB); want about 2 MiB and 20 more entries of about 1 KiB", state, since, before)
 	}
-	if r.snapshotPace().enough(state, since) {
+	if r.host.snapshotPace().enough(state, since) {
 		t.Fatalf("%+v of log against %d bytes of state is due a snapshot", since, state)
 	}
 }

@@ -1,0 +1,203 @@
+package member
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/cairnmq/cairn/fsm"
+	"github.com/cairnmq/cairn/fsm/fsmpb"
+)
+
+// Shared is this node's replica of a Raft group that many members share,
+// of one destination or of many (fsm.Group): one log, one proposer, one
+// set of heartbeats and snapshots for all of them, so that a member that
+// carries no traffic costs its state and nothing else. Each member is a
+// Replica opened in the group (Open), with its own consumers, dispatcher
+// and timers; the group's leader hosts every member the group holds.
+type Shared struct {
+	cfg    Config
+	host   *raftHost
+	notify chan bool
+
+	mu       sync.Mutex
+	replicas map[string]*Replica
+	leader   bool
+
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	stopOnce sync.Once
+}
+
+// OpenShared starts this node's replica of a shared group, bootstrapping
+// it on first use. cfg says where the group runs (Name and GroupID name
+// it; Dir, Stream, Peers, Timing, LogStore, snapshots, BodyMemory,
+// OnFatal, Addresses, Logger); its members' own settings come with Open.
+func OpenShared(cfg Config) (*Shared, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Shared{cfg: cfg, notify: make(chan bool, 16), replicas: make(map[string]*Replica), stop: make(chan struct{})}
+	a := &memberFSM{g: fsm.NewGroup(), applied: s.kick}
+	h, err := openHost(cfg, a, s.notify)
+	if err != nil {
+		return nil, err
+	}
+	s.host = h
+	s.wg.Go(s.watchLeadership)
+	return s, nil
+}
+
+// kick wakes the dispatchers of the members an apply touched.
+func (s *Shared) kick(touched []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, key := range touched {
+		if r := s.replicas[key]; r != nil {
+			r.kick()
+		}
+	}
+}
+
+// watchLeadership passes the group's leadership news to every member.
+func (s *Shared) watchLeadership() {
+	for {
+		select {
+		case <-s.stop:
+			return
+		case leader := <-s.notify:
+			s.host.refreshSnapshotPace()
+			s.mu.Lock()
+			s.leader = leader
+			for _, r := range s.replicas {
+				r.tell(leader)
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+// tell hands a leadership change to the replica's watcher, unless it
+// stopped.
+func (r *Replica) tell(leader bool) {
+	select {
+	case r.notify <- leader:
+	case <-r.stop:
+	}
+}
+
+// Open starts the replica of the member named key in this group: its name
+// in the group's state, an incarnation that is never reused (a member
+// dropped and opened again under the same key starts empty). cfg gives the
+// member's address, settings and callbacks; the group's own fields are
+// ignored. The group's leader adds the member to the group's state when it
+// first hosts it; until then the member reads as empty.
+func (s *Shared) Open(key string, cfg Config) (*Replica, error) {
+	if key == "" {
+		return nil, fmt.Errorf("member %s: a member of a shared group needs a key", cfg.Name)
+	}
+	cfg.NodeID, cfg.Dir, cfg.GroupID = s.cfg.NodeID, s.cfg.Dir, s.cfg.GroupID
+	if cfg.Logger == nil {
+		cfg.Logger = s.cfg.Logger
+	}
+	r := newReplica(cfg)
+	r.shared, r.key = s, key
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.stop:
+		return nil, ErrStopped
+	default:
+	}
+	if _, ok := s.replicas[key]; ok {
+		return nil, fmt.Errorf("member %s: %s is open in group %s already", cfg.Name, key, s.cfg.GroupID)
+	}
+	r.start(s.host)
+	s.replicas[key] = r
+	if s.leader {
+		r.tell(true)
+	}
+	return r, nil
+}
+
+// leave forgets a replica that stopped; destroy also drops its member from
+// the group's state, if this node leads the group (the leader's own
+// replica drops it otherwise, and a member left behind by a leadership
+// change is dropped with Drop).
+func (s *Shared) leave(r *Replica, destroy bool) error {
+	s.mu.Lock()
+	if s.replicas[r.key] == r {
+		delete(s.replicas, r.key)
+	}
+	s.mu.Unlock()
+	if !destroy || s.host.group.Raft.State() != raft.Leader {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return s.Drop(ctx, r.key)
+}
+
+// Drop removes the member named key, and all it holds, from the group's
+// state; a member the group does not hold is no error. Only the leader can.
+func (s *Shared) Drop(ctx context.Context, key string) error {
+	done := make(chan error, 1)
+	s.host.prop.submit(command{member: key, body: &fsmpb.DropMember{}, done: func(res fsm.Result, err error) {
+		done <- errors.Join(err, res.Err)
+	}})
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Members names the members the group's state holds on this replica.
+func (s *Shared) Members() []string {
+	s.host.fsm.mu.RLock()
+	defer s.host.fsm.mu.RUnlock()
+	return s.host.fsm.g.Members()
+}
+
+// Raft exposes the group for status and membership changes.
+func (s *Shared) Raft() *raft.Raft { return s.host.group.Raft }
+
+// Close stops the group and every member replica still open in it; the
+// data stays for the next start.
+func (s *Shared) Close() error { return s.shutdown(false) }
+
+// Destroy stops the group and deletes its data.
+func (s *Shared) Destroy() error { return s.shutdown(true) }
+
+func (s *Shared) shutdown(destroy bool) error {
+	var err error
+	s.stopOnce.Do(func() {
+		s.mu.Lock()
+		close(s.stop)
+		replicas := make([]*Replica, 0, len(s.replicas))
+		for _, r := range s.replicas {
+			replicas = append(replicas, r)
+		}
+		s.mu.Unlock()
+		for _, r := range replicas {
+			r.Close()
+		}
+		s.wg.Wait()
+		err = s.host.close(destroy)
+		s.host.fsm.closeBodies()
+	})
+	return err
+}
+
+// holds reports whether a shared group's state holds the member named key.
+func (a *memberFSM) holds(key string) bool {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.g == nil || a.g.Member(key) != nil
+}
