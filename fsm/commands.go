@@ -3,6 +3,7 @@ package fsm
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -23,7 +24,9 @@ import (
 //   - 3: one with an unseen Return (an older build would mark those
 //     messages redelivered and count the delivery);
 //   - 4: one of a group shared by several members, whose commands name
-//     their member (an older build would apply them all to one member).
+//     their member (an older build would apply them all to one member), or
+//     one that places members in shared groups (an older build would give
+//     each a group of its own).
 const EntryVersion = 4
 
 // Encode wraps typed command bodies into one log entry.
@@ -35,7 +38,7 @@ func Encode(cmds ...*fsmpb.Command) ([]byte, error) {
 func entryVersionOf(cmds []*fsmpb.Command) uint32 {
 	v := uint32(1)
 	for _, c := range cmds {
-		if c.Member != "" || isGroupCommand(c.Type) {
+		if c.Member != "" || isGroupCommand(c.Type) || placesInSharedGroup(c) {
 			return 4
 		}
 	}
@@ -48,6 +51,28 @@ func entryVersionOf(cmds []*fsmpb.Command) uint32 {
 		}
 	}
 	return v
+}
+
+// placesInSharedGroup reports whether c creates members in shared groups
+// (MemberPlacement.group), which an older build would give groups of their
+// own.
+func placesInSharedGroup(c *fsmpb.Command) bool {
+	var members []*fsmpb.MemberPlacement
+	switch c.Type {
+	case fsmpb.CommandType_COMMAND_TYPE_CREATE_DESTINATION:
+		var b fsmpb.CreateDestination
+		if proto.Unmarshal(c.Payload, &b) != nil {
+			return false
+		}
+		members = b.GetDestination().GetMembers()
+	case fsmpb.CommandType_COMMAND_TYPE_RESIZE_DESTINATION:
+		var b fsmpb.ResizeDestination
+		if proto.Unmarshal(c.Payload, &b) != nil {
+			return false
+		}
+		members = b.Add
+	}
+	return slices.ContainsFunc(members, func(p *fsmpb.MemberPlacement) bool { return p.Group != "" })
 }
 
 // The fields whose presence raises an entry's version.

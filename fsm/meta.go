@@ -100,6 +100,9 @@ func (m *Meta) createDestination(c *fsmpb.CreateDestination) Result {
 	if _, ok := m.destinations[c.Destination.Name]; ok {
 		return Result{Err: fmt.Errorf("%w: %s", ErrDestinationExists, c.Destination.Name)}
 	}
+	if err := m.checkGroups(c.Destination.Members); err != nil {
+		return Result{Err: err}
+	}
 	m.destinations[c.Destination.Name] = c.Destination
 	return Result{}
 }
@@ -128,6 +131,9 @@ func (m *Meta) resizeDestination(c *fsmpb.ResizeDestination) Result {
 		p.Draining = uint32(i) >= c.Active
 	}
 	if err := ValidateDestination(nd); err != nil {
+		return Result{Err: err}
+	}
+	if err := m.checkGroups(c.Add); err != nil {
 		return Result{Err: err}
 	}
 	m.destinations[c.Name] = nd
@@ -195,15 +201,54 @@ func (m *Meta) replaceReplica(c *fsmpb.ReplaceReplica) Result {
 	case c.New == "" && len(p.Replicas) == 1:
 		return Result{Err: fmt.Errorf("%w: %s would have no replica left", ErrInvalidSettings, MemberName(d.Name, c.Member))}
 	}
-	nd := proto.Clone(d).(*fsmpb.Destination)
-	np := nd.Members[c.Member]
-	if c.New == "" {
-		np.Replicas = slices.Delete(np.Replicas, i, i+1)
-	} else {
-		np.Replicas[i] = c.New
+	if p.Group == "" {
+		m.destinations[d.Name] = replaced(d, func(np *fsmpb.MemberPlacement) bool { return np.Index == c.Member }, c)
+		return Result{}
 	}
-	m.destinations[d.Name] = nd
+	// The members of a shared group have its replicas: all change.
+	for _, od := range m.Destinations() {
+		in := func(np *fsmpb.MemberPlacement) bool { return np.Group == p.Group }
+		if slices.ContainsFunc(od.Members, in) {
+			m.destinations[od.Name] = replaced(od, in, c)
+		}
+	}
 	return Result{}
+}
+
+// replaced is a copy of d with c's replacement made in the members in
+// picks.
+func replaced(d *fsmpb.Destination, in func(*fsmpb.MemberPlacement) bool, c *fsmpb.ReplaceReplica) *fsmpb.Destination {
+	nd := proto.Clone(d).(*fsmpb.Destination)
+	for _, np := range nd.Members {
+		i := slices.Index(np.Replicas, c.Old)
+		if !in(np) || i < 0 {
+			continue
+		}
+		if c.New == "" {
+			np.Replicas = slices.Delete(np.Replicas, i, i+1)
+		} else {
+			np.Replicas[i] = c.New
+		}
+	}
+	return nd
+}
+
+// checkGroups refuses new members placed in a shared group with replicas
+// other than the group's: a group has one set of replicas.
+func (m *Meta) checkGroups(members []*fsmpb.MemberPlacement) error {
+	for _, p := range members {
+		if p.Group == "" {
+			continue
+		}
+		for _, d := range m.destinations {
+			for _, q := range d.Members {
+				if q.Group == p.Group && !slices.Equal(q.Replicas, p.Replicas) {
+					return fmt.Errorf("%w: member %d is placed in group %s on %q, and the group's replicas are %q", ErrInvalidSettings, p.Index, p.Group, p.Replicas, q.Replicas)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // Removed reports whether an operator removed the node.

@@ -1405,7 +1405,11 @@ type MemberPlacement struct {
 	// uid tells a member added by a resize apart from an earlier member of
 	// the same index; it is part of its Raft group id ("" for the members a
 	// destination was created with).
-	Uid           string `protobuf:"bytes,5,opt,name=uid,proto3" json:"uid,omitempty"`
+	Uid string `protobuf:"bytes,5,opt,name=uid,proto3" json:"uid,omitempty"`
+	// group names the Raft group the member shares with the other members
+	// of the same group, of any destination ("": a group of its own). Every
+	// member of a group has the same replicas, changed together.
+	Group         string `protobuf:"bytes,6,opt,name=group,proto3" json:"group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1471,6 +1475,13 @@ func (x *MemberPlacement) GetDraining() bool {
 func (x *MemberPlacement) GetUid() string {
 	if x != nil {
 		return x.Uid
+	}
+	return ""
+}
+
+func (x *MemberPlacement) GetGroup() string {
+	if x != nil {
+		return x.Group
 	}
 	return ""
 }
@@ -3004,13 +3015,14 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x0emax_deliveries\x18\x04 \x01(\rR\rmaxDeliveries\x12.\n" +
 	"\x13redelivery_delay_ns\x18\x05 \x01(\x03R\x11redeliveryDelayNs\x12-\n" +
 	"\x12redelivery_backoff\x18\x06 \x01(\rR\x11redeliveryBackoff\x125\n" +
-	"\x17redelivery_max_delay_ns\x18\a \x01(\x03R\x14redeliveryMaxDelayNs\"\x8b\x01\n" +
+	"\x17redelivery_max_delay_ns\x18\a \x01(\x03R\x14redeliveryMaxDelayNs\"\xa1\x01\n" +
 	"\x0fMemberPlacement\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x1a\n" +
 	"\breplicas\x18\x02 \x03(\tR\breplicas\x12\x18\n" +
 	"\ainitial\x18\x03 \x03(\tR\ainitial\x12\x1a\n" +
 	"\bdraining\x18\x04 \x01(\bR\bdraining\x12\x10\n" +
-	"\x03uid\x18\x05 \x01(\tR\x03uid\"\xed\x04\n" +
+	"\x03uid\x18\x05 \x01(\tR\x03uid\x12\x14\n" +
+	"\x05group\x18\x06 \x01(\tR\x05group\"\xed\x04\n" +
 	"\vDestination\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1d.cairn.fsm.v1.DestinationKindR\x04kind\x12\x1a\n" +
