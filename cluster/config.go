@@ -55,6 +55,11 @@ type Config struct {
 	// stays in memory). `cairn server` defaults to member.DefaultBodyMemory.
 	BodyMemoryMiB int
 
+	// GroupPerMember gives each new member a Raft group of its own, as
+	// every member had before members shared groups (cluster/DESIGN.md);
+	// tests use it to keep that layout, which older destinations keep.
+	GroupPerMember bool
+
 	// Member tuning.
 	Timing            member.Timing
 	SnapshotThreshold uint64

@@ -270,9 +270,11 @@ func TestRestart_ReadyOnlyOnceMembersAreRestored(t *testing.T) {
 // opening one reads its log since its last snapshot, and the node is ready
 // only once every one is open, so one after another a node holding two
 // deep queues took the sum of both (docs/performance.md, "Replicas open
-// side by side").
+// side by side"). Members in groups of their own: on one node, shared
+// groups put both queues in one.
 func TestRestart_MemberReplicasOpenSideBySide(t *testing.T) {
 	cfg := testConfig(t, t.TempDir())
+	cfg.GroupPerMember = true
 	n := startNode(t, cfg)
 	ctx := testCtx(t)
 	s := mustSession(t, dial(t, n), client.AutoAck)

@@ -136,7 +136,7 @@ func (n *Node) createDestination(ctx context.Context, req *clientpb.CreateDestin
 	// Preferred hosts go round the nodes, starting at a different node for
 	// each destination, so hosts spread over the cluster.
 	for i := range members {
-		d.Members = append(d.Members, placeMember(uint32(i), nodes, offset+i, replicas))
+		d.Members = append(d.Members, n.placeMember(uint32(i), nodes, offset+i, replicas))
 	}
 	if _, err := n.meta.apply(ctx, &fsmpb.CreateDestination{Destination: d}); err != nil {
 		return nil, wireError(err)
@@ -166,13 +166,18 @@ func forwardDelay(d *fsmpb.Destination) time.Duration {
 }
 
 // placeMember places member index on replicas nodes, the preferred host
-// first: nodes[first] and the ones after it, round the list.
-func placeMember(index uint32, nodes []string, first, replicas int) *fsmpb.MemberPlacement {
+// first: nodes[first] and the ones after it, round the list; in the
+// shared group of those replicas in that order (sharedGroupID), unless
+// the node gives each member a group of its own.
+func (n *Node) placeMember(index uint32, nodes []string, first, replicas int) *fsmpb.MemberPlacement {
 	p := &fsmpb.MemberPlacement{Index: index}
 	for j := range replicas {
 		p.Replicas = append(p.Replicas, nodes[(first+j)%len(nodes)])
 	}
 	p.Initial = slices.Clone(p.Replicas)
+	if !n.cfg.GroupPerMember {
+		p.Group = sharedGroupID(p.Replicas)
+	}
 	return p
 }
 
@@ -214,7 +219,7 @@ func (n *Node) updateDestination(ctx context.Context, req *clientpb.UpdateDestin
 				}
 			}
 			hosted[nodes[first]]++
-			p := placeMember(uint32(len(d.Members)+i), nodes, first, int(d.Replicas))
+			p := n.placeMember(uint32(len(d.Members)+i), nodes, first, int(d.Replicas))
 			p.Uid = newID(8)
 			cmd.Add = append(cmd.Add, p)
 		}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,15 +28,59 @@ type groups struct {
 	kick chan struct{}
 
 	mu sync.RWMutex
-	// byGroup is keyed by Raft group id, byName by member address.
+	// byGroup is keyed by a member's incarnation (groupID: its Raft group
+	// id when it has a group of its own), byName by member address.
 	byGroup map[string]*member.Replica
 	byName  map[string]*member.Replica
-	// transferred is when each member's leadership was last moved.
+	// shared are the shared groups open here, by group id; sharing
+	// serialises their opening and closing.
+	shared  map[string]*member.Shared
+	sharing sync.Mutex
+	// transferred is when each group's leadership was last moved.
 	transferred map[string]time.Time
 }
 
 func newGroups(n *Node) *groups {
-	return &groups{n: n, kick: n.groupsKick, byGroup: make(map[string]*member.Replica), byName: make(map[string]*member.Replica), transferred: make(map[string]time.Time)}
+	return &groups{n: n, kick: n.groupsKick, byGroup: make(map[string]*member.Replica), byName: make(map[string]*member.Replica),
+		shared: make(map[string]*member.Shared), transferred: make(map[string]time.Time)}
+}
+
+// sharedGroupID names the shared group of the members placed on replicas,
+// in that order (the first is the preferred host): the groups of a
+// cluster grow with its nodes, not with its destinations.
+func sharedGroupID(replicas []string) string {
+	return "shared@" + strings.Join(replicas, ",")
+}
+
+// raftUnit is one Raft group open here: a member's own, or a shared one.
+type raftUnit struct {
+	// id names the group; member is a member in it, whose placement
+	// says where the group's replicas go.
+	id, member string
+	raft       *raft.Raft
+	// applied is the last entry its state machine applied.
+	applied func() uint64
+}
+
+func (u raftUnit) Name() string     { return u.member }
+func (u raftUnit) Raft() *raft.Raft { return u.raft }
+
+// units lists the Raft groups open here, each once.
+func (gs *groups) units() []raftUnit {
+	gs.mu.RLock()
+	defer gs.mu.RUnlock()
+	var out []raftUnit
+	for _, r := range gs.byName {
+		if r.Shared() == nil {
+			out = append(out, raftUnit{id: r.Name(), member: r.Name(), raft: r.Raft(), applied: r.Applied})
+		}
+	}
+	for id, s := range gs.shared {
+		if rs := s.Replicas(); len(rs) > 0 {
+			out = append(out, raftUnit{id: id, member: rs[0].Name(), raft: s.Raft(), applied: s.Applied})
+		}
+	}
+	return out
 }
 
 func (gs *groups) poke() {
@@ -85,35 +131,35 @@ const transferEvery = 5 * time.Second
 // serves.
 func (gs *groups) preferHosts() {
 	canLead := gs.n.nodesThatCanLead()
-	for _, r := range gs.all() {
-		if !r.Leading() {
+	for _, u := range gs.units() {
+		if u.raft.State() != raft.Leader {
 			continue
 		}
-		if err := gs.reconcileMemberVoters(r); err != nil {
-			gs.n.log.Warn("matching member group to its placement", "member", r.Name(), "err", err)
+		if err := gs.reconcileMemberVoters(u); err != nil {
+			gs.n.log.Warn("matching member group to its placement", "group", u.id, "err", err)
 			continue
 		}
-		preferred := gs.preferred(r.Name())
+		preferred := gs.preferred(u.member)
 		leaving := gs.n.leaving.Load()
 		if preferred == "" || preferred == gs.n.cfg.NodeID || !canLead[preferred] || leaving {
 			continue
 		}
 		gs.mu.Lock()
-		last := gs.transferred[r.Name()]
+		last := gs.transferred[u.id]
 		if time.Since(last) < transferEvery {
 			gs.mu.Unlock()
 			continue
 		}
-		gs.transferred[r.Name()] = time.Now()
+		gs.transferred[u.id] = time.Now()
 		gs.mu.Unlock()
 		addr, err := (raftAddresses{gs.n}).ServerAddr(raft.ServerID(preferred))
 		if err != nil {
 			continue
 		}
-		gs.n.log.Info("moving member leadership to its preferred host", "member", r.Name(), "to", preferred)
+		gs.n.log.Info("moving member leadership to its preferred host", "group", u.id, "to", preferred)
 		go func() {
-			if err := r.Raft().LeadershipTransferToServer(raft.ServerID(preferred), addr).Error(); err != nil {
-				gs.n.log.Info("leadership transfer did not happen", "member", r.Name(), "to", preferred, "err", err)
+			if err := u.raft.LeadershipTransferToServer(raft.ServerID(preferred), addr).Error(); err != nil {
+				gs.n.log.Info("leadership transfer did not happen", "group", u.id, "to", preferred, "err", err)
 			}
 		}()
 	}
@@ -137,10 +183,8 @@ func (gs *groups) preferred(name string) string {
 // restarted node does while it replays a deep queue's log: a leadership
 // handed to it would keep the member waiting for the replay.
 func (gs *groups) lagging() bool {
-	for _, r := range gs.all() {
-		var applied uint64
-		r.Read(func(m *fsm.Member) { applied = m.Applied() })
-		if last := r.Raft().LastIndex(); last > applied+leadSlack {
+	for _, u := range gs.units() {
+		if last := u.raft.LastIndex(); last > u.applied()+leadSlack {
 			return true
 		}
 	}
@@ -156,8 +200,12 @@ var replicasLagging = (*groups).lagging
 // (about 5,000 for 1.2 million 1 KiB messages stored by asynchronous sends).
 const leadSlack = 256
 
-// openMember opens a member replica; tests wrap it to watch the opens.
-var openMember = member.Open
+// openMember and openShared open a member's own group and a shared group;
+// tests wrap them to watch the opens.
+var (
+	openMember = member.Open
+	openShared = member.OpenShared
+)
 
 type placed struct {
 	dest  *fsmpb.Destination
@@ -209,6 +257,7 @@ func (gs *groups) reconcile() {
 			gs.n.log.Warn("destroying member replica", "member", r.Name(), "err", err)
 		}
 	}
+	gs.closeUnused(want)
 
 	// Replicas open side by side, because opening one reads its whole log
 	// since its last snapshot (hashicorp/raft's NewRaft looks through it for
@@ -240,32 +289,8 @@ func (gs *groups) reconcile() {
 }
 
 func (gs *groups) open(id string, p placed, nodes map[string]*fsmpb.Node) (*member.Replica, error) {
-	// Only the replicas the group was created with bootstrap it; one placed
-	// later joins the running group when its leader adds it.
-	initial := p.place.Initial
-	if len(initial) == 0 {
-		initial = p.place.Replicas
-	}
-	var peers []raft.Server
-	if slices.Contains(initial, gs.n.cfg.NodeID) {
-		for _, nid := range initial {
-			nd, ok := nodes[nid]
-			if !ok {
-				return nil, fmt.Errorf("replica node %s is not registered", nid)
-			}
-			peers = append(peers, raft.Server{ID: raft.ServerID(nid), Address: raft.ServerAddress(nd.RaftAddr)})
-		}
-	}
-	layer, err := gs.n.mux.Layer(id)
-	if err != nil {
-		return nil, err
-	}
 	cfg := gs.n.replicaConfig()
 	cfg.Name = fsm.MemberName(p.dest.Name, p.place.Index)
-	cfg.GroupID = id
-	cfg.Dir = filepath.Join(gs.n.cfg.DataDir, "members", id)
-	cfg.Stream = layer
-	cfg.Peers = peers
 	cfg.Settings = memberSettings(p.dest)
 	cfg.Mover = mover{gs.n}
 	cfg.ForwardDelay = forwardDelay(p.dest)
@@ -275,12 +300,103 @@ func (gs *groups) open(id string, p placed, nodes map[string]*fsmpb.Node) (*memb
 			gs.poke()
 		}
 	}
+	if g := p.place.Group; g != "" {
+		s, err := gs.openShared(g, p.place, nodes)
+		if err != nil {
+			return nil, err
+		}
+		return s.Open(id, cfg)
+	}
+	rc, err := gs.raftConfig(id, p.place, nodes)
+	if err != nil {
+		return nil, err
+	}
+	cfg.GroupID, cfg.Dir, cfg.Stream, cfg.Peers = rc.GroupID, rc.Dir, rc.Stream, rc.Peers
 	r, err := openMember(cfg)
 	if err != nil {
-		layer.Close()
+		rc.Stream.Close()
 		return nil, err
 	}
 	return r, nil
+}
+
+// raftConfig says where Raft group id runs on this node: its directory,
+// its layer of the Raft port, and, for a replica the group was created
+// with, the first configuration to bootstrap it with.
+func (gs *groups) raftConfig(id string, place *fsmpb.MemberPlacement, nodes map[string]*fsmpb.Node) (member.Config, error) {
+	// Only the replicas the group was created with bootstrap it; one placed
+	// later joins the running group when its leader adds it.
+	initial := place.Initial
+	if len(initial) == 0 {
+		initial = place.Replicas
+	}
+	var peers []raft.Server
+	if slices.Contains(initial, gs.n.cfg.NodeID) {
+		for _, nid := range initial {
+			nd, ok := nodes[nid]
+			if !ok {
+				return member.Config{}, fmt.Errorf("replica node %s is not registered", nid)
+			}
+			peers = append(peers, raft.Server{ID: raft.ServerID(nid), Address: raft.ServerAddress(nd.RaftAddr)})
+		}
+	}
+	layer, err := gs.n.mux.Layer(id)
+	if err != nil {
+		return member.Config{}, err
+	}
+	cfg := gs.n.replicaConfig()
+	cfg.Name, cfg.GroupID, cfg.Dir, cfg.Stream, cfg.Peers = id, id, filepath.Join(gs.n.cfg.DataDir, "members", id), layer, peers
+	return cfg, nil
+}
+
+// openShared returns the shared group id, opening it if it is not open.
+func (gs *groups) openShared(id string, place *fsmpb.MemberPlacement, nodes map[string]*fsmpb.Node) (*member.Shared, error) {
+	gs.sharing.Lock()
+	defer gs.sharing.Unlock()
+	gs.mu.RLock()
+	s := gs.shared[id]
+	gs.mu.RUnlock()
+	if s != nil {
+		return s, nil
+	}
+	cfg, err := gs.raftConfig(id, place, nodes)
+	if err != nil {
+		return nil, err
+	}
+	s, err = openShared(cfg)
+	if err != nil {
+		cfg.Stream.Close()
+		return nil, err
+	}
+	gs.mu.Lock()
+	gs.shared[id] = s
+	gs.mu.Unlock()
+	return s, nil
+}
+
+// closeUnused closes the shared groups that no member placed here uses
+// any more; their data stays, for a member placed in them again.
+func (gs *groups) closeUnused(want map[string]placed) {
+	gs.sharing.Lock()
+	defer gs.sharing.Unlock()
+	used := map[string]bool{}
+	for _, p := range want {
+		used[p.place.Group] = true
+	}
+	gs.mu.Lock()
+	var unused []*member.Shared
+	for id, s := range gs.shared {
+		if !used[id] {
+			unused = append(unused, s)
+			delete(gs.shared, id)
+		}
+	}
+	gs.mu.Unlock()
+	for _, s := range unused {
+		if err := s.Close(); err != nil && !errors.Is(err, raft.ErrRaftShutdown) {
+			gs.n.log.Warn("closing a shared group no member here uses", "err", err)
+		}
+	}
 }
 
 // memberSettings splits the destination's limits among its members.
@@ -382,7 +498,8 @@ func (gs *groups) closeAll() {
 	for _, r := range gs.byName {
 		rs = append(rs, r)
 	}
-	gs.byGroup, gs.byName = map[string]*member.Replica{}, map[string]*member.Replica{}
+	shared := slices.Collect(maps.Values(gs.shared))
+	gs.byGroup, gs.byName, gs.shared = map[string]*member.Replica{}, map[string]*member.Replica{}, map[string]*member.Shared{}
 	gs.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, r := range rs {
@@ -393,6 +510,14 @@ func (gs *groups) closeAll() {
 				gs.n.log.Warn("closing member replica", "member", r.Name(), "err", err)
 			}
 		}()
+	}
+	wg.Wait()
+	for _, s := range shared {
+		wg.Go(func() {
+			if err := s.Close(); err != nil && !errors.Is(err, raft.ErrRaftShutdown) {
+				gs.n.log.Warn("closing shared group", "err", err)
+			}
+		})
 	}
 	wg.Wait()
 }

@@ -261,9 +261,9 @@ func (n *Node) handOver(ctx context.Context) {
 		}
 	}
 	var wg sync.WaitGroup
-	for _, r := range n.groups.all() {
+	for _, u := range n.groups.units() {
 		wg.Add(1)
-		go func() { defer wg.Done(); transfer(r.Name(), r.Raft()) }()
+		go func() { defer wg.Done(); transfer(u.id, u.raft) }()
 	}
 	wg.Wait()
 	transfer(metaGroupID, n.meta.group.Raft)
@@ -314,8 +314,8 @@ func (n *Node) awaitCaughtUpQuorums(ctx context.Context) {
 func (n *Node) catchingUpForQuorum() []string {
 	canLead, catchingUp := n.leadReadiness()
 	rafts := []*raft.Raft{n.meta.group.Raft}
-	for _, r := range n.groups.all() {
-		rafts = append(rafts, r.Raft())
+	for _, u := range n.groups.units() {
+		rafts = append(rafts, u.raft)
 	}
 	needed := map[string]bool{}
 	for _, r := range rafts {

@@ -248,6 +248,13 @@ func (r *Replica) Name() string { return r.cfg.Name }
 // Raft exposes the group for status and membership changes.
 func (r *Replica) Raft() *raft.Raft { return r.group.Raft }
 
+// Shared is the shared group the member is in; nil for a group of its own.
+func (r *Replica) Shared() *Shared { return r.shared }
+
+// Applied is the index of the last entry the group's state machine
+// applied on this replica.
+func (r *Replica) Applied() uint64 { return r.fsm.appliedIndex() }
+
 // Leading reports whether this replica is the member's host: leader, caught
 // up, and done with its takeover.
 func (r *Replica) Leading() bool { return r.leading.Load() }

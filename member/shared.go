@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -167,6 +169,30 @@ func (s *Shared) Members() []string {
 
 // Raft exposes the group for status and membership changes.
 func (s *Shared) Raft() *raft.Raft { return s.host.group.Raft }
+
+// Replicas are the member replicas open in the group, sorted by key.
+func (s *Shared) Replicas() []*Replica {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*Replica, 0, len(s.replicas))
+	for _, key := range slices.Sorted(maps.Keys(s.replicas)) {
+		out = append(out, s.replicas[key])
+	}
+	return out
+}
+
+// Applied is the index of the last entry the group's state machine applied.
+func (s *Shared) Applied() uint64 { return s.host.fsm.appliedIndex() }
+
+// appliedIndex is the last entry the state machine applied.
+func (a *memberFSM) appliedIndex() uint64 {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	if a.g != nil {
+		return a.g.Applied()
+	}
+	return a.m.Applied()
+}
 
 // Close stops the group and every member replica still open in it; the
 // data stays for the next start.

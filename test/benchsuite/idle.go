@@ -90,7 +90,7 @@ func idleRows(cairn, nats *cluster, natsBin string, n int) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("| Cairn, %d queues (%d member groups) | %.1f | %.1f | %s | %s |\n", n, 3*n, rate, with.cpu, with.rss(), with.above(base))
+	fmt.Printf("| Cairn, %d queues (%d members) | %.1f | %.1f | %s | %s |\n", n, 3*n, rate, with.cpu, with.rss(), with.above(base))
 	if err := deleteQueues(cairn, n); err != nil {
 		return err
 	}
