@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -38,6 +39,13 @@ type groups struct {
 	sharing sync.Mutex
 	// transferred is when each group's leadership was last moved.
 	transferred map[string]time.Time
+	// reconciledAt is the meta state's index at the last reconcile that
+	// opened every replica placed here.
+	reconciledAt atomic.Uint64
+	// placed is placedHere's answer at the meta state's index placedAt.
+	placedMu sync.Mutex
+	placed   []string
+	placedAt uint64
 }
 
 func newGroups(n *Node) *groups {
@@ -225,7 +233,16 @@ func (gs *groups) reconcile() {
 	want := map[string]placed{}
 	existing := map[string]bool{}
 	var nodes map[string]*fsmpb.Node
+	var at uint64
+	unchanged := false
 	gs.n.meta.read(func(m *fsm.Meta) {
+		// A round that opened everything placed here needs no other
+		// until the placement changes: with a thousand destinations
+		// it walks them all.
+		at = m.Applied()
+		if unchanged = at == gs.reconciledAt.Load(); unchanged {
+			return
+		}
 		for _, d := range m.Destinations() {
 			for _, p := range d.Members {
 				existing[fsm.MemberName(d.Name, p.Index)] = true
@@ -239,6 +256,9 @@ func (gs *groups) reconcile() {
 			nodes[nd.Id] = nd
 		}
 	})
+	if unchanged {
+		return
+	}
 
 	gs.mu.Lock()
 	var gone []*member.Replica
@@ -264,6 +284,7 @@ func (gs *groups) reconcile() {
 	// configuration changes) and a node is ready only once every replica
 	// placed on it is open (cluster/DESIGN.md, "Replicas open side by side").
 	var opening errgroup.Group
+	var failed atomic.Bool
 	opening.SetLimit(max(2, runtime.GOMAXPROCS(0)))
 	for id, p := range want {
 		gs.mu.RLock()
@@ -276,6 +297,7 @@ func (gs *groups) reconcile() {
 			r, err := gs.open(id, p, nodes)
 			if err != nil {
 				gs.n.log.Warn("cannot open member replica yet", "group", id, "err", err)
+				failed.Store(true)
 				return nil
 			}
 			gs.mu.Lock()
@@ -286,6 +308,9 @@ func (gs *groups) reconcile() {
 		})
 	}
 	_ = opening.Wait() // each open logs its own failure; the next round tries it again
+	if !failed.Load() {
+		gs.reconciledAt.Store(at)
+	}
 }
 
 func (gs *groups) open(id string, p placed, nodes map[string]*fsmpb.Node) (*member.Replica, error) {
@@ -421,7 +446,7 @@ func memberSettings(d *fsmpb.Destination) *fsmpb.MemberSettings {
 // that gossip no longer holds alive.
 func (gs *groups) sweepSessions() {
 	for _, r := range gs.all() {
-		if !r.Leading() {
+		if !r.Leading() || !r.HoldsDeadSessions() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -479,8 +504,17 @@ func (gs *groups) opening() bool {
 }
 
 // placedHere lists the members the placement gives a replica on this node.
+// Readiness asks four times a second; the list is worked out again only
+// when the meta state changed.
 func (gs *groups) placedHere() (placed []string) {
 	gs.n.meta.read(func(m *fsm.Meta) {
+		gs.placedMu.Lock()
+		defer gs.placedMu.Unlock()
+		if gs.placedAt == m.Applied() && gs.placed != nil {
+			placed = gs.placed
+			return
+		}
+		placed = []string{}
 		for _, d := range m.Destinations() {
 			for _, p := range d.Members {
 				if slices.Contains(p.Replicas, gs.n.cfg.NodeID) {
@@ -488,6 +522,7 @@ func (gs *groups) placedHere() (placed []string) {
 				}
 			}
 		}
+		gs.placed, gs.placedAt = placed, m.Applied()
 	})
 	return placed
 }

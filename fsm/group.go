@@ -33,11 +33,13 @@ type Group struct {
 	touched []string
 	in      map[string]bool
 	bytes   int64
+	// dirty names the members touched since the last DroppedBodies.
+	dirty map[string]bool
 }
 
 // NewGroup returns a group that holds no member.
 func NewGroup() *Group {
-	return &Group{members: make(map[string]*Member), in: make(map[string]bool)}
+	return &Group{members: make(map[string]*Member), in: make(map[string]bool), dirty: make(map[string]bool)}
 }
 
 var groupHandlers = func() map[fsmpb.CommandType]handler[*Group] {
@@ -103,7 +105,7 @@ func (g *Group) Apply(index uint64, data []byte) ([]Result, error) {
 	clear(g.in)
 	touch := func(name string, m *Member) {
 		if !g.in[name] {
-			g.in[name] = true
+			g.in[name], g.dirty[name] = true, true
 			g.touched = append(g.touched, name)
 			g.bytes -= m.bytes
 		}
@@ -169,9 +171,12 @@ func (g *Group) Members() []string { return slices.Sorted(maps.Keys(g.members)) 
 // them (Member.DroppedBodies).
 func (g *Group) DroppedBodies() []BodyRef {
 	var out []BodyRef
-	for _, name := range g.Members() {
-		out = append(out, g.members[name].DroppedBodies()...)
+	for name := range g.dirty {
+		if m := g.members[name]; m != nil {
+			out = append(out, m.DroppedBodies()...)
+		}
 	}
+	clear(g.dirty)
 	out = append(out, g.dropped...)
 	g.dropped = nil
 	return out

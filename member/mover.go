@@ -58,7 +58,7 @@ func MoveDedupID(group string, seq uint64) string {
 // the loop.
 const moveRounds = 20
 
-// moveTicker returns what runs every ExpiryInterval: while this replica
+// moveTick runs every ExpiryInterval: while this replica
 // hosts the member, it decides the transactions
 // its front-ends left prepared (resolvePrepared), sends dead messages to
 // the dead-letter queue and, after ForwardDelay without consumers, forwards
@@ -68,19 +68,26 @@ const moveRounds = 20
 // Store on the target under a dedup id, then Moved: a new leader finds the
 // moves under way and finishes them, so each message moves exactly once.
 // (Redelivery delays end in the expiry loop, which never waits on another
-// member.)
-func (r *Replica) moveTicker() func() {
-	var strandedSince time.Time
-	return func() {
-		if r.Leading() {
-			r.resolvePrepared()
-		}
-		if !r.Leading() || r.cfg.Mover == nil {
-			strandedSince = time.Time{}
-			return
-		}
-		strandedSince = r.moveOnce(strandedSince)
+// member.) One goroutine at a time runs it.
+func (r *Replica) moveTick() {
+	if r.Leading() {
+		r.resolvePrepared()
 	}
+	if !r.Leading() || r.cfg.Mover == nil {
+		r.strandedSince = time.Time{}
+		return
+	}
+	r.strandedSince = r.moveOnce(r.strandedSince)
+}
+
+// idle reports whether the member holds nothing and is not draining: its
+// leader then has nothing to expire, wake, resolve or move.
+func (r *Replica) idle() bool {
+	var st fsm.Stats
+	var sealed bool
+	r.fsm.read(r.key, func(m *fsm.Member) { st, sealed = m.Stats(), m.Sealed() })
+	return st.Pending+st.Delivered+st.Delayed+st.Moving+st.Prepared == 0 && !sealed &&
+		(r.cfg.Mover == nil || !r.cfg.Mover.Draining(r.cfg.Name))
 }
 
 // wakeDue ends the redelivery delays that are over by the leader's clock.

@@ -30,8 +30,12 @@ type Timing struct {
 
 // DefaultTiming is hashicorp/raft's LAN timing, halved: a member's clients
 // wait out an election, so it should be short, and three nodes on one LAN
-// answer heartbeats well inside 500 ms.
-var DefaultTiming = Timing{Heartbeat: 500 * time.Millisecond, Election: 500 * time.Millisecond, LeaderLease: 250 * time.Millisecond, Commit: 20 * time.Millisecond}
+// answer heartbeats well inside 500 ms. Commit is how long a leader with
+// nothing new to send waits before telling its followers the commit
+// index again: every group's leader sends each follower an append at
+// that pace, idle or not, so it is 100 ms (hashicorp/raft: 50 ms)
+// (member/DESIGN.md, "Members share Raft groups").
+var DefaultTiming = Timing{Heartbeat: 500 * time.Millisecond, Election: 500 * time.Millisecond, LeaderLease: 250 * time.Millisecond, Commit: 100 * time.Millisecond}
 
 // Snapshot defaults. hashicorp/raft checks the threshold only every
 // SnapshotInterval (its default is 120 s), so a busy member would grow its

@@ -135,6 +135,11 @@ type Replica struct {
 	ledCh chan struct{}
 	// leaderGen counts leadership changes, so a stale takeover gives up.
 	leaderGen atomic.Uint64
+	// strandedSince is when the member's pending messages began to wait
+	// with no consumer, for moveTick; ticking is set while a shared
+	// group's tick runs the member's (Shared.tick).
+	strandedSince time.Time
+	ticking       atomic.Bool
 
 	mu        sync.Mutex
 	consumers map[string]*consumerState
@@ -215,8 +220,10 @@ func (r *Replica) start(h *raftHost) {
 	r.wg.Add(2)
 	go r.watchLeadership()
 	go r.dispatchLoop()
-	r.every(r.cfg.ExpiryInterval, r.expireTick)
-	r.every(r.cfg.ExpiryInterval, r.moveTicker())
+	if r.shared == nil {
+		r.every(r.cfg.ExpiryInterval, r.expireTick)
+		r.every(r.cfg.ExpiryInterval, r.moveTick)
+	}
 }
 
 // every runs tick at each interval, on a goroutine of its own, until the
@@ -383,18 +390,12 @@ func (r *Replica) WaitLeading(ctx context.Context) error {
 }
 
 func (r *Replica) prepareLeadership() error {
-	// A barrier still queued when Raft shuts down is never answered
-	// (hashicorp/raft#498), so wait for it or for the stop, whichever first;
-	// in the second case the waiting goroutine ends with the process.
-	barrier := make(chan error, 1)
-	go func() { barrier <- r.group.Raft.Barrier(10 * time.Second).Error() }()
-	select {
-	case err := <-barrier:
-		if err != nil {
-			return fmt.Errorf("barrier: %w", err)
+	if r.shared != nil {
+		if err := r.shared.barrier(r.stop); err != nil {
+			return err
 		}
-	case <-r.stop:
-		return ErrStopped
+	} else if err := barrier(r.group.Raft, r.stop); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -414,10 +415,32 @@ func (r *Replica) prepareLeadership() error {
 	return r.SweepSessions(ctx)
 }
 
-// SweepSessions releases every session whose owner is no longer alive, so
-// its unacknowledged messages return to pending, marked redelivered.
-func (r *Replica) SweepSessions(ctx context.Context) error {
-	var dead []string
+// barrier waits until every entry committed before it is applied, or stop
+// is closed. A barrier still queued when Raft shuts down is never answered
+// (hashicorp/raft#498), so it waits for the barrier or for the stop,
+// whichever first; in the second case the waiting goroutine ends with the
+// process.
+func barrier(rf *raft.Raft, stop <-chan struct{}) error {
+	done := make(chan error, 1)
+	go func() { done <- rf.Barrier(10 * time.Second).Error() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("barrier: %w", err)
+		}
+		return nil
+	case <-stop:
+		return ErrStopped
+	}
+}
+
+// HoldsDeadSessions reports whether a session of the member belongs to a
+// front-end that is no longer alive (SweepSessions releases them).
+func (r *Replica) HoldsDeadSessions() bool {
+	return len(r.deadSessions()) > 0
+}
+
+func (r *Replica) deadSessions() (dead []string) {
 	r.fsm.read(r.key, func(m *fsm.Member) {
 		for _, s := range m.Sessions() {
 			if !r.cfg.OwnerLive(s.Owner) {
@@ -425,6 +448,13 @@ func (r *Replica) SweepSessions(ctx context.Context) error {
 			}
 		}
 	})
+	return dead
+}
+
+// SweepSessions releases every session whose owner is no longer alive, so
+// its unacknowledged messages return to pending, marked redelivered.
+func (r *Replica) SweepSessions(ctx context.Context) error {
+	dead := r.deadSessions()
 	for _, id := range dead {
 		if err := r.Release(ctx, id); err != nil {
 			return fmt.Errorf("release session %s: %w", id, err)

@@ -1,6 +1,7 @@
 package member
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,6 +31,10 @@ type Shared struct {
 	mu       sync.Mutex
 	replicas map[string]*Replica
 	leader   bool
+	// barrierMu makes the members taking over wait for one barrier per
+	// term: barrierTerm is the last term one passed in.
+	barrierMu   sync.Mutex
+	barrierTerm uint64
 
 	stop     chan struct{}
 	wg       sync.WaitGroup
@@ -52,7 +57,32 @@ func OpenShared(cfg Config) (*Shared, error) {
 	}
 	s.host = h
 	s.wg.Go(s.watchLeadership)
+	runEvery(&s.wg, s.stop, cmp.Or(cfg.ExpiryInterval, time.Second), s.tick)
 	return s, nil
+}
+
+// tick runs the periodic work of the members this replica hosts
+// (Replica.expireTick, Replica.moveTick): one timer for the group rather
+// than two per member, and none of it for a member that holds nothing.
+// Each member's work runs on a goroutine of its own, so that one waiting
+// on another member (a move) holds up no other; a member whose last tick
+// still runs skips this one.
+func (s *Shared) tick() {
+	for _, r := range s.Replicas() {
+		if !r.ticking.CompareAndSwap(false, true) {
+			continue
+		}
+		if !r.Leading() || r.idle() {
+			r.strandedSince = time.Time{}
+			r.ticking.Store(false)
+			continue
+		}
+		s.wg.Go(func() {
+			defer r.ticking.Store(false)
+			r.expireTick()
+			r.moveTick()
+		})
+	}
 }
 
 // kick wakes the dispatchers of the members an apply touched.
@@ -82,6 +112,24 @@ func (s *Shared) watchLeadership() {
 			s.mu.Unlock()
 		}
 	}
+}
+
+// barrier is Replica's barrier for a member taking over: once one passed
+// in this leader's term, every entry of earlier terms is applied, and the
+// members that take over after it need none of their own.
+func (s *Shared) barrier(stop <-chan struct{}) error {
+	s.barrierMu.Lock()
+	defer s.barrierMu.Unlock()
+	rf := s.host.group.Raft
+	term := rf.CurrentTerm()
+	if s.barrierTerm == term {
+		return nil
+	}
+	if err := barrier(rf, stop); err != nil {
+		return err
+	}
+	s.barrierTerm = term
+	return nil
 }
 
 // tell hands a leadership change to the replica's watcher, unless it
@@ -170,15 +218,11 @@ func (s *Shared) Members() []string {
 // Raft exposes the group for status and membership changes.
 func (s *Shared) Raft() *raft.Raft { return s.host.group.Raft }
 
-// Replicas are the member replicas open in the group, sorted by key.
+// Replicas are the member replicas open in the group, in no order.
 func (s *Shared) Replicas() []*Replica {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]*Replica, 0, len(s.replicas))
-	for _, key := range slices.Sorted(maps.Keys(s.replicas)) {
-		out = append(out, s.replicas[key])
-	}
-	return out
+	return slices.Collect(maps.Values(s.replicas))
 }
 
 // Applied is the index of the last entry the group's state machine applied.

@@ -26,7 +26,7 @@ func sharedGroup(t testing.TB, ids []string, dirs []string, opts ...func(*Config
 	}
 	var out []*Shared
 	for i, id := range ids {
-		cfg := Config{Name: "g", GroupID: "g", NodeID: id, Dir: dirs[i], Stream: layers[i], Peers: peers, Timing: fastTiming}
+		cfg := Config{Name: "g", GroupID: "g", NodeID: id, Dir: dirs[i], Stream: layers[i], Peers: peers, Timing: fastTiming, ExpiryInterval: 20 * time.Millisecond}
 		for _, o := range opts {
 			o(&cfg)
 		}
@@ -213,5 +213,24 @@ func TestShared_DestroyDropsOnlyThatMember(t *testing.T) {
 	}
 	if _, err := s.Open("b#0@1", Config{Name: "b#0@1"}); err == nil {
 		t.Fatal("a key opened twice")
+	}
+}
+
+// The group's one timer runs each hosted member's expiry; a member that
+// holds nothing is left alone.
+func TestShared_LeaderExpiresTheMessagesOfEachMember(t *testing.T) {
+	ctx := context.Background()
+	s := sharedGroup(t, []string{"n1"}, []string{t.TempDir()})[0]
+	a, b := openIn(t, s, "a#0@1"), openIn(t, s, "b#0@1")
+	waitFor(t, "both members hosted", func() bool { return a.Leading() && b.Leading() })
+	soon := time.Now().Add(50 * time.Millisecond).UnixNano()
+	m := msgs(2, "a")
+	m[0].Expiration = soon
+	if _, err := a.Enqueue(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a's expired message removed", func() bool { return a.Stats().Pending == 1 })
+	if !b.idle() || a.idle() {
+		t.Fatalf("idle: a %v, b %v; want a busy and b idle", a.idle(), b.idle())
 	}
 }
