@@ -21,8 +21,8 @@ import (
 // of one destination or of many (fsm.Group): one log, one proposer, one
 // set of heartbeats and snapshots for all of them, so that a member that
 // carries no traffic costs its state and nothing else. Each member is a
-// Replica opened in the group (Open), with its own consumers, dispatcher
-// and timers; the group's leader hosts every member the group holds.
+// Replica opened in the group (Open), with its own consumers and
+// dispatcher; the group's leader hosts every member the group holds.
 type Shared struct {
 	cfg    Config
 	host   *raftHost
@@ -176,9 +176,9 @@ func (s *Shared) Open(key string, cfg Config) (*Replica, error) {
 }
 
 // leave forgets a replica that stopped; destroy also drops its member from
-// the group's state, if this node leads the group (the leader's own
-// replica drops it otherwise, and a member left behind by a leadership
-// change is dropped with Drop).
+// the group's state if this node leads the group (otherwise the leader's
+// own replica does, when it is destroyed; a member whose leader changed in
+// between stays in the state until Drop).
 func (s *Shared) leave(r *Replica, destroy bool) error {
 	s.mu.Lock()
 	if s.replicas[r.key] == r {
@@ -240,26 +240,18 @@ func (a *memberFSM) appliedIndex() uint64 {
 
 // Close stops the group and every member replica still open in it; the
 // data stays for the next start.
-func (s *Shared) Close() error { return s.shutdown(false) }
-
-// Destroy stops the group and deletes its data.
-func (s *Shared) Destroy() error { return s.shutdown(true) }
-
-func (s *Shared) shutdown(destroy bool) error {
+func (s *Shared) Close() error {
 	var err error
 	s.stopOnce.Do(func() {
 		s.mu.Lock()
 		close(s.stop)
-		replicas := make([]*Replica, 0, len(s.replicas))
-		for _, r := range s.replicas {
-			replicas = append(replicas, r)
-		}
+		replicas := slices.Collect(maps.Values(s.replicas))
 		s.mu.Unlock()
 		for _, r := range replicas {
 			r.Close()
 		}
 		s.wg.Wait()
-		err = s.host.close(destroy)
+		err = s.host.close(false)
 		s.host.fsm.closeBodies()
 	})
 	return err
