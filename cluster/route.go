@@ -293,10 +293,22 @@ func (n *Node) waitHost(ctx context.Context, name string) error {
 			return nil
 		}
 		n.groups.poke()
+		if r, ok := n.groups.replica(name); ok {
+			if _, leader := r.Raft().LeaderWithID(); string(leader) == n.cfg.NodeID {
+				// Its takeover here is under way: its end ends the wait.
+				wctx, cancel := context.WithTimeout(ctx, time.Second)
+				_ = r.WaitLeading(wctx)
+				cancel()
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				continue
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(5 * time.Millisecond):
 		}
 	}
 }
