@@ -46,7 +46,7 @@ type Config struct {
 
 	// LogStore is where every Raft group of the node keeps its log:
 	// member.LogStoreBolt or member.LogStoreWAL. A data directory keeps
-	// the kind it was started with; empty means that one, or bolt for a
+	// the kind it was started with; empty means that one, or wal for a
 	// new directory.
 	LogStore string
 	// BodyMemoryMiB is how many MiB of message bodies each queue member

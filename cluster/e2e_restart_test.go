@@ -329,32 +329,32 @@ func TestRestart_MemberReplicasOpenSideBySide(t *testing.T) {
 }
 
 // A data directory keeps the log store it was started with: started again
-// without --log-store, a wal node stays on wal and keeps its messages;
+// without --log-store, a bolt node stays on bolt and keeps its messages;
 // asking for the other kind is refused before anything is opened. A new
-// data directory gets bolt, the default.
+// data directory gets wal, the default.
 func TestRestart_DataDirKeepsItsLogStore(t *testing.T) {
-	cfg := testConfig(t, t.TempDir(), func(c *Config) { c.LogStore = member.LogStoreWAL })
+	cfg := testConfig(t, t.TempDir(), func(c *Config) { c.LogStore = member.LogStoreBolt })
 	n := startNode(t, cfg)
 	ctx := testCtx(t)
 	sendN(t, ctx, mustProducer(t, mustSession(t, dial(t, n), client.AutoAck), "kept"), "m", 3)
 	n.Stop()
 
 	other := cfg
-	other.LogStore = member.LogStoreBolt
-	if _, err := Start(other); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "holds wal logs") {
-		t.Fatalf("a wal data dir started with --log-store bolt: %v; want ErrConfig naming the kind it holds", err)
+	other.LogStore = member.LogStoreWAL
+	if _, err := Start(other); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "holds bolt logs") {
+		t.Fatalf("a bolt data dir started with --log-store wal: %v; want ErrConfig naming the kind it holds", err)
 	}
 	again := cfg
 	again.LogStore = ""
 	n = startNode(t, again)
 	checkQueue(t, admin(t, n), "kept", 3, 0)
-	if got := member.HeldStore(filepath.Join(cfg.DataDir, "meta")); got != member.LogStoreWAL {
-		t.Fatalf("the meta group's store is %q after a restart without --log-store; want wal", got)
+	if got := member.HeldStore(filepath.Join(cfg.DataDir, "meta")); got != member.LogStoreBolt {
+		t.Fatalf("the meta group's store is %q after a restart without --log-store; want bolt", got)
 	}
 	n.Stop()
 
 	fresh := startNode(t, testConfig(t, t.TempDir()))
-	if got := member.HeldStore(filepath.Join(fresh.cfg.DataDir, "meta")); got != member.LogStoreBolt {
-		t.Fatalf("a new data dir's store is %q; want bolt, the default", got)
+	if got := member.HeldStore(filepath.Join(fresh.cfg.DataDir, "meta")); got != member.LogStoreWAL {
+		t.Fatalf("a new data dir's store is %q; want wal, the default", got)
 	}
 }

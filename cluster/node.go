@@ -196,7 +196,7 @@ func claimDataDir(dir, nodeID string) error {
 func logStoreFor(cfg Config, held string) (string, error) {
 	switch {
 	case held == "":
-		return cmp.Or(cfg.LogStore, member.LogStoreBolt), nil
+		return cmp.Or(cfg.LogStore, member.LogStoreWAL), nil
 	case cfg.LogStore != "" && cfg.LogStore != held:
 		return "", fmt.Errorf("%w: --log-store %s, but --data-dir %s holds %s logs; start without --log-store, or with --log-store %s", ErrConfig, cfg.LogStore, cfg.DataDir, held, held)
 	}

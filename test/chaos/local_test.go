@@ -144,7 +144,7 @@ func reservePorts(t *testing.T, names []string, hosts ...string) map[string]int 
 }
 
 // logStore is the nodes' --log-store: CAIRN_CHAOS_LOG_STORE, or the
-// server's default (bolt for a new data directory).
+// server's default (wal for a new data directory).
 func logStore() string { return os.Getenv("CAIRN_CHAOS_LOG_STORE") }
 
 // bodyMemory is the nodes' --body-memory-mib: CAIRN_CHAOS_BODY_MEMORY_MIB,
