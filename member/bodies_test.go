@@ -472,7 +472,7 @@ func TestReplica_BodiesPutAwayAreDelivered(t *testing.T) {
 	if away < n-1 {
 		t.Fatalf("%d bodies of %d put away with a memory of 1 byte", away, n)
 	}
-	if live := liveBodies(r.fsm.bodies); live != away {
+	if live := liveBodies(r.host.fsm.bodies); live != away {
 		t.Fatalf("the store counts %d bodies, the state %d put away", live, away)
 	}
 
@@ -495,7 +495,7 @@ func TestReplica_BodiesPutAwayAreDelivered(t *testing.T) {
 	if err != nil || acked != n || len(rejected) != 0 {
 		t.Fatalf("ack: %d acked, rejected %v, err %v", acked, rejected, err)
 	}
-	waitFor(t, "the bodies acked forgotten", func() bool { return liveBodies(r.fsm.bodies) == 0 })
+	waitFor(t, "the bodies acked forgotten", func() bool { return liveBodies(r.host.fsm.bodies) == 0 })
 	waitFor(t, "at most the active body file left", func() bool { return len(bodyFiles(t, filepath.Join(dir, "bodies"))) <= 1 })
 	if st := r.Stats(); st.Pending != 0 || st.Delivered != 0 || st.Bytes != 0 {
 		t.Fatalf("stats after acking everything: %+v", st)
@@ -578,7 +578,7 @@ func TestReplica_SnapshotAndRestartWithBodiesPutAway(t *testing.T) {
 
 	// Every body in memory, no store.
 	r3 := testReplica(t, dir, func(c *Config) { c.BodyMemory = -1 })
-	if r3.fsm.bodies != nil {
+	if r3.host.fsm.bodies != nil {
 		t.Fatal("a replica with a negative body memory has a body store")
 	}
 	waitFor(t, "state restored", func() bool { return r3.Stats().Delivered == len(ids) })

@@ -123,7 +123,7 @@ func (r *Replica) dispatchOnce() bool {
 		r.mu.Unlock()
 		return false
 	}
-	r.fsm.read(r.key, func(m *fsm.Member) {
+	r.host.fsm.read(r.key, func(m *fsm.Member) {
 		m.ScanPending(now, func(id []byte) bool {
 			if _, busy := r.reserved[string(id)]; busy {
 				return true
@@ -133,7 +133,7 @@ func (r *Replica) dispatchOnce() bool {
 	})
 	picks := r.reserveLocked(d)
 	r.mu.Unlock()
-	r.prop.submit(r.deliveries(picks, now)...)
+	r.host.prop.submit(r.deliveries(picks, now)...)
 	return len(picks) > 0
 }
 
@@ -161,7 +161,7 @@ func (r *Replica) submitEnqueue(c *fsmpb.Enqueue, done func(fsm.Result, error)) 
 		done(res, err)
 		r.kick()
 	}
-	r.prop.queueGroup(append([]proposal{send}, r.prop.prepare(r.deliveries(picks, c.Now)...)...))
+	r.host.prop.queueGroup(append([]proposal{send}, r.host.prop.prepare(r.deliveries(picks, c.Now)...)...))
 }
 
 // undealt are the messages of an Enqueue proposed and not yet applied that
@@ -241,7 +241,7 @@ func (r *Replica) enqueueDealerLocked(now int64) *dealer {
 		return nil
 	}
 	waiting := false
-	r.fsm.read(r.key, func(m *fsm.Member) {
+	r.host.fsm.read(r.key, func(m *fsm.Member) {
 		m.ScanPending(now, func(id []byte) bool {
 			_, busy := r.reserved[string(id)]
 			waiting = !busy
@@ -276,7 +276,7 @@ func (r *Replica) delivered(p pick, res fsm.Result, err error) {
 	if err != nil {
 		got = nil
 	}
-	got = r.fsm.deliveriesWithBodies(r.key, got)
+	got = r.host.fsm.deliveriesWithBodies(r.key, got)
 	r.mu.Lock()
 	for _, id := range p.ids {
 		delete(r.reserved, id)
@@ -328,7 +328,7 @@ func (r *Replica) ExpireNow() int {
 	for {
 		now := r.now().UnixNano()
 		var ids []string
-		r.fsm.read(r.key, func(m *fsm.Member) { ids = m.ExpiredBy(now, expireBatch) })
+		r.host.fsm.read(r.key, func(m *fsm.Member) { ids = m.ExpiredBy(now, expireBatch) })
 		if len(ids) == 0 {
 			return removed
 		}

@@ -23,7 +23,7 @@ func logCommands(t *testing.T, r *Replica, first uint64) [][]proto.Message {
 	var entries [][]proto.Message
 	for i := first; i <= r.Raft().LastIndex(); i++ {
 		var l raft.Log
-		if err := r.group.logs.GetLog(i, &l); err != nil {
+		if err := r.host.group.logs.GetLog(i, &l); err != nil {
 			t.Fatalf("entry %d: %v", i, err)
 		}
 		if l.Type != raft.LogCommand {

@@ -85,7 +85,7 @@ func (r *Replica) moveTick() {
 func (r *Replica) idle() bool {
 	var st fsm.Stats
 	var sealed bool
-	r.fsm.read(r.key, func(m *fsm.Member) { st, sealed = m.Stats(), m.Sealed() })
+	r.host.fsm.read(r.key, func(m *fsm.Member) { st, sealed = m.Stats(), m.Sealed() })
 	return st.Pending+st.Delivered+st.Delayed+st.Moving+st.Prepared == 0 && !sealed &&
 		(r.cfg.Mover == nil || !r.cfg.Mover.Draining(r.cfg.Name))
 }
@@ -94,7 +94,7 @@ func (r *Replica) idle() bool {
 func (r *Replica) wakeDue() {
 	now := r.now().UnixNano()
 	var next int64
-	r.fsm.read(r.key, func(m *fsm.Member) { next = m.NextWake() })
+	r.host.fsm.read(r.key, func(m *fsm.Member) { next = m.NextWake() })
 	if next == 0 || next > now {
 		return
 	}
@@ -112,7 +112,7 @@ func (r *Replica) moveOnce(strandedSince time.Time) time.Time {
 	defer cancel()
 	draining := r.cfg.Mover.Draining(r.cfg.Name)
 	var sealed bool
-	r.fsm.read(r.key, func(m *fsm.Member) { sealed = m.Sealed() })
+	r.host.fsm.read(r.key, func(m *fsm.Member) { sealed = m.Sealed() })
 	if draining != sealed {
 		if _, err := r.proposeResult(ctx, &fsmpb.Seal{Sealed: draining}); err != nil {
 			r.log.Warn("sealing a draining member (or unsealing one taken back) failed", "draining", draining, "err", err)
@@ -123,7 +123,7 @@ func (r *Replica) moveOnce(strandedSince time.Time) time.Time {
 	for range moveRounds {
 		var dead []string
 		var pending int
-		r.fsm.read(r.key, func(m *fsm.Member) {
+		r.host.fsm.read(r.key, func(m *fsm.Member) {
 			dead = m.DeadWaiting(moveBatch)
 			pending = m.Stats().Pending
 		})
@@ -146,7 +146,7 @@ func (r *Replica) moveOnce(strandedSince time.Time) time.Time {
 
 	if draining {
 		var st fsm.Stats
-		r.fsm.read(r.key, func(m *fsm.Member) { st = m.Stats() })
+		r.host.fsm.read(r.key, func(m *fsm.Member) { st = m.Stats() })
 		if st.Pending+st.Delivered+st.Delayed+st.Moving > 0 {
 			return strandedSince
 		}
@@ -163,7 +163,7 @@ func (r *Replica) moveOnce(strandedSince time.Time) time.Time {
 // movePending starts moving a batch of pending messages to another member.
 func (r *Replica) movePending(ctx context.Context) bool {
 	var ids []string
-	r.fsm.read(r.key, func(m *fsm.Member) {
+	r.host.fsm.read(r.key, func(m *fsm.Member) {
 		m.ScanPending(r.now().UnixNano(), func(id []byte) bool {
 			ids = append(ids, string(id))
 			return len(ids) < moveBatch
@@ -193,10 +193,10 @@ func (r *Replica) startMove(ctx context.Context, ids []string, dead bool) bool {
 func (r *Replica) finishMoves(ctx context.Context) bool {
 	var aside []fsm.Aside
 	var err error
-	r.fsm.read(r.key, func(m *fsm.Member) {
+	r.host.fsm.read(r.key, func(m *fsm.Member) {
 		aside = m.AsideMessages(moveBatch)
 		for i := range aside {
-			if aside[i].Message, err = r.fsm.withBody(aside[i].Message, aside[i].Body); err != nil {
+			if aside[i].Message, err = r.host.fsm.withBody(aside[i].Message, aside[i].Body); err != nil {
 				return
 			}
 			aside[i].Body = fsm.BodyRef{}
@@ -204,7 +204,7 @@ func (r *Replica) finishMoves(ctx context.Context) bool {
 	})
 	if err != nil {
 		if !errors.Is(err, errBodiesClosed) {
-			r.fsm.fatal(fmt.Errorf("moving messages: %w", err))
+			r.host.fsm.fatal(fmt.Errorf("moving messages: %w", err))
 		}
 		return false
 	}

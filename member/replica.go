@@ -121,10 +121,6 @@ type Replica struct {
 	host   *raftHost
 	shared *Shared
 	key    string
-	// group, fsm and prop are host's.
-	group *Group
-	fsm   *memberFSM
-	prop  *proposer
 
 	notify  chan bool
 	wake    chan struct{}
@@ -216,7 +212,7 @@ func newReplica(cfg Config) *Replica {
 
 // start runs the replica's loops on host.
 func (r *Replica) start(h *raftHost) {
-	r.host, r.group, r.fsm, r.prop = h, h.group, h.fsm, h.prop
+	r.host = h
 	r.wg.Add(2)
 	go r.watchLeadership()
 	go r.dispatchLoop()
@@ -253,14 +249,14 @@ func runEvery(wg *sync.WaitGroup, stop <-chan struct{}, interval time.Duration, 
 func (r *Replica) Name() string { return r.cfg.Name }
 
 // Raft exposes the group for status and membership changes.
-func (r *Replica) Raft() *raft.Raft { return r.group.Raft }
+func (r *Replica) Raft() *raft.Raft { return r.host.group.Raft }
 
 // Shared is the shared group the member is in; nil for a group of its own.
 func (r *Replica) Shared() *Shared { return r.shared }
 
 // Applied is the index of the last entry the group's state machine
 // applied on this replica.
-func (r *Replica) Applied() uint64 { return r.fsm.appliedIndex() }
+func (r *Replica) Applied() uint64 { return r.host.fsm.appliedIndex() }
 
 // Leading reports whether this replica is the member's host: leader, caught
 // up, and done with its takeover.
@@ -320,7 +316,7 @@ func (r *Replica) takeOver(gen uint64) {
 		case <-time.After(min(time.Duration(attempt+1)*100*time.Millisecond, 2*time.Second)):
 		}
 	}
-	if r.group.Raft.State() != raft.Leader || !r.setLeading(true, gen) {
+	if r.host.group.Raft.State() != raft.Leader || !r.setLeading(true, gen) {
 		return
 	}
 	r.log.Debug("member host ready")
@@ -394,19 +390,19 @@ func (r *Replica) prepareLeadership() error {
 		if err := r.shared.barrier(r.stop); err != nil {
 			return err
 		}
-	} else if err := barrier(r.group.Raft, r.stop); err != nil {
+	} else if err := barrier(r.host.group.Raft, r.stop); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if !r.fsm.holds(r.key) {
+	if !r.host.fsm.holds(r.key) {
 		// A shared group's new member: its first host adds it.
 		if err := r.propose(ctx, &fsmpb.AddMember{}); err != nil {
 			return fmt.Errorf("add to its group: %w", err)
 		}
 	}
 	var current *fsmpb.MemberSettings
-	r.fsm.read(r.key, func(m *fsm.Member) { current = m.Settings() })
+	r.host.fsm.read(r.key, func(m *fsm.Member) { current = m.Settings() })
 	if !proto.Equal(current, r.cfg.Settings) {
 		if err := r.propose(ctx, &fsmpb.Configure{Settings: r.cfg.Settings}); err != nil {
 			return fmt.Errorf("configure: %w", err)
@@ -441,7 +437,7 @@ func (r *Replica) HoldsDeadSessions() bool {
 }
 
 func (r *Replica) deadSessions() (dead []string) {
-	r.fsm.read(r.key, func(m *fsm.Member) {
+	r.host.fsm.read(r.key, func(m *fsm.Member) {
 		for _, s := range m.Sessions() {
 			if !r.cfg.OwnerLive(s.Owner) {
 				dead = append(dead, s.ID)
@@ -503,14 +499,14 @@ func (r *Replica) Submit(body proto.Message, done func(fsm.Result, error)) {
 		c.Now = now
 	}
 	if !addsPending(body) {
-		r.prop.submit(command{member: r.key, body: body, done: r.tracked(false, done)})
+		r.host.prop.submit(command{member: r.key, body: body, done: r.tracked(false, done)})
 		return
 	}
 	// Counted and queued under submitMu, so a send dealt meanwhile cannot
 	// overtake it in the log without seeing it.
 	r.submitMu.Lock()
 	defer r.submitMu.Unlock()
-	r.prop.submit(command{member: r.key, body: body, done: r.tracked(true, done)})
+	r.host.prop.submit(command{member: r.key, body: body, done: r.tracked(true, done)})
 }
 
 // tracked wraps a submitted command's done to kick the dispatcher after the
@@ -566,7 +562,7 @@ func (r *Replica) Enqueue(ctx context.Context, msgs []*fsmpb.Message) ([]fsm.Enq
 // OpenSession registers a session owned by owner before consumers of it attach.
 func (r *Replica) OpenSession(ctx context.Context, session, owner string) error {
 	var open bool
-	r.fsm.read(r.key, func(m *fsm.Member) { open = m.HasSession(session) })
+	r.host.fsm.read(r.key, func(m *fsm.Member) { open = m.HasSession(session) })
 	if open {
 		return nil
 	}
@@ -634,13 +630,13 @@ func (r *Replica) Purge(ctx context.Context) (int, error) {
 
 // Stats counts what the member holds, as applied on this replica.
 func (r *Replica) Stats() (s fsm.Stats) {
-	r.fsm.read(r.key, func(m *fsm.Member) { s = m.Stats() })
+	r.host.fsm.read(r.key, func(m *fsm.Member) { s = m.Stats() })
 	return s
 }
 
 // Read runs fn on the replica's state, held against applies; fn must not
 // keep the state or block.
-func (r *Replica) Read(fn func(m *fsm.Member)) { r.fsm.read(r.key, fn) }
+func (r *Replica) Read(fn func(m *fsm.Member)) { r.host.fsm.read(r.key, fn) }
 
 // AddConsumer attaches a consumer with credit for that many messages. Its
 // session must be open (OpenSession).
@@ -661,8 +657,8 @@ func (r *Replica) AttachConsumer(c *Consumer, credit int, pushedUpTo uint64) err
 	}
 	var unseen []fsm.Delivery
 	if pushedUpTo != ^uint64(0) {
-		r.fsm.read(r.key, func(m *fsm.Member) { unseen = m.DeliveriesAfter(c.Session, pushedUpTo) })
-		unseen = r.fsm.deliveriesWithBodies(r.key, unseen)
+		r.host.fsm.read(r.key, func(m *fsm.Member) { unseen = m.DeliveriesAfter(c.Session, pushedUpTo) })
+		unseen = r.host.fsm.deliveriesWithBodies(r.key, unseen)
 	}
 	r.mu.Lock()
 	if _, ok := r.consumers[c.ID]; ok {
@@ -741,7 +737,7 @@ func (r *Replica) shutdown(destroy bool) error {
 		}
 		err = r.host.close(destroy)
 		r.wg.Wait()
-		r.fsm.closeBodies()
+		r.host.fsm.closeBodies()
 	})
 	return err
 }

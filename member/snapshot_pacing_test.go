@@ -260,7 +260,7 @@ func TestReplica_SnapshotsWhenTheLogOutgrowsHalfTheState(t *testing.T) {
 	}
 	enqueue(10, 200, "big") // 2 MiB, all of it in the log
 	waitFor(t, "a snapshot", func() bool { return lastSnapshot() > 0 })
-	_, before := r.fsm.volume()
+	_, before := r.host.fsm.volume()
 	if before.entries >= 10 {
 		t.Fatalf("after the snapshot, %+v counted: the count did not start again", before)
 	}
@@ -269,10 +269,10 @@ func TestReplica_SnapshotsWhenTheLogOutgrowsHalfTheState(t *testing.T) {
 	if err := r.Raft().Snapshot().Error(); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
 		t.Fatal(err)
 	}
-	_, before = r.fsm.volume()
+	_, before = r.host.fsm.volume()
 
 	enqueue(20, 1, "one")
-	state, since := r.fsm.volume()
+	state, since := r.host.fsm.volume()
 	if added := since.bytes - before.bytes; since.entries != before.entries+20 || added < 20<<10 || added > 30<<10 || state < 2_000_000 {
 		t.Fatalf("volume = %d state bytes, %+v since the snapshot (%+v before 20 sends of 1 KiB); want about 2 MiB and 20 more entries of about 1 KiB", state, since, before)
 	}
@@ -326,7 +326,7 @@ func TestReplica_SnapshotPaceFollowsRoleAndRank(t *testing.T) {
 	rankOf := map[string]int{"n1": 0, "n2": 1, "n3": 2}
 	for i, r := range replicas {
 		waitFor(t, "the pace of "+ids[i], func() bool {
-			p := r.fsm.pace.Load()
+			p := r.host.fsm.pace.Load()
 			return p != nil && *p == snapshotPaceOf(100, r.Raft().State() == raft.Leader, rankOf[ids[i]], 3)
 		})
 	}

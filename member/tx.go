@@ -31,7 +31,7 @@ func (r *Replica) resolvePrepared() {
 	}
 	now := r.now().UnixNano()
 	var due []fsm.Prepared
-	r.fsm.read(r.key, func(m *fsm.Member) {
+	r.host.fsm.read(r.key, func(m *fsm.Member) {
 		for _, p := range m.PreparedTxs() {
 			if now-p.PreparedAt >= int64(r.cfg.TxTimeout) {
 				due = append(due, p)
