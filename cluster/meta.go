@@ -167,7 +167,7 @@ func openMeta(n *Node) (*metaGroup, error) {
 	}
 	g, err := member.OpenRaft(member.RaftConfig{
 		Group: metaGroupID, NodeID: n.cfg.NodeID, Dir: dir,
-		Stream: layer, Peers: peers, Timing: metaTiming(n.cfg.Timing), Logger: n.log, Addresses: raftAddresses{n}, OnStorageError: n.cfg.OnFatal,
+		Stream: layer, Peers: peers, Timing: n.cfg.Timing, NotifyCommit: true, Logger: n.log, Addresses: raftAddresses{n}, OnStorageError: n.cfg.OnFatal,
 		LogStore: n.cfg.LogStore,
 	}, mg.fsm)
 	if err != nil {
@@ -463,14 +463,3 @@ func (mg *metaGroup) close() {
 	}
 }
 
-// metaCommitTimeout bounds how long the meta group's followers may wait to
-// learn that an entry committed once commits stop: every node acts on a
-// new destination only once its meta replica applied it, and a queue
-// create waits for its members' hosts (member groups, which carry no such
-// wait, keep member.DefaultTiming's longer timeout).
-const metaCommitTimeout = 20 * time.Millisecond
-
-func metaTiming(t member.Timing) member.Timing {
-	t.Commit = min(t.Commit, metaCommitTimeout)
-	return t
-}

@@ -60,6 +60,11 @@ type RaftConfig struct {
 	// no state yet (every replica bootstraps with the same one).
 	Peers  []raft.Server
 	Timing Timing
+	// NotifyCommit has the leader tell its followers of each commit at
+	// once instead of with the next entry or Timing.Commit later (patched
+	// hashicorp/raft, third_party/hashicorp-raft/CAIRN.md): for a group
+	// whose followers act on what it commits.
+	NotifyCommit bool
 	// SnapshotThreshold is how many entries since the last snapshot trigger
 	// a new one.
 	SnapshotThreshold uint64
@@ -246,6 +251,7 @@ func OpenRaft(cfg RaftConfig, fsm raft.FSM) (*Group, error) {
 	if t := cfg.Timing; t.Heartbeat > 0 {
 		rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout, rc.CommitTimeout = t.Heartbeat, t.Election, t.LeaderLease, t.Commit
 	}
+	rc.NotifyCommit = cfg.NotifyCommit
 	if cfg.SnapshotThreshold > 0 {
 		rc.SnapshotThreshold = cfg.SnapshotThreshold
 	}

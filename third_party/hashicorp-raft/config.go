@@ -160,6 +160,13 @@ type Config struct {
 	// Due to random staggering, may be delayed as much as 2x this value.
 	CommitTimeout time.Duration
 
+	// NotifyCommit (Cairn's patch, see CAIRN.md) makes the leader send its
+	// followers an AppendEntries as soon as the commit index advances, so
+	// that they apply a committed entry without waiting for the next one
+	// or for CommitTimeout. CommitTimeout can then be long for an idle
+	// group whose followers must still apply promptly.
+	NotifyCommit bool
+
 	// MaxAppendEntries controls the maximum number of append entries
 	// to send at once. We want to strike a balance between efficiency
 	// and avoiding waste if the follower is going to reject because of

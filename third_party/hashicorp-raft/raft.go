@@ -789,6 +789,16 @@ func (r *Raft) leaderLoop() {
 			commitIndex := r.leaderState.commitment.getCommitIndex()
 			r.setCommitIndex(commitIndex)
 
+			// Cairn's patch: with NotifyCommit, the followers hear of the
+			// new commit index now, not with the next entry or at the next
+			// CommitTimeout. A replication already sending takes the
+			// notice with its next send.
+			if r.config().NotifyCommit && commitIndex > oldCommitIndex {
+				for _, f := range r.leaderState.replState {
+					asyncNotifyCh(f.triggerCh)
+				}
+			}
+
 			// New configuration has been committed, set it as the committed
 			// value.
 			if r.configurations.latestIndex > oldCommitIndex &&
