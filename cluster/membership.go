@@ -91,6 +91,11 @@ func (mg *metaGroup) replaceRemoved(ctx context.Context) error {
 	}
 	var moves []move
 	mg.read(func(m *fsm.Meta) {
+		// The leader asks every second; in most clusters no node was ever
+		// removed, and a thousand destinations need not be walked.
+		if !m.AnyRemoved() {
+			return
+		}
 		load := map[string]int{}
 		var candidates []string
 		for _, nd := range m.Nodes() {

@@ -254,6 +254,9 @@ func (m *Meta) checkGroups(members []*fsmpb.MemberPlacement) error {
 // Removed reports whether an operator removed the node.
 func (m *Meta) Removed(id string) bool { return m.removed[id] }
 
+// AnyRemoved reports whether a node was ever removed from the cluster.
+func (m *Meta) AnyRemoved() bool { return len(m.removed) > 0 }
+
 // Destination returns a destination's definition; callers must not modify it.
 func (m *Meta) Destination(name string) (*fsmpb.Destination, bool) {
 	d, ok := m.destinations[name]
