@@ -40,7 +40,8 @@ test-short:
 # the same set against three local nats-server processes too (installed for
 # the run into a temporary directory) and prints Cairn/NATS per row.
 # BENCH_FLAGS="--pending 1000000" adds memory, restart time and send rate
-# beside a million pending messages; "--scale 0.1" a quick look; "--rounds 3"
+# beside a million pending messages; "--idle-beside 1000" runs the set beside
+# a thousand idle queues; "--scale 0.1" a quick look; "--rounds 3"
 # runs every row of the standard set three times, each round Cairn then
 # NATS, and prints the medians with the range of the Cairn/NATS ratios (one
 # run swings by 30 %).
@@ -83,13 +84,15 @@ cluster-down:
 	$(COMPOSE) -f deploy/compose.yaml -p cairn down
 
 # chaos runs every nemesis scenario of test/chaos for 30 s each, with cairn
-# verify judging, against the compose cluster and three local processes
-# side by side (209-223 s together, 380 s one after the other); chaos-local
-# the local ones alone (no Docker needed); chaos-long soaks each for 6
-# minutes (30 per target, the two targets together, about half an hour).
+# verify judging and 100 idle queues beside its busy one, against the
+# compose cluster and three local processes side by side (209-223 s
+# together, 380 s one after the other), after a node killed under a thousand
+# queues (TestChaos_KillWithAThousandQueues); chaos-local the local ones
+# alone (no Docker needed); chaos-long soaks each for 6 minutes (30 per
+# target, the two targets together, about half an hour).
 chaos: image
 	CAIRN_CHAOS=1 $(GO) test -count=1 -timeout 40m -v ./test/chaos
 chaos-local:
-	CAIRN_CHAOS=1 $(GO) test -count=1 -timeout 30m -v -run TestChaos_Local ./test/chaos
+	CAIRN_CHAOS=1 $(GO) test -count=1 -timeout 30m -v -run 'TestChaos_Local|TestChaos_KillWithAThousandQueues' ./test/chaos
 chaos-long: image
 	CAIRN_CHAOS=1 CAIRN_CHAOS_DURATION=6m $(GO) test -count=1 -timeout 150m -v ./test/chaos

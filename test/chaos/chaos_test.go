@@ -9,6 +9,13 @@
 //     toxiproxy in front of every client, peer, Raft and HTTP address for
 //     partitions, so the suite runs where Docker does not.
 //
+// Beside verify's busy queue stand idle queues (CAIRN_CHAOS_IDLE_QUEUES,
+// default 100) holding one message each, which they must still hold at the
+// end, since their members share Raft groups with the busy one's.
+// TestChaos_KillWithAThousandQueues kills the node hosting a third of a
+// thousand queues' members (CAIRN_CHAOS_KILL_QUEUES) and logs how long each
+// took to be served again.
+//
 // `make chaos` runs a short pass of each scenario on each target (the
 // compose one only when Docker answers); `make chaos-local` the local one
 // alone; `make chaos-long` a soak. Without CAIRN_CHAOS=1 the tests skip, so
@@ -219,12 +226,24 @@ func faultEvery(lo, hi, hold time.Duration, metaLeader func(n int) bool, what st
 }
 
 // runScenarios runs every scenario on tg: cairn verify through the faults,
-// heal, and the checker must find no violation. The two targets run side by
-// side (their tests are parallel): the workloads mostly wait out faults, and
-// on a 2-core machine both passed together in 223 s against 380 s one after
-// the other (2026-12-05); each target keeps its scenarios in order.
+// heal, and the checker must find no violation; idle queues (idle_test.go)
+// stand beside verify's throughout and must keep their messages. The two
+// targets run side by side (their tests are parallel): the workloads mostly
+// wait out faults, and on a 2-core machine both passed together in 223 s
+// against 380 s one after the other; each target keeps its scenarios in
+// order.
 func runScenarios(t *testing.T, tg target) {
 	d := scenarioDuration(t)
+	idle := map[string]uint64{}
+	if n := idleQueues(t); n > 0 {
+		createIdle(t, tg, n)
+		var names []string
+		for i := range n {
+			names = append(names, idleName(i))
+			idle[idleName(i)] = 1
+		}
+		sendIdle(t, tg, names, 4, time.Now().Add(time.Minute))
+	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			// The nodes' last lines are the failed scenario's, not the
@@ -234,41 +253,66 @@ func runScenarios(t *testing.T, tg target) {
 					tg.lastWords(t)
 				}
 			})
-			args := append([]string{"--server", tg.clientAddrs(), "verify", "--duration", d.String(), "--producers", "2", "--consumers", "2", "--json"}, sc.verify...)
-			if path := keptPath(t, ".jsonl"); path != "" {
-				args = append(args, "--history", path)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), d+5*time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, cairnBin, args...)
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			waited := false
-			defer func() {
-				// Kept also when the nemesis or the heal failed the test
-				// before verify ended (its output is complete only then).
-				if !waited {
-					cancel()
-					_ = cmd.Wait()
-				}
-				if path := keptPath(t, ".stderr"); path != "" {
-					if err := os.WriteFile(path, stderr.Bytes(), 0o644); err != nil {
-						t.Errorf("keeping verify's stderr: %v", err)
-					}
-				}
-			}()
+			v := startVerify(t, tg, d, sc.verify...)
 			sc.nemesis(t, tg, time.Now().Add(d))
 			tg.heal(t)
-			err := cmd.Wait()
-			waited = true
-			t.Logf("cairn verify %s: %s", strings.Join(sc.verify, " "), strings.TrimSpace(stdout.String()))
-			if err != nil {
-				t.Fatalf("cairn verify: %v\nstdout: %s\nstderr: %s", err, stdout.String(), lastLines(stderr.String(), 20))
-			}
+			v.wait(t)
 		})
+	}
+	checkIdle(t, tg, idle, time.Minute)
+}
+
+// verifyRun is a `cairn verify --json` running against a target.
+type verifyRun struct {
+	args           []string
+	cmd            *exec.Cmd
+	cancel         context.CancelFunc
+	stdout, stderr bytes.Buffer
+	waited         bool
+}
+
+// startVerify starts cairn verify for d with extra flags; its history and
+// stderr are kept (keptPath) when the test ends, also if it fails before
+// wait.
+func startVerify(t *testing.T, tg target, d time.Duration, extra ...string) *verifyRun {
+	t.Helper()
+	v := &verifyRun{args: extra}
+	args := append([]string{"--server", tg.clientAddrs(), "verify", "--duration", d.String(), "--producers", "2", "--consumers", "2", "--json"}, extra...)
+	if path := keptPath(t, ".jsonl"); path != "" {
+		args = append(args, "--history", path)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d+5*time.Minute)
+	v.cancel = cancel
+	v.cmd = exec.CommandContext(ctx, cairnBin, args...)
+	v.cmd.Stdout, v.cmd.Stderr = &v.stdout, &v.stderr
+	if err := v.cmd.Start(); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Its output is complete only once it ended.
+		if !v.waited {
+			cancel()
+			_ = v.cmd.Wait()
+		}
+		if path := keptPath(t, ".stderr"); path != "" {
+			if err := os.WriteFile(path, v.stderr.Bytes(), 0o644); err != nil {
+				t.Errorf("keeping verify's stderr: %v", err)
+			}
+		}
+	})
+	return v
+}
+
+// wait waits for verify's verdict and fails the test unless it passed.
+func (v *verifyRun) wait(t *testing.T) {
+	t.Helper()
+	err := v.cmd.Wait()
+	v.waited = true
+	v.cancel()
+	t.Logf("cairn verify %s: %s", strings.Join(v.args, " "), strings.TrimSpace(v.stdout.String()))
+	if err != nil {
+		t.Fatalf("cairn verify: %v\nstdout: %s\nstderr: %s", err, v.stdout.String(), lastLines(v.stderr.String(), 20))
 	}
 }
 
