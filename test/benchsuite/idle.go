@@ -115,6 +115,25 @@ func idleRows(cairn, nats *cluster, natsBin string, n int) error {
 	return nil
 }
 
+// createBeside creates n idle queues (and NATS streams) for the standard
+// set to run beside, and waits as long as idleRows does before measuring.
+func createBeside(cairn, nats *cluster, natsBin string, n int) error {
+	rate, err := createQueues(cairn, n)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("Beside %d idle queues (created at %.1f a second)", n, rate)
+	if nats != nil {
+		if rate, err = createStreams(nats, natsBin, n); err != nil {
+			return err
+		}
+		fmt.Printf(" and %d idle NATS R3 file streams (%.1f a second)", n, rate)
+	}
+	fmt.Printf(":\n\n")
+	time.Sleep(idleSettle)
+	return nil
+}
+
 // createQueues creates idle-0 .. idle-(n-1) one after another and returns
 // the rate.
 func createQueues(c *cluster, n int) (float64, error) {

@@ -38,6 +38,7 @@ var (
 	only       = flag.String("only", "", "run only the rows whose name contains this")
 	pending    = flag.Int("pending", 0, "also fill a queue with this many 1 KiB messages and measure memory, restart time and send rate beside them")
 	queues     = flag.Int("queues", 0, "also create this many idle queues (and with --compare as many NATS streams of three replicas) and measure their creation rate, idle CPU and memory")
+	beside     = flag.Int("idle-beside", 0, "create this many idle queues (and with --compare as many NATS streams of three replicas) before the standard set, which then runs beside them")
 	rounds     = flag.Int("rounds", 1, "run every row of the standard set this many times, each round Cairn then NATS, and print the median of each figure and of the rounds' Cairn/NATS ratios, with their range")
 )
 
@@ -156,6 +157,14 @@ func run() error {
 			return err
 		}
 		defer nats.stop()
+	}
+	if *beside > 0 {
+		if *queues > 0 {
+			return errors.New("--idle-beside and --queues both create idle queues: run them apart")
+		}
+		if err := createBeside(cairn, nats, natsBin, *beside); err != nil {
+			return err
+		}
 	}
 	fmt.Printf("| row | messages | Cairn msgs/s | Cairn p50 / p99 ms |")
 	if *compare {
