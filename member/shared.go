@@ -178,7 +178,8 @@ func (s *Shared) Open(key string, cfg Config) (*Replica, error) {
 // leave forgets a replica that stopped; destroy also drops its member from
 // the group's state if this node leads the group (otherwise the leader's
 // own replica does, when it is destroyed; a member whose leader changed in
-// between stays in the state until Drop).
+// between stays in the state until Drop, which the cluster's leader of the
+// group calls for members no destination places in it).
 func (s *Shared) leave(r *Replica, destroy bool) error {
 	s.mu.Lock()
 	if s.replicas[r.key] == r {

@@ -1,0 +1,55 @@
+package cluster
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cairnmq/cairn/client"
+)
+
+// A member that stays in its shared group after its destination is gone
+// (its group changed leaders between the delete and the drop) is dropped
+// by the group's leader, with what it holds; a placed member is not.
+func TestGroups_LeaderDropsAMemberNoDestinationPlaces(t *testing.T) {
+	grace := staleGrace
+	staleGrace = 0
+	t.Cleanup(func() { staleGrace = grace })
+	tc := newCluster(t, 3)
+	ctx := testCtx(t)
+	if _, err := tc.admin("n1").CreateQueue(ctx, "kept", client.QueueOptions{Members: 1}); err != nil {
+		t.Fatal(err)
+	}
+	host := tc.waitHost("kept#0")
+	r, ok := tc.node(host).groups.replica("kept#0")
+	if !ok || r.Shared() == nil {
+		t.Fatalf("%s holds no replica of kept#0 in a shared group", host)
+	}
+	s := r.Shared()
+	kept := s.Members()
+
+	// A member the group's state holds and no destination places: opened
+	// by hand on the leader, which adds it as it takes over, and closed
+	// without being destroyed, as a replica whose group changed leaders
+	// before it was.
+	cfg := tc.node(host).replicaConfig()
+	cfg.Name = "ghost#0"
+	ghost, err := s.Open("ghost#0@gone", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the ghost in the group", func() bool { return slices.Contains(s.Members(), "ghost#0@gone") })
+	if err := ghost.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tc.node(host).groups.poke()
+	waitFor(t, 20*time.Second, "the ghost dropped", func() bool { return !slices.Contains(s.Members(), "ghost#0@gone") })
+	for _, id := range tc.ids() {
+		if rr, ok := tc.node(id).groups.replica("kept#0"); ok {
+			waitFor(t, 10*time.Second, id+" applying the drop", func() bool { return !slices.Contains(rr.Shared().Members(), "ghost#0@gone") })
+		}
+	}
+	if got := s.Members(); !slices.Equal(got, kept) {
+		t.Fatalf("members after the drop %v, want %v", got, kept)
+	}
+}
