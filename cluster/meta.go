@@ -462,4 +462,3 @@ func (mg *metaGroup) close() {
 		mg.n.log.Warn("closing the meta group", "err", err)
 	}
 }
-
