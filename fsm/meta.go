@@ -38,6 +38,7 @@ var metaHandlers = func() map[fsmpb.CommandType]handler[*Meta] {
 	on(t, fsmpb.CommandType_COMMAND_TYPE_REGISTER_NODE, func() *fsmpb.RegisterNode { return new(fsmpb.RegisterNode) }, (*Meta).registerNode)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_REMOVE_NODE, func() *fsmpb.RemoveNode { return new(fsmpb.RemoveNode) }, (*Meta).removeNode)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_REPLACE_REPLICA, func() *fsmpb.ReplaceReplica { return new(fsmpb.ReplaceReplica) }, (*Meta).replaceReplica)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_ADD_REPLICA, func() *fsmpb.AddReplica { return new(fsmpb.AddReplica) }, (*Meta).addReplica)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_RESIZE_DESTINATION, func() *fsmpb.ResizeDestination { return new(fsmpb.ResizeDestination) }, (*Meta).resizeDestination)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_REMOVE_MEMBER, func() *fsmpb.RemoveMember { return new(fsmpb.RemoveMember) }, (*Meta).removeMember)
 	return t
@@ -201,36 +202,64 @@ func (m *Meta) replaceReplica(c *fsmpb.ReplaceReplica) Result {
 	case c.New == "" && len(p.Replicas) == 1:
 		return Result{Err: fmt.Errorf("%w: %s would have no replica left", ErrInvalidSettings, MemberName(d.Name, c.Member))}
 	}
-	if p.Group == "" {
-		m.destinations[d.Name] = replaced(d, func(np *fsmpb.MemberPlacement) bool { return np.Index == c.Member }, c)
-		return Result{}
-	}
-	// The members of a shared group have its replicas: all change.
-	for _, od := range m.Destinations() {
-		in := func(np *fsmpb.MemberPlacement) bool { return np.Group == p.Group }
-		if slices.ContainsFunc(od.Members, in) {
-			m.destinations[od.Name] = replaced(od, in, c)
-		}
-	}
-	return Result{}
-}
-
-// replaced is a copy of d with c's replacement made in the members in
-// picks.
-func replaced(d *fsmpb.Destination, in func(*fsmpb.MemberPlacement) bool, c *fsmpb.ReplaceReplica) *fsmpb.Destination {
-	nd := proto.Clone(d).(*fsmpb.Destination)
-	for _, np := range nd.Members {
-		i := slices.Index(np.Replicas, c.Old)
-		if !in(np) || i < 0 {
-			continue
-		}
-		if c.New == "" {
+	m.changeReplicas(d, p, func(np *fsmpb.MemberPlacement) {
+		if i := slices.Index(np.Replicas, c.Old); i < 0 {
+			return
+		} else if c.New == "" {
 			np.Replicas = slices.Delete(np.Replicas, i, i+1)
 		} else {
 			np.Replicas[i] = c.New
 		}
+	})
+	return Result{}
+}
+
+// addReplica gives a member (and every member of its shared group) a
+// replica on c.Node, refused if the node is not registered, already holds
+// one, or the member has the replicas its destination wants.
+func (m *Meta) addReplica(c *fsmpb.AddReplica) Result {
+	d, ok := m.destinations[c.Destination]
+	if !ok {
+		return Result{Err: fmt.Errorf("%w: %s", ErrUnknownDestination, c.Destination)}
 	}
-	return nd
+	if int(c.Member) >= len(d.Members) {
+		return Result{Err: fmt.Errorf("%w: %s has no member %d", ErrInvalidSettings, c.Destination, c.Member)}
+	}
+	p := d.Members[c.Member]
+	name := MemberName(d.Name, c.Member)
+	switch _, registered := m.nodes[c.Node]; {
+	case !registered:
+		return Result{Err: fmt.Errorf("%w: node %q is not registered", ErrInvalidSettings, c.Node)}
+	case slices.Contains(p.Replicas, c.Node):
+		return Result{Err: fmt.Errorf("%w: %s is already a replica of %s", ErrInvalidSettings, c.Node, name)}
+	case uint32(len(p.Replicas)) >= d.Replicas:
+		return Result{Err: fmt.Errorf("%w: %s has %d replicas, as many as %s wants", ErrInvalidSettings, name, len(p.Replicas), d.Name)}
+	}
+	m.changeReplicas(d, p, func(np *fsmpb.MemberPlacement) { np.Replicas = append(np.Replicas, c.Node) })
+	return Result{}
+}
+
+// changeReplicas makes change to member p of d or, in a shared group, to
+// every member of the group (a group has one set of replicas), on copies.
+func (m *Meta) changeReplicas(d *fsmpb.Destination, p *fsmpb.MemberPlacement, change func(*fsmpb.MemberPlacement)) {
+	in := func(np *fsmpb.MemberPlacement) bool { return np.Index == p.Index }
+	dests := []*fsmpb.Destination{d}
+	if p.Group != "" {
+		in = func(np *fsmpb.MemberPlacement) bool { return np.Group == p.Group }
+		dests = m.Destinations()
+	}
+	for _, od := range dests {
+		if !slices.ContainsFunc(od.Members, in) {
+			continue
+		}
+		nd := proto.Clone(od).(*fsmpb.Destination)
+		for _, np := range nd.Members {
+			if in(np) {
+				change(np)
+			}
+		}
+		m.destinations[nd.Name] = nd
+	}
 }
 
 // checkGroups refuses new members placed in a shared group with replicas
@@ -253,9 +282,6 @@ func (m *Meta) checkGroups(members []*fsmpb.MemberPlacement) error {
 
 // Removed reports whether an operator removed the node.
 func (m *Meta) Removed(id string) bool { return m.removed[id] }
-
-// AnyRemoved reports whether a node was ever removed from the cluster.
-func (m *Meta) AnyRemoved() bool { return len(m.removed) > 0 }
 
 // Destination returns a destination's definition; callers must not modify it.
 func (m *Meta) Destination(name string) (*fsmpb.Destination, bool) {

@@ -3,11 +3,13 @@ package fsm_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
+	"pgregory.net/rapid"
 
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
@@ -116,4 +118,127 @@ func TestCreateDestination_RefusesASharedGroupOnOtherReplicas(t *testing.T) {
 	if e, _ := fsm.Decode(entry(t, &fsmpb.CreateDestination{Destination: grouped("c", 1, 3)})); e.Version != 4 {
 		t.Fatalf("a create into shared groups is entry version %d, want 4", e.Version)
 	}
+}
+
+// AddReplica gives an under-replicated member (and its shared group) a
+// replica at the end of its list; it changes nothing for a node that is
+// not registered or already holds one, or a member with all it wants.
+func TestAddReplica_RepairsAnUnderReplicatedGroup(t *testing.T) {
+	f := newMeta(t)
+	for _, id := range []string{"n1", "n2", "n3", "n4"} {
+		f.ok(&fsmpb.RegisterNode{Node: &fsmpb.Node{Id: id}})
+	}
+	f.ok(&fsmpb.CreateDestination{Destination: grouped("a", 2, 3)})
+	f.ok(&fsmpb.CreateDestination{Destination: grouped("b", 1, 3)})
+	f.ok(&fsmpb.RemoveNode{Id: "n3"})
+	f.ok(&fsmpb.ReplaceReplica{Destination: "a", Member: 0, Old: "n3"}) // no node was free: dropped
+	a, _ := f.m.Destination("a")
+	if got := a.Members[0].Replicas; !slices.Equal(got, []string{"n1", "n2"}) {
+		t.Fatalf("a#0 after the drop: %v", got)
+	}
+	for _, c := range []*fsmpb.AddReplica{
+		{Destination: "nope", Node: "n4"},
+		{Destination: "a", Member: 5, Node: "n4"},
+		{Destination: "a", Member: 0, Node: "n3"}, // removed
+		{Destination: "a", Member: 0, Node: "n9"}, // never registered
+		{Destination: "a", Member: 0, Node: "n2"}, // holds one
+		{Destination: "a", Member: 1, Node: "n1"}, // a#1 (n2, n3, n4) has its 3
+	} {
+		if r := f.do(c); !errors.Is(r.Err, fsm.ErrInvalidSettings) && !errors.Is(r.Err, fsm.ErrUnknownDestination) {
+			t.Errorf("%v: %v, want a refusal", c, r.Err)
+		}
+	}
+	if a2, _ := f.m.Destination("a"); !proto.Equal(a, a2) {
+		t.Fatalf("refused adds changed a: %v", a2)
+	}
+	f.ok(&fsmpb.AddReplica{Destination: "b", Member: 0, Node: "n4"})
+	a2, _ := f.m.Destination("a")
+	b2, _ := f.m.Destination("b")
+	want := []string{"n1", "n2", "n4"}
+	if !slices.Equal(a2.Members[0].Replicas, want) || !slices.Equal(b2.Members[0].Replicas, want) {
+		t.Fatalf("group members' replicas: a#0 %v, b#0 %v; want %v for both", a2.Members[0].Replicas, b2.Members[0].Replicas, want)
+	}
+	if !slices.Equal(a2.Members[1].Replicas, a.Members[1].Replicas) {
+		t.Fatalf("a#1, in another group, changed: %v", a2.Members[1].Replicas)
+	}
+	if r := f.do(&fsmpb.AddReplica{Destination: "a", Member: 0, Node: "n3"}); r.Err == nil {
+		t.Fatal("a fourth replica accepted")
+	}
+}
+
+// No sequence of registrations, removals, creates, replacements and
+// repairs puts two replicas of a member on one node, gives the members of
+// a shared group different replicas, or a member more replicas than its
+// destination wants; and a refused command changes nothing.
+func TestMetaPlacement_Property(t *testing.T) {
+	nodes := []string{"n1", "n2", "n3", "n4", "n5"}
+	rapid.Check(t, func(rt *rapid.T) {
+		m := fsm.NewMeta()
+		var idx uint64
+		var names []string
+		for range rapid.IntRange(1, 60).Draw(rt, "steps") {
+			var body proto.Message
+			switch rapid.IntRange(0, 5).Draw(rt, "kind") {
+			case 0:
+				body = &fsmpb.RegisterNode{Node: &fsmpb.Node{Id: rapid.SampledFrom(nodes).Draw(rt, "node")}}
+			case 1:
+				body = &fsmpb.RemoveNode{Id: rapid.SampledFrom(nodes).Draw(rt, "node")}
+			case 2:
+				r := rapid.IntRange(1, 3).Draw(rt, "replicas")
+				replicas := rapid.Permutation(nodes).Draw(rt, "order")[:r]
+				name := fmt.Sprintf("d%d", len(names))
+				d := &fsmpb.Destination{Name: name, Kind: fsmpb.DestinationKind_DESTINATION_KIND_QUEUE, Replicas: uint32(r)}
+				for i := range rapid.IntRange(1, 2).Draw(rt, "members") {
+					d.Members = append(d.Members, &fsmpb.MemberPlacement{Index: uint32(i), Replicas: slices.Clone(replicas), Group: "g-" + strings.Join(replicas, ",")})
+				}
+				names = append(names, name)
+				body = &fsmpb.CreateDestination{Destination: d}
+			case 3, 4, 5:
+				if len(names) == 0 {
+					continue
+				}
+				dest := rapid.SampledFrom(names).Draw(rt, "dest")
+				member := uint32(rapid.IntRange(0, 2).Draw(rt, "member"))
+				node := rapid.SampledFrom(append(slices.Clone(nodes), "")).Draw(rt, "node")
+				if rapid.Bool().Draw(rt, "add") {
+					body = &fsmpb.AddReplica{Destination: dest, Member: member, Node: node}
+					break
+				}
+				// Mostly one of the member's replicas, which drops or moves it.
+				old := rapid.SampledFrom(nodes).Draw(rt, "old")
+				if d, ok := m.Destination(dest); ok && int(member) < len(d.Members) && rapid.IntRange(0, 3).Draw(rt, "placed") > 0 {
+					old = rapid.SampledFrom(d.Members[member].Replicas).Draw(rt, "old")
+				}
+				body = &fsmpb.ReplaceReplica{Destination: dest, Member: member, Old: old, New: node}
+			}
+			before := m.Snapshot()
+			idx++
+			rs, err := m.Apply(idx, entry(rt, body))
+			if err != nil {
+				rt.Fatalf("apply %v: %v", body, err)
+			}
+			// A refused command moves the applied index on, and nothing else.
+			if after := m.Snapshot(); rs[0].Err != nil {
+				after.Applied = before.Applied
+				if !proto.Equal(before, after) {
+					rt.Fatalf("refused %v (%v) changed the state", body, rs[0].Err)
+				}
+			}
+			groups := map[string][]string{}
+			for _, d := range m.Destinations() {
+				for _, p := range d.Members {
+					if len(p.Replicas) > int(d.Replicas) {
+						rt.Fatalf("%s#%d has replicas %v, more than %d", d.Name, p.Index, p.Replicas, d.Replicas)
+					}
+					if len(slices.Compact(slices.Sorted(slices.Values(p.Replicas)))) != len(p.Replicas) {
+						rt.Fatalf("%s#%d has two replicas on one node: %v", d.Name, p.Index, p.Replicas)
+					}
+					if g, ok := groups[p.Group]; ok && !slices.Equal(g, p.Replicas) {
+						rt.Fatalf("group %s: members on %v and %v", p.Group, g, p.Replicas)
+					}
+					groups[p.Group] = p.Replicas
+				}
+			}
+		}
+	})
 }
