@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 	"github.com/cairnmq/cairn/transport"
+	"github.com/cairnmq/cairn/transport/peerpb"
 )
 
 // maxMetaVoters bounds the meta group's voters; more nodes join as
@@ -79,9 +81,15 @@ func (mg *metaGroup) reconcileMetaVoters() error {
 	return nil
 }
 
-// replaceRemoved, on the meta leader, moves every replica placed on a
-// removed node to a live node that holds no replica of that member (the one
-// with the fewest replicas), or drops it when there is none.
+// replaceRemoved, on the meta leader, keeps every member at the replicas
+// its destination wants: a replica placed on a removed node moves to a live
+// node that holds none of that member (the one with the fewest replicas),
+// or is dropped when there is none; a member with fewer replicas than
+// wanted gets one on such a node as soon as one is alive (a node joining,
+// or one back with an empty data directory under a new id). In a shared
+// group one command changes every member of the group. The leader asks
+// every second; a round that found nothing to do is not walked again until
+// the meta state or the live nodes change.
 func (mg *metaGroup) replaceRemoved(ctx context.Context) error {
 	alive := mg.n.aliveNodes()
 	type move struct {
@@ -90,10 +98,10 @@ func (mg *metaGroup) replaceRemoved(ctx context.Context) error {
 		old, new string
 	}
 	var moves []move
+	var at placementRound
 	mg.read(func(m *fsm.Meta) {
-		// The leader asks every second; in most clusters no node was ever
-		// removed, and a thousand destinations need not be walked.
-		if !m.AnyRemoved() {
+		at = placementRound{applied: m.Applied(), alive: strings.Join(slices.Sorted(maps.Keys(alive)), ",")}
+		if at == mg.placedAt {
 			return
 		}
 		load := map[string]int{}
@@ -111,45 +119,77 @@ func (mg *metaGroup) replaceRemoved(ctx context.Context) error {
 				}
 			}
 		}
+		// free is the live node that holds no replica of p and the fewest
+		// replicas, or "".
+		free := func(p *fsmpb.MemberPlacement) string {
+			var out []string
+			for _, c := range candidates {
+				if !slices.Contains(p.Replicas, c) {
+					out = append(out, c)
+				}
+			}
+			if len(out) == 0 {
+				return ""
+			}
+			sort.SliceStable(out, func(i, j int) bool { return load[out[i]] < load[out[j]] })
+			load[out[0]]++
+			return out[0]
+		}
+		groups := map[string]bool{} // shared groups already moved this round
 		for _, d := range m.Destinations() {
 			for _, p := range d.Members {
-				for _, id := range p.Replicas {
-					if !m.Removed(id) {
-						continue
-					}
-					var free []string
-					for _, c := range candidates {
-						if !slices.Contains(p.Replicas, c) {
-							free = append(free, c)
-						}
-					}
-					sort.SliceStable(free, func(i, j int) bool { return load[free[i]] < load[free[j]] })
-					mv := move{dest: d.Name, index: p.Index, old: id}
-					if len(free) > 0 {
-						mv.new = free[0]
-						load[mv.new]++
-					}
-					moves = append(moves, mv)
+				if p.Group != "" && groups[p.Group] {
+					continue
 				}
+				var mv []move
+				for _, id := range p.Replicas {
+					if m.Removed(id) {
+						mv = append(mv, move{dest: d.Name, index: p.Index, old: id, new: free(p)})
+					}
+				}
+				if len(mv) == 0 && uint32(len(p.Replicas)) < d.Replicas {
+					if node := free(p); node != "" {
+						mv = append(mv, move{dest: d.Name, index: p.Index, new: node})
+					}
+				}
+				if len(mv) > 0 && p.Group != "" {
+					groups[p.Group] = true
+				}
+				moves = append(moves, mv...)
 			}
 		}
 	})
 	for _, mv := range moves {
-		if _, err := mg.applyLocal(ctx, &fsmpb.ReplaceReplica{Destination: mv.dest, Member: mv.index, Old: mv.old, New: mv.new}); err != nil {
-			return fmt.Errorf("re-placing %s's replica on %s: %w", fsm.MemberName(mv.dest, mv.index), mv.old, err)
+		name := fsm.MemberName(mv.dest, mv.index)
+		if mv.old == "" {
+			if _, err := mg.applyLocal(ctx, &fsmpb.AddReplica{Destination: mv.dest, Member: mv.index, Node: mv.new}); err != nil {
+				return fmt.Errorf("adding a replica of under-replicated %s on %s: %w", name, mv.new, err)
+			}
+			mg.n.log.Info("under-replicated member given a replica", "member", name, "node", mv.new)
+			continue
 		}
-		mg.n.log.Info("replica of a removed node re-placed", "member", fsm.MemberName(mv.dest, mv.index), "from", mv.old, "to", mv.new)
+		if _, err := mg.applyLocal(ctx, &fsmpb.ReplaceReplica{Destination: mv.dest, Member: mv.index, Old: mv.old, New: mv.new}); err != nil {
+			return fmt.Errorf("re-placing %s's replica on %s: %w", name, mv.old, err)
+		}
+		mg.n.log.Info("replica of a removed node re-placed", "member", name, "from", mv.old, "to", mv.new)
+	}
+	if len(moves) == 0 {
+		mg.placedAt = at
 	}
 	return nil
+}
+
+// placementRound is what a round of replaceRemoved saw: the meta state's
+// index and the live nodes.
+type placementRound struct {
+	applied uint64
+	alive   string
 }
 
 // reconcileMemberVoters, on a member's leader, makes the group's Raft
 // configuration match the member's placement: new replicas are added before
 // any is removed, so the group never has fewer voters than it needs.
-func (gs *groups) reconcileMemberVoters(r interface {
-	Name() string
-	Raft() *raft.Raft
-}) error {
+func (gs *groups) reconcileMemberVoters(r raftMember) error {
 	dest, idx, err := fsm.ParseAddress(r.Name())
 	if err != nil {
 		return err
@@ -163,27 +203,44 @@ func (gs *groups) reconcileMemberVoters(r interface {
 	if err := f.Error(); err != nil {
 		return err
 	}
-	have := map[string]bool{}
+	have := map[string]raft.ServerSuffrage{}
 	for _, s := range f.Configuration().Servers {
-		have[string(s.ID)] = true
+		have[string(s.ID)] = s.Suffrage
 	}
-	added := false
+	// A new replica joins as a non-voter, so that the group's quorum does
+	// not wait for a replica still copying its snapshot and log, and votes
+	// once its node says it has caught up; a replica leaves only once every
+	// replica placed is a voter, so the group never has fewer voters able
+	// to commit than before.
+	allVote := true
 	for _, id := range want {
-		if have[id] {
+		suffrage, in := have[id]
+		switch {
+		case in && suffrage == raft.Voter:
+			continue
+		case in && !replicaCaughtUp(gs, id, r):
+			allVote = false
 			continue
 		}
+		allVote = false
 		addr, err := (raftAddresses{gs.n}).ServerAddr(raft.ServerID(id))
 		if err != nil {
 			return err
 		}
-		if err := r.Raft().AddVoter(raft.ServerID(id), addr, 0, 10*time.Second).Error(); err != nil {
-			return fmt.Errorf("adding %s to member %s: %w", id, r.Name(), err)
+		if !in {
+			if err := r.Raft().AddNonvoter(raft.ServerID(id), addr, 0, 10*time.Second).Error(); err != nil {
+				return fmt.Errorf("adding %s to member %s: %w", id, r.Name(), err)
+			}
+			gs.n.log.Info("replica added to member group, not voting until caught up", "member", r.Name(), "node", id)
+			continue
 		}
-		gs.n.log.Info("replica added to member group", "member", r.Name(), "node", id)
-		added = true
+		if err := r.Raft().AddVoter(raft.ServerID(id), addr, 0, 10*time.Second).Error(); err != nil {
+			return fmt.Errorf("promoting %s in member %s: %w", id, r.Name(), err)
+		}
+		gs.n.log.Info("replica of member group caught up: now a voter", "member", r.Name(), "node", id)
 	}
-	if added {
-		return nil // remove on a later pass, once the new voters are in
+	if !allVote {
+		return nil // remove on a later pass, once the new replicas vote
 	}
 	for id := range have {
 		if slices.Contains(want, id) {
@@ -195,6 +252,39 @@ func (gs *groups) reconcileMemberVoters(r interface {
 		gs.n.log.Info("replica removed from member group", "member", r.Name(), "node", id)
 	}
 	return nil
+}
+
+// replicaCaughtUp is groups.caughtUp; tests replace it to hold a new
+// replica back.
+var replicaCaughtUp = (*groups).caughtUp
+
+// caughtUp reports whether node's replica of r's group has applied all
+// but leadSlack of what the group committed, as node reports it.
+func (gs *groups) caughtUp(node string, r raftMember) bool {
+	c, err := gs.n.peers.client(node)
+	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	resp, err := c.Groups(ctx, &peerpb.GroupsRequest{})
+	if err != nil {
+		return false
+	}
+	commit := r.Raft().CommitIndex()
+	for _, g := range resp.Groups {
+		if g.Name == r.Name() {
+			return g.AppliedIndex+leadSlack >= commit
+		}
+	}
+	return false
+}
+
+// raftMember is a member replica or a raftUnit: a member's name and its
+// group.
+type raftMember interface {
+	Name() string
+	Raft() *raft.Raft
 }
 
 // aliveNodes are the nodes gossip holds alive.

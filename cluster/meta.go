@@ -32,6 +32,9 @@ type metaGroup struct {
 	kick  chan struct{}
 	// bootstrapped is true once the group has (or had) a configuration.
 	bootstrapped bool
+	// placedAt is the last replaceRemoved round that found nothing to do;
+	// only run's goroutine uses it.
+	placedAt placementRound
 }
 
 // metaFSM adapts the pure meta state machine to hashicorp/raft.

@@ -1,0 +1,132 @@
+package cluster
+
+import (
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/cairnmq/cairn/client"
+)
+
+// The operator's repair, as the issue tells it: a node dies for good and is
+// removed while no node is free to take its replicas (so every member drops
+// to two), then a fresh node joins. Every member gets a replica on it,
+// first as a non-voter, then voting, back at the three its queue wants;
+// nothing is lost.
+func TestCluster_JoiningNodeRepairsUnderReplicatedMembers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a crash, a removal and a join")
+	}
+	tc := newMultiNode(t, 3)
+	ctx := testCtx(t)
+	if _, err := tc.admin("n1").CreateQueue(ctx, "rp", client.QueueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tc.waitSpread("rp", 3)
+	var meta string
+	eventually(t, "a meta leader", func() bool { meta = tc.metaLeader(); return meta != "" })
+	victim := tc.others(meta)[1]
+	op := tc.admin(meta)
+	s := mustSession(t, tc.dial(meta), client.ClientAck)
+	sent := sendN(t, ctx, mustProducer(t, s, "rp"), "m", 30)
+
+	tc.crash(victim)
+	waitFor(t, 15*time.Second, "gossip declaring "+victim+" dead", func() bool {
+		for _, n := range tc.status(meta).Nodes {
+			if n.ID == victim {
+				return !n.Alive
+			}
+		}
+		return false
+	})
+	ctx = stepCtx(t, 20*time.Second)
+	if err := op.RemoveNode(ctx, victim); err != nil {
+		t.Fatalf("remove crashed %s: %v", victim, err)
+	}
+	tc.converge(30*time.Second, "every member down to the two live replicas", func() bool {
+		return placedOn(tc, op, "rp", tc.others(victim), tc.others(victim)) == ""
+	})
+	if st := tc.status(meta); st.UnderReplicated != 3 {
+		t.Fatalf("status: %d members under-replicated, want 3", st.UnderReplicated)
+	}
+	for _, g := range tc.status(meta).Groups {
+		if g.Name != metaGroupID && (g.Wanted != 3 || len(g.Replicas) != 2) {
+			t.Fatalf("status: group %s has %d replicas of %d wanted; want 2 of 3", g.Name, len(g.Replicas), g.Wanted)
+		}
+	}
+
+	// Until the new replicas have caught up they do not vote: the groups
+	// keep their two voters.
+	var held atomic.Bool
+	held.Store(true)
+	caughtUp := replicaCaughtUp
+	t.Cleanup(func() { replicaCaughtUp = caughtUp })
+	replicaCaughtUp = func(gs *groups, node string, r raftMember) bool { return !held.Load() && caughtUp(gs, node, r) }
+	fresh := tc.addNode().ID()
+	two := tc.others(victim, fresh)
+	tc.converge(30*time.Second, fresh+" a non-voter of every member's group", func() bool {
+		return placedOn(tc, op, "rp", append(slices.Clone(two), fresh), two) == ""
+	})
+	consistently(t, 2*time.Second, "the groups keeping their two voters", func() bool {
+		return placedOn(tc, op, "rp", append(slices.Clone(two), fresh), two) == ""
+	})
+	held.Store(false)
+	want := append(slices.Clone(two), fresh)
+	tc.converge(60*time.Second, "every member repaired onto "+fresh+", all voting", func() bool {
+		return placedOn(tc, op, "rp", want, want) == ""
+	})
+
+	if st := tc.status(fresh); st.UnderReplicated != 0 {
+		t.Fatalf("status after the repair: %d members under-replicated", st.UnderReplicated)
+	}
+	tc.settle(10*time.Second, "30 messages pending on the members' hosts", func() string { return tc.counts("rp", 30, 0) })
+	s = mustSession(t, tc.dial(fresh), client.ClientAck)
+	sameSet(t, "received after the repair", drainMembers(t, s, "rp", 3, len(sent)), sent)
+}
+
+// placedOn says what keeps every member of dest from being placed on
+// exactly nodes, with a host whose Raft configuration has them all and
+// exactly voting as voters, or "".
+func placedOn(tc *testCluster, op *client.Admin, dest string, nodes, voting []string) string {
+	ctx := stepCtx(tc.t, 5*time.Second)
+	q, err := op.ShowQueue(ctx, dest)
+	if err != nil {
+		return err.Error()
+	}
+	for _, m := range q.Members {
+		if !slices.Equal(sorted(m.Replicas), sorted(nodes)) {
+			return fmt.Sprintf("%s placed on %v", m.Name, m.Replicas)
+		}
+		host := tc.hostOf(m.Name)
+		if host == "" {
+			return m.Name + " has no host"
+		}
+		r, _ := tc.node(host).groups.replica(m.Name)
+		if got := configuration(r.Raft()); !slices.Equal(got, sorted(nodes)) {
+			return fmt.Sprintf("%s: Raft configuration %v, placement %v", m.Name, got, m.Replicas)
+		}
+		if got := voters(r.Raft()); !slices.Equal(got, sorted(voting)) {
+			return fmt.Sprintf("%s: voters %v, want %v", m.Name, got, voting)
+		}
+	}
+	return ""
+}
+
+// voters lists the voters of a group's latest Raft configuration.
+func voters(r *raft.Raft) []string {
+	f := r.GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	var out []string
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			out = append(out, string(s.ID))
+		}
+	}
+	return sorted(out)
+}
