@@ -272,6 +272,10 @@ type ClusterStatus struct {
 	AnsweredBy string        `json:"answered_by"`
 	Nodes      []NodeStatus  `json:"nodes"`
 	Groups     []GroupStatus `json:"groups"`
+	// UnderReplicated counts the members with fewer replicas on live nodes
+	// than their destination wants; the cluster repairs them as soon as a
+	// live node holds none of theirs.
+	UnderReplicated int `json:"under_replicated"`
 }
 
 // NodeStatus is one node: where it is, whether gossip holds it alive
@@ -296,6 +300,9 @@ type GroupStatus struct {
 	CommitIndex  uint64          `json:"commit_index"`
 	AppliedIndex uint64          `json:"applied_index"`
 	Replicas     []ReplicaStatus `json:"replicas"`
+	// Wanted is how many replicas the member's destination wants (0 for
+	// the meta group).
+	Wanted int `json:"wanted"`
 }
 
 // ReplicaStatus is one replica of a group: the last log index it holds and
@@ -317,13 +324,13 @@ func (a *Admin) ClusterStatus(ctx context.Context) (ClusterStatus, error) {
 		if err != nil {
 			return err
 		}
-		st = ClusterStatus{AnsweredBy: resp.AnsweredBy, Nodes: []NodeStatus{}, Groups: []GroupStatus{}}
+		st = ClusterStatus{AnsweredBy: resp.AnsweredBy, Nodes: []NodeStatus{}, Groups: []GroupStatus{}, UnderReplicated: int(resp.UnderReplicated)}
 		for _, n := range resp.Nodes {
 			st.Nodes = append(st.Nodes, NodeStatus{ID: n.Id, ClientAddr: n.ClientAddr, PeerAddr: n.PeerAddr, RaftAddr: n.RaftAddr,
 				GossipAddr: n.GossipAddr, HTTPAddr: n.HttpAddr, State: n.State, Alive: n.Alive, MetaRole: n.MetaRole})
 		}
 		for _, g := range resp.Groups {
-			gs := GroupStatus{Name: g.Name, Leader: g.Leader, CommitIndex: g.CommitIndex, AppliedIndex: g.AppliedIndex, Replicas: []ReplicaStatus{}}
+			gs := GroupStatus{Name: g.Name, Leader: g.Leader, CommitIndex: g.CommitIndex, AppliedIndex: g.AppliedIndex, Replicas: []ReplicaStatus{}, Wanted: int(g.Wanted)}
 			for _, r := range g.Replicas {
 				gs.Replicas = append(gs.Replicas, ReplicaStatus{Node: r.Node, Role: r.Role, MatchIndex: r.MatchIndex, Lag: r.Lag, Reachable: r.Reachable})
 			}

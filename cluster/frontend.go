@@ -843,9 +843,24 @@ func (n *Node) clusterStatus(ctx context.Context) *clientpb.ClusterStatusRespons
 		}
 	}
 	resp.Groups = append(resp.Groups, groupStatus(metaGroupID, metaServers, reports))
+	alive := map[string]bool{}
+	for _, nd := range resp.Nodes {
+		alive[nd.Id] = nd.Alive
+	}
 	for _, d := range dests {
 		for _, p := range d.Members {
-			resp.Groups = append(resp.Groups, groupStatus(fsm.MemberName(d.Name, p.Index), p.Replicas, reports))
+			g := groupStatus(fsm.MemberName(d.Name, p.Index), p.Replicas, reports)
+			g.Wanted = d.Replicas
+			resp.Groups = append(resp.Groups, g)
+			live := 0
+			for _, id := range p.Replicas {
+				if alive[id] {
+					live++
+				}
+			}
+			if uint32(live) < d.Replicas {
+				resp.UnderReplicated++
+			}
 		}
 	}
 	return resp

@@ -27,7 +27,11 @@ func clusterCmd() *cobra.Command {
 					return printJSON(cmd, st)
 				}
 				w := cmd.OutOrStdout()
-				fmt.Fprintf(w, "answered by %s\n\n", st.AnsweredBy)
+				fmt.Fprintf(w, "answered by %s\n", st.AnsweredBy)
+				if st.UnderReplicated > 0 {
+					fmt.Fprintf(w, "%d members have fewer live replicas than their queue wants: each gets one on a live node that holds none of it, as soon as one exists\n", st.UnderReplicated)
+				}
+				fmt.Fprintln(w)
 				t := newTable(w, "NODE", "STATE", "META ROLE", "CLIENT", "RAFT", "GOSSIP")
 				for _, n := range st.Nodes {
 					t.row(n.ID, n.State, n.MetaRole, orDash(n.ClientAddr), orDash(n.RaftAddr), orDash(n.GossipAddr))
@@ -36,7 +40,7 @@ func clusterCmd() *cobra.Command {
 					return err
 				}
 				fmt.Fprintln(w)
-				t = newTable(w, "GROUP", "LEADER", "COMMIT", "REPLICAS (LAG)")
+				t = newTable(w, "GROUP", "LEADER", "COMMIT", "REPLICAS (LAG)", "WANTED")
 				for _, g := range st.Groups {
 					var rs []string
 					for _, r := range g.Replicas {
@@ -46,7 +50,11 @@ func clusterCmd() *cobra.Command {
 						}
 						rs = append(rs, fmt.Sprintf("%s(%s)", r.Node, lag))
 					}
-					t.row(g.Name, orDash(g.Leader), g.CommitIndex, strings.Join(rs, " "))
+					wanted := "-"
+					if g.Wanted > 0 {
+						wanted = fmt.Sprint(g.Wanted)
+					}
+					t.row(g.Name, orDash(g.Leader), g.CommitIndex, strings.Join(rs, " "), wanted)
 				}
 				return t.flush()
 			})
@@ -65,7 +73,8 @@ func nodeCmd() *cobra.Command {
 		Long: `Remove a node that is gone for good (its machine replaced, its disk lost).
 The cluster places each of its replicas on a live node that holds none of
 that member, adds it to the member's Raft group, then drops the removed node,
-so no group loses its quorum. The node's id can never join again: give a
+so no group loses its quorum. With no such node, the member runs on fewer
+replicas until one joins, and then gets its replica back. The node's id can never join again: give a
 replacement a new id. A node that is alive is refused; stop it first.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

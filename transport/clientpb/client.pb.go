@@ -4033,12 +4033,15 @@ func (x *ReplicaStatus) GetReachable() bool {
 }
 
 type GroupStatus struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Leader        string                 `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
-	CommitIndex   uint64                 `protobuf:"varint,3,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
-	AppliedIndex  uint64                 `protobuf:"varint,4,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	Replicas      []*ReplicaStatus       `protobuf:"bytes,5,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Name         string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Leader       string                 `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
+	CommitIndex  uint64                 `protobuf:"varint,3,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	AppliedIndex uint64                 `protobuf:"varint,4,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	Replicas     []*ReplicaStatus       `protobuf:"bytes,5,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	// wanted is how many replicas the member's destination wants (0 for the
+	// meta group).
+	Wanted        uint32 `protobuf:"varint,6,opt,name=wanted,proto3" json:"wanted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4108,13 +4111,23 @@ func (x *GroupStatus) GetReplicas() []*ReplicaStatus {
 	return nil
 }
 
+func (x *GroupStatus) GetWanted() uint32 {
+	if x != nil {
+		return x.Wanted
+	}
+	return 0
+}
+
 type ClusterStatusResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AnsweredBy    string                 `protobuf:"bytes,1,opt,name=answered_by,json=answeredBy,proto3" json:"answered_by,omitempty"`
-	Nodes         []*NodeStatus          `protobuf:"bytes,2,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	Groups        []*GroupStatus         `protobuf:"bytes,3,rep,name=groups,proto3" json:"groups,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	AnsweredBy string                 `protobuf:"bytes,1,opt,name=answered_by,json=answeredBy,proto3" json:"answered_by,omitempty"`
+	Nodes      []*NodeStatus          `protobuf:"bytes,2,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Groups     []*GroupStatus         `protobuf:"bytes,3,rep,name=groups,proto3" json:"groups,omitempty"`
+	// under_replicated counts the members with fewer replicas on live nodes
+	// than their destination wants.
+	UnderReplicated uint32 `protobuf:"varint,4,opt,name=under_replicated,json=underReplicated,proto3" json:"under_replicated,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ClusterStatusResponse) Reset() {
@@ -4166,6 +4179,13 @@ func (x *ClusterStatusResponse) GetGroups() []*GroupStatus {
 		return x.Groups
 	}
 	return nil
+}
+
+func (x *ClusterStatusResponse) GetUnderReplicated() uint32 {
+	if x != nil {
+		return x.UnderReplicated
+	}
+	return 0
 }
 
 var File_transport_clientpb_client_proto protoreflect.FileDescriptor
@@ -4461,18 +4481,20 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\vmatch_index\x18\x03 \x01(\x04R\n" +
 	"matchIndex\x12\x10\n" +
 	"\x03lag\x18\x04 \x01(\x04R\x03lag\x12\x1c\n" +
-	"\treachable\x18\x05 \x01(\bR\treachable\"\xbd\x01\n" +
+	"\treachable\x18\x05 \x01(\bR\treachable\"\xd5\x01\n" +
 	"\vGroupStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12!\n" +
 	"\fcommit_index\x18\x03 \x01(\x04R\vcommitIndex\x12#\n" +
 	"\rapplied_index\x18\x04 \x01(\x04R\fappliedIndex\x12:\n" +
-	"\breplicas\x18\x05 \x03(\v2\x1e.cairn.client.v1.ReplicaStatusR\breplicas\"\xa1\x01\n" +
+	"\breplicas\x18\x05 \x03(\v2\x1e.cairn.client.v1.ReplicaStatusR\breplicas\x12\x16\n" +
+	"\x06wanted\x18\x06 \x01(\rR\x06wanted\"\xcc\x01\n" +
 	"\x15ClusterStatusResponse\x12\x1f\n" +
 	"\vanswered_by\x18\x01 \x01(\tR\n" +
 	"answeredBy\x121\n" +
 	"\x05nodes\x18\x02 \x03(\v2\x1b.cairn.client.v1.NodeStatusR\x05nodes\x124\n" +
-	"\x06groups\x18\x03 \x03(\v2\x1c.cairn.client.v1.GroupStatusR\x06groups*g\n" +
+	"\x06groups\x18\x03 \x03(\v2\x1c.cairn.client.v1.GroupStatusR\x06groups\x12)\n" +
+	"\x10under_replicated\x18\x04 \x01(\rR\x0funderReplicated*g\n" +
 	"\x0fDestinationKind\x12\x1c\n" +
 	"\x18DESTINATION_KIND_UNKNOWN\x10\x00\x12\x1a\n" +
 	"\x16DESTINATION_KIND_QUEUE\x10\x01\x12\x1a\n" +
