@@ -173,6 +173,8 @@ func commandTypeOf(body proto.Message) (fsmpb.CommandType, bool) {
 		return fsmpb.CommandType_COMMAND_TYPE_REPLACE_REPLICA, true
 	case *fsmpb.AddReplica:
 		return fsmpb.CommandType_COMMAND_TYPE_ADD_REPLICA, true
+	case *fsmpb.PreferReplica:
+		return fsmpb.CommandType_COMMAND_TYPE_PREFER_REPLICA, true
 	case *fsmpb.ResizeDestination:
 		return fsmpb.CommandType_COMMAND_TYPE_RESIZE_DESTINATION, true
 	case *fsmpb.RemoveMember:

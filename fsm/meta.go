@@ -39,6 +39,7 @@ var metaHandlers = func() map[fsmpb.CommandType]handler[*Meta] {
 	on(t, fsmpb.CommandType_COMMAND_TYPE_REMOVE_NODE, func() *fsmpb.RemoveNode { return new(fsmpb.RemoveNode) }, (*Meta).removeNode)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_REPLACE_REPLICA, func() *fsmpb.ReplaceReplica { return new(fsmpb.ReplaceReplica) }, (*Meta).replaceReplica)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_ADD_REPLICA, func() *fsmpb.AddReplica { return new(fsmpb.AddReplica) }, (*Meta).addReplica)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_PREFER_REPLICA, func() *fsmpb.PreferReplica { return new(fsmpb.PreferReplica) }, (*Meta).preferReplica)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_RESIZE_DESTINATION, func() *fsmpb.ResizeDestination { return new(fsmpb.ResizeDestination) }, (*Meta).resizeDestination)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_REMOVE_MEMBER, func() *fsmpb.RemoveMember { return new(fsmpb.RemoveMember) }, (*Meta).removeMember)
 	return t
@@ -185,14 +186,10 @@ func (m *Meta) removeNode(c *fsmpb.RemoveNode) Result {
 // replaceReplica changes one member's placement. The destination's record
 // is replaced, never modified, as readers hold it without the lock.
 func (m *Meta) replaceReplica(c *fsmpb.ReplaceReplica) Result {
-	d, ok := m.destinations[c.Destination]
-	if !ok {
-		return Result{Err: fmt.Errorf("%w: %s", ErrUnknownDestination, c.Destination)}
+	d, p, err := m.placement(c.Destination, c.Member)
+	if err != nil {
+		return Result{Err: err}
 	}
-	if int(c.Member) >= len(d.Members) {
-		return Result{Err: fmt.Errorf("%w: %s has no member %d", ErrInvalidSettings, c.Destination, c.Member)}
-	}
-	p := d.Members[c.Member]
 	i := slices.Index(p.Replicas, c.Old)
 	switch {
 	case c.Old == "" || i < 0:
@@ -218,14 +215,10 @@ func (m *Meta) replaceReplica(c *fsmpb.ReplaceReplica) Result {
 // replica on c.Node, refused if the node is not registered, already holds
 // one, or the member has the replicas its destination wants.
 func (m *Meta) addReplica(c *fsmpb.AddReplica) Result {
-	d, ok := m.destinations[c.Destination]
-	if !ok {
-		return Result{Err: fmt.Errorf("%w: %s", ErrUnknownDestination, c.Destination)}
+	d, p, err := m.placement(c.Destination, c.Member)
+	if err != nil {
+		return Result{Err: err}
 	}
-	if int(c.Member) >= len(d.Members) {
-		return Result{Err: fmt.Errorf("%w: %s has no member %d", ErrInvalidSettings, c.Destination, c.Member)}
-	}
-	p := d.Members[c.Member]
 	name := MemberName(d.Name, c.Member)
 	switch _, registered := m.nodes[c.Node]; {
 	case !registered:
@@ -237,6 +230,35 @@ func (m *Meta) addReplica(c *fsmpb.AddReplica) Result {
 	}
 	m.changeReplicas(d, p, func(np *fsmpb.MemberPlacement) { np.Replicas = append(np.Replicas, c.Node) })
 	return Result{}
+}
+
+// preferReplica makes c.Node, a replica of the member, first in its
+// replicas (and its group's): the preferred host, which the member's
+// leadership then moves to.
+func (m *Meta) preferReplica(c *fsmpb.PreferReplica) Result {
+	d, p, err := m.placement(c.Destination, c.Member)
+	if err != nil {
+		return Result{Err: err}
+	}
+	if !slices.Contains(p.Replicas, c.Node) {
+		return Result{Err: fmt.Errorf("%w: %s is not a replica of %s", ErrInvalidSettings, c.Node, MemberName(d.Name, c.Member))}
+	}
+	m.changeReplicas(d, p, func(np *fsmpb.MemberPlacement) {
+		np.Replicas = append([]string{c.Node}, slices.DeleteFunc(np.Replicas, func(id string) bool { return id == c.Node })...)
+	})
+	return Result{}
+}
+
+// placement is a destination and the placement of its member index.
+func (m *Meta) placement(dest string, index uint32) (*fsmpb.Destination, *fsmpb.MemberPlacement, error) {
+	d, ok := m.destinations[dest]
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: %s", ErrUnknownDestination, dest)
+	}
+	if int(index) >= len(d.Members) {
+		return nil, nil, fmt.Errorf("%w: %s has no member %d", ErrInvalidSettings, dest, index)
+	}
+	return d, d.Members[index], nil
 }
 
 // changeReplicas makes change to member p of d or, in a shared group, to

@@ -166,8 +166,8 @@ func TestAddReplica_RepairsAnUnderReplicatedGroup(t *testing.T) {
 	}
 }
 
-// No sequence of registrations, removals, creates, replacements and
-// repairs puts two replicas of a member on one node, gives the members of
+// No sequence of registrations, removals, creates, replacements, repairs
+// and changes of preferred host puts two replicas of a member on one node, gives the members of
 // a shared group different replicas, or a member more replicas than its
 // destination wants; and a refused command changes nothing.
 func TestMetaPlacement_Property(t *testing.T) {
@@ -200,8 +200,13 @@ func TestMetaPlacement_Property(t *testing.T) {
 				dest := rapid.SampledFrom(names).Draw(rt, "dest")
 				member := uint32(rapid.IntRange(0, 2).Draw(rt, "member"))
 				node := rapid.SampledFrom(append(slices.Clone(nodes), "")).Draw(rt, "node")
-				if rapid.Bool().Draw(rt, "add") {
+				switch rapid.IntRange(0, 2).Draw(rt, "change") {
+				case 0:
 					body = &fsmpb.AddReplica{Destination: dest, Member: member, Node: node}
+				case 1:
+					body = &fsmpb.PreferReplica{Destination: dest, Member: member, Node: node}
+				}
+				if body != nil {
 					break
 				}
 				// Mostly one of the member's replicas, which drops or moves it.
@@ -241,4 +246,32 @@ func TestMetaPlacement_Property(t *testing.T) {
 			}
 		}
 	})
+}
+
+// PreferReplica moves a replica to the front of a member's replicas, and
+// of its shared group's; the others keep their order.
+func TestPreferReplica_MakesAReplicaThePreferredHost(t *testing.T) {
+	f := newMeta(t)
+	f.ok(&fsmpb.CreateDestination{Destination: grouped("a", 2, 3)})
+	f.ok(&fsmpb.CreateDestination{Destination: grouped("b", 1, 3)})
+	a, _ := f.m.Destination("a")
+	for _, c := range []*fsmpb.PreferReplica{
+		{Destination: "nope", Node: "n1"},
+		{Destination: "a", Member: 5, Node: "n1"},
+		{Destination: "a", Member: 0, Node: "n5"}, // not a replica of a#0
+	} {
+		if r := f.do(c); r.Err == nil {
+			t.Errorf("%v accepted", c)
+		}
+	}
+	f.ok(&fsmpb.PreferReplica{Destination: "b", Member: 0, Node: "n3"})
+	a2, _ := f.m.Destination("a")
+	b2, _ := f.m.Destination("b")
+	want := []string{"n3", "n1", "n2"}
+	if !slices.Equal(a2.Members[0].Replicas, want) || !slices.Equal(b2.Members[0].Replicas, want) {
+		t.Fatalf("a#0 %v, b#0 %v; want %v for both", a2.Members[0].Replicas, b2.Members[0].Replicas, want)
+	}
+	if !slices.Equal(a2.Members[1].Replicas, a.Members[1].Replicas) || !slices.Equal(a.Members[0].Replicas, []string{"n1", "n2", "n3"}) {
+		t.Fatalf("another group's member or the earlier record changed: a#1 %v, old a#0 %v", a2.Members[1].Replicas, a.Members[0].Replicas)
+	}
 }
