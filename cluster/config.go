@@ -55,6 +55,11 @@ type Config struct {
 	// stays in memory). `cairn server` defaults to member.DefaultBodyMemory.
 	BodyMemoryMiB int
 
+	// NoAutoRebalance stops the meta leader (when it runs on this node)
+	// from repairing under-replicated members and spreading preferred
+	// hosts; replicas of removed nodes are still re-placed.
+	NoAutoRebalance bool
+
 	// GroupPerMember gives each new member a Raft group of its own, as
 	// every member had before members shared groups (cluster/DESIGN.md);
 	// tests use it to keep that layout, which older destinations keep.

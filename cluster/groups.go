@@ -153,7 +153,7 @@ func (gs *groups) preferHosts() {
 		}
 		preferred := gs.preferred(u.member)
 		leaving := gs.n.leaving.Load()
-		if preferred == "" || preferred == gs.n.cfg.NodeID || !canLead[preferred] || leaving {
+		if preferred == "" || preferred == gs.n.cfg.NodeID || !canLead[preferred] || leaving || !votes(u.raft, preferred) {
 			continue
 		}
 		gs.mu.Lock()
@@ -175,6 +175,18 @@ func (gs *groups) preferHosts() {
 			}
 		}()
 	}
+}
+
+// votes reports whether node is a voter of the group: a replica still
+// catching up as a non-voter cannot take its leadership.
+func votes(r *raft.Raft, node string) bool {
+	f := r.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	return slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool {
+		return string(s.ID) == node && s.Suffrage == raft.Voter
+	})
 }
 
 // preferred is a member's preferred host in the current placement.

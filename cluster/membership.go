@@ -81,35 +81,49 @@ func (mg *metaGroup) reconcileMetaVoters() error {
 	return nil
 }
 
-// replaceRemoved, on the meta leader, keeps every member at the replicas
-// its destination wants: a replica placed on a removed node moves to a live
-// node that holds none of that member (the one with the fewest replicas),
-// or is dropped when there is none; a member with fewer replicas than
-// wanted gets one on such a node as soon as one is alive (a node joining,
-// or one back with an empty data directory under a new id). In a shared
-// group one command changes every member of the group. The leader asks
-// every second; a round that found nothing to do is not walked again until
-// the meta state or the live nodes change.
-func (mg *metaGroup) replaceRemoved(ctx context.Context) error {
-	alive := mg.n.aliveNodes()
+// placeReplicas, on the meta leader, keeps every member at the replicas
+// its destination wants, and the preferred hosts spread:
+//   - a replica placed on a removed node moves to a live node that holds
+//     none of that member (the one with the fewest replicas), or is dropped
+//     when there is none;
+//   - a member with fewer replicas than wanted gets one on such a node as
+//     soon as one is alive (a node joining after a removal);
+//   - while the cluster is whole (every registered node alive, no member
+//     short), a group whose preferred host has more members to host than
+//     another replica's node makes that one its preferred host, one group
+//     at a time, at most every rebalanceEvery, onto a node that has caught
+//     up; preferHosts then moves the leadership.
+//
+// In a shared group one command changes every member of the group. Repair
+// and spreading stop with Config.NoAutoRebalance. The leader asks every
+// second; a round that found nothing to do is not walked again until the
+// meta state or the live nodes change.
+func (mg *metaGroup) placeReplicas(ctx context.Context) error {
+	alive, canLead := mg.n.aliveNodes(), mg.n.nodesThatCanLead()
+	auto := !mg.n.cfg.NoAutoRebalance
 	type move struct {
 		dest     string
 		index    uint32
 		old, new string
 	}
 	var moves []move
+	var prefer *fsmpb.PreferReplica
 	var at placementRound
 	mg.read(func(m *fsm.Meta) {
-		at = placementRound{applied: m.Applied(), alive: strings.Join(slices.Sorted(maps.Keys(alive)), ",")}
+		at = placementRound{applied: m.Applied(), alive: strings.Join(slices.Sorted(maps.Keys(alive)), ","),
+			canLead: fmt.Sprint(canLead)} // fmt prints a map's keys in order
 		if at == mg.placedAt {
 			return
 		}
 		load := map[string]int{}
 		var candidates []string
+		whole := true
 		for _, nd := range m.Nodes() {
 			if alive[nd.Id] {
 				candidates = append(candidates, nd.Id)
 				load[nd.Id] = 0
+			} else {
+				whole = false
 			}
 		}
 		for _, d := range m.Destinations() {
@@ -135,28 +149,35 @@ func (mg *metaGroup) replaceRemoved(ctx context.Context) error {
 			load[out[0]]++
 			return out[0]
 		}
-		groups := map[string]bool{} // shared groups already moved this round
+		units := map[string]*hostUnit{} // by group, or member for a group of its own
 		for _, d := range m.Destinations() {
 			for _, p := range d.Members {
-				if p.Group != "" && groups[p.Group] {
+				key := p.Group
+				if key == "" {
+					key = fsm.MemberName(d.Name, p.Index)
+				}
+				if u := units[key]; u != nil {
+					u.members++
 					continue
 				}
+				units[key] = &hostUnit{dest: d.Name, index: p.Index, replicas: p.Replicas, members: 1}
 				var mv []move
 				for _, id := range p.Replicas {
 					if m.Removed(id) {
 						mv = append(mv, move{dest: d.Name, index: p.Index, old: id, new: free(p)})
 					}
 				}
-				if len(mv) == 0 && uint32(len(p.Replicas)) < d.Replicas {
-					if node := free(p); node != "" {
+				if uint32(len(p.Replicas)) < d.Replicas {
+					whole = false
+					if node := free(p); node != "" && len(mv) == 0 && auto {
 						mv = append(mv, move{dest: d.Name, index: p.Index, new: node})
 					}
 				}
-				if len(mv) > 0 && p.Group != "" {
-					groups[p.Group] = true
-				}
 				moves = append(moves, mv...)
 			}
+		}
+		if len(moves) == 0 && whole && auto {
+			prefer = spreadHosts(units, candidates, canLead)
 		}
 	})
 	for _, mv := range moves {
@@ -173,17 +194,86 @@ func (mg *metaGroup) replaceRemoved(ctx context.Context) error {
 		}
 		mg.n.log.Info("replica of a removed node re-placed", "member", name, "from", mv.old, "to", mv.new)
 	}
+	if prefer != nil {
+		if time.Since(mg.rebalanced) < rebalanceEvery {
+			return nil // the next round, not placedAt: this one had work
+		}
+		if _, err := mg.applyLocal(ctx, prefer); err != nil {
+			return fmt.Errorf("moving %s's preferred host to %s: %w", fsm.MemberName(prefer.Destination, prefer.Member), prefer.Node, err)
+		}
+		mg.rebalanced = time.Now()
+		mg.n.log.Info("hosts spread: a group's preferred host moved", "member", fsm.MemberName(prefer.Destination, prefer.Member), "node", prefer.Node)
+		return nil
+	}
 	if len(moves) == 0 {
 		mg.placedAt = at
 	}
 	return nil
 }
 
-// placementRound is what a round of replaceRemoved saw: the meta state's
-// index and the live nodes.
+// rebalanceEvery bounds how often the meta leader moves a group's
+// preferred host, so that leaderships move one at a time.
+const rebalanceEvery = 10 * time.Second
+
+// hostUnit is a Raft group as placement sees it: a member of it, its
+// replicas (the first its preferred host) and how many members it holds.
+type hostUnit struct {
+	dest     string
+	index    uint32
+	replicas []string
+	members  int
+}
+
+// spreadHosts picks the move of a preferred host that best evens out how
+// many members each live node hosts: from the node that hosts the most to
+// the one that hosts the fewest, among the groups with a replica on both,
+// the one whose size is nearest half the difference. It returns nil when
+// no move makes the spread narrower, or the target cannot lead yet.
+func spreadHosts(units map[string]*hostUnit, nodes []string, canLead map[string]bool) *fsmpb.PreferReplica {
+	if len(nodes) < 2 {
+		return nil
+	}
+	hosted := map[string]int{}
+	for _, u := range units {
+		hosted[u.replicas[0]] += u.members
+	}
+	most, fewest := nodes[0], nodes[0]
+	for _, id := range nodes {
+		if hosted[id] > hosted[most] {
+			most = id
+		}
+		if hosted[id] < hosted[fewest] {
+			fewest = id
+		}
+	}
+	gap := hosted[most] - hosted[fewest]
+	if !canLead[fewest] {
+		return nil
+	}
+	var best *hostUnit
+	for _, key := range slices.Sorted(maps.Keys(units)) {
+		u := units[key]
+		// Moving u narrows the gap only if it is smaller than the gap.
+		if u.replicas[0] != most || !slices.Contains(u.replicas, fewest) || u.members >= gap {
+			continue
+		}
+		if best == nil || abs(2*u.members-gap) < abs(2*best.members-gap) {
+			best = u
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	return &fsmpb.PreferReplica{Destination: best.dest, Member: best.index, Node: fewest}
+}
+
+func abs(x int) int { return max(x, -x) }
+
+// placementRound is what a round of placeReplicas saw: the meta state's
+// index, the live nodes and those that can lead.
 type placementRound struct {
-	applied uint64
-	alive   string
+	applied        uint64
+	alive, canLead string
 }
 
 // reconcileMemberVoters, on a member's leader, makes the group's Raft

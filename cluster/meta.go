@@ -32,9 +32,11 @@ type metaGroup struct {
 	kick  chan struct{}
 	// bootstrapped is true once the group has (or had) a configuration.
 	bootstrapped bool
-	// placedAt is the last replaceRemoved round that found nothing to do;
-	// only run's goroutine uses it.
-	placedAt placementRound
+	// placedAt is the last placeReplicas round that found nothing to do,
+	// rebalanced when it last moved a preferred host; only run's goroutine
+	// uses them.
+	placedAt   placementRound
+	rebalanced time.Time
 }
 
 // metaFSM adapts the pure meta state machine to hashicorp/raft.
@@ -212,8 +214,8 @@ func (mg *metaGroup) run() {
 				mg.n.log.Warn("matching the meta group to the registry", "err", err)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			if err := mg.replaceRemoved(ctx); err != nil {
-				mg.n.log.Warn("re-placing the replicas of removed nodes", "err", err)
+			if err := mg.placeReplicas(ctx); err != nil {
+				mg.n.log.Warn("placing replicas", "err", err)
 			}
 			cancel()
 		}

@@ -12,16 +12,61 @@ import (
 	"github.com/cairnmq/cairn/client"
 )
 
-// The operator's repair, as the issue tells it: a node dies for good and is
-// removed while no node is free to take its replicas (so every member drops
-// to two), then a fresh node joins. Every member gets a replica on it,
-// first as a non-voter, then voting, back at the three its queue wants;
-// nothing is lost.
+// The operator's repair: a node dies for good and is removed while no node
+// is free to take its replicas (so every member drops to two), then a
+// fresh node joins. Every member gets a replica on it, first as a
+// non-voter, then voting, back at the three its queue wants; the hosts
+// spread one per node again; nothing is lost.
 func TestCluster_JoiningNodeRepairsUnderReplicatedMembers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a crash, a removal and a join")
 	}
 	tc := newMultiNode(t, 3)
+	op, victim, sent := shortOfAReplica(t, tc)
+
+	// Until the new replicas have caught up they do not vote: the groups
+	// keep their two voters.
+	var held atomic.Bool
+	held.Store(true)
+	caughtUp := replicaCaughtUp
+	t.Cleanup(func() { replicaCaughtUp = caughtUp })
+	replicaCaughtUp = func(gs *groups, node string, r raftMember) bool { return !held.Load() && caughtUp(gs, node, r) }
+	fresh := tc.addNode().ID()
+	two := tc.others(victim, fresh)
+	tc.converge(30*time.Second, fresh+" a non-voter of every member's group", func() bool {
+		return placedOn(tc, op, "rp", append(slices.Clone(two), fresh), two) == ""
+	})
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if why := placedOn(tc, op, "rp", append(slices.Clone(two), fresh), two); why != "" {
+			t.Fatalf("while %s catches up: %s", fresh, why)
+		}
+	}
+	held.Store(false)
+	want := append(slices.Clone(two), fresh)
+	tc.converge(60*time.Second, "every member repaired onto "+fresh+", all voting", func() bool {
+		return placedOn(tc, op, "rp", want, want) == ""
+	})
+
+	if st := tc.status(fresh); st.UnderReplicated != 0 {
+		t.Fatalf("status after the repair: %d members under-replicated", st.UnderReplicated)
+	}
+	// Two of the members had the same preferred host once the removed
+	// node's were dropped: one of them now prefers the new node.
+	if hosts := tc.waitSpread("rp", 3); !slices.Contains(hosts, fresh) {
+		t.Fatalf("hosts %v: none on %s", hosts, fresh)
+	}
+	tc.settle(10*time.Second, "30 messages pending on the members' hosts", func() string { return tc.counts("rp", 30, 0) })
+	s := mustSession(t, tc.dial(fresh), client.ClientAck)
+	sameSet(t, "received after the repair", drainMembers(t, s, "rp", 3, len(sent)), sent)
+}
+
+// shortOfAReplica creates queue rp (three members of three replicas) on
+// tc's three nodes, sends it 30 messages, crashes a node that does not lead
+// the meta group and removes it: with no node free to take its replicas,
+// every member is left on the two others, as the status says. It returns
+// an admin of the meta leader, the removed node and the bodies sent.
+func shortOfAReplica(t *testing.T, tc *testCluster) (*client.Admin, string, []string) {
+	t.Helper()
 	ctx := testCtx(t)
 	if _, err := tc.admin("n1").CreateQueue(ctx, "rp", client.QueueOptions{}); err != nil {
 		t.Fatal(err)
@@ -31,8 +76,7 @@ func TestCluster_JoiningNodeRepairsUnderReplicatedMembers(t *testing.T) {
 	eventually(t, "a meta leader", func() bool { meta = tc.metaLeader(); return meta != "" })
 	victim := tc.others(meta)[1]
 	op := tc.admin(meta)
-	s := mustSession(t, tc.dial(meta), client.ClientAck)
-	sent := sendN(t, ctx, mustProducer(t, s, "rp"), "m", 30)
+	sent := sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial(meta), client.ClientAck), "rp"), "m", 30)
 
 	tc.crash(victim)
 	waitFor(t, 15*time.Second, "gossip declaring "+victim+" dead", func() bool {
@@ -58,34 +102,24 @@ func TestCluster_JoiningNodeRepairsUnderReplicatedMembers(t *testing.T) {
 			t.Fatalf("status: group %s has %d replicas of %d wanted; want 2 of 3", g.Name, len(g.Replicas), g.Wanted)
 		}
 	}
+	return op, victim, sent
+}
 
-	// Until the new replicas have caught up they do not vote: the groups
-	// keep their two voters.
-	var held atomic.Bool
-	held.Store(true)
-	caughtUp := replicaCaughtUp
-	t.Cleanup(func() { replicaCaughtUp = caughtUp })
-	replicaCaughtUp = func(gs *groups, node string, r raftMember) bool { return !held.Load() && caughtUp(gs, node, r) }
-	fresh := tc.addNode().ID()
-	two := tc.others(victim, fresh)
-	tc.converge(30*time.Second, fresh+" a non-voter of every member's group", func() bool {
-		return placedOn(tc, op, "rp", append(slices.Clone(two), fresh), two) == ""
-	})
-	consistently(t, 2*time.Second, "the groups keeping their two voters", func() bool {
-		return placedOn(tc, op, "rp", append(slices.Clone(two), fresh), two) == ""
-	})
-	held.Store(false)
-	want := append(slices.Clone(two), fresh)
-	tc.converge(60*time.Second, "every member repaired onto "+fresh+", all voting", func() bool {
-		return placedOn(tc, op, "rp", want, want) == ""
-	})
-
-	if st := tc.status(fresh); st.UnderReplicated != 0 {
-		t.Fatalf("status after the repair: %d members under-replicated", st.UnderReplicated)
+// With --auto-rebalance=false on every node, a node joining repairs
+// nothing: the operator moves data by hand.
+func TestCluster_NoAutoRebalanceLeavesMembersShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a crash, a removal and a join")
 	}
-	tc.settle(10*time.Second, "30 messages pending on the members' hosts", func() string { return tc.counts("rp", 30, 0) })
-	s = mustSession(t, tc.dial(fresh), client.ClientAck)
-	sameSet(t, "received after the repair", drainMembers(t, s, "rp", 3, len(sent)), sent)
+	tc := newMultiNode(t, 3, func(c *Config) { c.NoAutoRebalance = true })
+	op, victim, _ := shortOfAReplica(t, tc)
+	fresh := tc.addNode(func(c *Config) { c.NoAutoRebalance = true }).ID()
+	consistently(t, 3*time.Second, "every member still on two replicas", func() bool {
+		return placedOn(tc, op, "rp", tc.others(victim, fresh), tc.others(victim, fresh)) == ""
+	})
+	if st := tc.status(fresh); st.UnderReplicated != 3 {
+		t.Fatalf("status: %d members under-replicated, want 3", st.UnderReplicated)
+	}
 }
 
 // placedOn says what keeps every member of dest from being placed on
