@@ -97,7 +97,7 @@ func (mg *metaGroup) reconcileMetaVoters() error {
 // In a shared group one command changes every member of the group. Repair
 // and spreading stop with Config.NoAutoRebalance. The leader asks every
 // second; a round that found nothing to do is not walked again until the
-// meta state or the live nodes change.
+// meta state, the live nodes or the nodes that can lead change.
 func (mg *metaGroup) placeReplicas(ctx context.Context) error {
 	alive, canLead := mg.n.aliveNodes(), mg.n.nodesThatCanLead()
 	auto := !mg.n.cfg.NoAutoRebalance
