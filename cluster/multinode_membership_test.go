@@ -122,19 +122,7 @@ func TestCluster_NodeRemove_ReplacesReplicasAndNeverReadmits(t *testing.T) {
 		t.Fatalf("members %+v: want 3 with a replica on %s", before.Members, victim)
 	}
 
-	tc.crash(victim)
-	waitFor(t, 15*time.Second, "gossip declaring "+victim+" dead", func() bool {
-		for _, n := range tc.status(tc.others(victim)[0]).Nodes {
-			if n.ID == victim {
-				return !n.Alive
-			}
-		}
-		return false
-	})
-	ctx = stepCtx(t, 20*time.Second)
-	if err := op.RemoveNode(ctx, victim); err != nil {
-		t.Fatalf("remove crashed %s: %v", victim, err)
-	}
+	tc.crashAndRemove(op, victim)
 
 	tc.converge(30*time.Second, "the replicas on "+victim+" re-placed and the groups' configurations following", func() bool {
 		return replacedEverywhere(tc, op, victim, lacked) == ""
@@ -275,16 +263,41 @@ func replacedEverywhere(tc *testCluster, op *client.Admin, removed string, lacke
 }
 
 // configuration lists the servers of a group's latest Raft configuration.
-func configuration(r *raft.Raft) []string {
+func configuration(r *raft.Raft) []string { return servers(r, false) }
+
+// voters lists the voters of a group's latest Raft configuration.
+func voters(r *raft.Raft) []string { return servers(r, true) }
+
+func servers(r *raft.Raft, votersOnly bool) []string {
 	f := r.GetConfiguration()
 	if f.Error() != nil {
 		return nil
 	}
 	var out []string
 	for _, s := range f.Configuration().Servers {
-		out = append(out, string(s.ID))
+		if !votersOnly || s.Suffrage == raft.Voter {
+			out = append(out, string(s.ID))
+		}
 	}
 	return sorted(out)
+}
+
+// crashAndRemove crashes victim, waits until gossip holds it dead, and
+// removes it through op, as an operator would a node gone for good.
+func (tc *testCluster) crashAndRemove(op *client.Admin, victim string) {
+	tc.t.Helper()
+	tc.crash(victim)
+	waitFor(tc.t, 15*time.Second, "gossip declaring "+victim+" dead", func() bool {
+		for _, n := range tc.status(tc.others(victim)[0]).Nodes {
+			if n.ID == victim {
+				return !n.Alive
+			}
+		}
+		return false
+	})
+	if err := op.RemoveNode(stepCtx(tc.t, 20*time.Second), victim); err != nil {
+		tc.t.Fatalf("remove crashed %s: %v", victim, err)
+	}
 }
 
 func inConfiguration(r *raft.Raft, id string) bool {

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/cairnmq/cairn/client"
 )
 
@@ -78,19 +76,7 @@ func shortOfAReplica(t *testing.T, tc *testCluster) (*client.Admin, string, []st
 	op := tc.admin(meta)
 	sent := sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial(meta), client.ClientAck), "rp"), "m", 30)
 
-	tc.crash(victim)
-	waitFor(t, 15*time.Second, "gossip declaring "+victim+" dead", func() bool {
-		for _, n := range tc.status(meta).Nodes {
-			if n.ID == victim {
-				return !n.Alive
-			}
-		}
-		return false
-	})
-	ctx = stepCtx(t, 20*time.Second)
-	if err := op.RemoveNode(ctx, victim); err != nil {
-		t.Fatalf("remove crashed %s: %v", victim, err)
-	}
+	tc.crashAndRemove(op, victim)
 	tc.converge(30*time.Second, "every member down to the two live replicas", func() bool {
 		return placedOn(tc, op, "rp", tc.others(victim), tc.others(victim)) == ""
 	})
@@ -148,19 +134,4 @@ func placedOn(tc *testCluster, op *client.Admin, dest string, nodes, voting []st
 		}
 	}
 	return ""
-}
-
-// voters lists the voters of a group's latest Raft configuration.
-func voters(r *raft.Raft) []string {
-	f := r.GetConfiguration()
-	if f.Error() != nil {
-		return nil
-	}
-	var out []string
-	for _, s := range f.Configuration().Servers {
-		if s.Suffrage == raft.Voter {
-			out = append(out, string(s.ID))
-		}
-	}
-	return sorted(out)
 }
