@@ -31,6 +31,7 @@ run: build
 test:
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -p 2 -timeout 20m $(PKGS)
+	$(GO) test -count=1 -timeout 10m -run 'TestLarge_' ./cluster/
 
 test-short:
 	$(GO) test -short -count=1 $(PKGS)
