@@ -847,22 +847,26 @@ func (n *Node) clusterStatus(ctx context.Context) *clientpb.ClusterStatusRespons
 	for _, nd := range resp.Nodes {
 		alive[nd.Id] = nd.Alive
 	}
-	for _, d := range dests {
-		for _, p := range d.Members {
-			g := groupStatus(fsm.MemberName(d.Name, p.Index), p.Replicas, reports)
-			g.Wanted = d.Replicas
-			resp.Groups = append(resp.Groups, g)
-			live := 0
-			for _, id := range p.Replicas {
-				if alive[id] {
-					live++
+	// A replica counts when its node is alive and it is not catching up
+	// after its node came back with an empty data directory.
+	n.meta.read(func(m *fsm.Meta) {
+		for _, d := range dests {
+			for _, p := range d.Members {
+				g := groupStatus(fsm.MemberName(d.Name, p.Index), p.Replicas, reports)
+				g.Wanted = d.Replicas
+				resp.Groups = append(resp.Groups, g)
+				live := 0
+				for _, id := range p.Replicas {
+					if alive[id] && !m.Rejoining(id, fsm.GroupKey(d.Name, p)) {
+						live++
+					}
+				}
+				if uint32(live) < d.Replicas {
+					resp.UnderReplicated++
 				}
 			}
-			if uint32(live) < d.Replicas {
-				resp.UnderReplicated++
-			}
 		}
-	}
+	})
 	return resp
 }
 

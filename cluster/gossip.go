@@ -30,6 +30,11 @@ type nodeMeta struct {
 	// meanwhile (cluster/DESIGN.md, "Preferred hosts"). A node of an
 	// earlier version never sets it, and is handed leaderships as before.
 	CatchingUp bool `json:"u,omitempty"`
+	// Incarnation names the node's data directory (claimIncarnation).
+	Incarnation string `json:"i,omitempty"`
+	// Serving is set while the node is ready (Node.Ready): it is in a
+	// formed cluster, which a node back empty joins rather than forming one.
+	Serving bool `json:"s,omitempty"`
 }
 
 // gossip is the node's membership: memberlist's view of which nodes are
@@ -65,7 +70,7 @@ func privateIP() (string, error) {
 
 func startGossip(n *Node, advertiseHost string) (*gossip, error) {
 	g := &gossip{n: n, nodes: make(map[string]gossipMember), stop: make(chan struct{}), done: make(chan struct{}), metaChanged: make(chan struct{}, 1)}
-	meta, err := json.Marshal(nodeMeta{Boot: n.boot, Client: n.addrs.Client, Peer: n.addrs.Peer, Raft: n.addrs.Raft, HTTP: n.addrs.HTTP, CatchingUp: true})
+	meta, err := json.Marshal(nodeMeta{Boot: n.boot, Client: n.addrs.Client, Peer: n.addrs.Peer, Raft: n.addrs.Raft, HTTP: n.addrs.HTTP, CatchingUp: true, Incarnation: n.incarnation})
 	if err != nil {
 		return nil, err
 	}
@@ -280,11 +285,18 @@ func (g *gossip) setLeaving() {
 }
 
 // setCatchingUp tells the others whether a member replica here is still
-// opening or applying its log. It does not wait for the news to go out
-// (broadcastLoop sends it): its caller is the readiness watch, which a node
-// cut off from the others would otherwise hold up.
+// opening or applying its log, setServing whether this node is ready.
+// They do not wait for the news to go out (broadcastLoop sends it): their
+// caller is the readiness watch, which a node cut off from the others
+// would otherwise hold up.
 func (g *gossip) setCatchingUp(catchingUp bool) {
-	g.changeMeta(func(m *nodeMeta) { m.CatchingUp = catchingUp })
+	g.tell(func(m *nodeMeta) { m.CatchingUp = catchingUp })
+}
+
+func (g *gossip) setServing(serving bool) { g.tell(func(m *nodeMeta) { m.Serving = serving }) }
+
+func (g *gossip) tell(change func(m *nodeMeta)) {
+	g.changeMeta(change)
 	select {
 	case g.metaChanged <- struct{}{}:
 	default:

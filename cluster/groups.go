@@ -160,9 +160,11 @@ func (gs *groups) reconcile() {
 	gs.n.meta.read(func(m *fsm.Meta) {
 		// A round that opened everything placed here needs no other
 		// until the placement changes: with a thousand destinations
-		// it walks them all.
+		// it walks them all. A node back with an empty data directory
+		// opens nothing until the leader registered it again, marking
+		// the groups it rejoins (raftConfig).
 		at = m.Applied()
-		if unchanged = at == gs.reconciledAt.Load(); unchanged {
+		if unchanged = at == gs.reconciledAt.Load() || gs.n.meta.staleRecord(m); unchanged {
 			return
 		}
 		for _, d := range m.Destinations() {
@@ -248,13 +250,13 @@ func (gs *groups) open(id string, p placed, nodes map[string]*fsmpb.Node) (*memb
 		}
 	}
 	if g := p.place.Group; g != "" {
-		s, err := gs.openShared(g, p.place, nodes)
+		s, err := gs.openShared(g, p, nodes)
 		if err != nil {
 			return nil, err
 		}
 		return s.Open(id, cfg)
 	}
-	rc, err := gs.raftConfig(id, p.place, nodes)
+	rc, err := gs.raftConfig(id, p, nodes)
 	if err != nil {
 		return nil, err
 	}
@@ -270,15 +272,18 @@ func (gs *groups) open(id string, p placed, nodes map[string]*fsmpb.Node) (*memb
 // raftConfig says where Raft group id runs on this node: its directory,
 // its layer of the Raft port, and, for a replica the group was created
 // with, the first configuration to bootstrap it with.
-func (gs *groups) raftConfig(id string, place *fsmpb.MemberPlacement, nodes map[string]*fsmpb.Node) (member.Config, error) {
+func (gs *groups) raftConfig(id string, p placed, nodes map[string]*fsmpb.Node) (member.Config, error) {
 	// Only the replicas the group was created with bootstrap it; one placed
-	// later joins the running group when its leader adds it.
-	initial := place.Initial
+	// later, or back with an empty data directory, joins the running group
+	// when its leader adds it.
+	initial := p.place.Initial
 	if len(initial) == 0 {
-		initial = place.Replicas
+		initial = p.place.Replicas
 	}
+	var rejoining bool
+	gs.n.meta.read(func(m *fsm.Meta) { rejoining = m.Rejoining(gs.n.cfg.NodeID, fsm.GroupKey(p.dest.Name, p.place)) })
 	var peers []raft.Server
-	if slices.Contains(initial, gs.n.cfg.NodeID) {
+	if slices.Contains(initial, gs.n.cfg.NodeID) && !rejoining {
 		for _, nid := range initial {
 			nd, ok := nodes[nid]
 			if !ok {
@@ -297,7 +302,7 @@ func (gs *groups) raftConfig(id string, place *fsmpb.MemberPlacement, nodes map[
 }
 
 // openShared returns the shared group id, opening it if it is not open.
-func (gs *groups) openShared(id string, place *fsmpb.MemberPlacement, nodes map[string]*fsmpb.Node) (*member.Shared, error) {
+func (gs *groups) openShared(id string, p placed, nodes map[string]*fsmpb.Node) (*member.Shared, error) {
 	gs.sharing.Lock()
 	defer gs.sharing.Unlock()
 	gs.mu.RLock()
@@ -306,7 +311,7 @@ func (gs *groups) openShared(id string, place *fsmpb.MemberPlacement, nodes map[
 	if s != nil {
 		return s, nil
 	}
-	cfg, err := gs.raftConfig(id, place, nodes)
+	cfg, err := gs.raftConfig(id, p, nodes)
 	if err != nil {
 		return nil, err
 	}

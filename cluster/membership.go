@@ -28,7 +28,8 @@ const maxMetaVoters = 5
 // the meta group re-placed its replicas.
 
 // reconcileMetaVoters, on the meta leader, adds registered nodes that gossip
-// holds alive to the meta group, and removes the nodes an operator removed.
+// holds alive to the meta group, as non-voters that vote once caught up
+// (up to maxMetaVoters), and removes the nodes an operator removed.
 func (mg *metaGroup) reconcileMetaVoters() error {
 	r := mg.group.Raft
 	f := r.GetConfiguration()
@@ -37,20 +38,24 @@ func (mg *metaGroup) reconcileMetaVoters() error {
 	}
 	servers := f.Configuration().Servers
 	voters := 0
-	in := map[string]bool{}
+	in := map[string]raft.ServerSuffrage{}
 	for _, s := range servers {
-		in[string(s.ID)] = true
+		in[string(s.ID)] = s.Suffrage
 		if s.Suffrage == raft.Voter {
 			voters++
 		}
 	}
 	alive := mg.n.aliveNodes()
-	var toAdd []*fsmpb.Node
+	var toAdd, toPromote []*fsmpb.Node
 	var toRemove []string
 	mg.read(func(m *fsm.Meta) {
 		for _, nd := range m.Nodes() {
-			if !in[nd.Id] && alive[nd.Id] {
+			switch suffrage, ok := in[nd.Id]; {
+			case !alive[nd.Id]:
+			case !ok:
 				toAdd = append(toAdd, nd)
+			case suffrage == raft.Nonvoter:
+				toPromote = append(toPromote, nd)
 			}
 		}
 		for _, s := range servers {
@@ -60,17 +65,20 @@ func (mg *metaGroup) reconcileMetaVoters() error {
 		}
 	})
 	for _, nd := range toAdd {
-		var err error
-		if voters < maxMetaVoters {
-			err = r.AddVoter(raft.ServerID(nd.Id), raft.ServerAddress(nd.RaftAddr), 0, 10*time.Second).Error()
-			voters++
-		} else {
-			err = r.AddNonvoter(raft.ServerID(nd.Id), raft.ServerAddress(nd.RaftAddr), 0, 10*time.Second).Error()
-		}
-		if err != nil {
+		if err := r.AddNonvoter(raft.ServerID(nd.Id), raft.ServerAddress(nd.RaftAddr), 0, 10*time.Second).Error(); err != nil {
 			return fmt.Errorf("adding node %s to the meta group: %w", nd.Id, err)
 		}
-		mg.n.log.Info("node added to the meta group", "id", nd.Id)
+		mg.n.log.Info("node added to the meta group, not voting until caught up", "id", nd.Id)
+	}
+	for _, nd := range toPromote {
+		if voters >= maxMetaVoters || !replicaCaughtUp(mg.n.groups, nd.Id, metaUnit{mg}) {
+			continue
+		}
+		if err := r.AddVoter(raft.ServerID(nd.Id), raft.ServerAddress(nd.RaftAddr), 0, 10*time.Second).Error(); err != nil {
+			return fmt.Errorf("promoting node %s in the meta group: %w", nd.Id, err)
+		}
+		voters++
+		mg.n.log.Info("node caught up with the meta group: now a voter", "id", nd.Id)
 	}
 	for _, id := range toRemove {
 		if err := r.RemoveServer(raft.ServerID(id), 0, 10*time.Second).Error(); err != nil {
@@ -80,6 +88,44 @@ func (mg *metaGroup) reconcileMetaVoters() error {
 	}
 	return nil
 }
+
+// demoteEmptied, on the meta leader, makes a node that came back with an
+// empty data directory a non-voter of the meta group, when the other
+// voters are alive to commit without it; reconcileMetaVoters promotes it
+// again once caught up. Left a voter, it would vote for a candidate
+// missing what it had acknowledged, and an entry committed on it could be
+// lost.
+func (mg *metaGroup) demoteEmptied(id string) error {
+	r := mg.group.Raft
+	f := r.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	alive := mg.n.aliveNodes()
+	isVoter := false
+	for _, s := range f.Configuration().Servers {
+		switch {
+		case s.Suffrage != raft.Voter:
+		case string(s.ID) == id:
+			isVoter = true
+		case !alive[string(s.ID)]:
+			return nil // the group needs every voter it has
+		}
+	}
+	if !isVoter {
+		return nil
+	}
+	if err := r.DemoteVoter(raft.ServerID(id), 0, 10*time.Second).Error(); err != nil {
+		return fmt.Errorf("demoting node %s, back empty, in the meta group: %w", id, err)
+	}
+	return nil
+}
+
+// metaUnit is the meta group as a raftMember (caughtUp asks nodes by name).
+type metaUnit struct{ mg *metaGroup }
+
+func (u metaUnit) Name() string     { return metaGroupID }
+func (u metaUnit) Raft() *raft.Raft { return u.mg.group.Raft }
 
 // placeReplicas, on the meta leader, keeps every member at the replicas
 // its destination wants, and the preferred hosts spread:
@@ -289,6 +335,13 @@ func (gs *groups) reconcileMemberVoters(r raftMember) error {
 		return nil
 	}
 	want := d.Members[idx].Replicas
+	group := fsm.GroupKey(d.Name, d.Members[idx])
+	rejoining := map[string]bool{}
+	gs.n.meta.read(func(m *fsm.Meta) {
+		for _, id := range want {
+			rejoining[id] = m.Rejoining(id, group)
+		}
+	})
 	f := r.Raft().GetConfiguration()
 	if err := f.Error(); err != nil {
 		return err
@@ -301,11 +354,18 @@ func (gs *groups) reconcileMemberVoters(r raftMember) error {
 	// not wait for a replica still copying its snapshot and log, and votes
 	// once its node says it has caught up; a replica leaves only once every
 	// replica placed is a voter, so the group never has fewer voters able
-	// to commit than before.
+	// to commit than before. A replica that came back empty (rejoining) is
+	// made a non-voter again, when the others can commit without it.
 	allVote := true
 	for _, id := range want {
 		suffrage, in := have[id]
 		switch {
+		case in && suffrage == raft.Voter && rejoining[id]:
+			allVote = false
+			if err := gs.rejoinVoter(r, id, group, have); err != nil {
+				return err
+			}
+			continue
 		case in && suffrage == raft.Voter:
 			continue
 		case in && !replicaCaughtUp(gs, id, r):
@@ -341,6 +401,33 @@ func (gs *groups) reconcileMemberVoters(r raftMember) error {
 		}
 		gs.n.log.Info("replica removed from member group", "member", r.Name(), "node", id)
 	}
+	return nil
+}
+
+// rejoinVoter handles a voter of r's group whose node came back empty:
+// caught up again, the meta group hears it (which ends its rejoining);
+// otherwise it is demoted to a non-voter, promoted as any new replica once
+// caught up, unless another voter is not caught up either, when the group
+// needs its vote to commit and it stays a voter.
+func (gs *groups) rejoinVoter(r raftMember, id, group string, have map[string]raft.ServerSuffrage) error {
+	if id == gs.n.cfg.NodeID || replicaCaughtUp(gs, id, r) { // a leader holds the log
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := gs.n.meta.apply(ctx, &fsmpb.ReplicaCaughtUp{Node: id, Group: group}); err != nil {
+			return fmt.Errorf("telling that %s's replica of %s caught up: %w", id, r.Name(), err)
+		}
+		gs.n.log.Info("replica back from an empty data directory caught up", "member", r.Name(), "node", id)
+		return nil
+	}
+	for other, suffrage := range have {
+		if suffrage == raft.Voter && other != id && other != gs.n.cfg.NodeID && !replicaCaughtUp(gs, other, r) {
+			return nil
+		}
+	}
+	if err := r.Raft().DemoteVoter(raft.ServerID(id), 0, 10*time.Second).Error(); err != nil {
+		return fmt.Errorf("demoting %s, back empty, in member %s: %w", id, r.Name(), err)
+	}
+	gs.n.log.Info("replica back from an empty data directory: not voting until caught up", "member", r.Name(), "node", id)
 	return nil
 }
 

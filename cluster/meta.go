@@ -223,7 +223,7 @@ func (mg *metaGroup) run() {
 }
 
 // bootstrapWhenExpected forms the meta group once --bootstrap-expect nodes
-// are alive in gossip. Every one of them proposes the same configuration
+// are alive in gossip, unless one of them already serves a cluster. Every one of them proposes the same configuration
 // (the first N nodes by id), which hashicorp/raft accepts from each.
 func (mg *metaGroup) bootstrapWhenExpected() {
 	want := mg.n.cfg.BootstrapExpect
@@ -236,6 +236,12 @@ func (mg *metaGroup) bootstrapWhenExpected() {
 	}
 	var servers []raft.Server
 	for _, m := range mg.n.gossip.members() {
+		if m.State == "alive" && m.Meta.Serving {
+			// A node that serves is in a formed cluster: this one, back
+			// with an empty data directory, joins it rather than forming
+			// another from the first entry on.
+			return
+		}
 		if m.State == "alive" && m.Meta.Raft != "" {
 			servers = append(servers, raft.Server{ID: raft.ServerID(m.ID), Address: raft.ServerAddress(m.Meta.Raft)})
 		}
@@ -266,11 +272,21 @@ func (mg *metaGroup) registerNodes() error {
 		if removed {
 			continue
 		}
-		want := &fsmpb.Node{Id: gm.ID, ClientAddr: gm.Meta.Client, PeerAddr: gm.Meta.Peer, RaftAddr: gm.Meta.Raft, GossipAddr: gm.Addr, HttpAddr: gm.Meta.HTTP}
+		want := &fsmpb.Node{Id: gm.ID, ClientAddr: gm.Meta.Client, PeerAddr: gm.Meta.Peer, RaftAddr: gm.Meta.Raft, GossipAddr: gm.Addr, HttpAddr: gm.Meta.HTTP, Incarnation: gm.Meta.Incarnation}
 		var have *fsmpb.Node
 		mg.fsm.read(func(m *fsm.Meta) { have, _ = m.Node(gm.ID) })
 		if proto.Equal(have, want) {
 			continue
+		}
+		if have != nil && have.Incarnation != "" && have.Incarnation != want.Incarnation {
+			// Back with an empty data directory: its meta replica holds
+			// nothing it voted for, so it stops voting until caught up
+			// (reconcileMetaVoters); registering marks its member replicas
+			// the same way (fsm.Meta.Rejoining).
+			if err := mg.demoteEmptied(gm.ID); err != nil {
+				return err
+			}
+			mg.n.log.Warn("node came back with an empty data directory: its replicas catch up again before they vote", "id", gm.ID)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err := mg.applyLocal(ctx, &fsmpb.RegisterNode{Node: want})
@@ -399,11 +415,22 @@ func (mg *metaGroup) ready() error {
 		return err
 	}
 	var registered bool
-	mg.fsm.read(func(m *fsm.Meta) { _, registered = m.Node(mg.n.cfg.NodeID) })
+	mg.fsm.read(func(m *fsm.Meta) {
+		_, registered = m.Node(mg.n.cfg.NodeID)
+		registered = registered && !mg.staleRecord(m)
+	})
 	if !registered {
 		return errors.New("this node is not registered in the meta group yet")
 	}
 	return nil
+}
+
+// staleRecord reports whether m registers this node under another data
+// directory: it came back empty, and the leader has not yet registered it
+// again and marked the groups its replicas must catch up in.
+func (mg *metaGroup) staleRecord(m *fsm.Meta) bool {
+	nd, ok := m.Node(mg.n.cfg.NodeID)
+	return ok && nd.Incarnation != "" && nd.Incarnation != mg.n.incarnation
 }
 
 // caughtUp is nil once this replica has applied what it knows committed.

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -58,24 +59,29 @@ func TestCluster_JoiningNodeRepairsUnderReplicatedMembers(t *testing.T) {
 	sameSet(t, "received after the repair", drainMembers(t, s, "rp", 3, len(sent)), sent)
 }
 
-// shortOfAReplica creates queue rp (three members of three replicas) on
-// tc's three nodes, sends it 30 messages, crashes a node that does not lead
-// the meta group and removes it: with no node free to take its replicas,
-// every member is left on the two others, as the status says. It returns
-// an admin of the meta leader, the removed node and the bodies sent.
-func shortOfAReplica(t *testing.T, tc *testCluster) (*client.Admin, string, []string) {
+// queueOfThree creates queue rp (three members of three replicas) on tc's
+// three nodes, one host on each, and sends it 30 messages. It returns the
+// meta leader, another node, an admin of the meta leader and the bodies.
+func queueOfThree(t *testing.T, tc *testCluster) (meta, other string, op *client.Admin, sent []string) {
 	t.Helper()
 	ctx := testCtx(t)
 	if _, err := tc.admin("n1").CreateQueue(ctx, "rp", client.QueueOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	tc.waitSpread("rp", 3)
-	var meta string
 	eventually(t, "a meta leader", func() bool { meta = tc.metaLeader(); return meta != "" })
-	victim := tc.others(meta)[1]
-	op := tc.admin(meta)
-	sent := sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial(meta), client.ClientAck), "rp"), "m", 30)
+	op = tc.admin(meta)
+	sent = sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial(meta), client.ClientAck), "rp"), "m", 30)
+	return meta, tc.others(meta)[1], op, sent
+}
 
+// shortOfAReplica is queueOfThree, then crashes the node that does not
+// lead the meta group and removes it: with no node free to take its replicas,
+// every member is left on the two others, as the status says. It returns
+// an admin of the meta leader, the removed node and the bodies sent.
+func shortOfAReplica(t *testing.T, tc *testCluster) (*client.Admin, string, []string) {
+	t.Helper()
+	meta, victim, op, sent := queueOfThree(t, tc)
 	tc.crashAndRemove(op, victim)
 	tc.converge(30*time.Second, "every member down to the two live replicas", func() bool {
 		return placedOn(tc, op, "rp", tc.others(victim), tc.others(victim)) == ""
@@ -134,4 +140,53 @@ func placedOn(tc *testCluster, op *client.Admin, dest string, nodes, voting []st
 		}
 	}
 	return ""
+}
+
+// The Kubernetes case: a node comes back under its id with an empty data
+// directory. Its replicas hold nothing they voted for, so they stop voting
+// (in the meta group and every member's group) until caught up again,
+// while the two others go on; released, every member is back at three
+// voters and the hosts spread again; nothing is lost.
+func TestCluster_NodeBackEmptyVotesOnlyOnceCaughtUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a crash, a wipe and a restart")
+	}
+	tc := newMultiNode(t, 3)
+	meta, victim, op, sent := queueOfThree(t, tc)
+	var held atomic.Bool
+	held.Store(true)
+	caughtUp := replicaCaughtUp
+	t.Cleanup(func() { replicaCaughtUp = caughtUp })
+	replicaCaughtUp = func(gs *groups, node string, r raftMember) bool {
+		return (node != victim || !held.Load()) && caughtUp(gs, node, r)
+	}
+	tc.crash(victim)
+	dir := tc.cfgs[tc.index(victim)].DataDir
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	tc.start(victim)
+	all, two := tc.ids(), tc.others(victim)
+	metaVoters := func() []string { return voters(tc.node(tc.metaLeader()).meta.group.Raft) }
+	tc.converge(30*time.Second, victim+" a non-voter of the meta group and of every member's group", func() bool {
+		return placedOn(tc, op, "rp", all, two) == "" && slices.Equal(metaVoters(), two)
+	})
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if why := placedOn(tc, op, "rp", all, two); why != "" {
+			t.Fatalf("while %s catches up: %s", victim, why)
+		}
+	}
+	if st := tc.status(meta); st.UnderReplicated != 3 {
+		t.Fatalf("status while %s catches up: %d members under-replicated, want 3", victim, st.UnderReplicated)
+	}
+
+	held.Store(false)
+	tc.converge(60*time.Second, "every member and the meta group voting on all three", func() bool {
+		return placedOn(tc, op, "rp", all, all) == "" && slices.Equal(metaVoters(), all)
+	})
+	tc.converge(10*time.Second, "no member under-replicated", func() bool { return tc.status(meta).UnderReplicated == 0 })
+	tc.waitSpread("rp", 3)
+	tc.settle(10*time.Second, "30 messages pending on the members' hosts", func() string { return tc.counts("rp", 30, 0) })
+	s := mustSession(t, tc.dial(victim), client.ClientAck)
+	sameSet(t, "received after the rejoin", drainMembers(t, s, "rp", 3, len(sent)), sent)
 }

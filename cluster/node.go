@@ -65,6 +65,8 @@ type Node struct {
 
 	// hadState is true when the node started with cluster state on disk.
 	hadState bool
+	// incarnation names this node's data directory (claimIncarnation).
+	incarnation string
 	// leaving is set by Leave: no leadership should come to this node.
 	leaving atomic.Bool
 	leave   chan struct{}
@@ -100,6 +102,9 @@ func Start(cfg Config) (_ *Node, err error) {
 	n := &Node{cfg: cfg, boot: newID(8), stopped: make(chan struct{}), metaKick: make(chan struct{}, 1), groupsKick: make(chan struct{}, 1), leaders: leaders{m: map[string]string{}}, loads: loads{m: map[string]*loadEntry{}}, leave: make(chan struct{})}
 	n.log = cfg.Logger.With("node", cfg.NodeID)
 	n.hadState = held != ""
+	if n.incarnation, err = claimIncarnation(cfg.DataDir, n.hadState); err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			n.closeListeners()
@@ -187,6 +192,30 @@ func claimDataDir(dir, nodeID string) error {
 		return fmt.Errorf("%w: --data-dir %s belongs to node %q, not %q; use that --node-id or another directory", ErrConfig, dir, owner, nodeID)
 	}
 	return nil
+}
+
+// claimIncarnation returns the name of this data directory's life: a new
+// one when it holds no cluster state (new, or emptied), else the one it
+// was given. The meta group tells by it a node that came back empty under
+// the same id, whose replicas must catch up again before they vote.
+func claimIncarnation(dir string, hadState bool) (string, error) {
+	path := filepath.Join(dir, "incarnation")
+	if hadState {
+		b, err := os.ReadFile(path)
+		if inc := strings.TrimSpace(string(b)); err == nil && inc != "" {
+			return inc, nil
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("--data-dir %s: %w", dir, err)
+		}
+		// Written by a build without incarnations: the registry holds none
+		// either, so a new one is no change.
+	}
+	inc := newID(8)
+	if err := os.WriteFile(path, []byte(inc+"\n"), 0o640); err != nil {
+		return "", fmt.Errorf("--data-dir %s: %w", dir, err)
+	}
+	return inc, nil
 }
 
 // logStoreFor is the log store the node's groups use: the one its data
@@ -411,6 +440,7 @@ func (n *Node) watchReady() {
 			n.log.Debug("readiness changed", "ready", ready)
 			n.health.SetServingStatus("", st)
 			n.health.SetServingStatus(clientpb.ClientService_ServiceDesc.ServiceName, st)
+			n.gossip.setServing(ready)
 		}
 		if behind := n.catchingUp(); behind != catchingUp {
 			catchingUp = behind

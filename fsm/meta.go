@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 
 	"google.golang.org/protobuf/encoding/protodelim"
@@ -24,11 +25,14 @@ type Meta struct {
 	nodes        map[string]*fsmpb.Node
 	// removed are nodes an operator removed; they are not registered again.
 	removed map[string]bool
+	// rejoining holds, by node, the Raft groups (GroupKey) in which its
+	// replica came back empty and must catch up before it votes again.
+	rejoining map[string]map[string]bool
 }
 
 // NewMeta returns an empty meta state machine.
 func NewMeta() *Meta {
-	return &Meta{destinations: make(map[string]*fsmpb.Destination), nodes: make(map[string]*fsmpb.Node), removed: make(map[string]bool)}
+	return &Meta{destinations: make(map[string]*fsmpb.Destination), nodes: make(map[string]*fsmpb.Node), removed: make(map[string]bool), rejoining: make(map[string]map[string]bool)}
 }
 
 var metaHandlers = func() map[fsmpb.CommandType]handler[*Meta] {
@@ -40,6 +44,7 @@ var metaHandlers = func() map[fsmpb.CommandType]handler[*Meta] {
 	on(t, fsmpb.CommandType_COMMAND_TYPE_REPLACE_REPLICA, func() *fsmpb.ReplaceReplica { return new(fsmpb.ReplaceReplica) }, (*Meta).replaceReplica)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_ADD_REPLICA, func() *fsmpb.AddReplica { return new(fsmpb.AddReplica) }, (*Meta).addReplica)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_PREFER_REPLICA, func() *fsmpb.PreferReplica { return new(fsmpb.PreferReplica) }, (*Meta).preferReplica)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_REPLICA_CAUGHT_UP, func() *fsmpb.ReplicaCaughtUp { return new(fsmpb.ReplicaCaughtUp) }, (*Meta).replicaCaughtUp)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_RESIZE_DESTINATION, func() *fsmpb.ResizeDestination { return new(fsmpb.ResizeDestination) }, (*Meta).resizeDestination)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_REMOVE_MEMBER, func() *fsmpb.RemoveMember { return new(fsmpb.RemoveMember) }, (*Meta).removeMember)
 	return t
@@ -167,8 +172,55 @@ func (m *Meta) registerNode(c *fsmpb.RegisterNode) Result {
 	if m.removed[c.Node.Id] {
 		return Result{Err: fmt.Errorf("%w: node %s was removed from the cluster; a replacement needs a new id", ErrInvalidSettings, c.Node.Id)}
 	}
+	if had, ok := m.nodes[c.Node.Id]; ok && had.Incarnation != "" && had.Incarnation != c.Node.Incarnation {
+		m.rejoin(c.Node.Id)
+	}
 	m.nodes[c.Node.Id] = c.Node
 	return Result{}
+}
+
+// rejoin marks every group in which node holds a replica, beside others,
+// as one its replica must catch up in again: the node came back with an
+// empty data directory. A member whose only replica it was lost its
+// messages; its group starts again from empty on the node.
+func (m *Meta) rejoin(node string) {
+	groups := map[string]bool{}
+	for _, d := range m.destinations {
+		for _, p := range d.Members {
+			if len(p.Replicas) > 1 && slices.Contains(p.Replicas, node) {
+				groups[GroupKey(d.Name, p)] = true
+			}
+		}
+	}
+	delete(m.rejoining, node)
+	if len(groups) > 0 {
+		m.rejoining[node] = groups
+	}
+}
+
+// replicaCaughtUp ends a replica's rejoining of a group.
+func (m *Meta) replicaCaughtUp(c *fsmpb.ReplicaCaughtUp) Result {
+	if !m.rejoining[c.Node][c.Group] {
+		return Result{Err: fmt.Errorf("%w: node %s is not rejoining group %s", ErrInvalidSettings, c.Node, c.Group)}
+	}
+	delete(m.rejoining[c.Node], c.Group)
+	if len(m.rejoining[c.Node]) == 0 {
+		delete(m.rejoining, c.Node)
+	}
+	return Result{}
+}
+
+// Rejoining reports whether node's replica of group (GroupKey) came back
+// empty and has not caught up since.
+func (m *Meta) Rejoining(node, group string) bool { return m.rejoining[node][group] }
+
+// GroupKey names the Raft group of member p of destination dest: its
+// shared group, or the member itself when it has a group of its own.
+func GroupKey(dest string, p *fsmpb.MemberPlacement) string {
+	if p.Group != "" {
+		return p.Group
+	}
+	return MemberName(dest, p.Index)
 }
 
 func (m *Meta) removeNode(c *fsmpb.RemoveNode) Result {
@@ -179,6 +231,7 @@ func (m *Meta) removeNode(c *fsmpb.RemoveNode) Result {
 		return Result{Err: fmt.Errorf("%w: no node %s in the cluster", ErrInvalidSettings, c.Id)}
 	}
 	delete(m.nodes, c.Id)
+	delete(m.rejoining, c.Id)
 	m.removed[c.Id] = true
 	return Result{}
 }
@@ -344,6 +397,9 @@ func (m *Meta) Snapshot() *fsmpb.MetaSnapshot {
 		s.Removed = append(s.Removed, id)
 	}
 	slices.Sort(s.Removed)
+	for _, id := range slices.Sorted(maps.Keys(m.rejoining)) {
+		s.Rejoining = append(s.Rejoining, &fsmpb.Rejoining{Node: id, Groups: slices.Sorted(maps.Keys(m.rejoining[id]))})
+	}
 	return s
 }
 
@@ -371,6 +427,12 @@ func RestoreMeta(r io.Reader) (*Meta, error) {
 	}
 	for _, id := range s.Removed {
 		m.removed[id] = true
+	}
+	for _, r := range s.Rejoining {
+		m.rejoining[r.Node] = map[string]bool{}
+		for _, g := range r.Groups {
+			m.rejoining[r.Node][g] = true
+		}
 	}
 	return m, nil
 }

@@ -166,8 +166,59 @@ func TestAddReplica_RepairsAnUnderReplicatedGroup(t *testing.T) {
 	}
 }
 
-// No sequence of registrations, removals, creates, replacements, repairs
-// and changes of preferred host puts two replicas of a member on one node, gives the members of
+// A node registered again under another incarnation came back empty: each
+// group it holds a replica of, beside others, waits for it to catch up,
+// until ReplicaCaughtUp says it has; its only replicas start again.
+func TestRegisterNode_NewIncarnationRejoinsItsGroups(t *testing.T) {
+	f := newMeta(t)
+	for _, id := range []string{"n1", "n2", "n3", "n4", "n5"} {
+		f.ok(&fsmpb.RegisterNode{Node: &fsmpb.Node{Id: id}})
+	}
+	f.ok(&fsmpb.CreateDestination{Destination: grouped("a", 3, 3)}) // n1-n3, n2-n4, n3-n5
+	f.ok(&fsmpb.CreateDestination{Destination: grouped("b", 1, 3)}) // a#0's group
+	f.ok(&fsmpb.CreateDestination{Destination: dest("solo", 2, 1)}) // n1; n2 alone
+	a, _ := f.m.Destination("a")
+	g0, g1, g2 := fsm.GroupKey("a", a.Members[0]), fsm.GroupKey("a", a.Members[1]), fsm.GroupKey("a", a.Members[2])
+	rejoining := func() (out []string) {
+		for _, g := range []string{g0, g1, g2, "solo#0", "solo#1"} {
+			if f.m.Rejoining("n2", g) {
+				out = append(out, g)
+			}
+		}
+		return out
+	}
+	// A build that did not record incarnations, then the same directory.
+	f.ok(&fsmpb.RegisterNode{Node: &fsmpb.Node{Id: "n2", Incarnation: "x"}})
+	f.ok(&fsmpb.RegisterNode{Node: &fsmpb.Node{Id: "n2", Incarnation: "x", ClientAddr: "moved:1"}})
+	if got := rejoining(); len(got) != 0 {
+		t.Fatalf("rejoining %v without a new incarnation", got)
+	}
+	f.ok(&fsmpb.RegisterNode{Node: &fsmpb.Node{Id: "n2", Incarnation: "y"}})
+	if got := rejoining(); !slices.Equal(got, []string{g0, g1}) {
+		t.Fatalf("rejoining %v, want %v (not %s, no replica there, nor solo#1, its only replica)", got, []string{g0, g1}, g2)
+	}
+	for _, c := range []*fsmpb.ReplicaCaughtUp{{Node: "n2", Group: g2}, {Node: "n3", Group: g0}, {Node: "n2", Group: "nope"}} {
+		before := f.m.Snapshot()
+		if r := f.do(c); !errors.Is(r.Err, fsm.ErrInvalidSettings) {
+			t.Errorf("%v: %v, want a refusal", c, r.Err)
+		}
+		if after := f.m.Snapshot(); !slices.EqualFunc(before.Rejoining, after.Rejoining, func(x, y *fsmpb.Rejoining) bool { return proto.Equal(x, y) }) {
+			t.Fatalf("refused %v changed what is rejoining", c)
+		}
+	}
+	f.ok(&fsmpb.ReplicaCaughtUp{Node: "n2", Group: g0})
+	if got := rejoining(); !slices.Equal(got, []string{g1}) {
+		t.Fatalf("rejoining %v after %s caught up, want [%s]", got, g0, g1)
+	}
+	f.ok(&fsmpb.RemoveNode{Id: "n2"})
+	if got := rejoining(); len(got) != 0 {
+		t.Fatalf("a removed node still rejoining %v", got)
+	}
+}
+
+// No sequence of registrations (under new incarnations too), removals,
+// creates, replacements, repairs, changes of preferred host and caught-up
+// replicas puts two replicas of a member on one node, gives the members of
 // a shared group different replicas, or a member more replicas than its
 // destination wants; and a refused command changes nothing.
 func TestMetaPlacement_Property(t *testing.T) {
@@ -176,11 +227,17 @@ func TestMetaPlacement_Property(t *testing.T) {
 		m := fsm.NewMeta()
 		var idx uint64
 		var names []string
+		held := map[string]map[string]bool{} // by node, the groups it ever held a replica of
 		for range rapid.IntRange(1, 60).Draw(rt, "steps") {
 			var body proto.Message
 			switch rapid.IntRange(0, 5).Draw(rt, "kind") {
 			case 0:
-				body = &fsmpb.RegisterNode{Node: &fsmpb.Node{Id: rapid.SampledFrom(nodes).Draw(rt, "node")}}
+				id := rapid.SampledFrom(nodes).Draw(rt, "node")
+				body = &fsmpb.RegisterNode{Node: &fsmpb.Node{Id: id, Incarnation: rapid.SampledFrom([]string{"", "a", "b"}).Draw(rt, "incarnation")}}
+				if rapid.Bool().Draw(rt, "caught up") {
+					group := "g-" + strings.Join(rapid.Permutation(nodes).Draw(rt, "group")[:rapid.IntRange(1, 3).Draw(rt, "size")], ",")
+					body = &fsmpb.ReplicaCaughtUp{Node: id, Group: group}
+				}
 			case 1:
 				body = &fsmpb.RemoveNode{Id: rapid.SampledFrom(nodes).Draw(rt, "node")}
 			case 2:
@@ -242,6 +299,22 @@ func TestMetaPlacement_Property(t *testing.T) {
 						rt.Fatalf("group %s: members on %v and %v", p.Group, g, p.Replicas)
 					}
 					groups[p.Group] = p.Replicas
+					for _, id := range p.Replicas {
+						if held[id] == nil {
+							held[id] = map[string]bool{}
+						}
+						held[id][p.Group] = true
+					}
+				}
+			}
+			for _, r := range m.Snapshot().Rejoining {
+				if _, ok := m.Node(r.Node); !ok {
+					rt.Fatalf("unregistered node %s rejoining %v", r.Node, r.Groups)
+				}
+				for _, g := range r.Groups {
+					if !held[r.Node][g] {
+						rt.Fatalf("%s rejoining group %s, which it never held", r.Node, g)
+					}
 				}
 			}
 		}

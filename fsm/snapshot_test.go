@@ -420,6 +420,8 @@ func newMetaWithState(t *testing.T) *fsm.Meta {
 	f.ok(&fsmpb.CreateDestination{Destination: topic})
 	f.ok(&fsmpb.CreateDestination{Destination: dest("gone", 1, 1)})
 	f.ok(&fsmpb.DeleteDestination{Name: "gone"})
+	f.ok(&fsmpb.RegisterNode{Node: &fsmpb.Node{Id: "n2", Incarnation: "a"}})
+	f.ok(&fsmpb.RegisterNode{Node: &fsmpb.Node{Id: "n2", Incarnation: "b"}}) // came back empty
 	return f.m
 }
 

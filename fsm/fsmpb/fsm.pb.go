@@ -66,6 +66,8 @@ const (
 	CommandType_COMMAND_TYPE_ADD_REPLICA CommandType = 26
 	// A meta command: another replica becomes a member's preferred host.
 	CommandType_COMMAND_TYPE_PREFER_REPLICA CommandType = 27
+	// A meta command: a replica that came back empty has caught up again.
+	CommandType_COMMAND_TYPE_REPLICA_CAUGHT_UP CommandType = 28
 )
 
 // Enum value maps for CommandType.
@@ -99,6 +101,7 @@ var (
 		25: "COMMAND_TYPE_DROP_MEMBER",
 		26: "COMMAND_TYPE_ADD_REPLICA",
 		27: "COMMAND_TYPE_PREFER_REPLICA",
+		28: "COMMAND_TYPE_REPLICA_CAUGHT_UP",
 	}
 	CommandType_value = map[string]int32{
 		"COMMAND_TYPE_UNKNOWN":            0,
@@ -129,6 +132,7 @@ var (
 		"COMMAND_TYPE_DROP_MEMBER":        25,
 		"COMMAND_TYPE_ADD_REPLICA":        26,
 		"COMMAND_TYPE_PREFER_REPLICA":     27,
+		"COMMAND_TYPE_REPLICA_CAUGHT_UP":  28,
 	}
 )
 
@@ -1875,13 +1879,17 @@ func (x *RemoveMember) GetIndex() uint32 {
 }
 
 type Node struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	ClientAddr    string                 `protobuf:"bytes,2,opt,name=client_addr,json=clientAddr,proto3" json:"client_addr,omitempty"`
-	PeerAddr      string                 `protobuf:"bytes,3,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
-	RaftAddr      string                 `protobuf:"bytes,4,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
-	GossipAddr    string                 `protobuf:"bytes,5,opt,name=gossip_addr,json=gossipAddr,proto3" json:"gossip_addr,omitempty"`
-	HttpAddr      string                 `protobuf:"bytes,6,opt,name=http_addr,json=httpAddr,proto3" json:"http_addr,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Id         string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	ClientAddr string                 `protobuf:"bytes,2,opt,name=client_addr,json=clientAddr,proto3" json:"client_addr,omitempty"`
+	PeerAddr   string                 `protobuf:"bytes,3,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
+	RaftAddr   string                 `protobuf:"bytes,4,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	GossipAddr string                 `protobuf:"bytes,5,opt,name=gossip_addr,json=gossipAddr,proto3" json:"gossip_addr,omitempty"`
+	HttpAddr   string                 `protobuf:"bytes,6,opt,name=http_addr,json=httpAddr,proto3" json:"http_addr,omitempty"`
+	// incarnation names the node's data directory: a new one is made each
+	// time the node starts with none. A registered node that comes back with
+	// another lost every replica it held ("" from a build without it).
+	Incarnation   string `protobuf:"bytes,7,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1958,6 +1966,16 @@ func (x *Node) GetHttpAddr() string {
 	return ""
 }
 
+func (x *Node) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
+}
+
+// RegisterNode adds a node to the registry or updates its record. A node
+// registered again under a new incarnation starts rejoining every group it
+// holds a replica of: its replica there votes only once caught up again.
 type RegisterNode struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Node          *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
@@ -2244,6 +2262,114 @@ func (x *PreferReplica) GetNode() string {
 	return ""
 }
 
+// ReplicaCaughtUp says that node's replica of a Raft group it was
+// rejoining (group: fsm.GroupKey) holds the group's log again and votes.
+type ReplicaCaughtUp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Group         string                 `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaCaughtUp) Reset() {
+	*x = ReplicaCaughtUp{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaCaughtUp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaCaughtUp) ProtoMessage() {}
+
+func (x *ReplicaCaughtUp) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaCaughtUp.ProtoReflect.Descriptor instead.
+func (*ReplicaCaughtUp) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ReplicaCaughtUp) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ReplicaCaughtUp) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+// Rejoining lists the Raft groups (fsm.GroupKey) in which a node's
+// replica came back empty and has not caught up yet.
+type Rejoining struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Groups        []string               `protobuf:"bytes,2,rep,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Rejoining) Reset() {
+	*x = Rejoining{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Rejoining) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Rejoining) ProtoMessage() {}
+
+func (x *Rejoining) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Rejoining.ProtoReflect.Descriptor instead.
+func (*Rejoining) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *Rejoining) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *Rejoining) GetGroups() []string {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
 // TxPrepare makes a transaction's work on this member ready to commit:
 // its messages are stored but not deliverable, and the deliveries it
 // acknowledges (all of session's) are held, neither deliverable nor
@@ -2267,7 +2393,7 @@ type TxPrepare struct {
 
 func (x *TxPrepare) Reset() {
 	*x = TxPrepare{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2279,7 +2405,7 @@ func (x *TxPrepare) String() string {
 func (*TxPrepare) ProtoMessage() {}
 
 func (x *TxPrepare) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2292,7 +2418,7 @@ func (x *TxPrepare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxPrepare.ProtoReflect.Descriptor instead.
 func (*TxPrepare) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TxPrepare) GetTx() string {
@@ -2360,7 +2486,7 @@ type TxDecide struct {
 
 func (x *TxDecide) Reset() {
 	*x = TxDecide{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2372,7 +2498,7 @@ func (x *TxDecide) String() string {
 func (*TxDecide) ProtoMessage() {}
 
 func (x *TxDecide) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2385,7 +2511,7 @@ func (x *TxDecide) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxDecide.ProtoReflect.Descriptor instead.
 func (*TxDecide) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TxDecide) GetTx() string {
@@ -2436,7 +2562,7 @@ type StoredMessage struct {
 
 func (x *StoredMessage) Reset() {
 	*x = StoredMessage{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2448,7 +2574,7 @@ func (x *StoredMessage) String() string {
 func (*StoredMessage) ProtoMessage() {}
 
 func (x *StoredMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2461,7 +2587,7 @@ func (x *StoredMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredMessage.ProtoReflect.Descriptor instead.
 func (*StoredMessage) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StoredMessage) GetMessage() *Message {
@@ -2540,7 +2666,7 @@ type StoredSession struct {
 
 func (x *StoredSession) Reset() {
 	*x = StoredSession{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2552,7 +2678,7 @@ func (x *StoredSession) String() string {
 func (*StoredSession) ProtoMessage() {}
 
 func (x *StoredSession) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2565,7 +2691,7 @@ func (x *StoredSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredSession.ProtoReflect.Descriptor instead.
 func (*StoredSession) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StoredSession) GetId() string {
@@ -2609,7 +2735,7 @@ type DedupRecord struct {
 
 func (x *DedupRecord) Reset() {
 	*x = DedupRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2621,7 +2747,7 @@ func (x *DedupRecord) String() string {
 func (*DedupRecord) ProtoMessage() {}
 
 func (x *DedupRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2634,7 +2760,7 @@ func (x *DedupRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupRecord.ProtoReflect.Descriptor instead.
 func (*DedupRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DedupRecord) GetDedupId() string {
@@ -2680,7 +2806,7 @@ type MemberSnapshot struct {
 
 func (x *MemberSnapshot) Reset() {
 	*x = MemberSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2692,7 +2818,7 @@ func (x *MemberSnapshot) String() string {
 func (*MemberSnapshot) ProtoMessage() {}
 
 func (x *MemberSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2705,7 +2831,7 @@ func (x *MemberSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberSnapshot.ProtoReflect.Descriptor instead.
 func (*MemberSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *MemberSnapshot) GetApplied() uint64 {
@@ -2803,7 +2929,7 @@ type StoredTx struct {
 
 func (x *StoredTx) Reset() {
 	*x = StoredTx{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2815,7 +2941,7 @@ func (x *StoredTx) String() string {
 func (*StoredTx) ProtoMessage() {}
 
 func (x *StoredTx) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2828,7 +2954,7 @@ func (x *StoredTx) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredTx.ProtoReflect.Descriptor instead.
 func (*StoredTx) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StoredTx) GetTx() string {
@@ -2892,7 +3018,7 @@ type TxDecision struct {
 
 func (x *TxDecision) Reset() {
 	*x = TxDecision{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2904,7 +3030,7 @@ func (x *TxDecision) String() string {
 func (*TxDecision) ProtoMessage() {}
 
 func (x *TxDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2917,7 +3043,7 @@ func (x *TxDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxDecision.ProtoReflect.Descriptor instead.
 func (*TxDecision) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *TxDecision) GetTx() string {
@@ -2953,7 +3079,7 @@ type GroupSnapshot struct {
 
 func (x *GroupSnapshot) Reset() {
 	*x = GroupSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[40]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2965,7 +3091,7 @@ func (x *GroupSnapshot) String() string {
 func (*GroupSnapshot) ProtoMessage() {}
 
 func (x *GroupSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[40]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2978,7 +3104,7 @@ func (x *GroupSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupSnapshot.ProtoReflect.Descriptor instead.
 func (*GroupSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{40}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GroupSnapshot) GetApplied() uint64 {
@@ -3001,13 +3127,14 @@ type MetaSnapshot struct {
 	Destinations  []*Destination         `protobuf:"bytes,2,rep,name=destinations,proto3" json:"destinations,omitempty"`
 	Nodes         []*Node                `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty"`
 	Removed       []string               `protobuf:"bytes,4,rep,name=removed,proto3" json:"removed,omitempty"`
+	Rejoining     []*Rejoining           `protobuf:"bytes,5,rep,name=rejoining,proto3" json:"rejoining,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MetaSnapshot) Reset() {
 	*x = MetaSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[41]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3019,7 +3146,7 @@ func (x *MetaSnapshot) String() string {
 func (*MetaSnapshot) ProtoMessage() {}
 
 func (x *MetaSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[41]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3032,7 +3159,7 @@ func (x *MetaSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaSnapshot.ProtoReflect.Descriptor instead.
 func (*MetaSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{41}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *MetaSnapshot) GetApplied() uint64 {
@@ -3059,6 +3186,13 @@ func (x *MetaSnapshot) GetNodes() []*Node {
 func (x *MetaSnapshot) GetRemoved() []string {
 	if x != nil {
 		return x.Removed
+	}
+	return nil
+}
+
+func (x *MetaSnapshot) GetRejoining() []*Rejoining {
+	if x != nil {
+		return x.Rejoining
 	}
 	return nil
 }
@@ -3186,7 +3320,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x06active\x18\x03 \x01(\rR\x06active\"8\n" +
 	"\fRemoveMember\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\rR\x05index\"\xaf\x01\n" +
+	"\x05index\x18\x02 \x01(\rR\x05index\"\xd1\x01\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
 	"\vclient_addr\x18\x02 \x01(\tR\n" +
@@ -3195,7 +3329,8 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\traft_addr\x18\x04 \x01(\tR\braftAddr\x12\x1f\n" +
 	"\vgossip_addr\x18\x05 \x01(\tR\n" +
 	"gossipAddr\x12\x1b\n" +
-	"\thttp_addr\x18\x06 \x01(\tR\bhttpAddr\"6\n" +
+	"\thttp_addr\x18\x06 \x01(\tR\bhttpAddr\x12 \n" +
+	"\vincarnation\x18\a \x01(\tR\vincarnation\"6\n" +
 	"\fRegisterNode\x12&\n" +
 	"\x04node\x18\x01 \x01(\v2\x12.cairn.fsm.v1.NodeR\x04node\"\x1c\n" +
 	"\n" +
@@ -3214,7 +3349,13 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\rPreferReplica\x12 \n" +
 	"\vdestination\x18\x01 \x01(\tR\vdestination\x12\x16\n" +
 	"\x06member\x18\x02 \x01(\rR\x06member\x12\x12\n" +
-	"\x04node\x18\x03 \x01(\tR\x04node\"\xd4\x01\n" +
+	"\x04node\x18\x03 \x01(\tR\x04node\";\n" +
+	"\x0fReplicaCaughtUp\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\"7\n" +
+	"\tRejoining\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
+	"\x06groups\x18\x02 \x03(\tR\x06groups\"\xd4\x01\n" +
 	"\tTxPrepare\x12\x0e\n" +
 	"\x02tx\x18\x01 \x01(\tR\x02tx\x12\x18\n" +
 	"\aprimary\x18\x02 \x01(\tR\aprimary\x12\x18\n" +
@@ -3278,12 +3419,13 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x02at\x18\x03 \x01(\x03R\x02at\"C\n" +
 	"\rGroupSnapshot\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\x04R\aapplied\x12\x18\n" +
-	"\amembers\x18\x02 \x03(\tR\amembers\"\xab\x01\n" +
+	"\amembers\x18\x02 \x03(\tR\amembers\"\xe2\x01\n" +
 	"\fMetaSnapshot\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\x04R\aapplied\x12=\n" +
 	"\fdestinations\x18\x02 \x03(\v2\x19.cairn.fsm.v1.DestinationR\fdestinations\x12(\n" +
 	"\x05nodes\x18\x03 \x03(\v2\x12.cairn.fsm.v1.NodeR\x05nodes\x12\x18\n" +
-	"\aremoved\x18\x04 \x03(\tR\aremoved*\xa9\x06\n" +
+	"\aremoved\x18\x04 \x03(\tR\aremoved\x125\n" +
+	"\trejoining\x18\x05 \x03(\v2\x17.cairn.fsm.v1.RejoiningR\trejoining*\xcd\x06\n" +
 	"\vCommandType\x12\x18\n" +
 	"\x14COMMAND_TYPE_UNKNOWN\x10\x00\x12\x18\n" +
 	"\x14COMMAND_TYPE_ENQUEUE\x10\x01\x12\x18\n" +
@@ -3313,7 +3455,8 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x17COMMAND_TYPE_ADD_MEMBER\x10\x18\x12\x1c\n" +
 	"\x18COMMAND_TYPE_DROP_MEMBER\x10\x19\x12\x1c\n" +
 	"\x18COMMAND_TYPE_ADD_REPLICA\x10\x1a\x12\x1f\n" +
-	"\x1bCOMMAND_TYPE_PREFER_REPLICA\x10\x1b*g\n" +
+	"\x1bCOMMAND_TYPE_PREFER_REPLICA\x10\x1b\x12\"\n" +
+	"\x1eCOMMAND_TYPE_REPLICA_CAUGHT_UP\x10\x1c*g\n" +
 	"\x0fDestinationKind\x12\x1c\n" +
 	"\x18DESTINATION_KIND_UNKNOWN\x10\x00\x12\x1a\n" +
 	"\x16DESTINATION_KIND_QUEUE\x10\x01\x12\x1a\n" +
@@ -3332,7 +3475,7 @@ func file_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_fsm_fsmpb_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(CommandType)(0),          // 0: cairn.fsm.v1.CommandType
 	(DestinationKind)(0),      // 1: cairn.fsm.v1.DestinationKind
@@ -3368,22 +3511,24 @@ var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*ReplaceReplica)(nil),    // 31: cairn.fsm.v1.ReplaceReplica
 	(*AddReplica)(nil),        // 32: cairn.fsm.v1.AddReplica
 	(*PreferReplica)(nil),     // 33: cairn.fsm.v1.PreferReplica
-	(*TxPrepare)(nil),         // 34: cairn.fsm.v1.TxPrepare
-	(*TxDecide)(nil),          // 35: cairn.fsm.v1.TxDecide
-	(*StoredMessage)(nil),     // 36: cairn.fsm.v1.StoredMessage
-	(*StoredSession)(nil),     // 37: cairn.fsm.v1.StoredSession
-	(*DedupRecord)(nil),       // 38: cairn.fsm.v1.DedupRecord
-	(*MemberSnapshot)(nil),    // 39: cairn.fsm.v1.MemberSnapshot
-	(*StoredTx)(nil),          // 40: cairn.fsm.v1.StoredTx
-	(*TxDecision)(nil),        // 41: cairn.fsm.v1.TxDecision
-	(*GroupSnapshot)(nil),     // 42: cairn.fsm.v1.GroupSnapshot
-	(*MetaSnapshot)(nil),      // 43: cairn.fsm.v1.MetaSnapshot
-	nil,                       // 44: cairn.fsm.v1.Message.PropertiesEntry
+	(*ReplicaCaughtUp)(nil),   // 34: cairn.fsm.v1.ReplicaCaughtUp
+	(*Rejoining)(nil),         // 35: cairn.fsm.v1.Rejoining
+	(*TxPrepare)(nil),         // 36: cairn.fsm.v1.TxPrepare
+	(*TxDecide)(nil),          // 37: cairn.fsm.v1.TxDecide
+	(*StoredMessage)(nil),     // 38: cairn.fsm.v1.StoredMessage
+	(*StoredSession)(nil),     // 39: cairn.fsm.v1.StoredSession
+	(*DedupRecord)(nil),       // 40: cairn.fsm.v1.DedupRecord
+	(*MemberSnapshot)(nil),    // 41: cairn.fsm.v1.MemberSnapshot
+	(*StoredTx)(nil),          // 42: cairn.fsm.v1.StoredTx
+	(*TxDecision)(nil),        // 43: cairn.fsm.v1.TxDecision
+	(*GroupSnapshot)(nil),     // 44: cairn.fsm.v1.GroupSnapshot
+	(*MetaSnapshot)(nil),      // 45: cairn.fsm.v1.MetaSnapshot
+	nil,                       // 46: cairn.fsm.v1.Message.PropertiesEntry
 }
 var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	3,  // 0: cairn.fsm.v1.Entry.commands:type_name -> cairn.fsm.v1.Command
 	0,  // 1: cairn.fsm.v1.Command.type:type_name -> cairn.fsm.v1.CommandType
-	44, // 2: cairn.fsm.v1.Message.properties:type_name -> cairn.fsm.v1.Message.PropertiesEntry
+	46, // 2: cairn.fsm.v1.Message.properties:type_name -> cairn.fsm.v1.Message.PropertiesEntry
 	6,  // 3: cairn.fsm.v1.Enqueue.messages:type_name -> cairn.fsm.v1.Message
 	21, // 4: cairn.fsm.v1.Configure.settings:type_name -> cairn.fsm.v1.MemberSettings
 	1,  // 5: cairn.fsm.v1.Destination.kind:type_name -> cairn.fsm.v1.DestinationKind
@@ -3394,18 +3539,19 @@ var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	6,  // 10: cairn.fsm.v1.TxPrepare.messages:type_name -> cairn.fsm.v1.Message
 	6,  // 11: cairn.fsm.v1.StoredMessage.message:type_name -> cairn.fsm.v1.Message
 	21, // 12: cairn.fsm.v1.MemberSnapshot.settings:type_name -> cairn.fsm.v1.MemberSettings
-	37, // 13: cairn.fsm.v1.MemberSnapshot.sessions:type_name -> cairn.fsm.v1.StoredSession
-	38, // 14: cairn.fsm.v1.MemberSnapshot.dedup:type_name -> cairn.fsm.v1.DedupRecord
-	40, // 15: cairn.fsm.v1.MemberSnapshot.txs:type_name -> cairn.fsm.v1.StoredTx
-	41, // 16: cairn.fsm.v1.MemberSnapshot.decisions:type_name -> cairn.fsm.v1.TxDecision
+	39, // 13: cairn.fsm.v1.MemberSnapshot.sessions:type_name -> cairn.fsm.v1.StoredSession
+	40, // 14: cairn.fsm.v1.MemberSnapshot.dedup:type_name -> cairn.fsm.v1.DedupRecord
+	42, // 15: cairn.fsm.v1.MemberSnapshot.txs:type_name -> cairn.fsm.v1.StoredTx
+	43, // 16: cairn.fsm.v1.MemberSnapshot.decisions:type_name -> cairn.fsm.v1.TxDecision
 	6,  // 17: cairn.fsm.v1.StoredTx.messages:type_name -> cairn.fsm.v1.Message
 	23, // 18: cairn.fsm.v1.MetaSnapshot.destinations:type_name -> cairn.fsm.v1.Destination
 	28, // 19: cairn.fsm.v1.MetaSnapshot.nodes:type_name -> cairn.fsm.v1.Node
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	35, // 20: cairn.fsm.v1.MetaSnapshot.rejoining:type_name -> cairn.fsm.v1.Rejoining
+	21, // [21:21] is the sub-list for method output_type
+	21, // [21:21] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_fsm_fsmpb_fsm_proto_init() }
@@ -3419,7 +3565,7 @@ func file_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_fsmpb_fsm_proto_rawDesc), len(file_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   43,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
