@@ -134,12 +134,22 @@ func (n *Node) createDestination(ctx context.Context, req *clientpb.CreateDestin
 	}
 	poison(d)
 	// Preferred hosts go round the nodes, starting at a different node for
-	// each destination, so hosts spread over the cluster.
-	for i := range members {
-		d.Members = append(d.Members, n.placeMember(uint32(i), nodes, offset+i, replicas))
-	}
-	if _, err := n.meta.apply(ctx, &fsmpb.CreateDestination{Destination: d}); err != nil {
-		return nil, wireError(err)
+	// each destination, so hosts spread over the cluster. A shared group's
+	// replicas may change between the placement and the create (spreading
+	// moved its preferred host), which the meta group refuses: the
+	// members are placed again on the groups as they now stand.
+	for attempt := 1; ; attempt++ {
+		d.Members = nil
+		for i := range members {
+			d.Members = append(d.Members, n.placeMember(uint32(i), nodes, offset+i, replicas))
+		}
+		_, err := n.meta.apply(ctx, &fsmpb.CreateDestination{Destination: d})
+		if err == nil {
+			break
+		}
+		if attempt == 3 || !errors.Is(err, fsm.ErrInvalidSettings) {
+			return nil, wireError(err)
+		}
 	}
 	n.groups.poke()
 	n.log.Info("destination created", "name", d.Name, "members", members, "replicas", replicas)
@@ -167,8 +177,9 @@ func forwardDelay(d *fsmpb.Destination) time.Duration {
 
 // placeMember places member index on replicas nodes, the preferred host
 // first: nodes[first] and the ones after it, round the list; in the
-// shared group of those replicas in that order (sharedGroupID), unless
-// the node gives each member a group of its own.
+// shared group named after those replicas in that order (sharedGroupID),
+// on the group's replicas if it exists, unless the node gives each member
+// a group of its own.
 func (n *Node) placeMember(index uint32, nodes []string, first, replicas int) *fsmpb.MemberPlacement {
 	p := &fsmpb.MemberPlacement{Index: index}
 	for j := range replicas {
@@ -177,6 +188,13 @@ func (n *Node) placeMember(index uint32, nodes []string, first, replicas int) *f
 	p.Initial = slices.Clone(p.Replicas)
 	if !n.cfg.GroupPerMember {
 		p.Group = sharedGroupID(p.Replicas)
+		// A group has one set of replicas, which repair and spreading
+		// change after its birth: a member joins it as it now stands.
+		n.meta.read(func(m *fsm.Meta) {
+			if q := m.Group(p.Group); q != nil {
+				p.Replicas, p.Initial = slices.Clone(q.Replicas), slices.Clone(q.Initial)
+			}
+		})
 	}
 	return p
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cairnmq/cairn/client"
+	"github.com/cairnmq/cairn/fsm/fsmpb"
 )
 
 // The operator's repair: a node dies for good and is removed while no node
@@ -189,4 +190,41 @@ func TestCluster_NodeBackEmptyVotesOnlyOnceCaughtUp(t *testing.T) {
 	tc.settle(10*time.Second, "30 messages pending on the members' hosts", func() string { return tc.counts("rp", 30, 0) })
 	s := mustSession(t, tc.dial(victim), client.ClientAck)
 	sameSet(t, "received after the rejoin", drainMembers(t, s, "rp", 3, len(sent)), sent)
+}
+
+// A shared group keeps its name when spreading reorders its replicas: a
+// queue created afterwards whose member is placed in it joins it as it
+// now stands, instead of being refused for other replicas than the
+// group's.
+func TestCluster_NewMemberJoinsAGroupAsItNowStands(t *testing.T) {
+	if testing.Short() {
+		t.Skip("three nodes")
+	}
+	tc := newMultiNode(t, 3)
+	ctx := testCtx(t)
+	op := tc.admin("n1")
+	if _, err := op.CreateQueue(ctx, "a", client.QueueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	meta := tc.node("n1").meta
+	d, _ := meta.destination("a")
+	group := d.Members[0].Group
+	if _, err := meta.apply(ctx, &fsmpb.PreferReplica{Destination: "a", Member: 0, Node: d.Members[0].Replicas[1]}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := op.CreateQueue(ctx, "b", client.QueueOptions{}); err != nil {
+		t.Fatalf("a queue placed in the reordered group: %v", err)
+	}
+	a, _ := meta.destination("a")
+	b, _ := meta.destination("b")
+	for _, p := range b.Members {
+		if p.Group != group {
+			continue
+		}
+		if want := a.Members[0]; !slices.Equal(p.Replicas, want.Replicas) || !slices.Equal(p.Initial, want.Initial) {
+			t.Fatalf("b#%d in %s on %v (initial %v); want the group's %v (initial %v)", p.Index, group, p.Replicas, p.Initial, want.Replicas, want.Initial)
+		}
+		return
+	}
+	t.Fatalf("no member of b in %s: %v", group, b.Members)
 }

@@ -214,6 +214,19 @@ func (m *Meta) replicaCaughtUp(c *fsmpb.ReplicaCaughtUp) Result {
 // empty and has not caught up since.
 func (m *Meta) Rejoining(node, group string) bool { return m.rejoining[node][group] }
 
+// Group returns the placement of a member in shared group id (every
+// member of a group has the same replicas), or nil when none is in it.
+func (m *Meta) Group(id string) *fsmpb.MemberPlacement {
+	for _, d := range m.destinations {
+		for _, p := range d.Members {
+			if p.Group == id {
+				return p
+			}
+		}
+	}
+	return nil
+}
+
 // GroupKey names the Raft group of member p of destination dest: its
 // shared group, or the member itself when it has a group of its own.
 func GroupKey(dest string, p *fsmpb.MemberPlacement) string {
