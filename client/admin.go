@@ -365,6 +365,46 @@ func (a *Admin) LeaveNode(ctx context.Context) (string, error) {
 	return node, err
 }
 
+// Rebalance is what `cairn cluster rebalance` shows or did; its JSON form is
+// the one `--json` prints.
+type Rebalance struct {
+	Moves []PlacementMove `json:"moves"`
+	// Applied is true when the moves were made, not only planned.
+	Applied bool `json:"applied"`
+	// Degraded is true while a registered node is down or a member is
+	// short of replicas: no preferred host is moved then.
+	Degraded bool `json:"degraded"`
+}
+
+// PlacementMove is one move: Action is add-replica, move-replica or
+// drop-replica (of Member's replica From, onto To), or prefer-host (To
+// becomes Member's preferred host, and its group's).
+type PlacementMove struct {
+	Member string `json:"member"`
+	Action string `json:"action"`
+	From   string `json:"from,omitempty"`
+	To     string `json:"to,omitempty"`
+}
+
+// Rebalance plans the moves that repair members short of replicas and
+// spread the preferred hosts over the live nodes, and unless dryRun makes
+// them.
+func (a *Admin) Rebalance(ctx context.Context, dryRun bool) (Rebalance, error) {
+	out := Rebalance{Moves: []PlacementMove{}}
+	err := a.call(ctx, func(api clientpb.ClientServiceClient) error {
+		resp, err := api.Rebalance(ctx, &clientpb.RebalanceRequest{DryRun: dryRun})
+		if err != nil {
+			return err
+		}
+		out.Applied, out.Degraded = resp.Applied, resp.Degraded
+		for _, m := range resp.Moves {
+			out.Moves = append(out.Moves, PlacementMove{Member: m.Member, Action: m.Action, From: m.From, To: m.To})
+		}
+		return nil
+	})
+	return out, err
+}
+
 // ConnectionInfo is one client connection, as `cairn connection list` shows it.
 type ConnectionInfo struct {
 	ID          string    `json:"id"`

@@ -99,20 +99,71 @@ func shortOfAReplica(t *testing.T, tc *testCluster) (*client.Admin, string, []st
 }
 
 // With --auto-rebalance=false on every node, a node joining repairs
-// nothing: the operator moves data by hand.
-func TestCluster_NoAutoRebalanceLeavesMembersShort(t *testing.T) {
+// nothing: the operator moves data by hand. cairn cluster rebalance
+// --dry-run shows the repair and changes nothing; rebalance makes it, and,
+// once the new replicas vote, spreads the hosts onto the new node.
+func TestCluster_RebalanceByHandWithoutAutoRebalance(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a crash, a removal and a join")
 	}
 	tc := newMultiNode(t, 3, func(c *Config) { c.NoAutoRebalance = true })
-	op, victim, _ := shortOfAReplica(t, tc)
+	op, victim, sent := shortOfAReplica(t, tc)
 	fresh := tc.addNode(func(c *Config) { c.NoAutoRebalance = true }).ID()
+	two := tc.others(victim, fresh)
 	consistently(t, 3*time.Second, "every member still on two replicas", func() bool {
-		return placedOn(tc, op, "rp", tc.others(victim, fresh), tc.others(victim, fresh)) == ""
+		return placedOn(tc, op, "rp", two, two) == ""
 	})
 	if st := tc.status(fresh); st.UnderReplicated != 3 {
 		t.Fatalf("status: %d members under-replicated, want 3", st.UnderReplicated)
 	}
+
+	ctx := testCtx(t)
+	plan, err := op.Rebalance(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Moves) != 3 || plan.Applied || !plan.Degraded {
+		t.Fatalf("dry run: %+v, want 3 moves, not applied, degraded", plan)
+	}
+	for _, m := range plan.Moves {
+		if m.Action != "add-replica" || m.To != fresh {
+			t.Fatalf("dry run: %+v, want an add-replica onto %s", m, fresh)
+		}
+	}
+	consistently(t, 2*time.Second, "the dry run changed nothing", func() bool {
+		return placedOn(tc, op, "rp", two, two) == ""
+	})
+
+	if done, err := op.Rebalance(ctx, false); err != nil || !done.Applied || len(done.Moves) != 3 {
+		t.Fatalf("rebalance: %+v, %v", done, err)
+	}
+	want := append(slices.Clone(two), fresh)
+	tc.converge(60*time.Second, "every member repaired onto "+fresh+", all voting", func() bool {
+		return placedOn(tc, op, "rp", want, want) == ""
+	})
+	// The removed node's member went to the next of its replicas, which
+	// now hosts two: the hosts are not spread until asked.
+	var hosts client.Rebalance
+	tc.converge(30*time.Second, "a host move planned onto "+fresh, func() bool {
+		hosts, err = op.Rebalance(ctx, true)
+		return err == nil && len(hosts.Moves) > 0 && !hosts.Degraded
+	})
+	for _, m := range hosts.Moves {
+		if m.Action != "prefer-host" || m.To != fresh {
+			t.Fatalf("host moves %+v: want prefer-host onto %s", hosts.Moves, fresh)
+		}
+	}
+	if _, err := op.Rebalance(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := tc.waitSpread("rp", 3); !slices.Contains(got, fresh) {
+		t.Fatalf("hosts %v after rebalance: none on %s", got, fresh)
+	}
+	if again, err := op.Rebalance(ctx, true); err != nil || len(again.Moves) != 0 {
+		t.Fatalf("a second rebalance plans %+v (%v), want nothing", again, err)
+	}
+	s := mustSession(t, tc.dial(fresh), client.ClientAck)
+	sameSet(t, "received after the rebalance", drainMembers(t, s, "rp", 3, len(sent)), sent)
 }
 
 // placedOn says what keeps every member of dest from being placed on

@@ -92,6 +92,14 @@ func (s *clientService) LeaveNode(ctx context.Context, req *clientpb.LeaveNodeRe
 	return &clientpb.LeaveNodeResponse{Node: s.n.cfg.NodeID}, nil
 }
 
+func (s *clientService) Rebalance(ctx context.Context, req *clientpb.RebalanceRequest) (*clientpb.RebalanceResponse, error) {
+	resp, err := s.n.rebalance(ctx, !req.DryRun)
+	if err != nil {
+		return nil, transport.Status(err)
+	}
+	return resp, nil
+}
+
 // groupStatus describes one Raft group from its replicas' reports: the
 // leader, the leader's commit index, and each replica's progress.
 func groupStatus(name string, replicas []string, reports map[string]map[string]*peerpb.GroupReplica) *clientpb.GroupStatus {

@@ -11,7 +11,7 @@ import (
 )
 
 func clusterCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "cluster", Short: "Inspect the cluster"}
+	cmd := &cobra.Command{Use: "cluster", Short: "Inspect the cluster and move its replicas"}
 	var asJSON bool
 	status := &cobra.Command{
 		Use:   "status",
@@ -61,7 +61,63 @@ func clusterCmd() *cobra.Command {
 		},
 	}
 	status.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.AddCommand(status)
+	cmd.AddCommand(status, rebalanceCmd())
+	return cmd
+}
+
+func rebalanceCmd() *cobra.Command {
+	var dryRun, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "rebalance",
+		Short: "Repair members short of replicas and spread hosts over the nodes now",
+		Long: `Plan the moves that give each member short of replicas one on a live node
+that holds none of it, re-place replicas of removed nodes, and make other
+replicas the preferred hosts of groups until every live node hosts about as
+many members; then make them (with --dry-run, only show them).
+
+The cluster makes the same moves by itself, hosts one group every 10 s,
+unless its nodes run with --auto-rebalance=false; rebalance makes every
+move at once, whatever that setting. A new replica votes, and can become
+a host, once it has caught up: run rebalance again after a repair to
+spread the hosts onto it. No host moves while a node is down or a member
+is short of replicas.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withAdmin(cmd, func(ctx context.Context, a *client.Admin) error {
+				r, err := a.Rebalance(ctx, dryRun)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(cmd, r)
+				}
+				w := cmd.OutOrStdout()
+				switch {
+				case len(r.Moves) == 0 && r.Degraded:
+					fmt.Fprintln(w, "nothing to move now; hosts spread once every node is alive and no member is short of replicas")
+					return nil
+				case len(r.Moves) == 0:
+					fmt.Fprintln(w, "nothing to move: every member has its replicas and the hosts are spread")
+					return nil
+				}
+				t := newTable(w, "MEMBER", "ACTION", "FROM", "TO")
+				for _, m := range r.Moves {
+					t.row(m.Member, m.Action, orDash(m.From), orDash(m.To))
+				}
+				if err := t.flush(); err != nil {
+					return err
+				}
+				if r.Applied {
+					fmt.Fprintf(w, "\n%d moves made; new replicas vote and hosts move once caught up (watch: cairn cluster status)\n", len(r.Moves))
+				} else {
+					fmt.Fprintf(w, "\n%d moves planned, none made (--dry-run)\n", len(r.Moves))
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "show the moves without making them")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
 

@@ -35,6 +35,7 @@ const (
 	ClientService_ClusterStatus_FullMethodName     = "/cairn.client.v1.ClientService/ClusterStatus"
 	ClientService_RemoveNode_FullMethodName        = "/cairn.client.v1.ClientService/RemoveNode"
 	ClientService_LeaveNode_FullMethodName         = "/cairn.client.v1.ClientService/LeaveNode"
+	ClientService_Rebalance_FullMethodName         = "/cairn.client.v1.ClientService/Rebalance"
 	ClientService_ListConnections_FullMethodName   = "/cairn.client.v1.ClientService/ListConnections"
 	ClientService_DestroyConnection_FullMethodName = "/cairn.client.v1.ClientService/DestroyConnection"
 )
@@ -65,6 +66,9 @@ type ClientServiceClient interface {
 	// LeaveNode makes the node that answers hand its leaderships to other
 	// nodes and stop.
 	LeaveNode(ctx context.Context, in *LeaveNodeRequest, opts ...grpc.CallOption) (*LeaveNodeResponse, error)
+	// Rebalance shows (dry_run) or makes the moves that repair members short
+	// of replicas and spread the preferred hosts over the live nodes.
+	Rebalance(ctx context.Context, in *RebalanceRequest, opts ...grpc.CallOption) (*RebalanceResponse, error)
 	// ListConnections lists the client connections of every live node.
 	ListConnections(ctx context.Context, in *ListConnectionsRequest, opts ...grpc.CallOption) (*ListConnectionsResponse, error)
 	// DestroyConnection ends a client connection administratively: the client
@@ -193,6 +197,16 @@ func (c *clientServiceClient) LeaveNode(ctx context.Context, in *LeaveNodeReques
 	return out, nil
 }
 
+func (c *clientServiceClient) Rebalance(ctx context.Context, in *RebalanceRequest, opts ...grpc.CallOption) (*RebalanceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RebalanceResponse)
+	err := c.cc.Invoke(ctx, ClientService_Rebalance_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *clientServiceClient) ListConnections(ctx context.Context, in *ListConnectionsRequest, opts ...grpc.CallOption) (*ListConnectionsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListConnectionsResponse)
@@ -239,6 +253,9 @@ type ClientServiceServer interface {
 	// LeaveNode makes the node that answers hand its leaderships to other
 	// nodes and stop.
 	LeaveNode(context.Context, *LeaveNodeRequest) (*LeaveNodeResponse, error)
+	// Rebalance shows (dry_run) or makes the moves that repair members short
+	// of replicas and spread the preferred hosts over the live nodes.
+	Rebalance(context.Context, *RebalanceRequest) (*RebalanceResponse, error)
 	// ListConnections lists the client connections of every live node.
 	ListConnections(context.Context, *ListConnectionsRequest) (*ListConnectionsResponse, error)
 	// DestroyConnection ends a client connection administratively: the client
@@ -286,6 +303,9 @@ func (UnimplementedClientServiceServer) RemoveNode(context.Context, *RemoveNodeR
 }
 func (UnimplementedClientServiceServer) LeaveNode(context.Context, *LeaveNodeRequest) (*LeaveNodeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method LeaveNode not implemented")
+}
+func (UnimplementedClientServiceServer) Rebalance(context.Context, *RebalanceRequest) (*RebalanceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Rebalance not implemented")
 }
 func (UnimplementedClientServiceServer) ListConnections(context.Context, *ListConnectionsRequest) (*ListConnectionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListConnections not implemented")
@@ -501,6 +521,24 @@ func _ClientService_LeaveNode_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ClientService_Rebalance_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RebalanceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClientServiceServer).Rebalance(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClientService_Rebalance_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClientServiceServer).Rebalance(ctx, req.(*RebalanceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ClientService_ListConnections_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListConnectionsRequest)
 	if err := dec(in); err != nil {
@@ -583,6 +621,10 @@ var ClientService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "LeaveNode",
 			Handler:    _ClientService_LeaveNode_Handler,
+		},
+		{
+			MethodName: "Rebalance",
+			Handler:    _ClientService_Rebalance_Handler,
 		},
 		{
 			MethodName: "ListConnections",

@@ -1,0 +1,287 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/cairnmq/cairn/fsm"
+	"github.com/cairnmq/cairn/fsm/fsmpb"
+	"github.com/cairnmq/cairn/transport/clientpb"
+)
+
+// replicaMove is one change to a member's replicas, and to its shared
+// group's: from "" adds a replica on to, to "" drops from's, both move
+// from's replica to to.
+type replicaMove struct {
+	dest     string
+	index    uint32
+	from, to string
+}
+
+// placementPlan is what placement would change: members' replicas, then
+// preferred hosts. degraded says why no host is planned to move: a
+// registered node is down or a member is short of replicas.
+type placementPlan struct {
+	replicas []replicaMove
+	hosts    []*fsmpb.PreferReplica
+	degraded bool
+}
+
+// planPlacement says what keeps every member at the replicas its
+// destination wants, and the preferred hosts spread:
+//   - a replica placed on a removed node moves to a live node that holds
+//     none of that member (the one with the fewest replicas), or is dropped
+//     when there is none;
+//   - with repair, a member with fewer replicas than wanted gets one on
+//     such a node as soon as one is alive (a node joining after a removal);
+//   - with repair, while the cluster is whole (every registered node
+//     alive, no member short) and no replica moves, up to hostMoves groups
+//     whose preferred host has more members to host than another
+//     replica's node make that one their preferred host (spreadHosts),
+//     each move planned as if the ones before it were made.
+func planPlacement(m *fsm.Meta, alive, canLead map[string]bool, repair bool, hostMoves int) placementPlan {
+	var plan placementPlan
+	load := map[string]int{}
+	var candidates []string
+	whole := true
+	for _, nd := range m.Nodes() {
+		if alive[nd.Id] {
+			candidates = append(candidates, nd.Id)
+			load[nd.Id] = 0
+		} else {
+			whole = false
+		}
+	}
+	for _, d := range m.Destinations() {
+		for _, p := range d.Members {
+			for _, id := range p.Replicas {
+				load[id]++
+			}
+		}
+	}
+	// free is the live node that holds no replica of p and the fewest
+	// replicas, or "".
+	free := func(p *fsmpb.MemberPlacement) string {
+		var out []string
+		for _, c := range candidates {
+			if !slices.Contains(p.Replicas, c) {
+				out = append(out, c)
+			}
+		}
+		if len(out) == 0 {
+			return ""
+		}
+		sort.SliceStable(out, func(i, j int) bool { return load[out[i]] < load[out[j]] })
+		load[out[0]]++
+		return out[0]
+	}
+	units := map[string]*hostUnit{} // by group, or member for a group of its own
+	for _, d := range m.Destinations() {
+		for _, p := range d.Members {
+			key := fsm.GroupKey(d.Name, p)
+			if u := units[key]; u != nil {
+				u.members++
+				continue
+			}
+			units[key] = &hostUnit{dest: d.Name, index: p.Index, replicas: p.Replicas, members: 1}
+			var mv []replicaMove
+			for _, id := range p.Replicas {
+				if m.Removed(id) {
+					mv = append(mv, replicaMove{dest: d.Name, index: p.Index, from: id, to: free(p)})
+				}
+			}
+			if uint32(len(p.Replicas)) < d.Replicas {
+				whole = false
+				if node := free(p); node != "" && len(mv) == 0 && repair {
+					mv = append(mv, replicaMove{dest: d.Name, index: p.Index, to: node})
+				}
+			}
+			plan.replicas = append(plan.replicas, mv...)
+		}
+	}
+	plan.degraded = !whole
+	if len(plan.replicas) > 0 || !whole || !repair {
+		return plan
+	}
+	for len(plan.hosts) < hostMoves {
+		prefer := spreadHosts(units, candidates, canLead)
+		if prefer == nil {
+			break
+		}
+		plan.hosts = append(plan.hosts, prefer)
+	}
+	return plan
+}
+
+// placeReplicas, on the meta leader, makes the moves planPlacement plans,
+// preferred hosts one group at a time, at most every rebalanceEvery (the
+// group's leader then moves the leadership, preferHosts). Repair and
+// spreading stop with Config.NoAutoRebalance. The leader asks every second;
+// a round that found nothing to do is not walked again until the meta
+// state, the live nodes or the nodes that can lead change.
+func (mg *metaGroup) placeReplicas(ctx context.Context) error {
+	alive, canLead := mg.n.aliveNodes(), mg.n.nodesThatCanLead()
+	var plan placementPlan
+	var at placementRound
+	mg.read(func(m *fsm.Meta) {
+		at = placementRound{applied: m.Applied(), alive: strings.Join(slices.Sorted(maps.Keys(alive)), ","),
+			canLead: fmt.Sprint(canLead)} // fmt prints a map's keys in order
+		if at != mg.placedAt {
+			plan = planPlacement(m, alive, canLead, !mg.n.cfg.NoAutoRebalance, 1)
+		}
+	})
+	if at == mg.placedAt {
+		return nil
+	}
+	if len(plan.hosts) > 0 && time.Since(mg.rebalanced) < rebalanceEvery {
+		plan.hosts = nil
+		at = placementRound{} // the next round, not placedAt: this one had work
+	}
+	n, err := mg.n.applyPlan(ctx, plan)
+	if n > 0 || err != nil {
+		if len(plan.hosts) > 0 && err == nil {
+			mg.rebalanced = time.Now()
+		}
+		return err
+	}
+	mg.placedAt = at
+	return nil
+}
+
+// applyPlan runs a plan's commands through the meta group, in order, and
+// returns how many it ran before the first that failed.
+func (n *Node) applyPlan(ctx context.Context, plan placementPlan) (int, error) {
+	done := 0
+	for _, mv := range plan.replicas {
+		name := fsm.MemberName(mv.dest, mv.index)
+		if mv.from == "" {
+			if _, err := n.meta.apply(ctx, &fsmpb.AddReplica{Destination: mv.dest, Member: mv.index, Node: mv.to}); err != nil {
+				return done, fmt.Errorf("adding a replica of under-replicated %s on %s: %w", name, mv.to, err)
+			}
+			n.log.Info("under-replicated member given a replica", "member", name, "node", mv.to)
+		} else {
+			if _, err := n.meta.apply(ctx, &fsmpb.ReplaceReplica{Destination: mv.dest, Member: mv.index, Old: mv.from, New: mv.to}); err != nil {
+				return done, fmt.Errorf("re-placing %s's replica on %s: %w", name, mv.from, err)
+			}
+			n.log.Info("replica of a removed node re-placed", "member", name, "from", mv.from, "to", mv.to)
+		}
+		done++
+	}
+	for _, p := range plan.hosts {
+		name := fsm.MemberName(p.Destination, p.Member)
+		if _, err := n.meta.apply(ctx, p); err != nil {
+			return done, fmt.Errorf("moving %s's preferred host to %s: %w", name, p.Node, err)
+		}
+		n.log.Info("hosts spread: a group's preferred host moved", "member", name, "node", p.Node)
+		done++
+	}
+	return done, nil
+}
+
+// rebalanceEvery bounds how often the meta leader moves a group's
+// preferred host, so that leaderships move one at a time.
+const rebalanceEvery = 10 * time.Second
+
+// hostUnit is a Raft group as placement sees it: a member of it, its
+// replicas (the first its preferred host) and how many members it holds.
+type hostUnit struct {
+	dest     string
+	index    uint32
+	replicas []string
+	members  int
+}
+
+// spreadHosts picks the move of a preferred host that best evens out how
+// many members each live node hosts: from the node that hosts the most to
+// the one that hosts the fewest, among the groups with a replica on both,
+// the one whose size is nearest half the difference, and makes it in
+// units. It returns nil when no move makes the spread narrower, or the
+// target cannot lead yet.
+func spreadHosts(units map[string]*hostUnit, nodes []string, canLead map[string]bool) *fsmpb.PreferReplica {
+	if len(nodes) < 2 {
+		return nil
+	}
+	hosted := map[string]int{}
+	for _, u := range units {
+		hosted[u.replicas[0]] += u.members
+	}
+	most, fewest := nodes[0], nodes[0]
+	for _, id := range nodes {
+		if hosted[id] > hosted[most] {
+			most = id
+		}
+		if hosted[id] < hosted[fewest] {
+			fewest = id
+		}
+	}
+	gap := hosted[most] - hosted[fewest]
+	if !canLead[fewest] {
+		return nil
+	}
+	var best *hostUnit
+	for _, key := range slices.Sorted(maps.Keys(units)) {
+		u := units[key]
+		// Moving u narrows the gap only if it is smaller than the gap.
+		if u.replicas[0] != most || !slices.Contains(u.replicas, fewest) || u.members >= gap {
+			continue
+		}
+		if best == nil || abs(2*u.members-gap) < abs(2*best.members-gap) {
+			best = u
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	// A new slice: the old one is the meta state's.
+	best.replicas = append([]string{fewest}, slices.DeleteFunc(slices.Clone(best.replicas), func(id string) bool { return id == fewest })...)
+	return &fsmpb.PreferReplica{Destination: best.dest, Member: best.index, Node: fewest}
+}
+
+func abs(x int) int { return max(x, -x) }
+
+// placementRound is what a round of placeReplicas saw: the meta state's
+// index, the live nodes and those that can lead.
+type placementRound struct {
+	applied        uint64
+	alive, canLead string
+}
+
+// rebalance plans the moves placeReplicas would make, all of them at
+// once (every host move, not one per rebalanceEvery), from this node's
+// view of the meta state and of the live nodes, and with apply makes
+// them. It repairs and spreads whatever Config.NoAutoRebalance says: an
+// operator who turned the automatic moves off runs them by hand.
+func (n *Node) rebalance(ctx context.Context, apply bool) (*clientpb.RebalanceResponse, error) {
+	alive, canLead := n.aliveNodes(), n.nodesThatCanLead()
+	var plan placementPlan
+	n.meta.read(func(m *fsm.Meta) { plan = planPlacement(m, alive, canLead, true, math.MaxInt) })
+	resp := &clientpb.RebalanceResponse{Degraded: plan.degraded}
+	for _, mv := range plan.replicas {
+		action := "move-replica"
+		switch {
+		case mv.from == "":
+			action = "add-replica"
+		case mv.to == "":
+			action = "drop-replica"
+		}
+		resp.Moves = append(resp.Moves, &clientpb.PlacementMove{Member: fsm.MemberName(mv.dest, mv.index), Action: action, From: mv.from, To: mv.to})
+	}
+	for _, p := range plan.hosts {
+		resp.Moves = append(resp.Moves, &clientpb.PlacementMove{Member: fsm.MemberName(p.Destination, p.Member), Action: "prefer-host", To: p.Node})
+	}
+	if !apply || len(resp.Moves) == 0 {
+		return resp, nil
+	}
+	done, err := n.applyPlan(ctx, plan)
+	if err != nil {
+		return nil, fmt.Errorf("%w (%d of %d moves made; see cairn cluster status, then run rebalance again)", err, done, len(resp.Moves))
+	}
+	resp.Applied = true
+	return resp, nil
+}

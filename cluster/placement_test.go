@@ -1,0 +1,129 @@
+package cluster
+
+import (
+	"math"
+	"slices"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cairnmq/cairn/fsm"
+	"github.com/cairnmq/cairn/fsm/fsmpb"
+)
+
+func TestSpreadHosts(t *testing.T) {
+	all := map[string]bool{"n1": true, "n2": true, "n3": true}
+	unit := func(members int, replicas ...string) *hostUnit {
+		return &hostUnit{dest: "q" + replicas[0], replicas: replicas, members: members}
+	}
+	for _, tc := range []struct {
+		name    string
+		units   map[string]*hostUnit
+		canLead map[string]bool
+		want    *fsmpb.PreferReplica
+	}{
+		{"one per node: nothing to do", map[string]*hostUnit{
+			"a": unit(1, "n1", "n2", "n3"), "b": unit(1, "n2", "n3", "n1"), "c": unit(1, "n3", "n1", "n2"),
+		}, all, nil},
+		{"two on n1, none on n3: one moves to n3", map[string]*hostUnit{
+			"a": unit(1, "n1", "n2", "n3"), "b": unit(1, "n2", "n3", "n1"), "c": {dest: "qc", replicas: []string{"n1", "n2", "n3"}, members: 1},
+		}, all, &fsmpb.PreferReplica{Destination: "qn1", Node: "n3"}},
+		{"the group nearest half the gap moves", map[string]*hostUnit{
+			"a": {dest: "thirty", replicas: []string{"n1", "n3", "n2"}, members: 30},
+			"b": {dest: "fifty", replicas: []string{"n1", "n2", "n3"}, members: 50},
+			"c": {dest: "twenty", replicas: []string{"n1", "n2", "n3"}, members: 20},
+			"d": unit(10, "n2", "n1", "n3"),
+		}, all, &fsmpb.PreferReplica{Destination: "fifty", Node: "n3"}},
+		{"no group smaller than the gap: nothing moves", map[string]*hostUnit{
+			"a": unit(5, "n1", "n2", "n3"), "b": unit(4, "n2", "n3", "n1"), "c": unit(4, "n3", "n1", "n2"),
+		}, all, nil},
+		{"the fewest cannot lead yet", map[string]*hostUnit{
+			"a": unit(1, "n1", "n2", "n3"), "b": {dest: "b", replicas: []string{"n1", "n2", "n3"}, members: 1}, "c": unit(1, "n2", "n1", "n3"),
+		}, map[string]bool{"n1": true, "n2": true}, nil},
+		{"no group of the most has a replica on the fewest", map[string]*hostUnit{
+			"a": unit(1, "n1", "n2"), "b": {dest: "b", replicas: []string{"n1", "n2"}, members: 1}, "c": unit(1, "n2", "n1"),
+		}, all, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := spreadHosts(tc.units, []string{"n1", "n2", "n3"}, tc.canLead)
+			if !proto.Equal(got, tc.want) {
+				t.Fatalf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// metaOf applies bodies, in order, to a new meta state; each must be
+// accepted.
+func metaOf(t *testing.T, bodies ...proto.Message) *fsm.Meta {
+	t.Helper()
+	m := fsm.NewMeta()
+	for i, b := range bodies {
+		data, err := fsm.Encode(fsm.MustCommand(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, err := m.Apply(uint64(i+1), data)
+		if err != nil || rs[0].Err != nil {
+			t.Fatalf("%v: %v %v", b, err, rs[0].Err)
+		}
+	}
+	return m
+}
+
+// queueOn is queue name of one member in the shared group of replicas.
+func queueOn(name string, replicas ...string) *fsmpb.CreateDestination {
+	return &fsmpb.CreateDestination{Destination: &fsmpb.Destination{
+		Name: name, Kind: fsmpb.DestinationKind_DESTINATION_KIND_QUEUE, Replicas: 3,
+		Members: []*fsmpb.MemberPlacement{{Replicas: replicas, Group: sharedGroupID(replicas)}},
+	}}
+}
+
+func TestPlanPlacement(t *testing.T) {
+	nodes := func(ids ...string) (out []proto.Message) {
+		for _, id := range ids {
+			out = append(out, &fsmpb.RegisterNode{Node: &fsmpb.Node{Id: id}})
+		}
+		return out
+	}
+	all := map[string]bool{"n1": true, "n2": true, "n3": true, "n4": true}
+	hosts := func(plan placementPlan) (out []string) {
+		for _, p := range plan.hosts {
+			out = append(out, p.Destination+">"+p.Node)
+		}
+		return out
+	}
+
+	// Three groups hosted by n1: every move at once evens them out as far
+	// as one member each can, the automatic round takes one.
+	m := metaOf(t, append(nodes("n1", "n2", "n3", "n4"),
+		queueOn("a", "n1", "n2", "n3"), queueOn("b", "n1", "n3", "n2"), queueOn("c", "n1", "n2", "n4"))...)
+	if got := hosts(planPlacement(m, all, all, true, math.MaxInt)); !slices.Equal(got, []string{"a>n2", "b>n3"}) {
+		t.Fatalf("every host move: %v, want a to n2 and b to n3", got)
+	}
+	if got := hosts(planPlacement(m, all, all, true, 1)); len(got) != 1 {
+		t.Fatalf("one host move at a time: %v", got)
+	}
+	if plan := planPlacement(m, all, all, false, math.MaxInt); len(plan.hosts)+len(plan.replicas) != 0 {
+		t.Fatalf("without repair: %+v", plan)
+	}
+	if plan := planPlacement(m, map[string]bool{"n1": true, "n2": true, "n4": true}, all, true, math.MaxInt); !plan.degraded || len(plan.hosts) != 0 {
+		t.Fatalf("with n3 down: %+v, want degraded and no host move", plan)
+	}
+
+	// n3 removed while no node was free: a and b were left on two; n4
+	// joins and takes a replica of each group, and no host moves yet.
+	m = metaOf(t, append(nodes("n1", "n2", "n3"),
+		queueOn("a", "n1", "n2", "n3"), queueOn("b", "n2", "n3", "n1"),
+		&fsmpb.RemoveNode{Id: "n3"},
+		&fsmpb.ReplaceReplica{Destination: "a", Old: "n3"}, &fsmpb.ReplaceReplica{Destination: "b", Old: "n3"},
+		&fsmpb.RegisterNode{Node: &fsmpb.Node{Id: "n4"}})...)
+	plan := planPlacement(m, all, all, true, math.MaxInt)
+	want := []replicaMove{{dest: "a", to: "n4"}, {dest: "b", to: "n4"}}
+	if !slices.Equal(plan.replicas, want) || len(plan.hosts) != 0 || !plan.degraded {
+		t.Fatalf("repair: %+v, want %v, no host move, degraded", plan, want)
+	}
+	if plan := planPlacement(m, all, all, false, math.MaxInt); len(plan.replicas) != 0 {
+		t.Fatalf("repair without repair: %+v", plan)
+	}
+}
