@@ -823,10 +823,16 @@ func (n *Node) clusterStatus(ctx context.Context) *clientpb.ClusterStatusRespons
 		states[m.ID] = m
 	}
 	seen := map[string]bool{}
+	// emptied are nodes back with an empty data directory that the meta
+	// leader has not registered again yet: they hold none of their replicas.
+	emptied := map[string]bool{}
 	var dests []*fsmpb.Destination
 	n.meta.read(func(m *fsm.Meta) {
 		dests = m.Destinations()
 		for _, nd := range m.Nodes() {
+			if inc := states[nd.Id].Meta.Incarnation; inc != "" && nd.Incarnation != "" && inc != nd.Incarnation {
+				emptied[nd.Id] = true
+			}
 			st := states[nd.Id].State
 			if st == "" {
 				st = "dead"
@@ -866,7 +872,8 @@ func (n *Node) clusterStatus(ctx context.Context) *clientpb.ClusterStatusRespons
 		alive[nd.Id] = nd.Alive
 	}
 	// A replica counts when its node is alive and it is not catching up
-	// after its node came back with an empty data directory.
+	// after its node came back with an empty data directory (emptied, or
+	// rejoining once registered again).
 	n.meta.read(func(m *fsm.Meta) {
 		for _, d := range dests {
 			for _, p := range d.Members {
@@ -875,7 +882,7 @@ func (n *Node) clusterStatus(ctx context.Context) *clientpb.ClusterStatusRespons
 				resp.Groups = append(resp.Groups, g)
 				live := 0
 				for _, id := range p.Replicas {
-					if alive[id] && !m.Rejoining(id, fsm.GroupKey(d.Name, p)) {
+					if alive[id] && !emptied[id] && !m.Rejoining(id, fsm.GroupKey(d.Name, p)) {
 						live++
 					}
 				}

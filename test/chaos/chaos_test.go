@@ -118,6 +118,9 @@ type target interface {
 	reconnect(t *testing.T, i int)
 	restart(t *testing.T, i int) // graceful stop, start, wait until ready
 	restartAll(t *testing.T)     // all three at once, wait until ready
+	// startEmpty, after kill, starts the node under its id with an empty
+	// data directory (a new volume), as a pod whose disk was lost.
+	startEmpty(t *testing.T, i int)
 	heal(t *testing.T)
 	// lastWords logs the end of every node's log (for a failed test).
 	lastWords(t *testing.T)
@@ -144,11 +147,13 @@ type status struct {
 	Nodes []struct {
 		ID       string `json:"id"`
 		MetaRole string `json:"meta_role"`
+		Alive    bool   `json:"alive"`
 	} `json:"nodes"`
 	Groups []struct {
 		Name   string `json:"name"`
 		Leader string `json:"leader"`
 	} `json:"groups"`
+	UnderReplicated int `json:"under_replicated"`
 }
 
 // victim is the node of the meta leader, or of a member's host: the nodes
@@ -170,6 +175,22 @@ func victim(t *testing.T, tg target, metaLeader bool) int {
 		}
 	}
 	return rand.IntN(3)
+}
+
+// repaired reports whether cluster status says every node is alive and no
+// member is short of replicas that have caught up.
+func repaired(t *testing.T, tg target) bool {
+	out, err := run(t, cairnBin, "--server", tg.clientAddrs(), "cluster", "status", "--json")
+	var st status
+	if err != nil || json.Unmarshal([]byte(out), &st) != nil || st.UnderReplicated != 0 || len(st.Nodes) != 3 {
+		return false
+	}
+	for _, n := range st.Nodes {
+		if !n.Alive {
+			return false
+		}
+	}
+	return true
 }
 
 func nodeIndex(id string) int {
@@ -199,6 +220,23 @@ var scenarios = []scenario{
 		if sleepUntil(time.Until(end)/3, end) {
 			t.Logf("nemesis: restart of all three nodes at once")
 			tg.restartAll(t)
+		}
+	}},
+	{"kill a node and start it with an empty data directory, once repaired", nil, func(t *testing.T, tg target, end time.Time) {
+		for n := 0; sleepUntil(between(5*time.Second, 10*time.Second), end); n++ {
+			i := victim(t, tg, n%2 == 1)
+			t.Logf("nemesis: kill %s, empty its data directory, start it", tg.describe(i))
+			tg.kill(t, i)
+			sleepUntil(3*time.Second, end.Add(time.Minute))
+			start := time.Now()
+			tg.startEmpty(t, i)
+			// Another node's data may go only once every member has its
+			// replicas again: before that it may hold the last copy. Until
+			// the node is ready (registered again), the others may not
+			// know it came back empty.
+			tg.heal(t)
+			waitFor(t, 3*time.Minute, "every member's replicas caught up", func() bool { return repaired(t, tg) })
+			t.Logf("nemesis: repaired %v after %s started empty", time.Since(start).Round(100*time.Millisecond), tg.describe(i))
 		}
 	}},
 	{"rolling restart", nil, func(t *testing.T, tg target, end time.Time) {

@@ -42,6 +42,14 @@ func (composeCluster) reconnect(t *testing.T, i int) {
 	must(t, "docker", "network", "connect", "--alias", fmt.Sprintf("cairn-%d", i), network, container(i))
 }
 
+// startEmpty replaces the container and its volume, as a pod given a new
+// volume.
+func (composeCluster) startEmpty(t *testing.T, i int) {
+	must(t, "docker", "rm", "-f", container(i))
+	must(t, "docker", "volume", "rm", fmt.Sprintf("%s_cairn-%d", project, i))
+	compose(t, "up", "-d", fmt.Sprintf("cairn-%d", i))
+}
+
 func (composeCluster) restart(t *testing.T, i int) {
 	must(t, "docker", "restart", "-t", "30", container(i))
 	waitHealthy(t, 90*time.Second)

@@ -189,7 +189,9 @@ func idleProblem(a *client.Admin, want map[string]uint64) string {
 // nothing verify sent through the kill is lost. The distribution of the
 // times from the kill to each member's first stored send is logged (and
 // kept in docs/performance.md, "Idle destinations"); the test fails only
-// if a member is not served again within a minute.
+// if a member is not served again within a minute. The node then starts
+// again with an empty data directory, and the time until every member has
+// its replicas back (caught up) is logged too.
 // CAIRN_CHAOS_KILL_QUEUES sets the number of queues (default 1000).
 func TestChaos_KillWithAThousandQueues(t *testing.T) {
 	if !enabled() {
@@ -232,7 +234,14 @@ func TestChaos_KillWithAThousandQueues(t *testing.T) {
 	t.Logf("from the kill to each of %d members' first stored send: p50 %v, p90 %v, p99 %v, max %v",
 		len(took), at(0.5), at(0.9), at(0.99), at(1))
 
-	c.heal(t)
+	// The victim comes back with an empty data directory: its replicas of
+	// the 3000 members catch up as new ones.
+	back := time.Now()
+	c.startEmpty(t, victim)
+	c.heal(t) // ready: registered again, its replicas marked as rejoining
+	ready := time.Since(back)
+	waitFor(t, 5*time.Minute, "every member's replicas caught up", func() bool { return repaired(t, c) })
+	t.Logf("from the empty start to the node ready: %v; to no member short of replicas: %v", ready.Round(100*time.Millisecond), time.Since(back).Round(100*time.Millisecond))
 	verify.wait(t)
 	want := map[string]uint64{}
 	for i := range n {

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -70,15 +71,28 @@ func newLocalCluster(t *testing.T) *localCluster {
 		if dir := keptDir(); dir != "" {
 			n.logPath = filepath.Join(dir, n.id+".log") // outlives the run
 		}
-		n.ports = reservePorts(t, append(proxiedAddrs, "gossip"), n.listen, n.adv)
-		for _, a := range proxiedAddrs {
-			p := toxiproxy.NewProxy(srv, n.id+"-"+a, n.addr(n.adv, a), n.addr(n.listen, a))
-			if err := p.Start(); err != nil {
-				t.Fatalf("toxiproxy in front of %s's %s address: %v", n.id, a, err)
+		// A port reserved and let go was once bound by something else
+		// before the proxy bound it: the node's ports are picked again.
+		for attempt := 1; ; attempt++ {
+			n.ports = reservePorts(t, append(proxiedAddrs, "gossip"), n.listen, n.adv)
+			err := n.startProxies(srv)
+			if err == nil {
+				break
 			}
-			t.Cleanup(p.Stop)
-			n.proxies = append(n.proxies, p)
+			for _, p := range n.proxies {
+				p.Stop()
+			}
+			n.proxies = nil
+			if attempt == 3 || !errors.Is(err, syscall.EADDRINUSE) {
+				t.Fatal(err)
+			}
+			t.Logf("%v; picking %s's ports again", err, n.id)
 		}
+		t.Cleanup(func() {
+			for _, p := range n.proxies {
+				p.Stop()
+			}
+		})
 		gossip = append(gossip, n.addr(n.adv, "gossip"))
 		c.nodes[i] = n
 	}
@@ -89,6 +103,19 @@ func newLocalCluster(t *testing.T) *localCluster {
 	}
 	c.waitReady()
 	return c
+}
+
+// startProxies starts a proxy in front of each of the node's proxied
+// listeners.
+func (n *localNode) startProxies(srv *toxiproxy.ApiServer) error {
+	for _, a := range proxiedAddrs {
+		p := toxiproxy.NewProxy(srv, n.id+"-"+a, n.addr(n.adv, a), n.addr(n.listen, a))
+		if err := p.Start(); err != nil {
+			return fmt.Errorf("toxiproxy in front of %s's %s address: %w", n.id, a, err)
+		}
+		n.proxies = append(n.proxies, p)
+	}
+	return nil
 }
 
 func (n *localNode) addr(host, what string) string {
@@ -272,6 +299,23 @@ func (c *localCluster) describe(i int) string { return "local process " + c.node
 
 func (c *localCluster) kill(t *testing.T, i int)  { c.stop(i, syscall.SIGKILL, 10*time.Second) }
 func (c *localCluster) start(t *testing.T, i int) { c.startNoWait(i) }
+
+// startEmpty empties the node's data directory (but for its log) first.
+func (c *localCluster) startEmpty(t *testing.T, i int) {
+	n := c.nodes[i]
+	entries, err := os.ReadDir(n.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if p := filepath.Join(n.dir, e.Name()); p != n.logPath {
+			if err := os.RemoveAll(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	c.startNoWait(i)
+}
 func (c *localCluster) pause(t *testing.T, i int) { c.signal(i, syscall.SIGSTOP) }
 func (c *localCluster) resume(t *testing.T, i int) {
 	c.signal(i, syscall.SIGCONT)
