@@ -71,7 +71,13 @@ func TestCluster_FrontEndCrash_HostReleasesItsSessions(t *testing.T) {
 	checkQueue(t, tc.admin(other), "fe", 0, 0)
 
 	t.Run("status shows the crashed node dead and its replicas unreachable", func(t *testing.T) {
-		st := tc.status(other)
+		// The host that released the sessions saw the crash; the node
+		// asked here may hear of it a moment later.
+		var st client.ClusterStatus
+		waitFor(t, 10*time.Second, "status on "+other+" showing "+front+" dead", func() bool {
+			st = tc.status(other)
+			return !slices.ContainsFunc(st.Nodes, func(n client.NodeStatus) bool { return n.ID == front && n.Alive })
+		})
 		checkStatusShape(t, st)
 		for _, n := range st.Nodes {
 			if wantAlive := n.ID != front; n.Alive != wantAlive {
