@@ -276,6 +276,10 @@ type ClusterStatus struct {
 	// than their destination wants; the cluster repairs them as soon as a
 	// live node holds none of theirs.
 	UnderReplicated int `json:"under_replicated"`
+	// Moving counts the members with a replica catching up (it votes once
+	// it holds the group's log), or hosted elsewhere than on their
+	// preferred host while it is alive (the leadership moves to it).
+	Moving int `json:"moving"`
 }
 
 // NodeStatus is one node: where it is, whether gossip holds it alive
@@ -314,6 +318,9 @@ type ReplicaStatus struct {
 	MatchIndex uint64 `json:"match_index"`
 	Lag        uint64 `json:"lag"`
 	Reachable  bool   `json:"reachable"`
+	// CatchingUp is true while the replica does not vote yet: new, or
+	// back from an empty data directory.
+	CatchingUp bool `json:"catching_up"`
 }
 
 // ClusterStatus asks a node for the cluster's status.
@@ -324,7 +331,7 @@ func (a *Admin) ClusterStatus(ctx context.Context) (ClusterStatus, error) {
 		if err != nil {
 			return err
 		}
-		st = ClusterStatus{AnsweredBy: resp.AnsweredBy, Nodes: []NodeStatus{}, Groups: []GroupStatus{}, UnderReplicated: int(resp.UnderReplicated)}
+		st = ClusterStatus{AnsweredBy: resp.AnsweredBy, Nodes: []NodeStatus{}, Groups: []GroupStatus{}, UnderReplicated: int(resp.UnderReplicated), Moving: int(resp.Moving)}
 		for _, n := range resp.Nodes {
 			st.Nodes = append(st.Nodes, NodeStatus{ID: n.Id, ClientAddr: n.ClientAddr, PeerAddr: n.PeerAddr, RaftAddr: n.RaftAddr,
 				GossipAddr: n.GossipAddr, HTTPAddr: n.HttpAddr, State: n.State, Alive: n.Alive, MetaRole: n.MetaRole})
@@ -332,7 +339,7 @@ func (a *Admin) ClusterStatus(ctx context.Context) (ClusterStatus, error) {
 		for _, g := range resp.Groups {
 			gs := GroupStatus{Name: g.Name, Leader: g.Leader, CommitIndex: g.CommitIndex, AppliedIndex: g.AppliedIndex, Replicas: []ReplicaStatus{}, Wanted: int(g.Wanted)}
 			for _, r := range g.Replicas {
-				gs.Replicas = append(gs.Replicas, ReplicaStatus{Node: r.Node, Role: r.Role, MatchIndex: r.MatchIndex, Lag: r.Lag, Reachable: r.Reachable})
+				gs.Replicas = append(gs.Replicas, ReplicaStatus{Node: r.Node, Role: r.Role, MatchIndex: r.MatchIndex, Lag: r.Lag, Reachable: r.Reachable, CatchingUp: r.CatchingUp})
 			}
 			st.Groups = append(st.Groups, gs)
 		}

@@ -889,6 +889,10 @@ func (n *Node) clusterStatus(ctx context.Context) *clientpb.ClusterStatusRespons
 				if uint32(live) < d.Replicas {
 					resp.UnderReplicated++
 				}
+				catchingUp := slices.ContainsFunc(g.Replicas, func(r *clientpb.ReplicaStatus) bool { return r.CatchingUp })
+				if catchingUp || g.Leader != "" && g.Leader != p.Replicas[0] && alive[p.Replicas[0]] {
+					resp.Moving++
+				}
 			}
 		}
 	})

@@ -377,6 +377,17 @@ func consistently(t *testing.T, d time.Duration, what string, cond func() bool) 
 	}
 }
 
+// steady is consistently for a condition that explains what broke it
+// ("" while it holds).
+func (tc *testCluster) steady(d time.Duration, what string, broken func() string) {
+	tc.t.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if why := broken(); why != "" {
+			tc.t.Fatalf("%s stopped holding: %s", what, why)
+		}
+	}
+}
+
 // stepCtx is a context for one step of a long test (testCtx's 20 s run
 // from its creation, which a multi-node test outlives).
 func stepCtx(t *testing.T, d time.Duration) context.Context {

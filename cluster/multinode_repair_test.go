@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cairnmq/cairn/client"
+	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 )
 
@@ -36,11 +37,9 @@ func TestCluster_JoiningNodeRepairsUnderReplicatedMembers(t *testing.T) {
 	tc.converge(30*time.Second, fresh+" a non-voter of every member's group", func() bool {
 		return placedOn(tc, op, "rp", append(slices.Clone(two), fresh), two) == ""
 	})
-	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-		if why := placedOn(tc, op, "rp", append(slices.Clone(two), fresh), two); why != "" {
-			t.Fatalf("while %s catches up: %s", fresh, why)
-		}
-	}
+	tc.steady(2*time.Second, "every member's group going on with two voters while "+fresh+" catches up", func() string {
+		return placedOn(tc, op, "rp", append(slices.Clone(two), fresh), two)
+	})
 	held.Store(false)
 	want := append(slices.Clone(two), fresh)
 	tc.converge(60*time.Second, "every member repaired onto "+fresh+", all voting", func() bool {
@@ -87,6 +86,15 @@ func shortOfAReplica(t *testing.T, tc *testCluster) (*client.Admin, string, []st
 	tc.converge(30*time.Second, "every member down to the two live replicas", func() bool {
 		return placedOn(tc, op, "rp", tc.others(victim), tc.others(victim)) == ""
 	})
+	// The removed node's member elected any of its two replicas; its
+	// leadership moves to its preferred host, which must not happen while
+	// a test checks that nothing changes.
+	tc.converge(20*time.Second, "every member on its preferred host", func() bool {
+		d, ok := tc.node(meta).meta.destination("rp")
+		return ok && !slices.ContainsFunc(d.Members, func(p *fsmpb.MemberPlacement) bool {
+			return tc.hostOf(fsm.MemberName("rp", p.Index)) != p.Replicas[0]
+		})
+	})
 	if st := tc.status(meta); st.UnderReplicated != 3 {
 		t.Fatalf("status: %d members under-replicated, want 3", st.UnderReplicated)
 	}
@@ -110,8 +118,8 @@ func TestCluster_RebalanceByHandWithoutAutoRebalance(t *testing.T) {
 	op, victim, sent := shortOfAReplica(t, tc)
 	fresh := tc.addNode(func(c *Config) { c.NoAutoRebalance = true }).ID()
 	two := tc.others(victim, fresh)
-	consistently(t, 3*time.Second, "every member still on two replicas", func() bool {
-		return placedOn(tc, op, "rp", two, two) == ""
+	tc.steady(3*time.Second, "every member still on two replicas", func() string {
+		return placedOn(tc, op, "rp", two, two)
 	})
 	if st := tc.status(fresh); st.UnderReplicated != 3 {
 		t.Fatalf("status: %d members under-replicated, want 3", st.UnderReplicated)
@@ -130,8 +138,8 @@ func TestCluster_RebalanceByHandWithoutAutoRebalance(t *testing.T) {
 			t.Fatalf("dry run: %+v, want an add-replica onto %s", m, fresh)
 		}
 	}
-	consistently(t, 2*time.Second, "the dry run changed nothing", func() bool {
-		return placedOn(tc, op, "rp", two, two) == ""
+	tc.steady(2*time.Second, "the dry run changed nothing", func() string {
+		return placedOn(tc, op, "rp", two, two)
 	})
 
 	if done, err := op.Rebalance(ctx, false); err != nil || !done.Applied || len(done.Moves) != 3 {
@@ -223,21 +231,33 @@ func TestCluster_NodeBackEmptyVotesOnlyOnceCaughtUp(t *testing.T) {
 	tc.converge(30*time.Second, victim+" a non-voter of the meta group and of every member's group", func() bool {
 		return placedOn(tc, op, "rp", all, two) == "" && slices.Equal(metaVoters(), two)
 	})
-	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-		if why := placedOn(tc, op, "rp", all, two); why != "" {
-			t.Fatalf("while %s catches up: %s", victim, why)
+	tc.steady(2*time.Second, "every member's group going on with two voters while "+victim+" catches up", func() string {
+		return placedOn(tc, op, "rp", all, two)
+	})
+	tc.settle(10*time.Second, "status showing "+victim+" catching up", func() string {
+		st := tc.status(meta)
+		if st.UnderReplicated != 3 || st.Moving != 3 {
+			return fmt.Sprintf("%d members under-replicated and %d moving, want 3 and 3", st.UnderReplicated, st.Moving)
 		}
-	}
-	if st := tc.status(meta); st.UnderReplicated != 3 {
-		t.Fatalf("status while %s catches up: %d members under-replicated, want 3", victim, st.UnderReplicated)
-	}
+		for _, g := range st.Groups {
+			for _, r := range g.Replicas {
+				if r.CatchingUp != (r.Node == victim) {
+					return fmt.Sprintf("group %s: replica on %s catching up: %v", g.Name, r.Node, r.CatchingUp)
+				}
+			}
+		}
+		return ""
+	})
 
 	held.Store(false)
 	tc.converge(60*time.Second, "every member and the meta group voting on all three", func() bool {
 		return placedOn(tc, op, "rp", all, all) == "" && slices.Equal(metaVoters(), all)
 	})
-	tc.converge(10*time.Second, "no member under-replicated", func() bool { return tc.status(meta).UnderReplicated == 0 })
 	tc.waitSpread("rp", 3)
+	tc.converge(10*time.Second, "no member under-replicated or moving", func() bool {
+		st := tc.status(meta)
+		return st.UnderReplicated == 0 && st.Moving == 0
+	})
 	tc.settle(10*time.Second, "30 messages pending on the members' hosts", func() string { return tc.counts("rp", 30, 0) })
 	s := mustSession(t, tc.dial(victim), client.ClientAck)
 	sameSet(t, "received after the rejoin", drainMembers(t, s, "rp", 3, len(sent)), sent)

@@ -351,7 +351,17 @@ func (a raftAddresses) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) 
 func (n *Node) localGroups() []*peerpb.GroupReplica {
 	report := func(name string, r *raft.Raft) *peerpb.GroupReplica {
 		_, leader := r.LeaderWithID()
-		return &peerpb.GroupReplica{Name: name, Leader: string(leader), CommitIndex: r.CommitIndex(), AppliedIndex: r.AppliedIndex(), LastIndex: r.LastIndex()}
+		g := &peerpb.GroupReplica{Name: name, Leader: string(leader), CommitIndex: r.CommitIndex(), AppliedIndex: r.AppliedIndex(), LastIndex: r.LastIndex()}
+		if r.State() == raft.Leader {
+			if f := r.GetConfiguration(); f.Error() == nil {
+				for _, s := range f.Configuration().Servers {
+					if s.Suffrage != raft.Voter {
+						g.Nonvoters = append(g.Nonvoters, string(s.ID))
+					}
+				}
+			}
+		}
+		return g
 	}
 	out := []*peerpb.GroupReplica{report(metaGroupID, n.meta.group.Raft)}
 	for _, r := range n.groups.all() {

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"slices"
 
 	"github.com/cairnmq/cairn/transport"
 	"github.com/cairnmq/cairn/transport/clientpb"
@@ -109,11 +110,12 @@ func groupStatus(name string, replicas []string, reports map[string]map[string]*
 			gs.Leader = r.Leader
 		}
 	}
+	var nonvoters []string
 	if r := reports[gs.Leader][name]; r != nil {
-		gs.CommitIndex, gs.AppliedIndex = r.CommitIndex, r.AppliedIndex
+		gs.CommitIndex, gs.AppliedIndex, nonvoters = r.CommitIndex, r.AppliedIndex, r.Nonvoters
 	}
 	for _, id := range replicas {
-		rs := &clientpb.ReplicaStatus{Node: id, Role: "follower"}
+		rs := &clientpb.ReplicaStatus{Node: id, Role: "follower", CatchingUp: slices.Contains(nonvoters, id)}
 		if id == gs.Leader {
 			rs.Role = "leader"
 		}

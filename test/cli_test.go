@@ -179,7 +179,7 @@ func TestCLITour(t *testing.T) {
 	// Cluster status: one node, leading the meta group.
 	r = s.ok("cluster", "status", "--json")
 	st := jsonObject(t, r.stdout)
-	requireFields(t, "cluster status", st, "answered_by:string", "nodes:array", "groups:array")
+	requireFields(t, "cluster status", st, "answered_by:string", "nodes:array", "groups:array", "under_replicated:number", "moving:number")
 	if st["answered_by"] != "n1" {
 		t.Errorf("cluster status answered_by %v, want n1", st["answered_by"])
 	}
@@ -207,6 +207,16 @@ func TestCLITour(t *testing.T) {
 	}
 	if r := s.ok("cluster", "status"); !strings.Contains(r.stdout, "n1") {
 		t.Errorf("cluster status (table) does not name n1:\n%s", r.stdout)
+	}
+
+	// Rebalance: one node, nothing to move.
+	rb := jsonObject(t, s.ok("cluster", "rebalance", "--dry-run", "--json").stdout)
+	requireFields(t, "cluster rebalance", rb, "moves:array", "applied:bool", "degraded:bool")
+	if moves, _ := rb["moves"].([]any); len(moves) != 0 || rb["applied"] != false {
+		t.Errorf("cluster rebalance --dry-run on one node: %v, want no moves, not applied", rb)
+	}
+	if r := s.ok("cluster", "rebalance"); !strings.Contains(r.stdout, "nothing to move") {
+		t.Errorf("cluster rebalance on one node:\n%s", r.stdout)
 	}
 }
 

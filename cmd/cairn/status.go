@@ -31,6 +31,9 @@ func clusterCmd() *cobra.Command {
 				if st.UnderReplicated > 0 {
 					fmt.Fprintf(w, "%d members have fewer live replicas than their queue wants: each gets one on a live node that holds none of it, as soon as one exists\n", st.UnderReplicated)
 				}
+				if st.Moving > 0 {
+					fmt.Fprintf(w, "%d members are moving: a replica catching up (marked +), or a host moving to its preferred node\n", st.Moving)
+				}
 				fmt.Fprintln(w)
 				t := newTable(w, "NODE", "STATE", "META ROLE", "CLIENT", "RAFT", "GOSSIP")
 				for _, n := range st.Nodes {
@@ -48,7 +51,11 @@ func clusterCmd() *cobra.Command {
 						if r.Reachable {
 							lag = fmt.Sprint(r.Lag)
 						}
-						rs = append(rs, fmt.Sprintf("%s(%s)", r.Node, lag))
+						mark := ""
+						if r.CatchingUp {
+							mark = "+"
+						}
+						rs = append(rs, fmt.Sprintf("%s%s(%s)", r.Node, mark, lag))
 					}
 					wanted := "-"
 					if g.Wanted > 0 {

@@ -4136,9 +4136,12 @@ type ReplicaStatus struct {
 	// match_index is the last log index the replica holds; lag is how many
 	// committed entries it has yet to apply. reachable is false when the
 	// replica's node did not answer, and then both are unknown (0).
-	MatchIndex    uint64 `protobuf:"varint,3,opt,name=match_index,json=matchIndex,proto3" json:"match_index,omitempty"`
-	Lag           uint64 `protobuf:"varint,4,opt,name=lag,proto3" json:"lag,omitempty"`
-	Reachable     bool   `protobuf:"varint,5,opt,name=reachable,proto3" json:"reachable,omitempty"`
+	MatchIndex uint64 `protobuf:"varint,3,opt,name=match_index,json=matchIndex,proto3" json:"match_index,omitempty"`
+	Lag        uint64 `protobuf:"varint,4,opt,name=lag,proto3" json:"lag,omitempty"`
+	Reachable  bool   `protobuf:"varint,5,opt,name=reachable,proto3" json:"reachable,omitempty"`
+	// catching_up: the replica does not vote yet (new, or back from an
+	// empty data directory) and votes once it holds the group's log.
+	CatchingUp    bool `protobuf:"varint,6,opt,name=catching_up,json=catchingUp,proto3" json:"catching_up,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4204,6 +4207,13 @@ func (x *ReplicaStatus) GetLag() uint64 {
 func (x *ReplicaStatus) GetReachable() bool {
 	if x != nil {
 		return x.Reachable
+	}
+	return false
+}
+
+func (x *ReplicaStatus) GetCatchingUp() bool {
+	if x != nil {
+		return x.CatchingUp
 	}
 	return false
 }
@@ -4302,8 +4312,11 @@ type ClusterStatusResponse struct {
 	// under_replicated counts the members with fewer replicas on live nodes
 	// than their destination wants.
 	UnderReplicated uint32 `protobuf:"varint,4,opt,name=under_replicated,json=underReplicated,proto3" json:"under_replicated,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// moving counts the members with a replica catching up, or hosted
+	// elsewhere than on their preferred host while it is alive.
+	Moving        uint32 `protobuf:"varint,5,opt,name=moving,proto3" json:"moving,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterStatusResponse) Reset() {
@@ -4360,6 +4373,13 @@ func (x *ClusterStatusResponse) GetGroups() []*GroupStatus {
 func (x *ClusterStatusResponse) GetUnderReplicated() uint32 {
 	if x != nil {
 		return x.UnderReplicated
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetMoving() uint32 {
+	if x != nil {
+		return x.Moving
 	}
 	return 0
 }
@@ -4661,27 +4681,30 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\thttp_addr\x18\x06 \x01(\tR\bhttpAddr\x12\x14\n" +
 	"\x05state\x18\a \x01(\tR\x05state\x12\x1b\n" +
 	"\tmeta_role\x18\b \x01(\tR\bmetaRole\x12\x14\n" +
-	"\x05alive\x18\t \x01(\bR\x05alive\"\x88\x01\n" +
+	"\x05alive\x18\t \x01(\bR\x05alive\"\xa9\x01\n" +
 	"\rReplicaStatus\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x1f\n" +
 	"\vmatch_index\x18\x03 \x01(\x04R\n" +
 	"matchIndex\x12\x10\n" +
 	"\x03lag\x18\x04 \x01(\x04R\x03lag\x12\x1c\n" +
-	"\treachable\x18\x05 \x01(\bR\treachable\"\xd5\x01\n" +
+	"\treachable\x18\x05 \x01(\bR\treachable\x12\x1f\n" +
+	"\vcatching_up\x18\x06 \x01(\bR\n" +
+	"catchingUp\"\xd5\x01\n" +
 	"\vGroupStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12!\n" +
 	"\fcommit_index\x18\x03 \x01(\x04R\vcommitIndex\x12#\n" +
 	"\rapplied_index\x18\x04 \x01(\x04R\fappliedIndex\x12:\n" +
 	"\breplicas\x18\x05 \x03(\v2\x1e.cairn.client.v1.ReplicaStatusR\breplicas\x12\x16\n" +
-	"\x06wanted\x18\x06 \x01(\rR\x06wanted\"\xcc\x01\n" +
+	"\x06wanted\x18\x06 \x01(\rR\x06wanted\"\xe4\x01\n" +
 	"\x15ClusterStatusResponse\x12\x1f\n" +
 	"\vanswered_by\x18\x01 \x01(\tR\n" +
 	"answeredBy\x121\n" +
 	"\x05nodes\x18\x02 \x03(\v2\x1b.cairn.client.v1.NodeStatusR\x05nodes\x124\n" +
 	"\x06groups\x18\x03 \x03(\v2\x1c.cairn.client.v1.GroupStatusR\x06groups\x12)\n" +
-	"\x10under_replicated\x18\x04 \x01(\rR\x0funderReplicated*g\n" +
+	"\x10under_replicated\x18\x04 \x01(\rR\x0funderReplicated\x12\x16\n" +
+	"\x06moving\x18\x05 \x01(\rR\x06moving*g\n" +
 	"\x0fDestinationKind\x12\x1c\n" +
 	"\x18DESTINATION_KIND_UNKNOWN\x10\x00\x12\x1a\n" +
 	"\x16DESTINATION_KIND_QUEUE\x10\x01\x12\x1a\n" +

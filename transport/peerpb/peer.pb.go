@@ -1061,12 +1061,15 @@ func (*GroupsRequest) Descriptor() ([]byte, []int) {
 }
 
 type GroupReplica struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Leader        string                 `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
-	CommitIndex   uint64                 `protobuf:"varint,3,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
-	AppliedIndex  uint64                 `protobuf:"varint,4,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	LastIndex     uint64                 `protobuf:"varint,5,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Name         string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Leader       string                 `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
+	CommitIndex  uint64                 `protobuf:"varint,3,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	AppliedIndex uint64                 `protobuf:"varint,4,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	LastIndex    uint64                 `protobuf:"varint,5,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
+	// nonvoters, reported by the group's leader, are the replicas in its
+	// configuration that do not vote yet (catching up).
+	Nonvoters     []string `protobuf:"bytes,6,rep,name=nonvoters,proto3" json:"nonvoters,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1134,6 +1137,13 @@ func (x *GroupReplica) GetLastIndex() uint64 {
 		return x.LastIndex
 	}
 	return 0
+}
+
+func (x *GroupReplica) GetNonvoters() []string {
+	if x != nil {
+		return x.Nonvoters
+	}
+	return nil
 }
 
 type GroupsResponse struct {
@@ -1268,14 +1278,15 @@ const file_transport_peerpb_peer_proto_rawDesc = "" +
 	"\rdead_lettered\x18\n" +
 	" \x01(\x04R\fdeadLettered\x12\x1a\n" +
 	"\bprepared\x18\v \x01(\x04R\bprepared\"\x0f\n" +
-	"\rGroupsRequest\"\xa1\x01\n" +
+	"\rGroupsRequest\"\xbf\x01\n" +
 	"\fGroupReplica\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12!\n" +
 	"\fcommit_index\x18\x03 \x01(\x04R\vcommitIndex\x12#\n" +
 	"\rapplied_index\x18\x04 \x01(\x04R\fappliedIndex\x12\x1d\n" +
 	"\n" +
-	"last_index\x18\x05 \x01(\x04R\tlastIndex\"Y\n" +
+	"last_index\x18\x05 \x01(\x04R\tlastIndex\x12\x1c\n" +
+	"\tnonvoters\x18\x06 \x03(\tR\tnonvoters\"Y\n" +
 	"\x0eGroupsResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x123\n" +
 	"\x06groups\x18\x02 \x03(\v2\x1b.cairn.peer.v1.GroupReplicaR\x06groups2\x84\x03\n" +
