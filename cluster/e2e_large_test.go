@@ -146,6 +146,7 @@ func TestLarge_EveryAcceptedMessageIsReceivedRelayed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three nodes relaying tens of MB: not in -short")
 	}
+	skipLargeUnderRace(t)
 	tc := newMultiNode(t, 3)
 	ctx := stepCtx(t, 4*time.Minute)
 	a := tc.admin("n1")
@@ -165,19 +166,24 @@ func TestLarge_EveryAcceptedMessageIsReceivedRelayed(t *testing.T) {
 // raceEnabled is set when the tests run with -race (race_test.go).
 var raceEnabled bool
 
+// skipLargeUnderRace skips a test of megabyte messages through three nodes
+// in one process under the race detector: there (four fifths of the CPU in
+// its range checks of the copies, on a 2-core machine) every group of the
+// nodes loses its leader again and again, and sends and commits wait out
+// their deadlines. make test runs the large tests again without it.
+func skipLargeUnderRace(t *testing.T) {
+	if raceEnabled {
+		t.Skip("megabyte messages through three in-process nodes under -race: run without it (make test does)")
+	}
+}
+
 // A transaction's sends travel to a member hosted elsewhere in one command:
 // three 1 MB messages to each of two remote members commit.
 func TestLarge_TransactionToRemoteHostsCommits(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three nodes: not in -short")
 	}
-	if raceEnabled {
-		// Under the race detector (four fifths of the CPU in its range
-		// checks of these copies) every group of the three nodes in the
-		// process loses its leader again and again, and the commit waits
-		// out its deadline. make test runs the large tests again without.
-		t.Skip("multi-megabyte Raft entries under -race: run without it (make test does)")
-	}
+	skipLargeUnderRace(t)
 	tc := newMultiNode(t, 3)
 	ctx := stepCtx(t, time.Minute)
 	a := tc.admin("n1")
