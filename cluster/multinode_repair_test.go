@@ -299,3 +299,64 @@ func TestCluster_NewMemberJoinsAGroupAsItNowStands(t *testing.T) {
 	}
 	t.Fatalf("no member of b in %s: %v", group, b.Members)
 }
+
+// Scale-up: a node that joins a cluster whose members all have their
+// replicas takes none by itself; cairn cluster rebalance moves replicas
+// onto it (each added as a non-voter, the old one removed once the new
+// one votes), and then hosts; nothing is lost.
+func TestCluster_RebalanceSpreadsReplicasOntoANewNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("four nodes")
+	}
+	tc := newMultiNode(t, 3)
+	_, _, op, sent := queueOfThree(t, tc)
+	fresh := tc.addNode().ID()
+	ctx := testCtx(t)
+	plan, err := op.Rebalance(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := map[string]string{} // member: the node its replica left
+	for _, m := range plan.Moves {
+		if m.Action != "move-replica" || m.To != fresh {
+			t.Fatalf("moves %+v: want replicas moved onto %s", plan.Moves, fresh)
+		}
+		moved[m.Member] = m.From
+	}
+	if len(moved) != 2 {
+		t.Fatalf("moves %+v: want two of the three groups' replicas moved", plan.Moves)
+	}
+	tc.settle(60*time.Second, "the moved replicas voting on "+fresh, func() string {
+		q, err := op.ShowQueue(stepCtx(t, 5*time.Second), "rp")
+		if err != nil {
+			return err.Error()
+		}
+		for _, m := range q.Members {
+			from, ok := moved[m.Name]
+			if !ok {
+				continue
+			}
+			want := m.Replicas
+			if slices.Contains(m.Replicas, from) || !slices.Contains(m.Replicas, fresh) {
+				return fmt.Sprintf("%s placed on %v", m.Name, m.Replicas)
+			}
+			host := tc.hostOf(m.Name)
+			if host == "" {
+				return m.Name + " has no host"
+			}
+			r, _ := tc.node(host).groups.replica(m.Name)
+			if got := voters(r.Raft()); !slices.Equal(got, sorted(want)) || !slices.Equal(configuration(r.Raft()), sorted(want)) {
+				return fmt.Sprintf("%s: voters %v of %v, want %v", m.Name, got, configuration(r.Raft()), want)
+			}
+		}
+		return ""
+	})
+	if _, err := op.Rebalance(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if hosts := tc.waitSpread("rp", 3); !slices.Contains(hosts, fresh) {
+		t.Fatalf("hosts %v: none on %s", hosts, fresh)
+	}
+	s := mustSession(t, tc.dial(fresh), client.ClientAck)
+	sameSet(t, "received after the move", drainMembers(t, s, "rp", 3, len(sent)), sent)
+}

@@ -24,6 +24,15 @@ type replicaMove struct {
 	from, to string
 }
 
+// placementScope is what a plan may change: with repair, members short of
+// replicas and where replicas and hosts are (off in the automatic rounds
+// with Config.NoAutoRebalance); with spreadReplicas, replicas onto nodes
+// that hold fewer (cairn cluster rebalance only); up to hostMoves hosts.
+type placementScope struct {
+	repair, spreadReplicas bool
+	hostMoves              int
+}
+
 // placementPlan is what placement would change: members' replicas, then
 // preferred hosts. degraded says why no host is planned to move: a
 // registered node is down or a member is short of replicas.
@@ -40,12 +49,16 @@ type placementPlan struct {
 //     when there is none;
 //   - with repair, a member with fewer replicas than wanted gets one on
 //     such a node as soon as one is alive (a node joining after a removal);
-//   - with repair, while the cluster is whole (every registered node
-//     alive, no member short) and no replica moves, up to hostMoves groups
-//     whose preferred host has more members to host than another
-//     replica's node make that one their preferred host (spreadHosts),
-//     each move planned as if the ones before it were made.
-func planPlacement(m *fsm.Meta, alive, canLead map[string]bool, repair bool, hostMoves int) placementPlan {
+//   - with repair and spreadReplicas, while the cluster is whole (every
+//     registered node alive, no member short), groups move a replica from
+//     the node that holds the most members' replicas to the one that
+//     holds the fewest (spreadReplicas: a node that joined), each move
+//     planned as if the ones before it were made;
+//   - with repair, while the cluster is whole and no replica moves, up to
+//     hostMoves groups whose preferred host has more members to host than
+//     another replica's node make that one their preferred host
+//     (spreadHosts), planned the same way.
+func planPlacement(m *fsm.Meta, alive, canLead map[string]bool, scope placementScope) placementPlan {
 	var plan placementPlan
 	load := map[string]int{}
 	var candidates []string
@@ -98,7 +111,7 @@ func planPlacement(m *fsm.Meta, alive, canLead map[string]bool, repair bool, hos
 			}
 			if uint32(len(p.Replicas)) < d.Replicas {
 				whole = false
-				if node := free(p); node != "" && len(mv) == 0 && repair {
+				if node := free(p); node != "" && len(mv) == 0 && scope.repair {
 					mv = append(mv, replicaMove{dest: d.Name, index: p.Index, to: node})
 				}
 			}
@@ -106,10 +119,18 @@ func planPlacement(m *fsm.Meta, alive, canLead map[string]bool, repair bool, hos
 		}
 	}
 	plan.degraded = !whole
-	if len(plan.replicas) > 0 || !whole || !repair {
+	if len(plan.replicas) > 0 || !whole || !scope.repair {
 		return plan
 	}
-	for len(plan.hosts) < hostMoves {
+	if scope.spreadReplicas {
+		for mv := spreadReplicas(units, candidates); mv != nil; mv = spreadReplicas(units, candidates) {
+			plan.replicas = append(plan.replicas, *mv)
+		}
+		if len(plan.replicas) > 0 {
+			return plan // hosts spread once the new replicas vote
+		}
+	}
+	for len(plan.hosts) < scope.hostMoves {
 		prefer := spreadHosts(units, candidates, canLead)
 		if prefer == nil {
 			break
@@ -133,7 +154,7 @@ func (mg *metaGroup) placeReplicas(ctx context.Context) error {
 		at = placementRound{applied: m.Applied(), alive: strings.Join(slices.Sorted(maps.Keys(alive)), ","),
 			canLead: fmt.Sprint(canLead)} // fmt prints a map's keys in order
 		if at != mg.placedAt {
-			plan = planPlacement(m, alive, canLead, !mg.n.cfg.NoAutoRebalance, 1)
+			plan = planPlacement(m, alive, canLead, placementScope{repair: !mg.n.cfg.NoAutoRebalance, hostMoves: 1})
 		}
 	})
 	if at == mg.placedAt {
@@ -167,9 +188,9 @@ func (n *Node) applyPlan(ctx context.Context, plan placementPlan) (int, error) {
 			n.log.Info("under-replicated member given a replica", "member", name, "node", mv.to)
 		} else {
 			if _, err := n.meta.apply(ctx, &fsmpb.ReplaceReplica{Destination: mv.dest, Member: mv.index, Old: mv.from, New: mv.to}); err != nil {
-				return done, fmt.Errorf("re-placing %s's replica on %s: %w", name, mv.from, err)
+				return done, fmt.Errorf("moving %s's replica on %s: %w", name, mv.from, err)
 			}
-			n.log.Info("replica of a removed node re-placed", "member", name, "from", mv.from, "to", mv.to)
+			n.log.Info("member's replica moved", "member", name, "from", mv.from, "to", mv.to)
 		}
 		done++
 	}
@@ -243,6 +264,51 @@ func spreadHosts(units map[string]*hostUnit, nodes []string, canLead map[string]
 	return &fsmpb.PreferReplica{Destination: best.dest, Member: best.index, Node: fewest}
 }
 
+// spreadReplicas picks the move of a replica that best evens out how many
+// members' replicas each live node holds: from the node that holds the
+// most to the one that holds the fewest, among the groups on the first
+// and not the second, the one whose size is nearest half the difference,
+// and makes it in units. It returns nil when no move makes the spread
+// narrower.
+func spreadReplicas(units map[string]*hostUnit, nodes []string) *replicaMove {
+	if len(nodes) < 2 {
+		return nil
+	}
+	held := map[string]int{}
+	for _, u := range units {
+		for _, id := range u.replicas {
+			held[id] += u.members
+		}
+	}
+	most, fewest := nodes[0], nodes[0]
+	for _, id := range nodes {
+		if held[id] > held[most] {
+			most = id
+		}
+		if held[id] < held[fewest] {
+			fewest = id
+		}
+	}
+	gap := held[most] - held[fewest]
+	var best *hostUnit
+	for _, key := range slices.Sorted(maps.Keys(units)) {
+		u := units[key]
+		if !slices.Contains(u.replicas, most) || slices.Contains(u.replicas, fewest) || u.members >= gap {
+			continue
+		}
+		if best == nil || abs(2*u.members-gap) < abs(2*best.members-gap) {
+			best = u
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	// A new slice: the old one is the meta state's.
+	best.replicas = slices.Clone(best.replicas)
+	best.replicas[slices.Index(best.replicas, most)] = fewest
+	return &replicaMove{dest: best.dest, index: best.index, from: most, to: fewest}
+}
+
 func abs(x int) int { return max(x, -x) }
 
 // placementRound is what a round of placeReplicas saw: the meta state's
@@ -260,7 +326,9 @@ type placementRound struct {
 func (n *Node) rebalance(ctx context.Context, apply bool) (*clientpb.RebalanceResponse, error) {
 	alive, canLead := n.aliveNodes(), n.nodesThatCanLead()
 	var plan placementPlan
-	n.meta.read(func(m *fsm.Meta) { plan = planPlacement(m, alive, canLead, true, math.MaxInt) })
+	n.meta.read(func(m *fsm.Meta) {
+		plan = planPlacement(m, alive, canLead, placementScope{repair: true, spreadReplicas: true, hostMoves: math.MaxInt})
+	})
 	resp := &clientpb.RebalanceResponse{Degraded: plan.degraded}
 	for _, mv := range plan.replicas {
 		action := "move-replica"

@@ -94,20 +94,23 @@ func TestPlanPlacement(t *testing.T) {
 		return out
 	}
 
-	// Three groups hosted by n1: every move at once evens them out as far
-	// as one member each can, the automatic round takes one.
+	manual := placementScope{repair: true, spreadReplicas: true, hostMoves: math.MaxInt}
+
+	// Three groups hosted by n1, the replicas spread as evenly as they
+	// can be: every move at once evens the hosts out as far as one member
+	// each can, the automatic round takes one.
 	m := metaOf(t, append(nodes("n1", "n2", "n3", "n4"),
-		queueOn("a", "n1", "n2", "n3"), queueOn("b", "n1", "n3", "n2"), queueOn("c", "n1", "n2", "n4"))...)
-	if got := hosts(planPlacement(m, all, all, true, math.MaxInt)); !slices.Equal(got, []string{"a>n2", "b>n3"}) {
+		queueOn("a", "n1", "n2", "n3"), queueOn("b", "n1", "n3", "n4"), queueOn("c", "n1", "n2", "n4"))...)
+	if got := hosts(planPlacement(m, all, all, manual)); !slices.Equal(got, []string{"a>n2", "b>n3"}) {
 		t.Fatalf("every host move: %v, want a to n2 and b to n3", got)
 	}
-	if got := hosts(planPlacement(m, all, all, true, 1)); len(got) != 1 {
+	if got := hosts(planPlacement(m, all, all, placementScope{repair: true, hostMoves: 1})); len(got) != 1 {
 		t.Fatalf("one host move at a time: %v", got)
 	}
-	if plan := planPlacement(m, all, all, false, math.MaxInt); len(plan.hosts)+len(plan.replicas) != 0 {
+	if plan := planPlacement(m, all, all, placementScope{hostMoves: math.MaxInt}); len(plan.hosts)+len(plan.replicas) != 0 {
 		t.Fatalf("without repair: %+v", plan)
 	}
-	if plan := planPlacement(m, map[string]bool{"n1": true, "n2": true, "n4": true}, all, true, math.MaxInt); !plan.degraded || len(plan.hosts) != 0 {
+	if plan := planPlacement(m, map[string]bool{"n1": true, "n2": true, "n4": true}, all, manual); !plan.degraded || len(plan.hosts) != 0 {
 		t.Fatalf("with n3 down: %+v, want degraded and no host move", plan)
 	}
 
@@ -118,12 +121,25 @@ func TestPlanPlacement(t *testing.T) {
 		&fsmpb.RemoveNode{Id: "n3"},
 		&fsmpb.ReplaceReplica{Destination: "a", Old: "n3"}, &fsmpb.ReplaceReplica{Destination: "b", Old: "n3"},
 		&fsmpb.RegisterNode{Node: &fsmpb.Node{Id: "n4"}})...)
-	plan := planPlacement(m, all, all, true, math.MaxInt)
+	plan := planPlacement(m, all, all, manual)
 	want := []replicaMove{{dest: "a", to: "n4"}, {dest: "b", to: "n4"}}
 	if !slices.Equal(plan.replicas, want) || len(plan.hosts) != 0 || !plan.degraded {
 		t.Fatalf("repair: %+v, want %v, no host move, degraded", plan, want)
 	}
-	if plan := planPlacement(m, all, all, false, math.MaxInt); len(plan.replicas) != 0 {
+	if plan := planPlacement(m, all, all, placementScope{hostMoves: math.MaxInt}); len(plan.replicas) != 0 {
 		t.Fatalf("repair without repair: %+v", plan)
+	}
+
+	// n4 joins three nodes that hold three groups: the replicas spread
+	// onto it first (hosts once they vote), only when asked.
+	m = metaOf(t, append(nodes("n1", "n2", "n3", "n4"),
+		queueOn("a", "n1", "n2", "n3"), queueOn("b", "n2", "n3", "n1"), queueOn("c", "n3", "n1", "n2"))...)
+	plan = planPlacement(m, all, all, manual)
+	want = []replicaMove{{dest: "a", from: "n1", to: "n4"}, {dest: "b", from: "n2", to: "n4"}}
+	if !slices.Equal(plan.replicas, want) || len(plan.hosts) != 0 {
+		t.Fatalf("spread onto n4: %+v, want %v and no host move", plan, want)
+	}
+	if plan := planPlacement(m, all, all, placementScope{repair: true, hostMoves: 1}); len(plan.replicas) != 0 {
+		t.Fatalf("the automatic round moved replicas: %+v", plan)
 	}
 }

@@ -78,16 +78,18 @@ func rebalanceCmd() *cobra.Command {
 		Use:   "rebalance",
 		Short: "Repair members short of replicas and spread hosts over the nodes now",
 		Long: `Plan the moves that give each member short of replicas one on a live node
-that holds none of it, re-place replicas of removed nodes, and make other
-replicas the preferred hosts of groups until every live node hosts about as
-many members; then make them (with --dry-run, only show them).
+that holds none of it, re-place replicas of removed nodes, move replicas
+onto nodes that hold fewer (a node that joined), and make other replicas
+the preferred hosts of groups until every live node hosts about as many
+members; then make them (with --dry-run, only show them).
 
-The cluster makes the same moves by itself, hosts one group every 10 s,
-unless its nodes run with --auto-rebalance=false; rebalance makes every
-move at once, whatever that setting. A new replica votes, and can become
-a host, once it has caught up: run rebalance again after a repair to
-spread the hosts onto it. No host moves while a node is down or a member
-is short of replicas.`,
+The cluster repairs and spreads hosts by itself, one group every 10 s,
+unless its nodes run with --auto-rebalance=false; it moves replicas onto a
+node that joined only when asked here. Rebalance makes every move at once,
+whatever that setting. A new replica votes, and can become a host, once it
+has caught up: run rebalance again after replicas moved to spread the
+hosts onto them. Nothing moves but repairs while a node is down or a
+member is short of replicas.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withAdmin(cmd, func(ctx context.Context, a *client.Admin) error {
