@@ -223,8 +223,9 @@ func (mg *metaGroup) run() {
 }
 
 // bootstrapWhenExpected forms the meta group once --bootstrap-expect nodes
-// are alive in gossip, unless one of them already serves a cluster. Every one of them proposes the same configuration
-// (the first N nodes by id), which hashicorp/raft accepts from each.
+// are alive in gossip, unless one of them already serves a cluster. Every
+// one of them proposes the same configuration (the first N nodes by id),
+// which hashicorp/raft accepts from each.
 func (mg *metaGroup) bootstrapWhenExpected() {
 	want := mg.n.cfg.BootstrapExpect
 	if want < 2 {
