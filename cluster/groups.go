@@ -154,6 +154,9 @@ func (gs *groups) reconcile() {
 	}
 	want := map[string]placed{}
 	existing := map[string]bool{}
+	// elsewhere are the members placed on other nodes only: a replica
+	// here of one of them moved away, and its state is the others' still.
+	elsewhere := map[string]bool{}
 	var nodes map[string]*fsmpb.Node
 	var at uint64
 	unchanged := false
@@ -172,6 +175,8 @@ func (gs *groups) reconcile() {
 				existing[fsm.MemberName(d.Name, p.Index)] = true
 				if slices.Contains(p.Replicas, gs.n.cfg.NodeID) {
 					want[groupID(d, p.Index)] = placed{d, p}
+				} else {
+					elsewhere[groupID(d, p.Index)] = true
 				}
 			}
 		}
@@ -185,10 +190,14 @@ func (gs *groups) reconcile() {
 	}
 
 	gs.mu.Lock()
-	var gone []*member.Replica
+	var gone, moved []*member.Replica
 	for id, r := range gs.byGroup {
 		if _, ok := want[id]; !ok {
-			gone = append(gone, r)
+			if elsewhere[id] {
+				moved = append(moved, r)
+			} else {
+				gone = append(gone, r)
+			}
 			delete(gs.byGroup, id)
 			delete(gs.byName, r.Name())
 		}
@@ -196,9 +205,18 @@ func (gs *groups) reconcile() {
 	gs.mu.Unlock()
 	gs.n.conns.pruneDeleted(func(name string) bool { _, ok := existing[name]; return ok })
 	for _, r := range gone {
-		gs.n.log.Info("destroying member replica: its destination was deleted, the member removed, or this node no longer holds it", "member", r.Name())
+		gs.n.log.Info("destroying member replica: its destination was deleted or the member removed", "member", r.Name())
 		if err := r.Destroy(); err != nil {
 			gs.n.log.Warn("destroying member replica", "member", r.Name(), "err", err)
+		}
+	}
+	// Destroying a replica that moved away would drop the member from a
+	// shared group's state on every replica when this one leads it: it is
+	// closed, and the group's leader removes it from the configuration.
+	for _, r := range moved {
+		gs.n.log.Info("closing member replica: its replica moved to another node", "member", r.Name())
+		if err := r.Close(); err != nil {
+			gs.n.log.Warn("closing member replica", "member", r.Name(), "err", err)
 		}
 	}
 	gs.closeUnused(want)

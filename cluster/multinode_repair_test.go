@@ -310,7 +310,21 @@ func TestCluster_RebalanceSpreadsReplicasOntoANewNode(t *testing.T) {
 	}
 	tc := newMultiNode(t, 3)
 	_, _, op, sent := queueOfThree(t, tc)
-	fresh := tc.addNode().ID()
+	// Held back, the new replicas stay non-voters and the old ones, on
+	// nodes that lead their groups, stay in them: their nodes close their
+	// replicas meanwhile, which must not drop the members' state. (Set
+	// before the node joins: the meta leader reads it to promote it.)
+	fresh := fmt.Sprintf("n%d", len(tc.cfgs)+1)
+	var held atomic.Bool
+	held.Store(true)
+	caughtUp := replicaCaughtUp
+	t.Cleanup(func() { replicaCaughtUp = caughtUp })
+	replicaCaughtUp = func(gs *groups, node string, r raftMember) bool {
+		return (node != fresh || !held.Load()) && caughtUp(gs, node, r)
+	}
+	if id := tc.addNode().ID(); id != fresh {
+		t.Fatalf("the new node is %s, not %s", id, fresh)
+	}
 	ctx := testCtx(t)
 	plan, err := op.Rebalance(ctx, false)
 	if err != nil {
@@ -326,6 +340,8 @@ func TestCluster_RebalanceSpreadsReplicasOntoANewNode(t *testing.T) {
 	if len(moved) != 2 {
 		t.Fatalf("moves %+v: want two of the three groups' replicas moved", plan.Moves)
 	}
+	tc.settle(20*time.Second, "30 messages pending while "+fresh+" catches up", func() string { return tc.counts("rp", 30, 0) })
+	held.Store(false)
 	tc.settle(60*time.Second, "the moved replicas voting on "+fresh, func() string {
 		q, err := op.ShowQueue(stepCtx(t, 5*time.Second), "rp")
 		if err != nil {
@@ -357,6 +373,7 @@ func TestCluster_RebalanceSpreadsReplicasOntoANewNode(t *testing.T) {
 	if hosts := tc.waitSpread("rp", 3); !slices.Contains(hosts, fresh) {
 		t.Fatalf("hosts %v: none on %s", hosts, fresh)
 	}
+	tc.settle(10*time.Second, "30 messages pending on the members' hosts", func() string { return tc.counts("rp", 30, 0) })
 	s := mustSession(t, tc.dial(fresh), client.ClientAck)
 	sameSet(t, "received after the move", drainMembers(t, s, "rp", 3, len(sent)), sent)
 }
