@@ -1,0 +1,110 @@
+package test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cairnmq/cairn/client"
+)
+
+// The operator's repair, as processes: while cairn verify runs through
+// the cluster, a node is SIGKILLed for good and removed (cairn node
+// remove), and a fresh node joins with --join alone. Within a minute every
+// member is back at three voting replicas, on the two survivors and the
+// new node, its hosts spread one per node, and verify (its history
+// checker) finds nothing lost.
+func TestCluster3_ReplacedNodeRepairsTheCluster(t *testing.T) {
+	c := newCluster(t)
+	c.startAll()
+	c.waitSettled(20 * time.Second)
+	survivors := c.clientAddrs(0)[:2]
+	env := []string{"CAIRN_SERVER=" + strings.Join(survivors, ",")}
+	hist := filepath.Join(t.TempDir(), "history.jsonl")
+	done := make(chan cliResult, 1)
+	go func() {
+		done <- cli(t, env, "verify", "--duration", "20s", "--json", "--history", hist, "--producers", "2", "--consumers", "2")
+	}()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if b, _ := os.ReadFile(hist); strings.Count(string(b), "\n") >= 100 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("verify: no workload after 20 s")
+		}
+	}
+
+	victim := c.nodes[2]
+	victim.kill()
+	waitStatus(t, c, deadDeadline, victim.nodeID+" dead", func(st client.ClusterStatus) string {
+		if n, ok := nodeState(st, victim.nodeID); !ok || n.Alive {
+			return fmt.Sprintf("%s: %+v", victim.nodeID, n)
+		}
+		return ""
+	})
+	if r := cli(t, env, "node", "remove", victim.nodeID); r.code != 0 {
+		t.Fatalf("node remove %s: exit %d: %s", victim.nodeID, r.code, r.stderr)
+	}
+
+	fresh := newServer(t)
+	fresh.nodeID = "n4"
+	fresh.extra["bootstrap-expect"] = "0"
+	fresh.extra["join"] = strings.Join([]string{c.nodes[0].addrs.gossip, c.nodes[1].addrs.gossip}, ",")
+	joined := time.Now()
+	fresh.start()
+	t.Logf("%s ready %v after its start", fresh.nodeID, time.Since(joined).Round(100*time.Millisecond))
+	want := []string{"n1", "n2", "n4"}
+	waitStatus(t, c, time.Minute, "every member on n1, n2 and n4, voting, hosts one per node", func(st client.ClusterStatus) string {
+		if st.UnderReplicated != 0 || st.Moving != 0 {
+			return fmt.Sprintf("%d under-replicated, %d moving", st.UnderReplicated, st.Moving)
+		}
+		hosts := map[string]string{}
+		for _, g := range st.Groups {
+			if g.Name == "meta" {
+				continue
+			}
+			var on []string
+			for _, r := range g.Replicas {
+				on = append(on, r.Node)
+			}
+			if slices.Sort(on); !slices.Equal(on, want) || g.Leader == "" {
+				return fmt.Sprintf("group %s on %v, leader %q", g.Name, on, g.Leader)
+			}
+			if other, ok := hosts[g.Leader]; ok {
+				return fmt.Sprintf("%s hosts %s and %s", g.Leader, other, g.Name)
+			}
+			hosts[g.Leader] = g.Name
+		}
+		return ""
+	})
+	t.Logf("repaired and spread %v after %s started", time.Since(joined).Round(100*time.Millisecond), fresh.nodeID)
+
+
+	r := <-done
+	t.Logf("verify: %s", strings.TrimSpace(r.stdout))
+	if r.code != 0 || !strings.Contains(r.stdout, `"ok":true`) {
+		t.Fatalf("verify: exit %d, %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// waitStatus waits up to d until the status from the first node shows what
+// missing explains is missing ("" once there).
+func waitStatus(t *testing.T, c *testCluster, d time.Duration, what string, missing func(client.ClusterStatus) string) {
+	t.Helper()
+	why := ""
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		st, err := c.statusFrom(0)
+		if err != nil {
+			why = err.Error()
+			continue
+		}
+		if why = missing(st); why == "" {
+			return
+		}
+	}
+	t.Fatalf("after %v, no %s: %s", d, what, why)
+}
