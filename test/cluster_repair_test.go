@@ -83,7 +83,6 @@ func TestCluster3_ReplacedNodeRepairsTheCluster(t *testing.T) {
 	})
 	t.Logf("repaired and spread %v after %s started", time.Since(joined).Round(100*time.Millisecond), fresh.nodeID)
 
-
 	r := <-done
 	t.Logf("verify: %s", strings.TrimSpace(r.stdout))
 	if r.code != 0 || !strings.Contains(r.stdout, `"ok":true`) {
