@@ -225,38 +225,14 @@ type hostUnit struct {
 // units. It returns nil when no move makes the spread narrower, or the
 // target cannot lead yet.
 func spreadHosts(units map[string]*hostUnit, nodes []string, canLead map[string]bool) *fsmpb.PreferReplica {
-	if len(nodes) < 2 {
-		return nil
-	}
 	hosted := map[string]int{}
 	for _, u := range units {
 		hosted[u.replicas[0]] += u.members
 	}
-	most, fewest := nodes[0], nodes[0]
-	for _, id := range nodes {
-		if hosted[id] > hosted[most] {
-			most = id
-		}
-		if hosted[id] < hosted[fewest] {
-			fewest = id
-		}
-	}
-	gap := hosted[most] - hosted[fewest]
-	if !canLead[fewest] {
-		return nil
-	}
-	var best *hostUnit
-	for _, key := range slices.Sorted(maps.Keys(units)) {
-		u := units[key]
-		// Moving u narrows the gap only if it is smaller than the gap.
-		if u.replicas[0] != most || !slices.Contains(u.replicas, fewest) || u.members >= gap {
-			continue
-		}
-		if best == nil || abs(2*u.members-gap) < abs(2*best.members-gap) {
-			best = u
-		}
-	}
-	if best == nil {
+	best, _, fewest := evenOut(units, nodes, hosted, func(u *hostUnit, most, fewest string) bool {
+		return u.replicas[0] == most && slices.Contains(u.replicas, fewest)
+	})
+	if best == nil || !canLead[fewest] {
 		return nil
 	}
 	// A new slice: the old one is the meta state's.
@@ -271,35 +247,15 @@ func spreadHosts(units map[string]*hostUnit, nodes []string, canLead map[string]
 // and makes it in units. It returns nil when no move makes the spread
 // narrower.
 func spreadReplicas(units map[string]*hostUnit, nodes []string) *replicaMove {
-	if len(nodes) < 2 {
-		return nil
-	}
 	held := map[string]int{}
 	for _, u := range units {
 		for _, id := range u.replicas {
 			held[id] += u.members
 		}
 	}
-	most, fewest := nodes[0], nodes[0]
-	for _, id := range nodes {
-		if held[id] > held[most] {
-			most = id
-		}
-		if held[id] < held[fewest] {
-			fewest = id
-		}
-	}
-	gap := held[most] - held[fewest]
-	var best *hostUnit
-	for _, key := range slices.Sorted(maps.Keys(units)) {
-		u := units[key]
-		if !slices.Contains(u.replicas, most) || slices.Contains(u.replicas, fewest) || u.members >= gap {
-			continue
-		}
-		if best == nil || abs(2*u.members-gap) < abs(2*best.members-gap) {
-			best = u
-		}
-	}
+	best, most, fewest := evenOut(units, nodes, held, func(u *hostUnit, most, fewest string) bool {
+		return slices.Contains(u.replicas, most) && !slices.Contains(u.replicas, fewest)
+	})
 	if best == nil {
 		return nil
 	}
@@ -307,6 +263,36 @@ func spreadReplicas(units map[string]*hostUnit, nodes []string) *replicaMove {
 	best.replicas = slices.Clone(best.replicas)
 	best.replicas[slices.Index(best.replicas, most)] = fewest
 	return &replicaMove{dest: best.dest, index: best.index, from: most, to: fewest}
+}
+
+// evenOut finds the nodes with the most and the fewest load and, among the
+// units that fit a move between them and are smaller than the difference
+// (so that moving one narrows it), the one whose size is nearest half the
+// difference (by key, of equals); best is nil when there is none.
+func evenOut(units map[string]*hostUnit, nodes []string, load map[string]int, fits func(u *hostUnit, most, fewest string) bool) (best *hostUnit, most, fewest string) {
+	if len(nodes) < 2 {
+		return nil, "", ""
+	}
+	most, fewest = nodes[0], nodes[0]
+	for _, id := range nodes {
+		if load[id] > load[most] {
+			most = id
+		}
+		if load[id] < load[fewest] {
+			fewest = id
+		}
+	}
+	gap := load[most] - load[fewest]
+	for _, key := range slices.Sorted(maps.Keys(units)) {
+		u := units[key]
+		if u.members >= gap || !fits(u, most, fewest) {
+			continue
+		}
+		if best == nil || abs(2*u.members-gap) < abs(2*best.members-gap) {
+			best = u
+		}
+	}
+	return best, most, fewest
 }
 
 func abs(x int) int { return max(x, -x) }

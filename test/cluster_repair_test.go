@@ -2,7 +2,6 @@ package test
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -29,14 +28,7 @@ func TestCluster3_ReplacedNodeRepairsTheCluster(t *testing.T) {
 	go func() {
 		done <- cli(t, env, "verify", "--duration", "20s", "--json", "--history", hist, "--producers", "2", "--consumers", "2")
 	}()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if b, _ := os.ReadFile(hist); strings.Count(string(b), "\n") >= 100 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("verify: no workload after 20 s")
-		}
-	}
+	waitWorkload(t, hist)
 
 	victim := c.nodes[2]
 	victim.kill()

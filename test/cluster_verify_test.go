@@ -27,15 +27,8 @@ func TestCluster3_Verify_FindsNoViolationThroughAKill(t *testing.T) {
 		go func() {
 			done <- cli(t, env, append([]string{"verify", "--duration", "8s", "--json", "--history", hist}, args...)...)
 		}()
-		// Kill once the workload is well under way: its history has lines.
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			if b, _ := os.ReadFile(hist); strings.Count(string(b), "\n") >= 100 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("verify %v: no workload after 20 s", args)
-			}
-		}
+		// Kill once the workload is well under way.
+		waitWorkload(t, hist)
 		victim := c.nodes[i+1]
 		victim.kill()
 		t.Logf("verify %v: killed %s", args, victim.nodeID)
@@ -63,5 +56,19 @@ func TestCluster3_Verify_FindsNoViolationThroughAKill(t *testing.T) {
 		}
 		victim.start()
 		c.waitSettled(30 * time.Second)
+	}
+}
+
+// waitWorkload waits until cairn verify's history at hist holds 100 lines:
+// its workload is well under way.
+func waitWorkload(t *testing.T, hist string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if b, _ := os.ReadFile(hist); strings.Count(string(b), "\n") >= 100 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("verify: no workload in %s after 20 s", hist)
+		}
 	}
 }
