@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,7 +17,6 @@ import (
 	"github.com/cairnmq/cairn/member"
 	"github.com/cairnmq/cairn/transport"
 	"github.com/cairnmq/cairn/transport/clientpb"
-	"github.com/cairnmq/cairn/transport/peerpb"
 )
 
 // Send limits.
@@ -812,126 +809,4 @@ func (n *Node) deleteDestination(ctx context.Context, name string) error {
 	n.groups.poke()
 	n.log.Info("destination deleted", "name", name)
 	return nil
-}
-
-// clusterStatus reports the nodes and every Raft group with each replica's
-// progress, asking every live node for its replicas (in parallel, briefly).
-func (n *Node) clusterStatus(ctx context.Context) *clientpb.ClusterStatusResponse {
-	resp := &clientpb.ClusterStatusResponse{AnsweredBy: n.cfg.NodeID}
-	states := map[string]gossipMember{}
-	for _, m := range n.gossip.members() {
-		states[m.ID] = m
-	}
-	seen := map[string]bool{}
-	// emptied are nodes back with an empty data directory that the meta
-	// leader has not registered again yet: they hold none of their replicas.
-	emptied := map[string]bool{}
-	var dests []*fsmpb.Destination
-	n.meta.read(func(m *fsm.Meta) {
-		dests = m.Destinations()
-		for _, nd := range m.Nodes() {
-			if inc := states[nd.Id].Meta.Incarnation; inc != "" && nd.Incarnation != "" && inc != nd.Incarnation {
-				emptied[nd.Id] = true
-			}
-			st := states[nd.Id].State
-			if st == "" {
-				st = "dead"
-			}
-			resp.Nodes = append(resp.Nodes, &clientpb.NodeStatus{Id: nd.Id, ClientAddr: nd.ClientAddr, PeerAddr: nd.PeerAddr,
-				RaftAddr: nd.RaftAddr, GossipAddr: nd.GossipAddr, HttpAddr: nd.HttpAddr, State: st, MetaRole: n.meta.role(nd.Id), Alive: st == "alive"})
-			seen[nd.Id] = true
-		}
-	})
-	for id, gm := range states {
-		if !seen[id] {
-			resp.Nodes = append(resp.Nodes, &clientpb.NodeStatus{Id: id, ClientAddr: gm.Meta.Client, PeerAddr: gm.Meta.Peer, RaftAddr: gm.Meta.Raft,
-				GossipAddr: gm.Addr, HttpAddr: gm.Meta.HTTP, State: gm.State, MetaRole: n.meta.role(id), Alive: gm.State == "alive"})
-		}
-	}
-	slices.SortFunc(resp.Nodes, func(a, b *clientpb.NodeStatus) int { return strings.Compare(a.Id, b.Id) })
-
-	reports := n.groupReports(ctx, resp.Nodes)
-	// memberlist keeps its own suspicion to itself (no event, and Members
-	// does not carry it), so a node is suspect here when gossip still holds
-	// it alive but it did not answer the report: paused, overloaded, or
-	// cut off from this node.
-	for _, nd := range resp.Nodes {
-		if _, answered := reports[nd.Id]; nd.State == "alive" && !answered {
-			nd.State = "suspect"
-		}
-	}
-	metaServers := []string{}
-	if f := n.meta.group.Raft.GetConfiguration(); f.Error() == nil {
-		for _, s := range f.Configuration().Servers {
-			metaServers = append(metaServers, string(s.ID))
-		}
-	}
-	resp.Groups = append(resp.Groups, groupStatus(metaGroupID, metaServers, reports))
-	alive := map[string]bool{}
-	for _, nd := range resp.Nodes {
-		alive[nd.Id] = nd.Alive
-	}
-	// A replica counts when its node is alive and it is not catching up
-	// after its node came back with an empty data directory (emptied, or
-	// rejoining once registered again).
-	n.meta.read(func(m *fsm.Meta) {
-		for _, d := range dests {
-			for _, p := range d.Members {
-				g := groupStatus(fsm.MemberName(d.Name, p.Index), p.Replicas, reports)
-				g.Wanted = d.Replicas
-				resp.Groups = append(resp.Groups, g)
-				live := 0
-				for _, id := range p.Replicas {
-					if alive[id] && !emptied[id] && !m.Rejoining(id, fsm.GroupKey(d.Name, p)) {
-						live++
-					}
-				}
-				if uint32(live) < d.Replicas {
-					resp.UnderReplicated++
-				}
-				catchingUp := slices.ContainsFunc(g.Replicas, func(r *clientpb.ReplicaStatus) bool { return r.CatchingUp })
-				if catchingUp || g.Leader != "" && g.Leader != p.Replicas[0] && alive[p.Replicas[0]] {
-					resp.Moving++
-				}
-			}
-		}
-	})
-	return resp
-}
-
-// groupReports collects every live node's report of its group replicas.
-func (n *Node) groupReports(ctx context.Context, nodes []*clientpb.NodeStatus) map[string]map[string]*peerpb.GroupReplica {
-	out := map[string]map[string]*peerpb.GroupReplica{}
-	var mu sync.Mutex
-	add := func(node string, gs []*peerpb.GroupReplica) {
-		m := map[string]*peerpb.GroupReplica{}
-		for _, g := range gs {
-			m[g.Name] = g
-		}
-		mu.Lock()
-		out[node] = m
-		mu.Unlock()
-	}
-	add(n.cfg.NodeID, n.localGroups())
-	var wg sync.WaitGroup
-	for _, nd := range nodes {
-		if nd.Id == n.cfg.NodeID || !nd.Alive {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := n.peers.client(nd.Id)
-			if err != nil {
-				return
-			}
-			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			defer cancel()
-			if r, err := c.Groups(cctx, &peerpb.GroupsRequest{}); err == nil {
-				add(nd.Id, r.Groups)
-			}
-		}()
-	}
-	wg.Wait()
-	return out
 }
