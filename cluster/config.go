@@ -60,6 +60,15 @@ type Config struct {
 	// hosts; replicas of removed nodes are still re-placed.
 	NoAutoRebalance bool
 
+	// SnapshotTransfers is how many Raft snapshots the node sends to
+	// followers at once (0: DefaultSnapshotTransfers), and
+	// SnapshotRateMiB how many MiB a second they send together (0:
+	// DefaultSnapshotRateMiB; -1: no limit): a new replica or a node back
+	// empty is sent every group's state, and paced it leaves the network
+	// and disks to clients.
+	SnapshotTransfers int
+	SnapshotRateMiB   int
+
 	// GroupPerMember gives each new member a Raft group of its own, as
 	// every member had before members shared groups (cluster/DESIGN.md);
 	// tests use it to keep that layout, which older destinations keep.
@@ -102,6 +111,11 @@ const (
 	// MaxMaxMessageBytes is the largest --max-message-bytes: a
 	// transaction holds at least one message of the largest size.
 	MaxMaxMessageBytes = maxTxBytes
+	// DefaultSnapshotTransfers and DefaultSnapshotRateMiB pace snapshot
+	// sends (Config.SnapshotTransfers): a 1 Gbit/s link carries about
+	// 119 MiB/s, so a repair takes at most about half of it.
+	DefaultSnapshotTransfers = 2
+	DefaultSnapshotRateMiB   = 64
 	// DefaultReplicas is the replication factor of a destination when the
 	// cluster has enough nodes.
 	DefaultReplicas = 3
@@ -132,6 +146,12 @@ func (c *Config) setDefaults() {
 	if c.Timing == (member.Timing{}) {
 		c.Timing = member.DefaultTiming
 	}
+	if c.SnapshotTransfers == 0 {
+		c.SnapshotTransfers = DefaultSnapshotTransfers
+	}
+	if c.SnapshotRateMiB == 0 {
+		c.SnapshotRateMiB = DefaultSnapshotRateMiB
+	}
 	if c.Clock == nil {
 		c.Clock = time.Now
 	}
@@ -161,6 +181,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: --max-message-bytes %d is over %d (64 MiB), the most one transaction holds", ErrConfig, c.MaxMessageBytes, MaxMaxMessageBytes)
 	case c.BodyMemoryMiB < -1:
 		return fmt.Errorf("%w: --body-memory-mib %d: use a number of MiB, or -1 to keep every body in memory", ErrConfig, c.BodyMemoryMiB)
+	case c.SnapshotTransfers < 0:
+		return fmt.Errorf("%w: --snapshot-transfers %d: use at least 1", ErrConfig, c.SnapshotTransfers)
+	case c.SnapshotRateMiB < -1:
+		return fmt.Errorf("%w: --snapshot-rate-mib %d: use a number of MiB a second, or -1 for no limit", ErrConfig, c.SnapshotRateMiB)
 	case c.LogStore != "" && c.LogStore != member.LogStoreBolt && c.LogStore != member.LogStoreWAL:
 		return fmt.Errorf("%w: --log-store %q: use bolt or wal", ErrConfig, c.LogStore)
 	}

@@ -173,7 +173,7 @@ func openMeta(n *Node) (*metaGroup, error) {
 	g, err := member.OpenRaft(member.RaftConfig{
 		Group: metaGroupID, NodeID: n.cfg.NodeID, Dir: dir,
 		Stream: layer, Peers: peers, Timing: n.cfg.Timing, NotifyCommit: true, Logger: n.log, Addresses: raftAddresses{n}, OnStorageError: n.cfg.OnFatal,
-		LogStore: n.cfg.LogStore,
+		LogStore: n.cfg.LogStore, SnapshotSends: n.snapshotSends,
 	}, mg.fsm)
 	if err != nil {
 		return nil, err

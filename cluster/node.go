@@ -47,9 +47,11 @@ type Node struct {
 
 	lnClient, lnPeer, lnRaft, lnHTTP net.Listener
 	mux                              *raftmux.Mux
-	gossip                           *gossip
-	meta                             *metaGroup
-	groups                           *groups
+	// snapshotSends paces the snapshots every group here sends.
+	snapshotSends *member.SnapshotSends
+	gossip        *gossip
+	meta          *metaGroup
+	groups        *groups
 
 	grpcClient, grpcPeer *grpc.Server
 	health               *health.Server
@@ -101,6 +103,7 @@ func Start(cfg Config) (_ *Node, err error) {
 	}
 	n := &Node{cfg: cfg, boot: newID(8), stopped: make(chan struct{}), metaKick: make(chan struct{}, 1), groupsKick: make(chan struct{}, 1), leaders: leaders{m: map[string]string{}}, loads: loads{m: map[string]*loadEntry{}}, leave: make(chan struct{})}
 	n.log = cfg.Logger.With("node", cfg.NodeID)
+	n.snapshotSends = member.NewSnapshotSends(cfg.SnapshotTransfers, int64(cfg.SnapshotRateMiB)<<20)
 	n.hadState = held != ""
 	if n.incarnation, err = claimIncarnation(cfg.DataDir, n.hadState); err != nil {
 		return nil, err
@@ -559,6 +562,7 @@ func (n *Node) replicaConfig() member.Config {
 		Clock:             n.cfg.Clock,
 		OwnerLive:         n.ownerLive,
 		Addresses:         raftAddresses{n},
+		SnapshotSends:     n.snapshotSends,
 		OnFatal:           n.cfg.OnFatal,
 		Logger:            n.log,
 	}

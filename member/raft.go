@@ -80,6 +80,9 @@ type RaftConfig struct {
 	Addresses raft.ServerAddressProvider
 	// LogStore is LogStoreBolt (the default when empty) or LogStoreWAL.
 	LogStore string
+	// SnapshotSends paces the snapshots the group sends to followers
+	// (shared by every group of the node); nil paces nothing.
+	SnapshotSends *SnapshotSends
 	// OnStorageError is called when the log or stable store fails a write
 	// (an fsync error): the replica can no longer promise durability and the
 	// node must stop. By default it panics.
@@ -95,7 +98,7 @@ type Group struct {
 	logs       raft.LogStore
 	store      durableStore
 	guard      *storageGuard
-	transport  *raft.NetworkTransport
+	transport  *pacedTransport
 	dir        string
 }
 
@@ -224,7 +227,7 @@ func OpenRaft(cfg RaftConfig, fsm raft.FSM) (*Group, error) {
 		store.Close()
 		return nil, fmt.Errorf("raft group %s: open snapshot store: %w", cfg.Group, err)
 	}
-	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+	trans := newPacedTransport(raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  cfg.Stream,
 		MaxPool: 3,
 		// Pipelined replication (the default, 2) can deadlock in
@@ -239,7 +242,7 @@ func OpenRaft(cfg RaftConfig, fsm raft.FSM) (*Group, error) {
 		Timeout:               10 * time.Second,
 		Logger:                hlog.Named("transport"),
 		ServerAddressProvider: cfg.Addresses,
-	})
+	}), cfg.SnapshotSends)
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
@@ -309,6 +312,7 @@ func (g *Group) CaughtUp(fsmApplied uint64) bool {
 
 // Close shuts the group down and closes its stores.
 func (g *Group) Close() error {
+	g.transport.stopWaiting()
 	err := g.Raft.Shutdown().Error()
 	g.guard.shut()
 	g.transport.Close()

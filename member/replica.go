@@ -80,7 +80,9 @@ type Config struct {
 	OnFatal func(error)
 	// Addresses finds a replica's current Raft address by node id.
 	Addresses raft.ServerAddressProvider
-	Logger    *slog.Logger
+	// SnapshotSends paces the snapshots the group sends to followers.
+	SnapshotSends *SnapshotSends
+	Logger        *slog.Logger
 }
 
 // Consumer receives a member's deliveries.
