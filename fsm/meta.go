@@ -23,16 +23,21 @@ type Meta struct {
 	applied      uint64
 	destinations map[string]*fsmpb.Destination
 	nodes        map[string]*fsmpb.Node
-	// removed are nodes an operator removed; they are not registered again.
-	removed map[string]bool
+	// removed are nodes taken out of the cluster, with the incarnation
+	// (data directory) each had: the id is registered again only with
+	// another one, a node started afresh.
+	removed map[string]string
 	// rejoining holds, by node, the Raft groups (GroupKey) in which its
 	// replica came back empty and must catch up before it votes again.
 	rejoining map[string]map[string]bool
+	// decommissioning are live nodes leaving for good: their replicas move
+	// to other nodes, and nothing new is placed on them.
+	decommissioning map[string]bool
 }
 
 // NewMeta returns an empty meta state machine.
 func NewMeta() *Meta {
-	return &Meta{destinations: make(map[string]*fsmpb.Destination), nodes: make(map[string]*fsmpb.Node), removed: make(map[string]bool), rejoining: make(map[string]map[string]bool)}
+	return &Meta{destinations: make(map[string]*fsmpb.Destination), nodes: make(map[string]*fsmpb.Node), removed: make(map[string]string), rejoining: make(map[string]map[string]bool), decommissioning: make(map[string]bool)}
 }
 
 var metaHandlers = func() map[fsmpb.CommandType]handler[*Meta] {
@@ -45,6 +50,7 @@ var metaHandlers = func() map[fsmpb.CommandType]handler[*Meta] {
 	on(t, fsmpb.CommandType_COMMAND_TYPE_ADD_REPLICA, func() *fsmpb.AddReplica { return new(fsmpb.AddReplica) }, (*Meta).addReplica)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_PREFER_REPLICA, func() *fsmpb.PreferReplica { return new(fsmpb.PreferReplica) }, (*Meta).preferReplica)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_REPLICA_CAUGHT_UP, func() *fsmpb.ReplicaCaughtUp { return new(fsmpb.ReplicaCaughtUp) }, (*Meta).replicaCaughtUp)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_DECOMMISSION_NODE, func() *fsmpb.DecommissionNode { return new(fsmpb.DecommissionNode) }, (*Meta).decommissionNode)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_RESIZE_DESTINATION, func() *fsmpb.ResizeDestination { return new(fsmpb.ResizeDestination) }, (*Meta).resizeDestination)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_REMOVE_MEMBER, func() *fsmpb.RemoveMember { return new(fsmpb.RemoveMember) }, (*Meta).removeMember)
 	return t
@@ -169,15 +175,35 @@ func (m *Meta) registerNode(c *fsmpb.RegisterNode) Result {
 	if c.Node == nil || c.Node.Id == "" {
 		return Result{Err: fmt.Errorf("%w: a node needs an id", ErrMalformed)}
 	}
-	if m.removed[c.Node.Id] {
-		return Result{Err: fmt.Errorf("%w: node %s was removed from the cluster; a replacement needs a new id", ErrInvalidSettings, c.Node.Id)}
+	if err := m.refusal(c.Node); err != nil {
+		return Result{Err: err}
 	}
+	delete(m.removed, c.Node.Id)
 	if had, ok := m.nodes[c.Node.Id]; ok && had.Incarnation != "" && had.Incarnation != c.Node.Incarnation {
 		m.rejoin(c.Node.Id)
 	}
 	m.nodes[c.Node.Id] = c.Node
 	return Result{}
 }
+
+// refusal says why a node is not registered, or nil: a removed node
+// joins again only started afresh (another incarnation), once no member
+// is placed on it any more.
+func (m *Meta) refusal(n *fsmpb.Node) error {
+	inc, removed := m.removed[n.Id]
+	switch {
+	case !removed:
+		return nil
+	case inc == "" || n.Incarnation == "" || n.Incarnation == inc:
+		return fmt.Errorf("%w: node %s was removed from the cluster; it joins again only with an empty data directory, or under a new id", ErrInvalidSettings, n.Id)
+	case m.placed(n.Id):
+		return fmt.Errorf("%w: node %s was removed and its replicas are still being placed elsewhere; it joins again once they are", ErrInvalidSettings, n.Id)
+	}
+	return nil
+}
+
+// MayRegister reports whether RegisterNode would register n.
+func (m *Meta) MayRegister(n *fsmpb.Node) bool { return m.refusal(n) == nil }
 
 // rejoin marks every group in which node holds a replica, beside others,
 // as one its replica must catch up in again: the node came back with an
@@ -227,6 +253,19 @@ func (m *Meta) Group(id string) *fsmpb.MemberPlacement {
 	return nil
 }
 
+// GroupOn returns the placement of a member of a shared group whose
+// replicas are replicas, in that order, or nil when there is none.
+func (m *Meta) GroupOn(replicas []string) *fsmpb.MemberPlacement {
+	for _, d := range m.destinations {
+		for _, p := range d.Members {
+			if p.Group != "" && slices.Equal(p.Replicas, replicas) {
+				return p
+			}
+		}
+	}
+	return nil
+}
+
 // GroupKey names the Raft group of member p of destination dest: its
 // shared group, or the member itself when it has a group of its own.
 func GroupKey(dest string, p *fsmpb.MemberPlacement) string {
@@ -240,14 +279,35 @@ func (m *Meta) removeNode(c *fsmpb.RemoveNode) Result {
 	if c.Id == "" {
 		return Result{Err: fmt.Errorf("%w: a node needs an id", ErrMalformed)}
 	}
-	if _, ok := m.nodes[c.Id]; !ok && !m.removed[c.Id] {
+	nd, ok := m.nodes[c.Id]
+	_, removed := m.removed[c.Id]
+	if !ok && !removed {
 		return Result{Err: fmt.Errorf("%w: no node %s in the cluster", ErrInvalidSettings, c.Id)}
+	}
+	if ok {
+		m.removed[c.Id] = nd.Incarnation
 	}
 	delete(m.nodes, c.Id)
 	delete(m.rejoining, c.Id)
-	m.removed[c.Id] = true
+	delete(m.decommissioning, c.Id)
 	return Result{}
 }
+
+// decommissionNode marks a registered node as leaving for good; marking it
+// again changes nothing.
+func (m *Meta) decommissionNode(c *fsmpb.DecommissionNode) Result {
+	if c.Id == "" {
+		return Result{Err: fmt.Errorf("%w: a node needs an id", ErrMalformed)}
+	}
+	if _, ok := m.nodes[c.Id]; !ok {
+		return Result{Err: fmt.Errorf("%w: no node %s in the cluster", ErrInvalidSettings, c.Id)}
+	}
+	m.decommissioning[c.Id] = true
+	return Result{}
+}
+
+// Decommissioning reports whether the node is leaving the cluster for good.
+func (m *Meta) Decommissioning(id string) bool { return m.decommissioning[id] }
 
 // replaceReplica changes one member's placement. The destination's record
 // is replaced, never modified, as readers hold it without the lock.
@@ -266,11 +326,13 @@ func (m *Meta) replaceReplica(c *fsmpb.ReplaceReplica) Result {
 		return Result{Err: fmt.Errorf("%w: %s would have no replica left", ErrInvalidSettings, MemberName(d.Name, c.Member))}
 	}
 	m.changeReplicas(d, p, func(np *fsmpb.MemberPlacement) {
-		if i := slices.Index(np.Replicas, c.Old); i < 0 {
-			return
-		} else if c.New == "" {
+		switch i := slices.Index(np.Replicas, c.Old); {
+		case i < 0:
+		case c.New == "":
 			np.Replicas = slices.Delete(np.Replicas, i, i+1)
-		} else {
+		case i == 0 && c.KeepHost && len(np.Replicas) > 1:
+			np.Replicas = append(np.Replicas[1:], c.New)
+		default:
 			np.Replicas[i] = c.New
 		}
 	})
@@ -369,7 +431,22 @@ func (m *Meta) checkGroups(members []*fsmpb.MemberPlacement) error {
 }
 
 // Removed reports whether an operator removed the node.
-func (m *Meta) Removed(id string) bool { return m.removed[id] }
+func (m *Meta) Removed(id string) bool {
+	_, ok := m.removed[id]
+	return ok
+}
+
+// placed reports whether a member has a replica on node.
+func (m *Meta) placed(node string) bool {
+	for _, d := range m.destinations {
+		for _, p := range d.Members {
+			if slices.Contains(p.Replicas, node) {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // Destination returns a destination's definition; callers must not modify it.
 func (m *Meta) Destination(name string) (*fsmpb.Destination, bool) {
@@ -406,10 +483,17 @@ func (m *Meta) Nodes() []*fsmpb.Node {
 // Snapshot returns the whole meta state; it is small.
 func (m *Meta) Snapshot() *fsmpb.MetaSnapshot {
 	s := &fsmpb.MetaSnapshot{Applied: m.applied, Destinations: m.Destinations(), Nodes: m.Nodes()}
-	for id := range m.removed {
+	for id, inc := range m.removed {
 		s.Removed = append(s.Removed, id)
+		if inc != "" {
+			if s.RemovedIncarnations == nil {
+				s.RemovedIncarnations = map[string]string{}
+			}
+			s.RemovedIncarnations[id] = inc
+		}
 	}
 	slices.Sort(s.Removed)
+	s.Decommissioning = slices.Sorted(maps.Keys(m.decommissioning))
 	for _, id := range slices.Sorted(maps.Keys(m.rejoining)) {
 		s.Rejoining = append(s.Rejoining, &fsmpb.Rejoining{Node: id, Groups: slices.Sorted(maps.Keys(m.rejoining[id]))})
 	}
@@ -439,7 +523,10 @@ func RestoreMeta(r io.Reader) (*Meta, error) {
 		m.nodes[n.Id] = n
 	}
 	for _, id := range s.Removed {
-		m.removed[id] = true
+		m.removed[id] = s.RemovedIncarnations[id]
+	}
+	for _, id := range s.Decommissioning {
+		m.decommissioning[id] = true
 	}
 	for _, r := range s.Rejoining {
 		m.rejoining[r.Node] = map[string]bool{}

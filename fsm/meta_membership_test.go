@@ -348,3 +348,98 @@ func TestPreferReplica_MakesAReplicaThePreferredHost(t *testing.T) {
 		t.Fatalf("another group's member or the earlier record changed: a#1 %v, old a#0 %v", a2.Members[1].Replicas, a.Members[0].Replicas)
 	}
 }
+
+func TestDecommissionNode_MarksARegisteredNodeLeaving(t *testing.T) {
+	f := newMeta(t)
+	f.ok(&fsmpb.RegisterNode{Node: &fsmpb.Node{Id: "n1"}})
+	f.ok(&fsmpb.RegisterNode{Node: &fsmpb.Node{Id: "n2"}})
+	before := withoutApplied(t, metaState(t, f.m))
+	for _, c := range []struct {
+		id   string
+		want error
+	}{{"", fsm.ErrMalformed}, {"n9", fsm.ErrInvalidSettings}} {
+		if r := f.do(&fsmpb.DecommissionNode{Id: c.id}); !errors.Is(r.Err, c.want) {
+			t.Fatalf("decommissioning %q: %v, want %v", c.id, r.Err, c.want)
+		}
+	}
+	if !bytes.Equal(withoutApplied(t, metaState(t, f.m)), before) {
+		t.Fatal("a refused DecommissionNode changed the meta state")
+	}
+	f.ok(&fsmpb.DecommissionNode{Id: "n1"})
+	f.ok(&fsmpb.DecommissionNode{Id: "n1"})
+	restored, err := fsm.RestoreMeta(bytes.NewReader(metaState(t, f.m)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []*fsm.Meta{f.m, restored} {
+		if !m.Decommissioning("n1") || m.Decommissioning("n2") {
+			t.Fatalf("decommissioning n1 %v, n2 %v; want n1 only", m.Decommissioning("n1"), m.Decommissioning("n2"))
+		}
+	}
+	f.ok(&fsmpb.RemoveNode{Id: "n1"})
+	if f.m.Decommissioning("n1") || !f.m.Removed("n1") {
+		t.Fatal("a removed node is still decommissioning, or not removed")
+	}
+}
+
+// A removed node's id joins again only from an empty data directory (a
+// new incarnation), and only once no member is placed on it: a StatefulSet
+// scaled down and up again reuses its pods' names.
+func TestRemoveNode_JoinsAgainOnlyAfresh(t *testing.T) {
+	f := newMeta(t)
+	f.ok(&fsmpb.RegisterNode{Node: &fsmpb.Node{Id: "n1", Incarnation: "a"}})
+	f.ok(&fsmpb.RegisterNode{Node: &fsmpb.Node{Id: "n2", Incarnation: "b"}})
+	f.ok(&fsmpb.RegisterNode{Node: &fsmpb.Node{Id: "n3", Incarnation: "c"}})
+	f.ok(&fsmpb.CreateDestination{Destination: dest("q", 1, 2)}) // on n1, n2
+	f.ok(&fsmpb.RemoveNode{Id: "n1"})
+	refused := func(m *fsm.Meta, n *fsmpb.Node, why string) {
+		t.Helper()
+		if m.MayRegister(n) {
+			t.Fatalf("%s: MayRegister(%v) = true", why, n)
+		}
+	}
+	refused(f.m, &fsmpb.Node{Id: "n1", Incarnation: "new"}, "still placed on n1")
+	if r := f.do(&fsmpb.RegisterNode{Node: &fsmpb.Node{Id: "n1", Incarnation: "new"}}); !errors.Is(r.Err, fsm.ErrInvalidSettings) {
+		t.Fatalf("registering n1 while a member is placed on it: %v", r.Err)
+	}
+	f.ok(&fsmpb.ReplaceReplica{Destination: "q", Member: 0, Old: "n1", New: "n3"})
+	restored, err := fsm.RestoreMeta(bytes.NewReader(metaState(t, f.m)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []*fsm.Meta{f.m, restored} {
+		refused(m, &fsmpb.Node{Id: "n1", Incarnation: "a"}, "its old data directory")
+		refused(m, &fsmpb.Node{Id: "n1"}, "no incarnation")
+		if !m.MayRegister(&fsmpb.Node{Id: "n1", Incarnation: "new"}) {
+			t.Fatal("n1 started afresh may not register")
+		}
+	}
+	f.ok(&fsmpb.RegisterNode{Node: &fsmpb.Node{Id: "n1", Incarnation: "new"}})
+	if _, ok := f.m.Node("n1"); !ok || f.m.Removed("n1") {
+		t.Fatal("n1 started afresh is not registered again")
+	}
+}
+
+// keep_host moves a preferred host's replica without making the new,
+// empty replica the preferred host; elsewhere it replaces in place.
+func TestReplaceReplica_KeepHost(t *testing.T) {
+	for _, c := range []struct {
+		old  string
+		keep bool
+		want []string
+	}{
+		{"n1", false, []string{"n4", "n2", "n3"}},
+		{"n1", true, []string{"n2", "n3", "n4"}},
+		{"n2", true, []string{"n1", "n4", "n3"}},
+	} {
+		f := newMeta(t)
+		for _, id := range []string{"n1", "n2", "n3", "n4"} {
+			f.ok(&fsmpb.RegisterNode{Node: &fsmpb.Node{Id: id}})
+		}
+		f.ok(&fsmpb.CreateDestination{Destination: dest("q", 1, 3)})
+		f.ok(&fsmpb.ReplaceReplica{Destination: "q", Old: c.old, New: "n4", KeepHost: c.keep})
+		if d, _ := f.m.Destination("q"); !slices.Equal(d.Members[0].Replicas, c.want) {
+			t.Errorf("replacing %s (keep_host %v): replicas %v, want %v", c.old, c.keep, d.Members[0].Replicas, c.want)
+		}
+	}
+}

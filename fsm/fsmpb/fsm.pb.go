@@ -68,6 +68,7 @@ const (
 	CommandType_COMMAND_TYPE_PREFER_REPLICA CommandType = 27
 	// A meta command: a replica that came back empty has caught up again.
 	CommandType_COMMAND_TYPE_REPLICA_CAUGHT_UP CommandType = 28
+	CommandType_COMMAND_TYPE_DECOMMISSION_NODE CommandType = 29
 )
 
 // Enum value maps for CommandType.
@@ -102,6 +103,7 @@ var (
 		26: "COMMAND_TYPE_ADD_REPLICA",
 		27: "COMMAND_TYPE_PREFER_REPLICA",
 		28: "COMMAND_TYPE_REPLICA_CAUGHT_UP",
+		29: "COMMAND_TYPE_DECOMMISSION_NODE",
 	}
 	CommandType_value = map[string]int32{
 		"COMMAND_TYPE_UNKNOWN":            0,
@@ -133,6 +135,7 @@ var (
 		"COMMAND_TYPE_ADD_REPLICA":        26,
 		"COMMAND_TYPE_PREFER_REPLICA":     27,
 		"COMMAND_TYPE_REPLICA_CAUGHT_UP":  28,
+		"COMMAND_TYPE_DECOMMISSION_NODE":  29,
 	}
 )
 
@@ -2066,21 +2069,73 @@ func (x *RemoveNode) GetId() string {
 	return ""
 }
 
+// DecommissionNode starts a live node's leaving for good: placement moves
+// every replica it holds to other nodes and places nothing new on it; the
+// node then leaves with RemoveNode.
+type DecommissionNode struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecommissionNode) Reset() {
+	*x = DecommissionNode{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecommissionNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecommissionNode) ProtoMessage() {}
+
+func (x *DecommissionNode) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecommissionNode.ProtoReflect.Descriptor instead.
+func (*DecommissionNode) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *DecommissionNode) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
 // ReplaceReplica moves one replica of a member from a node to another
 // ("" to drop it when no node is left to take it).
 type ReplaceReplica struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Destination   string                 `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
-	Member        uint32                 `protobuf:"varint,2,opt,name=member,proto3" json:"member,omitempty"`
-	Old           string                 `protobuf:"bytes,3,opt,name=old,proto3" json:"old,omitempty"`
-	New           string                 `protobuf:"bytes,4,opt,name=new,proto3" json:"new,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Destination string                 `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
+	Member      uint32                 `protobuf:"varint,2,opt,name=member,proto3" json:"member,omitempty"`
+	Old         string                 `protobuf:"bytes,3,opt,name=old,proto3" json:"old,omitempty"`
+	New         string                 `protobuf:"bytes,4,opt,name=new,proto3" json:"new,omitempty"`
+	// keep_host, when old is the preferred host (first), makes the next
+	// replica the preferred host and puts new last, rather than new first:
+	// the leadership goes to a replica that holds the state, not to one
+	// still copying it.
+	KeepHost      bool `protobuf:"varint,5,opt,name=keep_host,json=keepHost,proto3" json:"keep_host,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReplaceReplica) Reset() {
 	*x = ReplaceReplica{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2092,7 +2147,7 @@ func (x *ReplaceReplica) String() string {
 func (*ReplaceReplica) ProtoMessage() {}
 
 func (x *ReplaceReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2105,7 +2160,7 @@ func (x *ReplaceReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceReplica.ProtoReflect.Descriptor instead.
 func (*ReplaceReplica) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReplaceReplica) GetDestination() string {
@@ -2136,6 +2191,13 @@ func (x *ReplaceReplica) GetNew() string {
 	return ""
 }
 
+func (x *ReplaceReplica) GetKeepHost() bool {
+	if x != nil {
+		return x.KeepHost
+	}
+	return false
+}
+
 // AddReplica gives a member with fewer replicas than its destination
 // wants one more, on node, at the end of its list (its preferred host
 // stays); in a shared group every member of the group gets it.
@@ -2150,7 +2212,7 @@ type AddReplica struct {
 
 func (x *AddReplica) Reset() {
 	*x = AddReplica{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2162,7 +2224,7 @@ func (x *AddReplica) String() string {
 func (*AddReplica) ProtoMessage() {}
 
 func (x *AddReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2175,7 +2237,7 @@ func (x *AddReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddReplica.ProtoReflect.Descriptor instead.
 func (*AddReplica) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AddReplica) GetDestination() string {
@@ -2213,7 +2275,7 @@ type PreferReplica struct {
 
 func (x *PreferReplica) Reset() {
 	*x = PreferReplica{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2225,7 +2287,7 @@ func (x *PreferReplica) String() string {
 func (*PreferReplica) ProtoMessage() {}
 
 func (x *PreferReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2238,7 +2300,7 @@ func (x *PreferReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreferReplica.ProtoReflect.Descriptor instead.
 func (*PreferReplica) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PreferReplica) GetDestination() string {
@@ -2274,7 +2336,7 @@ type ReplicaCaughtUp struct {
 
 func (x *ReplicaCaughtUp) Reset() {
 	*x = ReplicaCaughtUp{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2286,7 +2348,7 @@ func (x *ReplicaCaughtUp) String() string {
 func (*ReplicaCaughtUp) ProtoMessage() {}
 
 func (x *ReplicaCaughtUp) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2299,7 +2361,7 @@ func (x *ReplicaCaughtUp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaCaughtUp.ProtoReflect.Descriptor instead.
 func (*ReplicaCaughtUp) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReplicaCaughtUp) GetNode() string {
@@ -2328,7 +2390,7 @@ type Rejoining struct {
 
 func (x *Rejoining) Reset() {
 	*x = Rejoining{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2340,7 +2402,7 @@ func (x *Rejoining) String() string {
 func (*Rejoining) ProtoMessage() {}
 
 func (x *Rejoining) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2353,7 +2415,7 @@ func (x *Rejoining) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rejoining.ProtoReflect.Descriptor instead.
 func (*Rejoining) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Rejoining) GetNode() string {
@@ -2393,7 +2455,7 @@ type TxPrepare struct {
 
 func (x *TxPrepare) Reset() {
 	*x = TxPrepare{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2405,7 +2467,7 @@ func (x *TxPrepare) String() string {
 func (*TxPrepare) ProtoMessage() {}
 
 func (x *TxPrepare) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2418,7 +2480,7 @@ func (x *TxPrepare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxPrepare.ProtoReflect.Descriptor instead.
 func (*TxPrepare) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TxPrepare) GetTx() string {
@@ -2486,7 +2548,7 @@ type TxDecide struct {
 
 func (x *TxDecide) Reset() {
 	*x = TxDecide{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2498,7 +2560,7 @@ func (x *TxDecide) String() string {
 func (*TxDecide) ProtoMessage() {}
 
 func (x *TxDecide) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2511,7 +2573,7 @@ func (x *TxDecide) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxDecide.ProtoReflect.Descriptor instead.
 func (*TxDecide) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TxDecide) GetTx() string {
@@ -2562,7 +2624,7 @@ type StoredMessage struct {
 
 func (x *StoredMessage) Reset() {
 	*x = StoredMessage{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2574,7 +2636,7 @@ func (x *StoredMessage) String() string {
 func (*StoredMessage) ProtoMessage() {}
 
 func (x *StoredMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2587,7 +2649,7 @@ func (x *StoredMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredMessage.ProtoReflect.Descriptor instead.
 func (*StoredMessage) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StoredMessage) GetMessage() *Message {
@@ -2666,7 +2728,7 @@ type StoredSession struct {
 
 func (x *StoredSession) Reset() {
 	*x = StoredSession{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2678,7 +2740,7 @@ func (x *StoredSession) String() string {
 func (*StoredSession) ProtoMessage() {}
 
 func (x *StoredSession) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2691,7 +2753,7 @@ func (x *StoredSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredSession.ProtoReflect.Descriptor instead.
 func (*StoredSession) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StoredSession) GetId() string {
@@ -2735,7 +2797,7 @@ type DedupRecord struct {
 
 func (x *DedupRecord) Reset() {
 	*x = DedupRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2747,7 +2809,7 @@ func (x *DedupRecord) String() string {
 func (*DedupRecord) ProtoMessage() {}
 
 func (x *DedupRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2760,7 +2822,7 @@ func (x *DedupRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupRecord.ProtoReflect.Descriptor instead.
 func (*DedupRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DedupRecord) GetDedupId() string {
@@ -2806,7 +2868,7 @@ type MemberSnapshot struct {
 
 func (x *MemberSnapshot) Reset() {
 	*x = MemberSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2818,7 +2880,7 @@ func (x *MemberSnapshot) String() string {
 func (*MemberSnapshot) ProtoMessage() {}
 
 func (x *MemberSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2831,7 +2893,7 @@ func (x *MemberSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberSnapshot.ProtoReflect.Descriptor instead.
 func (*MemberSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *MemberSnapshot) GetApplied() uint64 {
@@ -2929,7 +2991,7 @@ type StoredTx struct {
 
 func (x *StoredTx) Reset() {
 	*x = StoredTx{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[40]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2941,7 +3003,7 @@ func (x *StoredTx) String() string {
 func (*StoredTx) ProtoMessage() {}
 
 func (x *StoredTx) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[40]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2954,7 +3016,7 @@ func (x *StoredTx) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredTx.ProtoReflect.Descriptor instead.
 func (*StoredTx) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{40}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StoredTx) GetTx() string {
@@ -3018,7 +3080,7 @@ type TxDecision struct {
 
 func (x *TxDecision) Reset() {
 	*x = TxDecision{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[41]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3030,7 +3092,7 @@ func (x *TxDecision) String() string {
 func (*TxDecision) ProtoMessage() {}
 
 func (x *TxDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[41]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3043,7 +3105,7 @@ func (x *TxDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxDecision.ProtoReflect.Descriptor instead.
 func (*TxDecision) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{41}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *TxDecision) GetTx() string {
@@ -3079,7 +3141,7 @@ type GroupSnapshot struct {
 
 func (x *GroupSnapshot) Reset() {
 	*x = GroupSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[42]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3091,7 +3153,7 @@ func (x *GroupSnapshot) String() string {
 func (*GroupSnapshot) ProtoMessage() {}
 
 func (x *GroupSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[42]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3104,7 +3166,7 @@ func (x *GroupSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupSnapshot.ProtoReflect.Descriptor instead.
 func (*GroupSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{42}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GroupSnapshot) GetApplied() uint64 {
@@ -3122,19 +3184,23 @@ func (x *GroupSnapshot) GetMembers() []string {
 }
 
 type MetaSnapshot struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Applied       uint64                 `protobuf:"varint,1,opt,name=applied,proto3" json:"applied,omitempty"`
-	Destinations  []*Destination         `protobuf:"bytes,2,rep,name=destinations,proto3" json:"destinations,omitempty"`
-	Nodes         []*Node                `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	Removed       []string               `protobuf:"bytes,4,rep,name=removed,proto3" json:"removed,omitempty"`
-	Rejoining     []*Rejoining           `protobuf:"bytes,5,rep,name=rejoining,proto3" json:"rejoining,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Applied         uint64                 `protobuf:"varint,1,opt,name=applied,proto3" json:"applied,omitempty"`
+	Destinations    []*Destination         `protobuf:"bytes,2,rep,name=destinations,proto3" json:"destinations,omitempty"`
+	Nodes           []*Node                `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Removed         []string               `protobuf:"bytes,4,rep,name=removed,proto3" json:"removed,omitempty"`
+	Rejoining       []*Rejoining           `protobuf:"bytes,5,rep,name=rejoining,proto3" json:"rejoining,omitempty"`
+	Decommissioning []string               `protobuf:"bytes,6,rep,name=decommissioning,proto3" json:"decommissioning,omitempty"`
+	// removed_incarnations holds the incarnation each removed node had, for
+	// those that had one: the id may join again with another.
+	RemovedIncarnations map[string]string `protobuf:"bytes,7,rep,name=removed_incarnations,json=removedIncarnations,proto3" json:"removed_incarnations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *MetaSnapshot) Reset() {
 	*x = MetaSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[43]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3146,7 +3212,7 @@ func (x *MetaSnapshot) String() string {
 func (*MetaSnapshot) ProtoMessage() {}
 
 func (x *MetaSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[43]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3159,7 +3225,7 @@ func (x *MetaSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaSnapshot.ProtoReflect.Descriptor instead.
 func (*MetaSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{43}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *MetaSnapshot) GetApplied() uint64 {
@@ -3193,6 +3259,20 @@ func (x *MetaSnapshot) GetRemoved() []string {
 func (x *MetaSnapshot) GetRejoining() []*Rejoining {
 	if x != nil {
 		return x.Rejoining
+	}
+	return nil
+}
+
+func (x *MetaSnapshot) GetDecommissioning() []string {
+	if x != nil {
+		return x.Decommissioning
+	}
+	return nil
+}
+
+func (x *MetaSnapshot) GetRemovedIncarnations() map[string]string {
+	if x != nil {
+		return x.RemovedIncarnations
 	}
 	return nil
 }
@@ -3335,12 +3415,15 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\v2\x12.cairn.fsm.v1.NodeR\x04node\"\x1c\n" +
 	"\n" +
 	"RemoveNode\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"n\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\"\n" +
+	"\x10DecommissionNode\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x8b\x01\n" +
 	"\x0eReplaceReplica\x12 \n" +
 	"\vdestination\x18\x01 \x01(\tR\vdestination\x12\x16\n" +
 	"\x06member\x18\x02 \x01(\rR\x06member\x12\x10\n" +
 	"\x03old\x18\x03 \x01(\tR\x03old\x12\x10\n" +
-	"\x03new\x18\x04 \x01(\tR\x03new\"Z\n" +
+	"\x03new\x18\x04 \x01(\tR\x03new\x12\x1b\n" +
+	"\tkeep_host\x18\x05 \x01(\bR\bkeepHost\"Z\n" +
 	"\n" +
 	"AddReplica\x12 \n" +
 	"\vdestination\x18\x01 \x01(\tR\vdestination\x12\x16\n" +
@@ -3419,13 +3502,18 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x02at\x18\x03 \x01(\x03R\x02at\"C\n" +
 	"\rGroupSnapshot\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\x04R\aapplied\x12\x18\n" +
-	"\amembers\x18\x02 \x03(\tR\amembers\"\xe2\x01\n" +
+	"\amembers\x18\x02 \x03(\tR\amembers\"\xbc\x03\n" +
 	"\fMetaSnapshot\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\x04R\aapplied\x12=\n" +
 	"\fdestinations\x18\x02 \x03(\v2\x19.cairn.fsm.v1.DestinationR\fdestinations\x12(\n" +
 	"\x05nodes\x18\x03 \x03(\v2\x12.cairn.fsm.v1.NodeR\x05nodes\x12\x18\n" +
 	"\aremoved\x18\x04 \x03(\tR\aremoved\x125\n" +
-	"\trejoining\x18\x05 \x03(\v2\x17.cairn.fsm.v1.RejoiningR\trejoining*\xcd\x06\n" +
+	"\trejoining\x18\x05 \x03(\v2\x17.cairn.fsm.v1.RejoiningR\trejoining\x12(\n" +
+	"\x0fdecommissioning\x18\x06 \x03(\tR\x0fdecommissioning\x12f\n" +
+	"\x14removed_incarnations\x18\a \x03(\v23.cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntryR\x13removedIncarnations\x1aF\n" +
+	"\x18RemovedIncarnationsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xf1\x06\n" +
 	"\vCommandType\x12\x18\n" +
 	"\x14COMMAND_TYPE_UNKNOWN\x10\x00\x12\x18\n" +
 	"\x14COMMAND_TYPE_ENQUEUE\x10\x01\x12\x18\n" +
@@ -3456,7 +3544,8 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x18COMMAND_TYPE_DROP_MEMBER\x10\x19\x12\x1c\n" +
 	"\x18COMMAND_TYPE_ADD_REPLICA\x10\x1a\x12\x1f\n" +
 	"\x1bCOMMAND_TYPE_PREFER_REPLICA\x10\x1b\x12\"\n" +
-	"\x1eCOMMAND_TYPE_REPLICA_CAUGHT_UP\x10\x1c*g\n" +
+	"\x1eCOMMAND_TYPE_REPLICA_CAUGHT_UP\x10\x1c\x12\"\n" +
+	"\x1eCOMMAND_TYPE_DECOMMISSION_NODE\x10\x1d*g\n" +
 	"\x0fDestinationKind\x12\x1c\n" +
 	"\x18DESTINATION_KIND_UNKNOWN\x10\x00\x12\x1a\n" +
 	"\x16DESTINATION_KIND_QUEUE\x10\x01\x12\x1a\n" +
@@ -3475,7 +3564,7 @@ func file_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_fsm_fsmpb_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(CommandType)(0),          // 0: cairn.fsm.v1.CommandType
 	(DestinationKind)(0),      // 1: cairn.fsm.v1.DestinationKind
@@ -3508,27 +3597,29 @@ var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*Node)(nil),              // 28: cairn.fsm.v1.Node
 	(*RegisterNode)(nil),      // 29: cairn.fsm.v1.RegisterNode
 	(*RemoveNode)(nil),        // 30: cairn.fsm.v1.RemoveNode
-	(*ReplaceReplica)(nil),    // 31: cairn.fsm.v1.ReplaceReplica
-	(*AddReplica)(nil),        // 32: cairn.fsm.v1.AddReplica
-	(*PreferReplica)(nil),     // 33: cairn.fsm.v1.PreferReplica
-	(*ReplicaCaughtUp)(nil),   // 34: cairn.fsm.v1.ReplicaCaughtUp
-	(*Rejoining)(nil),         // 35: cairn.fsm.v1.Rejoining
-	(*TxPrepare)(nil),         // 36: cairn.fsm.v1.TxPrepare
-	(*TxDecide)(nil),          // 37: cairn.fsm.v1.TxDecide
-	(*StoredMessage)(nil),     // 38: cairn.fsm.v1.StoredMessage
-	(*StoredSession)(nil),     // 39: cairn.fsm.v1.StoredSession
-	(*DedupRecord)(nil),       // 40: cairn.fsm.v1.DedupRecord
-	(*MemberSnapshot)(nil),    // 41: cairn.fsm.v1.MemberSnapshot
-	(*StoredTx)(nil),          // 42: cairn.fsm.v1.StoredTx
-	(*TxDecision)(nil),        // 43: cairn.fsm.v1.TxDecision
-	(*GroupSnapshot)(nil),     // 44: cairn.fsm.v1.GroupSnapshot
-	(*MetaSnapshot)(nil),      // 45: cairn.fsm.v1.MetaSnapshot
-	nil,                       // 46: cairn.fsm.v1.Message.PropertiesEntry
+	(*DecommissionNode)(nil),  // 31: cairn.fsm.v1.DecommissionNode
+	(*ReplaceReplica)(nil),    // 32: cairn.fsm.v1.ReplaceReplica
+	(*AddReplica)(nil),        // 33: cairn.fsm.v1.AddReplica
+	(*PreferReplica)(nil),     // 34: cairn.fsm.v1.PreferReplica
+	(*ReplicaCaughtUp)(nil),   // 35: cairn.fsm.v1.ReplicaCaughtUp
+	(*Rejoining)(nil),         // 36: cairn.fsm.v1.Rejoining
+	(*TxPrepare)(nil),         // 37: cairn.fsm.v1.TxPrepare
+	(*TxDecide)(nil),          // 38: cairn.fsm.v1.TxDecide
+	(*StoredMessage)(nil),     // 39: cairn.fsm.v1.StoredMessage
+	(*StoredSession)(nil),     // 40: cairn.fsm.v1.StoredSession
+	(*DedupRecord)(nil),       // 41: cairn.fsm.v1.DedupRecord
+	(*MemberSnapshot)(nil),    // 42: cairn.fsm.v1.MemberSnapshot
+	(*StoredTx)(nil),          // 43: cairn.fsm.v1.StoredTx
+	(*TxDecision)(nil),        // 44: cairn.fsm.v1.TxDecision
+	(*GroupSnapshot)(nil),     // 45: cairn.fsm.v1.GroupSnapshot
+	(*MetaSnapshot)(nil),      // 46: cairn.fsm.v1.MetaSnapshot
+	nil,                       // 47: cairn.fsm.v1.Message.PropertiesEntry
+	nil,                       // 48: cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntry
 }
 var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	3,  // 0: cairn.fsm.v1.Entry.commands:type_name -> cairn.fsm.v1.Command
 	0,  // 1: cairn.fsm.v1.Command.type:type_name -> cairn.fsm.v1.CommandType
-	46, // 2: cairn.fsm.v1.Message.properties:type_name -> cairn.fsm.v1.Message.PropertiesEntry
+	47, // 2: cairn.fsm.v1.Message.properties:type_name -> cairn.fsm.v1.Message.PropertiesEntry
 	6,  // 3: cairn.fsm.v1.Enqueue.messages:type_name -> cairn.fsm.v1.Message
 	21, // 4: cairn.fsm.v1.Configure.settings:type_name -> cairn.fsm.v1.MemberSettings
 	1,  // 5: cairn.fsm.v1.Destination.kind:type_name -> cairn.fsm.v1.DestinationKind
@@ -3539,19 +3630,20 @@ var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	6,  // 10: cairn.fsm.v1.TxPrepare.messages:type_name -> cairn.fsm.v1.Message
 	6,  // 11: cairn.fsm.v1.StoredMessage.message:type_name -> cairn.fsm.v1.Message
 	21, // 12: cairn.fsm.v1.MemberSnapshot.settings:type_name -> cairn.fsm.v1.MemberSettings
-	39, // 13: cairn.fsm.v1.MemberSnapshot.sessions:type_name -> cairn.fsm.v1.StoredSession
-	40, // 14: cairn.fsm.v1.MemberSnapshot.dedup:type_name -> cairn.fsm.v1.DedupRecord
-	42, // 15: cairn.fsm.v1.MemberSnapshot.txs:type_name -> cairn.fsm.v1.StoredTx
-	43, // 16: cairn.fsm.v1.MemberSnapshot.decisions:type_name -> cairn.fsm.v1.TxDecision
+	40, // 13: cairn.fsm.v1.MemberSnapshot.sessions:type_name -> cairn.fsm.v1.StoredSession
+	41, // 14: cairn.fsm.v1.MemberSnapshot.dedup:type_name -> cairn.fsm.v1.DedupRecord
+	43, // 15: cairn.fsm.v1.MemberSnapshot.txs:type_name -> cairn.fsm.v1.StoredTx
+	44, // 16: cairn.fsm.v1.MemberSnapshot.decisions:type_name -> cairn.fsm.v1.TxDecision
 	6,  // 17: cairn.fsm.v1.StoredTx.messages:type_name -> cairn.fsm.v1.Message
 	23, // 18: cairn.fsm.v1.MetaSnapshot.destinations:type_name -> cairn.fsm.v1.Destination
 	28, // 19: cairn.fsm.v1.MetaSnapshot.nodes:type_name -> cairn.fsm.v1.Node
-	35, // 20: cairn.fsm.v1.MetaSnapshot.rejoining:type_name -> cairn.fsm.v1.Rejoining
-	21, // [21:21] is the sub-list for method output_type
-	21, // [21:21] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	36, // 20: cairn.fsm.v1.MetaSnapshot.rejoining:type_name -> cairn.fsm.v1.Rejoining
+	48, // 21: cairn.fsm.v1.MetaSnapshot.removed_incarnations:type_name -> cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntry
+	22, // [22:22] is the sub-list for method output_type
+	22, // [22:22] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_fsm_fsmpb_fsm_proto_init() }
@@ -3565,7 +3657,7 @@ func file_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_fsmpb_fsm_proto_rawDesc), len(file_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   45,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
