@@ -294,6 +294,9 @@ type NodeStatus struct {
 	State      string `json:"state"`
 	Alive      bool   `json:"alive"`
 	MetaRole   string `json:"meta_role"`
+	// Decommissioning is true while the node's replicas move to other
+	// nodes before it leaves the cluster for good.
+	Decommissioning bool `json:"decommissioning"`
 }
 
 // GroupStatus is one Raft group (the meta group or a member) as the
@@ -334,7 +337,7 @@ func (a *Admin) ClusterStatus(ctx context.Context) (ClusterStatus, error) {
 		st = ClusterStatus{AnsweredBy: resp.AnsweredBy, Nodes: []NodeStatus{}, Groups: []GroupStatus{}, UnderReplicated: int(resp.UnderReplicated), Moving: int(resp.Moving)}
 		for _, n := range resp.Nodes {
 			st.Nodes = append(st.Nodes, NodeStatus{ID: n.Id, ClientAddr: n.ClientAddr, PeerAddr: n.PeerAddr, RaftAddr: n.RaftAddr,
-				GossipAddr: n.GossipAddr, HTTPAddr: n.HttpAddr, State: n.State, Alive: n.Alive, MetaRole: n.MetaRole})
+				GossipAddr: n.GossipAddr, HTTPAddr: n.HttpAddr, State: n.State, Alive: n.Alive, MetaRole: n.MetaRole, Decommissioning: n.Decommissioning})
 		}
 		for _, g := range resp.Groups {
 			gs := GroupStatus{Name: g.Name, Leader: g.Leader, CommitIndex: g.CommitIndex, AppliedIndex: g.AppliedIndex, Replicas: []ReplicaStatus{}, Wanted: int(g.Wanted)}
@@ -370,6 +373,23 @@ func (a *Admin) LeaveNode(ctx context.Context) (string, error) {
 		return err
 	})
 	return node, err
+}
+
+// DecommissionNode asks the node at the admin's first address (only that
+// one: a node that does not answer is not replaced by another) to leave
+// the cluster for good (a scale-down): it moves every
+// replica it holds to other live nodes, each new one voting before the old
+// one leaves its group, then is removed from the cluster and stops. It
+// returns that node's id and how many member replicas moved. It waits for
+// the moves until ctx ends; they go on after that, and calling it again
+// waits for the rest. Refused when some member would have no node to move
+// to.
+func (a *Admin) DecommissionNode(ctx context.Context) (node string, moved int, err error) {
+	resp, err := clientpb.NewClientServiceClient(a.conns[0]).LeaveNode(ctx, &clientpb.LeaveNodeRequest{Decommission: true})
+	if err != nil {
+		return "", 0, transport.FromStatus(err)
+	}
+	return resp.Node, int(resp.Moved), nil
 }
 
 // Rebalance is what `cairn cluster rebalance` shows or did; its JSON form is

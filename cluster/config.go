@@ -56,8 +56,9 @@ type Config struct {
 	BodyMemoryMiB int
 
 	// NoAutoRebalance stops the meta leader (when it runs on this node)
-	// from repairing under-replicated members and spreading preferred
-	// hosts; replicas of removed nodes are still re-placed.
+	// from repairing under-replicated members and spreading replicas and
+	// preferred hosts; replicas of removed and decommissioning nodes are
+	// still re-placed.
 	NoAutoRebalance bool
 
 	// SnapshotTransfers is how many Raft snapshots the node sends to

@@ -175,8 +175,11 @@ func forwardDelay(d *fsmpb.Destination) time.Duration {
 // placeMember places member index on replicas nodes, the preferred host
 // first: nodes[first] and the ones after it, round the list; in the
 // shared group named after those replicas in that order (sharedGroupID),
-// on the group's replicas if it exists, unless the node gives each member
-// a group of its own.
+// unless the node gives each member a group of its own. Repair, spreading
+// and preferred hosts change a group's replicas after its birth: a group
+// of that name still on those nodes is joined as it now stands; one moved
+// to other nodes is not, and a group on exactly those replicas is joined
+// instead, or a new one named with a suffix.
 func (n *Node) placeMember(index uint32, nodes []string, first, replicas int) *fsmpb.MemberPlacement {
 	p := &fsmpb.MemberPlacement{Index: index}
 	for j := range replicas {
@@ -185,11 +188,15 @@ func (n *Node) placeMember(index uint32, nodes []string, first, replicas int) *f
 	p.Initial = slices.Clone(p.Replicas)
 	if !n.cfg.GroupPerMember {
 		p.Group = sharedGroupID(p.Replicas)
-		// A group has one set of replicas, which repair and spreading
-		// change after its birth: a member joins it as it now stands.
 		n.meta.read(func(m *fsm.Meta) {
-			if q := m.Group(p.Group); q != nil {
-				p.Replicas, p.Initial = slices.Clone(q.Replicas), slices.Clone(q.Initial)
+			q := m.Group(p.Group)
+			if q != nil && !sameNodes(q.Replicas, p.Replicas) {
+				if q = m.GroupOn(p.Replicas); q == nil {
+					p.Group += "." + newID(4)
+				}
+			}
+			if q != nil {
+				p.Group, p.Replicas, p.Initial = q.Group, slices.Clone(q.Replicas), slices.Clone(q.Initial)
 			}
 		})
 	}
@@ -352,7 +359,7 @@ func (n *Node) placementNodes(ctx context.Context) []string {
 				}
 			}
 			for _, nd := range m.Nodes() {
-				if alive[nd.Id] {
+				if alive[nd.Id] && !m.Decommissioning(nd.Id) {
 					out = append(out, nd.Id)
 				}
 			}

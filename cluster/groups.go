@@ -42,6 +42,9 @@ type groups struct {
 	// reconciledAt is the meta state's index at the last reconcile that
 	// opened every replica placed here.
 	reconciledAt atomic.Uint64
+	// retiring is set while a replica that moved away is still in its
+	// group's configuration: every round looks at it again.
+	retiring atomic.Bool
 	// placed is placedHere's answer at the meta state's index placedAt.
 	placedMu sync.Mutex
 	placed   []string
@@ -130,6 +133,30 @@ func (gs *groups) run() {
 	}
 }
 
+// retired reports whether replica r, moved away from this node, is out of
+// its group's configuration: as it knows it, or as the group's leader
+// reports it (a removed follower may not hear of its removal).
+func (gs *groups) retired(r *member.Replica) bool {
+	self := gs.n.cfg.NodeID
+	f := r.Raft().GetConfiguration()
+	if f.Error() != nil {
+		return true // shut down
+	}
+	if !slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool { return string(s.ID) == self }) {
+		return true
+	}
+	_, id := r.Raft().LeaderWithID()
+	leader := string(id)
+	if leader == "" {
+		leader = gs.n.discoverLeader(r.Name())
+	}
+	if leader == "" || leader == self {
+		return false
+	}
+	g := gs.report(leader, r.Name())
+	return g != nil && g.Leader == leader && len(g.Servers) > 0 && !slices.Contains(g.Servers, self)
+}
+
 // openMember and openShared open a member's own group and a shared group;
 // tests wrap them to watch the opens.
 var (
@@ -156,7 +183,7 @@ func (gs *groups) reconcile() {
 	existing := map[string]bool{}
 	// elsewhere are the members placed on other nodes only: a replica
 	// here of one of them moved away, and its state is the others' still.
-	elsewhere := map[string]bool{}
+	elsewhere := map[string]placed{}
 	var nodes map[string]*fsmpb.Node
 	var at uint64
 	unchanged := false
@@ -167,7 +194,7 @@ func (gs *groups) reconcile() {
 		// opens nothing until the leader registered it again, marking
 		// the groups it rejoins (raftConfig).
 		at = m.Applied()
-		if unchanged = at == gs.reconciledAt.Load() || gs.n.meta.staleRecord(m); unchanged {
+		if unchanged = (at == gs.reconciledAt.Load() && !gs.retiring.Load()) || gs.n.meta.staleRecord(m); unchanged {
 			return
 		}
 		for _, d := range m.Destinations() {
@@ -176,7 +203,7 @@ func (gs *groups) reconcile() {
 				if slices.Contains(p.Replicas, gs.n.cfg.NodeID) {
 					want[groupID(d, p.Index)] = placed{d, p}
 				} else {
-					elsewhere[groupID(d, p.Index)] = true
+					elsewhere[groupID(d, p.Index)] = placed{d, p}
 				}
 			}
 		}
@@ -188,12 +215,38 @@ func (gs *groups) reconcile() {
 	if unchanged {
 		return
 	}
+	// A replica that moved away stays open, voting, until its group's
+	// leader has removed it from the configuration, which it does once
+	// the replica replacing it votes (reconcileMemberVoters): the group
+	// never runs on fewer replicas than before the move.
+	gs.mu.RLock()
+	movedOut := map[string]*member.Replica{}
+	for id, r := range gs.byGroup {
+		if _, ok := elsewhere[id]; ok {
+			movedOut[id] = r
+		}
+	}
+	gs.mu.RUnlock()
+	retiring := false
+	retired := map[*raft.Raft]bool{} // the members of a shared group share its answer
+	for id, r := range movedOut {
+		done, asked := retired[r.Raft()]
+		if !asked {
+			done = gs.retired(r)
+			retired[r.Raft()] = done
+		}
+		if !done {
+			want[id] = elsewhere[id]
+			retiring = true
+		}
+	}
+	gs.retiring.Store(retiring)
 
 	gs.mu.Lock()
 	var gone, moved []*member.Replica
 	for id, r := range gs.byGroup {
 		if _, ok := want[id]; !ok {
-			if elsewhere[id] {
+			if _, ok := elsewhere[id]; ok {
 				moved = append(moved, r)
 			} else {
 				gone = append(gone, r)
@@ -212,7 +265,7 @@ func (gs *groups) reconcile() {
 	}
 	// Destroying a replica that moved away would drop the member from a
 	// shared group's state on every replica when this one leads it: it is
-	// closed, and the group's leader removes it from the configuration.
+	// closed, once out of its group's configuration.
 	for _, r := range moved {
 		gs.n.log.Info("closing member replica: its replica moved to another node", "member", r.Name())
 		if err := r.Close(); err != nil {
@@ -305,7 +358,11 @@ func (gs *groups) raftConfig(id string, p placed, nodes map[string]*fsmpb.Node) 
 		for _, nid := range initial {
 			nd, ok := nodes[nid]
 			if !ok {
-				return member.Config{}, fmt.Errorf("replica node %s is not registered", nid)
+				// A node the group was created with has left the
+				// cluster: the group runs, and this replica, placed
+				// again, joins it.
+				peers = nil
+				break
 			}
 			peers = append(peers, raft.Server{ID: raft.ServerID(nid), Address: raft.ServerAddress(nd.RaftAddr)})
 		}

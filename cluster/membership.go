@@ -199,6 +199,16 @@ func (gs *groups) reconcileMemberVoters(r raftMember) error {
 		if slices.Contains(want, id) {
 			continue
 		}
+		if id == gs.n.cfg.NodeID {
+			// A leader whose replica moved away (its node is
+			// decommissioning) hands the group over rather than
+			// leave it leaderless; the next leader removes it.
+			if err := r.Raft().LeadershipTransfer().Error(); err != nil {
+				return fmt.Errorf("handing member %s over before its replica here leaves: %w", r.Name(), err)
+			}
+			gs.n.log.Info("replica moved away: leadership handed over", "member", r.Name())
+			return nil
+		}
 		if err := r.Raft().RemoveServer(raft.ServerID(id), 0, 10*time.Second).Error(); err != nil {
 			return fmt.Errorf("removing %s from member %s: %w", id, r.Name(), err)
 		}
@@ -241,23 +251,29 @@ var replicaCaughtUp = (*groups).caughtUp
 // caughtUp reports whether node's replica of r's group has applied all
 // but leadSlack of what the group committed, as node reports it.
 func (gs *groups) caughtUp(node string, r raftMember) bool {
+	g := gs.report(node, r.Name())
+	return g != nil && g.AppliedIndex+leadSlack >= r.Raft().CommitIndex()
+}
+
+// report is node's report of its replica of group name (a member's, or
+// the meta group), or nil when it gives none.
+func (gs *groups) report(node, name string) *peerpb.GroupReplica {
 	c, err := gs.n.peers.client(node)
 	if err != nil {
-		return false
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	resp, err := c.Groups(ctx, &peerpb.GroupsRequest{})
 	if err != nil {
-		return false
+		return nil
 	}
-	commit := r.Raft().CommitIndex()
 	for _, g := range resp.Groups {
-		if g.Name == r.Name() {
-			return g.AppliedIndex+leadSlack >= commit
+		if g.Name == name {
+			return g
 		}
 	}
-	return false
+	return nil
 }
 
 // raftMember is a member replica or a raftUnit: a member's name and its

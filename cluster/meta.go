@@ -268,15 +268,11 @@ func (mg *metaGroup) registerNodes() error {
 		if gm.State != "alive" || gm.Meta.Raft == "" {
 			continue
 		}
-		var removed bool
-		mg.fsm.read(func(m *fsm.Meta) { removed = m.Removed(gm.ID) })
-		if removed {
-			continue
-		}
 		want := &fsmpb.Node{Id: gm.ID, ClientAddr: gm.Meta.Client, PeerAddr: gm.Meta.Peer, RaftAddr: gm.Meta.Raft, GossipAddr: gm.Addr, HttpAddr: gm.Meta.HTTP, Incarnation: gm.Meta.Incarnation}
 		var have *fsmpb.Node
-		mg.fsm.read(func(m *fsm.Meta) { have, _ = m.Node(gm.ID) })
-		if proto.Equal(have, want) {
+		var refused bool
+		mg.fsm.read(func(m *fsm.Meta) { have, _ = m.Node(gm.ID); refused = !m.MayRegister(want) })
+		if refused || proto.Equal(have, want) {
 			continue
 		}
 		if have != nil && have.Incarnation != "" && have.Incarnation != want.Incarnation {

@@ -309,12 +309,15 @@ func inConfiguration(r *raft.Raft, id string) bool {
 // follower in cluster status, and a queue created afterwards places members
 // on it and has it host one.
 func TestCluster_NodeJoinsLater_BecomesMetaVoterAndHostsNewMembers(t *testing.T) {
-	tc := newMultiNode(t, 3)
+	// Without the automatic spreading, which would move old's replicas
+	// (and with them new's placement) meanwhile.
+	byHand := func(c *Config) { c.NoAutoRebalance = true }
+	tc := newMultiNode(t, 3, byHand)
 	ctx := testCtx(t)
 	if _, err := tc.admin("n1").CreateQueue(ctx, "old", client.QueueOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	nd := tc.addNode(withLogs(t))
+	nd := tc.addNode(withLogs(t), byHand)
 	id := nd.ID()
 	waitFor(t, 10*time.Second, id+" a voter of the meta group", func() bool {
 		f := tc.node("n1").meta.group.Raft.GetConfiguration()

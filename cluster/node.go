@@ -358,6 +358,7 @@ func (n *Node) localGroups() []*peerpb.GroupReplica {
 		if r.State() == raft.Leader {
 			if f := r.GetConfiguration(); f.Error() == nil {
 				for _, s := range f.Configuration().Servers {
+					g.Servers = append(g.Servers, string(s.ID))
 					if s.Suffrage != raft.Voter {
 						g.Nonvoters = append(g.Nonvoters, string(s.ID))
 					}

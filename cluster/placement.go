@@ -17,28 +17,33 @@ import (
 
 // replicaMove is one change to a member's replicas, and to its shared
 // group's: from "" adds a replica on to, to "" drops from's, both move
-// from's replica to to.
+// from's replica to to. keepHost moves a replica off a live node: if it
+// is the preferred host, the next replica becomes it
+// (fsmpb.ReplaceReplica.keep_host).
 type replicaMove struct {
 	dest     string
 	index    uint32
 	from, to string
+	keepHost bool
 }
 
 // placementScope is what a plan may change: with repair, members short of
 // replicas and where replicas and hosts are (off in the automatic rounds
-// with Config.NoAutoRebalance); with spreadReplicas, replicas onto nodes
-// that hold fewer (cairn cluster rebalance only); up to hostMoves hosts.
+// with Config.NoAutoRebalance); up to spreadReplicas replicas onto nodes
+// that hold fewer; up to hostMoves hosts.
 type placementScope struct {
-	repair, spreadReplicas bool
-	hostMoves              int
+	repair                    bool
+	spreadReplicas, hostMoves int
 }
 
 // placementPlan is what placement would change: members' replicas, then
-// preferred hosts. degraded says why no host is planned to move: a
-// registered node is down or a member is short of replicas.
+// preferred hosts. spread says the replica moves spread replicas (rather
+// than repair). degraded says why no host is planned to move: a registered
+// node is down or a member is short of replicas.
 type placementPlan struct {
 	replicas []replicaMove
 	hosts    []*fsmpb.PreferReplica
+	spread   bool
 	degraded bool
 }
 
@@ -46,12 +51,13 @@ type placementPlan struct {
 // destination wants, and the preferred hosts spread:
 //   - a replica placed on a removed node moves to a live node that holds
 //     none of that member (the one with the fewest replicas), or is dropped
-//     when there is none;
+//     when there is none; one on a decommissioning node moves the same way
+//     but is never dropped, and nothing new is placed on such a node;
 //   - with repair, a member with fewer replicas than wanted gets one on
 //     such a node as soon as one is alive (a node joining after a removal);
-//   - with repair and spreadReplicas, while the cluster is whole (every
-//     registered node alive, no member short), groups move a replica from
-//     the node that holds the most members' replicas to the one that
+//   - with repair, while the cluster is whole (every registered node
+//     alive, no member short), up to spreadReplicas groups move a replica
+//     from the node that holds the most members' replicas to the one that
 //     holds the fewest (spreadReplicas: a node that joined), each move
 //     planned as if the ones before it were made;
 //   - with repair, while the cluster is whole and no replica moves, up to
@@ -64,11 +70,12 @@ func planPlacement(m *fsm.Meta, alive, canLead map[string]bool, scope placementS
 	var candidates []string
 	whole := true
 	for _, nd := range m.Nodes() {
-		if alive[nd.Id] {
+		switch {
+		case !alive[nd.Id]:
+			whole = false
+		case !m.Decommissioning(nd.Id):
 			candidates = append(candidates, nd.Id)
 			load[nd.Id] = 0
-		} else {
-			whole = false
 		}
 	}
 	for _, d := range m.Destinations() {
@@ -105,8 +112,16 @@ func planPlacement(m *fsm.Meta, alive, canLead map[string]bool, scope placementS
 			units[key] = &hostUnit{dest: d.Name, index: p.Index, replicas: p.Replicas, members: 1}
 			var mv []replicaMove
 			for _, id := range p.Replicas {
-				if m.Removed(id) {
+				switch {
+				case m.Removed(id):
 					mv = append(mv, replicaMove{dest: d.Name, index: p.Index, from: id, to: free(p)})
+				case m.Decommissioning(id):
+					// Moved only onto another node: until one is free
+					// the replica stays, and the node does not leave.
+					if to := free(p); to != "" {
+						mv = append(mv, replicaMove{dest: d.Name, index: p.Index, from: id, to: to, keepHost: true})
+					}
+					whole = false
 				}
 			}
 			if uint32(len(p.Replicas)) < d.Replicas {
@@ -122,13 +137,15 @@ func planPlacement(m *fsm.Meta, alive, canLead map[string]bool, scope placementS
 	if len(plan.replicas) > 0 || !whole || !scope.repair {
 		return plan
 	}
-	if scope.spreadReplicas {
-		for mv := spreadReplicas(units, candidates); mv != nil; mv = spreadReplicas(units, candidates) {
-			plan.replicas = append(plan.replicas, *mv)
+	for len(plan.replicas) < scope.spreadReplicas {
+		mv := spreadReplicas(units, candidates)
+		if mv == nil {
+			break
 		}
-		if len(plan.replicas) > 0 {
-			return plan // hosts spread once the new replicas vote
-		}
+		plan.replicas = append(plan.replicas, *mv)
+	}
+	if plan.spread = len(plan.replicas) > 0; plan.spread {
+		return plan // hosts spread once the new replicas vote
 	}
 	for len(plan.hosts) < scope.hostMoves {
 		prefer := spreadHosts(units, candidates, canLead)
@@ -140,33 +157,40 @@ func planPlacement(m *fsm.Meta, alive, canLead map[string]bool, scope placementS
 	return plan
 }
 
-// placeReplicas, on the meta leader, makes the moves planPlacement plans,
-// preferred hosts one group at a time, at most every rebalanceEvery (the
-// group's leader then moves the leadership, preferHosts). Repair and
-// spreading stop with Config.NoAutoRebalance. The leader asks every second;
-// a round that found nothing to do is not walked again until the meta
-// state, the live nodes or the nodes that can lead change.
+// placeReplicas, on the meta leader, makes the moves planPlacement plans:
+// repairs at once; spreading one replica or one preferred host at a time,
+// at most every rebalanceEvery, and a replica only once no group's
+// configuration is still changing (the group's leader then adds the new
+// replica, or moves the leadership, preferHosts). Repair and spreading
+// stop with Config.NoAutoRebalance. The leader asks every second; a round
+// that found nothing to do is not walked again until the meta state, the
+// live nodes or the nodes that can lead change.
 func (mg *metaGroup) placeReplicas(ctx context.Context) error {
 	alive, canLead := mg.n.aliveNodes(), mg.n.nodesThatCanLead()
+	auto := !mg.n.cfg.NoAutoRebalance
 	var plan placementPlan
 	var at placementRound
 	mg.read(func(m *fsm.Meta) {
 		at = placementRound{applied: m.Applied(), alive: strings.Join(slices.Sorted(maps.Keys(alive)), ","),
 			canLead: fmt.Sprint(canLead)} // fmt prints a map's keys in order
 		if at != mg.placedAt {
-			plan = planPlacement(m, alive, canLead, placementScope{repair: !mg.n.cfg.NoAutoRebalance, hostMoves: 1})
+			plan = planPlacement(m, alive, canLead, placementScope{repair: auto, spreadReplicas: 1, hostMoves: 1})
 		}
 	})
 	if at == mg.placedAt {
 		return nil
 	}
-	if len(plan.hosts) > 0 && time.Since(mg.rebalanced) < rebalanceEvery {
+	spreading := len(plan.hosts) > 0 || plan.spread
+	if spreading && (time.Since(mg.rebalanced) < rebalanceEvery || plan.spread && mg.n.movesInFlight(ctx)) {
 		plan.hosts = nil
+		if plan.spread {
+			plan.replicas = nil
+		}
 		at = placementRound{} // the next round, not placedAt: this one had work
 	}
 	n, err := mg.n.applyPlan(ctx, plan)
 	if n > 0 || err != nil {
-		if len(plan.hosts) > 0 && err == nil {
+		if spreading && err == nil {
 			mg.rebalanced = time.Now()
 		}
 		return err
@@ -187,7 +211,7 @@ func (n *Node) applyPlan(ctx context.Context, plan placementPlan) (int, error) {
 			}
 			n.log.Info("under-replicated member given a replica", "member", name, "node", mv.to)
 		} else {
-			if _, err := n.meta.apply(ctx, &fsmpb.ReplaceReplica{Destination: mv.dest, Member: mv.index, Old: mv.from, New: mv.to}); err != nil {
+			if _, err := n.meta.apply(ctx, &fsmpb.ReplaceReplica{Destination: mv.dest, Member: mv.index, Old: mv.from, New: mv.to, KeepHost: mv.keepHost}); err != nil {
 				return done, fmt.Errorf("moving %s's replica on %s: %w", name, mv.from, err)
 			}
 			n.log.Info("member's replica moved", "member", name, "from", mv.from, "to", mv.to)
@@ -205,8 +229,39 @@ func (n *Node) applyPlan(ctx context.Context, plan placementPlan) (int, error) {
 	return done, nil
 }
 
+// movesInFlight reports whether some member group's configuration, as
+// its leader reports it, differs from its placement: a new replica still
+// catching up, or an old one not removed yet.
+func (n *Node) movesInFlight(ctx context.Context) bool {
+	var nodes []*clientpb.NodeStatus
+	for id := range n.aliveNodes() {
+		nodes = append(nodes, &clientpb.NodeStatus{Id: id, Alive: true})
+	}
+	reports := n.groupReports(ctx, nodes)
+	inFlight := false
+	n.meta.read(func(m *fsm.Meta) {
+		for _, d := range m.Destinations() {
+			for _, p := range d.Members {
+				name := fsm.MemberName(d.Name, p.Index)
+				for node, rs := range reports {
+					if g := rs[name]; g != nil && g.Leader == node && (len(g.Nonvoters) > 0 || !sameNodes(g.Servers, p.Replicas)) {
+						inFlight = true
+						return
+					}
+				}
+			}
+		}
+	})
+	return inFlight
+}
+
+// sameNodes reports whether a and b hold the same node ids.
+func sameNodes(a, b []string) bool {
+	return slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
+}
+
 // rebalanceEvery bounds how often the meta leader moves a group's
-// preferred host, so that leaderships move one at a time.
+// preferred host or replica, so that they move one at a time.
 const rebalanceEvery = 10 * time.Second
 
 // hostUnit is a Raft group as placement sees it: a member of it, its
@@ -259,10 +314,15 @@ func spreadReplicas(units map[string]*hostUnit, nodes []string) *replicaMove {
 	if best == nil {
 		return nil
 	}
-	// A new slice: the old one is the meta state's.
-	best.replicas = slices.Clone(best.replicas)
-	best.replicas[slices.Index(best.replicas, most)] = fewest
-	return &replicaMove{dest: best.dest, index: best.index, from: most, to: fewest}
+	// A new slice: the old one is the meta state's. The preferred host
+	// stays on a replica that holds the state.
+	if best.replicas[0] == most {
+		best.replicas = append(slices.Clone(best.replicas[1:]), fewest)
+	} else {
+		best.replicas = slices.Clone(best.replicas)
+		best.replicas[slices.Index(best.replicas, most)] = fewest
+	}
+	return &replicaMove{dest: best.dest, index: best.index, from: most, to: fewest, keepHost: true}
 }
 
 // evenOut finds the nodes with the most and the fewest load and, among the
@@ -313,7 +373,7 @@ func (n *Node) rebalance(ctx context.Context, apply bool) (*clientpb.RebalanceRe
 	alive, canLead := n.aliveNodes(), n.nodesThatCanLead()
 	var plan placementPlan
 	n.meta.read(func(m *fsm.Meta) {
-		plan = planPlacement(m, alive, canLead, placementScope{repair: true, spreadReplicas: true, hostMoves: math.MaxInt})
+		plan = planPlacement(m, alive, canLead, placementScope{repair: true, spreadReplicas: math.MaxInt, hostMoves: math.MaxInt})
 	})
 	resp := &clientpb.RebalanceResponse{Degraded: plan.degraded}
 	for _, mv := range plan.replicas {

@@ -94,7 +94,7 @@ func TestPlanPlacement(t *testing.T) {
 		return out
 	}
 
-	manual := placementScope{repair: true, spreadReplicas: true, hostMoves: math.MaxInt}
+	manual := placementScope{repair: true, spreadReplicas: math.MaxInt, hostMoves: math.MaxInt}
 
 	// Three groups hosted by n1, the replicas spread as evenly as they
 	// can be: every move at once evens the hosts out as far as one member
@@ -131,15 +131,18 @@ func TestPlanPlacement(t *testing.T) {
 	}
 
 	// n4 joins three nodes that hold three groups: the replicas spread
-	// onto it first (hosts once they vote), only when asked.
+	// onto it first (hosts once they vote); the automatic round moves one.
 	m = metaOf(t, append(nodes("n1", "n2", "n3", "n4"),
 		queueOn("a", "n1", "n2", "n3"), queueOn("b", "n2", "n3", "n1"), queueOn("c", "n3", "n1", "n2"))...)
 	plan = planPlacement(m, all, all, manual)
-	want = []replicaMove{{dest: "a", from: "n1", to: "n4"}, {dest: "b", from: "n2", to: "n4"}}
-	if !slices.Equal(plan.replicas, want) || len(plan.hosts) != 0 {
+	want = []replicaMove{{dest: "a", from: "n1", to: "n4", keepHost: true}, {dest: "b", from: "n2", to: "n4", keepHost: true}}
+	if !slices.Equal(plan.replicas, want) || len(plan.hosts) != 0 || !plan.spread {
 		t.Fatalf("spread onto n4: %+v, want %v and no host move", plan, want)
 	}
-	if plan := planPlacement(m, all, all, placementScope{repair: true, hostMoves: 1}); len(plan.replicas) != 0 {
-		t.Fatalf("the automatic round moved replicas: %+v", plan)
+	if plan := planPlacement(m, all, all, placementScope{repair: true, spreadReplicas: 1, hostMoves: 1}); !slices.Equal(plan.replicas, want[:1]) || len(plan.hosts) != 0 {
+		t.Fatalf("the automatic round: %+v, want %v alone", plan, want[:1])
+	}
+	if plan := planPlacement(m, all, all, placementScope{spreadReplicas: math.MaxInt, hostMoves: math.MaxInt}); len(plan.replicas) != 0 {
+		t.Fatalf("spreading without repair (auto-rebalance off): %+v", plan)
 	}
 }

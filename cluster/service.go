@@ -87,6 +87,13 @@ func (s *clientService) RemoveNode(ctx context.Context, req *clientpb.RemoveNode
 }
 
 func (s *clientService) LeaveNode(ctx context.Context, req *clientpb.LeaveNodeRequest) (*clientpb.LeaveNodeResponse, error) {
+	if req.Decommission {
+		moved, err := s.n.Decommission(ctx)
+		if err != nil {
+			return nil, transport.Status(err)
+		}
+		return &clientpb.LeaveNodeResponse{Node: s.n.cfg.NodeID, Moved: uint32(moved)}, nil
+	}
 	if err := s.n.Leave(ctx); err != nil {
 		return nil, transport.Status(err)
 	}

@@ -37,7 +37,8 @@ func (n *Node) clusterStatus(ctx context.Context) *clientpb.ClusterStatusRespons
 				st = "dead"
 			}
 			resp.Nodes = append(resp.Nodes, &clientpb.NodeStatus{Id: nd.Id, ClientAddr: nd.ClientAddr, PeerAddr: nd.PeerAddr,
-				RaftAddr: nd.RaftAddr, GossipAddr: nd.GossipAddr, HttpAddr: nd.HttpAddr, State: st, MetaRole: n.meta.role(nd.Id), Alive: st == "alive"})
+				RaftAddr: nd.RaftAddr, GossipAddr: nd.GossipAddr, HttpAddr: nd.HttpAddr, State: st, MetaRole: n.meta.role(nd.Id), Alive: st == "alive",
+				Decommissioning: m.Decommissioning(nd.Id)})
 			seen[nd.Id] = true
 		}
 	})

@@ -188,7 +188,7 @@ func TestCLITour(t *testing.T) {
 		t.Fatalf("cluster status: %d nodes, want 1: %v", len(nodes), nodes)
 	}
 	n, _ := nodes[0].(map[string]any)
-	requireFields(t, "cluster status node", n, "id:string", "client_addr:string", "state:string", "meta_role:string")
+	requireFields(t, "cluster status node", n, "id:string", "client_addr:string", "state:string", "meta_role:string", "decommissioning:bool")
 	if n["id"] != "n1" || n["client_addr"] != s.addrs.client || n["state"] != "alive" || n["meta_role"] != "leader" {
 		t.Errorf("cluster status node: %v; want n1 at %s, alive, meta leader", n, s.addrs.client)
 	}
@@ -217,6 +217,15 @@ func TestCLITour(t *testing.T) {
 	}
 	if r := s.ok("cluster", "rebalance"); !strings.Contains(r.stdout, "nothing to move") {
 		t.Errorf("cluster rebalance on one node:\n%s", r.stdout)
+	}
+
+	// The only node cannot leave its cluster for good; refused, it goes on.
+	if msg, _ := s.fails("node", "leave", "--decommission"); !strings.Contains(msg, "only live node") {
+		t.Errorf("node leave --decommission on a one-node cluster: %q, want it refused as the only live node", msg)
+	}
+	nodes, _ = jsonObject(t, s.ok("cluster", "status", "--json").stdout)["nodes"].([]any)
+	if n, _ = nodes[0].(map[string]any); n["decommissioning"] != false || n["state"] != "alive" {
+		t.Errorf("after a refused decommission the node is %v", n)
 	}
 }
 

@@ -2,7 +2,6 @@ package test
 
 import (
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -23,12 +22,7 @@ func TestCluster3_ReplacedNodeRepairsTheCluster(t *testing.T) {
 	c.waitSettled(20 * time.Second)
 	survivors := c.clientAddrs(0)[:2]
 	env := []string{"CAIRN_SERVER=" + strings.Join(survivors, ",")}
-	hist := filepath.Join(t.TempDir(), "history.jsonl")
-	done := make(chan cliResult, 1)
-	go func() {
-		done <- cli(t, env, "verify", "--duration", "20s", "--json", "--history", hist, "--producers", "2", "--consumers", "2")
-	}()
-	waitWorkload(t, hist)
+	judged := verifyThrough(t, survivors, 20*time.Second)
 
 	victim := c.nodes[2]
 	victim.kill()
@@ -75,11 +69,7 @@ func TestCluster3_ReplacedNodeRepairsTheCluster(t *testing.T) {
 	})
 	t.Logf("repaired and spread %v after %s started", time.Since(joined).Round(100*time.Millisecond), fresh.nodeID)
 
-	r := <-done
-	t.Logf("verify: %s", strings.TrimSpace(r.stdout))
-	if r.code != 0 || !strings.Contains(r.stdout, `"ok":true`) {
-		t.Fatalf("verify: exit %d, %s\nstderr: %s", r.code, r.stdout, r.stderr)
-	}
+	judged()
 }
 
 // waitStatus waits up to d until the status from the first node shows what

@@ -59,6 +59,28 @@ func TestCluster3_Verify_FindsNoViolationThroughAKill(t *testing.T) {
 	}
 }
 
+// verifyThrough starts cairn verify for d through servers (2 producers, 2
+// consumers) and waits until its workload is under way; judged waits for
+// its report and fails the test unless it found nothing wrong.
+func verifyThrough(t *testing.T, servers []string, d time.Duration) (judged func()) {
+	t.Helper()
+	env := []string{"CAIRN_SERVER=" + strings.Join(servers, ",")}
+	hist := filepath.Join(t.TempDir(), "history.jsonl")
+	done := make(chan cliResult, 1)
+	go func() {
+		done <- cli(t, env, "verify", "--duration", d.String(), "--json", "--history", hist, "--producers", "2", "--consumers", "2")
+	}()
+	waitWorkload(t, hist)
+	return func() {
+		t.Helper()
+		r := <-done
+		t.Logf("verify: %s", strings.TrimSpace(r.stdout))
+		if r.code != 0 || !strings.Contains(r.stdout, `"ok":true`) {
+			t.Fatalf("verify: exit %d, %s\nstderr: %s", r.code, r.stdout, r.stderr)
+		}
+	}
+}
+
 // waitWorkload waits until cairn verify's history at hist holds 100 lines:
 // its workload is well under way.
 func waitWorkload(t *testing.T, hist string) {

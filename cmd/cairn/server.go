@@ -89,7 +89,7 @@ SIGTERM or Ctrl-C stops the node gracefully.`,
 	f.IntVar(&cfg.BootstrapExpect, "bootstrap-expect", 0, "form a new cluster once this many nodes have joined (1: a single node)")
 	f.BoolVar(&dev, "dev", false, "one throwaway node on 127.0.0.1: temporary data dir, ready at once, deleted on exit")
 	f.BoolVar(&cfg.NoAutoCreate, "no-auto-create", false, "refuse sends and consumers of queues that do not exist, instead of creating them")
-	f.BoolVar(&autoRebalance, "auto-rebalance", true, "give members short of replicas new ones and spread hosts over the nodes by themselves (alike on every node: the meta leader's decides; cairn cluster rebalance moves by hand)")
+	f.BoolVar(&autoRebalance, "auto-rebalance", true, "give members short of replicas new ones, and spread replicas and hosts over the nodes, by themselves (the meta leader's setting decides; cairn cluster rebalance moves by hand)")
 	f.IntVar(&cfg.MaxMessageBytes, "max-message-bytes", cluster.DefaultMaxMessageBytes, "largest message accepted, body and properties (at most 64 MiB); frames to clients are this plus 1 MiB")
 	f.StringVar(&cfg.LogStore, "log-store", "", "where Raft logs are kept: bolt (raft-boltdb) or wal (raft-wal, one fsync per write instead of two); default: what --data-dir holds, wal for a new one")
 	f.IntVar(&cfg.BodyMemoryMiB, "body-memory-mib", member.DefaultBodyMemory>>20, "MiB of message bodies each queue member keeps in memory: the newest waiting bodies past it wait in files under --data-dir until delivered, so a deep queue costs disk and page cache rather than heap (0: every waiting body goes to disk; -1: keep every body in memory)")

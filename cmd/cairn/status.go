@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -37,7 +38,11 @@ func clusterCmd() *cobra.Command {
 				fmt.Fprintln(w)
 				t := newTable(w, "NODE", "STATE", "META ROLE", "CLIENT", "RAFT", "GOSSIP")
 				for _, n := range st.Nodes {
-					t.row(n.ID, n.State, n.MetaRole, orDash(n.ClientAddr), orDash(n.RaftAddr), orDash(n.GossipAddr))
+					state := n.State
+					if n.Decommissioning {
+						state += " (decommissioning)"
+					}
+					t.row(n.ID, state, n.MetaRole, orDash(n.ClientAddr), orDash(n.RaftAddr), orDash(n.GossipAddr))
 				}
 				if err := t.flush(); err != nil {
 					return err
@@ -139,8 +144,9 @@ func nodeCmd() *cobra.Command {
 The cluster places each of its replicas on a live node that holds none of
 that member, adds it to the member's Raft group, then drops the removed node,
 so no group loses its quorum. With no such node, the member runs on fewer
-replicas until one joins, and then gets its replica back. The node's id can never join again: give a
-replacement a new id. A node that is alive is refused; stop it first.`,
+replicas until one joins, and then gets its replica back. The id joins
+again only from an empty data directory. A node that is alive is refused:
+to take a live node out, run 'cairn node leave --decommission' against it.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withAdmin(cmd, func(ctx context.Context, a *client.Admin) error {
@@ -152,24 +158,58 @@ replacement a new id. A node that is alive is refused; stop it first.`,
 			})
 		},
 	})
-	cmd.AddCommand(&cobra.Command{
+	cmd.AddCommand(nodeLeaveCmd())
+	return cmd
+}
+
+func nodeLeaveCmd() *cobra.Command {
+	var (
+		decommission bool
+		wait         time.Duration
+	)
+	cmd := &cobra.Command{
 		Use:   "leave",
 		Short: "Make the node at --server hand its leaderships to others and stop",
 		Long: `Make the node at --server hand every leadership it holds (the meta group,
 the members it hosts) to other nodes, then stop gracefully. It stays a
 member of every group: start it again and it catches up. Use it before
-planned maintenance, or as a Kubernetes preStop hook.`,
+planned maintenance, or as a Kubernetes preStop hook.
+
+With --decommission the node leaves the cluster for good (a scale-down):
+each of its replicas first moves to another live node, where it copies the
+member's state and votes before the one on the leaving node is dropped,
+so every member keeps its replicas throughout. Then the node is removed
+and stops; its id cannot join again unless with an empty data directory.
+Refused, changing nothing, if a member would have no node to move to.
+If --wait runs out, the moves go on: run the command again to wait.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withAdmin(cmd, func(ctx context.Context, a *client.Admin) error {
-				node, err := a.LeaveNode(ctx)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "node %s handed its leaderships over and is stopping\n", node)
-				return nil
-			})
+			if !decommission {
+				return withAdmin(cmd, func(ctx context.Context, a *client.Admin) error {
+					node, err := a.LeaveNode(ctx)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "node %s handed its leaderships over and is stopping\n", node)
+					return nil
+				})
+			}
+			a, err := client.NewAdmin(servers(cmd))
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), wait)
+			defer cancel()
+			node, moved, err := a.DecommissionNode(ctx)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "node %s moved its %s to other nodes, left the cluster for good and is stopping\n", node, plural(moved, "member replica"))
+			return nil
 		},
-	})
+	}
+	cmd.Flags().BoolVar(&decommission, "decommission", false, "move every replica to other nodes first, then leave the cluster for good (scale-down)")
+	cmd.Flags().DurationVar(&wait, "wait", 10*time.Minute, "how long --decommission waits for the replicas to move")
 	return cmd
 }

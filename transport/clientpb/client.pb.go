@@ -485,7 +485,10 @@ func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
 }
 
 type LeaveNodeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// decommission moves every replica the node holds to other nodes first
+	// and then takes it out of the cluster for good (a scale-down).
+	Decommission  bool `protobuf:"varint,1,opt,name=decommission,proto3" json:"decommission,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -520,9 +523,18 @@ func (*LeaveNodeRequest) Descriptor() ([]byte, []int) {
 	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{7}
 }
 
+func (x *LeaveNodeRequest) GetDecommission() bool {
+	if x != nil {
+		return x.Decommission
+	}
+	return false
+}
+
 type LeaveNodeResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// moved counts the members' replicas moved off the node (decommission).
+	Moved         uint32 `protobuf:"varint,2,opt,name=moved,proto3" json:"moved,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -562,6 +574,13 @@ func (x *LeaveNodeResponse) GetNode() string {
 		return x.Node
 	}
 	return ""
+}
+
+func (x *LeaveNodeResponse) GetMoved() uint32 {
+	if x != nil {
+		return x.Moved
+	}
+	return 0
 }
 
 type RebalanceRequest struct {
@@ -4031,9 +4050,12 @@ type NodeStatus struct {
 	// meta_role is leader, follower, candidate, nonvoter or none.
 	MetaRole string `protobuf:"bytes,8,opt,name=meta_role,json=metaRole,proto3" json:"meta_role,omitempty"`
 	// alive is true while the node is neither dead nor left (alive or suspect).
-	Alive         bool `protobuf:"varint,9,opt,name=alive,proto3" json:"alive,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Alive bool `protobuf:"varint,9,opt,name=alive,proto3" json:"alive,omitempty"`
+	// decommissioning is true while the node's replicas move to other nodes
+	// before it leaves the cluster for good (cairn node leave --decommission).
+	Decommissioning bool `protobuf:"varint,10,opt,name=decommissioning,proto3" json:"decommissioning,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *NodeStatus) Reset() {
@@ -4125,6 +4147,13 @@ func (x *NodeStatus) GetMetaRole() string {
 func (x *NodeStatus) GetAlive() bool {
 	if x != nil {
 		return x.Alive
+	}
+	return false
+}
+
+func (x *NodeStatus) GetDecommissioning() bool {
+	if x != nil {
+		return x.Decommissioning
 	}
 	return false
 }
@@ -4409,10 +4438,12 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x19DestroyConnectionResponse\"#\n" +
 	"\x11RemoveNodeRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x14\n" +
-	"\x12RemoveNodeResponse\"\x12\n" +
-	"\x10LeaveNodeRequest\"'\n" +
+	"\x12RemoveNodeResponse\"6\n" +
+	"\x10LeaveNodeRequest\x12\"\n" +
+	"\fdecommission\x18\x01 \x01(\bR\fdecommission\"=\n" +
 	"\x11LeaveNodeResponse\x12\x12\n" +
-	"\x04node\x18\x01 \x01(\tR\x04node\"+\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
+	"\x05moved\x18\x02 \x01(\rR\x05moved\"+\n" +
 	"\x10RebalanceRequest\x12\x17\n" +
 	"\adry_run\x18\x01 \x01(\bR\x06dryRun\"c\n" +
 	"\rPlacementMove\x12\x16\n" +
@@ -4668,7 +4699,7 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x0eConsumerClosed\x12\x1a\n" +
 	"\bconsumer\x18\x01 \x01(\x04R\bconsumer\x12,\n" +
 	"\x05error\x18\x02 \x01(\v2\x16.cairn.client.v1.ErrorR\x05error\"\x16\n" +
-	"\x14ClusterStatusRequest\"\xfe\x01\n" +
+	"\x14ClusterStatusRequest\"\xa8\x02\n" +
 	"\n" +
 	"NodeStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
@@ -4681,7 +4712,9 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\thttp_addr\x18\x06 \x01(\tR\bhttpAddr\x12\x14\n" +
 	"\x05state\x18\a \x01(\tR\x05state\x12\x1b\n" +
 	"\tmeta_role\x18\b \x01(\tR\bmetaRole\x12\x14\n" +
-	"\x05alive\x18\t \x01(\bR\x05alive\"\xa9\x01\n" +
+	"\x05alive\x18\t \x01(\bR\x05alive\x12(\n" +
+	"\x0fdecommissioning\x18\n" +
+	" \x01(\bR\x0fdecommissioning\"\xa9\x01\n" +
 	"\rReplicaStatus\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x1f\n" +

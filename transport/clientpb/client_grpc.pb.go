@@ -64,7 +64,8 @@ type ClientServiceClient interface {
 	// are placed on live nodes and it leaves every Raft group.
 	RemoveNode(ctx context.Context, in *RemoveNodeRequest, opts ...grpc.CallOption) (*RemoveNodeResponse, error)
 	// LeaveNode makes the node that answers hand its leaderships to other
-	// nodes and stop.
+	// nodes and stop; with decommission it first moves every replica it
+	// holds to other nodes and leaves the cluster for good.
 	LeaveNode(ctx context.Context, in *LeaveNodeRequest, opts ...grpc.CallOption) (*LeaveNodeResponse, error)
 	// Rebalance shows (dry_run) or makes the moves that repair members short
 	// of replicas and spread the preferred hosts over the live nodes.
@@ -251,7 +252,8 @@ type ClientServiceServer interface {
 	// are placed on live nodes and it leaves every Raft group.
 	RemoveNode(context.Context, *RemoveNodeRequest) (*RemoveNodeResponse, error)
 	// LeaveNode makes the node that answers hand its leaderships to other
-	// nodes and stop.
+	// nodes and stop; with decommission it first moves every replica it
+	// holds to other nodes and leaves the cluster for good.
 	LeaveNode(context.Context, *LeaveNodeRequest) (*LeaveNodeResponse, error)
 	// Rebalance shows (dry_run) or makes the moves that repair members short
 	// of replicas and spread the preferred hosts over the live nodes.

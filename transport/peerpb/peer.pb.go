@@ -1069,7 +1069,10 @@ type GroupReplica struct {
 	LastIndex    uint64                 `protobuf:"varint,5,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
 	// nonvoters, reported by the group's leader, are the replicas in its
 	// configuration that do not vote yet (catching up).
-	Nonvoters     []string `protobuf:"bytes,6,rep,name=nonvoters,proto3" json:"nonvoters,omitempty"`
+	Nonvoters []string `protobuf:"bytes,6,rep,name=nonvoters,proto3" json:"nonvoters,omitempty"`
+	// servers, reported by the group's leader, are every replica in its
+	// configuration, voting or not.
+	Servers       []string `protobuf:"bytes,7,rep,name=servers,proto3" json:"servers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1142,6 +1145,13 @@ func (x *GroupReplica) GetLastIndex() uint64 {
 func (x *GroupReplica) GetNonvoters() []string {
 	if x != nil {
 		return x.Nonvoters
+	}
+	return nil
+}
+
+func (x *GroupReplica) GetServers() []string {
+	if x != nil {
+		return x.Servers
 	}
 	return nil
 }
@@ -1278,7 +1288,7 @@ const file_transport_peerpb_peer_proto_rawDesc = "" +
 	"\rdead_lettered\x18\n" +
 	" \x01(\x04R\fdeadLettered\x12\x1a\n" +
 	"\bprepared\x18\v \x01(\x04R\bprepared\"\x0f\n" +
-	"\rGroupsRequest\"\xbf\x01\n" +
+	"\rGroupsRequest\"\xd9\x01\n" +
 	"\fGroupReplica\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12!\n" +
@@ -1286,7 +1296,8 @@ const file_transport_peerpb_peer_proto_rawDesc = "" +
 	"\rapplied_index\x18\x04 \x01(\x04R\fappliedIndex\x12\x1d\n" +
 	"\n" +
 	"last_index\x18\x05 \x01(\x04R\tlastIndex\x12\x1c\n" +
-	"\tnonvoters\x18\x06 \x03(\tR\tnonvoters\"Y\n" +
+	"\tnonvoters\x18\x06 \x03(\tR\tnonvoters\x12\x18\n" +
+	"\aservers\x18\a \x03(\tR\aservers\"Y\n" +
 	"\x0eGroupsResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x123\n" +
 	"\x06groups\x18\x02 \x03(\v2\x1b.cairn.peer.v1.GroupReplicaR\x06groups2\x84\x03\n" +
