@@ -158,6 +158,9 @@ func run() error {
 		}
 		defer nats.stop()
 	}
+	if *repair > 0 {
+		return repairRows(cairn, *repair)
+	}
 	if *beside > 0 {
 		if *queues > 0 {
 			return errors.New("--idle-beside and --queues both create idle queues: run them apart")
@@ -701,9 +704,10 @@ func startCairn(dir string) (*cluster, error) {
 		id := fmt.Sprintf("n%d", i+1)
 		c.clients = append(c.clients, addr(p[0]))
 		c.ready = append(c.ready, "http://"+addr(p[4])+"/readyz")
-		if err := c.start(filepath.Join(dir, id+".log"), *cairnBin, "server", "--node-id", id, "--data-dir", filepath.Join(dir, id),
+		args := append([]string{"server", "--node-id", id, "--data-dir", filepath.Join(dir, id),
 			"--bootstrap-expect", "3", "--join", strings.Join(join, ","), "--client-addr", addr(p[0]), "--peer-addr", addr(p[1]),
-			"--raft-addr", addr(p[2]), "--gossip-addr", addr(p[3]), "--http-addr", addr(p[4]), "--log-level", "warn"); err != nil {
+			"--raft-addr", addr(p[2]), "--gossip-addr", addr(p[3]), "--http-addr", addr(p[4]), "--log-level", "warn"}, strings.Fields(*serverFlags)...)
+		if err := c.start(filepath.Join(dir, id+".log"), *cairnBin, args...); err != nil {
 			c.stop()
 			return nil, err
 		}
