@@ -179,9 +179,10 @@ With --decommission the node leaves the cluster for good (a scale-down):
 each of its replicas first moves to another live node, where it copies the
 member's state and votes before the one on the leaving node is dropped,
 so every member keeps its replicas throughout. Then the node is removed
-and stops; its id cannot join again unless with an empty data directory.
-Refused, changing nothing, if a member would have no node to move to.
-If --wait runs out, the moves go on: run the command again to wait.`,
+and stops; its id joins again only from an empty data directory. Only the
+first --server address is asked. Refused, changing nothing, if a member
+would have no node to move to. If --wait runs out, the moves go on: run
+the command again to wait.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !decommission {
