@@ -98,7 +98,7 @@ type Group struct {
 	logs       raft.LogStore
 	store      durableStore
 	guard      *storageGuard
-	transport  *pacedTransport
+	transport  *groupTransport
 	dir        string
 }
 
@@ -227,7 +227,7 @@ func OpenRaft(cfg RaftConfig, fsm raft.FSM) (*Group, error) {
 		store.Close()
 		return nil, fmt.Errorf("raft group %s: open snapshot store: %w", cfg.Group, err)
 	}
-	trans := newPacedTransport(raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+	trans := newGroupTransport(raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  cfg.Stream,
 		MaxPool: 3,
 		// Pipelined replication (the default, 2) can deadlock in
@@ -262,6 +262,7 @@ func OpenRaft(cfg RaftConfig, fsm raft.FSM) (*Group, error) {
 	rc.TrailingLogs = cmp.Or(cfg.TrailingLogs, DefaultTrailingLogs)
 
 	fail := func(err error) (*Group, error) {
+		trans.stopWaiting()
 		trans.Close()
 		store.Close()
 		return nil, fmt.Errorf("raft group %s: %w", cfg.Group, err)
@@ -279,6 +280,7 @@ func OpenRaft(cfg RaftConfig, fsm raft.FSM) (*Group, error) {
 	if err != nil {
 		return fail(err)
 	}
+	trans.serve(r)
 	return &Group{Raft: r, startIndex: r.LastIndex(), logs: logs, store: store, guard: guarded, transport: trans, dir: cfg.Dir}, nil
 }
 

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
-	"sync"
 
-	"github.com/hashicorp/raft"
 	"golang.org/x/time/rate"
 )
 
@@ -83,39 +81,4 @@ func (p *pacedReader) Read(b []byte) (int, error) {
 		}
 	}
 	return n, err
-}
-
-// raftTransport is what hashicorp/raft uses of raft.NetworkTransport.
-type raftTransport interface {
-	raft.Transport
-	raft.WithClose
-	raft.WithPreVote
-}
-
-// pacedTransport is a group's Raft transport whose snapshot sends go
-// through the node's SnapshotSends. Raft's replication goroutine for a
-// follower waits in InstallSnapshot for a slot; close ends the wait, as
-// raft.Shutdown waits for that goroutine.
-type pacedTransport struct {
-	raftTransport
-	sends     *SnapshotSends
-	done      chan struct{}
-	closeOnce sync.Once
-}
-
-func newPacedTransport(t raftTransport, sends *SnapshotSends) *pacedTransport {
-	return &pacedTransport{raftTransport: t, sends: sends, done: make(chan struct{})}
-}
-
-// InstallSnapshot implements raft.Transport.
-func (t *pacedTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
-	return t.sends.send(t.done, data, func(r io.Reader) error {
-		return t.raftTransport.InstallSnapshot(id, target, args, resp, r)
-	})
-}
-
-// stopWaiting ends every snapshot send of the group still waiting, before
-// the group shuts down.
-func (t *pacedTransport) stopWaiting() {
-	t.closeOnce.Do(func() { close(t.done) })
 }
