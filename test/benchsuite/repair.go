@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"slices"
 	"time"
+
+	"github.com/cairnmq/cairn/client"
 )
 
 var (
@@ -43,7 +45,7 @@ func repairRows(c *cluster, n int) error {
 	victim := c.procs[2]
 	_ = victim.Process.Kill()
 	_ = victim.Wait()
-	if err := waitStatus(c, time.Minute, func(st clusterStatus) bool { return !st.nodeAlive("n3") && st.hostsOnly("n1", "n2") }); err != nil {
+	if err := waitStatus(c, time.Minute, func(st client.ClusterStatus) bool { return !nodeAlive(st, "n3") && hostsOnly(st, "n1", "n2") }); err != nil {
 		return fmt.Errorf("node 3 not dead, or the others did not take its members: %w", err)
 	}
 	if err := os.RemoveAll(dataDir(victim)); err != nil {
@@ -63,8 +65,8 @@ func repairRows(c *cluster, n int) error {
 		return err
 	}
 	c.procs[2] = cmd
-	err = waitStatus(c, 5*time.Minute, func(st clusterStatus) bool {
-		return st.UnderReplicated == 0 && st.Moving == 0 && st.nodeAlive("n3")
+	err = waitStatus(c, 5*time.Minute, func(st client.ClusterStatus) bool {
+		return st.UnderReplicated == 0 && st.Moving == 0 && nodeAlive(st, "n3")
 	})
 	repaired := time.Since(start)
 	if perr := <-probed; perr != nil {
@@ -88,21 +90,8 @@ func dataDir(cmd *exec.Cmd) string {
 	return ""
 }
 
-// clusterStatus is what repairRows reads of `cairn cluster status --json`.
-type clusterStatus struct {
-	UnderReplicated int `json:"under_replicated"`
-	Moving          int `json:"moving"`
-	Nodes           []struct {
-		ID    string `json:"id"`
-		Alive bool   `json:"alive"`
-	} `json:"nodes"`
-	Groups []struct {
-		Name   string `json:"name"`
-		Leader string `json:"leader"`
-	} `json:"groups"`
-}
-
-func (st clusterStatus) nodeAlive(id string) bool {
+// nodeAlive reports whether st holds node id alive.
+func nodeAlive(st client.ClusterStatus, id string) bool {
 	for _, n := range st.Nodes {
 		if n.ID == id {
 			return n.Alive
@@ -112,7 +101,7 @@ func (st clusterStatus) nodeAlive(id string) bool {
 }
 
 // hostsOnly reports whether every group has a leader among nodes.
-func (st clusterStatus) hostsOnly(nodes ...string) bool {
+func hostsOnly(st client.ClusterStatus, nodes ...string) bool {
 	for _, g := range st.Groups {
 		if !slices.Contains(nodes, g.Leader) {
 			return false
@@ -122,13 +111,13 @@ func (st clusterStatus) hostsOnly(nodes ...string) bool {
 }
 
 // waitStatus polls node 1's cluster status until ok says it is there.
-func waitStatus(c *cluster, limit time.Duration, ok func(clusterStatus) bool) error {
+func waitStatus(c *cluster, limit time.Duration, ok func(client.ClusterStatus) bool) error {
 	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
 		out, err := exec.Command(*cairnBin, "--server", c.clients[0], "cluster", "status", "--json").Output()
 		if err != nil {
 			continue
 		}
-		var st clusterStatus
+		var st client.ClusterStatus
 		if json.Unmarshal(out, &st) == nil && ok(st) {
 			return nil
 		}
