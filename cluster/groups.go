@@ -133,30 +133,6 @@ func (gs *groups) run() {
 	}
 }
 
-// retired reports whether replica r, moved away from this node, is out of
-// its group's configuration: as it knows it, or as the group's leader
-// reports it (a removed follower may not hear of its removal).
-func (gs *groups) retired(r *member.Replica) bool {
-	self := gs.n.cfg.NodeID
-	f := r.Raft().GetConfiguration()
-	if f.Error() != nil {
-		return true // shut down
-	}
-	if !slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool { return string(s.ID) == self }) {
-		return true
-	}
-	_, id := r.Raft().LeaderWithID()
-	leader := string(id)
-	if leader == "" {
-		leader = gs.n.discoverLeader(r.Name())
-	}
-	if leader == "" || leader == self {
-		return false
-	}
-	g := gs.report(leader, r.Name())
-	return g != nil && g.Leader == leader && len(g.Servers) > 0 && !slices.Contains(g.Servers, self)
-}
-
 // openMember and openShared open a member's own group and a shared group;
 // tests wrap them to watch the opens.
 var (
@@ -442,75 +418,6 @@ func memberSettings(d *fsmpb.Destination) *fsmpb.MemberSettings {
 	s.MaxDeliveries = d.MaxDeliveries
 	s.RedeliveryDelayNs, s.RedeliveryBackoff, s.RedeliveryMaxDelayNs = d.RedeliveryDelayNs, d.RedeliveryBackoff, d.RedeliveryMaxDelayNs
 	return s
-}
-
-// staleGrace is how long a member must be found in a shared group that no
-// destination places in it before the group's leader drops it; a var for
-// tests.
-var staleGrace = time.Minute
-
-// dropStale has each shared group this node leads drop the members that no
-// destination places in it any more. A deleted member is dropped when its
-// replica on the group's leader is destroyed (Replica.Destroy); one whose
-// group changed leaders in between would otherwise stay, with its messages.
-// A member counts as stale only while this node's meta replica is caught up
-// and for staleGrace on end, so that a leader whose meta replica trails the
-// one that just added a new member by an entry does not drop it.
-func (gs *groups) dropStale() {
-	if gs.n.meta.caughtUp() != nil {
-		return
-	}
-	gs.mu.RLock()
-	shared := maps.Clone(gs.shared)
-	gs.mu.RUnlock()
-	now, found := time.Now(), map[string]bool{}
-	for id, s := range shared {
-		if s.Raft().State() != raft.Leader {
-			continue
-		}
-		for _, key := range s.Members() {
-			gs.mu.RLock()
-			_, open := gs.byGroup[key]
-			gs.mu.RUnlock()
-			if open || gs.placedIn(key, id) {
-				continue
-			}
-			found[key] = true
-			first, seen := gs.stale[key]
-			if !seen {
-				gs.stale[key] = now
-				continue
-			}
-			if now.Sub(first) < staleGrace {
-				continue
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			err := s.Drop(ctx, key)
-			cancel()
-			if err != nil {
-				gs.n.log.Warn("dropping a member no destination places in its group", "group", id, "member", key, "err", err)
-				continue
-			}
-			gs.n.log.Info("dropped a member no destination places in its group", "group", id, "member", key)
-		}
-	}
-	for key := range gs.stale {
-		if !found[key] {
-			delete(gs.stale, key)
-		}
-	}
-}
-
-// placedIn reports whether the meta state places the member keyed key
-// (groupID) in shared group id.
-func (gs *groups) placedIn(key, id string) bool {
-	addr, _, _ := strings.Cut(key, "@")
-	name, idx, err := fsm.ParseAddress(addr)
-	if err != nil || idx < 0 {
-		return false
-	}
-	d, ok := gs.n.meta.destination(name)
-	return ok && idx < len(d.Members) && groupID(d, uint32(idx)) == key && d.Members[idx].Group == id
 }
 
 // sweepSessions lets each hosted member release the sessions of front-ends

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
+	"github.com/cairnmq/cairn/member"
 	"github.com/cairnmq/cairn/transport"
 	"github.com/cairnmq/cairn/transport/peerpb"
 )
@@ -480,3 +481,27 @@ func (n *Node) leadReadiness() (canLead, catchingUp map[string]bool) {
 
 // Left is closed once Leave asked the node to stop.
 func (n *Node) Left() <-chan struct{} { return n.leave }
+
+// retired reports whether replica r, moved away from this node, is out of
+// its group's configuration: as it knows it, or as the group's leader
+// reports it (a removed follower may not hear of its removal).
+func (gs *groups) retired(r *member.Replica) bool {
+	self := gs.n.cfg.NodeID
+	f := r.Raft().GetConfiguration()
+	if f.Error() != nil {
+		return true // shut down
+	}
+	if !slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool { return string(s.ID) == self }) {
+		return true
+	}
+	_, id := r.Raft().LeaderWithID()
+	leader := string(id)
+	if leader == "" {
+		leader = gs.n.discoverLeader(r.Name())
+	}
+	if leader == "" || leader == self {
+		return false
+	}
+	g := gs.report(leader, r.Name())
+	return g != nil && g.Leader == leader && len(g.Servers) > 0 && !slices.Contains(g.Servers, self)
+}
