@@ -36,29 +36,18 @@ func TestCluster3_ReplacedNodeRepairsTheCluster(t *testing.T) {
 		t.Fatalf("node remove %s: exit %d: %s", victim.nodeID, r.code, r.stderr)
 	}
 
-	fresh := newServer(t)
-	fresh.nodeID = "n4"
-	fresh.extra["bootstrap-expect"] = "0"
-	fresh.extra["join"] = strings.Join([]string{c.nodes[0].addrs.gossip, c.nodes[1].addrs.gossip}, ",")
 	joined := time.Now()
-	fresh.start()
+	fresh := c.join("n4")
 	t.Logf("%s ready %v after its start", fresh.nodeID, time.Since(joined).Round(100*time.Millisecond))
 	want := []string{"n1", "n2", "n4"}
 	waitStatus(t, c, time.Minute, "every member on n1, n2 and n4, voting, hosts one per node", func(st client.ClusterStatus) string {
-		if st.UnderReplicated != 0 || st.Moving != 0 {
-			return fmt.Sprintf("%d under-replicated, %d moving", st.UnderReplicated, st.Moving)
+		if why := settledOn(st, want); why != "" {
+			return why
 		}
 		hosts := map[string]string{}
 		for _, g := range st.Groups {
 			if g.Name == "meta" {
 				continue
-			}
-			var on []string
-			for _, r := range g.Replicas {
-				on = append(on, r.Node)
-			}
-			if slices.Sort(on); !slices.Equal(on, want) || g.Leader == "" {
-				return fmt.Sprintf("group %s on %v, leader %q", g.Name, on, g.Leader)
 			}
 			if other, ok := hosts[g.Leader]; ok {
 				return fmt.Sprintf("%s hosts %s and %s", g.Leader, other, g.Name)
@@ -70,6 +59,37 @@ func TestCluster3_ReplacedNodeRepairsTheCluster(t *testing.T) {
 	t.Logf("repaired and spread %v after %s started", time.Since(joined).Round(100*time.Millisecond), fresh.nodeID)
 
 	judged()
+}
+
+// join starts a node id that joins the cluster through its first two
+// nodes (--join alone, a fresh data directory) and waits until it is
+// ready.
+func (c *testCluster) join(id string) *server {
+	s := newServer(c.t)
+	s.nodeID = id
+	s.extra["bootstrap-expect"] = "0"
+	s.extra["join"] = c.nodes[0].addrs.gossip + "," + c.nodes[1].addrs.gossip
+	s.start()
+	return s
+}
+
+// settledOn says why st is not settled with every group (the meta group
+// too) on exactly the nodes want, sorted, with a leader, none short of
+// replicas nor moving; "" once it is.
+func settledOn(st client.ClusterStatus, want []string) string {
+	if st.UnderReplicated != 0 || st.Moving != 0 {
+		return fmt.Sprintf("%d under-replicated, %d moving", st.UnderReplicated, st.Moving)
+	}
+	for _, g := range st.Groups {
+		var on []string
+		for _, r := range g.Replicas {
+			on = append(on, r.Node)
+		}
+		if slices.Sort(on); !slices.Equal(on, want) || g.Leader == "" {
+			return fmt.Sprintf("group %s on %v, leader %q", g.Name, on, g.Leader)
+		}
+	}
+	return ""
 }
 
 // waitStatus waits up to d until the status from the first node shows what

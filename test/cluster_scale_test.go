@@ -24,12 +24,7 @@ func TestCluster3_ScaleToFiveAndBack(t *testing.T) {
 
 	var joined []*server
 	for _, id := range []string{"n4", "n5"} {
-		s := newServer(t)
-		s.nodeID = id
-		s.extra["bootstrap-expect"] = "0"
-		s.extra["join"] = c.nodes[0].addrs.gossip + "," + c.nodes[1].addrs.gossip
-		s.start()
-		joined = append(joined, s)
+		joined = append(joined, c.join(id))
 	}
 	start := time.Now()
 	waitStatus(t, c, time.Minute, "replicas on n4 and n5, nothing moving", func(st client.ClusterStatus) string {
@@ -83,19 +78,7 @@ func TestCluster3_ScaleToFiveAndBack(t *testing.T) {
 	}
 	want := []string{"n1", "n2", "n3"}
 	waitStatus(t, c, 30*time.Second, "every member on n1, n2 and n3, voting", func(st client.ClusterStatus) string {
-		if st.UnderReplicated != 0 || st.Moving != 0 {
-			return fmt.Sprintf("%d under-replicated, %d moving", st.UnderReplicated, st.Moving)
-		}
-		for _, g := range st.Groups {
-			var on []string
-			for _, r := range g.Replicas {
-				on = append(on, r.Node)
-			}
-			if slices.Sort(on); !slices.Equal(on, want) || g.Leader == "" {
-				return fmt.Sprintf("group %s on %v, leader %q", g.Name, on, g.Leader)
-			}
-		}
-		return ""
+		return settledOn(st, want)
 	})
 
 	judged()
