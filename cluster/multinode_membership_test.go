@@ -124,8 +124,8 @@ func TestCluster_NodeRemove_ReplacesReplicasAndNeverReadmits(t *testing.T) {
 
 	tc.crashAndRemove(op, victim)
 
-	tc.converge(30*time.Second, "the replicas on "+victim+" re-placed and the groups' configurations following", func() bool {
-		return replacedEverywhere(tc, op, victim, lacked) == ""
+	tc.settle(60*time.Second, "the replicas on "+victim+" re-placed and the groups' configurations following", func() string {
+		return replacedEverywhere(tc, op, victim, lacked)
 	})
 	st := tc.status(tc.others(victim)[0])
 	for _, n := range st.Nodes {
