@@ -149,6 +149,9 @@ type MemberInfo struct {
 	// Draining: being removed by an update; it takes no new sends or
 	// consumers and moves its messages to the other members.
 	Draining bool `json:"draining"`
+	// Renewing: draining (Draining is set too) to be placed anew, empty,
+	// with the queue's replication factor, under the same name.
+	Renewing bool `json:"renewing"`
 	// Prepared: held by prepared transactions until their decision (sends
 	// to enqueue, deliveries to acknowledge).
 	Prepared uint64 `json:"prepared"`
@@ -162,7 +165,7 @@ func queueInfo(d *clientpb.DestinationInfo) QueueInfo {
 		DedupWindowMillis: d.DedupWindowMs, DedupMaxIDs: int(d.DedupMaxIds)}
 	for _, m := range d.Members {
 		q.Members = append(q.Members, MemberInfo{Name: m.Name, Host: m.Host, HostAddr: m.HostAddr, Pending: m.Pending, Delivered: m.Delivered, Consumers: int(m.Consumers), Bytes: m.Bytes, Replicas: m.Replicas,
-			Delayed: m.Delayed, Moving: m.Moving, DeadLettered: m.DeadLettered, Draining: m.Draining, Prepared: m.Prepared})
+			Delayed: m.Delayed, Moving: m.Moving, DeadLettered: m.DeadLettered, Draining: m.Draining, Renewing: m.Renewing, Prepared: m.Prepared})
 	}
 	return q
 }
@@ -215,9 +218,29 @@ func (a *Admin) UpdateQueue(ctx context.Context, name string, members int) (Queu
 	if members < 1 {
 		return QueueInfo{}, fmt.Errorf("%w: a queue has at least one member", ErrInvalidArgument)
 	}
+	return a.UpdateQueueWith(ctx, name, QueueUpdate{Members: members})
+}
+
+// QueueUpdate is what UpdateQueueWith changes; a zero field leaves it as
+// it is.
+type QueueUpdate struct {
+	Members int
+	// Replicas is the replication factor. The queue's members are renewed
+	// to it one at a time: each drains its messages into the others and is
+	// placed anew, empty, under the same name (queue show lists it as
+	// renewing meanwhile). A consumer pinned to it carries on there.
+	Replicas int
+}
+
+// UpdateQueueWith changes a queue's number of members or replication
+// factor, or both.
+func (a *Admin) UpdateQueueWith(ctx context.Context, name string, u QueueUpdate) (QueueInfo, error) {
+	if u.Members < 0 || u.Replicas < 0 {
+		return QueueInfo{}, fmt.Errorf("%w: members and replicas must not be negative", ErrInvalidArgument)
+	}
 	var info QueueInfo
 	err := a.call(ctx, func(api clientpb.ClientServiceClient) error {
-		d, err := api.UpdateDestination(ctx, &clientpb.UpdateDestinationRequest{Name: name, Members: uint32(members)})
+		d, err := api.UpdateDestination(ctx, &clientpb.UpdateDestinationRequest{Name: name, Members: uint32(u.Members), Replicas: uint32(u.Replicas)})
 		if err == nil {
 			info = queueInfo(d)
 		}
@@ -404,8 +427,10 @@ type Rebalance struct {
 }
 
 // PlacementMove is one move: Action is add-replica, move-replica or
-// drop-replica (of Member's replica From, onto To), or prefer-host (To
-// becomes Member's preferred host, and its group's).
+// drop-replica (of Member's replica From, onto To), prefer-host (To
+// becomes Member's preferred host, and its group's), or renew-member
+// (Member drains into the others and is placed anew to prefer To, hosted
+// by From until then).
 type PlacementMove struct {
 	Member string `json:"member"`
 	Action string `json:"action"`

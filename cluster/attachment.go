@@ -27,6 +27,9 @@ type attachment struct {
 	k       *consumer
 	member  string
 	session string
+	// group is the member's Raft group (groupID) when the session was
+	// opened on it; another one means the member was renewed since.
+	group string
 
 	mu sync.Mutex
 	// credit is the room the consumer has, held what it was pushed and has
@@ -46,8 +49,8 @@ type link interface {
 	close()
 }
 
-func newAttachment(c *connection, k *consumer, memberName string, credit int) *attachment {
-	return &attachment{n: c.n, c: c, k: k, member: memberName, session: k.session.id, credit: credit, stop: make(chan struct{})}
+func newAttachment(c *connection, k *consumer, memberName, group string, credit int) *attachment {
+	return &attachment{n: c.n, c: c, k: k, member: memberName, session: k.session.id, group: group, credit: credit, stop: make(chan struct{})}
 }
 
 // start makes the first link, retrying through an election until ctx ends,
@@ -105,6 +108,9 @@ func (a *attachment) run() {
 
 // connect makes a link to the member's current host.
 func (a *attachment) connect() error {
+	if err := a.reopen(); err != nil {
+		return err
+	}
 	a.mu.Lock()
 	if a.stopped {
 		a.mu.Unlock()
@@ -189,11 +195,42 @@ func (a *attachment) linkEnded(gen uint64, err error) {
 		a.link = nil
 		close(a.ended)
 	}
-	if final := finalLinkError(err); final != nil && !a.stopped {
+	if final := finalLinkError(err); final != nil && !a.stopped && !a.renewed() {
 		a.stopped = true
 		close(a.stop)
 		go a.c.consumerGone(a.k, final)
 	}
+}
+
+// renewed reports whether the member was renewed (RenewMember: a new
+// member under the same name) since the session was opened on it; a.mu
+// held.
+func (a *attachment) renewed() bool {
+	g := a.n.memberGroup(a.member)
+	return g != "" && g != a.group
+}
+
+// reopen opens the session on the member again when it was renewed: the
+// new member does not know it. The old one drained first (every delivery
+// acknowledged or returned), so the session had none left on it.
+func (a *attachment) reopen() error {
+	a.mu.Lock()
+	renewed := a.renewed()
+	a.mu.Unlock()
+	if !renewed {
+		return nil
+	}
+	g := a.n.memberGroup(a.member)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := a.n.submitRepeatableWait(ctx, a.member, &fsmpb.OpenSession{Session: a.session, Owner: a.n.owner()}); err != nil {
+		return fmt.Errorf("opening the session on renewed member %s: %w", a.member, err)
+	}
+	a.mu.Lock()
+	// The session has no delivery on the new member yet.
+	a.group, a.pushedUpTo = g, 0
+	a.mu.Unlock()
+	return nil
 }
 
 // finalLinkError is the error that ends a consumer whose link to its host

@@ -622,6 +622,7 @@ func (c *connection) attach(k *consumer, dest string, prefetch int) error {
 		return err
 	}
 	s := k.session
+	group := c.n.memberGroup(name) // before the open: a renewal after it shows
 	// Opening a session it holds already changes nothing on a member, so a
 	// failover of the member's host while the consumer is created (as when
 	// a client re-creates its consumers after a reconnect) costs a slower
@@ -642,7 +643,7 @@ func (c *connection) attach(k *consumer, dest string, prefetch int) error {
 		c.mu.Unlock()
 		return fmt.Errorf("%w: consumer %d was closed while it was being created", transport.ErrUnknownSession, k.no)
 	}
-	a := newAttachment(c, k, name, prefetch)
+	a := newAttachment(c, k, name, group, prefetch)
 	k.member, k.att = name, a
 	c.mu.Unlock()
 	// Outside c.mu: the first link may push deliveries, which take it.

@@ -217,8 +217,14 @@ func TestBadInput_QueueSettingsAndUpdates(t *testing.T) {
 	wantErr(t, "65 members", err, client.ErrInvalidArgument)
 	_, err = a.UpdateQueue(ctx, "u", 0)
 	wantErr(t, "0 members", err, client.ErrInvalidArgument)
-	if q := showQueue(t, a, "u"); len(q.Members) != 1 || q.Members[0].Draining {
-		t.Fatalf("refused updates changed the queue: %+v", q.Members)
+	_, err = a.UpdateQueueWith(ctx, "u", client.QueueUpdate{Replicas: 2})
+	wantErr(t, "2 replicas on one node", err, client.ErrInvalidArgument)
+	_, err = a.UpdateQueueWith(ctx, "u", client.QueueUpdate{Replicas: -1})
+	wantErr(t, "-1 replicas", err, client.ErrInvalidArgument)
+	_, err = a.UpdateQueueWith(ctx, "nope", client.QueueUpdate{Replicas: 1})
+	wantErr(t, "replicas of an unknown queue", err, client.ErrUnknownDestination)
+	if q := showQueue(t, a, "u"); len(q.Members) != 1 || q.Members[0].Draining || q.Replicas != 1 {
+		t.Fatalf("refused updates changed the queue: %d replicas, %+v", q.Replicas, q.Members)
 	}
 	assertServes(t, n, "alive")
 }

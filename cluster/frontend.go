@@ -138,7 +138,7 @@ func (n *Node) createDestination(ctx context.Context, req *clientpb.CreateDestin
 	for attempt := 1; ; attempt++ {
 		d.Members = nil
 		for i := range members {
-			d.Members = append(d.Members, n.placeMember(uint32(i), nodes, offset+i, replicas))
+			d.Members = append(d.Members, n.placeMember(uint32(i), nodes, offset+i, replicas, false))
 		}
 		_, err := n.meta.apply(ctx, &fsmpb.CreateDestination{Destination: d})
 		if err == nil {
@@ -177,80 +177,114 @@ func forwardDelay(d *fsmpb.Destination) time.Duration {
 // shared group named after those replicas in that order (sharedGroupID),
 // unless the node gives each member a group of its own. Repair, spreading
 // and preferred hosts change a group's replicas after its birth: a group
-// of that name still on those nodes is joined as it now stands; one moved
-// to other nodes is not, and a group on exactly those replicas is joined
-// instead, or a new one named with a suffix.
-func (n *Node) placeMember(index uint32, nodes []string, first, replicas int) *fsmpb.MemberPlacement {
+// of that name still on those nodes is joined as it now stands (with
+// sameHost, only if it still prefers nodes[first]: a member renewed onto a
+// node must be hosted there); otherwise a group on exactly those replicas
+// is joined instead, or a new one named with a suffix.
+func (n *Node) placeMember(index uint32, nodes []string, first, replicas int, sameHost bool) *fsmpb.MemberPlacement {
 	p := &fsmpb.MemberPlacement{Index: index}
 	for j := range replicas {
 		p.Replicas = append(p.Replicas, nodes[(first+j)%len(nodes)])
 	}
 	p.Initial = slices.Clone(p.Replicas)
 	if !n.cfg.GroupPerMember {
-		p.Group = sharedGroupID(p.Replicas)
-		n.meta.read(func(m *fsm.Meta) {
-			q := m.Group(p.Group)
-			if q != nil && !sameNodes(q.Replicas, p.Replicas) {
-				if q = m.GroupOn(p.Replicas); q == nil {
-					p.Group += "." + newID(4)
-				}
-			}
-			if q != nil {
-				p.Group, p.Replicas, p.Initial = q.Group, slices.Clone(q.Replicas), slices.Clone(q.Initial)
-			}
-		})
+		n.meta.read(func(m *fsm.Meta) { joinSharedGroup(m, p, sameHost) })
 	}
 	return p
 }
 
-// updateDestination changes a destination's number of members. Growing
-// first takes back members still draining from an earlier shrink, then
-// adds new ones, each preferring the live node that is preferred host of
-// the fewest active members; the router sends to them at once. Shrinking
-// drains the highest members: they take no new sends or consumers, move
-// their messages to the others, and are removed once empty.
+// joinSharedGroup puts p, placed on its replicas, in a shared group as
+// placeMember says.
+func joinSharedGroup(m *fsm.Meta, p *fsmpb.MemberPlacement, sameHost bool) {
+	p.Group = sharedGroupID(p.Replicas)
+	q := m.Group(p.Group)
+	if q != nil && (!sameNodes(q.Replicas, p.Replicas) || sameHost && q.Replicas[0] != p.Replicas[0]) {
+		if q = m.GroupOn(p.Replicas); q == nil {
+			p.Group += "." + newID(4)
+		}
+	}
+	if q != nil {
+		p.Group, p.Replicas, p.Initial = q.Group, slices.Clone(q.Replicas), slices.Clone(q.Initial)
+	}
+}
+
+// updateDestination changes a destination's replication factor, then its
+// number of members. A new factor is carried out by the meta leader, which
+// renews the members one at a time (renewMembers). Growing first takes
+// back members still draining from an earlier shrink, then adds new ones,
+// each preferring the live node that is preferred host of the fewest
+// active members; the router sends to them at once. Shrinking drains the
+// highest members: they take no new sends or consumers, move their
+// messages to the others, and are removed once empty.
 func (n *Node) updateDestination(ctx context.Context, req *clientpb.UpdateDestinationRequest) (*fsmpb.Destination, error) {
 	d, ok := n.meta.destination(req.Name)
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", transport.ErrUnknownDestination, req.Name)
 	}
-	want := int(req.Members)
-	switch {
-	case want == 0:
-		return d, nil
-	case want > fsm.MaxMembers:
+	want, replicas := int(req.Members), int(d.Replicas)
+	if want > fsm.MaxMembers {
 		return nil, fmt.Errorf("%w: %d members; a destination has at most %d", transport.ErrInvalidArgument, want, fsm.MaxMembers)
 	}
+	var nodes []string
+	if want > len(d.Members) || req.Replicas > 0 && req.Replicas != d.Replicas {
+		nodes = n.placementNodes(ctx)
+	}
+	if req.Replicas > 0 && req.Replicas != d.Replicas {
+		replicas = int(req.Replicas)
+		if replicas > len(nodes) {
+			return nil, fmt.Errorf("%w: a replication factor of %d needs %d live nodes; the cluster has %d", transport.ErrInvalidArgument, replicas, replicas, len(nodes))
+		}
+		if _, err := n.meta.apply(ctx, &fsmpb.SetReplicas{Name: d.Name, Replicas: req.Replicas}); err != nil {
+			return nil, wireError(err)
+		}
+		n.log.Info("destination's replication factor changed; its members are renewed to it", "name", d.Name, "replicas", replicas)
+	}
+	if want > 0 {
+		if err := n.resizeDestination(ctx, d, want, replicas, nodes); err != nil {
+			return nil, err
+		}
+	}
+	// The commands were applied by the meta leader; answer with this
+	// node's view once it has applied them too.
+	for deadline := time.Now().Add(2 * time.Second); ; {
+		nd, ok := n.meta.destination(req.Name)
+		if !ok {
+			return nil, fmt.Errorf("%w: %q was deleted during the update", transport.ErrUnknownDestination, req.Name)
+		}
+		active := 0
+		for _, p := range nd.Members {
+			if !p.Draining || p.Renewing {
+				active++
+			}
+		}
+		if (want == 0 || active == want) && int(nd.Replicas) == replicas || !time.Now().Before(deadline) || ctx.Err() != nil {
+			return nd, nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// resizeDestination gives d want active members, new ones placed on
+// replicas of nodes.
+func (n *Node) resizeDestination(ctx context.Context, d *fsmpb.Destination, want, replicas int, nodes []string) error {
 	cmd := &fsmpb.ResizeDestination{Name: d.Name, Active: uint32(want)}
 	if add := want - len(d.Members); add > 0 {
-		nodes := n.placementNodes(ctx)
-		if len(nodes) < int(d.Replicas) {
-			return nil, fmt.Errorf("%w: new members need %d live nodes for their replicas; %d are alive", transport.ErrUnavailable, d.Replicas, len(nodes))
+		if len(nodes) < replicas {
+			return fmt.Errorf("%w: new members need %d live nodes for their replicas; %d are alive", transport.ErrUnavailable, replicas, len(nodes))
 		}
-		hosted := map[string]int{}
-		for _, p := range d.Members {
-			if !p.Draining {
-				hosted[p.Replicas[0]]++
-			}
-		}
+		grown := proto.Clone(d).(*fsmpb.Destination)
 		for i := range add {
-			first := 0
-			for j, node := range nodes {
-				if hosted[node] < hosted[nodes[first]] {
-					first = j
-				}
-			}
-			hosted[nodes[first]]++
-			p := n.placeMember(uint32(len(d.Members)+i), nodes, first, int(d.Replicas))
+			p := n.placeMember(uint32(len(d.Members)+i), nodes, leastHosting(grown, nodes), replicas, false)
 			p.Uid = newID(8)
 			cmd.Add = append(cmd.Add, p)
+			grown.Members = append(grown.Members, p)
 		}
 	}
 	if _, err := n.meta.apply(ctx, cmd); err != nil {
 		if len(cmd.Add) > 0 && errors.Is(err, fsm.ErrInvalidSettings) {
 			err = fmt.Errorf("%w (%s changed while this update was placed; run it again)", err, d.Name)
 		}
-		return nil, wireError(err)
+		return wireError(err)
 	}
 	n.groups.poke()
 	n.log.Info("destination resized", "name", d.Name, "members", want, "added", len(cmd.Add))
@@ -260,24 +294,7 @@ func (n *Node) updateDestination(ctx context.Context, req *clientpb.UpdateDestin
 			n.log.Warn("new member has no host yet", "member", name, "err", err)
 		}
 	}
-	// The command was applied by the meta leader; answer with this node's
-	// view once it has applied it too.
-	for deadline := time.Now().Add(2 * time.Second); ; {
-		nd, ok := n.meta.destination(req.Name)
-		active := 0
-		for _, p := range nd.GetMembers() {
-			if !p.Draining {
-				active++
-			}
-		}
-		if !ok {
-			return nil, fmt.Errorf("%w: %q was deleted during the update", transport.ErrUnknownDestination, req.Name)
-		}
-		if active == want || !time.Now().Before(deadline) || ctx.Err() != nil {
-			return nd, nil
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return nil
 }
 
 // Defaults and bounds of the poison-message, forwarding and dedup settings.
@@ -774,7 +791,7 @@ func (n *Node) destinationInfo(ctx context.Context, d *fsmpb.Destination) *clien
 		st := n.memberInfo(ctx, mi.Name)
 		mi.Host, mi.Pending, mi.Delivered, mi.Bytes, mi.Consumers = st.host, uint64(st.pending), uint64(st.delivered), st.bytes, uint32(st.consumers)
 		mi.HostAddr = n.clientAddrOf(st.host)
-		mi.Delayed, mi.Moving, mi.DeadLettered, mi.Draining = uint64(st.delayed), uint64(st.moving), uint64(st.deadLettered), p.Draining
+		mi.Delayed, mi.Moving, mi.DeadLettered, mi.Draining, mi.Renewing = uint64(st.delayed), uint64(st.moving), uint64(st.deadLettered), p.Draining, p.Renewing
 		mi.Prepared = uint64(st.prepared)
 		info.Pending += mi.Pending
 		info.Delivered += mi.Delivered

@@ -287,8 +287,8 @@ func (gs *groups) reconcile() {
 func (gs *groups) open(id string, p placed, nodes map[string]*fsmpb.Node) (*member.Replica, error) {
 	cfg := gs.n.replicaConfig()
 	cfg.Name = fsm.MemberName(p.dest.Name, p.place.Index)
-	cfg.Settings = memberSettings(p.dest)
-	cfg.Mover = mover{gs.n}
+	cfg.Settings, cfg.FirstDeliveryID = memberSettings(p.dest), p.place.FirstDeliveryId
+	cfg.Mover = mover{n: gs.n, group: id}
 	cfg.ForwardDelay = forwardDelay(p.dest)
 	// A new leader checks at once whether the preferred host should lead.
 	cfg.OnLeaderChange = func(leading bool) {

@@ -217,6 +217,9 @@ func (mg *metaGroup) run() {
 			if err := mg.placeReplicas(ctx); err != nil {
 				mg.n.log.Warn("placing replicas", "err", err)
 			}
+			if err := mg.renewMembers(ctx); err != nil {
+				mg.n.log.Warn("renewing members", "err", err)
+			}
 			cancel()
 		}
 	}

@@ -11,10 +11,14 @@ import (
 	"github.com/cairnmq/cairn/member"
 )
 
-// mover is the member.Mover of this node's replicas: it finds where a
-// member's dead and stranded messages go, and stores them there through
-// the router, wherever the target is hosted.
-type mover struct{ n *Node }
+// mover is the member.Mover of one of this node's replicas, of Raft group
+// group (groupID): it finds where the member's dead and stranded messages
+// go, and stores them there through the router, wherever the target is
+// hosted.
+type mover struct {
+	n     *Node
+	group string
+}
 
 // Target is, for dead messages, a member of the destination's dead-letter
 // queue (created on first use, whatever --no-auto-create says: an operator
@@ -52,19 +56,40 @@ func (m mover) Target(ctx context.Context, member string, dead bool) string {
 	return fsm.MemberName(name, uint32(i))
 }
 
-// Draining is true for a member that a resize is removing.
+// Draining is true for a member that a resize is removing or that is
+// renewed, and for one already renewed, whose replicas stay sealed until
+// they are destroyed: a send under its name goes to the new member.
 func (m mover) Draining(member string) bool {
 	name, idx, err := fsm.ParseAddress(member)
 	d, ok := m.n.meta.destination(name)
-	return err == nil && ok && idx >= 0 && idx < len(d.Members) && d.Members[idx].Draining
+	return err == nil && ok && idx >= 0 && idx < len(d.Members) && (d.Members[idx].Draining || m.renewed(d, idx))
 }
 
-// Drained removes an empty draining member, once it is the last one (the
-// members' names must stay NAME#0 to NAME#n-1).
-func (m mover) Drained(ctx context.Context, member string) {
+// renewed reports whether member idx of d is no longer the mover's: a
+// renewal placed a new member under its name.
+func (m mover) renewed(d *fsmpb.Destination, idx int) bool {
+	return groupID(d, uint32(idx)) != m.group
+}
+
+// Drained places an empty renewing member anew (finishRenewal), or
+// removes an empty draining member once it is the last one (the members'
+// names must stay NAME#0 to NAME#n-1).
+func (m mover) Drained(ctx context.Context, member string, nextDelivery uint64) {
 	name, idx, err := fsm.ParseAddress(member)
 	d, ok := m.n.meta.destination(name)
-	if err != nil || !ok || idx != len(d.Members)-1 {
+	if err != nil || !ok || idx < 0 || idx >= len(d.Members) {
+		return
+	}
+	if m.renewed(d, idx) {
+		return
+	}
+	if d.Members[idx].Renewing {
+		if err := m.n.finishRenewal(ctx, d, uint32(idx), nextDelivery); err != nil {
+			m.n.log.Warn("placing a renewed member failed; trying again", "member", member, "err", err)
+		}
+		return
+	}
+	if idx != len(d.Members)-1 {
 		return
 	}
 	if _, err := m.n.meta.apply(ctx, &fsmpb.RemoveMember{Name: name, Index: uint32(idx)}); err != nil {

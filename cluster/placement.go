@@ -30,19 +30,22 @@ type replicaMove struct {
 // placementScope is what a plan may change: with repair, members short of
 // replicas and where replicas and hosts are (off in the automatic rounds
 // with Config.NoAutoRebalance); up to spreadReplicas replicas onto nodes
-// that hold fewer; up to hostMoves hosts.
+// that hold fewer; up to hostMoves hosts; up to rehomes members renewed
+// onto nodes that host fewer.
 type placementScope struct {
-	repair                    bool
-	spreadReplicas, hostMoves int
+	repair                             bool
+	spreadReplicas, hostMoves, rehomes int
 }
 
 // placementPlan is what placement would change: members' replicas, then
-// preferred hosts. spread says the replica moves spread replicas (rather
-// than repair). degraded says why no host is planned to move: a registered
-// node is down or a member is short of replicas.
+// preferred hosts, then members renewed onto other hosts. spread says the
+// replica moves spread replicas (rather than repair). degraded says why no
+// host is planned to move: a registered node is down or a member is short
+// of replicas.
 type placementPlan struct {
 	replicas []replicaMove
 	hosts    []*fsmpb.PreferReplica
+	rehome   []*fsmpb.RenewMember
 	spread   bool
 	degraded bool
 }
@@ -63,7 +66,11 @@ type placementPlan struct {
 //   - with repair, while the cluster is whole and no replica moves, up to
 //     hostMoves groups whose preferred host has more members to host than
 //     another replica's node make that one their preferred host
-//     (spreadHosts), planned the same way.
+//     (spreadHosts), planned the same way;
+//   - with repair, when no group's host can move so, up to rehomes members
+//     are renewed onto the node that hosts the fewest (rehomes): a group
+//     is hosted whole, so a node that joined hosts members of earlier
+//     destinations only once they leave the groups they were born in.
 func planPlacement(m *fsm.Meta, alive, canLead map[string]bool, scope placementScope) placementPlan {
 	var plan placementPlan
 	load := map[string]int{}
@@ -124,7 +131,7 @@ func planPlacement(m *fsm.Meta, alive, canLead map[string]bool, scope placementS
 					whole = false
 				}
 			}
-			if uint32(len(p.Replicas)) < d.Replicas {
+			if len(p.Replicas) < fsm.Wanted(d, p) {
 				whole = false
 				if node := free(p); node != "" && len(mv) == 0 && scope.repair {
 					mv = append(mv, replicaMove{dest: d.Name, index: p.Index, to: node})
@@ -154,6 +161,9 @@ func planPlacement(m *fsm.Meta, alive, canLead map[string]bool, scope placementS
 		}
 		plan.hosts = append(plan.hosts, prefer)
 	}
+	if len(plan.hosts) == 0 {
+		plan.rehome = rehomes(m, candidates, canLead, scope.rehomes)
+	}
 	return plan
 }
 
@@ -174,7 +184,7 @@ func (mg *metaGroup) placeReplicas(ctx context.Context) error {
 		at = placementRound{applied: m.Applied(), alive: strings.Join(slices.Sorted(maps.Keys(alive)), ","),
 			canLead: fmt.Sprint(canLead)} // fmt prints a map's keys in order
 		if at != mg.placedAt {
-			plan = planPlacement(m, alive, canLead, placementScope{repair: auto, spreadReplicas: 1, hostMoves: 1})
+			plan = planPlacement(m, alive, canLead, placementScope{repair: auto, spreadReplicas: 1, hostMoves: 1, rehomes: 1})
 		}
 	})
 	if at == mg.placedAt {
@@ -224,6 +234,14 @@ func (n *Node) applyPlan(ctx context.Context, plan placementPlan) (int, error) {
 			return done, fmt.Errorf("moving %s's preferred host to %s: %w", name, p.Node, err)
 		}
 		n.log.Info("hosts spread: a group's preferred host moved", "member", name, "node", p.Node)
+		done++
+	}
+	for _, r := range plan.rehome {
+		name := fsm.MemberName(r.Name, r.Index)
+		if _, err := n.meta.apply(ctx, r); err != nil {
+			return done, fmt.Errorf("renewing %s onto %s: %w", name, r.On, err)
+		}
+		n.log.Info("hosts spread: a member is renewed onto a node that hosts fewer", "member", name, "node", r.On)
 		done++
 	}
 	return done, nil
@@ -373,9 +391,10 @@ func (n *Node) rebalance(ctx context.Context, apply bool) (*clientpb.RebalanceRe
 	alive, canLead := n.aliveNodes(), n.nodesThatCanLead()
 	var plan placementPlan
 	n.meta.read(func(m *fsm.Meta) {
-		plan = planPlacement(m, alive, canLead, placementScope{repair: true, spreadReplicas: math.MaxInt, hostMoves: math.MaxInt})
+		plan = planPlacement(m, alive, canLead, placementScope{repair: true, spreadReplicas: math.MaxInt, hostMoves: math.MaxInt, rehomes: math.MaxInt})
 	})
 	resp := &clientpb.RebalanceResponse{Degraded: plan.degraded}
+
 	for _, mv := range plan.replicas {
 		action := "move-replica"
 		switch {
@@ -388,6 +407,10 @@ func (n *Node) rebalance(ctx context.Context, apply bool) (*clientpb.RebalanceRe
 	}
 	for _, p := range plan.hosts {
 		resp.Moves = append(resp.Moves, &clientpb.PlacementMove{Member: fsm.MemberName(p.Destination, p.Member), Action: "prefer-host", To: p.Node})
+	}
+	for _, r := range plan.rehome {
+		name := fsm.MemberName(r.Name, r.Index)
+		resp.Moves = append(resp.Moves, &clientpb.PlacementMove{Member: name, Action: "renew-member", From: n.groups.preferred(name), To: r.On})
 	}
 	if !apply || len(resp.Moves) == 0 {
 		return resp, nil

@@ -86,11 +86,12 @@ func (n *Node) clusterStatus(ctx context.Context) *clientpb.ClusterStatusRespons
 						live++
 					}
 				}
-				if uint32(live) < d.Replicas {
+				if live < fsm.Wanted(d, p) {
 					resp.UnderReplicated++
 				}
 				catchingUp := slices.ContainsFunc(g.Replicas, func(r *clientpb.ReplicaStatus) bool { return r.CatchingUp })
-				if catchingUp || g.Leader != "" && g.Leader != p.Replicas[0] && alive[p.Replicas[0]] {
+				renewing := p.Renewing || fsm.NeedsRenewal(d, p)
+				if renewing || catchingUp || g.Leader != "" && g.Leader != p.Replicas[0] && alive[p.Replicas[0]] {
 					resp.Moving++
 				}
 			}

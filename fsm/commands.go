@@ -26,8 +26,10 @@ import (
 //   - 4: one of a group shared by several members, whose commands name
 //     their member (an older build would apply them all to one member), or
 //     one that places members in shared groups (an older build would give
-//     each a group of its own).
-const EntryVersion = 4
+//     each a group of its own);
+//   - 5: one with a Configure that sets where delivery ids start (an older
+//     build would number a renewed member's deliveries from 1).
+const EntryVersion = 5
 
 // Encode wraps typed command bodies into one log entry.
 func Encode(cmds ...*fsmpb.Command) ([]byte, error) {
@@ -37,6 +39,11 @@ func Encode(cmds ...*fsmpb.Command) ([]byte, error) {
 // entryVersionOf is the oldest entry version that carries cmds.
 func entryVersionOf(cmds []*fsmpb.Command) uint32 {
 	v := uint32(1)
+	for _, c := range cmds {
+		if c.Type == fsmpb.CommandType_COMMAND_TYPE_CONFIGURE && hasField(c.Payload, configureFirstDeliveryField) {
+			return 5
+		}
+	}
 	for _, c := range cmds {
 		if c.Member != "" || isGroupCommand(c.Type) || placesInSharedGroup(c) {
 			return 4
@@ -71,14 +78,21 @@ func placesInSharedGroup(c *fsmpb.Command) bool {
 			return false
 		}
 		members = b.Add
+	case fsmpb.CommandType_COMMAND_TYPE_RENEW_MEMBER:
+		var b fsmpb.RenewMember
+		if proto.Unmarshal(c.Payload, &b) != nil || b.Placement == nil {
+			return false
+		}
+		members = []*fsmpb.MemberPlacement{b.Placement}
 	}
 	return slices.ContainsFunc(members, func(p *fsmpb.MemberPlacement) bool { return p.Group != "" })
 }
 
 // The fields whose presence raises an entry's version.
 const (
-	recoverAttemptField = 3 // Recover.attempt
-	returnUnseenField   = 4 // Return.unseen
+	recoverAttemptField         = 3 // Recover.attempt
+	returnUnseenField           = 4 // Return.unseen
+	configureFirstDeliveryField = 2 // Configure.first_delivery_id
 )
 
 // hasField reports whether the encoded message b sets field num (proto3
@@ -183,6 +197,10 @@ func commandTypeOf(body proto.Message) (fsmpb.CommandType, bool) {
 		return fsmpb.CommandType_COMMAND_TYPE_RESIZE_DESTINATION, true
 	case *fsmpb.RemoveMember:
 		return fsmpb.CommandType_COMMAND_TYPE_REMOVE_MEMBER, true
+	case *fsmpb.SetReplicas:
+		return fsmpb.CommandType_COMMAND_TYPE_SET_REPLICAS, true
+	case *fsmpb.RenewMember:
+		return fsmpb.CommandType_COMMAND_TYPE_RENEW_MEMBER, true
 	}
 	return 0, false
 }

@@ -583,6 +583,7 @@ func (m *Member) configure(c *fsmpb.Configure) Result {
 	}
 	m.settings = st
 	m.dedup.trim(int(st.DedupMaxIds))
+	m.nextDelivery = max(m.nextDelivery, c.FirstDeliveryId)
 	return Result{}
 }
 
@@ -652,5 +653,5 @@ func (m *Member) wake(c *fsmpb.Wake) Result {
 
 func (m *Member) seal(c *fsmpb.Seal) Result {
 	m.sealed = c.Sealed
-	return Result{Held: m.records.live}
+	return Result{Held: m.records.live, Watermark: m.nextDelivery}
 }

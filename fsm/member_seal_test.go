@@ -50,3 +50,27 @@ func TestMove_RetargetChangesOnlyMovingMessages(t *testing.T) {
 	}
 	checkCounts(t, f.m)
 }
+
+// A renewed member numbers its deliveries on from the member it replaces:
+// Seal reports where that one got to, Configure sets where the new one
+// starts (never lower), and a snapshot keeps it.
+func TestConfigure_FirstDeliveryIDContinuesTheNumbering(t *testing.T) {
+	old := newMember(t)
+	old.ok(&fsmpb.OpenSession{Session: "s", Owner: "fe"})
+	old.enqueue(0, msg("a"), msg("b"))
+	old.deliver("s", 0, "a", "b")
+	next := old.ok(&fsmpb.Seal{Sealed: true}).Watermark
+	if next != 3 {
+		t.Fatalf("seal after two deliveries: watermark %d; want 3", next)
+	}
+
+	f := newMember(t)
+	f.ok(&fsmpb.Configure{Settings: fsm.DefaultSettings(), FirstDeliveryId: next})
+	f.ok(&fsmpb.Configure{Settings: fsm.DefaultSettings(), FirstDeliveryId: 1})
+	f = &member{t: t, m: restore(t, snapshotBytes(t, f.m)), idx: f.idx}
+	f.ok(&fsmpb.OpenSession{Session: "s", Owner: "fe"})
+	f.enqueue(0, msg("c"))
+	if ds := f.deliver("s", 0, "c"); len(ds) != 1 || ds[0].DeliveryID != next {
+		t.Fatalf("first delivery of the renewed member: %+v; want id %d", ds, next)
+	}
+}

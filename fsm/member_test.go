@@ -1047,6 +1047,8 @@ func TestEncode_WritesTheOldestVersionThatCarriesTheEntry(t *testing.T) {
 		{"a return", []proto.Message{&fsmpb.Return{Session: "s", DeliveryIds: []uint64{1}}}, 1},
 		{"an unseen return", []proto.Message{&fsmpb.Return{Session: "s", DeliveryIds: []uint64{1}, Unseen: true}}, 3},
 		{"an attempt and an unseen return", []proto.Message{&fsmpb.Recover{Session: "s", Attempt: 1}, &fsmpb.Return{Session: "s", Unseen: true}}, 3},
+		{"a configure", []proto.Message{&fsmpb.Configure{Settings: fsm.DefaultSettings()}}, 1},
+		{"a configure with a first delivery id", []proto.Message{&fsmpb.Configure{Settings: fsm.DefaultSettings(), FirstDeliveryId: 9}}, 5},
 	} {
 		e, err := fsm.Decode(entry(t, c.cmds...))
 		if err != nil || e.GetVersion() != c.want {

@@ -53,6 +53,8 @@ var metaHandlers = func() map[fsmpb.CommandType]handler[*Meta] {
 	on(t, fsmpb.CommandType_COMMAND_TYPE_DECOMMISSION_NODE, func() *fsmpb.DecommissionNode { return new(fsmpb.DecommissionNode) }, (*Meta).decommissionNode)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_RESIZE_DESTINATION, func() *fsmpb.ResizeDestination { return new(fsmpb.ResizeDestination) }, (*Meta).resizeDestination)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_REMOVE_MEMBER, func() *fsmpb.RemoveMember { return new(fsmpb.RemoveMember) }, (*Meta).removeMember)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_SET_REPLICAS, func() *fsmpb.SetReplicas { return new(fsmpb.SetReplicas) }, (*Meta).setReplicas)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_RENEW_MEMBER, func() *fsmpb.RenewMember { return new(fsmpb.RenewMember) }, (*Meta).renewMember)
 	return t
 }()
 
@@ -72,8 +74,18 @@ func (m *Meta) Apply(index uint64, data []byte) ([]Result, error) {
 // Applied is the index of the last entry applied.
 func (m *Meta) Applied() uint64 { return m.applied }
 
-// ValidateDestination checks a destination definition.
+// ValidateDestination checks a new destination's definition: every member
+// placed with its replication factor.
 func ValidateDestination(d *fsmpb.Destination) error {
+	if err := validateDestination(d); err != nil {
+		return err
+	}
+	return replicaCount(d, d.Members)
+}
+
+// validateDestination checks a destination's definition, whose members
+// may be placed with an earlier replication factor (SetReplicas).
+func validateDestination(d *fsmpb.Destination) error {
 	if d == nil {
 		return fmt.Errorf("%w: missing destination", ErrMalformed)
 	}
@@ -94,8 +106,8 @@ func ValidateDestination(d *fsmpb.Destination) error {
 		if p.Index != uint32(i) {
 			return fmt.Errorf("%w: member %d has index %d", ErrInvalidSettings, i, p.Index)
 		}
-		if len(p.Replicas) != int(d.Replicas) {
-			return fmt.Errorf("%w: member %d has %d replicas, the destination asks for %d", ErrInvalidSettings, i, len(p.Replicas), d.Replicas)
+		if len(p.Replicas) == 0 {
+			return fmt.Errorf("%w: member %d has no replica", ErrInvalidSettings, i)
 		}
 		for j, id := range p.Replicas {
 			if id == "" || slices.Contains(p.Replicas[:j], id) {
@@ -137,13 +149,29 @@ func (m *Meta) resizeDestination(c *fsmpb.ResizeDestination) Result {
 	}
 	nd := proto.Clone(d).(*fsmpb.Destination)
 	nd.Members = append(nd.Members, c.Add...)
+	nd.Spare = c.Spare
 	if c.Active == 0 || int(c.Active) > len(nd.Members) {
 		return Result{Err: fmt.Errorf("%w: %d active members of %d", ErrInvalidSettings, c.Active, len(nd.Members))}
 	}
+	// A renewing member below active stays draining; one from active on
+	// drains to be removed rather than renewed.
+	active := 0
 	for i, p := range nd.Members {
-		p.Draining = uint32(i) >= c.Active
+		if p.Renewing = p.Renewing && uint32(i) < c.Active; !p.Renewing {
+			p.RenewOn = ""
+		}
+		p.Draining = uint32(i) >= c.Active || p.Renewing
+		if !p.Draining {
+			active++
+		}
 	}
-	if err := ValidateDestination(nd); err != nil {
+	if active == 0 {
+		return Result{Err: fmt.Errorf("%w: %s would have no active member while one is renewed; try again once it is", ErrInvalidSettings, c.Name)}
+	}
+	if err := validateDestination(nd); err != nil {
+		return Result{Err: err}
+	}
+	if err := replicaCount(nd, c.Add); err != nil {
 		return Result{Err: err}
 	}
 	if err := m.checkGroups(c.Add); err != nil {

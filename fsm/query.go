@@ -99,6 +99,9 @@ func (m *Member) AsideMessages(limit int) []Aside {
 // Settings returns the member's replicated settings; callers must not modify them.
 func (m *Member) Settings() *fsmpb.MemberSettings { return m.settings }
 
+// NextDeliveryID is the id the member's next delivery gets.
+func (m *Member) NextDeliveryID() uint64 { return m.nextDelivery }
+
 // ScanPending calls fn with the ids of pending messages in delivery order
 // (highest priority first, then arrival), skipping those expired at now,
 // until fn returns false. The id is lent: it is valid only until fn

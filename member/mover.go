@@ -29,8 +29,9 @@ type Mover interface {
 	// Draining tells whether member is being removed from its destination:
 	// it seals itself and moves all its pending messages at once.
 	Draining(member string) bool
-	// Drained is called once a sealed, draining member holds nothing.
-	Drained(ctx context.Context, member string)
+	// Drained is called once a sealed, draining member holds nothing;
+	// nextDelivery is the id its next delivery would have had.
+	Drained(ctx context.Context, member string, nextDelivery uint64)
 }
 
 // ErrTargetGone: a move's target takes no more messages (it drains, or no
@@ -154,7 +155,7 @@ func (r *Replica) moveOnce(strandedSince time.Time) time.Time {
 		// everything before it, says what the sealed member really holds.
 		res, err := r.proposeResult(ctx, &fsmpb.Seal{Sealed: true})
 		if err == nil && res.Held == 0 {
-			r.cfg.Mover.Drained(ctx, r.cfg.Name)
+			r.cfg.Mover.Drained(ctx, r.cfg.Name, res.Watermark)
 		}
 	}
 	return strandedSince

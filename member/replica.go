@@ -51,6 +51,10 @@ type Config struct {
 	// Settings are the limits the member should have; its leader proposes
 	// them when the replicated ones differ.
 	Settings *fsmpb.MemberSettings
+	// FirstDeliveryID is where the member numbers its deliveries from at
+	// least (a renewed member's, fsmpb.Configure); its leader proposes it
+	// with the settings while the member numbers below it.
+	FirstDeliveryID uint64
 	// OwnerLive reports whether the front-end incarnation that owns a
 	// session is alive; a new leader releases the sessions of dead ones.
 	OwnerLive func(owner string) bool
@@ -404,9 +408,10 @@ func (r *Replica) prepareLeadership() error {
 		}
 	}
 	var current *fsmpb.MemberSettings
-	r.host.fsm.read(r.key, func(m *fsm.Member) { current = m.Settings() })
-	if !proto.Equal(current, r.cfg.Settings) {
-		if err := r.propose(ctx, &fsmpb.Configure{Settings: r.cfg.Settings}); err != nil {
+	var next uint64
+	r.host.fsm.read(r.key, func(m *fsm.Member) { current, next = m.Settings(), m.NextDeliveryID() })
+	if !proto.Equal(current, r.cfg.Settings) || next < r.cfg.FirstDeliveryID {
+		if err := r.propose(ctx, &fsmpb.Configure{Settings: r.cfg.Settings, FirstDeliveryId: r.cfg.FirstDeliveryID}); err != nil {
 			return fmt.Errorf("configure: %w", err)
 		}
 	}

@@ -20,7 +20,7 @@ func checkQueueJSON(t *testing.T, what string, q map[string]any) (pending, deliv
 		if !ok {
 			t.Fatalf("%s: member %d is not an object: %v", what, i, m)
 		}
-		requireFields(t, fmt.Sprintf("%s member %d", what, i), mo, "name:string", "host:string", "pending:number", "delivered:number", "consumers:number")
+		requireFields(t, fmt.Sprintf("%s member %d", what, i), mo, "name:string", "host:string", "pending:number", "delivered:number", "consumers:number", "draining:bool", "renewing:bool")
 		members = append(members, mo)
 	}
 	pending, _ = q["pending"].(float64)
@@ -85,6 +85,9 @@ func TestCLITour(t *testing.T) {
 
 	if r := s.ok("queue", "create", "orders"); !strings.Contains(r.stdout, "created queue orders") {
 		t.Errorf("queue create orders printed %q", r.stdout)
+	}
+	if r := s.ok("queue", "update", "orders", "--replicas", "1"); !strings.Contains(r.stdout, "updated queue orders: 1 member, 1 replica each") {
+		t.Errorf("queue update orders --replicas 1 printed %q", r.stdout)
 	}
 
 	// Three messages, one JSON line each.
@@ -266,6 +269,9 @@ func TestCLIErrors(t *testing.T) {
 		{"unknown command", []string{"bogus"}, "bogus"},
 		{"unknown flag", []string{"queue", "list", "--frobnicate"}, "frobnicate"},
 		{"missing argument", []string{"queue", "show"}, ""},
+		{"update without a change", []string{"queue", "update", "orders"}, "--replicas"},
+		{"update to 0 replicas", []string{"queue", "update", "orders", "--replicas", "0"}, "at least 1"},
+		{"more replicas than nodes", []string{"queue", "update", "orders", "--replicas", "3"}, "live nodes"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			line, _ := mustFail(t, nil, append([]string{"--server", s.addrs.client}, c.args...)...)

@@ -80,43 +80,61 @@ Stranded messages: a member whose pending messages have had no consumer for
 }
 
 func queueUpdateCmd() *cobra.Command {
-	var members int
+	var u client.QueueUpdate
 	cmd := &cobra.Command{
-		Use:   "update NAME --members N",
-		Short: "Change a queue's number of members",
-		Long: `Change a queue's number of members. New members are placed on the live
-nodes that host the fewest and take sends at once. When N is lower, the
-highest members drain: they take no new sends or consumers, move their
-messages to the other members (keeping redelivered marks and delivery
-counts), and are removed once empty; queue show lists them as draining
-until then. Consumers still pinned to a removed member are ended and must
-be opened again.`,
+		Use:   "update NAME [--members N] [--replicas R]",
+		Short: "Change a queue's number of members or replication factor",
+		Long: `Change a queue's number of members or replication factor.
+
+--members: new members are placed on the live nodes that host the fewest
+and take sends at once. When N is lower, the highest members drain: they
+take no new sends or consumers, move their messages to the other members
+(keeping redelivered marks and delivery counts), and are removed once
+empty; queue show lists them as draining until then. Consumers still
+pinned to a removed member are ended and must be opened again.
+
+--replicas: the members are renewed one at a time. Each drains its
+messages into the others the same way, then is placed anew, empty, with R
+replicas under the same name; its consumers carry on there. queue show
+lists it as renewing meanwhile. A queue of one member gets a spare member
+for the time of its renewal.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if !cmd.Flags().Changed("members") {
-				return fmt.Errorf("nothing to update: give --members N")
+			if !cmd.Flags().Changed("members") && !cmd.Flags().Changed("replicas") {
+				return fmt.Errorf("nothing to update: give --members N or --replicas R")
+			}
+			if cmd.Flags().Changed("members") && u.Members < 1 || cmd.Flags().Changed("replicas") && u.Replicas < 1 {
+				return fmt.Errorf("%w: --members and --replicas are at least 1", client.ErrInvalidArgument)
 			}
 			return withAdmin(cmd, func(ctx context.Context, a *client.Admin) error {
-				info, err := a.UpdateQueue(ctx, args[0], members)
+				info, err := a.UpdateQueueWith(ctx, args[0], u)
 				if err != nil {
 					return err
 				}
-				draining := 0
+				draining, renewing := 0, 0
 				for _, m := range info.Members {
-					if m.Draining {
+					switch {
+					case m.Renewing:
+						renewing++
+					case m.Draining:
 						draining++
 					}
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "updated queue %s: %s", info.Name, plural(len(info.Members)-draining, "member"))
+				out := cmd.OutOrStdout()
+				fmt.Fprintf(out, "updated queue %s: %s, %s each", info.Name, plural(len(info.Members)-draining, "member"), plural(info.Replicas, "replica"))
 				if draining > 0 {
-					fmt.Fprintf(cmd.OutOrStdout(), ", %d draining", draining)
+					fmt.Fprintf(out, ", %d draining", draining)
 				}
-				fmt.Fprintln(cmd.OutOrStdout())
+				if renewing > 0 {
+					fmt.Fprintf(out, ", %d renewing", renewing)
+				}
+				fmt.Fprintln(out)
 				return nil
 			})
 		},
 	}
-	cmd.Flags().IntVar(&members, "members", 0, "number of members wanted")
+	cmd.Flags().IntVar(&u.Members, "members", 0, "number of members wanted")
+	cmd.Flags().IntVar(&u.Replicas, "replicas", 0, "replication factor wanted (members are renewed one at a time)")
 	return cmd
 }
 
@@ -151,7 +169,10 @@ member with the member's host node and its consumers.`,
 				t := newTable(w, "MEMBER", "HOST", "PENDING", "DELIVERED", "DELAYED", "MOVING", "DEAD-LETTERED", "PREPARED", "CONSUMERS")
 				for _, m := range info.Members {
 					name := m.Name
-					if m.Draining {
+					switch {
+					case m.Renewing:
+						name += " (renewing)"
+					case m.Draining:
 						name += " (draining)"
 					}
 					t.row(name, orDash(m.Host), m.Pending, m.Delivered, m.Delayed, m.Moving, m.DeadLettered, m.Prepared, m.Consumers)

@@ -84,17 +84,18 @@ func rebalanceCmd() *cobra.Command {
 		Short: "Repair members short of replicas and spread hosts over the nodes now",
 		Long: `Plan the moves that give each member short of replicas one on a live node
 that holds none of it, re-place replicas of removed nodes, move replicas
-onto nodes that hold fewer (a node that joined), and make other replicas
-the preferred hosts of groups until every live node hosts about as many
-members; then make them (with --dry-run, only show them).
+onto nodes that hold fewer (a node that joined), make other replicas the
+preferred hosts of groups, and renew members onto nodes that host fewer
+(renew-member: the member drains into the queue's others and is placed
+anew, empty, under the same name), until every live node hosts about as
+many members; then make them (with --dry-run, only show them).
 
-The cluster repairs and spreads hosts by itself, one group every 10 s,
-unless its nodes run with --auto-rebalance=false; it moves replicas onto a
-node that joined only when asked here. Rebalance makes every move at once,
-whatever that setting. A new replica votes, and can become a host, once it
-has caught up: run rebalance again after replicas moved to spread the
-hosts onto them. Nothing moves but repairs while a node is down or a
-member is short of replicas.`,
+The cluster does all of this by itself, one group every 10 s and one
+renewal at a time, unless its nodes run with --auto-rebalance=false.
+Rebalance makes every move at once, whatever that setting. A new replica
+votes, and can become a host, once it has caught up: run rebalance again
+after replicas moved to spread the hosts onto them. Nothing moves but
+repairs while a node is down or a member is short of replicas.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withAdmin(cmd, func(ctx context.Context, a *client.Admin) error {

@@ -69,6 +69,10 @@ const (
 	// A meta command: a replica that came back empty has caught up again.
 	CommandType_COMMAND_TYPE_REPLICA_CAUGHT_UP CommandType = 28
 	CommandType_COMMAND_TYPE_DECOMMISSION_NODE CommandType = 29
+	// Meta commands: a destination's replication factor changes, and its
+	// members are renewed one at a time to match it.
+	CommandType_COMMAND_TYPE_SET_REPLICAS CommandType = 30
+	CommandType_COMMAND_TYPE_RENEW_MEMBER CommandType = 31
 )
 
 // Enum value maps for CommandType.
@@ -104,6 +108,8 @@ var (
 		27: "COMMAND_TYPE_PREFER_REPLICA",
 		28: "COMMAND_TYPE_REPLICA_CAUGHT_UP",
 		29: "COMMAND_TYPE_DECOMMISSION_NODE",
+		30: "COMMAND_TYPE_SET_REPLICAS",
+		31: "COMMAND_TYPE_RENEW_MEMBER",
 	}
 	CommandType_value = map[string]int32{
 		"COMMAND_TYPE_UNKNOWN":            0,
@@ -136,6 +142,8 @@ var (
 		"COMMAND_TYPE_PREFER_REPLICA":     27,
 		"COMMAND_TYPE_REPLICA_CAUGHT_UP":  28,
 		"COMMAND_TYPE_DECOMMISSION_NODE":  29,
+		"COMMAND_TYPE_SET_REPLICAS":       30,
+		"COMMAND_TYPE_RENEW_MEMBER":       31,
 	}
 )
 
@@ -1259,10 +1267,14 @@ func (x *OpenSession) GetOwner() string {
 // Configure sets the member's limits; they are replicated so that every
 // replica enforces the same ones.
 type Configure struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Settings      *MemberSettings        `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Settings *MemberSettings        `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
+	// first_delivery_id: the member numbers its deliveries from here on at
+	// least. A member renewed under the name of another numbers on from
+	// it: its sessions' clients ignore deliveries below a recover's mark.
+	FirstDeliveryId uint64 `protobuf:"varint,2,opt,name=first_delivery_id,json=firstDeliveryId,proto3" json:"first_delivery_id,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Configure) Reset() {
@@ -1300,6 +1312,13 @@ func (x *Configure) GetSettings() *MemberSettings {
 		return x.Settings
 	}
 	return nil
+}
+
+func (x *Configure) GetFirstDeliveryId() uint64 {
+	if x != nil {
+		return x.FirstDeliveryId
+	}
+	return 0
 }
 
 type MemberSettings struct {
@@ -1424,7 +1443,17 @@ type MemberPlacement struct {
 	// group names the Raft group the member shares with the other members
 	// of the same group, of any destination ("": a group of its own). Every
 	// member of a group has the same replicas, changed together.
-	Group         string `protobuf:"bytes,6,opt,name=group,proto3" json:"group,omitempty"`
+	Group string `protobuf:"bytes,6,opt,name=group,proto3" json:"group,omitempty"`
+	// renewing: the member drains (draining is set too) to be replaced,
+	// under the same index, by an empty member placed with its destination's
+	// replication factor (RenewMember).
+	Renewing bool `protobuf:"varint,7,opt,name=renewing,proto3" json:"renewing,omitempty"`
+	// first_delivery_id: where a renewed member numbers its deliveries from
+	// (Configure.first_delivery_id).
+	FirstDeliveryId uint64 `protobuf:"varint,8,opt,name=first_delivery_id,json=firstDeliveryId,proto3" json:"first_delivery_id,omitempty"`
+	// renew_on: the node a renewing member is placed anew to prefer as its
+	// host ("": the one it prefers now).
+	RenewOn       string `protobuf:"bytes,9,opt,name=renew_on,json=renewOn,proto3" json:"renew_on,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1501,6 +1530,27 @@ func (x *MemberPlacement) GetGroup() string {
 	return ""
 }
 
+func (x *MemberPlacement) GetRenewing() bool {
+	if x != nil {
+		return x.Renewing
+	}
+	return false
+}
+
+func (x *MemberPlacement) GetFirstDeliveryId() uint64 {
+	if x != nil {
+		return x.FirstDeliveryId
+	}
+	return 0
+}
+
+func (x *MemberPlacement) GetRenewOn() string {
+	if x != nil {
+		return x.RenewOn
+	}
+	return ""
+}
+
 type Destination struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1530,6 +1580,10 @@ type Destination struct {
 	// the defaults (2 minutes, 100 000 ids).
 	DedupWindowNs int64  `protobuf:"varint,15,opt,name=dedup_window_ns,json=dedupWindowNs,proto3" json:"dedup_window_ns,omitempty"`
 	DedupMaxIds   uint32 `protobuf:"varint,16,opt,name=dedup_max_ids,json=dedupMaxIds,proto3" json:"dedup_max_ids,omitempty"`
+	// spare: the last member was added to take the messages of the only
+	// other one while it is renewed; it drains away once no member is left
+	// to renew.
+	Spare         bool `protobuf:"varint,17,opt,name=spare,proto3" json:"spare,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1676,6 +1730,13 @@ func (x *Destination) GetDedupMaxIds() uint32 {
 	return 0
 }
 
+func (x *Destination) GetSpare() bool {
+	if x != nil {
+		return x.Spare
+	}
+	return false
+}
+
 type CreateDestination struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Destination   *Destination           `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
@@ -1768,10 +1829,13 @@ func (x *DeleteDestination) GetName() string {
 // and then makes the members below active take sends and consumers and
 // those from active on drain.
 type ResizeDestination struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Add           []*MemberPlacement     `protobuf:"bytes,2,rep,name=add,proto3" json:"add,omitempty"`
-	Active        uint32                 `protobuf:"varint,3,opt,name=active,proto3" json:"active,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Add    []*MemberPlacement     `protobuf:"bytes,2,rep,name=add,proto3" json:"add,omitempty"`
+	Active uint32                 `protobuf:"varint,3,opt,name=active,proto3" json:"active,omitempty"`
+	// spare marks the added member as Destination.spare (and clears the mark
+	// when false).
+	Spare         bool `protobuf:"varint,4,opt,name=spare,proto3" json:"spare,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1827,6 +1891,142 @@ func (x *ResizeDestination) GetActive() uint32 {
 	return 0
 }
 
+func (x *ResizeDestination) GetSpare() bool {
+	if x != nil {
+		return x.Spare
+	}
+	return false
+}
+
+// SetReplicas changes a destination's replication factor. Members placed
+// with another one are renewed to match it (RenewMember), one at a time.
+type SetReplicas struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Replicas      uint32                 `protobuf:"varint,2,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetReplicas) Reset() {
+	*x = SetReplicas{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetReplicas) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetReplicas) ProtoMessage() {}
+
+func (x *SetReplicas) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetReplicas.ProtoReflect.Descriptor instead.
+func (*SetReplicas) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *SetReplicas) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetReplicas) GetReplicas() uint32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return 0
+}
+
+// RenewMember without a placement starts renewing an active member: it
+// drains into the destination's other active members. With one, it ends
+// the renewal of a drained member: the placement, an empty member with a
+// new uid and the destination's replication factor, takes its index.
+type RenewMember struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Name      string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Index     uint32                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	Placement *MemberPlacement       `protobuf:"bytes,3,opt,name=placement,proto3" json:"placement,omitempty"`
+	// on, when starting: the node the member is placed anew to prefer as
+	// its host (MemberPlacement.renew_on), to spread hosts over nodes that
+	// joined.
+	On            string `protobuf:"bytes,4,opt,name=on,proto3" json:"on,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewMember) Reset() {
+	*x = RenewMember{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewMember) ProtoMessage() {}
+
+func (x *RenewMember) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewMember.ProtoReflect.Descriptor instead.
+func (*RenewMember) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *RenewMember) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RenewMember) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *RenewMember) GetPlacement() *MemberPlacement {
+	if x != nil {
+		return x.Placement
+	}
+	return nil
+}
+
+func (x *RenewMember) GetOn() string {
+	if x != nil {
+		return x.On
+	}
+	return ""
+}
+
 // RemoveMember removes a destination's last member, which must be draining
 // (and, as its host checked, empty).
 type RemoveMember struct {
@@ -1839,7 +2039,7 @@ type RemoveMember struct {
 
 func (x *RemoveMember) Reset() {
 	*x = RemoveMember{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1851,7 +2051,7 @@ func (x *RemoveMember) String() string {
 func (*RemoveMember) ProtoMessage() {}
 
 func (x *RemoveMember) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1864,7 +2064,7 @@ func (x *RemoveMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMember.ProtoReflect.Descriptor instead.
 func (*RemoveMember) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RemoveMember) GetName() string {
@@ -1899,7 +2099,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1911,7 +2111,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1924,7 +2124,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Node) GetId() string {
@@ -1988,7 +2188,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2000,7 +2200,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2013,7 +2213,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RegisterNode) GetNode() *Node {
@@ -2034,7 +2234,7 @@ type RemoveNode struct {
 
 func (x *RemoveNode) Reset() {
 	*x = RemoveNode{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2046,7 +2246,7 @@ func (x *RemoveNode) String() string {
 func (*RemoveNode) ProtoMessage() {}
 
 func (x *RemoveNode) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2059,7 +2259,7 @@ func (x *RemoveNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNode.ProtoReflect.Descriptor instead.
 func (*RemoveNode) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RemoveNode) GetId() string {
@@ -2081,7 +2281,7 @@ type DecommissionNode struct {
 
 func (x *DecommissionNode) Reset() {
 	*x = DecommissionNode{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2093,7 +2293,7 @@ func (x *DecommissionNode) String() string {
 func (*DecommissionNode) ProtoMessage() {}
 
 func (x *DecommissionNode) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2106,7 +2306,7 @@ func (x *DecommissionNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNode.ProtoReflect.Descriptor instead.
 func (*DecommissionNode) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DecommissionNode) GetId() string {
@@ -2135,7 +2335,7 @@ type ReplaceReplica struct {
 
 func (x *ReplaceReplica) Reset() {
 	*x = ReplaceReplica{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2147,7 +2347,7 @@ func (x *ReplaceReplica) String() string {
 func (*ReplaceReplica) ProtoMessage() {}
 
 func (x *ReplaceReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2160,7 +2360,7 @@ func (x *ReplaceReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceReplica.ProtoReflect.Descriptor instead.
 func (*ReplaceReplica) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReplaceReplica) GetDestination() string {
@@ -2212,7 +2412,7 @@ type AddReplica struct {
 
 func (x *AddReplica) Reset() {
 	*x = AddReplica{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2224,7 +2424,7 @@ func (x *AddReplica) String() string {
 func (*AddReplica) ProtoMessage() {}
 
 func (x *AddReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2237,7 +2437,7 @@ func (x *AddReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddReplica.ProtoReflect.Descriptor instead.
 func (*AddReplica) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *AddReplica) GetDestination() string {
@@ -2275,7 +2475,7 @@ type PreferReplica struct {
 
 func (x *PreferReplica) Reset() {
 	*x = PreferReplica{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2287,7 +2487,7 @@ func (x *PreferReplica) String() string {
 func (*PreferReplica) ProtoMessage() {}
 
 func (x *PreferReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2300,7 +2500,7 @@ func (x *PreferReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreferReplica.ProtoReflect.Descriptor instead.
 func (*PreferReplica) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PreferReplica) GetDestination() string {
@@ -2336,7 +2536,7 @@ type ReplicaCaughtUp struct {
 
 func (x *ReplicaCaughtUp) Reset() {
 	*x = ReplicaCaughtUp{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2348,7 +2548,7 @@ func (x *ReplicaCaughtUp) String() string {
 func (*ReplicaCaughtUp) ProtoMessage() {}
 
 func (x *ReplicaCaughtUp) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2361,7 +2561,7 @@ func (x *ReplicaCaughtUp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaCaughtUp.ProtoReflect.Descriptor instead.
 func (*ReplicaCaughtUp) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReplicaCaughtUp) GetNode() string {
@@ -2390,7 +2590,7 @@ type Rejoining struct {
 
 func (x *Rejoining) Reset() {
 	*x = Rejoining{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2402,7 +2602,7 @@ func (x *Rejoining) String() string {
 func (*Rejoining) ProtoMessage() {}
 
 func (x *Rejoining) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2415,7 +2615,7 @@ func (x *Rejoining) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rejoining.ProtoReflect.Descriptor instead.
 func (*Rejoining) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Rejoining) GetNode() string {
@@ -2455,7 +2655,7 @@ type TxPrepare struct {
 
 func (x *TxPrepare) Reset() {
 	*x = TxPrepare{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2467,7 +2667,7 @@ func (x *TxPrepare) String() string {
 func (*TxPrepare) ProtoMessage() {}
 
 func (x *TxPrepare) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2480,7 +2680,7 @@ func (x *TxPrepare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxPrepare.ProtoReflect.Descriptor instead.
 func (*TxPrepare) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TxPrepare) GetTx() string {
@@ -2548,7 +2748,7 @@ type TxDecide struct {
 
 func (x *TxDecide) Reset() {
 	*x = TxDecide{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2560,7 +2760,7 @@ func (x *TxDecide) String() string {
 func (*TxDecide) ProtoMessage() {}
 
 func (x *TxDecide) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2573,7 +2773,7 @@ func (x *TxDecide) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxDecide.ProtoReflect.Descriptor instead.
 func (*TxDecide) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *TxDecide) GetTx() string {
@@ -2624,7 +2824,7 @@ type StoredMessage struct {
 
 func (x *StoredMessage) Reset() {
 	*x = StoredMessage{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2636,7 +2836,7 @@ func (x *StoredMessage) String() string {
 func (*StoredMessage) ProtoMessage() {}
 
 func (x *StoredMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2649,7 +2849,7 @@ func (x *StoredMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredMessage.ProtoReflect.Descriptor instead.
 func (*StoredMessage) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StoredMessage) GetMessage() *Message {
@@ -2728,7 +2928,7 @@ type StoredSession struct {
 
 func (x *StoredSession) Reset() {
 	*x = StoredSession{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2740,7 +2940,7 @@ func (x *StoredSession) String() string {
 func (*StoredSession) ProtoMessage() {}
 
 func (x *StoredSession) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2753,7 +2953,7 @@ func (x *StoredSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredSession.ProtoReflect.Descriptor instead.
 func (*StoredSession) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StoredSession) GetId() string {
@@ -2797,7 +2997,7 @@ type DedupRecord struct {
 
 func (x *DedupRecord) Reset() {
 	*x = DedupRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2809,7 +3009,7 @@ func (x *DedupRecord) String() string {
 func (*DedupRecord) ProtoMessage() {}
 
 func (x *DedupRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2822,7 +3022,7 @@ func (x *DedupRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupRecord.ProtoReflect.Descriptor instead.
 func (*DedupRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DedupRecord) GetDedupId() string {
@@ -2868,7 +3068,7 @@ type MemberSnapshot struct {
 
 func (x *MemberSnapshot) Reset() {
 	*x = MemberSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[40]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2880,7 +3080,7 @@ func (x *MemberSnapshot) String() string {
 func (*MemberSnapshot) ProtoMessage() {}
 
 func (x *MemberSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[40]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2893,7 +3093,7 @@ func (x *MemberSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberSnapshot.ProtoReflect.Descriptor instead.
 func (*MemberSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{40}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *MemberSnapshot) GetApplied() uint64 {
@@ -2991,7 +3191,7 @@ type StoredTx struct {
 
 func (x *StoredTx) Reset() {
 	*x = StoredTx{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[41]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3003,7 +3203,7 @@ func (x *StoredTx) String() string {
 func (*StoredTx) ProtoMessage() {}
 
 func (x *StoredTx) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[41]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3016,7 +3216,7 @@ func (x *StoredTx) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredTx.ProtoReflect.Descriptor instead.
 func (*StoredTx) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{41}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *StoredTx) GetTx() string {
@@ -3080,7 +3280,7 @@ type TxDecision struct {
 
 func (x *TxDecision) Reset() {
 	*x = TxDecision{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[42]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3092,7 +3292,7 @@ func (x *TxDecision) String() string {
 func (*TxDecision) ProtoMessage() {}
 
 func (x *TxDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[42]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3105,7 +3305,7 @@ func (x *TxDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxDecision.ProtoReflect.Descriptor instead.
 func (*TxDecision) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{42}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TxDecision) GetTx() string {
@@ -3141,7 +3341,7 @@ type GroupSnapshot struct {
 
 func (x *GroupSnapshot) Reset() {
 	*x = GroupSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[43]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3153,7 +3353,7 @@ func (x *GroupSnapshot) String() string {
 func (*GroupSnapshot) ProtoMessage() {}
 
 func (x *GroupSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[43]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3166,7 +3366,7 @@ func (x *GroupSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupSnapshot.ProtoReflect.Descriptor instead.
 func (*GroupSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{43}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GroupSnapshot) GetApplied() uint64 {
@@ -3200,7 +3400,7 @@ type MetaSnapshot struct {
 
 func (x *MetaSnapshot) Reset() {
 	*x = MetaSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[44]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3212,7 +3412,7 @@ func (x *MetaSnapshot) String() string {
 func (*MetaSnapshot) ProtoMessage() {}
 
 func (x *MetaSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[44]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3225,7 +3425,7 @@ func (x *MetaSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaSnapshot.ProtoReflect.Descriptor instead.
 func (*MetaSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{44}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *MetaSnapshot) GetApplied() uint64 {
@@ -3353,9 +3553,10 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05Purge\"=\n" +
 	"\vOpenSession\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x14\n" +
-	"\x05owner\x18\x02 \x01(\tR\x05owner\"E\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\"q\n" +
 	"\tConfigure\x128\n" +
-	"\bsettings\x18\x01 \x01(\v2\x1c.cairn.fsm.v1.MemberSettingsR\bsettings\"\xb6\x02\n" +
+	"\bsettings\x18\x01 \x01(\v2\x1c.cairn.fsm.v1.MemberSettingsR\bsettings\x12*\n" +
+	"\x11first_delivery_id\x18\x02 \x01(\x04R\x0ffirstDeliveryId\"\xb6\x02\n" +
 	"\x0eMemberSettings\x12\x1b\n" +
 	"\tmax_bytes\x18\x01 \x01(\x03R\bmaxBytes\x12&\n" +
 	"\x0fdedup_window_ns\x18\x02 \x01(\x03R\rdedupWindowNs\x12\"\n" +
@@ -3363,14 +3564,17 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x0emax_deliveries\x18\x04 \x01(\rR\rmaxDeliveries\x12.\n" +
 	"\x13redelivery_delay_ns\x18\x05 \x01(\x03R\x11redeliveryDelayNs\x12-\n" +
 	"\x12redelivery_backoff\x18\x06 \x01(\rR\x11redeliveryBackoff\x125\n" +
-	"\x17redelivery_max_delay_ns\x18\a \x01(\x03R\x14redeliveryMaxDelayNs\"\xa1\x01\n" +
+	"\x17redelivery_max_delay_ns\x18\a \x01(\x03R\x14redeliveryMaxDelayNs\"\x84\x02\n" +
 	"\x0fMemberPlacement\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x1a\n" +
 	"\breplicas\x18\x02 \x03(\tR\breplicas\x12\x18\n" +
 	"\ainitial\x18\x03 \x03(\tR\ainitial\x12\x1a\n" +
 	"\bdraining\x18\x04 \x01(\bR\bdraining\x12\x10\n" +
 	"\x03uid\x18\x05 \x01(\tR\x03uid\x12\x14\n" +
-	"\x05group\x18\x06 \x01(\tR\x05group\"\xed\x04\n" +
+	"\x05group\x18\x06 \x01(\tR\x05group\x12\x1a\n" +
+	"\brenewing\x18\a \x01(\bR\brenewing\x12*\n" +
+	"\x11first_delivery_id\x18\b \x01(\x04R\x0ffirstDeliveryId\x12\x19\n" +
+	"\brenew_on\x18\t \x01(\tR\arenewOn\"\x83\x05\n" +
 	"\vDestination\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1d.cairn.fsm.v1.DestinationKindR\x04kind\x12\x1a\n" +
@@ -3389,15 +3593,25 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x11dead_letter_queue\x18\r \x01(\tR\x0fdeadLetterQueue\x12(\n" +
 	"\x10forward_delay_ns\x18\x0e \x01(\x03R\x0eforwardDelayNs\x12&\n" +
 	"\x0fdedup_window_ns\x18\x0f \x01(\x03R\rdedupWindowNs\x12\"\n" +
-	"\rdedup_max_ids\x18\x10 \x01(\rR\vdedupMaxIds\"P\n" +
+	"\rdedup_max_ids\x18\x10 \x01(\rR\vdedupMaxIds\x12\x14\n" +
+	"\x05spare\x18\x11 \x01(\bR\x05spare\"P\n" +
 	"\x11CreateDestination\x12;\n" +
 	"\vdestination\x18\x01 \x01(\v2\x19.cairn.fsm.v1.DestinationR\vdestination\"'\n" +
 	"\x11DeleteDestination\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"p\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x86\x01\n" +
 	"\x11ResizeDestination\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\x03add\x18\x02 \x03(\v2\x1d.cairn.fsm.v1.MemberPlacementR\x03add\x12\x16\n" +
-	"\x06active\x18\x03 \x01(\rR\x06active\"8\n" +
+	"\x06active\x18\x03 \x01(\rR\x06active\x12\x14\n" +
+	"\x05spare\x18\x04 \x01(\bR\x05spare\"=\n" +
+	"\vSetReplicas\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\breplicas\x18\x02 \x01(\rR\breplicas\"\x84\x01\n" +
+	"\vRenewMember\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\rR\x05index\x12;\n" +
+	"\tplacement\x18\x03 \x01(\v2\x1d.cairn.fsm.v1.MemberPlacementR\tplacement\x12\x0e\n" +
+	"\x02on\x18\x04 \x01(\tR\x02on\"8\n" +
 	"\fRemoveMember\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\"\xd1\x01\n" +
@@ -3513,7 +3727,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x14removed_incarnations\x18\a \x03(\v23.cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntryR\x13removedIncarnations\x1aF\n" +
 	"\x18RemovedIncarnationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xf1\x06\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xaf\a\n" +
 	"\vCommandType\x12\x18\n" +
 	"\x14COMMAND_TYPE_UNKNOWN\x10\x00\x12\x18\n" +
 	"\x14COMMAND_TYPE_ENQUEUE\x10\x01\x12\x18\n" +
@@ -3545,7 +3759,9 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x18COMMAND_TYPE_ADD_REPLICA\x10\x1a\x12\x1f\n" +
 	"\x1bCOMMAND_TYPE_PREFER_REPLICA\x10\x1b\x12\"\n" +
 	"\x1eCOMMAND_TYPE_REPLICA_CAUGHT_UP\x10\x1c\x12\"\n" +
-	"\x1eCOMMAND_TYPE_DECOMMISSION_NODE\x10\x1d*g\n" +
+	"\x1eCOMMAND_TYPE_DECOMMISSION_NODE\x10\x1d\x12\x1d\n" +
+	"\x19COMMAND_TYPE_SET_REPLICAS\x10\x1e\x12\x1d\n" +
+	"\x19COMMAND_TYPE_RENEW_MEMBER\x10\x1f*g\n" +
 	"\x0fDestinationKind\x12\x1c\n" +
 	"\x18DESTINATION_KIND_UNKNOWN\x10\x00\x12\x1a\n" +
 	"\x16DESTINATION_KIND_QUEUE\x10\x01\x12\x1a\n" +
@@ -3564,7 +3780,7 @@ func file_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_fsm_fsmpb_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(CommandType)(0),          // 0: cairn.fsm.v1.CommandType
 	(DestinationKind)(0),      // 1: cairn.fsm.v1.DestinationKind
@@ -3593,57 +3809,60 @@ var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*CreateDestination)(nil), // 24: cairn.fsm.v1.CreateDestination
 	(*DeleteDestination)(nil), // 25: cairn.fsm.v1.DeleteDestination
 	(*ResizeDestination)(nil), // 26: cairn.fsm.v1.ResizeDestination
-	(*RemoveMember)(nil),      // 27: cairn.fsm.v1.RemoveMember
-	(*Node)(nil),              // 28: cairn.fsm.v1.Node
-	(*RegisterNode)(nil),      // 29: cairn.fsm.v1.RegisterNode
-	(*RemoveNode)(nil),        // 30: cairn.fsm.v1.RemoveNode
-	(*DecommissionNode)(nil),  // 31: cairn.fsm.v1.DecommissionNode
-	(*ReplaceReplica)(nil),    // 32: cairn.fsm.v1.ReplaceReplica
-	(*AddReplica)(nil),        // 33: cairn.fsm.v1.AddReplica
-	(*PreferReplica)(nil),     // 34: cairn.fsm.v1.PreferReplica
-	(*ReplicaCaughtUp)(nil),   // 35: cairn.fsm.v1.ReplicaCaughtUp
-	(*Rejoining)(nil),         // 36: cairn.fsm.v1.Rejoining
-	(*TxPrepare)(nil),         // 37: cairn.fsm.v1.TxPrepare
-	(*TxDecide)(nil),          // 38: cairn.fsm.v1.TxDecide
-	(*StoredMessage)(nil),     // 39: cairn.fsm.v1.StoredMessage
-	(*StoredSession)(nil),     // 40: cairn.fsm.v1.StoredSession
-	(*DedupRecord)(nil),       // 41: cairn.fsm.v1.DedupRecord
-	(*MemberSnapshot)(nil),    // 42: cairn.fsm.v1.MemberSnapshot
-	(*StoredTx)(nil),          // 43: cairn.fsm.v1.StoredTx
-	(*TxDecision)(nil),        // 44: cairn.fsm.v1.TxDecision
-	(*GroupSnapshot)(nil),     // 45: cairn.fsm.v1.GroupSnapshot
-	(*MetaSnapshot)(nil),      // 46: cairn.fsm.v1.MetaSnapshot
-	nil,                       // 47: cairn.fsm.v1.Message.PropertiesEntry
-	nil,                       // 48: cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntry
+	(*SetReplicas)(nil),       // 27: cairn.fsm.v1.SetReplicas
+	(*RenewMember)(nil),       // 28: cairn.fsm.v1.RenewMember
+	(*RemoveMember)(nil),      // 29: cairn.fsm.v1.RemoveMember
+	(*Node)(nil),              // 30: cairn.fsm.v1.Node
+	(*RegisterNode)(nil),      // 31: cairn.fsm.v1.RegisterNode
+	(*RemoveNode)(nil),        // 32: cairn.fsm.v1.RemoveNode
+	(*DecommissionNode)(nil),  // 33: cairn.fsm.v1.DecommissionNode
+	(*ReplaceReplica)(nil),    // 34: cairn.fsm.v1.ReplaceReplica
+	(*AddReplica)(nil),        // 35: cairn.fsm.v1.AddReplica
+	(*PreferReplica)(nil),     // 36: cairn.fsm.v1.PreferReplica
+	(*ReplicaCaughtUp)(nil),   // 37: cairn.fsm.v1.ReplicaCaughtUp
+	(*Rejoining)(nil),         // 38: cairn.fsm.v1.Rejoining
+	(*TxPrepare)(nil),         // 39: cairn.fsm.v1.TxPrepare
+	(*TxDecide)(nil),          // 40: cairn.fsm.v1.TxDecide
+	(*StoredMessage)(nil),     // 41: cairn.fsm.v1.StoredMessage
+	(*StoredSession)(nil),     // 42: cairn.fsm.v1.StoredSession
+	(*DedupRecord)(nil),       // 43: cairn.fsm.v1.DedupRecord
+	(*MemberSnapshot)(nil),    // 44: cairn.fsm.v1.MemberSnapshot
+	(*StoredTx)(nil),          // 45: cairn.fsm.v1.StoredTx
+	(*TxDecision)(nil),        // 46: cairn.fsm.v1.TxDecision
+	(*GroupSnapshot)(nil),     // 47: cairn.fsm.v1.GroupSnapshot
+	(*MetaSnapshot)(nil),      // 48: cairn.fsm.v1.MetaSnapshot
+	nil,                       // 49: cairn.fsm.v1.Message.PropertiesEntry
+	nil,                       // 50: cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntry
 }
 var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	3,  // 0: cairn.fsm.v1.Entry.commands:type_name -> cairn.fsm.v1.Command
 	0,  // 1: cairn.fsm.v1.Command.type:type_name -> cairn.fsm.v1.CommandType
-	47, // 2: cairn.fsm.v1.Message.properties:type_name -> cairn.fsm.v1.Message.PropertiesEntry
+	49, // 2: cairn.fsm.v1.Message.properties:type_name -> cairn.fsm.v1.Message.PropertiesEntry
 	6,  // 3: cairn.fsm.v1.Enqueue.messages:type_name -> cairn.fsm.v1.Message
 	21, // 4: cairn.fsm.v1.Configure.settings:type_name -> cairn.fsm.v1.MemberSettings
 	1,  // 5: cairn.fsm.v1.Destination.kind:type_name -> cairn.fsm.v1.DestinationKind
 	22, // 6: cairn.fsm.v1.Destination.members:type_name -> cairn.fsm.v1.MemberPlacement
 	23, // 7: cairn.fsm.v1.CreateDestination.destination:type_name -> cairn.fsm.v1.Destination
 	22, // 8: cairn.fsm.v1.ResizeDestination.add:type_name -> cairn.fsm.v1.MemberPlacement
-	28, // 9: cairn.fsm.v1.RegisterNode.node:type_name -> cairn.fsm.v1.Node
-	6,  // 10: cairn.fsm.v1.TxPrepare.messages:type_name -> cairn.fsm.v1.Message
-	6,  // 11: cairn.fsm.v1.StoredMessage.message:type_name -> cairn.fsm.v1.Message
-	21, // 12: cairn.fsm.v1.MemberSnapshot.settings:type_name -> cairn.fsm.v1.MemberSettings
-	40, // 13: cairn.fsm.v1.MemberSnapshot.sessions:type_name -> cairn.fsm.v1.StoredSession
-	41, // 14: cairn.fsm.v1.MemberSnapshot.dedup:type_name -> cairn.fsm.v1.DedupRecord
-	43, // 15: cairn.fsm.v1.MemberSnapshot.txs:type_name -> cairn.fsm.v1.StoredTx
-	44, // 16: cairn.fsm.v1.MemberSnapshot.decisions:type_name -> cairn.fsm.v1.TxDecision
-	6,  // 17: cairn.fsm.v1.StoredTx.messages:type_name -> cairn.fsm.v1.Message
-	23, // 18: cairn.fsm.v1.MetaSnapshot.destinations:type_name -> cairn.fsm.v1.Destination
-	28, // 19: cairn.fsm.v1.MetaSnapshot.nodes:type_name -> cairn.fsm.v1.Node
-	36, // 20: cairn.fsm.v1.MetaSnapshot.rejoining:type_name -> cairn.fsm.v1.Rejoining
-	48, // 21: cairn.fsm.v1.MetaSnapshot.removed_incarnations:type_name -> cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntry
-	22, // [22:22] is the sub-list for method output_type
-	22, // [22:22] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	22, // 9: cairn.fsm.v1.RenewMember.placement:type_name -> cairn.fsm.v1.MemberPlacement
+	30, // 10: cairn.fsm.v1.RegisterNode.node:type_name -> cairn.fsm.v1.Node
+	6,  // 11: cairn.fsm.v1.TxPrepare.messages:type_name -> cairn.fsm.v1.Message
+	6,  // 12: cairn.fsm.v1.StoredMessage.message:type_name -> cairn.fsm.v1.Message
+	21, // 13: cairn.fsm.v1.MemberSnapshot.settings:type_name -> cairn.fsm.v1.MemberSettings
+	42, // 14: cairn.fsm.v1.MemberSnapshot.sessions:type_name -> cairn.fsm.v1.StoredSession
+	43, // 15: cairn.fsm.v1.MemberSnapshot.dedup:type_name -> cairn.fsm.v1.DedupRecord
+	45, // 16: cairn.fsm.v1.MemberSnapshot.txs:type_name -> cairn.fsm.v1.StoredTx
+	46, // 17: cairn.fsm.v1.MemberSnapshot.decisions:type_name -> cairn.fsm.v1.TxDecision
+	6,  // 18: cairn.fsm.v1.StoredTx.messages:type_name -> cairn.fsm.v1.Message
+	23, // 19: cairn.fsm.v1.MetaSnapshot.destinations:type_name -> cairn.fsm.v1.Destination
+	30, // 20: cairn.fsm.v1.MetaSnapshot.nodes:type_name -> cairn.fsm.v1.Node
+	38, // 21: cairn.fsm.v1.MetaSnapshot.rejoining:type_name -> cairn.fsm.v1.Rejoining
+	50, // 22: cairn.fsm.v1.MetaSnapshot.removed_incarnations:type_name -> cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntry
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_fsm_fsmpb_fsm_proto_init() }
@@ -3657,7 +3876,7 @@ func file_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_fsmpb_fsm_proto_rawDesc), len(file_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   47,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -160,6 +160,9 @@ func run() error {
 	if *repair > 0 {
 		return repairRows(cairn, *repair)
 	}
+	if *renew > 0 {
+		return renewRows(cairn, *renew)
+	}
 	if *beside > 0 {
 		if *queues > 0 {
 			return errors.New("--idle-beside and --queues both create idle queues: run them apart")

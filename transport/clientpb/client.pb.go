@@ -630,7 +630,8 @@ func (x *RebalanceRequest) GetDryRun() bool {
 type PlacementMove struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Member string                 `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
-	// action is add-replica, move-replica, drop-replica or prefer-host.
+	// action is add-replica, move-replica, drop-replica, prefer-host or
+	// renew-member (drained and placed anew to prefer to).
 	Action        string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
 	From          string `protobuf:"bytes,3,opt,name=from,proto3" json:"from,omitempty"`
 	To            string `protobuf:"bytes,4,opt,name=to,proto3" json:"to,omitempty"`
@@ -977,7 +978,10 @@ type UpdateDestinationRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// members is the number of members wanted (0 leaves it as it is).
-	Members       uint32 `protobuf:"varint,2,opt,name=members,proto3" json:"members,omitempty"`
+	Members uint32 `protobuf:"varint,2,opt,name=members,proto3" json:"members,omitempty"`
+	// replicas is the replication factor wanted (0 leaves it as it is):
+	// members placed with another one are renewed, one at a time.
+	Replicas      uint32 `protobuf:"varint,3,opt,name=replicas,proto3" json:"replicas,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1022,6 +1026,13 @@ func (x *UpdateDestinationRequest) GetName() string {
 func (x *UpdateDestinationRequest) GetMembers() uint32 {
 	if x != nil {
 		return x.Members
+	}
+	return 0
+}
+
+func (x *UpdateDestinationRequest) GetReplicas() uint32 {
+	if x != nil {
+		return x.Replicas
 	}
 	return 0
 }
@@ -1342,7 +1353,10 @@ type MemberInfo struct {
 	// host_addr is the host's client address, when the answering node knows
 	// it (empty while no host is known): where a client connects to be
 	// served by the host without another node relaying (Options.PreferHostOf).
-	HostAddr      string `protobuf:"bytes,13,opt,name=host_addr,json=hostAddr,proto3" json:"host_addr,omitempty"`
+	HostAddr string `protobuf:"bytes,13,opt,name=host_addr,json=hostAddr,proto3" json:"host_addr,omitempty"`
+	// renewing: draining (draining is set too) to be placed anew, empty,
+	// with the destination's replication factor, under the same name.
+	Renewing      bool `protobuf:"varint,14,opt,name=renewing,proto3" json:"renewing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1466,6 +1480,13 @@ func (x *MemberInfo) GetHostAddr() string {
 		return x.HostAddr
 	}
 	return ""
+}
+
+func (x *MemberInfo) GetRenewing() bool {
+	if x != nil {
+		return x.Renewing
+	}
+	return false
 }
 
 type DestinationInfo struct {
@@ -4473,10 +4494,11 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x17redelivery_max_delay_ms\x18\v \x01(\x03R\x14redeliveryMaxDelayMs\x12(\n" +
 	"\x10forward_delay_ms\x18\f \x01(\x03R\x0eforwardDelayMs\x12&\n" +
 	"\x0fdedup_window_ms\x18\r \x01(\x03R\rdedupWindowMs\x12\"\n" +
-	"\rdedup_max_ids\x18\x0e \x01(\rR\vdedupMaxIds\"H\n" +
+	"\rdedup_max_ids\x18\x0e \x01(\rR\vdedupMaxIds\"d\n" +
 	"\x18UpdateDestinationRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
-	"\amembers\x18\x02 \x01(\rR\amembers\".\n" +
+	"\amembers\x18\x02 \x01(\rR\amembers\x12\x1a\n" +
+	"\breplicas\x18\x03 \x01(\rR\breplicas\".\n" +
 	"\x18DeleteDestinationRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x1b\n" +
 	"\x19DeleteDestinationResponse\"\x19\n" +
@@ -4488,7 +4510,7 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x17PurgeDestinationRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"2\n" +
 	"\x18PurgeDestinationResponse\x12\x16\n" +
-	"\x06purged\x18\x01 \x01(\x04R\x06purged\"\xe8\x02\n" +
+	"\x06purged\x18\x01 \x01(\x04R\x06purged\"\x84\x03\n" +
 	"\n" +
 	"MemberInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -4504,7 +4526,8 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	" \x01(\x04R\fdeadLettered\x12\x1a\n" +
 	"\bdraining\x18\v \x01(\bR\bdraining\x12\x1a\n" +
 	"\bprepared\x18\f \x01(\x04R\bprepared\x12\x1b\n" +
-	"\thost_addr\x18\r \x01(\tR\bhostAddr\"\xf2\x05\n" +
+	"\thost_addr\x18\r \x01(\tR\bhostAddr\x12\x1a\n" +
+	"\brenewing\x18\x0e \x01(\bR\brenewing\"\xf2\x05\n" +
 	"\x0fDestinationInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x124\n" +
 	"\x04kind\x18\x02 \x01(\x0e2 .cairn.client.v1.DestinationKindR\x04kind\x12\x18\n" +

@@ -1,0 +1,397 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cairnmq/cairn/client"
+	"github.com/cairnmq/cairn/fsm"
+	"github.com/cairnmq/cairn/fsm/fsmpb"
+)
+
+func TestRenewalStep(t *testing.T) {
+	member := func(index uint32, r int, mod ...func(*fsmpb.MemberPlacement)) *fsmpb.MemberPlacement {
+		p := &fsmpb.MemberPlacement{Index: index, Uid: "u"}
+		for j := range r {
+			p.Replicas = append(p.Replicas, fmt.Sprintf("n%d", j+1))
+		}
+		p.Initial = p.Replicas
+		for _, f := range mod {
+			f(p)
+		}
+		return p
+	}
+	draining := func(p *fsmpb.MemberPlacement) { p.Draining = true }
+	queue := func(r uint32, spare bool, ms ...*fsmpb.MemberPlacement) *fsmpb.Destination {
+		return &fsmpb.Destination{Name: "q", Replicas: r, Spare: spare, Members: ms}
+	}
+	cases := []struct {
+		name string
+		d    *fsmpb.Destination
+		live int
+		want string // the command, printed; "" for none
+	}{
+		{"nothing to renew", queue(3, false, member(0, 3), member(1, 3)), 3, ""},
+		{"the first member placed with another factor", queue(1, false, member(0, 1), member(1, 3), member(2, 3)), 3, "renew q#1"},
+		{"one at a time", queue(1, false, member(0, 3, draining, func(p *fsmpb.MemberPlacement) { p.Renewing = true }), member(1, 3)), 3, ""},
+		{"not while a shrink drains", queue(1, false, member(0, 3), member(1, 3, draining)), 3, ""},
+		{"not without enough live nodes", queue(3, false, member(0, 1), member(1, 1)), 2, ""},
+		{"a spare for the only member", queue(3, false, member(0, 1)), 3, "spare"},
+		{"the spare drains once done", queue(3, true, member(0, 3), member(1, 3)), 3, "active 1"},
+		{"the spare stays while a member is left", queue(3, true, member(0, 3), member(1, 3), member(2, 1)), 3, "renew q#2"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var got string
+			switch cmd := renewalStep(c.d, c.live).(type) {
+			case nil:
+			case *fsmpb.RenewMember:
+				got = "renew " + fsm.MemberName(cmd.Name, cmd.Index)
+			case *fsmpb.ResizeDestination:
+				if got = fmt.Sprintf("active %d", cmd.Active); cmd.Spare {
+					got = "spare"
+				}
+			default:
+				got = fmt.Sprintf("%T", cmd)
+			}
+			if got != c.want {
+				t.Fatalf("step %q; want %q", got, c.want)
+			}
+		})
+	}
+}
+
+// renewedTo explains how queue name, on node id, differs from members
+// members placed with r replicas each, none renewing, draining or spare,
+// each group's Raft configuration on its host following its placement
+// ("" when it does not).
+func renewedTo(tc *testCluster, id, name string, members, r int) string {
+	d, ok := tc.node(id).meta.destination(name)
+	switch {
+	case !ok:
+		return "no destination " + name
+	case int(d.Replicas) != r || len(d.Members) != members || d.Spare:
+		return fmt.Sprintf("replicas %d, %d members, spare %v", d.Replicas, len(d.Members), d.Spare)
+	}
+	for _, p := range d.Members {
+		mn := fsm.MemberName(name, p.Index)
+		if len(p.Replicas) != r || p.Draining || p.Renewing {
+			return fmt.Sprintf("%s on %v, draining %v, renewing %v", mn, p.Replicas, p.Draining, p.Renewing)
+		}
+		host := tc.hostOf(mn)
+		if host == "" {
+			return mn + " has no host"
+		}
+		rep, ok := tc.node(host).groups.replica(mn)
+		if !ok {
+			return mn + ": no replica on its host " + host
+		}
+		if got := configuration(rep.Raft()); !slices.Equal(got, sorted(p.Replicas)) {
+			return fmt.Sprintf("%s: Raft configuration %v, placement %v", mn, got, p.Replicas)
+		}
+	}
+	return ""
+}
+
+// `queue update --replicas`: 3 → 1 → 3 on a queue of three members while
+// a consumer takes messages and a producer sends; then 1 → 2 on a queue
+// of one member, through a spare. Every message comes once, none marked
+// redelivered but the one recovered on purpose, and the consumer pinned
+// to a renewed member carries on.
+func TestDD_UpdateReplicas_RenewsMembersAndLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("three nodes, seven renewals")
+	}
+	tc := newMultiNode(t, 3)
+	ctx := testCtx(t)
+	a := tc.admin("n1")
+	if _, err := a.CreateQueue(ctx, "rr", client.QueueOptions{Members: 3, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	hosts := tc.waitSpread("rr", 3)
+
+	// A consumer on n1, pinned to the member n1 hosts, acknowledging as
+	// it goes. Its session recovered once, so its client ignores that
+	// member's deliveries numbered below the recover's: the renewed member
+	// numbers on from the old one.
+	cs := mustSession(t, tc.dial("n1"), client.ClientAck)
+	k := mustConsumer(t, ctx, cs, "rr")
+	mine := fmt.Sprintf("rr#%d", slices.Index(hosts, "n1"))
+	send(t, ctx, mustProducer(t, cs, mine), "recovered")
+	if m := recv(t, k); string(m.Body) != "recovered" {
+		t.Fatalf("got %q; want recovered", m.Body)
+	}
+	if err := cs.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if m := recv(t, k); string(m.Body) != "recovered" || !m.Redelivered {
+		t.Fatalf("after recover got %q, redelivered %v; want recovered, redelivered", m.Body, m.Redelivered)
+	}
+	if err := cs.Acknowledge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got []string
+	var consumerErr error
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			m, err := k.ReceiveTimeout(100 * time.Millisecond)
+			mu.Lock()
+			switch {
+			case err != nil:
+				consumerErr = err
+			case m != nil:
+				got = append(got, string(m.Body))
+				if m.Redelivered {
+					consumerErr = fmt.Errorf("%q came marked redelivered", m.Body)
+				} else if err := cs.Acknowledge(context.Background()); err != nil {
+					consumerErr = err
+				}
+			}
+			failed := consumerErr != nil
+			mu.Unlock()
+			if failed {
+				return
+			}
+			select {
+			case <-stop:
+				return
+			default:
+			}
+		}
+	}()
+	p := mustProducer(t, mustSession(t, tc.dial("n2"), client.AutoAck), "rr")
+	sent := sendN(t, ctx, p, "before-", 30)
+
+	for _, r := range []int{1, 3} {
+		info, err := tc.admin("n3").UpdateQueueWith(ctx, "rr", client.QueueUpdate{Replicas: r})
+		if err != nil {
+			t.Fatalf("update to %d replicas: %v", r, err)
+		}
+		if info.Replicas != r {
+			t.Fatalf("the update's answer shows %d replicas; want %d", info.Replicas, r)
+		}
+		sent = append(sent, sendN(t, ctx, p, fmt.Sprintf("during-%d-", r), 20)...)
+		tc.settle(60*time.Second, fmt.Sprintf("rr renewed to %d replicas", r), func() string { return renewedTo(tc, "n2", "rr", 3, r) })
+		// Renewal keeps each member's preferred host.
+		if now := tc.waitSpread("rr", 3); !slices.Equal(now, hosts) {
+			t.Errorf("after renewing to %d replicas the hosts are %v; were %v", r, now, hosts)
+		}
+	}
+	// The consumer still takes what is sent to its member.
+	if k.Member() != mine {
+		t.Fatalf("consumer pinned to %s; want %s", k.Member(), mine)
+	}
+	sent = append(sent, sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial("n2"), client.AutoAck), mine), "after-", 5)...)
+	tc.settle(20*time.Second, "the consumer receiving what was sent to "+mine+" after the renewals", func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		if consumerErr != nil {
+			return "consumer ended: " + consumerErr.Error()
+		}
+		for _, b := range sent[len(sent)-5:] {
+			if !slices.Contains(got, b) {
+				return b + " not received yet"
+			}
+		}
+		return ""
+	})
+	close(stop)
+	<-done
+	mu.Lock()
+	received := slices.Clone(got)
+	mu.Unlock()
+	if rest := len(sent) - len(received); rest > 0 {
+		received = append(received, drainMembers(t, mustSession(t, tc.dial("n3"), client.ClientAck), "rr", 3, rest)...)
+	}
+	sameSet(t, "received through the renewals", received, sent)
+
+	// One member: renewed through a spare, which then drains back.
+	if _, err := a.CreateQueue(ctx, "one", client.QueueOptions{Members: 1, Replicas: 1}); err != nil {
+		t.Fatal(err)
+	}
+	tc.waitHost("one#0")
+	one := sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial("n1"), client.AutoAck), "one"), "one-", 10)
+	if _, err := a.UpdateQueueWith(ctx, "one", client.QueueUpdate{Replicas: 2}); err != nil {
+		t.Fatal(err)
+	}
+	tc.settle(60*time.Second, "one renewed to 2 replicas and its spare gone", func() string { return renewedTo(tc, "n3", "one", 1, 2) })
+	sameSet(t, "received from one", drainMembers(t, mustSession(t, tc.dial("n3"), client.ClientAck), "one", 1, len(one)), one)
+}
+
+// queueHosted is queue name with one member per host, each in the shared
+// group of three replicas that host prefers.
+func queueHosted(name string, hosts ...string) *fsmpb.CreateDestination {
+	all := []string{"n1", "n2", "n3", "n4", "n5"}
+	d := &fsmpb.Destination{Name: name, Kind: fsmpb.DestinationKind_DESTINATION_KIND_QUEUE, Replicas: 3}
+	for i, h := range hosts {
+		at := slices.Index(all, h)
+		rs := []string{all[at], all[(at+1)%3], all[(at+2)%3]}
+		if at >= 3 {
+			rs = []string{h, "n1", "n2"}
+		}
+		d.Members = append(d.Members, &fsmpb.MemberPlacement{Index: uint32(i), Replicas: rs, Initial: rs, Group: sharedGroupID(rs)})
+	}
+	return &fsmpb.CreateDestination{Destination: d}
+}
+
+func TestRehomes(t *testing.T) {
+	five := []string{"n1", "n2", "n3", "n4", "n5"}
+	all := map[string]bool{"n1": true, "n2": true, "n3": true, "n4": true, "n5": true}
+	register := func(ids ...string) []proto.Message {
+		var out []proto.Message
+		for _, id := range ids {
+			out = append(out, &fsmpb.RegisterNode{Node: &fsmpb.Node{Id: id}})
+		}
+		return out
+	}
+	renewing := func(name string, index uint32) proto.Message { return &fsmpb.RenewMember{Name: name, Index: index} }
+	for _, c := range []struct {
+		name    string
+		bodies  []proto.Message
+		canLead map[string]bool
+		max     int
+		want    []string // "member->node"
+	}{
+		{"three nodes evenly hosted", append(register(five[:3]...), queueHosted("a", "n1", "n2", "n3")), all, 9, nil},
+		{"two new nodes: one member each, of two queues, from the nodes that host the most",
+			append(register(five...), queueHosted("a", "n1", "n2", "n3"), queueHosted("b", "n1", "n2", "n3")), all, 9,
+			[]string{"a#0->n4", "b#1->n5"}},
+		{"preferring a queue with no member on the node yet",
+			append(register(five...), queueHosted("a", "n1", "n2"), queueHosted("b", "n1", "n3"), queueHosted("c", "n1", "n4"), queueHosted("d", "n1", "n5")), all, 9,
+			[]string{"b#0->n2", "a#0->n3"}},
+		{"one at a time automatically", append(register(five...), queueHosted("a", "n1", "n2", "n3"), queueHosted("b", "n1", "n2", "n3")), all, 1,
+			[]string{"a#0->n4"}},
+		{"not onto a node that cannot lead", append(register(five...), queueHosted("a", "n1", "n2", "n3"), queueHosted("b", "n1", "n2", "n3")),
+			map[string]bool{"n1": true, "n2": true, "n3": true, "n5": true}, 1, []string{"a#0->n5"}},
+		{"not while a member is renewed", append(register(five...), queueHosted("a", "n1", "n2", "n3"), queueHosted("b", "n1", "n2", "n3"), renewing("b", 2)), all, 9, nil},
+		{"a queue of one member stays", append(register(five...), queueHosted("a", "n1"), queueHosted("b", "n1"), queueHosted("c", "n1")), all, 9, nil},
+		{"a gap of one stays", append(register(five...), queueHosted("a", "n1", "n2", "n3", "n4")), all, 9, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var got []string
+			for _, r := range rehomes(metaOf(t, c.bodies...), five, c.canLead, c.max) {
+				got = append(got, fmt.Sprintf("%s->%s", fsm.MemberName(r.Name, r.Index), r.On))
+			}
+			if !slices.Equal(got, c.want) {
+				t.Fatalf("got %v; want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// Two queues of three members on three nodes, then two more nodes: the
+// meta leader renews members onto the new nodes by itself until every
+// node hosts one or two, and nothing is lost on the way.
+func TestCluster_HostsSpreadOntoNewNodesByRenewal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("five nodes")
+	}
+	tc := newMultiNode(t, 3)
+	ctx := testCtx(t)
+	op := tc.admin("n1")
+	s := mustSession(t, tc.dial("n2"), client.AutoAck)
+	sent := map[string][]string{}
+	for _, q := range []string{"ha", "hb"} {
+		if _, err := op.CreateQueue(ctx, q, client.QueueOptions{Members: 3}); err != nil {
+			t.Fatal(err)
+		}
+		tc.waitSpread(q, 3)
+		for i := range 3 {
+			name := fmt.Sprintf("%s#%d", q, i)
+			sent[q] = append(sent[q], sendN(t, ctx, mustProducer(t, s, name), name+"/", 5)...)
+		}
+	}
+	tc.addNode()
+	tc.addNode()
+	tc.settle(120*time.Second, "every node hosting one or two members, nothing left to move", func() string {
+		hosted := map[string]int{}
+		for _, q := range []string{"ha", "hb"} {
+			for i := range 3 {
+				name := fmt.Sprintf("%s#%d", q, i)
+				host := tc.hostOf(name)
+				if host == "" {
+					return name + " has no host"
+				}
+				hosted[host]++
+			}
+		}
+		for _, id := range tc.ids() {
+			if hosted[id] < 1 || hosted[id] > 2 {
+				return fmt.Sprintf("hosted %v", hosted)
+			}
+		}
+		plan, err := op.Rebalance(stepCtx(t, 10*time.Second), true)
+		switch {
+		case err != nil:
+			return err.Error()
+		case len(plan.Moves) > 0:
+			return fmt.Sprintf("moves still planned: %+v", plan.Moves)
+		}
+		return ""
+	})
+	for _, q := range []string{"ha", "hb"} {
+		tc.settle(10*time.Second, q+": 15 messages pending on the members' hosts", func() string { return tc.counts(q, 15, 0) })
+		sameSet(t, "received from "+q, drainMembers(t, mustSession(t, tc.dial("n1"), client.ClientAck), q, 3, len(sent[q])), sent[q])
+	}
+}
+
+// Two queues of one member on three nodes: spreading moves a shared
+// group's preferred host, so the group named after a node no longer
+// prefers it. A queue renewed 3 → 1 → 3 (through spares) while members
+// are renewed onto nodes that host fewer ends renewed, each member hosted
+// where its renewal put it, and nothing keeps renewing.
+func TestCluster_RenewedOntoANodeIsHostedThere(t *testing.T) {
+	tc := newMultiNode(t, 3)
+	ctx := testCtx(t)
+	a := tc.admin("n1")
+	for _, q := range []string{"renew", "probe"} {
+		if _, err := a.CreateQueue(ctx, q, client.QueueOptions{Members: 1}); err != nil {
+			t.Fatal(err)
+		}
+		tc.waitHost(q + "#0")
+	}
+	sent := sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial("n1"), client.AutoAck), "renew"), "m", 50)
+	for _, r := range []int{1, 3} {
+		if _, err := a.UpdateQueueWith(ctx, "renew", client.QueueUpdate{Replicas: r}); err != nil {
+			t.Fatal(err)
+		}
+		tc.settle(60*time.Second, fmt.Sprintf("renew renewed to %d replicas", r), func() string { return renewedTo(tc, "n2", "renew", 1, r) })
+	}
+	tc.steady(3*time.Second, "nothing renewed any more", func() string {
+		if d, _ := tc.node("n2").meta.destination("renew"); len(d.Members) != 1 || d.Members[0].Draining {
+			return fmt.Sprintf("renew: %+v", d.Members)
+		}
+		return ""
+	})
+	sameSet(t, "received after the renewals", drainMembers(t, mustSession(t, tc.dial("n3"), client.ClientAck), "renew", 1, len(sent)), sent)
+}
+
+// A group named after n2,n3,n1 whose preferred host moved to n3 is joined
+// as it stands by a new member, but not by one renewed onto n2, which
+// joins a group on exactly n2,n3,n1 or a new one.
+func TestJoinSharedGroup_RenewedOntoANodeKeepsItAsHost(t *testing.T) {
+	named := []string{"n2", "n3", "n1"}
+	m := metaOf(t, queueOn("a", named...), &fsmpb.PreferReplica{Destination: "a", Member: 0, Node: "n3"})
+	place := func(sameHost bool) *fsmpb.MemberPlacement {
+		p := &fsmpb.MemberPlacement{Replicas: slices.Clone(named), Initial: slices.Clone(named)}
+		joinSharedGroup(m, p, sameHost)
+		return p
+	}
+	if p := place(false); p.Group != sharedGroupID(named) || p.Replicas[0] != "n3" {
+		t.Fatalf("a new member: group %s on %v; want %s as it stands, preferring n3", p.Group, p.Replicas, sharedGroupID(named))
+	}
+	p := place(true)
+	if !strings.HasPrefix(p.Group, sharedGroupID(named)+".") || !slices.Equal(p.Replicas, named) {
+		t.Fatalf("a member renewed onto n2: group %s on %v; want a new group on %v", p.Group, p.Replicas, named)
+	}
+}
