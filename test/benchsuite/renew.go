@@ -17,7 +17,7 @@ var renew = flag.Int("renew", 0, "instead of the standard set: fill a queue with
 // --replicas R` for R = 1 and then 3, each time reporting how long until
 // every member is placed with R replicas, none renewing, and the n
 // messages are all still pending; a synchronous producer into another
-// queue runs beside the first renewal.
+// queue runs for 20 s before, and beside the first renewal.
 func renewRows(c *cluster, n int) error {
 	if out, err := exec.Command(*cairnBin, "--server", c.clients[0], "queue", "create", "renew").CombinedOutput(); err != nil {
 		return fmt.Errorf("queue create renew: %v: %s", err, out)
@@ -28,13 +28,21 @@ func renewRows(c *cluster, n int) error {
 	if _, err := c.waitQuiet(2 * time.Minute); err != nil {
 		return err
 	}
+	probe := func() (benchJSON, error) {
+		return cairnBench(c, []string{"--duration", "20s", "--mode", "sync", "--producers", "1", "--consumers", "0", "--dest", "renew-probe"})
+	}
+	quiet, err := probe()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("| sync send, 1 KiB, 1 producer, beside %d pending, quiet (20 s) | %.0f | %.2f / %.2f |\n", n, quiet.SendRate, quiet.SendLatency.P50, quiet.SendLatency.P99)
 	for i, r := range []int{1, 3} {
 		probed := make(chan error, 1)
 		var during benchJSON
 		if i == 0 {
 			go func() {
 				var err error
-				during, err = cairnBench(c, []string{"--duration", "20s", "--mode", "sync", "--producers", "1", "--consumers", "0", "--dest", "renew-probe"})
+				during, err = probe()
 				probed <- err
 			}()
 		}
