@@ -785,7 +785,7 @@ func (c *connection) acknowledge(requestID uint64, op *clientpb.Acknowledge) {
 				res.Rejected, res.Err = g.ids, nil
 			}
 			if errors.Is(err, member.ErrOutcomeUnknown) {
-				// As DESIGN.md has it: the client cannot tell whether these
+				// As docs/ARCHITECTURE.md has it: the client cannot tell whether these
 				// are acknowledged; if not, they come again, marked.
 				err = fmt.Errorf("%w: the acknowledgement of %d message(s) of %s may not have been applied (%v); any that was not will be redelivered, marked", transport.ErrLostServer, len(g.ids), g.member, err)
 			}

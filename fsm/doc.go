@@ -30,7 +30,7 @@
 //     restored snapshot resumes exactly.
 //   - Capture then WriteTo, then Restore, gives back the identical state.
 //
-// The rules of delivery follow TIBCO EMS (seeds/000): a delivered message goes
+// The rules of delivery follow TIBCO EMS and JMS: a delivered message goes
 // to no other session until it is acknowledged, expires, or its session
 // recovers or ends; it then returns to pending marked redelivered, and its
 // delivery count rises by one with each delivery.

@@ -8,7 +8,7 @@ import (
 )
 
 // benchResult is the part of `cairn bench --json` the tests read; the
-// field names are a contract (issue 8).
+// field names are a contract that scripts read (cairn bench --help).
 type benchResult struct {
 	Dest        string             `json:"dest"`
 	Members     int                `json:"members"`

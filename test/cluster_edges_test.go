@@ -62,7 +62,7 @@ func TestCluster3_CreateQueueRightAfterReady(t *testing.T) {
 // TestCluster3_AckInFlightToKilledHostIsLostServer acknowledges messages of
 // a member, one by one, from sessions on the two other front-ends while
 // the member's host is killed with SIGKILL. An acknowledgement that was in
-// flight to the host may or may not have been applied; DESIGN.md and
+// flight to the host may or may not have been applied; docs/ARCHITECTURE.md and
 // cluster/DESIGN.md ("one that may have reached it and got no answer is
 // not resent: a send reports 'delivery unknown', an ack 'lost server'")
 // and the client's Message.Ack documentation say the application learns of

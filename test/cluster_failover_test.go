@@ -21,7 +21,7 @@ const (
 	failoverPhaseTimeout = 30 * time.Second
 )
 
-// TestCluster3_SIGKILLHostUnderLoad is issue 3's "Failover": three nodes
+// TestCluster3_SIGKILLHostUnderLoad is the three-node failover test: three nodes
 // started at the same moment form one cluster; a queue with three members
 // (one hosted on each node) is fed by producers on every front-end and
 // consumed, member by member, by IndividualAck and ClientAck consumers on

@@ -22,8 +22,8 @@ const (
 )
 
 // TestCluster3_SIGSTOPPauseIsNotDeath checks the failure detector's
-// tuning (issue 3: "a node paused for 2 s under CPU load is not declared
-// dead, and a killed node is declared dead within about 5 s") with the
+// tuning (a node paused for 2 s under CPU load is not declared dead, and a
+// killed node is declared dead within about 5 s) with the
 // real binary, under the failover workload:
 //
 //   - a node stopped with SIGSTOP for 2 s and continued is never declared

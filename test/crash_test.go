@@ -61,7 +61,7 @@ func (s *server) createQueue(name string) {
 	}
 }
 
-// TestSIGKILLMidStream is the crash test of issue 2's "Done when": while
+// TestSIGKILLMidStream is the single-node crash test of promises 1-3: while
 // producers send continuously and a consumer receives and acknowledges
 // some of what it gets, the server is killed with SIGKILL and restarted on
 // the same data directory, twice (once with -short). Then the queue is

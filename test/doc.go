@@ -3,7 +3,7 @@
 // ports, drive them with the CLI and the Go client library, kill them with
 // SIGKILL mid-stream, restart them on the same data directory, and check the
 // history of every send, receive and acknowledgement against the promises of
-// DESIGN.md.
+// docs/ARCHITECTURE.md.
 //
 // Everything listens on 127.0.0.1, every server is stopped when its test
 // ends (and killed with the test process, on Linux), and every wait is
