@@ -17,7 +17,7 @@ import (
 // and its writer answers several in one write. With 16 synchronous
 // producers the nodes made 3.8 read and write system calls per message
 // instead of 6.2 and carried 5,855 and 5,810 msgs/s against 4,584 and 5,307
-// (docs/performance.md, "One connection per node, landed"). Streams stay
+// (measured with the benchsuite). Streams stay
 // independent: a link that ends ends its stream only.
 //
 // A connection a link found broken (its stream failed in the transport, not

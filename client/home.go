@@ -18,7 +18,7 @@ import (
 // Measured on the project's 2-core machines, three consumers of four served
 // so consumed a backlog 10–22 % slower than with every client on the host,
 // the nodes spent 13–17 % more CPU, and the end-to-end p99 at half load was
-// 36–94 ms instead of 21–25 (docs/performance.md, "Where the hops cost").
+// 36–94 ms instead of 21–25.
 //
 // So a connection may ask, before it opens its link, which node hosts the
 // destination it will consume, and connect there instead: as RabbitMQ

@@ -269,8 +269,7 @@ func TestRestart_ReadyOnlyOnceMembersAreRestored(t *testing.T) {
 // A restarted node opens the member replicas placed on it side by side:
 // opening one reads its log since its last snapshot, and the node is ready
 // only once every one is open, so one after another a node holding two
-// deep queues took the sum of both (docs/performance.md, "Replicas open
-// side by side"). Members in groups of their own: on one node, shared
+// deep queues took the sum of both. Members in groups of their own: on one node, shared
 // groups put both queues in one.
 func TestRestart_MemberReplicasOpenSideBySide(t *testing.T) {
 	cfg := testConfig(t, t.TempDir())

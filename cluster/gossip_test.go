@@ -38,8 +38,7 @@ func TestGossip_RaftAddrIsTheAnnouncedOne(t *testing.T) {
 }
 
 // BenchmarkRaftAddr: hashicorp/raft asks for an address up to three times
-// per AppendEntries; "members" is how it was found before raftAddr
-// (docs/performance.md, "No PING per round trip").
+// per AppendEntries; "members" is how it was found before raftAddr.
 func BenchmarkRaftAddr(b *testing.B) {
 	for _, size := range []int{3, 9} {
 		var nodes []gossipMember

@@ -280,8 +280,7 @@ func metaCaughtUp(tc *testCluster, id string) string {
 // A preferred host that comes back with a replica still applying its log
 // is not handed the member's leadership until it has applied it: a new
 // leader serves only once its state machine has every committed entry, so
-// a member handed to a node replaying a deep queue waited for the replay
-// (docs/performance.md, "Replicas open side by side").
+// a member handed to a node replaying a deep queue waited for the replay.
 func TestCluster_PreferredHostCatchingUp_IsNotHandedTheLeadership(t *testing.T) {
 	catchingUp := holdCatchingUp(t)
 	tc := newMultiNode(t, 3)

@@ -237,7 +237,7 @@ func OpenRaft(cfg RaftConfig, fsm raft.FSM) (*Group, error) {
 		// in flight turns pipelining off; batching many messages per entry
 		// (and many entries per AppendEntries) keeps the throughput. With
 		// 2 or 4 in flight the sync and async rows measured no faster
-		// (docs/performance.md, "Where the hops cost").
+		// (docs/performance.md, "Tried and not kept").
 		MaxRPCsInFlight:       1,
 		Timeout:               10 * time.Second,
 		Logger:                hlog.Named("transport"),

@@ -16,8 +16,7 @@ import (
 // asynchronous batch, a forwarded send or a push of 40 KiB took a 1 MiB
 // buffer and wrote 1 MiB of zeros into it first, 8–11 µs each time. At the
 // end-to-end row's load (4 + 4 clients, 14,000 msgs/s) that clearing was
-// 2 % of the machine's CPU in a system-wide profile (docs/performance.md,
-// "Where a 2-core machine's CPU goes").
+// 2 % of the machine's CPU in a system-wide profile
 //
 // bufferPool has a tier at every power of two from 2 KiB to 4 MiB, so a
 // buffer is less than twice what it holds, and hands buffers out as they

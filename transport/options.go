@@ -14,8 +14,7 @@ import (
 // grow a window to at most 16 MiB; 4 MiB a stream and 16 MiB a connection
 // cap nothing on a LAN. The Static options are gRPC's documented way to
 // turn it off (grpc-go once made the plain window options leave it on, and
-// means to again). Measured in docs/performance.md, "No PING per round
-// trip".
+// means to again).
 const (
 	StreamWindowBytes     = 4 << 20
 	ConnectionWindowBytes = 16 << 20

@@ -84,11 +84,10 @@ var rows = []row{
 	// 500: with the client's default of 64, a consumer waiting on its
 	// acknowledgement runs out of credit within one Raft round at these
 	// rates, and its messages then wait for another (docs/performance.md,
-	// "Credit for the end-to-end row"). Cairn's consumers connect to the
-	// queue's host (`--consumers-on-host`, client.Options.PreferHostOf), as
-	// a user who consumes one queue would set; spread over the nodes, three
-	// of four were served through another node (docs/performance.md,
-	// "Consumers on the host's node"). NATS's clients connect where its
+	// "Latency"). Cairn's consumers connect to the queue's host
+	// (`--consumers-on-host`, client.Options.PreferHostOf), as a user who
+	// consumes one queue would set; spread over the nodes, three of four
+	// were served through another node. NATS's clients connect where its
 	// client library picks among the servers given.
 	{name: "consume a backlog, 4 consumers, each message acked", count: 100000, metric: "consume", natsPreload: true,
 		cairn: []string{"--mode", "async", "--window", "500", "--producers", "4", "--consumers", "4", "--consume-after", "--ack", "client", "--prefetch", "500", "--consumers-on-host"},

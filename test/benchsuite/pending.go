@@ -23,16 +23,15 @@ import (
 // machine's memory, not with the queues. Successive runs into fresh queues
 // of a fresh cluster slowed from 52,000 to 21,700 msgs/s, the nodes' CPU per
 // message nearly tripling, and came back to 37,000 once 8 GiB of files
-// Cairn never touched were deleted (docs/performance.md, "Beside a million,
-// in the same machine state"). So the rows after the store run in
-// the order small, large, large, small, each pair's rate combined, and a
-// drift through the four weighs on both sides alike. Each row sends as many
+// Cairn never touched were deleted (docs/performance.md, "A million
+// pending messages"). So the rows after the store run in the order small,
+// large, large, small, each pair's rate combined, and a drift through the
+// four weighs on both sides alike. Each row sends as many
 // messages as the standard async row (200,000, 5–10 s here; rows of 50,000
 // swung by a third from one to the next). The row on the fresh cluster and
 // the four after the store each come after a warm-up of 50,000 sends into a
 // fresh queue, deleted afterwards; the second warm-up is printed, as the
-// first sends after a million ran at half the rate of the third
-// (docs/performance.md, "The first sends after a million"). Memory and
+// first sends after a million ran at half the rate of the third. Memory and
 // restarts are measured right after the store, with n and 203,000 more
 // pending, as the target is stated for n; the rows wait until the nodes are
 // quiet again, since a restarted node replays its log after it is ready and

@@ -193,7 +193,7 @@ func (m *Mux) Close() error {
 // Without the layer's help, every deleted group would keep its connections
 // and their goroutines on both ends of each link until the process ended,
 // and temporary queues, created and deleted all day, would run a node out
-// of file descriptors (docs/performance.md, fifteenth session).
+// of file descriptors.
 type Layer struct {
 	mux       *Mux
 	group     string
