@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -143,8 +142,6 @@ func (n *Node) memberOf(ctx context.Context, addr string, create bool) (*fsmpb.D
 	return d, idx, nil
 }
 
-var rotation atomic.Uint64
-
 // candidates describes a destination's members for the router: where
 // each is hosted, and its load as its host last reported it.
 func (n *Node) candidates(d *fsmpb.Destination) []destination.Candidate {
@@ -169,19 +166,18 @@ func (n *Node) route(d *fsmpb.Destination, idx int, choose func([]destination.Ca
 	if idx >= 0 {
 		return fsm.MemberName(d.Name, uint32(idx)), nil
 	}
-	i, ok := choose(n.candidates(d), rotation.Add(1))
+	i, ok := choose(n.candidates(d), n.rotation.Add(1))
 	if !ok {
-		i = anyMember(d, make([]bool, len(d.Members)))
+		i = anyMember(d, make([]bool, len(d.Members)), n.rotation.Add(1))
 	}
 	return fsm.MemberName(d.Name, uint32(i)), nil
 }
 
 // anyMember is the router's choice when no member has a host now (an
 // election, a restart): one not failed, not draining if it can, in
-// rotation; the command then waits for its host.
-func anyMember(d *fsmpb.Destination, failed []bool) int {
+// rotation from start; the command then waits for its host.
+func anyMember(d *fsmpb.Destination, failed []bool, start uint64) int {
 	n := uint64(len(d.Members))
-	start := rotation.Add(1)
 	fallback := -1
 	for k := range n {
 		i := int((start + k) % n)
@@ -460,8 +456,8 @@ func (n *Node) chooseMember(d *fsmpb.Destination, failed []bool) int {
 	for i := range cands {
 		cands[i].Available = cands[i].Available && !failed[i]
 	}
-	if i, ok := destination.ForSend(cands, rotation.Add(1)); ok {
+	if i, ok := destination.ForSend(cands, n.rotation.Add(1)); ok {
 		return i
 	}
-	return anyMember(d, failed)
+	return anyMember(d, failed, n.rotation.Add(1))
 }

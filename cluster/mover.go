@@ -49,7 +49,7 @@ func (m mover) Target(ctx context.Context, member string, dead bool) string {
 	for i := range cands {
 		cands[i].Available = cands[i].Available && i != idx && (draining || cands[i].Consumers > 0)
 	}
-	i, ok := destination.ForSend(cands, rotation.Add(1))
+	i, ok := destination.ForSend(cands, m.n.rotation.Add(1))
 	if !ok {
 		return ""
 	}

@@ -49,9 +49,12 @@ type Node struct {
 	mux                              *raftmux.Mux
 	// snapshotSends paces the snapshots every group here sends.
 	snapshotSends *member.SnapshotSends
-	gossip        *gossip
-	meta          *metaGroup
-	groups        *groups
+	// rotation turns the router's ties between equal members round, per
+	// node: nodes of one process do not share it.
+	rotation atomic.Uint64
+	gossip   *gossip
+	meta     *metaGroup
+	groups   *groups
 
 	grpcClient, grpcPeer *grpc.Server
 	health               *health.Server
