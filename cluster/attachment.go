@@ -333,7 +333,7 @@ func (a *attachment) attachRemote(node string, gen uint64, credit int, pushed ui
 			err = fmt.Errorf("%w: %s", fsm.ErrUnknownSession, g.Message)
 		} else {
 			err = fromPeerError(node, g)
-			a.n.leaders.set(a.member, g.Leader)
+			a.n.hostCache.set(a.member, g.Leader)
 		}
 	}
 	if err != nil {

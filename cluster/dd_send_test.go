@@ -80,7 +80,7 @@ func TestDD_PartitionedMemberSendsGoElsewhere(t *testing.T) {
 	front.loads.mu.Lock()
 	xPending, oPending := front.loads.m[xm].st.pending, front.loads.m[om].st.pending
 	front.loads.mu.Unlock()
-	if leader, alive := front.leaders.get(xm), front.gossip.alive(x); leader != x || !alive || xPending != 0 || oPending != warm {
+	if leader, alive := front.hostCache.get(xm), front.gossip.alive(x); leader != x || !alive || xPending != 0 || oPending != warm {
 		t.Fatalf("just after cutting %s off, %s's router does not prefer %s: its host %q (want %s), %s alive %v, pending %d and %d (want 0 and %d)",
 			x, f, xm, leader, x, x, alive, xPending, oPending, warm)
 	}

@@ -116,7 +116,7 @@ func TestCluster_ShowQueueFollowsMovedHost(t *testing.T) {
 			if m.Host == host && m.Pending == 3 {
 				return ""
 			}
-			return fmt.Sprintf("n1 shows %s hosted by %q with %d pending (it caches %q as its host)", name, m.Host, m.Pending, tc.node("n1").leaders.get(name))
+			return fmt.Sprintf("n1 shows %s hosted by %q with %d pending (it caches %q as its host)", name, m.Host, m.Pending, tc.node("n1").hostCache.get(name))
 		})
 	}
 	// The host n1 learned when the queue was created is the first leader

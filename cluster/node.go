@@ -60,10 +60,10 @@ type Node struct {
 	health               *health.Server
 	httpSrv              *http.Server
 
-	conns   *connections
-	peers   *peers
-	leaders leaders
-	loads   loads
+	conns     *connections
+	peers     *peers
+	hostCache hostCache
+	loads     loads
 	// metaKick and groupsKick wake the meta registrar and the groups'
 	// reconciler; they exist before gossip starts calling back.
 	metaKick, groupsKick chan struct{}
@@ -104,7 +104,7 @@ func Start(cfg Config) (_ *Node, err error) {
 	if cfg.LogStore, err = logStoreFor(cfg, held); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, boot: newID(8), stopped: make(chan struct{}), metaKick: make(chan struct{}, 1), groupsKick: make(chan struct{}, 1), leaders: leaders{m: map[string]string{}}, loads: loads{m: map[string]*loadEntry{}}, leave: make(chan struct{})}
+	n := &Node{cfg: cfg, boot: newID(8), stopped: make(chan struct{}), metaKick: make(chan struct{}, 1), groupsKick: make(chan struct{}, 1), hostCache: hostCache{m: map[string]string{}}, loads: loads{m: map[string]*loadEntry{}}, leave: make(chan struct{})}
 	n.log = cfg.Logger.With("node", cfg.NodeID)
 	n.snapshotSends = member.NewSnapshotSends(cfg.SnapshotTransfers, int64(cfg.SnapshotRateMiB)<<20)
 	n.hadState = held != ""

@@ -20,20 +20,21 @@ import (
 // its takeover done well within it.
 const routeWindow = 10 * time.Second
 
-// leaders caches which node leads each member, for members this node has
-// no replica of (with one, the replica knows).
-type leaders struct {
+// hostCache caches which node hosts each member, for members this node has
+// no replica of (with one, the replica knows): what a host last said of
+// itself, or a node's answer naming its group's leader.
+type hostCache struct {
 	mu sync.Mutex
 	m  map[string]string
 }
 
-func (l *leaders) get(name string) string {
+func (l *hostCache) get(name string) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.m[name]
 }
 
-func (l *leaders) set(name, node string) {
+func (l *hostCache) set(name, node string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if node == "" {
@@ -66,7 +67,7 @@ func (n *Node) knownHost(name string) (r *member.Replica, node string, known boo
 		}
 		return nil, string(leader), true
 	}
-	node = n.leaders.get(name)
+	node = n.hostCache.get(name)
 	return nil, node, node != ""
 }
 
@@ -86,7 +87,7 @@ func (n *Node) discoverLeader(name string) string {
 		resp, err := c.Member(ctx, &peerpb.MemberRequest{Member: name})
 		cancel()
 		if err == nil && resp.Leader != "" {
-			n.leaders.set(name, resp.Leader)
+			n.hostCache.set(name, resp.Leader)
 			return resp.Leader
 		}
 	}
@@ -179,10 +180,10 @@ func (n *Node) attempt(name string, body proto.Message, deadline time.Time, done
 			case err == nil:
 				done(toResult(resp.Result), nil)
 			case errors.As(err, &pe) && errors.Is(err, errNotSent):
-				n.leaders.set(name, pe.leader)
+				n.hostCache.set(name, pe.leader)
 				retry(err)
 			case errors.Is(err, errNoAnswer):
-				n.leaders.set(name, "")
+				n.hostCache.set(name, "")
 				done(fsm.Result{}, fmt.Errorf("%w: %v", member.ErrOutcomeUnknown, err))
 			default:
 				done(fsm.Result{}, err)
@@ -262,7 +263,7 @@ func (n *Node) memberInfo(ctx context.Context, name string) memberStats {
 		resp, err := c.Member(cctx, &peerpb.MemberRequest{Member: name})
 		cancel()
 		if err != nil {
-			n.leaders.set(name, "")
+			n.hostCache.set(name, "")
 			break
 		}
 		if resp.Hosting {
@@ -275,7 +276,7 @@ func (n *Node) memberInfo(ctx context.Context, name string) memberStats {
 		}
 		node = resp.Leader
 		if _, local := n.groups.replica(name); !local {
-			n.leaders.set(name, node)
+			n.hostCache.set(name, node)
 		}
 	}
 	if r, ok := n.groups.replica(name); ok {
