@@ -89,7 +89,7 @@ func (cs *connections) list() []*clientpb.ConnectionInfo {
 }
 
 // peerClientTimeout bounds one node's answer when another gathers the
-// cluster's connections or forwards a destroy.
+// cluster's connections or relays a destroy.
 const peerClientTimeout = 3 * time.Second
 
 // onClientAPI calls fn on another node's client API.

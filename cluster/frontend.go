@@ -347,7 +347,7 @@ func (n *Node) buildMessages(d *fsmpb.Destination, req *clientpb.SendRequest) (m
 //
 // For a plain name the router moves on to another member, transparently,
 // when the one it chose is known not to have taken the send: no host, a
-// host gossip holds dead, a forward refused before a byte left. Each
+// host gossip holds dead, a relay refused before a byte left. Each
 // member gets one try per round; only when every member has failed does
 // the send wait and start a new round, until routeWindow.
 //
@@ -367,23 +367,23 @@ func (n *Node) enqueue(ctx context.Context, d *fsmpb.Destination, idx int, cmd *
 	}
 	deadline := time.Now().Add(window)
 	failed := make([]bool, len(d.Members))
-	pinned := -1 // the member a send of unknown outcome must go to again
+	resendTo := -1 // the member a send of unknown outcome must go to again
 	if idempotent && idx < 0 {
-		pinned = dedupMember(d, cmd.Messages[0].DedupId)
+		resendTo = dedupMember(d, cmd.Messages[0].DedupId)
 	}
 	mayBeStored := false // an earlier try's outcome is unknown
 	for {
 		i := idx
 		switch {
 		case i >= 0:
-		case pinned >= 0:
-			i = pinned
+		case resendTo >= 0:
+			i = resendTo
 		default:
 			i = n.chooseMember(d, failed)
 		}
 		name := fsm.MemberName(d.Name, uint32(i))
 		try := deadline
-		if idx < 0 && pinned < 0 && slices.Contains(failed, false) {
+		if idx < 0 && resendTo < 0 && slices.Contains(failed, false) {
 			try = time.Now() // one try: another member may take it at once
 		}
 		res, err := n.submitBy(ctx, name, cmd, try)
@@ -397,13 +397,13 @@ func (n *Node) enqueue(ctx context.Context, d *fsmpb.Destination, idx int, cmd *
 			return name, res, fmt.Errorf("%w: resent with its dedup id until %v, without an answer: %v", member.ErrOutcomeUnknown, routeWindow, err)
 		case ctx.Err() != nil, !time.Now().Before(deadline):
 			return name, res, err
-		case pinned >= 0 && notSent:
+		case resendTo >= 0 && notSent:
 			// No host for the member yet: wait and send it again.
 		case errors.Is(err, member.ErrOutcomeUnknown):
 			if !idempotent {
 				return name, res, err
 			}
-			pinned, mayBeStored = i, true
+			resendTo, mayBeStored = i, true
 			n.log.Info("resending a send of unknown outcome; the member's dedup window drops a second copy", "member", name, "id", cmd.Messages[0].Id, "err", err)
 		case notSent && idx < 0:
 			failed[i] = true

@@ -26,11 +26,11 @@ const (
 	codeUnavailable    = "UNAVAILABLE"
 )
 
-// errNotSent: a forwarded command did not reach the host's log (no
+// errNotSent: a relayed command did not reach the host's log (no
 // connection, not the leader, no replica there); it may be sent again.
 var errNotSent = errors.New("not sent")
 
-// errNoAnswer: a forwarded command may have reached the host's log, but no
+// errNoAnswer: a relayed command may have reached the host's log, but no
 // answer came (the stream broke or the host lost leadership mid-way).
 var errNoAnswer = errors.New("no answer")
 
@@ -116,12 +116,12 @@ type proposeStream struct {
 	gaveUp bool
 }
 
-// forwardTimeout bounds the wait for a forwarded command's answer. A healthy
+// relayTimeout bounds the wait for a relayed command's answer. A healthy
 // host answers within a commit (milliseconds); one that stopped answering
 // (paused, partitioned) has lost its leadership to another replica long
 // before this, so its stream is given up and what was in flight is reported
 // unknown rather than waited on until the connection's keepalive notices.
-const forwardTimeout = 5 * time.Second
+const relayTimeout = 5 * time.Second
 
 func (p *peers) proposeStream(node string) (*proposeStream, error) {
 	p.mu.Lock()
@@ -168,7 +168,7 @@ func (p *peers) proposeStream(node string) (*proposeStream, error) {
 // watch cancels the stream when a command waits too long for its answer;
 // the receiver then fails every command in flight.
 func (s *proposeStream) watch(ctx context.Context) {
-	t := time.NewTicker(forwardTimeout / 5)
+	t := time.NewTicker(relayTimeout / 5)
 	defer t.Stop()
 	for {
 		select {
@@ -179,7 +179,7 @@ func (s *proposeStream) watch(ctx context.Context) {
 		s.mu.Lock()
 		late := false
 		for _, at := range s.sent {
-			if time.Since(at) > forwardTimeout {
+			if time.Since(at) > relayTimeout {
 				late = true
 				break
 			}
@@ -232,7 +232,7 @@ func (s *proposeStream) fail(p *peers, cause error) {
 	s.pending = nil
 	why := "the command stream broke: " + cause.Error()
 	if s.gaveUp {
-		why = fmt.Sprintf("no answer within %v", forwardTimeout)
+		why = fmt.Sprintf("no answer within %v", relayTimeout)
 	}
 	s.mu.Unlock()
 	s.cancel()
