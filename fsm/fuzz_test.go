@@ -6,6 +6,7 @@ import (
 	"errors"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/protodelim"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairnmq/cairn/fsm"
@@ -278,4 +279,61 @@ func TestSeedRedelivery_ReachesEveryState(t *testing.T) {
 			t.Errorf("the seed sequence never reaches %q", s)
 		}
 	}
+}
+
+// FuzzRestoreMeta: whatever a meta snapshot holds, RestoreMeta returns a
+// state that every placement it holds can be read from (each member with
+// a replica) and that writes back to the same bytes, or ErrCorrupt.
+func FuzzRestoreMeta(f *testing.F) {
+	m := fsm.NewMeta()
+	for i, body := range []proto.Message{
+		&fsmpb.RegisterNode{Node: &fsmpb.Node{Id: "n1", ClientAddr: "127.0.0.1:1", Incarnation: "a"}},
+		&fsmpb.RegisterNode{Node: &fsmpb.Node{Id: "n2"}},
+		&fsmpb.CreateDestination{Destination: dest("orders", 2, 2)},
+		&fsmpb.SetReplicas{Name: "orders", Replicas: 1},
+		&fsmpb.RemoveNode{Id: "n2"},
+	} {
+		if _, err := m.Apply(uint64(i+1), entry(f, body)); err != nil {
+			f.Fatal(err)
+		}
+	}
+	var seed bytes.Buffer
+	if err := m.WriteSnapshot(&seed); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(seed.Bytes())
+	f.Add([]byte{})
+	// A destination whose member has no replica to host it.
+	var bad bytes.Buffer
+	noReplica := &fsmpb.MetaSnapshot{Destinations: []*fsmpb.Destination{{Name: "q", Replicas: 1, Members: []*fsmpb.MemberPlacement{{}}}}}
+	if _, err := protodelim.MarshalTo(&bad, noReplica); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(bad.Bytes())
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := fsm.RestoreMeta(bytes.NewReader(data))
+		if err != nil {
+			if !errors.Is(err, fsm.ErrCorrupt) || m != nil {
+				t.Fatalf("RestoreMeta = %v, %v", m, err)
+			}
+			return
+		}
+		for _, d := range m.Destinations() {
+			for _, p := range d.Members {
+				_ = p.Replicas[0]
+				_ = fsm.Wanted(d, p)
+			}
+		}
+		var once, twice bytes.Buffer
+		if err := m.WriteSnapshot(&once); err != nil {
+			t.Fatal(err)
+		}
+		again, err := fsm.RestoreMeta(bytes.NewReader(once.Bytes()))
+		if err != nil {
+			t.Fatalf("a restored state's own snapshot does not restore: %v", err)
+		}
+		if err := again.WriteSnapshot(&twice); err != nil || !bytes.Equal(once.Bytes(), twice.Bytes()) {
+			t.Fatalf("snapshot, restore, snapshot changed the state (%v)", err)
+		}
+	})
 }

@@ -545,6 +545,9 @@ func RestoreMeta(r io.Reader) (*Meta, error) {
 	m := NewMeta()
 	m.applied = s.Applied
 	for _, d := range s.Destinations {
+		if err := validateDestination(d); err != nil {
+			return nil, fmt.Errorf("%w: meta snapshot: %v", ErrCorrupt, err)
+		}
 		m.destinations[d.Name] = d
 	}
 	for _, n := range s.Nodes {
