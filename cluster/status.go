@@ -67,13 +67,20 @@ func (n *Node) clusterStatus(ctx context.Context) *clientpb.ClusterStatusRespons
 		}
 	}
 	resp.Groups = append(resp.Groups, groupStatus(metaGroupID, metaServers, reports))
+	n.memberGroupStatus(resp, dests, reports, emptied)
+	return resp
+}
+
+// memberGroupStatus adds every member group to resp, with the counts of
+// members short of live replicas and of members moving. A replica counts
+// when its node is alive and it is not catching up after its node came
+// back with an empty data directory (emptied, or rejoining once
+// registered again).
+func (n *Node) memberGroupStatus(resp *clientpb.ClusterStatusResponse, dests []*fsmpb.Destination, reports map[string]map[string]*peerpb.GroupReplica, emptied map[string]bool) {
 	alive := map[string]bool{}
 	for _, nd := range resp.Nodes {
 		alive[nd.Id] = nd.Alive
 	}
-	// A replica counts when its node is alive and it is not catching up
-	// after its node came back with an empty data directory (emptied, or
-	// rejoining once registered again).
 	n.meta.read(func(m *fsm.Meta) {
 		for _, d := range dests {
 			for _, p := range d.Members {
@@ -97,7 +104,6 @@ func (n *Node) clusterStatus(ctx context.Context) *clientpb.ClusterStatusRespons
 			}
 		}
 	})
-	return resp
 }
 
 // groupReports collects every live node's report of its group replicas.
