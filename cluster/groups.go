@@ -191,10 +191,20 @@ func (gs *groups) reconcile() {
 	if unchanged {
 		return
 	}
-	// A replica that moved away stays open, voting, until its group's
-	// leader has removed it from the configuration, which it does once
-	// the replica replacing it votes (reconcileMemberVoters): the group
-	// never runs on fewer replicas than before the move.
+	gs.keepRetiring(want, elsewhere)
+	gs.closeRemoved(want, elsewhere, existing)
+	if gs.openPlaced(want, nodes) {
+		gs.reconciledAt.Store(at)
+	}
+}
+
+// keepRetiring keeps in want the replicas here that moved away (found in
+// elsewhere) until they are out of their group's configuration. A replica
+// that moved away stays open, voting, until its group's leader has removed
+// it from the configuration, which it does once the replica replacing it
+// votes (reconcileMemberVoters): the group never runs on fewer replicas
+// than before the move.
+func (gs *groups) keepRetiring(want, elsewhere map[string]placed) {
 	gs.mu.RLock()
 	movedOut := map[string]*member.Replica{}
 	for id, r := range gs.byGroup {
@@ -217,7 +227,12 @@ func (gs *groups) reconcile() {
 		}
 	}
 	gs.retiring.Store(retiring)
+}
 
+// closeRemoved destroys the replicas here of members that no longer exist
+// and closes those that moved away, once out of want, and ends what used
+// them.
+func (gs *groups) closeRemoved(want, elsewhere map[string]placed, existing map[string]bool) {
 	gs.mu.Lock()
 	var gone, moved []*member.Replica
 	for id, r := range gs.byGroup {
@@ -249,7 +264,11 @@ func (gs *groups) reconcile() {
 		}
 	}
 	gs.closeUnused(want)
+}
 
+// openPlaced opens the replicas in want not open yet, and reports whether
+// every one opened.
+func (gs *groups) openPlaced(want map[string]placed, nodes map[string]*fsmpb.Node) bool {
 	// Replicas open side by side, because opening one reads its whole log
 	// since its last snapshot (hashicorp/raft's NewRaft looks through it for
 	// configuration changes) and a node is ready only once every replica
@@ -279,9 +298,7 @@ func (gs *groups) reconcile() {
 		})
 	}
 	_ = opening.Wait() // each open logs its own failure; the next round tries it again
-	if !failed.Load() {
-		gs.reconciledAt.Store(at)
-	}
+	return !failed.Load()
 }
 
 func (gs *groups) open(id string, p placed, nodes map[string]*fsmpb.Node) (*member.Replica, error) {
