@@ -324,18 +324,7 @@ func (s *MemberSnapshot) Restore(next func() (*fsmpb.StoredMessage, BodyRef, err
 	if h.Settings != nil {
 		m.settings = h.Settings
 	}
-	for _, s := range h.Sessions {
-		ns := m.newSession(s.Id, s.Owner)
-		ns.lastRecover, ns.lastRecoverWatermark = s.LastRecover, s.LastRecoverWatermark
-		m.sessions[s.Id] = ns
-	}
-	for _, d := range h.Dedup {
-		r := &dedupRecord{dedupID: d.DedupId, messageID: d.MessageId, at: d.At}
-		if r.messageID != "" { // "" is a forgotten id, keeping its place in order
-			m.dedup.byID[d.DedupId] = r
-		}
-		m.dedup.order = append(m.dedup.order, r)
-	}
+	m.restoreSessionsAndDedup(h)
 	// A delivery a prepared transaction holds outlives its session when
 	// the session was released: its session is kept apart, unregistered.
 	held := map[uint64]bool{}
@@ -396,14 +385,43 @@ func (s *MemberSnapshot) Restore(next func() (*fsmpb.StoredMessage, BodyRef, err
 	if dup, ok := m.indexRestored(made); !ok {
 		return nil, fmt.Errorf("%w: snapshot holds message %s twice", ErrCorrupt, m.idOf(dup))
 	}
-	for _, st := range h.Txs {
+	if err := m.restoreTxs(h.Txs); err != nil {
+		return nil, err
+	}
+	for _, d := range h.Decisions {
+		m.decisions.record(d.Tx, d.Commit, d.At)
+	}
+	return m, nil
+}
+
+// restoreSessionsAndDedup restores a snapshot header's sessions and dedup
+// window.
+func (m *Member) restoreSessionsAndDedup(h *fsmpb.MemberSnapshot) {
+	for _, s := range h.Sessions {
+		ns := m.newSession(s.Id, s.Owner)
+		ns.lastRecover, ns.lastRecoverWatermark = s.LastRecover, s.LastRecoverWatermark
+		m.sessions[s.Id] = ns
+	}
+	for _, d := range h.Dedup {
+		r := &dedupRecord{dedupID: d.DedupId, messageID: d.MessageId, at: d.At}
+		if r.messageID != "" { // "" is a forgotten id, keeping its place in order
+			m.dedup.byID[d.DedupId] = r
+		}
+		m.dedup.order = append(m.dedup.order, r)
+	}
+}
+
+// restoreTxs restores the prepared transactions of a snapshot, once its
+// messages are: each holds sends and deliveries of them.
+func (m *Member) restoreTxs(txs []*fsmpb.StoredTx) error {
+	for _, st := range txs {
 		t := &tx{id: st.Tx, primary: st.Primary, session: st.Session, preparedAt: st.PreparedAt, msgs: st.Messages}
 		if len(st.Duplicate) != len(st.Messages) {
-			return nil, fmt.Errorf("%w: snapshot transaction %s: %d messages, %d duplicate marks", ErrCorrupt, st.Tx, len(st.Messages), len(st.Duplicate))
+			return fmt.Errorf("%w: snapshot transaction %s: %d messages, %d duplicate marks", ErrCorrupt, st.Tx, len(st.Messages), len(st.Duplicate))
 		}
 		for i, msg := range st.Messages {
 			if err := ValidateMessage(msg); err != nil {
-				return nil, fmt.Errorf("%w: snapshot transaction %s: %v", ErrCorrupt, st.Tx, err)
+				return fmt.Errorf("%w: snapshot transaction %s: %v", ErrCorrupt, st.Tx, err)
 			}
 			t.out = append(t.out, Enqueued{ID: msg.Id, Duplicate: st.Duplicate[i]})
 			if !st.Duplicate[i] {
@@ -413,14 +431,11 @@ func (s *MemberSnapshot) Restore(next func() (*fsmpb.StoredMessage, BodyRef, err
 		for _, id := range st.DeliveryIds {
 			msg := m.byDelivery[id]
 			if msg == 0 {
-				return nil, fmt.Errorf("%w: snapshot transaction %s holds delivery %d, which is not in the snapshot", ErrCorrupt, st.Tx, id)
+				return fmt.Errorf("%w: snapshot transaction %s holds delivery %d, which is not in the snapshot", ErrCorrupt, st.Tx, id)
 			}
 			t.acked = append(t.acked, msg)
 		}
 		m.hold(t, false)
 	}
-	for _, d := range h.Decisions {
-		m.decisions.record(d.Tx, d.Commit, d.At)
-	}
-	return m, nil
+	return nil
 }
