@@ -73,41 +73,8 @@ type placementPlan struct {
 //     destinations only once they leave the groups they were born in.
 func planPlacement(m *fsm.Meta, alive, canLead map[string]bool, scope placementScope) placementPlan {
 	var plan placementPlan
-	load := map[string]int{}
-	var candidates []string
-	whole := true
-	for _, nd := range m.Nodes() {
-		switch {
-		case !alive[nd.Id]:
-			whole = false
-		case !m.Decommissioning(nd.Id):
-			candidates = append(candidates, nd.Id)
-			load[nd.Id] = 0
-		}
-	}
-	for _, d := range m.Destinations() {
-		for _, p := range d.Members {
-			for _, id := range p.Replicas {
-				load[id]++
-			}
-		}
-	}
-	// free is the live node that holds no replica of p and the fewest
-	// replicas, or "".
-	free := func(p *fsmpb.MemberPlacement) string {
-		var out []string
-		for _, c := range candidates {
-			if !slices.Contains(p.Replicas, c) {
-				out = append(out, c)
-			}
-		}
-		if len(out) == 0 {
-			return ""
-		}
-		sort.SliceStable(out, func(i, j int) bool { return load[out[i]] < load[out[j]] })
-		load[out[0]]++
-		return out[0]
-	}
+	pl, whole := newPlacing(m, alive)
+	candidates, free := pl.candidates, pl.free
 	units := map[string]*hostUnit{} // by group, or member for a group of its own
 	for _, d := range m.Destinations() {
 		for _, p := range d.Members {
@@ -165,6 +132,54 @@ func planPlacement(m *fsm.Meta, alive, canLead map[string]bool, scope placementS
 		plan.rehome = rehomes(m, candidates, canLead, scope.rehomes)
 	}
 	return plan
+}
+
+// placing is what planPlacement plans with: the live nodes that may take
+// replicas (not decommissioning) and how many members' replicas each
+// holds, counting the ones planned.
+type placing struct {
+	candidates []string
+	load       map[string]int
+}
+
+// newPlacing reads the nodes and their load from m; whole says every
+// registered node is alive.
+func newPlacing(m *fsm.Meta, alive map[string]bool) (pl *placing, whole bool) {
+	pl, whole = &placing{load: map[string]int{}}, true
+	for _, nd := range m.Nodes() {
+		switch {
+		case !alive[nd.Id]:
+			whole = false
+		case !m.Decommissioning(nd.Id):
+			pl.candidates = append(pl.candidates, nd.Id)
+			pl.load[nd.Id] = 0
+		}
+	}
+	for _, d := range m.Destinations() {
+		for _, p := range d.Members {
+			for _, id := range p.Replicas {
+				pl.load[id]++
+			}
+		}
+	}
+	return pl, whole
+}
+
+// free is the live node that holds no replica of p and the fewest
+// replicas, or ""; it counts the replica planned there.
+func (pl *placing) free(p *fsmpb.MemberPlacement) string {
+	var out []string
+	for _, c := range pl.candidates {
+		if !slices.Contains(p.Replicas, c) {
+			out = append(out, c)
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	sort.SliceStable(out, func(i, j int) bool { return pl.load[out[i]] < pl.load[out[j]] })
+	pl.load[out[0]]++
+	return out[0]
 }
 
 // placeReplicas, on the meta leader, makes the moves planPlacement plans:
