@@ -196,6 +196,13 @@ func (gs *groups) reconcileMemberVoters(r raftMember) error {
 	if !allVote {
 		return nil // remove on a later pass, once the new replicas vote
 	}
+	return gs.removeUnplaced(r, want, have)
+}
+
+// removeUnplaced removes from r's group the servers in have that are not
+// placed (want), once every placed one votes; a leader whose own replica
+// is not placed hands the group over first.
+func (gs *groups) removeUnplaced(r raftMember, want []string, have map[string]raft.ServerSuffrage) error {
 	for id := range have {
 		if slices.Contains(want, id) {
 			continue
