@@ -230,7 +230,58 @@ func (n *Node) Decision(ctx context.Context, primary, tx string) (bool, error) {
 // transaction committed; when it did not, the error wraps
 // ErrTransactionRolledBack (nothing of it happened) or ErrCommitUnknown.
 func (n *Node) commitTx(ctx context.Context, session, tx, primary string, sends map[string][]*fsmpb.Message, acks []*clientpb.DeliveryRef) (bool, error) {
-	now := n.cfg.Clock().UnixNano()
+	parts, names := txParts(session, tx, primary, n.cfg.Clock().UnixNano(), sends, acks)
+	switch {
+	case len(names) == 0:
+		return true, nil
+	case names[0] != primary:
+		return false, fmt.Errorf("%w: %w: the transaction's primary is %q, the first of its members %v", transport.ErrTransactionRolledBack, transport.ErrMalformed, primary, names)
+	case len(names) == 1:
+		p := parts[primary]
+		p.OnePhase = true
+		res, err := n.submitTx(ctx, primary, p)
+		return n.txResult(tx, res, err)
+	}
+
+	// Phase one: every participant prepares.
+	refused := n.prepareAll(ctx, names, parts)
+	// The decision, recorded by the primary: the first recorded stands.
+	res, err := n.submitTx(ctx, primary, &fsmpb.TxDecide{Tx: tx, Commit: refused == nil, Record: true, Now: n.cfg.Clock().UnixNano()})
+	if err == nil {
+		err = res.Err
+	}
+	if err != nil {
+		if refused != nil {
+			// Nobody can record commit now; the primary's host rolls the
+			// transaction back once it times out.
+			return false, fmt.Errorf("%w: %v", transport.ErrTransactionRolledBack, refused)
+		}
+		return false, fmt.Errorf("%w: transaction %s: its primary %s did not record the decision: %v", transport.ErrCommitUnknown, tx, primary, err)
+	}
+	commit := res.Committed
+	// Phase two: every other participant applies it; one that misses it
+	// asks the primary once the transaction times out there.
+	var wg sync.WaitGroup
+	for _, name := range names[1:] {
+		wg.Go(func() {
+			if _, err := n.submitTx(ctx, name, &fsmpb.TxDecide{Tx: tx, Commit: commit, Now: n.cfg.Clock().UnixNano()}); err != nil {
+				n.log.Warn("a participant did not apply a transaction's decision; it will ask the primary", "tx", tx, "member", name, "commit", commit, "err", err)
+			}
+		})
+	}
+	wg.Wait()
+	if !commit {
+		if refused == nil {
+			refused = errors.New("the primary had recorded rollback first (the transaction timed out)")
+		}
+		return false, fmt.Errorf("%w: %v", transport.ErrTransactionRolledBack, refused)
+	}
+	return true, nil
+}
+
+// txParts splits a transaction's sends and acknowledgements into one
+// TxPrepare per member, and lists the members in order.
+func txParts(session, tx, primary string, now int64, sends map[string][]*fsmpb.Message, acks []*clientpb.DeliveryRef) (map[string]*fsmpb.TxPrepare, []string) {
 	parts := map[string]*fsmpb.TxPrepare{}
 	part := func(name string) *fsmpb.TxPrepare {
 		p := parts[name]
@@ -252,19 +303,12 @@ func (n *Node) commitTx(ctx context.Context, session, tx, primary string, sends 
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	switch {
-	case len(names) == 0:
-		return true, nil
-	case names[0] != primary:
-		return false, fmt.Errorf("%w: %w: the transaction's primary is %q, the first of its members %v", transport.ErrTransactionRolledBack, transport.ErrMalformed, primary, names)
-	case len(names) == 1:
-		p := parts[primary]
-		p.OnePhase = true
-		res, err := n.submitTx(ctx, primary, p)
-		return n.txResult(tx, res, err)
-	}
+	return parts, names
+}
 
-	// Phase one: every participant prepares.
+// prepareAll has every participant prepare at once, and returns why those
+// that refused did (nil when none did).
+func (n *Node) prepareAll(ctx context.Context, names []string, parts map[string]*fsmpb.TxPrepare) error {
 	var mu sync.Mutex
 	var refused error
 	var wg sync.WaitGroup
@@ -282,37 +326,7 @@ func (n *Node) commitTx(ctx context.Context, session, tx, primary string, sends 
 		})
 	}
 	wg.Wait()
-	// The decision, recorded by the primary: the first recorded stands.
-	res, err := n.submitTx(ctx, primary, &fsmpb.TxDecide{Tx: tx, Commit: refused == nil, Record: true, Now: n.cfg.Clock().UnixNano()})
-	if err == nil {
-		err = res.Err
-	}
-	if err != nil {
-		if refused != nil {
-			// Nobody can record commit now; the primary's host rolls the
-			// transaction back once it times out.
-			return false, fmt.Errorf("%w: %v", transport.ErrTransactionRolledBack, refused)
-		}
-		return false, fmt.Errorf("%w: transaction %s: its primary %s did not record the decision: %v", transport.ErrCommitUnknown, tx, primary, err)
-	}
-	commit := res.Committed
-	// Phase two: every other participant applies it; one that misses it
-	// asks the primary once the transaction times out there.
-	for _, name := range names[1:] {
-		wg.Go(func() {
-			if _, err := n.submitTx(ctx, name, &fsmpb.TxDecide{Tx: tx, Commit: commit, Now: n.cfg.Clock().UnixNano()}); err != nil {
-				n.log.Warn("a participant did not apply a transaction's decision; it will ask the primary", "tx", tx, "member", name, "commit", commit, "err", err)
-			}
-		})
-	}
-	wg.Wait()
-	if !commit {
-		if refused == nil {
-			refused = errors.New("the primary had recorded rollback first (the transaction timed out)")
-		}
-		return false, fmt.Errorf("%w: %v", transport.ErrTransactionRolledBack, refused)
-	}
-	return true, nil
+	return refused
 }
 
 // txResult reads the outcome of a one-phase commit.
