@@ -116,49 +116,10 @@ func Start(cfg Config) (_ *Node, err error) {
 			n.closeListeners()
 		}
 	}()
-	listen := func(flag, addr string) (net.Listener, error) {
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w (is another cairn server running? pick another port with %s)", flag, addr, err, flag)
-		}
-		return ln, nil
-	}
-	if n.lnClient, err = listen("--client-addr", cfg.ClientAddr); err != nil {
-		return nil, err
-	}
-	if n.lnPeer, err = listen("--peer-addr", cfg.PeerAddr); err != nil {
-		return nil, err
-	}
-	if n.lnRaft, err = listen("--raft-addr", cfg.RaftAddr); err != nil {
-		return nil, err
-	}
-	if n.lnHTTP, err = listen("--http-addr", cfg.HTTPAddr); err != nil {
-		return nil, err
-	}
-	host, err := advertiseHost(cfg)
+	host, err := n.listen()
 	if err != nil {
 		return nil, err
 	}
-	n.addrs = Addresses{
-		Client: joinHostPort(host, n.lnClient.Addr()),
-		Peer:   joinHostPort(host, n.lnPeer.Addr()),
-		Raft:   joinHostPort(host, n.lnRaft.Addr()),
-		HTTP:   joinHostPort(host, n.lnHTTP.Addr()),
-	}
-	raftAdv, err := net.ResolveTCPAddr("tcp", n.addrs.Raft)
-	if err != nil {
-		return nil, fmt.Errorf("advertised raft address %s: %w", n.addrs.Raft, err)
-	}
-	var dial raftmux.Dialer
-	if d := cfg.Dial; d != nil {
-		dial = func(address string, timeout time.Duration) (net.Conn, error) {
-			ctx, cancel := context.WithTimeout(context.Background(), timeout)
-			defer cancel()
-			return d(ctx, "tcp", address)
-		}
-	}
-	n.mux = raftmux.New(n.lnRaft, raftAdv, dial, n.log)
-
 	if n.gossip, err = startGossip(n, host); err != nil {
 		return nil, err
 	}
@@ -178,6 +139,54 @@ func Start(cfg Config) (_ *Node, err error) {
 	n.log.Info("cairn node started", "client", n.addrs.Client, "peer", n.addrs.Peer, "raft", n.addrs.Raft,
 		"gossip", n.addrs.Gossip, "http", n.addrs.HTTP, "data", cfg.DataDir)
 	return n, nil
+}
+
+// listen binds the node's listeners, works out the addresses it
+// advertises, and starts the Raft port's multiplexer; it returns the host
+// it advertises.
+func (n *Node) listen() (host string, err error) {
+	listen := func(flag, addr string) (net.Listener, error) {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w (is another cairn server running? pick another port with %s)", flag, addr, err, flag)
+		}
+		return ln, nil
+	}
+	if n.lnClient, err = listen("--client-addr", n.cfg.ClientAddr); err != nil {
+		return "", err
+	}
+	if n.lnPeer, err = listen("--peer-addr", n.cfg.PeerAddr); err != nil {
+		return "", err
+	}
+	if n.lnRaft, err = listen("--raft-addr", n.cfg.RaftAddr); err != nil {
+		return "", err
+	}
+	if n.lnHTTP, err = listen("--http-addr", n.cfg.HTTPAddr); err != nil {
+		return "", err
+	}
+	if host, err = advertiseHost(n.cfg); err != nil {
+		return "", err
+	}
+	n.addrs = Addresses{
+		Client: joinHostPort(host, n.lnClient.Addr()),
+		Peer:   joinHostPort(host, n.lnPeer.Addr()),
+		Raft:   joinHostPort(host, n.lnRaft.Addr()),
+		HTTP:   joinHostPort(host, n.lnHTTP.Addr()),
+	}
+	raftAdv, err := net.ResolveTCPAddr("tcp", n.addrs.Raft)
+	if err != nil {
+		return "", fmt.Errorf("advertised raft address %s: %w", n.addrs.Raft, err)
+	}
+	var dial raftmux.Dialer
+	if d := n.cfg.Dial; d != nil {
+		dial = func(address string, timeout time.Duration) (net.Conn, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			return d(ctx, "tcp", address)
+		}
+	}
+	n.mux = raftmux.New(n.lnRaft, raftAdv, dial, n.log)
+	return host, nil
 }
 
 // claimDataDir creates the data directory and records which node owns it,
