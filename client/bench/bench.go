@@ -243,81 +243,21 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (Result, erro
 			r.members = append(r.members, fmt.Sprintf("%s#%d", q.Name, i))
 		}
 	}
+	d := &dialer{cfg: cfg}
+	defer d.close()
 
-	var conns []*client.Connection
-	defer func() {
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	}()
-	// dial connects connection i; preferHost, when set, names the
-	// destination whose host it connects to instead.
-	dial := func(i int, preferHost string) (*client.Connection, error) {
-		// Each connection starts on another node, so the load spreads.
-		n := len(cfg.Servers)
-		addrs := append(append([]string{}, cfg.Servers[i%n:]...), cfg.Servers[:i%n]...)
-		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		c, err := client.Dial(dctx, addrs, client.Options{Prefetch: cfg.Prefetch, ReconnectPolicy: client.ReconnectAll, NoDirectSends: cfg.NoDirectSends, PreferHostOf: preferHost})
-		if err == nil {
-			conns = append(conns, c)
-		}
-		return c, err
-	}
-	var sessions []*client.Session
-	var cwg sync.WaitGroup
-	startConsumers := func() error {
-		for i := range cfg.Consumers {
-			dest := r.members[i%len(r.members)]
-			preferHost := ""
-			if cfg.ConsumersOnHost {
-				preferHost = dest
-			}
-			conn, err := dial(i, preferHost)
-			if err != nil {
-				return err
-			}
-			s, err := conn.Session(consumerMode(cfg))
-			if err != nil {
-				return err
-			}
-			k, err := s.Consumer(ctx, dest)
-			if err != nil {
-				return fmt.Errorf("consumer on %s: %w", dest, err)
-			}
-			sessions = append(sessions, s)
-			cwg.Go(func() { r.consume(ctx, s, k) })
-		}
-		return nil
-	}
 	// Unless they are to meet a backlog, consumers attach before the first
 	// send, so end-to-end latency is not a queue's backlog.
+	var cwg sync.WaitGroup
+	startConsumers := func() error { return r.startConsumers(ctx, d, &cwg) }
 	if !cfg.ConsumeAfter {
 		if err := startConsumers(); err != nil {
 			return Result{}, err
 		}
 	}
-	var producers []*client.Producer
-	var psessions []*client.Session
-	for i := range cfg.Producers {
-		conn, err := dial(i, "")
-		if err != nil {
-			return Result{}, err
-		}
-		mode := client.AutoAck
-		if cfg.Transacted > 0 {
-			mode = client.Transacted
-		}
-		s, err := conn.Session(mode)
-		if err != nil {
-			return Result{}, err
-		}
-		p, err := s.Producer(q.Name)
-		if err != nil {
-			return Result{}, err
-		}
-		psessions = append(psessions, s)
-		producers = append(producers, p)
+	psessions, producers, err := openProducers(ctx, d, q.Name)
+	if err != nil {
+		return Result{}, err
 	}
 
 	start := time.Now()
@@ -340,17 +280,113 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (Result, erro
 	}
 	close(r.stopConsumers)
 	cwg.Wait()
-	for _, s := range sessions {
+	d.closeSessions()
+	res := r.result(q.Name, members, time.Duration(sendEnd.Load()-start.UnixNano()))
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// dialer opens a run's connections, each starting on another node, and
+// closes them, with the consumers' sessions, at the end.
+type dialer struct {
+	cfg      Config
+	conns    []*client.Connection
+	sessions []*client.Session // the consumers'
+}
+
+// dial connects connection i; preferHost, when set, names the destination
+// whose host it connects to instead.
+func (d *dialer) dial(ctx context.Context, i int, preferHost string) (*client.Connection, error) {
+	n := len(d.cfg.Servers)
+	addrs := append(append([]string{}, d.cfg.Servers[i%n:]...), d.cfg.Servers[:i%n]...)
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := client.Dial(dctx, addrs, client.Options{Prefetch: d.cfg.Prefetch, ReconnectPolicy: client.ReconnectAll, NoDirectSends: d.cfg.NoDirectSends, PreferHostOf: preferHost})
+	if err == nil {
+		d.conns = append(d.conns, c)
+	}
+	return c, err
+}
+
+func (d *dialer) closeSessions() {
+	for _, s := range d.sessions {
 		_ = s.Close()
 	}
+}
 
-	res := Result{Dest: q.Name, Members: members, Producers: cfg.Producers, Consumers: cfg.Consumers, Size: cfg.Size,
+func (d *dialer) close() {
+	for _, c := range d.conns {
+		_ = c.Close()
+	}
+}
+
+// startConsumers attaches the run's consumers, consumer i to
+// r.members[i%len], each consuming on a goroutine of wg.
+func (r *run) startConsumers(ctx context.Context, d *dialer, wg *sync.WaitGroup) error {
+	for i := range r.cfg.Consumers {
+		dest := r.members[i%len(r.members)]
+		preferHost := ""
+		if r.cfg.ConsumersOnHost {
+			preferHost = dest
+		}
+		conn, err := d.dial(ctx, i, preferHost)
+		if err != nil {
+			return err
+		}
+		s, err := conn.Session(consumerMode(r.cfg))
+		if err != nil {
+			return err
+		}
+		k, err := s.Consumer(ctx, dest)
+		if err != nil {
+			return fmt.Errorf("consumer on %s: %w", dest, err)
+		}
+		d.sessions = append(d.sessions, s)
+		wg.Go(func() { r.consume(ctx, s, k) })
+	}
+	return nil
+}
+
+// openProducers opens the run's producers of queue, each on a connection
+// and session of its own.
+func openProducers(ctx context.Context, d *dialer, queue string) ([]*client.Session, []*client.Producer, error) {
+	var sessions []*client.Session
+	var producers []*client.Producer
+	for i := range d.cfg.Producers {
+		conn, err := d.dial(ctx, i, "")
+		if err != nil {
+			return nil, nil, err
+		}
+		mode := client.AutoAck
+		if d.cfg.Transacted > 0 {
+			mode = client.Transacted
+		}
+		s, err := conn.Session(mode)
+		if err != nil {
+			return nil, nil, err
+		}
+		p, err := s.Producer(queue)
+		if err != nil {
+			return nil, nil, err
+		}
+		sessions = append(sessions, s)
+		producers = append(producers, p)
+	}
+	return sessions, producers, nil
+}
+
+// result is what the run measured, its producers having sent for sending.
+func (r *run) result(queue string, members int, sending time.Duration) Result {
+	cfg := r.cfg
+	res := Result{Dest: queue, Members: members, Producers: cfg.Producers, Consumers: cfg.Consumers, Size: cfg.Size,
 		Mode: cfg.Mode, Ack: cfg.Ack, Transacted: cfg.Transacted, Rate: cfg.Rate, ConsumeAfter: cfg.ConsumeAfter, NoDirectSends: cfg.NoDirectSends, ConsumersOnHost: cfg.ConsumersOnHost,
 		Sent: r.sent.Load(), Consumed: r.consumed.Load(), SendErrors: r.sendErrors.Load()}
 	if cfg.Mode == Async {
 		res.Window = cfg.Window
 	}
-	res.SendSeconds = time.Duration(sendEnd.Load() - start.UnixNano()).Seconds()
+	res.SendSeconds = sending.Seconds()
 	if res.SendSeconds > 0 {
 		res.SendRate = float64(res.Sent) / res.SendSeconds
 	}
@@ -365,10 +401,7 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (Result, erro
 	if cfg.Consumers > 0 {
 		res.Lost, res.Duplicates, res.Unexpected = r.t.verdict()
 	}
-	if err := ctx.Err(); err != nil {
-		return res, err
-	}
-	return res, nil
+	return res
 }
 
 // errTooFewConsumers refuses a run that would leave members unconsumed:
