@@ -16,38 +16,7 @@ import (
 // produce sends this producer's share: Count split evenly, or until
 // Duration ends.
 func (r *run) produce(ctx context.Context, no int, s *client.Session, p *client.Producer, start time.Time) {
-	share := -1
-	if r.cfg.Count > 0 {
-		share = r.cfg.Count / r.cfg.Producers
-		if no < r.cfg.Count%r.cfg.Producers {
-			share++
-		}
-	}
-	end := start.Add(r.cfg.Duration)
-	var interval time.Duration
-	if r.cfg.Rate > 0 {
-		interval = time.Duration(float64(time.Second) * float64(r.cfg.Producers) / float64(r.cfg.Rate))
-	}
-	var next atomic.Int64 // the next sequence number to send
-	// take hands out the next sequence number and its scheduled time, or
-	// false when the share or the duration is used up.
-	take := func() (uint64, time.Time, bool) {
-		seq := next.Add(1) - 1
-		if share >= 0 && seq >= int64(share) {
-			return 0, time.Time{}, false
-		}
-		at := time.Now()
-		if interval > 0 {
-			at = start.Add(time.Duration(seq) * interval)
-			if d := time.Until(at); d > 0 {
-				time.Sleep(d)
-			}
-		}
-		if share < 0 && !at.Before(end) {
-			return 0, time.Time{}, false
-		}
-		return uint64(seq), at, ctx.Err() == nil
-	}
+	take := r.schedule(ctx, no, start)
 	hist := newHist()
 	defer r.mergeSend(hist)
 	if r.cfg.Transacted > 0 {
@@ -100,6 +69,42 @@ func (r *run) produce(ctx context.Context, no int, s *client.Session, p *client.
 		})
 	}
 	wg.Wait()
+}
+
+// schedule returns producer no's take: it hands out the next sequence
+// number and its scheduled time (waiting for it under --rate), or false
+// once the producer's share of --count or the --duration is used up.
+func (r *run) schedule(ctx context.Context, no int, start time.Time) func() (uint64, time.Time, bool) {
+	share := -1
+	if r.cfg.Count > 0 {
+		share = r.cfg.Count / r.cfg.Producers
+		if no < r.cfg.Count%r.cfg.Producers {
+			share++
+		}
+	}
+	end := start.Add(r.cfg.Duration)
+	var interval time.Duration
+	if r.cfg.Rate > 0 {
+		interval = time.Duration(float64(time.Second) * float64(r.cfg.Producers) / float64(r.cfg.Rate))
+	}
+	var next atomic.Int64 // the next sequence number to send
+	return func() (uint64, time.Time, bool) {
+		seq := next.Add(1) - 1
+		if share >= 0 && seq >= int64(share) {
+			return 0, time.Time{}, false
+		}
+		at := time.Now()
+		if interval > 0 {
+			at = start.Add(time.Duration(seq) * interval)
+			if d := time.Until(at); d > 0 {
+				time.Sleep(d)
+			}
+		}
+		if share < 0 && !at.Before(end) {
+			return 0, time.Time{}, false
+		}
+		return uint64(seq), at, ctx.Err() == nil
+	}
 }
 
 // produceTx sends transactions of Transacted messages; a message counts as
