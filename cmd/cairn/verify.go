@@ -236,6 +236,12 @@ func runVerify(ctx context.Context, logw io.Writer, cfg verifyConfig, rec *recor
 	if err := drainVerify(ctx, cfg, len(q.Members), h, rec); err != nil {
 		return verifyReport{}, err
 	}
+	return report(cfg, h), nil
+}
+
+// report is what the history h says of the run: its counts, and each kind
+// of violation with up to ten examples.
+func report(cfg verifyConfig, h *history.History) verifyReport {
 	st := h.Stats()
 	vs := h.Check()
 	rep := verifyReport{Queue: cfg.queue, Duration: cfg.duration.String(), SentOK: st.SentOK, SendUnknown: st.SendUnknown, SendFailed: st.SendFailed,
@@ -252,7 +258,7 @@ func runVerify(ctx context.Context, logw io.Writer, cfg verifyConfig, rec *recor
 			rep.Examples = append(rep.Examples, v.Kind+": "+v.String())
 		}
 	}
-	return rep, nil
+	return rep
 }
 
 // produce sends until ctx ends: one message at a time, or transactions of
