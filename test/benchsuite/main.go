@@ -166,6 +166,42 @@ func run() error {
 			return err
 		}
 	}
+	printHeader()
+	// maxTogether is the rate of sending and consuming at once: the most
+	// the end-to-end row could carry.
+	var maxTogether float64
+	for _, r := range rows {
+		if *only != "" && !strings.Contains(r.name, *only) {
+			continue
+		}
+		rate, err := printRow(cairn, nats, natsBin, r)
+		if err != nil {
+			return err
+		}
+		if r.metric == "e2e" {
+			maxTogether = rate
+		}
+	}
+	if maxTogether > 0 && *only == "" {
+		if err := printE2ERow(cairn, maxTogether); err != nil {
+			return err
+		}
+	}
+	if *queues > 0 {
+		if err := idleRows(cairn, nats, natsBin, *queues); err != nil {
+			return fmt.Errorf("with %d idle queues: %w", *queues, err)
+		}
+	}
+	if *pending > 0 {
+		if err := pendingRows(cairn, *pending); err != nil {
+			return fmt.Errorf("with %d pending messages: %w", *pending, err)
+		}
+	}
+	return nil
+}
+
+// printHeader prints the table's header.
+func printHeader() {
 	fmt.Printf("| row | messages | Cairn msgs/s | Cairn p50 / p99 ms |")
 	if *compare {
 		if *rounds > 1 {
@@ -180,81 +216,66 @@ func run() error {
 		fmt.Printf("---|---|---|")
 	}
 	fmt.Println()
-	// maxTogether is the rate of sending and consuming at once: the most
-	// the end-to-end row could carry.
-	var maxTogether float64
-	for _, r := range rows {
-		if *only != "" && !strings.Contains(r.name, *only) {
-			continue
+}
+
+// printRow runs row r --rounds times, each round Cairn then NATS (so that
+// a machine that slows down during the suite weighs on both sides of
+// every ratio), prints its medians, and returns Cairn's median rate.
+func printRow(cairn, nats *cluster, natsBin string, r row) (float64, error) {
+	n := max(int(float64(r.count)**scale), 100)
+	var cairnRuns, natsRuns []figure
+	var ratios []float64
+	for range *rounds {
+		c, err := cairnRow(cairn, r, n)
+		if err != nil {
+			return 0, fmt.Errorf("%s on Cairn: %w", r.name, err)
 		}
-		n := max(int(float64(r.count)**scale), 100)
-		// Each round runs Cairn then NATS, so that a machine that slows
-		// down during the suite weighs on both sides of every ratio.
-		var cairnRuns, natsRuns []figure
-		var ratios []float64
-		for range *rounds {
-			c, err := cairnRow(cairn, r, n)
+		cairnRuns = append(cairnRuns, c)
+		if *compare && r.nats != nil {
+			m, err := natsRow(nats, natsBin, r, n)
 			if err != nil {
-				return fmt.Errorf("%s on Cairn: %w", r.name, err)
+				return 0, fmt.Errorf("%s on NATS: %w", r.name, err)
 			}
-			cairnRuns = append(cairnRuns, c)
-			if *compare && r.nats != nil {
-				m, err := natsRow(nats, natsBin, r, n)
-				if err != nil {
-					return fmt.Errorf("%s on NATS: %w", r.name, err)
-				}
-				natsRuns = append(natsRuns, m)
-				ratios = append(ratios, c.rate/m.rate)
-			}
-		}
-		c := medianFigure(cairnRuns)
-		if r.metric == "e2e" {
-			maxTogether = c.rate
-		}
-		fmt.Printf("| %s | %d | %.0f | %s |", r.name, n, c.rate, c.latency())
-		if *compare {
-			if r.nats == nil {
-				fmt.Print(noNATS())
-			} else {
-				m := medianFigure(natsRuns)
-				fmt.Printf(" %.0f | %s | %s |", m.rate, m.latency(), ratioCell(ratios))
-			}
-		}
-		fmt.Println()
-	}
-	if maxTogether > 0 && *only == "" {
-		// End to end at half of Cairn's maximum for that same work (sends
-		// and consumes at once): the latency a user sees with room to
-		// spare. Half the send-only maximum can be more than sending and
-		// consuming together can carry, and then measures a growing queue.
-		rate := int(maxTogether / 2)
-		args := []string{"--mode", "async", "--window", "500", "--producers", "4", "--consumers", "4", "--ack", "client", "--prefetch", "500",
-			"--consumers-on-host", "--duration", "20s", "--rate", strconv.Itoa(rate)}
-		var runs []figure
-		var sent []float64
-		for range *rounds {
-			res, err := cairnBench(cairn, args)
-			if err != nil {
-				return fmt.Errorf("end to end at %d msgs/s: %w", rate, err)
-			}
-			sent = append(sent, float64(res.Sent))
-			runs = append(runs, e2eFigure(res))
-		}
-		e := medianFigure(runs)
-		fmt.Printf("| end to end at %d msgs/s (half the send-and-consume maximum), 4+4 | %.0f | %.0f | %s |",
-			rate, median(sent), e.rate, e.latency())
-		fmt.Println(noNATS())
-	}
-	if *queues > 0 {
-		if err := idleRows(cairn, nats, natsBin, *queues); err != nil {
-			return fmt.Errorf("with %d idle queues: %w", *queues, err)
+			natsRuns = append(natsRuns, m)
+			ratios = append(ratios, c.rate/m.rate)
 		}
 	}
-	if *pending > 0 {
-		if err := pendingRows(cairn, *pending); err != nil {
-			return fmt.Errorf("with %d pending messages: %w", *pending, err)
+	c := medianFigure(cairnRuns)
+	fmt.Printf("| %s | %d | %.0f | %s |", r.name, n, c.rate, c.latency())
+	if *compare {
+		if r.nats == nil {
+			fmt.Print(noNATS())
+		} else {
+			m := medianFigure(natsRuns)
+			fmt.Printf(" %.0f | %s | %s |", m.rate, m.latency(), ratioCell(ratios))
 		}
 	}
+	fmt.Println()
+	return c.rate, nil
+}
+
+// printE2ERow measures end to end at half of Cairn's maximum for that same
+// work (sends and consumes at once, maxTogether): the latency a user sees
+// with room to spare. Half the send-only maximum can be more than sending
+// and consuming together can carry, and then measures a growing queue.
+func printE2ERow(cairn *cluster, maxTogether float64) error {
+	rate := int(maxTogether / 2)
+	args := []string{"--mode", "async", "--window", "500", "--producers", "4", "--consumers", "4", "--ack", "client", "--prefetch", "500",
+		"--consumers-on-host", "--duration", "20s", "--rate", strconv.Itoa(rate)}
+	var runs []figure
+	var sent []float64
+	for range *rounds {
+		res, err := cairnBench(cairn, args)
+		if err != nil {
+			return fmt.Errorf("end to end at %d msgs/s: %w", rate, err)
+		}
+		sent = append(sent, float64(res.Sent))
+		runs = append(runs, e2eFigure(res))
+	}
+	e := medianFigure(runs)
+	fmt.Printf("| end to end at %d msgs/s (half the send-and-consume maximum), 4+4 | %.0f | %.0f | %s |",
+		rate, median(sent), e.rate, e.latency())
+	fmt.Println(noNATS())
 	return nil
 }
 
