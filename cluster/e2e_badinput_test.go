@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -467,4 +468,37 @@ func TestBadInput_MalformedStreamFramesAreRefused(t *testing.T) {
 	}
 	checkQueue(t, a, "raw-q", 0, 0)
 	assertServes(t, n, "alive")
+}
+
+// Promise 7: an address naming a member that does not exist is refused, and
+// the refusal must change nothing. memberOf auto-creates NAME before it
+// checks the index.
+func TestBadInput_MemberIndexOfNewQueueCreatesNothing(t *testing.T) {
+	n := startNode(t, testConfig(t, t.TempDir()))
+	ctx := testCtx(t)
+	a := admin(t, n)
+	c := dial(t, n)
+	s := mustSession(t, c, client.AutoAck)
+	p := mustProducer(t, s, "fresh#5")
+	_, err := p.Send(ctx, &client.Message{Body: []byte("x")})
+	wantErr(t, "send to a member index that does not exist", err, client.ErrUnknownDestination)
+	if names := queueNames(t, a); slices.Contains(names, "fresh") {
+		t.Fatalf("a refused send to fresh#5 created queue fresh: %v", names)
+	}
+}
+
+// A time to live too large for int64 nanoseconds wraps to an expiration in
+// the past: the send succeeds and the message is expired at once.
+func TestBadInput_HugeTTLIsRefused(t *testing.T) {
+	n := startNode(t, testConfig(t, t.TempDir()))
+	ctx := testCtx(t)
+	a := admin(t, n)
+	if _, err := rawClient(t, n).Send(ctx, &clientpb.SendRequest{Destination: "ttlq", Messages: []*clientpb.Message{{Id: "big", Body: []byte("x"), TtlMs: 18_446_744_073_709}}}); err != nil {
+		t.Logf("refused (fine): %v", err)
+		return
+	}
+	time.Sleep(300 * time.Millisecond)
+	if q := showQueue(t, a, "ttlq"); q.Pending != 1 {
+		t.Fatalf("send with ttl 18446744073709 ms (584 years) succeeded, but the queue holds %d messages", q.Pending)
+	}
 }

@@ -348,3 +348,38 @@ func (h *history) summary() string {
 	}
 	return fmt.Sprintf("%d sends ok, %d unavailable, %d unknown; %d deliveries, %d messages delivered more than once, %d acked", ok, failed, unknown, h.deliveries, again, len(h.acked))
 }
+
+// A node cut off from the others for longer than gossip's failure
+// detection must be taken back by gossip once the network heals, as Raft
+// takes it back: until then the others hold it dead, so its front-end's
+// sessions are released, placement leaves it out and status shows it dead.
+// memberlist does not heal such a split by itself (each side probes and
+// syncs only with nodes it holds alive); gossip's reconnectLoop joins the
+// nodes held dead again, as Serf's reconnect does.
+func TestCluster_GossipHealsAfterLongPartition(t *testing.T) {
+	tc := newMultiNode(t, 3)
+	tc.isolate("n1")
+	waitFor(t, 20*time.Second, "n1 and the others holding each other dead", func() bool {
+		dead := 0
+		for _, id := range tc.ids() {
+			for _, m := range tc.node(id).gossip.members() {
+				if (id == "n1") != (m.ID == "n1") && m.State != "alive" {
+					dead++
+				}
+			}
+		}
+		return dead == 4
+	})
+	tc.rejoin("n1")
+	// memberlist's push-pull runs every 30 s; give it that and more.
+	waitFor(t, 45*time.Second, "every node alive in every node's gossip after the partition healed", func() bool {
+		for _, id := range tc.ids() {
+			for _, m := range tc.node(id).gossip.members() {
+				if m.State != "alive" {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
