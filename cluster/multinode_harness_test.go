@@ -577,13 +577,18 @@ func (tc *testCluster) addNode(opts ...func(*Config)) *Node {
 }
 
 // withLogs sends the nodes' logs to the test log when CAIRN_TEST_LOGS is
-// set, for debugging a failing multi-node test.
+// set (CAIRN_TEST_LOGS=debug: debug lines too), for debugging a failing
+// multi-node test.
 func withLogs(t *testing.T) func(*Config) {
 	return func(c *Config) {
-		if os.Getenv("CAIRN_TEST_LOGS") == "" {
+		level := slog.LevelInfo
+		switch os.Getenv("CAIRN_TEST_LOGS") {
+		case "":
 			return
+		case "debug":
+			level = slog.LevelDebug
 		}
-		c.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		c.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: level}))
 	}
 }
 

@@ -1279,8 +1279,12 @@ func (r *Raft) dispatchLogs(applyLogs []*logFuture) {
 	// needs a majority of durable copies to commit; the leader loop waits
 	// for the write, so nothing committed is applied here before it is
 	// stored here. The store keeps staged entries readable until StoreLogs
-	// has written them.
-	if stager, ok := r.logs.(interface{ StageLogs([]*Log) }); ok {
+	// has written them. A configuration entry takes upstream's path: the
+	// commitment counts a new voter only once appendConfigurationEntry has
+	// set the new configuration, after this returns, and an acknowledgement
+	// it received while the leader wrote would be dropped (with a voter
+	// down, an idle group's promotion then never commits).
+	if stager, ok := r.logs.(interface{ StageLogs([]*Log) }); ok && !cairnHasConfiguration(logs) {
 		stager.StageLogs(logs)
 		r.setLastLog(lastIndex, term)
 		for _, f := range r.leaderState.replState {
@@ -1320,6 +1324,17 @@ func (r *Raft) dispatchLogs(applyLogs []*logFuture) {
 	for _, f := range r.leaderState.replState {
 		asyncNotifyCh(f.triggerCh)
 	}
+}
+
+// cairnHasConfiguration reports whether logs hold a configuration entry
+// (Cairn's patch, see dispatchLogs).
+func cairnHasConfiguration(logs []*Log) bool {
+	for _, l := range logs {
+		if l.Type == LogConfiguration {
+			return true
+		}
+	}
+	return false
 }
 
 // processLogs is used to apply all the committed entries that haven't been
