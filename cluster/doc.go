@@ -6,5 +6,27 @@
 // carries requests to the member's replica.
 //
 // It owns no delivery rules (package fsm) and no Raft group internals
-// (package member). Decisions it made are argued in DESIGN.md.
+// (package member). Decisions it made are argued in DESIGN.md; the words
+// used here are docs/ARCHITECTURE.md's.
+//
+// The main types, by file:
+//   - Node (node.go): one node; Start assembles it, Config (config.go)
+//     says how.
+//   - gossip (gossip.go): memberlist, and what each node gossips of itself.
+//   - metaGroup (meta.go): the meta group's replica here and its leader's
+//     loop; placement.go plans where replicas and hosts go, renew.go renews
+//     members, membership.go keeps the Raft configurations in line with
+//     the registry and the placement.
+//   - groups (groups.go): the member replicas open here, opened, closed
+//     and destroyed as the placement changes; hosts.go moves leaderships
+//     to preferred hosts.
+//   - clientService (service.go) and connections (connection.go,
+//     consumers.go, attachment.go, tx.go): the client API; destinations.go
+//     administers destinations; frontend.go routes sends and pins
+//     consumers.
+//   - peers and peerService (peers.go, peer_server.go): the peer API,
+//     which relays commands to a member's host and streams its deliveries.
+//   - hostCache and loads (route.go): which node hosts each member, and how
+//     loaded it is, for members with no replica here.
+//   - mover (mover.go): where a member's moved messages go.
 package cluster
