@@ -9,9 +9,9 @@ import (
 	"os"
 	"time"
 
-	"github.com/hashicorp/memberlist"
+	"github.com/cairnmq/cairn/cluster/raftgroup"
 
-	"github.com/cairnmq/cairn/member"
+	"github.com/hashicorp/memberlist"
 )
 
 // Config is everything a node needs; cmd/cairn fills it from flags.
@@ -45,7 +45,7 @@ type Config struct {
 	Profiling bool
 
 	// LogStore is where every Raft group of the node keeps its log:
-	// member.LogStoreBolt or member.LogStoreWAL. A data directory keeps
+	// raftgroup.LogStoreBolt or raftgroup.LogStoreWAL. A data directory keeps
 	// the kind it was started with; empty means that one, or wal for a
 	// new directory.
 	LogStore string
@@ -76,7 +76,7 @@ type Config struct {
 	GroupPerMember bool
 
 	// Member tuning.
-	Timing            member.Timing
+	Timing            raftgroup.Timing
 	SnapshotThreshold uint64
 	SnapshotInterval  time.Duration
 	ExpiryInterval    time.Duration
@@ -144,8 +144,8 @@ func (c *Config) setDefaults() {
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = DefaultMaxMessageBytes
 	}
-	if c.Timing == (member.Timing{}) {
-		c.Timing = member.DefaultTiming
+	if c.Timing == (raftgroup.Timing{}) {
+		c.Timing = raftgroup.DefaultTiming
 	}
 	if c.SnapshotTransfers == 0 {
 		c.SnapshotTransfers = DefaultSnapshotTransfers
@@ -186,7 +186,7 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: --snapshot-transfers %d: use at least 1", ErrConfig, c.SnapshotTransfers)
 	case c.SnapshotRateMiB < -1:
 		return fmt.Errorf("%w: --snapshot-rate-mib %d: use a number of MiB a second, or -1 for no limit", ErrConfig, c.SnapshotRateMiB)
-	case c.LogStore != "" && c.LogStore != member.LogStoreBolt && c.LogStore != member.LogStoreWAL:
+	case c.LogStore != "" && c.LogStore != raftgroup.LogStoreBolt && c.LogStore != raftgroup.LogStoreWAL:
 		return fmt.Errorf("%w: --log-store %q: use bolt or wal", ErrConfig, c.LogStore)
 	}
 	for _, a := range []struct{ flag, addr string }{

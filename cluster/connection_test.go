@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/test/wait"
+
 	"github.com/cairnmq/cairn/client"
 	"github.com/cairnmq/cairn/transport"
 	"github.com/cairnmq/cairn/transport/clientpb"
@@ -26,7 +28,7 @@ func TestConnection_GoodbyeAnswersTheSendsInFlightFirst(t *testing.T) {
 		c.goodbye(false, "node n1 is shutting down")
 		close(said)
 	}()
-	eventually(t, "the connection closing", func() bool {
+	wait.For(t, 10*time.Second, "the connection closing", func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return c.closing != nil

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/test/wait"
+
 	"github.com/cairnmq/cairn/client"
 )
 
@@ -129,7 +131,7 @@ func TestDD_UpdateMembers_GrowTakesSendsShrinkDrains(t *testing.T) {
 		}
 	}
 	// The resize is committed; free applies it a moment later.
-	tc.converge(5*time.Second, free+" learning that rs#1 and rs#2 drain", func() bool {
+	wait.For(tc.t, 5*time.Second, free+" learning that rs#1 and rs#2 drain", func() bool {
 		d, ok := tc.node(free).meta.destination("rs")
 		return ok && len(d.Members) > 0 && !d.Members[0].Draining && (len(d.Members) < 3 || d.Members[2].Draining)
 	})
@@ -139,7 +141,7 @@ func TestDD_UpdateMembers_GrowTakesSendsShrinkDrains(t *testing.T) {
 		}
 	}
 	want = append(want, "late", "late", "late", "late", "late")
-	tc.converge(20*time.Second, "rs drained into rs#0 and shrunk to one member", func() bool {
+	wait.For(tc.t, 20*time.Second, "rs drained into rs#0 and shrunk to one member", func() bool {
 		q, err := a.ShowQueue(ctx, "rs")
 		return err == nil && len(q.Members) == 1 && q.Members[0].Pending == uint64(len(want))
 	})

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/test/wait"
+
 	"github.com/cairnmq/cairn/client"
 )
 
@@ -61,13 +63,13 @@ func TestDD_PartitionedMemberSendsGoElsewhere(t *testing.T) {
 
 	// F's router sees both members available, X's empty and the other
 	// holding the warm-up messages: it chooses X's member.
-	tc.converge(10*time.Second, f+"'s router seeing "+xm+" on "+x+" empty and "+om+" holding "+fmt.Sprint(warm), func() bool {
+	wait.For(tc.t, 10*time.Second, f+"'s router seeing "+xm+" on "+x+" empty and "+om+" holding "+fmt.Sprint(warm), func() bool {
 		cs := front.candidates(d)
 		return cs[xi].Available && cs[xi].Pending == 0 && cs[oi].Available && cs[oi].Pending == warm
 	})
 	// No refresh of the loads may be in flight when X is cut off: one
 	// that fails forgets X as the member's host before the first send.
-	tc.converge(5*time.Second, "no load refresh in flight on "+f, func() bool {
+	wait.For(tc.t, 5*time.Second, "no load refresh in flight on "+f, func() bool {
 		front.loads.mu.Lock()
 		defer front.loads.mu.Unlock()
 		return !front.loads.m[xm].refreshing && !front.loads.m[om].refreshing
@@ -110,9 +112,9 @@ func TestDD_PartitionedMemberSendsGoElsewhere(t *testing.T) {
 	}
 
 	tc.rejoin(x)
-	tc.settle(30*time.Second, "the counts of "+queue+" after "+x+" is back", func() string { return tc.counts(queue, warm+n, 0) })
+	wait.Until(tc.t, 30*time.Second, "the counts of "+queue+" after "+x+" is back", func() string { return tc.counts(queue, warm+n, 0) })
 	a := tc.admin(f)
-	tc.converge(30*time.Second, f+" showing "+xm+" empty on "+x+" and "+om+" holding every message", func() bool {
+	wait.For(tc.t, 30*time.Second, f+" showing "+xm+" empty on "+x+" and "+om+" holding every message", func() bool {
 		q, err := a.ShowQueue(ctx, queue)
 		return err == nil && len(q.Members) == 2 &&
 			q.Members[xi].Host == x && q.Members[xi].Pending == 0 && q.Members[xi].Delivered == 0 &&
@@ -228,7 +230,7 @@ func ddHostKill(t *testing.T, queue string, idempotent, direct bool) *ddRun {
 	// a heartbeat with a newer term reaching H while it shuts down makes
 	// Raft write its term, on the transport's goroutine that Shutdown does
 	// not wait for, to a store already closed, and the process exits.
-	tc.settle(30*time.Second, "40 sends to "+target+" succeeded, every group's replicas at one term", func() string {
+	wait.Until(tc.t, 30*time.Second, "40 sends to "+target+" succeeded, every group's replicas at one term", func() string {
 		if n := okBefore.Load(); n < 40 {
 			return fmt.Sprintf("%d sends succeeded", n)
 		}
@@ -238,7 +240,7 @@ func ddHostKill(t *testing.T, queue string, idempotent, direct bool) *ddRun {
 	tc.crash(h)
 	crashed.Store(true)
 	t.Logf("%s crashed in %v", h, time.Since(start).Round(time.Millisecond))
-	tc.converge(30*time.Second, "8 sends started after the crash succeeded", func() bool { return okAfter.Load() >= 8 })
+	wait.For(tc.t, 30*time.Second, "8 sends started after the crash succeeded", func() bool { return okAfter.Load() >= 8 })
 	t.Logf("the first 8 sends started after the crash succeeded %v after it finished", time.Since(start).Round(time.Millisecond))
 	stop.Store(true)
 	select {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/test/wait"
+
 	"github.com/cairnmq/cairn/client"
 	"github.com/cairnmq/cairn/transport"
 	"github.com/cairnmq/cairn/transport/clientpb"
@@ -74,7 +76,7 @@ func TestSend_DirectSendIsOneTry(t *testing.T) {
 	for _, id := range tc.others(host) {
 		tc.crash(id)
 	}
-	waitFor(t, 10*time.Second, "the host to step down without its quorum", func() bool { return tc.hostOf("once#0") == "" })
+	wait.For(t, 10*time.Second, "the host to step down without its quorum", func() bool { return tc.hostOf("once#0") == "" })
 	sctx, cancel := context.WithTimeout(ctx, routeWindow/2)
 	defer cancel()
 	_, err := rawClient(t, tc.node(host)).Send(sctx, &clientpb.SendRequest{
@@ -102,7 +104,7 @@ func TestCluster_DirectSendToACutOffHost(t *testing.T) {
 	x := tc.waitSpread("cut", 1)[0]
 	y := tc.others(x)[0]
 	p := mustProducer(t, mustSession(t, tc.dial(y), client.AutoAck), "cut")
-	waitFor(t, 10*time.Second, "the client's send link to the host", func() bool {
+	wait.For(t, 10*time.Second, "the client's send link to the host", func() bool {
 		sendN(t, ctx, p, "warm-", 1)
 		return len(tc.node(x).conns.list()) > 0
 	})

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/test/wait"
+
 	"github.com/cairnmq/cairn/client"
 )
 
@@ -340,7 +342,7 @@ func TestReceiveNoWait_EmptyQueueReturnsNilAtOnce(t *testing.T) {
 	}
 	send(t, ctx, mustProducer(t, s, "nowait"), "x")
 	var got *client.Message
-	eventually(t, "ReceiveNoWait to return the sent message", func() bool {
+	wait.For(t, 10*time.Second, "ReceiveNoWait to return the sent message", func() bool {
 		got, err = k.ReceiveNoWait()
 		if err != nil {
 			t.Fatal(err)

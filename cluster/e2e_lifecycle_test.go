@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/test/wait"
+
 	"github.com/cairnmq/cairn/client"
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/transport/clientpb"
@@ -94,7 +96,7 @@ func TestSession_CloseDuringConsumerCreationReleasesIt(t *testing.T) {
 	_, err3 := r.reply(3, nil)
 	t.Logf("create consumer answered: %v", err3)
 	var rep interface{ Stats() fsmStats }
-	eventually(t, "replica leak#0", func() bool {
+	wait.For(t, 10*time.Second, "replica leak#0", func() bool {
 		r, ok := n.groups.replica("leak#0")
 		if ok {
 			rep = r
@@ -133,7 +135,7 @@ func TestDelete_AcksOfOtherQueuesStillWork(t *testing.T) {
 	if err := a.DeleteQueue(ctx, "qb"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "qb gone", func() bool { _, ok := n.groups.replica("qb#0"); return !ok })
+	wait.For(t, 10*time.Second, "qb gone", func() bool { _, ok := n.groups.replica("qb#0"); return !ok })
 	m2 := recv(t, ka)
 	err := m2.Ack()
 	q := showQueue(t, a, "qa")

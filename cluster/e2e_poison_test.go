@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/test/wait"
+
 	"github.com/cairnmq/cairn/client"
 )
 
@@ -33,7 +35,7 @@ func TestPoison_MaxDeliveriesMovesTheMessageToTheDLQ(t *testing.T) {
 		}
 	}
 	expectNothing(t, k, 300*time.Millisecond)
-	eventually(t, "pq.DLQ holding the dead message and pq counting it", func() bool {
+	wait.For(t, 10*time.Second, "pq.DLQ holding the dead message and pq counting it", func() bool {
 		dlq, err := a.ShowQueue(ctx, "pq.DLQ")
 		return err == nil && dlq.Pending == 1 && showQueue(t, a, "pq").DeadLettered == 1
 	})
@@ -112,7 +114,7 @@ func TestPoison_DelayedMessageSurvivesFailoverWithItsCount(t *testing.T) {
 	tc.crash(host)
 	newHost := tc.waitHost("fq#0")
 	a := tc.admin(other)
-	tc.converge(10*time.Second, "the new host "+newHost+" counting the message delayed", func() bool {
+	wait.For(tc.t, 10*time.Second, "the new host "+newHost+" counting the message delayed", func() bool {
 		q, err := a.ShowQueue(ctx, "fq")
 		return err == nil && q.Members[0].Host == newHost && q.Delayed == 1
 	})

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/cluster/raftgroup"
+	"github.com/cairnmq/cairn/test/wait"
+
 	"github.com/cairnmq/cairn/client"
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/member"
@@ -208,7 +211,7 @@ func TestRestart_MessageFieldsSurvive(t *testing.T) {
 	k, err := s.Consumer(ctx, "fields")
 	if err != nil {
 		bug = fmt.Sprintf("right after WaitReady on the restarted node, creating a consumer of fields fails: %v", err)
-		eventually(t, "a consumer of fields", func() bool {
+		wait.For(t, 10*time.Second, "a consumer of fields", func() bool {
 			k, err = s.Consumer(ctx, "fields")
 			return err == nil
 		})
@@ -257,7 +260,7 @@ func TestRestart_ReadyOnlyOnceMembersAreRestored(t *testing.T) {
 	metaState := fmt.Sprintf("meta FSM applied %d, raft AppliedIndex %d, CommitIndex %d, destination known %v", metaApplied, mr.AppliedIndex(), mr.CommitIndex(), known)
 	// Let the member finish its takeover before the cleanup stops the node
 	// (a Stop during a takeover can hang: TestStop_ReplicaCloseReturnsDuringTakeover).
-	eventually(t, "ready#0 to be hosted", func() bool {
+	wait.For(t, 10*time.Second, "ready#0 to be hosted", func() bool {
 		r, ok := n2.groups.replica("ready#0")
 		return ok && r.Leading()
 	})
@@ -332,14 +335,14 @@ func TestRestart_MemberReplicasOpenSideBySide(t *testing.T) {
 // asking for the other kind is refused before anything is opened. A new
 // data directory gets wal, the default.
 func TestRestart_DataDirKeepsItsLogStore(t *testing.T) {
-	cfg := testConfig(t, t.TempDir(), func(c *Config) { c.LogStore = member.LogStoreBolt })
+	cfg := testConfig(t, t.TempDir(), func(c *Config) { c.LogStore = raftgroup.LogStoreBolt })
 	n := startNode(t, cfg)
 	ctx := testCtx(t)
 	sendN(t, ctx, mustProducer(t, mustSession(t, dial(t, n), client.AutoAck), "kept"), "m", 3)
 	n.Stop()
 
 	other := cfg
-	other.LogStore = member.LogStoreWAL
+	other.LogStore = raftgroup.LogStoreWAL
 	if _, err := Start(other); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "holds bolt logs") {
 		t.Fatalf("a bolt data dir started with --log-store wal: %v; want ErrConfig naming the kind it holds", err)
 	}
@@ -347,13 +350,13 @@ func TestRestart_DataDirKeepsItsLogStore(t *testing.T) {
 	again.LogStore = ""
 	n = startNode(t, again)
 	checkQueue(t, admin(t, n), "kept", 3, 0)
-	if got := member.HeldStore(filepath.Join(cfg.DataDir, "meta")); got != member.LogStoreBolt {
+	if got := raftgroup.HeldStore(filepath.Join(cfg.DataDir, "meta")); got != raftgroup.LogStoreBolt {
 		t.Fatalf("the meta group's store is %q after a restart without --log-store; want bolt", got)
 	}
 	n.Stop()
 
 	fresh := startNode(t, testConfig(t, t.TempDir()))
-	if got := member.HeldStore(filepath.Join(fresh.cfg.DataDir, "meta")); got != member.LogStoreWAL {
+	if got := raftgroup.HeldStore(filepath.Join(fresh.cfg.DataDir, "meta")); got != raftgroup.LogStoreWAL {
 		t.Fatalf("a new data dir's store is %q; want wal, the default", got)
 	}
 }

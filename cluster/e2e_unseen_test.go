@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/test/wait"
+
 	"github.com/cairnmq/cairn/client"
 	"github.com/cairnmq/cairn/transport"
 	"github.com/cairnmq/cairn/transport/clientpb"
@@ -30,7 +32,7 @@ func TestUnseen_PrefetchedMessagesOfAClosedConsumerAreNotCounted(t *testing.T) {
 			t.Fatalf("round %d: %s came redelivered=%v count %d; want its first delivery", round, m.Body, m.Redelivered, m.DeliveryCount)
 		}
 		// Everything left is in the consumer's buffer when it closes.
-		eventually(t, "every message delivered", func() bool { return showQueue(t, a, "prefetched").Pending == 0 })
+		wait.For(t, 10*time.Second, "every message delivered", func() bool { return showQueue(t, a, "prefetched").Pending == 0 })
 		if err := k.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -144,8 +146,8 @@ func TestCredit_PastThePrefetchIsIgnored(t *testing.T) {
 	}
 	delivered := func(want uint64) {
 		t.Helper()
-		eventually(t, fmt.Sprintf("%d delivered", want), func() bool { return showQueue(t, a, "credit").Delivered == want })
-		consistently(t, 300*time.Millisecond, fmt.Sprintf("%d delivered, no more", want), func() bool { return showQueue(t, a, "credit").Delivered == want })
+		wait.For(t, 10*time.Second, fmt.Sprintf("%d delivered", want), func() bool { return showQueue(t, a, "credit").Delivered == want })
+		wait.Holds(t, 300*time.Millisecond, fmt.Sprintf("%d delivered, no more", want), func() bool { return showQueue(t, a, "credit").Delivered == want })
 	}
 	call(&clientpb.Hello{})
 	call(&clientpb.OpenSession{Session: 1, AckMode: clientpb.AckMode_ACK_MODE_CLIENT})

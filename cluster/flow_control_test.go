@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/test/wait"
+
 	"golang.org/x/net/http2"
 
 	"github.com/cairnmq/cairn/client"
@@ -243,7 +245,7 @@ func sendThroughAnotherNode(t *testing.T, noDirectSends bool, check func(before,
 			// The send link to the host opens in the background; the
 			// host serves no other client connection (the last round's
 			// is closed).
-			waitFor(t, 10*time.Second, "the client's send link to the host", func() bool {
+			wait.For(t, 10*time.Second, "the client's send link to the host", func() bool {
 				sendN(t, ctx, p, fmt.Sprintf("wait-%d-", round), 1)
 				return len(tc.node(host).conns.list()) > 0
 			})

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/test/wait"
+
 	"github.com/cairnmq/cairn/client"
 )
 
@@ -41,15 +43,15 @@ func TestGroups_LeaderDropsAMemberNoDestinationPlaces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the ghost in the group", func() bool { return slices.Contains(s.Members(), "ghost#0@gone") })
+	wait.For(t, 10*time.Second, "the ghost in the group", func() bool { return slices.Contains(s.Members(), "ghost#0@gone") })
 	if err := ghost.Close(); err != nil {
 		t.Fatal(err)
 	}
 	tc.node(host).groups.poke()
-	waitFor(t, 20*time.Second, "the ghost dropped", func() bool { return !slices.Contains(s.Members(), "ghost#0@gone") })
+	wait.For(t, 20*time.Second, "the ghost dropped", func() bool { return !slices.Contains(s.Members(), "ghost#0@gone") })
 	for _, id := range tc.ids() {
 		if rr, ok := tc.node(id).groups.replica("kept#0"); ok {
-			waitFor(t, 10*time.Second, id+" applying the drop", func() bool { return !slices.Contains(rr.Shared().Members(), "ghost#0@gone") })
+			wait.For(t, 10*time.Second, id+" applying the drop", func() bool { return !slices.Contains(rr.Shared().Members(), "ghost#0@gone") })
 		}
 	}
 	if got := s.Members(); !slices.Equal(got, kept) {

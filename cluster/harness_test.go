@@ -5,14 +5,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/cluster/raftgroup"
+
 	"github.com/cairnmq/cairn/client"
-	"github.com/cairnmq/cairn/member"
 )
 
 // fastTiming makes elections quick, yet leaves a leader 150 ms to hear from a
 // majority: with 50 ms, three nodes under -race on two cores stepped down
 // now and then on their own, and a send then failed as "leadership lost".
-var fastTiming = member.Timing{Heartbeat: 200 * time.Millisecond, Election: 200 * time.Millisecond, LeaderLease: 150 * time.Millisecond, Commit: 5 * time.Millisecond}
+var fastTiming = raftgroup.Timing{Heartbeat: 200 * time.Millisecond, Election: 200 * time.Millisecond, LeaderLease: 150 * time.Millisecond, Commit: 5 * time.Millisecond}
 
 // testConfig is a single durable node on loopback ports in dir.
 func testConfig(t *testing.T, dir string, opts ...func(*Config)) Config {
@@ -74,16 +75,4 @@ func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// eventually waits for cond, failing the test after a deadline.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

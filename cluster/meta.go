@@ -11,12 +11,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cairnmq/cairn/cluster/raftgroup"
+
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
-	"github.com/cairnmq/cairn/member"
 	"github.com/cairnmq/cairn/transport"
 	"github.com/cairnmq/cairn/transport/peerpb"
 )
@@ -27,7 +28,7 @@ const metaGroupID = "meta"
 // metaGroup is this node's replica of the meta group.
 type metaGroup struct {
 	n     *Node
-	group *member.Group
+	group *raftgroup.Group
 	fsm   *metaFSM
 	kick  chan struct{}
 	// bootstrapped is true once the group has (or had) a configuration.
@@ -170,7 +171,7 @@ func openMeta(n *Node) (*metaGroup, error) {
 		mg.bootstrapped = true
 		peers = []raft.Server{{ID: raft.ServerID(n.cfg.NodeID), Address: raft.ServerAddress(n.addrs.Raft)}}
 	}
-	g, err := member.OpenRaft(member.RaftConfig{
+	g, err := raftgroup.Open(raftgroup.Config{
 		Group: metaGroupID, NodeID: n.cfg.NodeID, Dir: dir,
 		Stream: layer, Peers: peers, Timing: n.cfg.Timing, NotifyCommit: true, Logger: n.log, Addresses: raftAddresses{n}, OnStorageError: n.cfg.OnFatal,
 		LogStore: n.cfg.LogStore, SnapshotSends: n.snapshotSends,

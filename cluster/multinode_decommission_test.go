@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/test/wait"
+
 	"github.com/hashicorp/raft"
 
 	"github.com/cairnmq/cairn/client"
@@ -29,7 +31,7 @@ func TestCluster_ScaleUpAndDownKeepsFullReplication(t *testing.T) {
 	tc := newMultiNode(t, 3)
 	meta, _, op, sent := queueOfThree(t, tc)
 	n4, n5 := tc.addNode().ID(), tc.addNode().ID()
-	tc.settle(90*time.Second, "replicas spread onto "+n4+" and "+n5, func() string {
+	wait.Until(tc.t, 90*time.Second, "replicas spread onto "+n4+" and "+n5, func() string {
 		if why := placedOnNewNodes(tc, op, n4, n5); why != "" {
 			return why
 		}
@@ -53,17 +55,17 @@ func TestCluster_ScaleUpAndDownKeepsFullReplication(t *testing.T) {
 		}
 		t.Logf("%s decommissioned: %d member replicas moved", id, moved)
 		tc.stop(id)
-		eventually(t, "a meta leader among the running nodes", func() bool { return tc.metaLeader() != "" })
+		wait.For(t, 10*time.Second, "a meta leader among the running nodes", func() bool { return tc.metaLeader() != "" })
 	}
 	left := tc.others(leaving...)
 	op = tc.admin(left[0])
-	tc.converge(30*time.Second, "every member on "+fmt.Sprint(left)+", all voting", func() bool {
+	wait.For(tc.t, 30*time.Second, "every member on "+fmt.Sprint(left)+", all voting", func() bool {
 		return placedOn(tc, op, "rp", left, left) == ""
 	})
 	if st := tc.status(left[0]); st.UnderReplicated != 0 {
 		t.Fatalf("status after the scale-down: %d members under-replicated", st.UnderReplicated)
 	}
-	tc.settle(20*time.Second, "the decommissioned nodes gone from the status", func() string {
+	wait.Until(tc.t, 20*time.Second, "the decommissioned nodes gone from the status", func() string {
 		for _, nd := range tc.status(left[0]).Nodes {
 			if slices.Contains(leaving, nd.ID) && nd.Alive {
 				return fmt.Sprintf("decommissioned node %s is %s", nd.ID, nd.State)
@@ -80,7 +82,7 @@ func TestCluster_ScaleUpAndDownKeepsFullReplication(t *testing.T) {
 			t.Fatalf("a refused decommission marked %s decommissioning", left[0])
 		}
 	})
-	tc.settle(10*time.Second, "30 messages pending on the members' hosts", func() string { return tc.counts("rp", 30, 0) })
+	wait.Until(tc.t, 10*time.Second, "30 messages pending on the members' hosts", func() string { return tc.counts("rp", 30, 0) })
 	s := mustSession(t, tc.dial(left[0]), client.ClientAck)
 	sameSet(t, "received after the scale-down", drainMembers(t, s, "rp", 3, len(sent)), sent)
 }

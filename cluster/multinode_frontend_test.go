@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/test/wait"
+
 	"github.com/cairnmq/cairn/client"
 )
 
@@ -74,7 +76,7 @@ func TestCluster_FrontEndCrash_HostReleasesItsSessions(t *testing.T) {
 		// The host that released the sessions saw the crash; the node
 		// asked here may hear of it a moment later.
 		var st client.ClusterStatus
-		waitFor(t, 10*time.Second, "status on "+other+" showing "+front+" dead", func() bool {
+		wait.For(t, 10*time.Second, "status on "+other+" showing "+front+" dead", func() bool {
 			st = tc.status(other)
 			return !slices.ContainsFunc(st.Nodes, func(n client.NodeStatus) bool { return n.ID == front && n.Alive })
 		})
@@ -111,7 +113,7 @@ func TestCluster_Status_JSONShape(t *testing.T) {
 	}
 	tc.waitSpread("shape", 3)
 	var st client.ClusterStatus
-	tc.converge(10*time.Second, "every replica caught up", func() bool {
+	wait.For(tc.t, 10*time.Second, "every replica caught up", func() bool {
 		st = tc.status("n2")
 		for _, id := range tc.ids() {
 			if caughtUp(st, id) != "" {
@@ -223,7 +225,7 @@ func TestCluster_Status_UnansweringNodeIsSuspect(t *testing.T) {
 		return "missing", false
 	}
 	tc.net.cutLink("n1", "n2")
-	tc.converge(15*time.Second, "n1's status showing n2 suspect", func() bool {
+	wait.For(tc.t, 15*time.Second, "n1's status showing n2 suspect", func() bool {
 		st, _ := state()
 		return st == "suspect"
 	})
@@ -231,7 +233,7 @@ func TestCluster_Status_UnansweringNodeIsSuspect(t *testing.T) {
 		t.Errorf("n2 suspect but alive false; a suspect node is not declared dead")
 	}
 	tc.net.heal("n1", "n2")
-	tc.converge(15*time.Second, "n1's status showing n2 alive again", func() bool {
+	wait.For(tc.t, 15*time.Second, "n1's status showing n2 alive again", func() bool {
 		st, alive := state()
 		return st == "alive" && alive
 	})
@@ -256,7 +258,7 @@ func TestCluster_ShowQueueFollowsMovedHost(t *testing.T) {
 	a := tc.admin("n1")
 	shows := func(when, host string) {
 		t.Helper()
-		tc.settle(10*time.Second, when+", n1 showing "+name+" on its host "+host+" with its 3 messages", func() string {
+		wait.Until(tc.t, 10*time.Second, when+", n1 showing "+name+" on its host "+host+" with its 3 messages", func() string {
 			m := showQueue(t, a, "sq").Members[i]
 			if m.Host == host && m.Pending == 3 {
 				return ""
@@ -290,19 +292,19 @@ func TestCluster_FailedSessionReleaseIsRetried(t *testing.T) {
 	k := mustConsumer(t, ctx, mustSession(t, conn, client.ClientAck), "rr")
 	sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial(host), client.AutoAck), "rr"), "rr-", 3)
 	recvN(t, k, 3)
-	tc.settle(10*time.Second, "three messages held by the consumer", func() string { return tc.counts("rr", 0, 3) })
+	wait.Until(tc.t, 10*time.Second, "three messages held by the consumer", func() string { return tc.counts("rr", 0, 3) })
 
 	tc.net.cutLink(front, host)
 	_ = conn.Close()
 	fe := tc.node(front)
-	waitFor(t, 30*time.Second, "the front-end retrying the release", func() bool { return fe.releasesRetrying.Load() > 0 })
+	wait.For(t, 30*time.Second, "the front-end retrying the release", func() bool { return fe.releasesRetrying.Load() > 0 })
 	if why := tc.counts("rr", 0, 3); why != "" {
 		t.Fatalf("the release failed, yet: %s", why)
 	}
 
 	tc.net.heal(front, host)
-	tc.settle(30*time.Second, "the held messages available again", func() string { return tc.counts("rr", 3, 0) })
-	waitFor(t, 10*time.Second, "no release left to retry", func() bool { return fe.releasesRetrying.Load() == 0 })
+	wait.Until(tc.t, 30*time.Second, "the held messages available again", func() string { return tc.counts("rr", 3, 0) })
+	wait.For(t, 10*time.Second, "no release left to retry", func() bool { return fe.releasesRetrying.Load() == 0 })
 	if !tc.node(tc.hostOf("rr#0")).ownerLive(fe.owner()) {
 		t.Fatalf("the host holds %s dead: its sweep, not the retry, may have released the session", front)
 	}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/test/wait"
+
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 
@@ -337,7 +339,7 @@ func (tc *testCluster) hostOf(name string) string {
 func (tc *testCluster) waitHost(name string) string {
 	tc.t.Helper()
 	var h string
-	eventually(tc.t, "a host for "+name, func() bool { h = tc.hostOf(name); return h != "" })
+	wait.For(tc.t, 10*time.Second, "a host for "+name, func() bool { h = tc.hostOf(name); return h != "" })
 	return h
 }
 
@@ -350,43 +352,6 @@ func (tc *testCluster) admin(id string) *client.Admin {
 }
 
 // Helpers of the multi-node tests (multinode_*_test.go).
-
-// waitFor waits up to d for cond, failing the test after: eventually with a
-// deadline of the caller's choosing, for convergence that involves gossip's
-// failure detection or a restart.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// consistently checks that cond holds for the whole of d.
-func consistently(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if !cond() {
-			t.Fatalf("%s stopped holding", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// steady is consistently for a condition that explains what broke it
-// ("" while it holds).
-func (tc *testCluster) steady(d time.Duration, what string, broken func() string) {
-	tc.t.Helper()
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-		if why := broken(); why != "" {
-			tc.t.Fatalf("%s stopped holding: %s", what, why)
-		}
-	}
-}
 
 // stepCtx is a context for one step of a long test (testCtx's 20 s run
 // from its creation, which a multi-node test outlives).
@@ -474,7 +439,7 @@ func (tc *testCluster) createSpread(ctx context.Context, members map[string]int)
 func (tc *testCluster) waitSpread(dest string, members int) []string {
 	tc.t.Helper()
 	hosts := make([]string, members)
-	tc.converge(20*time.Second, "the members of "+dest+" hosted one per node by their preferred hosts", func() bool {
+	wait.For(tc.t, 20*time.Second, "the members of "+dest+" hosted one per node by their preferred hosts", func() bool {
 		var d *fsmpb.Destination
 		for _, nd := range tc.nodes {
 			if nd != nil {
@@ -670,34 +635,6 @@ func (tc *testCluster) halt(id string, graceful bool) {
 	tc.nodes[i] = nil
 	if !haltNode(nd, graceful, 20*time.Second) {
 		tc.t.Fatalf("stopping %s did not finish within 20 s", id)
-	}
-}
-
-// converge waits up to d for cond and fails the test if it never holds.
-func (tc *testCluster) converge(d time.Duration, what string, cond func() bool) {
-	tc.t.Helper()
-	tc.settle(d, what, func() string {
-		if cond() {
-			return ""
-		}
-		return "not yet"
-	})
-}
-
-// settle is converge for a condition that explains what is missing ("" when
-// it holds); a timeout reports the last explanation.
-func (tc *testCluster) settle(d time.Duration, what string, missing func() string) {
-	tc.t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		why := missing()
-		if why == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			tc.t.Fatalf("timed out after %v waiting for %s: %s", d, what, why)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

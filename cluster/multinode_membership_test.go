@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/test/wait"
+
 	"github.com/hashicorp/raft"
 
 	"github.com/cairnmq/cairn/client"
@@ -24,7 +26,7 @@ func TestCluster_NodeLeave_HandsLeadershipsOverAndSendsCarryOn(t *testing.T) {
 	}
 	hosts := tc.waitSpread("lv", 3)
 	var leaving string
-	eventually(t, "a meta leader", func() bool { leaving = tc.metaLeader(); return leaving != "" })
+	wait.For(t, 10*time.Second, "a meta leader", func() bool { leaving = tc.metaLeader(); return leaving != "" })
 	stay := tc.others(leaving)[0]
 	s := mustSession(t, tc.dial(stay), client.ClientAck)
 	p := mustProducer(t, s, "lv")
@@ -49,11 +51,11 @@ func TestCluster_NodeLeave_HandsLeadershipsOverAndSendsCarryOn(t *testing.T) {
 		}
 		// The replica hears of its lost leadership through Raft's notify
 		// channel, a moment later.
-		eventually(t, leaving+" no longer hosting "+r.Name(), func() bool { return !r.Leading() })
+		wait.For(t, 10*time.Second, leaving+" no longer hosting "+r.Name(), func() bool { return !r.Leading() })
 	}
 	tc.stop(leaving) // as cmd/cairn does once Left is closed
 
-	eventually(t, "a meta leader among the nodes that stay", func() bool { return tc.metaLeader() != "" })
+	wait.For(t, 10*time.Second, "a meta leader among the nodes that stay", func() bool { return tc.metaLeader() != "" })
 	ctx = stepCtx(t, 20*time.Second)
 	for i := range 3 {
 		name := fmt.Sprintf("lv#%d", i)
@@ -84,7 +86,7 @@ func TestCluster_NodeRemove_ReplacesReplicasAndNeverReadmits(t *testing.T) {
 		tc.waitHost(fmt.Sprintf("rm#%d", i))
 	}
 	var meta string
-	eventually(t, "a meta leader", func() bool { meta = tc.metaLeader(); return meta != "" })
+	wait.For(t, 10*time.Second, "a meta leader", func() bool { meta = tc.metaLeader(); return meta != "" })
 	// The removed node is one that does not lead the meta group; the
 	// operator talks to another.
 	var victim string
@@ -124,7 +126,7 @@ func TestCluster_NodeRemove_ReplacesReplicasAndNeverReadmits(t *testing.T) {
 
 	tc.crashAndRemove(op, victim)
 
-	tc.settle(60*time.Second, "the replicas on "+victim+" re-placed and the groups' configurations following", func() string {
+	wait.Until(tc.t, 60*time.Second, "the replicas on "+victim+" re-placed and the groups' configurations following", func() string {
 		return replacedEverywhere(tc, op, victim, lacked)
 	})
 	st := tc.status(tc.others(victim)[0])
@@ -145,14 +147,14 @@ func TestCluster_NodeRemove_ReplacesReplicasAndNeverReadmits(t *testing.T) {
 	}
 
 	// Nothing lost.
-	tc.settle(10*time.Second, "20 messages pending on the members' hosts", func() string { return tc.counts("rm", 20, 0) })
+	wait.Until(tc.t, 10*time.Second, "20 messages pending on the members' hosts", func() string { return tc.counts("rm", 20, 0) })
 	s := mustSession(t, tc.dial(tc.others(victim)[1]), client.ClientAck)
 	sameSet(t, "received after "+victim+" was removed", drainMembers(t, s, "rm", 4, len(sent)), sent)
 
 	// The removed node, started again by mistake on its old data, is never
 	// registered again (a replacement needs a new id).
 	tc.launch(victim)
-	consistently(t, 3*time.Second, victim+" staying out of the registry and the meta group", func() bool {
+	wait.Holds(t, 3*time.Second, victim+" staying out of the registry and the meta group", func() bool {
 		for _, id := range tc.others(victim) {
 			nd := tc.node(id)
 			var registered bool
@@ -287,7 +289,7 @@ func servers(r *raft.Raft, votersOnly bool) []string {
 func (tc *testCluster) crashAndRemove(op *client.Admin, victim string) {
 	tc.t.Helper()
 	tc.crash(victim)
-	waitFor(tc.t, 15*time.Second, "gossip declaring "+victim+" dead", func() bool {
+	wait.For(tc.t, 15*time.Second, "gossip declaring "+victim+" dead", func() bool {
 		for _, n := range tc.status(tc.others(victim)[0]).Nodes {
 			if n.ID == victim {
 				return !n.Alive
@@ -319,7 +321,7 @@ func TestCluster_NodeJoinsLater_BecomesMetaVoterAndHostsNewMembers(t *testing.T)
 	}
 	nd := tc.addNode(withLogs(t), byHand)
 	id := nd.ID()
-	waitFor(t, 10*time.Second, id+" a voter of the meta group", func() bool {
+	wait.For(t, 10*time.Second, id+" a voter of the meta group", func() bool {
 		f := tc.node("n1").meta.group.Raft.GetConfiguration()
 		if f.Error() != nil {
 			return false
@@ -372,5 +374,5 @@ func TestCluster_NodeJoinsLater_BecomesMetaVoterAndHostsNewMembers(t *testing.T)
 		sent = append(sent, name)
 	}
 	sameSet(t, "sent to each member through "+id, drainMembers(t, s, "new", 4, len(sent)), sent)
-	tc.converge(10*time.Second, id+" caught up on every group", func() bool { return caughtUp(tc.status("n1"), id) == "" })
+	wait.For(tc.t, 10*time.Second, id+" caught up on every group", func() bool { return caughtUp(tc.status("n1"), id) == "" })
 }

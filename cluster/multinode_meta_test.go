@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/test/wait"
+
 	"github.com/cairnmq/cairn/client"
 )
 
@@ -20,13 +22,13 @@ func TestCluster_MetaLeaderCrash_NewLeaderTakesMetaCommandsAndOldLeaderCatchesUp
 		t.Fatal(err)
 	}
 	var old string
-	eventually(t, "a meta leader", func() bool { old = tc.metaLeader(); return old != "" })
+	wait.For(t, 10*time.Second, "a meta leader", func() bool { old = tc.metaLeader(); return old != "" })
 	p := mustProducer(t, mustSession(t, tc.dial(tc.others(old)[0]), client.AutoAck), "before")
 	sendN(t, ctx, p, "b", 9)
 	tc.crash(old)
 
 	var leader string
-	eventually(t, "a new meta leader among the survivors", func() bool {
+	wait.For(t, 10*time.Second, "a new meta leader among the survivors", func() bool {
 		leader = tc.metaLeader()
 		return leader != "" && leader != old
 	})
@@ -34,7 +36,7 @@ func TestCluster_MetaLeaderCrash_NewLeaderTakesMetaCommandsAndOldLeaderCatchesUp
 	// The follower learns of the new leader from its first append. (A meta
 	// command through it before that fails at once with ErrUnavailable:
 	// unlike member commands, meta commands do not wait out an election.)
-	eventually(t, follower+" following the new meta leader "+leader, func() bool {
+	wait.For(t, 10*time.Second, follower+" following the new meta leader "+leader, func() bool {
 		_, id := tc.node(follower).meta.group.Raft.LeaderWithID()
 		return string(id) == leader
 	})
@@ -62,7 +64,7 @@ func TestCluster_MetaLeaderCrash_NewLeaderTakesMetaCommandsAndOldLeaderCatchesUp
 	}
 
 	tc.start(old)
-	tc.settle(20*time.Second, "restarted "+old+" alive with lag 0 on every group it replicates", func() string {
+	wait.Until(tc.t, 20*time.Second, "restarted "+old+" alive with lag 0 on every group it replicates", func() string {
 		return caughtUp(tc.status(leader), old)
 	})
 	for _, name := range []string{"before", "after", "later"} {

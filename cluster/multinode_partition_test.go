@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/test/wait"
+
 	"github.com/hashicorp/raft"
 
 	"github.com/cairnmq/cairn/client"
@@ -168,7 +170,7 @@ func TestCluster_MinorityPartition_IsolatedNodeRefusesMajorityServesNothingLost(
 	// By now gossip holds x dead on the majority side, and y has released
 	// the session of x's consumer: its held messages are pending again.
 	ay := tc.admin(y)
-	tc.converge(10*time.Second, "the session of "+x+"'s consumer released", func() bool {
+	wait.For(tc.t, 10*time.Second, "the session of "+x+"'s consumer released", func() bool {
 		q, err := ay.ShowQueue(ctx, "part")
 		return err == nil && q.Members[1].Delivered == 0
 	})
@@ -194,7 +196,7 @@ func TestCluster_MinorityPartition_IsolatedNodeRefusesMajorityServesNothingLost(
 	// Raft needs nothing from gossip to take x back: its replicas catch up
 	// with every group (gossip takes it back too; see
 	// TestCluster_GossipHealsAfterLongPartition).
-	tc.settle(30*time.Second, x+"'s replicas caught up after the cut", func() string {
+	wait.Until(tc.t, 30*time.Second, x+"'s replicas caught up after the cut", func() string {
 		if why := replicasMatch(tc, tc.ids()...); why != "" {
 			return why
 		}
@@ -359,7 +361,7 @@ func (h *history) summary() string {
 func TestCluster_GossipHealsAfterLongPartition(t *testing.T) {
 	tc := newMultiNode(t, 3)
 	tc.isolate("n1")
-	waitFor(t, 20*time.Second, "n1 and the others holding each other dead", func() bool {
+	wait.For(t, 20*time.Second, "n1 and the others holding each other dead", func() bool {
 		dead := 0
 		for _, id := range tc.ids() {
 			for _, m := range tc.node(id).gossip.members() {
@@ -372,7 +374,7 @@ func TestCluster_GossipHealsAfterLongPartition(t *testing.T) {
 	})
 	tc.rejoin("n1")
 	// memberlist's push-pull runs every 30 s; give it that and more.
-	waitFor(t, 45*time.Second, "every node alive in every node's gossip after the partition healed", func() bool {
+	wait.For(t, 45*time.Second, "every node alive in every node's gossip after the partition healed", func() bool {
 		for _, id := range tc.ids() {
 			for _, m := range tc.node(id).gossip.members() {
 				if m.State != "alive" {

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/test/wait"
+
 	"github.com/cairnmq/cairn/client"
 )
 
@@ -42,7 +44,7 @@ func TestCluster_RecoverIsSentAgainWhenItsLeaderStepsDown(t *testing.T) {
 	recovered := make(chan error, 1)
 	go func() { recovered <- s.Recover(stepCtx(t, 30*time.Second)) }()
 	r, _ := tc.node(host).groups.replica("rec#0")
-	waitFor(t, 10*time.Second, "the cut-off leader to step down", func() bool { return !r.Leading() })
+	wait.For(t, 10*time.Second, "the cut-off leader to step down", func() bool { return !r.Leading() })
 	select {
 	case err := <-recovered:
 		t.Fatalf("Recover returned (%v) while its member had no leader this node could reach", err)
@@ -110,7 +112,7 @@ func TestCluster_ConsumerCreatedWhileItsLeaderStepsDown(t *testing.T) {
 		done <- created{k, err}
 	}()
 	r, _ := tc.node(host).groups.replica("cc#0")
-	waitFor(t, 10*time.Second, "the cut-off leader to step down", func() bool { return !r.Leading() })
+	wait.For(t, 10*time.Second, "the cut-off leader to step down", func() bool { return !r.Leading() })
 	select {
 	case c := <-done:
 		t.Fatalf("creating the consumer returned (%v) while its member had no leader this node could reach", c.err)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/test/wait"
+
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/rs/zerolog"
 
@@ -84,7 +86,7 @@ func TestRefresh_FrontEndKilled_ConsumerGoesOn(t *testing.T) {
 	acked, held := bodiesOf(before[:2]), bodiesOf(before[2:])
 
 	tc.crash(front)
-	waitFor(t, 15*time.Second, "the connection to reconnect", func() bool { return conn.Reconnects() == 1 })
+	wait.For(t, 15*time.Second, "the connection to reconnect", func() bool { return conn.Reconnects() == 1 })
 	if conn.Node() == front {
 		t.Fatalf("reconnected to %s, the node that was killed", front)
 	}
@@ -176,7 +178,7 @@ func TestRefresh_Policies_EachConnectionOnItsOwn(t *testing.T) {
 	tc.crash(front)
 	for _, sj := range subjects {
 		t.Run(sj.name, func(t *testing.T) {
-			waitFor(t, 15*time.Second, "the exception listener", func() bool { return len(sj.seen.list()) > 0 })
+			wait.For(t, 15*time.Second, "the exception listener", func() bool { return len(sj.seen.list()) > 0 })
 			if err := sj.seen.list()[0]; !errors.Is(err, client.ErrLostServer) {
 				t.Fatalf("exception listener got %v; want ErrLostServer", err)
 			}
@@ -193,7 +195,7 @@ func TestRefresh_Policies_EachConnectionOnItsOwn(t *testing.T) {
 				}
 				return
 			}
-			waitFor(t, 15*time.Second, "a reconnect", func() bool { return sj.conn.Reconnects() == 1 })
+			wait.For(t, 15*time.Second, "a reconnect", func() bool { return sj.conn.Reconnects() == 1 })
 			p := mustProducer(t, mustSession(t, sj.conn, client.AutoAck), "rp")
 			body := "after the refresh of " + sj.name
 			send(t, ctx, p, body)
@@ -220,7 +222,7 @@ func TestRefresh_Policies_EachConnectionOnItsOwn(t *testing.T) {
 		if err := a.DestroyConnection(ctx, all.conn.ID()); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, "the exception listener", func() bool { return len(all.seen.list()) == 2 })
+		wait.For(t, 10*time.Second, "the exception listener", func() bool { return len(all.seen.list()) == 2 })
 		if err := all.seen.list()[1]; !errors.Is(err, client.ErrConnectionDestroyed) || !errors.Is(err, client.ErrLostServer) {
 			t.Fatalf("exception listener got %v; want ErrConnectionDestroyed", err)
 		}
@@ -277,7 +279,7 @@ func TestRefresh_ReceiveWhileReconnecting(t *testing.T) {
 	}
 
 	tc.stop("n1")
-	waitFor(t, 10*time.Second, "the loss of n1", func() bool {
+	wait.For(t, 10*time.Second, "the loss of n1", func() bool {
 		_, err := k.ReceiveNoWait()
 		return errors.Is(err, client.ErrLostServer)
 	})
@@ -305,18 +307,18 @@ func TestRefresh_ReceiveWhileReconnecting(t *testing.T) {
 		}
 		return err
 	})
-	waitFor(t, 20*time.Second, "the short connection to give up", func() bool { return len(shortSeen.list()) == 2 })
+	wait.For(t, 20*time.Second, "the short connection to give up", func() bool { return len(shortSeen.list()) == 2 })
 	if _, err := shortK.ReceiveNoWait(); !errors.Is(err, client.ErrLostServer) || !strings.Contains(err.Error(), "gave up") {
 		t.Fatalf("consumer of a connection that gave up: %v; want ErrLostServer saying it gave up", err)
 	}
 
 	tc.start("n1")
-	waitFor(t, 30*time.Second, "a reconnect", func() bool { return conn.Reconnects() == 1 })
+	wait.For(t, 30*time.Second, "a reconnect", func() bool { return conn.Reconnects() == 1 })
 	p := mustProducer(t, mustSession(t, dialVia(t, []string{tc.node("n1").Addrs().Client}, client.Options{}), client.AutoAck), "rw")
 	// The two consumers share the queue: keep sending until each has had
 	// messages, the listener's through its refreshed consumer.
 	gotSync := 0
-	tc.converge(20*time.Second, "both consumers receiving after the reconnect", func() bool {
+	wait.For(tc.t, 20*time.Second, "both consumers receiving after the reconnect", func() bool {
 		send(t, ctx, p, "after")
 		if m, err := k.ReceiveTimeout(50 * time.Millisecond); err == nil && m != nil {
 			gotSync++
@@ -329,7 +331,7 @@ func TestRefresh_ReceiveWhileReconnecting(t *testing.T) {
 	}
 	after := heard.Load()
 	sendN(t, ctx, p, "closed-", 5)
-	consistently(t, 500*time.Millisecond, "no listener call after Close", func() bool { return heard.Load() == after })
+	wait.Holds(t, 500*time.Millisecond, "no listener call after Close", func() bool { return heard.Load() == after })
 }
 
 // clientProxy puts a toxiproxy in front of a node's client address; cut
@@ -391,7 +393,7 @@ func TestRefresh_CutOff_DistributedConsumerRepinned(t *testing.T) {
 	sameSet(t, "held", bodiesOf(held), sent[:2])
 
 	proxy.cut(t)
-	waitFor(t, 15*time.Second, "a reconnect", func() bool { return conn.Reconnects() == 1 })
+	wait.For(t, 15*time.Second, "a reconnect", func() bool { return conn.Reconnects() == 1 })
 	if conn.Node() == front {
 		t.Fatalf("reconnected to %s, the node it was cut off from", front)
 	}
@@ -480,12 +482,12 @@ func TestRefresh_SendsInFlightWhenTheFrontEndDies(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, 10*time.Second, "sends under way", func() bool { mu.Lock(); defer mu.Unlock(); return len(results) > 40 })
+	wait.For(t, 10*time.Second, "sends under way", func() bool { mu.Lock(); defer mu.Unlock(); return len(results) > 40 })
 	tc.crash(front)
 	// Sends go on through the refreshed connections, then stop.
 	sentAfter := func() int { mu.Lock(); defer mu.Unlock(); return len(results) }
 	mark := sentAfter()
-	waitFor(t, 30*time.Second, "sends after the refresh", func() bool { return sentAfter() > mark+40 })
+	wait.For(t, 30*time.Second, "sends after the refresh", func() bool { return sentAfter() > mark+40 })
 	close(stop)
 	wg.Wait()
 

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/test/wait"
+
 	"github.com/cairnmq/cairn/client"
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
@@ -34,15 +36,15 @@ func TestCluster_JoiningNodeRepairsUnderReplicatedMembers(t *testing.T) {
 	replicaCaughtUp = func(gs *groups, node string, r raftMember) bool { return !held.Load() && caughtUp(gs, node, r) }
 	fresh := tc.addNode().ID()
 	two := tc.others(victim, fresh)
-	tc.converge(30*time.Second, fresh+" a non-voter of every member's group", func() bool {
+	wait.For(tc.t, 30*time.Second, fresh+" a non-voter of every member's group", func() bool {
 		return placedOn(tc, op, "rp", append(slices.Clone(two), fresh), two) == ""
 	})
-	tc.steady(2*time.Second, "every member's group going on with two voters while "+fresh+" catches up", func() string {
+	wait.Steady(tc.t, 2*time.Second, "every member's group going on with two voters while "+fresh+" catches up", func() string {
 		return placedOn(tc, op, "rp", append(slices.Clone(two), fresh), two)
 	})
 	held.Store(false)
 	want := append(slices.Clone(two), fresh)
-	tc.converge(60*time.Second, "every member repaired onto "+fresh+", all voting", func() bool {
+	wait.For(tc.t, 60*time.Second, "every member repaired onto "+fresh+", all voting", func() bool {
 		return placedOn(tc, op, "rp", want, want) == ""
 	})
 
@@ -54,7 +56,7 @@ func TestCluster_JoiningNodeRepairsUnderReplicatedMembers(t *testing.T) {
 	if hosts := tc.waitSpread("rp", 3); !slices.Contains(hosts, fresh) {
 		t.Fatalf("hosts %v: none on %s", hosts, fresh)
 	}
-	tc.settle(10*time.Second, "30 messages pending on the members' hosts", func() string { return tc.counts("rp", 30, 0) })
+	wait.Until(tc.t, 10*time.Second, "30 messages pending on the members' hosts", func() string { return tc.counts("rp", 30, 0) })
 	s := mustSession(t, tc.dial(fresh), client.ClientAck)
 	sameSet(t, "received after the repair", drainMembers(t, s, "rp", 3, len(sent)), sent)
 }
@@ -69,7 +71,7 @@ func queueOfThree(t *testing.T, tc *testCluster) (meta, other string, op *client
 		t.Fatal(err)
 	}
 	tc.waitSpread("rp", 3)
-	eventually(t, "a meta leader", func() bool { meta = tc.metaLeader(); return meta != "" })
+	wait.For(t, 10*time.Second, "a meta leader", func() bool { meta = tc.metaLeader(); return meta != "" })
 	op = tc.admin(meta)
 	sent = sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial(meta), client.ClientAck), "rp"), "m", 30)
 	return meta, tc.others(meta)[1], op, sent
@@ -83,13 +85,13 @@ func shortOfAReplica(t *testing.T, tc *testCluster) (*client.Admin, string, []st
 	t.Helper()
 	meta, victim, op, sent := queueOfThree(t, tc)
 	tc.crashAndRemove(op, victim)
-	tc.converge(30*time.Second, "every member down to the two live replicas", func() bool {
+	wait.For(tc.t, 30*time.Second, "every member down to the two live replicas", func() bool {
 		return placedOn(tc, op, "rp", tc.others(victim), tc.others(victim)) == ""
 	})
 	// The removed node's member elected any of its two replicas; its
 	// leadership moves to its preferred host, which must not happen while
 	// a test checks that nothing changes.
-	tc.converge(20*time.Second, "every member on its preferred host", func() bool {
+	wait.For(tc.t, 20*time.Second, "every member on its preferred host", func() bool {
 		d, ok := tc.node(meta).meta.destination("rp")
 		return ok && !slices.ContainsFunc(d.Members, func(p *fsmpb.MemberPlacement) bool {
 			return tc.hostOf(fsm.MemberName("rp", p.Index)) != p.Replicas[0]
@@ -118,7 +120,7 @@ func TestCluster_RebalanceByHandWithoutAutoRebalance(t *testing.T) {
 	op, victim, sent := shortOfAReplica(t, tc)
 	fresh := tc.addNode(func(c *Config) { c.NoAutoRebalance = true }).ID()
 	two := tc.others(victim, fresh)
-	tc.steady(3*time.Second, "every member still on two replicas", func() string {
+	wait.Steady(tc.t, 3*time.Second, "every member still on two replicas", func() string {
 		return placedOn(tc, op, "rp", two, two)
 	})
 	if st := tc.status(fresh); st.UnderReplicated != 3 {
@@ -138,7 +140,7 @@ func TestCluster_RebalanceByHandWithoutAutoRebalance(t *testing.T) {
 			t.Fatalf("dry run: %+v, want an add-replica onto %s", m, fresh)
 		}
 	}
-	tc.steady(2*time.Second, "the dry run changed nothing", func() string {
+	wait.Steady(tc.t, 2*time.Second, "the dry run changed nothing", func() string {
 		return placedOn(tc, op, "rp", two, two)
 	})
 
@@ -146,13 +148,13 @@ func TestCluster_RebalanceByHandWithoutAutoRebalance(t *testing.T) {
 		t.Fatalf("rebalance: %+v, %v", done, err)
 	}
 	want := append(slices.Clone(two), fresh)
-	tc.converge(60*time.Second, "every member repaired onto "+fresh+", all voting", func() bool {
+	wait.For(tc.t, 60*time.Second, "every member repaired onto "+fresh+", all voting", func() bool {
 		return placedOn(tc, op, "rp", want, want) == ""
 	})
 	// The removed node's member went to the next of its replicas, which
 	// now hosts two: the hosts are not spread until asked.
 	var hosts client.Rebalance
-	tc.converge(30*time.Second, "a host move planned onto "+fresh, func() bool {
+	wait.For(tc.t, 30*time.Second, "a host move planned onto "+fresh, func() bool {
 		hosts, err = op.Rebalance(ctx, true)
 		return err == nil && len(hosts.Moves) > 0 && !hosts.Degraded
 	})
@@ -228,13 +230,13 @@ func TestCluster_NodeBackEmptyVotesOnlyOnceCaughtUp(t *testing.T) {
 	tc.start(victim)
 	all, two := tc.ids(), tc.others(victim)
 	metaVoters := func() []string { return voters(tc.node(tc.metaLeader()).meta.group.Raft) }
-	tc.converge(30*time.Second, victim+" a non-voter of the meta group and of every member's group", func() bool {
+	wait.For(tc.t, 30*time.Second, victim+" a non-voter of the meta group and of every member's group", func() bool {
 		return placedOn(tc, op, "rp", all, two) == "" && slices.Equal(metaVoters(), two)
 	})
-	tc.steady(2*time.Second, "every member's group going on with two voters while "+victim+" catches up", func() string {
+	wait.Steady(tc.t, 2*time.Second, "every member's group going on with two voters while "+victim+" catches up", func() string {
 		return placedOn(tc, op, "rp", all, two)
 	})
-	tc.settle(10*time.Second, "status showing "+victim+" catching up", func() string {
+	wait.Until(tc.t, 10*time.Second, "status showing "+victim+" catching up", func() string {
 		st := tc.status(meta)
 		if st.UnderReplicated != 3 || st.Moving != 3 {
 			return fmt.Sprintf("%d members under-replicated and %d moving, want 3 and 3", st.UnderReplicated, st.Moving)
@@ -250,15 +252,15 @@ func TestCluster_NodeBackEmptyVotesOnlyOnceCaughtUp(t *testing.T) {
 	})
 
 	held.Store(false)
-	tc.converge(60*time.Second, "every member and the meta group voting on all three", func() bool {
+	wait.For(tc.t, 60*time.Second, "every member and the meta group voting on all three", func() bool {
 		return placedOn(tc, op, "rp", all, all) == "" && slices.Equal(metaVoters(), all)
 	})
 	tc.waitSpread("rp", 3)
-	tc.converge(10*time.Second, "no member under-replicated or moving", func() bool {
+	wait.For(tc.t, 10*time.Second, "no member under-replicated or moving", func() bool {
 		st := tc.status(meta)
 		return st.UnderReplicated == 0 && st.Moving == 0
 	})
-	tc.settle(10*time.Second, "30 messages pending on the members' hosts", func() string { return tc.counts("rp", 30, 0) })
+	wait.Until(tc.t, 10*time.Second, "30 messages pending on the members' hosts", func() string { return tc.counts("rp", 30, 0) })
 	s := mustSession(t, tc.dial(victim), client.ClientAck)
 	sameSet(t, "received after the rejoin", drainMembers(t, s, "rp", 3, len(sent)), sent)
 }
@@ -342,9 +344,9 @@ func TestCluster_RebalanceSpreadsReplicasOntoANewNode(t *testing.T) {
 	if len(moved) != 2 {
 		t.Fatalf("moves %+v: want two of the three groups' replicas moved", plan.Moves)
 	}
-	tc.settle(20*time.Second, "30 messages pending while "+fresh+" catches up", func() string { return tc.counts("rp", 30, 0) })
+	wait.Until(tc.t, 20*time.Second, "30 messages pending while "+fresh+" catches up", func() string { return tc.counts("rp", 30, 0) })
 	held.Store(false)
-	tc.settle(60*time.Second, "the moved replicas voting on "+fresh, func() string {
+	wait.Until(tc.t, 60*time.Second, "the moved replicas voting on "+fresh, func() string {
 		q, err := op.ShowQueue(stepCtx(t, 5*time.Second), "rp")
 		if err != nil {
 			return err.Error()
@@ -373,7 +375,7 @@ func TestCluster_RebalanceSpreadsReplicasOntoANewNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	tc.waitSpread("rp", 3)
-	tc.settle(10*time.Second, "30 messages pending on the members' hosts", func() string { return tc.counts("rp", 30, 0) })
+	wait.Until(tc.t, 10*time.Second, "30 messages pending on the members' hosts", func() string { return tc.counts("rp", 30, 0) })
 	s := mustSession(t, tc.dial(fresh), client.ClientAck)
 	sameSet(t, "received after the move", drainMembers(t, s, "rp", 3, len(sent)), sent)
 }

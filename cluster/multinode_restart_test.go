@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/cluster/raftgroup"
+	"github.com/cairnmq/cairn/test/wait"
+
 	"github.com/cairnmq/cairn/client"
 	"github.com/cairnmq/cairn/fsm"
-	"github.com/cairnmq/cairn/member"
 )
 
 // Every node crashes (as with SIGKILL), then all three start again on their
@@ -26,7 +28,7 @@ func TestCluster_FullRestart_EverySentMessageComesBack(t *testing.T) {
 
 // forEachLogStore runs test with the nodes' Raft logs in each log store.
 func forEachLogStore(t *testing.T, test func(t *testing.T, store func(*Config))) {
-	for _, kind := range []string{member.LogStoreBolt, member.LogStoreWAL} {
+	for _, kind := range []string{raftgroup.LogStoreBolt, raftgroup.LogStoreWAL} {
 		t.Run(kind, func(t *testing.T) { test(t, func(c *Config) { c.LogStore = kind }) })
 	}
 }
@@ -210,13 +212,13 @@ func testCatchUpBySnapshot(t *testing.T, store func(*Config)) {
 	restarted := time.Now()
 	tc.start(stopped)
 	t.Logf("%s ready %v after its restart began", stopped, time.Since(restarted).Round(time.Millisecond))
-	tc.converge(20*time.Second, stopped+"'s replicas caught up with their leaders", func() bool {
+	wait.For(tc.t, 20*time.Second, stopped+"'s replicas caught up with their leaders", func() bool {
 		return replicasMatch(tc, stopped) == ""
 	})
 	t.Logf("%s caught up %v after its restart began", stopped, time.Since(restarted).Round(time.Millisecond))
-	tc.converge(20*time.Second, stopped+" hosting "+mine+" again", func() bool { return tc.hostOf(mine) == stopped })
+	wait.For(tc.t, 20*time.Second, stopped+" hosting "+mine+" again", func() bool { return tc.hostOf(mine) == stopped })
 	t.Logf("%s hosts %s again %v after its restart began", stopped, mine, time.Since(restarted).Round(time.Millisecond))
-	tc.settle(10*time.Second, "every replica matching its leader after "+stopped+" took "+mine+" back", func() string {
+	wait.Until(tc.t, 10*time.Second, "every replica matching its leader after "+stopped+" took "+mine+" back", func() string {
 		return replicasMatch(tc, tc.ids()...)
 	})
 	q := showQueue(t, tc.admin(stopped), "snap")
@@ -291,7 +293,7 @@ func TestCluster_PreferredHostCatchingUp_IsNotHandedTheLeadership(t *testing.T) 
 	catchingUp.hold(preferred)
 	tc.stop(preferred)
 	var stand string
-	tc.converge(20*time.Second, "another host for cu#0", func() bool {
+	wait.For(tc.t, 20*time.Second, "another host for cu#0", func() bool {
 		stand = tc.hostOf("cu#0")
 		return stand != "" && stand != preferred
 	})
@@ -306,7 +308,7 @@ func TestCluster_PreferredHostCatchingUp_IsNotHandedTheLeadership(t *testing.T) 
 	}
 
 	catchingUp.release()
-	tc.converge(20*time.Second, "cu#0 back on its preferred host "+preferred, func() bool { return tc.hostOf("cu#0") == preferred })
+	wait.For(tc.t, 20*time.Second, "cu#0 back on its preferred host "+preferred, func() bool { return tc.hostOf("cu#0") == preferred })
 	k := mustConsumer(t, ctx, mustSession(t, tc.dial(preferred), client.AutoAck), "cu")
 	sameSet(t, "cu after the move back", bodiesOf(recvN(t, k, 3)), sent)
 }
@@ -322,10 +324,10 @@ func TestCluster_LeaderlessGroups_AreNotCatchingUp(t *testing.T) {
 	host := tc.queueOnItsPreferredHost(ctx, "lg")
 	survivor := tc.others(host)[0]
 	n := tc.node(survivor)
-	tc.converge(10*time.Second, survivor+" caught up", func() bool { return !n.catchingUp() })
+	wait.For(tc.t, 10*time.Second, survivor+" caught up", func() bool { return !n.catchingUp() })
 	tc.crash(host)
 	tc.crash(tc.others(host, survivor)[0])
-	tc.converge(10*time.Second, "lg#0 on "+survivor+" without a leader", func() bool {
+	wait.For(tc.t, 10*time.Second, "lg#0 on "+survivor+" without a leader", func() bool {
 		r, ok := n.groups.replica("lg#0")
 		if !ok {
 			return false
@@ -397,7 +399,7 @@ func (tc *testCluster) holdBehind(h *catchingUpHold, node string, seenBy ...stri
 // catching up.
 func (tc *testCluster) waitCatchingUp(from, of string, catchingUp bool) {
 	tc.t.Helper()
-	tc.converge(10*time.Second, fmt.Sprintf("gossip on %s to say whether %s is catching up (%v)", from, of, catchingUp), func() bool {
+	wait.For(tc.t, 10*time.Second, fmt.Sprintf("gossip on %s to say whether %s is catching up (%v)", from, of, catchingUp), func() bool {
 		for _, m := range tc.node(from).gossip.members() {
 			if m.ID == of {
 				return m.State == "alive" && m.Meta.CatchingUp == catchingUp
@@ -441,7 +443,7 @@ func TestCluster_Leave_HandsLeadershipToACaughtUpReplica(t *testing.T) {
 	leaveCtx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	_ = tc.node(host).Leave(leaveCtx)
-	tc.converge(20*time.Second, "a new host for ho#0", func() bool { h := tc.hostOf("ho#0"); return h != "" && h != host })
+	wait.For(tc.t, 20*time.Second, "a new host for ho#0", func() bool { h := tc.hostOf("ho#0"); return h != "" && h != host })
 	if h := tc.hostOf("ho#0"); h != ready {
 		t.Fatalf("ho#0 was handed to %s, which was catching up, not to %s", h, ready)
 	}
@@ -518,7 +520,7 @@ func TestCluster_RestartWhileAnotherIsDown(t *testing.T) {
 // replication deadlocks in exactly that case (hashicorp/raft#612): a
 // replication goroutine parks in netPipeline.AppendEntries while the
 // pipeline's decoder has already returned, and Raft.Shutdown, so Node.Stop
-// and Node.Crash, never return. member/raft.go turns pipelining off
+// and Node.Crash, never return. cluster/raftgroup/group.go turns pipelining off
 // (MaxRPCsInFlight 1) for it. Before that, about one cluster in 8 to 15
 // hung here on a 2-core machine under -race; each round is one more chance.
 func TestCluster_EveryNodeStopsAtOnceUnderLoad(t *testing.T) {

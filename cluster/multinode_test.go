@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/test/wait"
+
 	"github.com/cairnmq/cairn/client"
 )
 
@@ -49,7 +51,7 @@ func TestCluster_MembersSpreadAndFrontEndsForward(t *testing.T) {
 		t.Fatalf("queue %+v: want 3 members of 3 replicas", info)
 	}
 	// Leadership moves to each member's preferred host, one per node.
-	eventually(t, "one member hosted on each node", func() bool {
+	wait.For(t, 10*time.Second, "one member hosted on each node", func() bool {
 		hosts := map[string]bool{}
 		for i := range 3 {
 			hosts[tc.hostOf(fmt.Sprintf("orders#%d", i))] = true

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/test/wait"
+
 	"github.com/cairnmq/cairn/client"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 	"github.com/cairnmq/cairn/transport/clientpb"
@@ -145,7 +147,7 @@ func TestTx_PreparedTransactionsAreDecidedWithoutTheirFrontEnd(t *testing.T) {
 	tc.crash(hosts[0])
 
 	s := mustSession(t, tc.dial(hosts[1]), client.AutoAck)
-	tc.converge(30*time.Second, "both transactions decided on every member", func() bool {
+	wait.For(tc.t, 30*time.Second, "both transactions decided on every member", func() bool {
 		q, err := tc.admin(hosts[1]).ShowQueue(ctx, "tp")
 		return err == nil && q.Prepared == 0 && q.Pending == 2
 	})
@@ -163,7 +165,7 @@ func TestTx_PreparedTransactionsAreDecidedWithoutTheirFrontEnd(t *testing.T) {
 	}
 	tc.crash(hosts[1])
 	s2 := mustSession(t, tc.dial(hosts[0]), client.AutoAck)
-	tc.converge(30*time.Second, "t-late applied by the participant's new host", func() bool {
+	wait.For(tc.t, 30*time.Second, "t-late applied by the participant's new host", func() bool {
 		q, err := tc.admin(hosts[0]).ShowQueue(ctx, "tp")
 		return err == nil && q.Prepared == 0 && q.Pending == 2
 	})
@@ -192,7 +194,7 @@ func TestTx_FrontEndKilledMidTransaction(t *testing.T) {
 	send(t, ctx, out, "out-1")
 
 	tc.crash(front)
-	waitFor(t, 15*time.Second, "a reconnect", func() bool { return conn.Reconnects() == 1 })
+	wait.For(t, 15*time.Second, "a reconnect", func() bool { return conn.Reconnects() == 1 })
 	if err := tx.Commit(ctx); !errors.Is(err, client.ErrTransactionRolledBack) {
 		t.Fatalf("first commit after the refresh: %v; want ErrTransactionRolledBack", err)
 	}

@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cairnmq/cairn/cluster/raftgroup"
+
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -48,7 +50,7 @@ type Node struct {
 	lnClient, lnPeer, lnRaft, lnHTTP net.Listener
 	mux                              *raftmux.Mux
 	// snapshotSends paces the snapshots every group here sends.
-	snapshotSends *member.SnapshotSends
+	snapshotSends *raftgroup.SnapshotSends
 	// rotation turns the router's ties between equal members round, per
 	// node: nodes of one process do not share it.
 	rotation atomic.Uint64
@@ -100,13 +102,13 @@ func Start(cfg Config) (_ *Node, err error) {
 	if err := claimDataDir(cfg.DataDir, cfg.NodeID); err != nil {
 		return nil, err
 	}
-	held := member.HeldStore(filepath.Join(cfg.DataDir, "meta"))
+	held := raftgroup.HeldStore(filepath.Join(cfg.DataDir, "meta"))
 	if cfg.LogStore, err = logStoreFor(cfg, held); err != nil {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, boot: newID(8), stopped: make(chan struct{}), metaKick: make(chan struct{}, 1), groupsKick: make(chan struct{}, 1), hostCache: hostCache{m: map[string]string{}}, loads: loads{m: map[string]*loadEntry{}}, leave: make(chan struct{})}
 	n.log = cfg.Logger.With("node", cfg.NodeID)
-	n.snapshotSends = member.NewSnapshotSends(cfg.SnapshotTransfers, int64(cfg.SnapshotRateMiB)<<20)
+	n.snapshotSends = raftgroup.NewSnapshotSends(cfg.SnapshotTransfers, int64(cfg.SnapshotRateMiB)<<20)
 	n.hadState = held != ""
 	if n.incarnation, err = claimIncarnation(cfg.DataDir, n.hadState); err != nil {
 		return nil, err
@@ -240,7 +242,7 @@ func claimIncarnation(dir string, hadState bool) (string, error) {
 func logStoreFor(cfg Config, held string) (string, error) {
 	switch {
 	case held == "":
-		return cmp.Or(cfg.LogStore, member.LogStoreWAL), nil
+		return cmp.Or(cfg.LogStore, raftgroup.LogStoreWAL), nil
 	case cfg.LogStore != "" && cfg.LogStore != held:
 		return "", fmt.Errorf("%w: --log-store %s, but --data-dir %s holds %s logs; start without --log-store, or with --log-store %s", ErrConfig, cfg.LogStore, cfg.DataDir, held, held)
 	}

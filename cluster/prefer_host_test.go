@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/test/wait"
+
 	"github.com/cairnmq/cairn/client"
 )
 
@@ -68,7 +70,7 @@ func TestCluster_PreferHostOfReconnectsWithoutTheLostHost(t *testing.T) {
 	before := conn.ID()
 	tc.crash(host)
 	newHost := tc.waitHost("near#0")
-	waitFor(t, 30*time.Second, "the connection reconnected", func() bool { return conn.ID() != before })
+	wait.For(t, 30*time.Second, "the connection reconnected", func() bool { return conn.ID() != before })
 	if conn.Node() == host {
 		t.Fatalf("reconnected to the lost host %s", host)
 	}

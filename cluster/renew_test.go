@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/test/wait"
+
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairnmq/cairn/client"
@@ -181,7 +183,7 @@ func TestDD_UpdateReplicas_RenewsMembersAndLosesNothing(t *testing.T) {
 			t.Fatalf("the update's answer shows %d replicas; want %d", info.Replicas, r)
 		}
 		sent = append(sent, sendN(t, ctx, p, fmt.Sprintf("during-%d-", r), 20)...)
-		tc.settle(60*time.Second, fmt.Sprintf("rr renewed to %d replicas", r), func() string { return renewedTo(tc, "n2", "rr", 3, r) })
+		wait.Until(tc.t, 60*time.Second, fmt.Sprintf("rr renewed to %d replicas", r), func() string { return renewedTo(tc, "n2", "rr", 3, r) })
 		// Renewal keeps each member's preferred host.
 		if now := tc.waitSpread("rr", 3); !slices.Equal(now, hosts) {
 			t.Errorf("after renewing to %d replicas the hosts are %v; were %v", r, now, hosts)
@@ -192,7 +194,7 @@ func TestDD_UpdateReplicas_RenewsMembersAndLosesNothing(t *testing.T) {
 		t.Fatalf("consumer pinned to %s; want %s", k.Member(), mine)
 	}
 	sent = append(sent, sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial("n2"), client.AutoAck), mine), "after-", 5)...)
-	tc.settle(20*time.Second, "the consumer receiving what was sent to "+mine+" after the renewals", func() string {
+	wait.Until(tc.t, 20*time.Second, "the consumer receiving what was sent to "+mine+" after the renewals", func() string {
 		mu.Lock()
 		defer mu.Unlock()
 		if consumerErr != nil {
@@ -224,7 +226,7 @@ func TestDD_UpdateReplicas_RenewsMembersAndLosesNothing(t *testing.T) {
 	if _, err := a.UpdateQueueWith(ctx, "one", client.QueueUpdate{Replicas: 2}); err != nil {
 		t.Fatal(err)
 	}
-	tc.settle(60*time.Second, "one renewed to 2 replicas and its spare gone", func() string { return renewedTo(tc, "n3", "one", 1, 2) })
+	wait.Until(tc.t, 60*time.Second, "one renewed to 2 replicas and its spare gone", func() string { return renewedTo(tc, "n3", "one", 1, 2) })
 	sameSet(t, "received from one", drainMembers(t, mustSession(t, tc.dial("n3"), client.ClientAck), "one", 1, len(one)), one)
 }
 
@@ -313,7 +315,7 @@ func TestCluster_HostsSpreadOntoNewNodesByRenewal(t *testing.T) {
 	}
 	tc.addNode()
 	tc.addNode()
-	tc.settle(120*time.Second, "every node hosting one or two members, nothing left to move", func() string {
+	wait.Until(tc.t, 120*time.Second, "every node hosting one or two members, nothing left to move", func() string {
 		hosted := map[string]int{}
 		for _, q := range []string{"ha", "hb"} {
 			for i := range 3 {
@@ -340,7 +342,7 @@ func TestCluster_HostsSpreadOntoNewNodesByRenewal(t *testing.T) {
 		return ""
 	})
 	for _, q := range []string{"ha", "hb"} {
-		tc.settle(10*time.Second, q+": 15 messages pending on the members' hosts", func() string { return tc.counts(q, 15, 0) })
+		wait.Until(tc.t, 10*time.Second, q+": 15 messages pending on the members' hosts", func() string { return tc.counts(q, 15, 0) })
 		sameSet(t, "received from "+q, drainMembers(t, mustSession(t, tc.dial("n1"), client.ClientAck), q, 3, len(sent[q])), sent[q])
 	}
 }
@@ -365,9 +367,9 @@ func TestCluster_RenewedOntoANodeIsHostedThere(t *testing.T) {
 		if _, err := a.UpdateQueueWith(ctx, "renew", client.QueueUpdate{Replicas: r}); err != nil {
 			t.Fatal(err)
 		}
-		tc.settle(60*time.Second, fmt.Sprintf("renew renewed to %d replicas", r), func() string { return renewedTo(tc, "n2", "renew", 1, r) })
+		wait.Until(tc.t, 60*time.Second, fmt.Sprintf("renew renewed to %d replicas", r), func() string { return renewedTo(tc, "n2", "renew", 1, r) })
 	}
-	tc.steady(3*time.Second, "nothing renewed any more", func() string {
+	wait.Steady(tc.t, 3*time.Second, "nothing renewed any more", func() string {
 		if d, _ := tc.node("n2").meta.destination("renew"); len(d.Members) != 1 || d.Members[0].Draining {
 			return fmt.Sprintf("renew: %+v", d.Members)
 		}

@@ -12,6 +12,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/cairnmq/cairn/test/wait"
 
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
@@ -233,7 +236,7 @@ func BenchmarkIdleMembers(b *testing.B) {
 						if err != nil {
 							b.Fatal(err)
 						}
-						waitFor(b, "hosted", r.Leading)
+						wait.For(b, 10*time.Second, "hosted", r.Leading)
 						continue
 					}
 					r := testReplica(b, b.TempDir())

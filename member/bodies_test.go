@@ -11,6 +11,9 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/cairnmq/cairn/test/wait"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
@@ -483,7 +486,7 @@ func TestReplica_BodiesPutAwayAreDelivered(t *testing.T) {
 	if err := r.AddConsumer(&Consumer{ID: "c1", Session: "s1", Push: c.push}, n); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, fmt.Sprintf("%d deliveries", n), func() bool { return c.count() == n })
+	wait.For(t, 10*time.Second, fmt.Sprintf("%d deliveries", n), func() bool { return c.count() == n })
 	got := c.deliveries()
 	checkBodies(t, got, ids, want)
 
@@ -495,8 +498,8 @@ func TestReplica_BodiesPutAwayAreDelivered(t *testing.T) {
 	if err != nil || acked != n || len(rejected) != 0 {
 		t.Fatalf("ack: %d acked, rejected %v, err %v", acked, rejected, err)
 	}
-	waitFor(t, "the bodies acked forgotten", func() bool { return liveBodies(r.host.fsm.bodies) == 0 })
-	waitFor(t, "at most the active body file left", func() bool { return len(bodyFiles(t, filepath.Join(dir, "bodies"))) <= 1 })
+	wait.For(t, 10*time.Second, "the bodies acked forgotten", func() bool { return liveBodies(r.host.fsm.bodies) == 0 })
+	wait.For(t, 10*time.Second, "at most the active body file left", func() bool { return len(bodyFiles(t, filepath.Join(dir, "bodies"))) <= 1 })
 	if st := r.Stats(); st.Pending != 0 || st.Delivered != 0 || st.Bytes != 0 {
 		t.Fatalf("stats after acking everything: %+v", st)
 	}
@@ -528,7 +531,7 @@ func TestReplica_SnapshotAndRestartWithBodiesPutAway(t *testing.T) {
 	if err := r.AddConsumer(&Consumer{ID: "c1", Session: "s1", Push: c1.push}, 5); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "5 deliveries", func() bool { return c1.count() == 5 })
+	wait.For(t, 10*time.Second, "5 deliveries", func() bool { return c1.count() == 5 })
 	r.RemoveConsumer("c1")
 	checkBodies(t, c1.deliveries(), ids[:5], want)
 	if err := r.Raft().Snapshot().Error(); err != nil {
@@ -545,7 +548,7 @@ func TestReplica_SnapshotAndRestartWithBodiesPutAway(t *testing.T) {
 	// Restored with a memory of 1 byte: the bodies go back to disk, those of
 	// the deliveries made before the restart too.
 	r2 := testReplica(t, dir, tiny)
-	waitFor(t, "state restored and replayed", func() bool {
+	wait.For(t, 10*time.Second, "state restored and replayed", func() bool {
 		st := r2.Stats()
 		return st.Pending == 245 && st.Delivered == 5
 	})
@@ -566,7 +569,7 @@ func TestReplica_SnapshotAndRestartWithBodiesPutAway(t *testing.T) {
 	if err := r2.AttachConsumer(&Consumer{ID: "c2", Session: "s1", Push: c2.push}, len(ids), 0); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "every message delivered after the restart", func() bool { return c2.count() == len(ids) })
+	wait.For(t, 10*time.Second, "every message delivered after the restart", func() bool { return c2.count() == len(ids) })
 	checkBodies(t, c2.deliveries(), ids, want)
 	// A snapshot of the restored state reads the bodies it put away.
 	if err := r2.Raft().Snapshot().Error(); err != nil {
@@ -581,12 +584,12 @@ func TestReplica_SnapshotAndRestartWithBodiesPutAway(t *testing.T) {
 	if r3.host.fsm.bodies != nil {
 		t.Fatal("a replica with a negative body memory has a body store")
 	}
-	waitFor(t, "state restored", func() bool { return r3.Stats().Delivered == len(ids) })
+	wait.For(t, 10*time.Second, "state restored", func() bool { return r3.Stats().Delivered == len(ids) })
 	var c3 collector
 	if err := r3.AttachConsumer(&Consumer{ID: "c3", Session: "s1", Push: c3.push}, len(ids), 0); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "every delivery pushed again", func() bool { return c3.count() == len(ids) })
+	wait.For(t, 10*time.Second, "every delivery pushed again", func() bool { return c3.count() == len(ids) })
 	checkBodies(t, c3.deliveries(), ids, want)
 	if _, err := os.Stat(filepath.Join(dir, "bodies")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a replica keeping every body in memory has a bodies directory: %v", err)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/test/wait"
+
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
@@ -23,7 +25,7 @@ func logCommands(t *testing.T, r *Replica, first uint64) [][]proto.Message {
 	var entries [][]proto.Message
 	for i := first; i <= r.Raft().LastIndex(); i++ {
 		var l raft.Log
-		if err := r.host.group.logs.GetLog(i, &l); err != nil {
+		if err := r.host.group.Entry(i, &l); err != nil {
 			t.Fatalf("entry %d: %v", i, err)
 		}
 		if l.Type != raft.LogCommand {
@@ -78,7 +80,7 @@ func TestReplica_DeliversAnEnqueueInItsOwnEntry(t *testing.T) {
 	if _, err := r.Enqueue(ctx, msgs(3, "m")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "3 deliveries", func() bool { return c.count() == 3 })
+	wait.For(t, 10*time.Second, "3 deliveries", func() bool { return c.count() == 3 })
 	entries := logCommands(t, r, first)
 	if len(entries) != 1 || len(entries[0]) != 2 {
 		t.Fatalf("the send and its delivery took entries %v; want one entry of an Enqueue and a Deliver", entries)
@@ -125,7 +127,7 @@ func TestReplica_EnqueueDealtOnlyWhenNothingComesFirst(t *testing.T) {
 		t.Fatalf("with 2 messages pending, a send was dealt %v (left %v)", ids, left)
 	}
 	r.kick()
-	waitFor(t, "the pending messages delivered", func() bool { return c.count() == 2 })
+	wait.For(t, 10*time.Second, "the pending messages delivered", func() bool { return c.count() == 2 })
 
 	// Say, a Recover on its way.
 	if ids, _ := dealNow(r, func() { r.ahead++ }, msgs(1, "new")); ids != nil {
@@ -222,7 +224,7 @@ func TestReplica_SendDealtInPartThroughSubmit(t *testing.T) {
 	submit("b", 3)
 	r.Credit("c1", 3)
 	sent.Wait()
-	waitFor(t, "8 deliveries", func() bool { return c.count() >= 8 })
+	wait.For(t, 10*time.Second, "8 deliveries", func() bool { return c.count() >= 8 })
 	var got []string
 	for _, d := range c.deliveries() {
 		got = append(got, d.Message.Id)
@@ -326,11 +328,11 @@ func TestReplica_RefusedDealtSendGivesCreditBack(t *testing.T) {
 		defer r.mu.Unlock()
 		return r.consumers["c1"].credit == 5 && len(r.reserved) == 0 && r.ahead == 0
 	}
-	waitFor(t, "credit 5, nothing reserved, nothing ahead", idle)
+	wait.For(t, 10*time.Second, "credit 5, nothing reserved, nothing ahead", idle)
 	if _, err := r.Enqueue(ctx, msgs(5, "m")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "5 deliveries", func() bool { return c.count() == 5 })
+	wait.For(t, 10*time.Second, "5 deliveries", func() bool { return c.count() == 5 })
 }
 
 func TestAddsPending(t *testing.T) {
@@ -384,7 +386,7 @@ func TestReplica_DeliveryPushedOnReattachIsNotGivenBack(t *testing.T) {
 		r.Read(func(m *fsm.Member) { ds = m.DeliveriesAfter("s1", 0) })
 		return ds
 	}
-	waitFor(t, "the Deliver applied", func() bool { return len(applied()) == 1 })
+	wait.For(t, 10*time.Second, "the Deliver applied", func() bool { return len(applied()) == 1 })
 	d := applied()[0]
 
 	r.RemoveConsumer("c1")
@@ -424,7 +426,7 @@ func TestReplica_GiveBackAndReattachNeverBothTakeADelivery(t *testing.T) {
 	if _, err := r.Enqueue(ctx, msgs(1, "m")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the delivery pushed", func() bool { return first.count() == 1 })
+	wait.For(t, 10*time.Second, "the delivery pushed", func() bool { return first.count() == 1 })
 	d := first.deliveries()[0].DeliveryID
 	held := func() int {
 		var ds []fsm.Delivery
@@ -441,7 +443,7 @@ func TestReplica_GiveBackAndReattachNeverBothTakeADelivery(t *testing.T) {
 		t.Fatalf("the new attachment was pushed %d deliveries; want the session's one", second.count())
 	}
 	r.GiveBack("s1", []uint64{d})
-	waitFor(t, "the give-back done", func() bool {
+	wait.For(t, 10*time.Second, "the give-back done", func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return len(r.returning) == 0

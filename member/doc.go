@@ -1,6 +1,6 @@
 // Package member runs member replicas on this node: each member's Raft
-// group (hashicorp/raft over a fsynced log; a group of its own, or one
-// shared by many members, Shared), the proposer that packs concurrent
+// group (opened with package raftgroup; a group of its own, or one shared
+// by many members, Shared), the proposer that packs concurrent
 // commands into one Raft entry, and, while this replica hosts the member
 // (leads its group), the dispatcher that delivers pending messages to
 // consumers with credit and the expiry loop.
@@ -15,6 +15,6 @@
 // cannot be pushed (the consumer left meanwhile) are returned to pending.
 //
 // It does not choose members or route requests (package destination), nor
-// decide where groups run (package cluster). OpenRaft is also how the meta
-// group opens its Raft group.
+// decide where groups run (package cluster), nor keep a Raft log (package
+// cluster/raftgroup).
 package member

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/cairnmq/cairn/cluster/raftgroup"
+
 	"github.com/hashicorp/raft"
 )
 
@@ -17,7 +19,7 @@ import (
 type raftHost struct {
 	nodeID string
 	log    *slog.Logger
-	group  *Group
+	group  *raftgroup.Group
 	fsm    *memberFSM
 	prop   *proposer
 	// snapshotEntries is Config.SnapshotThreshold, which the pace is
@@ -66,7 +68,7 @@ func openHost(cfg Config, a *memberFSM, notify chan bool) (*raftHost, error) {
 	// hashicorp/raft snapshots on its own only at maxSnapshotThreshold;
 	// snapshotLoop snapshots at the configured threshold when the log has
 	// grown enough for the state's size, at the replica's turn.
-	g, err := OpenRaft(RaftConfig{
+	g, err := raftgroup.Open(raftgroup.Config{
 		Group: cfg.GroupID, NodeID: cfg.NodeID, Dir: cfg.Dir, Stream: cfg.Stream, Peers: cfg.Peers,
 		Timing: cfg.Timing, SnapshotThreshold: max(h.snapshotEntries, maxSnapshotThreshold), SnapshotInterval: cfg.SnapshotInterval, LogStore: cfg.LogStore,
 		Logger: cfg.Logger, NotifyCh: notify, Addresses: cfg.Addresses, OnStorageError: cfg.OnFatal, SnapshotSends: cfg.SnapshotSends,
@@ -80,7 +82,7 @@ func openHost(cfg Config, a *memberFSM, notify chan bool) (*raftHost, error) {
 	// The pace is refreshed at each interval too, since a membership
 	// change moves the ranks.
 	h.refreshSnapshotPace()
-	runEvery(&h.wg, h.stop, cmp.Or(cfg.SnapshotInterval, DefaultSnapshotInterval), h.refreshSnapshotPace)
+	runEvery(&h.wg, h.stop, cmp.Or(cfg.SnapshotInterval, raftgroup.DefaultSnapshotInterval), h.refreshSnapshotPace)
 	h.wg.Go(h.snapshotLoop)
 	return h, nil
 }

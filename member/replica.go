@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cairnmq/cairn/cluster/raftgroup"
+
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
@@ -31,7 +33,7 @@ type Config struct {
 	Dir     string
 	Stream  raft.StreamLayer
 	Peers   []raft.Server
-	Timing  Timing
+	Timing  raftgroup.Timing
 	// SnapshotThreshold is how many entries since the last snapshot trigger
 	// a new one (0: hashicorp/raft's default, 8192), once they also carried
 	// a share of the state's bytes, at the replica's turn in the log
@@ -41,7 +43,7 @@ type Config struct {
 	// SnapshotInterval is how often the replica refreshes its snapshot
 	// pace from its rank among the group's voters (default 5 s).
 	SnapshotInterval time.Duration
-	// LogStore is LogStoreBolt (the default when empty) or LogStoreWAL.
+	// LogStore is raftgroup.LogStoreBolt (the default when empty) or raftgroup.LogStoreWAL.
 	LogStore string
 	// BodyMemory is how many bytes of message bodies the member keeps in
 	// memory; it puts the newest waiting ones past that in files under Dir.
@@ -85,7 +87,7 @@ type Config struct {
 	// Addresses finds a replica's current Raft address by node id.
 	Addresses raft.ServerAddressProvider
 	// SnapshotSends paces the snapshots the group sends to followers.
-	SnapshotSends *SnapshotSends
+	SnapshotSends *raftgroup.SnapshotSends
 	Logger        *slog.Logger
 }
 

@@ -11,14 +11,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/cluster/raftgroup"
+
+	"github.com/cairnmq/cairn/test/wait"
+
 	"github.com/hashicorp/raft"
 
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 	"github.com/cairnmq/cairn/transport/raftmux"
 )
-
-var fastTiming = Timing{Heartbeat: 100 * time.Millisecond, Election: 100 * time.Millisecond, LeaderLease: 50 * time.Millisecond, Commit: 5 * time.Millisecond}
 
 // testReplica opens a single-replica member on a fresh loopback mux.
 func testReplica(t testing.TB, dir string, opts ...func(*Config)) *Replica {
@@ -27,7 +29,7 @@ func testReplica(t testing.TB, dir string, opts ...func(*Config)) *Replica {
 	cfg := Config{
 		Name: "q#0", GroupID: "q#0", NodeID: "n1", Dir: dir, Stream: layer,
 		Peers:          []raft.Server{{ID: "n1", Address: addr}},
-		Timing:         fastTiming,
+		Timing:         raftgroup.TestTiming,
 		ExpiryInterval: 20 * time.Millisecond,
 	}
 	for _, o := range opts {
@@ -38,7 +40,7 @@ func testReplica(t testing.TB, dir string, opts ...func(*Config)) *Replica {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
-	waitFor(t, "replica to lead", r.Leading)
+	wait.For(t, 10*time.Second, "replica to lead", r.Leading)
 	return r
 }
 
@@ -56,17 +58,6 @@ func loopbackLayer(t testing.TB, group string) (raft.StreamLayer, raft.ServerAdd
 		t.Fatal(err)
 	}
 	return layer, raft.ServerAddress(ln.Addr().String())
-}
-
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func msgs(n int, prefix string) []*fsmpb.Message {
@@ -119,13 +110,13 @@ func TestReplica_DeliversWithinCreditAndAcks(t *testing.T) {
 	if err := r.AddConsumer(&Consumer{ID: "c1", Session: "s1", Push: c.push}, 4); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "4 deliveries", func() bool { return c.count() == 4 })
+	wait.For(t, 10*time.Second, "4 deliveries", func() bool { return c.count() == 4 })
 	// Credit bounds the deliveries: no fifth arrives without more credit.
 	if st := r.Stats(); st.Delivered != 4 || st.Pending != 6 {
 		t.Fatalf("stats %+v, want 4 delivered and 6 pending", st)
 	}
 	r.Credit("c1", 6)
-	waitFor(t, "10 deliveries", func() bool { return c.count() == 10 })
+	wait.For(t, 10*time.Second, "10 deliveries", func() bool { return c.count() == 10 })
 	var ids []uint64
 	for i, d := range c.deliveries() {
 		if want := fmt.Sprintf("m%03d", i); d.Message.Id != want {
@@ -157,7 +148,7 @@ func TestReplica_PushToGoneConsumerReturnsMessagesUnseen(t *testing.T) {
 	}
 	// The push never reached the consumer: the message is pending again as
 	// if never delivered, neither counted nor marked.
-	waitFor(t, "message back to pending, unseen", func() bool {
+	wait.For(t, 10*time.Second, "message back to pending, unseen", func() bool {
 		var st fsm.MessageState
 		r.Read(func(m *fsm.Member) { st, _ = m.Lookup("m000") })
 		return st.Pending && !st.Redelivered && st.DeliveryCount == 0
@@ -178,7 +169,7 @@ func TestReplica_RestartKeepsMessagesAndReleasesDeadSessions(t *testing.T) {
 	if err := r.AddConsumer(&Consumer{ID: "c1", Session: "s1", Push: c.push}, 2); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "2 deliveries", func() bool { return c.count() == 2 })
+	wait.For(t, 10*time.Second, "2 deliveries", func() bool { return c.count() == 2 })
 	if _, _, err := r.Ack(ctx, "s1", []uint64{c.deliveries()[0].DeliveryID}); err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +179,7 @@ func TestReplica_RestartKeepsMessagesAndReleasesDeadSessions(t *testing.T) {
 
 	// The node comes back as a new incarnation: sessions of boot-1 are dead.
 	r2 := testReplica(t, dir, func(c *Config) { c.OwnerLive = func(o string) bool { return o == "boot-2" } })
-	waitFor(t, "dead session released", func() bool {
+	wait.For(t, 10*time.Second, "dead session released", func() bool {
 		var st fsm.Stats
 		r2.Read(func(m *fsm.Member) { st = m.Stats() })
 		return st.Sessions == 0 && st.Pending == 4
@@ -222,7 +213,7 @@ func TestReplica_ExpiresOnLeaderClock(t *testing.T) {
 	mu.Lock()
 	now = time.Unix(1006, 0)
 	mu.Unlock()
-	waitFor(t, "expiry", func() bool { return r.Stats().Pending == 1 })
+	wait.For(t, 10*time.Second, "expiry", func() bool { return r.Stats().Pending == 1 })
 }
 
 func TestReplica_SnapshotAndRestart(t *testing.T) {
@@ -242,7 +233,7 @@ func TestReplica_SnapshotAndRestart(t *testing.T) {
 	}
 	r.Close()
 	r2 := testReplica(t, dir)
-	waitFor(t, "state restored", func() bool { return r2.Stats().Pending == 61 })
+	wait.For(t, 10*time.Second, "state restored", func() bool { return r2.Stats().Pending == 61 })
 }
 
 // A consumer whose session was released under it is detached and told,
@@ -272,7 +263,7 @@ func TestReplica_ConsumerOfReleasedSessionIsDetached(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the consumer of a released session was not detached")
 	}
-	waitFor(t, "consumer detached", func() bool { return r.Consumers() == 0 })
+	wait.For(t, 10*time.Second, "consumer detached", func() bool { return r.Consumers() == 0 })
 	if st := r.Stats(); st.Pending != 1 || c.count() != 0 {
 		t.Fatalf("stats %+v, pushed %d; want the message pending and nothing pushed", st, c.count())
 	}
@@ -337,7 +328,7 @@ func TestReplica_ConcurrentSendsKeepTheirOwnBodies(t *testing.T) {
 	}
 	total := senders * (sends + sends/5*(batch-1))
 	r.Credit("c1", total)
-	waitFor(t, "every message delivered", func() bool { return c.count() == total })
+	wait.For(t, 10*time.Second, "every message delivered", func() bool { return c.count() == total })
 	for _, d := range c.deliveries() {
 		if !bytes.Equal(d.Message.Body, bodyOf(d.Message.Id)) {
 			t.Errorf("%s delivered with body %q, want %q", d.Message.Id, d.Message.Body, bodyOf(d.Message.Id))

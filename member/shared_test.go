@@ -8,6 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/cluster/raftgroup"
+
+	"github.com/cairnmq/cairn/test/wait"
+
 	"github.com/hashicorp/raft"
 
 	"github.com/cairnmq/cairn/fsm"
@@ -26,7 +30,7 @@ func sharedGroup(t testing.TB, ids []string, dirs []string, opts ...func(*Config
 	}
 	var out []*Shared
 	for i, id := range ids {
-		cfg := Config{Name: "g", GroupID: "g", NodeID: id, Dir: dirs[i], Stream: layers[i], Peers: peers, Timing: fastTiming, ExpiryInterval: 20 * time.Millisecond}
+		cfg := Config{Name: "g", GroupID: "g", NodeID: id, Dir: dirs[i], Stream: layers[i], Peers: peers, Timing: raftgroup.TestTiming, ExpiryInterval: 20 * time.Millisecond}
 		for _, o := range opts {
 			o(&cfg)
 		}
@@ -54,7 +58,7 @@ func TestShared_MembersOfOneGroupKeepApart(t *testing.T) {
 	ctx := context.Background()
 	s := sharedGroup(t, []string{"n1"}, []string{t.TempDir()})[0]
 	a, b := openIn(t, s, "a#0@1"), openIn(t, s, "b#0@1")
-	waitFor(t, "both members hosted", func() bool { return a.Leading() && b.Leading() })
+	wait.For(t, 10*time.Second, "both members hosted", func() bool { return a.Leading() && b.Leading() })
 	if a.Raft() != b.Raft() || a.Raft() != s.Raft() {
 		t.Fatal("the members do not share the group's Raft")
 	}
@@ -81,7 +85,7 @@ func TestShared_MembersOfOneGroupKeepApart(t *testing.T) {
 	if err := a.AddConsumer(&Consumer{ID: "c1", Session: "s1", Push: c.push}, 10); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a's three messages", func() bool { return c.count() == 3 })
+	wait.For(t, 10*time.Second, "a's three messages", func() bool { return c.count() == 3 })
 	for _, d := range c.deliveries() {
 		if d.Message.Id[0] != 'a' {
 			t.Fatalf("a's consumer got %s", d.Message.Id)
@@ -114,7 +118,7 @@ func TestShared_NewLeaderHostsEveryMember(t *testing.T) {
 		}
 		return -1
 	}
-	waitFor(t, "one node hosting every member", func() bool { return leaderOf(-1) >= 0 })
+	wait.For(t, 10*time.Second, "one node hosting every member", func() bool { return leaderOf(-1) >= 0 })
 	old := leaderOf(-1)
 	for k, r := range replicas[old] {
 		if _, err := r.Enqueue(ctx, msgs(k+1, fmt.Sprintf("k%d-", k))); err != nil {
@@ -124,7 +128,7 @@ func TestShared_NewLeaderHostsEveryMember(t *testing.T) {
 	if err := groups[old].Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "another node hosting every member", func() bool { return leaderOf(old) >= 0 })
+	wait.For(t, 10*time.Second, "another node hosting every member", func() bool { return leaderOf(old) >= 0 })
 	next := leaderOf(old)
 	for k, r := range replicas[next] {
 		if st := r.Stats(); st.Pending != k+1 {
@@ -142,7 +146,7 @@ func TestShared_RestartRestoresEveryMemberFromSnapshotAndLog(t *testing.T) {
 	small := func(c *Config) { c.SnapshotThreshold, c.BodyMemory = 64, 0 }
 	s := sharedGroup(t, []string{"n1"}, []string{dir}, small)[0]
 	a, b := openIn(t, s, "a#0@1"), openIn(t, s, "b#0@1")
-	waitFor(t, "both members hosted", func() bool { return a.Leading() && b.Leading() })
+	wait.For(t, 10*time.Second, "both members hosted", func() bool { return a.Leading() && b.Leading() })
 	for i := range 100 {
 		if _, err := a.Enqueue(ctx, msgs(1, fmt.Sprintf("a%03d-", i))); err != nil {
 			t.Fatal(err)
@@ -162,7 +166,7 @@ func TestShared_RestartRestoresEveryMemberFromSnapshotAndLog(t *testing.T) {
 	}
 	s = sharedGroup(t, []string{"n1"}, []string{dir}, small)[0]
 	a, b = openIn(t, s, "a#0@1"), openIn(t, s, "b#0@1")
-	waitFor(t, "both members hosted again", func() bool { return a.Leading() && b.Leading() })
+	wait.For(t, 10*time.Second, "both members hosted again", func() bool { return a.Leading() && b.Leading() })
 	if sa, sb := a.Stats(), b.Stats(); sa.Pending != 100 || sb.Pending != 51 {
 		t.Fatalf("after the restart a holds %d, b %d; want 100 and 51", sa.Pending, sb.Pending)
 	}
@@ -177,7 +181,7 @@ func TestShared_RestartRestoresEveryMemberFromSnapshotAndLog(t *testing.T) {
 	if err := b.AddConsumer(&Consumer{ID: "c1", Session: "s1", Push: c.push}, 100); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "b's messages", func() bool { return c.count() == 51 })
+	wait.For(t, 10*time.Second, "b's messages", func() bool { return c.count() == 51 })
 	for _, d := range c.deliveries() {
 		if string(d.Message.Body) != "body" {
 			t.Fatalf("%s delivered with body %q", d.Message.Id, d.Message.Body)
@@ -189,7 +193,7 @@ func TestShared_DestroyDropsOnlyThatMember(t *testing.T) {
 	ctx := context.Background()
 	s := sharedGroup(t, []string{"n1"}, []string{t.TempDir()})[0]
 	a, b := openIn(t, s, "a#0@1"), openIn(t, s, "b#0@1")
-	waitFor(t, "both members hosted", func() bool { return a.Leading() && b.Leading() })
+	wait.For(t, 10*time.Second, "both members hosted", func() bool { return a.Leading() && b.Leading() })
 	if _, err := a.Enqueue(ctx, msgs(2, "a")); err != nil {
 		t.Fatal(err)
 	}
@@ -222,14 +226,14 @@ func TestShared_LeaderExpiresTheMessagesOfEachMember(t *testing.T) {
 	ctx := context.Background()
 	s := sharedGroup(t, []string{"n1"}, []string{t.TempDir()})[0]
 	a, b := openIn(t, s, "a#0@1"), openIn(t, s, "b#0@1")
-	waitFor(t, "both members hosted", func() bool { return a.Leading() && b.Leading() })
+	wait.For(t, 10*time.Second, "both members hosted", func() bool { return a.Leading() && b.Leading() })
 	soon := time.Now().Add(50 * time.Millisecond).UnixNano()
 	m := msgs(2, "a")
 	m[0].Expiration = soon
 	if _, err := a.Enqueue(ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a's expired message removed", func() bool { return a.Stats().Pending == 1 })
+	wait.For(t, 10*time.Second, "a's expired message removed", func() bool { return a.Stats().Pending == 1 })
 	if !b.idle() || a.idle() {
 		t.Fatalf("idle: a %v, b %v; want a busy and b idle", a.idle(), b.idle())
 	}

@@ -9,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/cluster/raftgroup"
+
+	"github.com/cairnmq/cairn/test/wait"
+
 	"github.com/hashicorp/raft"
 
 	"github.com/cairnmq/cairn/fsm"
@@ -259,7 +263,7 @@ func TestReplica_SnapshotsWhenTheLogOutgrowsHalfTheState(t *testing.T) {
 		}
 	}
 	enqueue(10, 200, "big") // 2 MiB, all of it in the log
-	waitFor(t, "a snapshot", func() bool { return lastSnapshot() > 0 })
+	wait.For(t, 10*time.Second, "a snapshot", func() bool { return lastSnapshot() > 0 })
 	_, before := r.host.fsm.volume()
 	if before.entries >= 10 {
 		t.Fatalf("after the snapshot, %+v counted: the count did not start again", before)
@@ -302,7 +306,7 @@ func threeReplicas(t *testing.T, opts ...func(*Config)) (ids []string, replicas 
 	}
 	for i, id := range ids {
 		cfg := Config{Name: "q#0", GroupID: "q#0", NodeID: id, Dir: t.TempDir(), Stream: layers[i],
-			Peers: peers, Timing: fastTiming, ExpiryInterval: 20 * time.Millisecond}
+			Peers: peers, Timing: raftgroup.TestTiming, ExpiryInterval: 20 * time.Millisecond}
 		for _, o := range opts {
 			o(&cfg)
 		}
@@ -313,7 +317,7 @@ func threeReplicas(t *testing.T, opts ...func(*Config)) (ids []string, replicas 
 		t.Cleanup(func() { r.Close() })
 		replicas = append(replicas, r)
 	}
-	waitFor(t, "a leader", func() bool { return slices.ContainsFunc(replicas, (*Replica).Leading) })
+	wait.For(t, 10*time.Second, "a leader", func() bool { return slices.ContainsFunc(replicas, (*Replica).Leading) })
 	return ids, replicas
 }
 
@@ -325,7 +329,7 @@ func TestReplica_SnapshotPaceFollowsRoleAndRank(t *testing.T) {
 	ids, replicas := threeReplicas(t, func(c *Config) { c.SnapshotThreshold, c.SnapshotInterval = 100, time.Hour })
 	rankOf := map[string]int{"n1": 0, "n2": 1, "n3": 2}
 	for i, r := range replicas {
-		waitFor(t, "the pace of "+ids[i], func() bool {
+		wait.For(t, 10*time.Second, "the pace of "+ids[i], func() bool {
 			p := r.host.fsm.pace.Load()
 			return p != nil && *p == snapshotPaceOf(100, r.Raft().State() == raft.Leader, rankOf[ids[i]], 3)
 		})
@@ -342,9 +346,9 @@ func TestReplica_ReplicasSnapshotAsTheirLogGrows(t *testing.T) {
 	ids, replicas := threeReplicas(t, func(c *Config) {
 		c.SnapshotThreshold = threshold
 		c.SnapshotInterval = time.Hour
-		// Slower than fastTiming, so that a loaded machine does not
+		// Slower than raftgroup.TestTiming, so that a loaded machine does not
 		// change the leader the test sends through.
-		c.Timing = Timing{Heartbeat: 500 * time.Millisecond, Election: 500 * time.Millisecond, LeaderLease: 250 * time.Millisecond, Commit: 5 * time.Millisecond}
+		c.Timing = raftgroup.Timing{Heartbeat: 500 * time.Millisecond, Election: 500 * time.Millisecond, LeaderLease: 250 * time.Millisecond, Commit: 5 * time.Millisecond}
 	})
 	leader := slices.IndexFunc(replicas, (*Replica).Leading)
 	const turnLen = threshold / 6
@@ -365,7 +369,7 @@ func TestReplica_ReplicasSnapshotAsTheirLogGrows(t *testing.T) {
 		record()
 	}
 	for i, r := range replicas {
-		waitFor(t, ids[i]+" applying the last entry", func() bool { return r.Raft().AppliedIndex() >= replicas[leader].Raft().LastIndex() })
+		wait.For(t, 10*time.Second, ids[i]+" applying the last entry", func() bool { return r.Raft().AppliedIndex() >= replicas[leader].Raft().LastIndex() })
 	}
 	record()
 	t.Logf("snapshot entries of %v (leader %s): %v", ids, ids[leader], taken)

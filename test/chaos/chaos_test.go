@@ -36,6 +36,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cairnmq/cairn/test/wait"
 )
 
 var (
@@ -235,7 +237,7 @@ var scenarios = []scenario{
 			// the node is ready (registered again), the others may not
 			// know it came back empty.
 			tg.heal(t)
-			waitFor(t, 3*time.Minute, "every member's replicas caught up", func() bool { return repaired(t, tg) })
+			wait.For(t, 3*time.Minute, "every member's replicas caught up", func() bool { return repaired(t, tg) })
 			t.Logf("nemesis: repaired %v after %s started empty", time.Since(start).Round(100*time.Millisecond), tg.describe(i))
 		}
 	}},
@@ -365,18 +367,6 @@ func keptPath(t *testing.T, ext string) string {
 		return ""
 	}
 	return filepath.Join(dir, strings.NewReplacer(" ", "-", "/", "-").Replace(t.Name())+ext)
-}
-
-// waitFor polls cond every 200 ms until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %v", what, d)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }
 
 func lastLines(s string, n int) string {

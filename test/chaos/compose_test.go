@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cairnmq/cairn/test/wait"
 )
 
 const project = "cairn-chaos"
@@ -84,7 +86,7 @@ func (composeCluster) lastWords(t *testing.T) {
 func waitHealthy(t *testing.T, d time.Duration) {
 	t.Helper()
 	var out string
-	waitFor(t, d, "the compose cluster healthy", func() bool {
+	wait.For(t, d, "the compose cluster healthy", func() bool {
 		out, _ = run(t, "docker", "inspect", "-f", "{{.State.Health.Status}}", container(0), container(1), container(2))
 		return strings.Count(out, "healthy") == 3 && !strings.Contains(out, "unhealthy")
 	})

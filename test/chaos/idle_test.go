@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/test/wait"
+
 	"github.com/cairnmq/cairn/client"
 )
 
@@ -240,7 +242,7 @@ func TestChaos_KillWithAThousandQueues(t *testing.T) {
 	c.startEmpty(t, victim)
 	c.heal(t) // ready: registered again, its replicas marked as rejoining
 	ready := time.Since(back)
-	waitFor(t, 5*time.Minute, "every member's replicas caught up", func() bool { return repaired(t, c) })
+	wait.For(t, 5*time.Minute, "every member's replicas caught up", func() bool { return repaired(t, c) })
 	t.Logf("from the empty start to the node ready: %v; to no member short of replicas: %v", ready.Round(100*time.Millisecond), time.Since(back).Round(100*time.Millisecond))
 	verify.wait(t)
 	want := map[string]uint64{}

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/test/wait"
+
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/rs/zerolog"
 )
@@ -230,7 +232,7 @@ func (c *localCluster) waitReady() {
 	c.t.Helper()
 	hc := &http.Client{Timeout: time.Second}
 	for i, n := range c.nodes {
-		waitFor(c.t, 90*time.Second, n.id+" ready", func() bool {
+		wait.For(c.t, 90*time.Second, n.id+" ready", func() bool {
 			if !c.running(i) {
 				c.t.Fatalf("%s exited: %s", n.id, lastLines(c.log(i), 20))
 			}

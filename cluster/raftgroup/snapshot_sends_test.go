@@ -1,4 +1,4 @@
-package member
+package raftgroup
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cairnmq/cairn/test/wait"
 
 	"golang.org/x/time/rate"
 )
@@ -36,7 +38,7 @@ func TestSnapshotSends_AtMostTransfersAtOnce(t *testing.T) {
 	}
 	for released := int32(0); released < sends; released++ {
 		want := min(released+transfers, sends)
-		waitFor(t, "sends to enter", func() bool { return entered.Load() >= want })
+		wait.For(t, 10*time.Second, "sends to enter", func() bool { return entered.Load() >= want })
 		release <- struct{}{}
 	}
 	wg.Wait()
@@ -90,7 +92,7 @@ func TestSnapshotSends_ReadsNoFasterThanTheRate(t *testing.T) {
 			}
 		})
 	}()
-	waitFor(t, "the burst to be read", func() bool { return read.Load() >= snapshotChunk })
+	wait.For(t, 10*time.Second, "the burst to be read", func() bool { return read.Load() >= snapshotChunk })
 	select {
 	case err := <-result:
 		t.Fatalf("the send ended (%v) with %d of %d bytes read, before the rate allowed the last", err, read.Load(), len(data))

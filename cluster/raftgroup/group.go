@@ -1,4 +1,4 @@
-package member
+package raftgroup
 
 import (
 	"cmp"
@@ -37,6 +37,10 @@ type Timing struct {
 // (member/DESIGN.md, "Members share Raft groups").
 var DefaultTiming = Timing{Heartbeat: 500 * time.Millisecond, Election: 500 * time.Millisecond, LeaderLease: 250 * time.Millisecond, Commit: 100 * time.Millisecond}
 
+// TestTiming is for tests whose replicas share one machine: a leader is
+// elected within a few hundred milliseconds and commits are told at once.
+var TestTiming = Timing{Heartbeat: 100 * time.Millisecond, Election: 100 * time.Millisecond, LeaderLease: 50 * time.Millisecond, Commit: 5 * time.Millisecond}
+
 // Snapshot defaults. hashicorp/raft checks the threshold only every
 // SnapshotInterval (its default is 120 s), so a busy member would grow its
 // log for minutes past the threshold; 5 s keeps the log near the threshold
@@ -48,8 +52,8 @@ const (
 	DefaultTrailingLogs     = 1024
 )
 
-// RaftConfig says how to open one Raft group on this node.
-type RaftConfig struct {
+// Config says how to open one Raft group on this node.
+type Config struct {
 	// Group names the group in logs and on the shared Raft port.
 	Group  string
 	NodeID string
@@ -106,7 +110,7 @@ type Group struct {
 // at the end and cut at the front, so the free list is long and changes on
 // every write. Writing it on every commit cost more than the entry itself;
 // without it, opening rebuilds the list by walking the file once
-// (member/DESIGN.md has the measurements).
+// (cluster/raftgroup/DESIGN.md has the measurements).
 func boltOptions() *bbolt.Options {
 	return &bbolt.Options{
 		Timeout:        time.Second,
@@ -203,9 +207,9 @@ func heldError(dir string, err error) error {
 	return err
 }
 
-// OpenRaft opens (and on first use bootstraps) a Raft group whose log and
+// Open opens (and on first use bootstraps) a Raft group whose log and
 // stable store are fsynced on every write (see LogStoreBolt, LogStoreWAL).
-func OpenRaft(cfg RaftConfig, fsm raft.FSM) (*Group, error) {
+func Open(cfg Config, fsm raft.FSM) (*Group, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
 		return nil, fmt.Errorf("raft group %s: %w", cfg.Group, err)
 	}
@@ -283,6 +287,10 @@ func OpenRaft(cfg RaftConfig, fsm raft.FSM) (*Group, error) {
 	trans.serve(r)
 	return &Group{Raft: r, startIndex: r.LastIndex(), logs: logs, store: store, guard: guarded, transport: trans, dir: cfg.Dir}, nil
 }
+
+// Entry reads the log entry at index i into l (raft.ErrLogNotFound once
+// compacted away).
+func (g *Group) Entry(i uint64, l *raft.Log) error { return g.logs.GetLog(i, l) }
 
 // maxCatchUpScan bounds the entries CaughtUp reads; a replica further behind
 // is simply not caught up.

@@ -1,4 +1,4 @@
-package member
+package raftgroup
 
 import (
 	"errors"
@@ -101,7 +101,7 @@ func TestOpenRaft_HeldLogStoreIsAnError(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer held.Close()
-			g, err := OpenRaft(RaftConfig{Group: "q#0", NodeID: "n1", Dir: dir, LogStore: kind}, nil)
+			g, err := Open(Config{Group: "q#0", NodeID: "n1", Dir: dir, LogStore: kind}, nil)
 			if err == nil {
 				g.Close()
 				t.Fatal("opened a log store another open holds")

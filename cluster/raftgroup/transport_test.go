@@ -1,4 +1,4 @@
-package member
+package raftgroup
 
 import (
 	"io"
@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cairnmq/cairn/test/wait"
 
 	"github.com/hashicorp/raft"
 
@@ -125,12 +127,12 @@ func TestOpenRaft_AVoterBackEmptyElectsNoOneWithoutTheLog(t *testing.T) {
 		} else {
 			fresh(id)
 		}
-		cfg := RaftConfig{Group: "g", NodeID: id, Dir: dirs[id], Stream: layers[id], Timing: fastTiming, Addresses: provider}
+		cfg := Config{Group: "g", NodeID: id, Dir: dirs[id], Stream: layers[id], Timing: TestTiming, Addresses: provider}
 		if bootstrap {
 			cfg.Peers = peers
 		}
 		fsms[id] = &logFSM{}
-		g, err := OpenRaft(cfg, fsms[id])
+		g, err := Open(cfg, fsms[id])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,17 +164,17 @@ func TestOpenRaft_AVoterBackEmptyElectsNoOneWithoutTheLog(t *testing.T) {
 		}
 		return ""
 	}
-	waitFor(t, "a leader", func() bool { return leader() != "" })
+	wait.For(t, 10*time.Second, "a leader", func() bool { return leader() != "" })
 	if l := leader(); l != "n1" {
 		if err := groups[l].Raft.LeadershipTransferToServer("n1", addrs["n1"]).Error(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "n1 leading", func() bool { return leader() == "n1" })
+	wait.For(t, 10*time.Second, "n1 leading", func() bool { return leader() == "n1" })
 	if err := groups["n1"].Raft.Apply([]byte("a"), time.Second).Error(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a on n3", func() bool { return fsms["n3"].has("a") })
+	wait.For(t, 10*time.Second, "a on n3", func() bool { return fsms["n3"].has("a") })
 	closeGroup("n3")
 	if err := groups["n1"].Raft.Apply([]byte("E"), time.Second).Error(); err != nil {
 		t.Fatalf("E not committed by n1 and n2: %v", err)
@@ -184,11 +186,11 @@ func TestOpenRaft_AVoterBackEmptyElectsNoOneWithoutTheLog(t *testing.T) {
 	}
 	open("n2", false) // back empty: no bootstrap
 	open("n3", false)
-	waitFor(t, "n3 to campaign and be answered", func() bool {
+	wait.For(t, 10*time.Second, "n3 to campaign and be answered", func() bool {
 		return groups["n2"].transport.refused.Load() > 0 || leader() != ""
 	})
 	open("n1", false)
-	waitFor(t, "a leader", func() bool { return leader() != "" })
+	wait.For(t, 10*time.Second, "a leader", func() bool { return leader() != "" })
 	l := leader()
 	if err := groups[l].Raft.Barrier(5 * time.Second).Error(); err != nil {
 		t.Fatal(err)

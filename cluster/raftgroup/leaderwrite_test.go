@@ -1,4 +1,4 @@
-package member
+package raftgroup
 
 import (
 	"errors"
@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cairnmq/cairn/test/wait"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -71,7 +73,7 @@ func (nopFSM) Snapshot() (raft.FSMSnapshot, error) { return nil, fmt.Errorf("no 
 func (nopFSM) Restore(io.ReadCloser) error         { return nil }
 
 // startInmemGroup starts three voters on in-memory transports and stores,
-// each log behind the logCache OpenRaft puts in front of it, and returns
+// each log behind the logCache Open puts in front of it, and returns
 // them with the leader first.
 func startInmemGroup(t *testing.T) ([3]*raft.Raft, [3]*heldStore) {
 	t.Helper()
@@ -116,7 +118,7 @@ func startInmemGroup(t *testing.T) ([3]*raft.Raft, [3]*heldStore) {
 			rafts[i].Shutdown()
 		}
 	})
-	waitFor(t, "a leader", func() bool {
+	wait.For(t, 10*time.Second, "a leader", func() bool {
 		for _, r := range rafts {
 			if r.State() == raft.Leader {
 				return true
@@ -154,7 +156,7 @@ func TestLeader_FollowersWriteWhileTheLeaderDoes(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the leader never wrote the entry")
 	}
-	waitFor(t, "follower's write while the leader's was held", func() bool {
+	wait.For(t, 10*time.Second, "follower's write while the leader's was held", func() bool {
 		last, _ := fast.LastIndex()
 		return last >= index
 	})

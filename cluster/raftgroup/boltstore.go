@@ -1,4 +1,4 @@
-package member
+package raftgroup
 
 import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
