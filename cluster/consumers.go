@@ -7,9 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cairnmq/cairn/destination"
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
-	"github.com/cairnmq/cairn/member"
 	"github.com/cairnmq/cairn/transport"
 	"github.com/cairnmq/cairn/transport/clientpb"
 )
@@ -239,7 +239,7 @@ func (c *connection) acknowledge(requestID uint64, op *clientpb.Acknowledge) {
 			if err == nil && errors.Is(res.Err, fsm.ErrUnknownSession) {
 				res.Rejected, res.Err = g.ids, nil
 			}
-			if errors.Is(err, member.ErrOutcomeUnknown) {
+			if errors.Is(err, destination.ErrOutcomeUnknown) {
 				// As docs/ARCHITECTURE.md has it: the client cannot tell whether these
 				// are acknowledged; if not, they come again, marked.
 				err = fmt.Errorf("%w: the acknowledgement of %d message(s) of %s may not have been applied (%v); any that was not will be redelivered, marked", transport.ErrLostServer, len(g.ids), g.member, err)

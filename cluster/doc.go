@@ -22,11 +22,14 @@
 //     to preferred hosts.
 //   - clientService (service.go) and connections (connection.go,
 //     consumers.go, attachment.go, tx.go): the client API; destinations.go
-//     administers destinations; frontend.go routes sends and pins
+//     administers destinations; frontend.go validates and carries out
+//     sends (Node.enqueue runs the router's destination.SendPlan) and pins
 //     consumers.
 //   - peers and peerService (peers.go, peer_server.go): the peer API,
 //     which relays commands to a member's host and streams its deliveries.
-//   - hostCache and loads (route.go): which node hosts each member, and how
-//     loaded it is, for members with no replica here.
+//   - the router's view (view.go): which node hosts each member
+//     (hostCache), and how loaded it is (loads), for Node.candidates.
+//   - relaying (relay.go): a member command carried to its host, here or
+//     on another node, and again while it certainly was not sent.
 //   - mover (mover.go): where a member's moved messages go.
 package cluster

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"slices"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -35,45 +33,39 @@ const (
 	maxTTLMillis        = 100 * 365 * 24 * 3600 * 1000
 )
 
-// wireError maps the errors of the layers below to the typed errors the
-// client API carries, keeping their text.
+// clientErrors is the client boundary's table: the errors of the layers
+// below and the client API's typed error each becomes (transport/errors.go
+// then gives each its wire reason and gRPC code). The first match wins.
+var clientErrors = []struct{ from, to error }{
+	{fsm.ErrInvalidName, transport.ErrInvalidName},
+	{fsm.ErrDestinationExists, transport.ErrDestinationExists},
+	{fsm.ErrUnknownDestination, transport.ErrUnknownDestination},
+	{fsm.ErrMemberFull, transport.ErrDestinationFull},
+	{fsm.ErrSealed, transport.ErrUnavailable},
+	{fsm.ErrInvalidMessage, transport.ErrInvalidArgument},
+	{fsm.ErrInvalidSettings, transport.ErrInvalidArgument},
+	{fsm.ErrDuplicateMessageID, transport.ErrInvalidArgument},
+	{fsm.ErrMalformed, transport.ErrMalformed},
+	{fsm.ErrUnknownSession, transport.ErrLostServer},
+	{fsm.ErrSessionOwned, transport.ErrLostServer},
+	{destination.ErrNotSent, transport.ErrUnavailable}, // member.ErrNotLeader, member.ErrBusy
+	{member.ErrStopped, transport.ErrUnavailable},
+	{destination.ErrOutcomeUnknown, transport.ErrUnavailable},
+}
+
+// wireError gives an error of the layers below the client API's type
+// (clientErrors), keeping its text. One that has a client type already,
+// or is its caller's context ending, is returned as it is.
 func wireError(err error) error {
-	if err == nil {
-		return nil
-	}
-	var target error
-	switch {
-	case errors.Is(err, transport.ErrUnavailable), errors.Is(err, transport.ErrUnknownDestination),
-		errors.Is(err, transport.ErrInvalidName), errors.Is(err, transport.ErrDeliveryUnknown),
-		errors.Is(err, transport.ErrLostServer), errors.Is(err, transport.ErrMalformed),
-		errors.Is(err, transport.ErrInvalidArgument), errors.Is(err, transport.ErrMessageTooLarge),
-		errors.Is(err, transport.ErrDestinationFull), errors.Is(err, transport.ErrDestinationExists),
-		errors.Is(err, transport.ErrClientIDInUse), errors.Is(err, transport.ErrUnknownSession),
-		errors.Is(err, transport.ErrDestinationDeleted),
-		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return err
-	case errors.Is(err, fsm.ErrInvalidName):
-		target = transport.ErrInvalidName
-	case errors.Is(err, fsm.ErrDestinationExists):
-		target = transport.ErrDestinationExists
-	case errors.Is(err, fsm.ErrUnknownDestination):
-		target = transport.ErrUnknownDestination
-	case errors.Is(err, fsm.ErrMemberFull):
-		target = transport.ErrDestinationFull
-	case errors.Is(err, fsm.ErrSealed):
-		target = transport.ErrUnavailable
-	case errors.Is(err, fsm.ErrInvalidMessage), errors.Is(err, fsm.ErrInvalidSettings), errors.Is(err, fsm.ErrDuplicateMessageID):
-		target = transport.ErrInvalidArgument
-	case errors.Is(err, fsm.ErrMalformed):
-		target = transport.ErrMalformed
-	case errors.Is(err, fsm.ErrUnknownSession), errors.Is(err, fsm.ErrSessionOwned):
-		target = transport.ErrLostServer
-	case errors.Is(err, member.ErrNotLeader), errors.Is(err, member.ErrStopped), errors.Is(err, member.ErrOutcomeUnknown), errors.Is(err, member.ErrBusy):
-		target = transport.ErrUnavailable
-	default:
+	if err == nil || transport.Typed(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	return &typedError{kind: target, err: err}
+	for _, e := range clientErrors {
+		if errors.Is(err, e.from) {
+			return &typedError{kind: e.to, err: err}
+		}
+	}
+	return err
 }
 
 // typedError gives an error of a lower layer the client API's type, keeping
@@ -142,63 +134,16 @@ func (n *Node) memberOf(ctx context.Context, addr string, create bool) (*fsmpb.D
 	return d, idx, nil
 }
 
-// candidates describes a destination's members for the router: where
-// each is hosted, and its load as its host last reported it.
-func (n *Node) candidates(d *fsmpb.Destination) []destination.Candidate {
-	out := make([]destination.Candidate, len(d.Members))
-	for i := range d.Members {
-		name := fsm.MemberName(d.Name, uint32(i))
-		r, node := n.host(name)
-		c := destination.Candidate{Index: i, Local: r != nil, Available: !d.Members[i].Draining && (r != nil || (node != "" && n.gossip.alive(node)))}
-		if r != nil {
-			c.Pending, c.Consumers = r.Stats().Pending, r.Consumers()
-		} else if c.Available {
-			st := n.loads.get(n, name)
-			c.Pending, c.Consumers = int(st.pending), st.consumers
-		}
-		out[i] = c
-	}
-	return out
-}
-
-// route chooses the member for a send or a consumer.
-func (n *Node) route(d *fsmpb.Destination, idx int, choose func([]destination.Candidate, uint64) (int, bool)) (string, error) {
-	if idx >= 0 {
-		return fsm.MemberName(d.Name, uint32(idx)), nil
-	}
-	i, ok := choose(n.candidates(d), n.rotation.Add(1))
-	if !ok {
-		i = anyMember(d, make([]bool, len(d.Members)), n.rotation.Add(1))
-	}
-	return fsm.MemberName(d.Name, uint32(i)), nil
-}
-
-// anyMember is the router's choice when no member has a host now (an
-// election, a restart): one not failed, not draining if it can, in
-// rotation from start; the command then waits for its host.
-func anyMember(d *fsmpb.Destination, failed []bool, start uint64) int {
-	n := uint64(len(d.Members))
-	fallback := -1
-	for k := range n {
-		i := int((start + k) % n)
-		switch {
-		case failed[i]:
-		case !d.Members[i].Draining:
-			return i
-		case fallback < 0:
-			fallback = i
-		}
-	}
-	return max(fallback, 0)
-}
-
 // pinConsumer chooses the member a new consumer of addr is pinned to.
 func (n *Node) pinConsumer(ctx context.Context, addr string) (string, error) {
 	d, idx, err := n.memberOf(ctx, addr, true)
 	if err != nil {
 		return "", err
 	}
-	return n.route(d, idx, destination.ForConsumer)
+	if idx < 0 {
+		idx = destination.Pin(n.candidates(d), n.rotation.Add(1))
+	}
+	return fsm.MemberName(d.Name, uint32(idx)), nil
 }
 
 func (n *Node) validateSend(req *clientpb.SendRequest) error {
@@ -259,7 +204,7 @@ func (n *Node) send(ctx context.Context, req *clientpb.SendRequest) (*clientpb.S
 	}
 	name, res, err := n.enqueue(ctx, d, idx, &fsmpb.Enqueue{Messages: msgs}, idempotent, window)
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, member.ErrOutcomeUnknown) {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, destination.ErrOutcomeUnknown) {
 			resent := "it was not resent (only messages with a dedup id are)"
 			switch {
 			case idempotent && req.Direct:
@@ -340,124 +285,40 @@ func (n *Node) buildMessages(d *fsmpb.Destination, req *clientpb.SendRequest) (m
 	return msgs, idempotent
 }
 
-// enqueue stores a send on a member of d (member idx, or one the router
-// chooses for a plain name) and returns the member's name. It looks for a
-// host and resends as described below for window (routeWindow; 0 for one
-// try).
-//
-// For a plain name the router moves on to another member, transparently,
-// when the one it chose is known not to have taken the send: no host, a
-// host gossip holds dead, a relay refused before a byte left. Each
-// member gets one try per round; only when every member has failed does
-// the send wait and start a new round, until routeWindow.
-//
-// A send whose outcome is unknown (it may have reached the member) is never
-// given to another member. When every message carries a dedup id
-// (idempotent), it is sent again to the same member until routeWindow: the
-// member's replicated dedup window drops a second copy, so the producer
-// gets a definite answer. Otherwise the unknown outcome is returned.
-//
-// An idempotent send to a plain name goes to the member its first dedup id
-// names (dedupMember), not to the one the router prefers: a client that
-// lost its front-end mid-send resends through another node, and only the
-// same member's window can drop the copy.
+// enqueue runs cmd on a member of d (member idx, or the router's choice
+// when idx is -1) as the router's SendPlan says, within window, and
+// returns the member it went to last.
 func (n *Node) enqueue(ctx context.Context, d *fsmpb.Destination, idx int, cmd *fsmpb.Enqueue, idempotent bool, window time.Duration) (string, fsm.Result, error) {
 	if idx >= 0 && d.Members[idx].Draining {
 		return fsm.MemberName(d.Name, uint32(idx)), fsm.Result{}, fmt.Errorf("%w: member %s is draining (an update is removing it); send to %s", transport.ErrUnavailable, fsm.MemberName(d.Name, uint32(idx)), d.Name)
 	}
 	deadline := time.Now().Add(window)
-	failed := make([]bool, len(d.Members))
-	resendTo := -1 // the member a send of unknown outcome must go to again
-	if idempotent && idx < 0 {
-		resendTo = dedupMember(d, cmd.Messages[0].DedupId)
-	}
-	mayBeStored := false // an earlier try's outcome is unknown
-	for {
-		i := idx
-		switch {
-		case i >= 0:
-		case resendTo >= 0:
-			i = resendTo
-		default:
-			i = n.chooseMember(d, failed)
-		}
+	cands := n.candidates(d)
+	plan := destination.PlanSend(cands, idx, idempotent, cmd.Messages[0].DedupId)
+	for ; ; cands = n.candidates(d) {
+		i, patient := plan.Next(cands, n.rotation.Add(1))
 		name := fsm.MemberName(d.Name, uint32(i))
 		try := deadline
-		if idx < 0 && resendTo < 0 && slices.Contains(failed, false) {
+		if !patient {
 			try = time.Now() // one try: another member may take it at once
 		}
-		res, err := n.submitBy(ctx, name, cmd, try)
-		notSent := errors.Is(err, transport.ErrUnavailable) || errors.Is(err, fsm.ErrSealed)
-		switch {
-		case err == nil:
-			return name, res, nil
-		case mayBeStored && (ctx.Err() != nil || !time.Now().Before(deadline)):
-			// An earlier try may have stored it: whatever this one says,
-			// the outcome stays unknown.
-			return name, res, fmt.Errorf("%w: resent with its dedup id until %v, without an answer: %v", member.ErrOutcomeUnknown, routeWindow, err)
-		case ctx.Err() != nil, !time.Now().Before(deadline):
+		res, tried := n.submitBy(ctx, name, cmd, try)
+		step, err := plan.After(tried, ctx.Err() != nil || !time.Now().Before(deadline))
+		switch step {
+		case destination.Done:
 			return name, res, err
-		case resendTo >= 0 && notSent:
-			// No host for the member yet: wait and send it again.
-		case errors.Is(err, member.ErrOutcomeUnknown):
-			if !idempotent {
-				return name, res, err
-			}
-			resendTo, mayBeStored = i, true
-			n.log.Info("resending a send of unknown outcome; the member's dedup window drops a second copy", "member", name, "id", cmd.Messages[0].Id, "err", err)
-		case notSent && idx < 0:
-			failed[i] = true
-			if slices.Contains(failed, false) {
-				continue
-			}
-			clear(failed)
-		default:
-			return name, res, err
+		case destination.Again:
+			continue
+		}
+		if destination.OutcomeOf(tried) == destination.Unknown {
+			n.log.Info("resending a send of unknown outcome; the member's dedup window drops a second copy", "member", name, "id", cmd.Messages[0].Id, "err", tried)
 		}
 		select {
 		case <-ctx.Done():
-			if mayBeStored {
-				return name, fsm.Result{}, fmt.Errorf("%w: %v", member.ErrOutcomeUnknown, ctx.Err())
-			}
-			return name, fsm.Result{}, ctx.Err()
+			return name, fsm.Result{}, plan.Abandon(ctx.Err())
 		case <-n.stopped:
-			err := fmt.Errorf("%w: node %s is stopping", transport.ErrNodeStopping, n.cfg.NodeID)
-			if mayBeStored {
-				err = fmt.Errorf("%w: %v", member.ErrOutcomeUnknown, err)
-			}
-			return name, fsm.Result{}, err
+			return name, fsm.Result{}, plan.Abandon(fmt.Errorf("%w: node %s is stopping", transport.ErrNodeStopping, n.cfg.NodeID))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-// dedupMember is the member, among those not draining, that a dedup id
-// names; -1 if every member is draining. It depends only on the id and the
-// destination's members, so every node names the same one.
-func dedupMember(d *fsmpb.Destination, dedupID string) int {
-	var open []int
-	for i, m := range d.Members {
-		if !m.Draining {
-			open = append(open, i)
-		}
-	}
-	if len(open) == 0 {
-		return -1
-	}
-	h := fnv.New64a()
-	h.Write([]byte(dedupID))
-	return open[h.Sum64()%uint64(len(open))]
-}
-
-// chooseMember is the router's choice for a send among the members not
-// failed in this round.
-func (n *Node) chooseMember(d *fsmpb.Destination, failed []bool) int {
-	cands := n.candidates(d)
-	for i := range cands {
-		cands[i].Available = cands[i].Available && !failed[i]
-	}
-	if i, ok := destination.ForSend(cands, n.rotation.Add(1)); ok {
-		return i
-	}
-	return anyMember(d, failed, n.rotation.Add(1))
 }

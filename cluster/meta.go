@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cairnmq/cairn/cluster/raftgroup"
+	"github.com/cairnmq/cairn/destination"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
@@ -308,7 +309,7 @@ func (mg *metaGroup) apply(ctx context.Context, body proto.Message) (fsm.Result,
 	deadline := time.Now().Add(routeWindow)
 	for {
 		res, err := mg.applyOnce(ctx, body)
-		if !errors.Is(err, errMetaNotSent) || !time.Now().Before(deadline) {
+		if !errors.Is(err, destination.ErrNotSent) || !time.Now().Before(deadline) {
 			return res, err
 		}
 		select {
@@ -319,24 +320,17 @@ func (mg *metaGroup) apply(ctx context.Context, body proto.Message) (fsm.Result,
 	}
 }
 
-// errMetaNotSent marks a meta command that certainly did not reach the log.
-var errMetaNotSent = errors.New("not sent")
-
-type metaNotSent struct{ error }
-
-func (e metaNotSent) Unwrap() []error { return []error{e.error, errMetaNotSent} }
-
 func (mg *metaGroup) applyOnce(ctx context.Context, body proto.Message) (fsm.Result, error) {
 	if mg.group.Raft.State() == raft.Leader {
 		return mg.applyLocal(ctx, body)
 	}
 	_, leader := mg.group.Raft.LeaderWithID()
 	if leader == "" {
-		return fsm.Result{}, metaNotSent{fmt.Errorf("%w: the meta group has no leader (is a majority of the nodes up and connected?)", transport.ErrUnavailable)}
+		return fsm.Result{}, destination.MarkNotSent(fmt.Errorf("%w: the meta group has no leader (is a majority of the nodes up and connected?)", transport.ErrUnavailable))
 	}
 	c, err := mg.n.peers.client(string(leader))
 	if err != nil {
-		return fsm.Result{}, metaNotSent{fmt.Errorf("%w: meta leader %s: %v", transport.ErrUnavailable, leader, err)}
+		return fsm.Result{}, destination.MarkNotSent(fmt.Errorf("%w: meta leader %s: %v", transport.ErrUnavailable, leader, err))
 	}
 	cmd, err := fsm.NewCommand(body)
 	if err != nil {
@@ -349,7 +343,7 @@ func (mg *metaGroup) applyOnce(ctx context.Context, body proto.Message) (fsm.Res
 	if e := resp.Error; e != nil {
 		err := fmt.Errorf("%w: meta leader %s: %s", transport.ErrUnavailable, leader, e.Message)
 		if e.Code == codeNotLeader {
-			return fsm.Result{}, metaNotSent{err}
+			return fsm.Result{}, destination.MarkNotSent(err)
 		}
 		return fsm.Result{}, err
 	}
@@ -370,7 +364,7 @@ func (mg *metaGroup) applyLocal(ctx context.Context, body proto.Message) (fsm.Re
 // applied at.
 func (mg *metaGroup) applyLocalAt(ctx context.Context, body proto.Message) (fsm.Result, uint64, error) {
 	if mg.group.Raft.State() != raft.Leader {
-		return fsm.Result{}, 0, metaNotSent{fmt.Errorf("%w: this node does not lead the meta group (leader: %s)", transport.ErrUnavailable, mg.leaderID())}
+		return fsm.Result{}, 0, destination.MarkNotSent(fmt.Errorf("%w: this node does not lead the meta group (leader: %s)", transport.ErrUnavailable, mg.leaderID()))
 	}
 	data, err := fsm.Encode(fsm.MustCommand(body))
 	if err != nil {
@@ -387,7 +381,7 @@ func (mg *metaGroup) applyLocalAt(ctx context.Context, body proto.Message) (fsm.
 	if err := f.Error(); err != nil {
 		err = fmt.Errorf("%w: meta group: %w", transport.ErrUnavailable, err)
 		if errors.Is(err, raft.ErrNotLeader) {
-			err = metaNotSent{err}
+			err = destination.MarkNotSent(err)
 		}
 		return fsm.Result{}, 0, err
 	}

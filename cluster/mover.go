@@ -41,15 +41,9 @@ func (m mover) Target(ctx context.Context, member string, dead bool) string {
 			m.n.log.Warn("dead-letter queue unavailable; dead messages wait", "queue", dlq, "member", member, "err", err)
 			return ""
 		}
-		return fsm.MemberName(dlq, uint32(m.n.chooseMember(dd, make([]bool, len(dd.Members)))))
+		return fsm.MemberName(dlq, uint32(destination.ForSendAny(m.n.candidates(dd), m.n.rotation.Add(1))))
 	}
-	// candidates leaves draining members out.
-	cands := m.n.candidates(d)
-	draining := idx < len(d.Members) && d.Members[idx].Draining
-	for i := range cands {
-		cands[i].Available = cands[i].Available && i != idx && (draining || cands[i].Consumers > 0)
-	}
-	i, ok := destination.ForSend(cands, m.n.rotation.Add(1))
+	i, ok := destination.ForMove(m.n.candidates(d), idx, m.n.rotation.Add(1))
 	if !ok {
 		return ""
 	}

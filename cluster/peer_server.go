@@ -6,6 +6,7 @@ import (
 	"io"
 	"sync"
 
+	"github.com/cairnmq/cairn/destination"
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/member"
 	"github.com/cairnmq/cairn/transport"
@@ -35,7 +36,7 @@ func peerErrorOf(n *Node, name string, err error) *peerpb.Error {
 		e := n.notHosting(name)
 		e.Code, e.Message = codeNotLeader, err.Error()
 		return e
-	case errors.Is(err, member.ErrOutcomeUnknown):
+	case errors.Is(err, destination.ErrOutcomeUnknown):
 		return &peerpb.Error{Code: codeOutcomeUnknown, Message: err.Error()}
 	}
 	return &peerpb.Error{Code: codeUnavailable, Message: err.Error()}
@@ -185,7 +186,7 @@ func (s *peerService) MetaApply(ctx context.Context, req *peerpb.MetaApplyReques
 	res, index, err := s.n.meta.applyLocalAt(ctx, body)
 	if err != nil && res.Err == nil {
 		code := codeUnavailable
-		if errors.Is(err, errMetaNotSent) {
+		if errors.Is(err, destination.ErrNotSent) {
 			code = codeNotLeader
 		}
 		return &peerpb.MetaApplyResponse{Error: &peerpb.Error{Code: code, Message: err.Error(), Leader: s.n.meta.leaderID()}}, nil

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -13,30 +12,24 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/cairnmq/cairn/destination"
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/transport"
 	"github.com/cairnmq/cairn/transport/peerpb"
 )
 
-// Peer error codes (peerpb.Error.code).
+// The peer API's error codes (peerpb.Error.code), and what each says of
+// the command: the peer boundary's table, read back by fromPeerError.
 const (
-	codeNotLeader      = "NOT_LEADER"
-	codeOutcomeUnknown = "OUTCOME_UNKNOWN"
-	codeNoMember       = "NO_MEMBER"
-	codeUnavailable    = "UNAVAILABLE"
+	codeNotLeader      = "NOT_LEADER"      // not sent: the node does not host the member (Leader names who leads)
+	codeNoMember       = "NO_MEMBER"       // not sent: no replica of the member on the node
+	codeUnavailable    = "UNAVAILABLE"     // not sent: refused before it reached a log
+	codeOutcomeUnknown = "OUTCOME_UNKNOWN" // unknown: it may be in the log, unanswered
 )
-
-// errNotSent: a relayed command did not reach the host's log (no
-// connection, not the leader, no replica there); it may be sent again.
-var errNotSent = errors.New("not sent")
-
-// errNoAnswer: a relayed command may have reached the host's log, but no
-// answer came (the stream broke or the host lost leadership mid-way).
-var errNoAnswer = errors.New("no answer")
 
 // peerError is a failure reported by, or on the way to, another node.
 type peerError struct {
-	kind   error // errNotSent or errNoAnswer
+	kind   error // destination.ErrNotSent or destination.ErrOutcomeUnknown: what the relayed command's outcome is
 	node   string
 	leader string // the member's leader as the peer knows it
 	msg    string
@@ -48,9 +41,9 @@ func (e *peerError) Error() string {
 func (e *peerError) Unwrap() error { return e.kind }
 
 func fromPeerError(node string, e *peerpb.Error) error {
-	kind := errNotSent
+	kind := destination.ErrNotSent
 	if e.Code == codeOutcomeUnknown {
-		kind = errNoAnswer
+		kind = destination.ErrOutcomeUnknown
 	}
 	return &peerError{kind: kind, node: node, leader: e.Leader, msg: e.Message}
 }
@@ -72,7 +65,7 @@ func newPeers(n *Node) *peers {
 func (p *peers) client(node string) (peerpb.PeerServiceClient, error) {
 	addr := p.n.peerAddr(node)
 	if addr == "" {
-		return nil, &peerError{kind: errNotSent, node: node, msg: "its peer address is not known here"}
+		return nil, &peerError{kind: destination.ErrNotSent, node: node, msg: "its peer address is not known here"}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -92,7 +85,7 @@ func (p *peers) client(node string) (peerpb.PeerServiceClient, error) {
 		}
 		cc, err = grpc.NewClient(addr, opts...)
 		if err != nil {
-			return nil, &peerError{kind: errNotSent, node: node, msg: err.Error()}
+			return nil, &peerError{kind: destination.ErrNotSent, node: node, msg: err.Error()}
 		}
 		p.conns[addr] = cc
 	}
@@ -149,7 +142,7 @@ func (p *peers) proposeStream(node string) (*proposeStream, error) {
 	}
 	if err != nil {
 		cancel()
-		return nil, &peerError{kind: errNotSent, node: node, msg: "opening the command stream: " + err.Error()}
+		return nil, &peerError{kind: destination.ErrNotSent, node: node, msg: "opening the command stream: " + err.Error()}
 	}
 	s = &proposeStream{node: node, cancel: cancel, stream: stream, pending: make(map[uint64]func(*peerpb.ProposeResponse, error)), sent: make(map[uint64]time.Time)}
 	p.mu.Lock()
@@ -237,7 +230,7 @@ func (s *proposeStream) fail(p *peers, cause error) {
 	s.mu.Unlock()
 	s.cancel()
 	for _, done := range pending {
-		done(nil, &peerError{kind: errNoAnswer, node: s.node, msg: why})
+		done(nil, &peerError{kind: destination.ErrOutcomeUnknown, node: s.node, msg: why})
 	}
 }
 
@@ -257,7 +250,7 @@ func (p *peers) propose(node, memberName string, body proto.Message, done func(*
 	s.mu.Lock()
 	if s.dead {
 		s.mu.Unlock()
-		done(nil, &peerError{kind: errNotSent, node: node, msg: "the command stream is closed"})
+		done(nil, &peerError{kind: destination.ErrNotSent, node: node, msg: "the command stream is closed"})
 		return
 	}
 	s.next++

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/cairnmq/cairn/destination"
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 	"github.com/cairnmq/cairn/member"
@@ -65,7 +66,7 @@ func (c *connection) txSend(requestID uint64, op *clientpb.TxSend) {
 			return
 		}
 		if idx < 0 {
-			idx = c.n.chooseMember(d, make([]bool, len(d.Members)))
+			idx = destination.ForSendAny(c.n.candidates(d), c.n.rotation.Add(1))
 		} else if d.Members[idx].Draining {
 			c.reply(requestID, fmt.Errorf("%w: member %s is draining; send to %s", transport.ErrUnavailable, fsm.MemberName(d.Name, uint32(idx)), d.Name), nil)
 			return
@@ -338,7 +339,7 @@ func (n *Node) txResult(tx string, res fsm.Result, err error) (bool, error) {
 		return false, fmt.Errorf("%w: the member did not commit it", transport.ErrTransactionRolledBack)
 	case errors.Is(res.Err, fsm.ErrTxRefused):
 		return false, fmt.Errorf("%w: %v", transport.ErrTransactionRolledBack, res.Err)
-	case err != nil && (errors.Is(err, member.ErrOutcomeUnknown) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
+	case err != nil && (errors.Is(err, destination.ErrOutcomeUnknown) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
 		return false, fmt.Errorf("%w: transaction %s: %v", transport.ErrCommitUnknown, tx, err)
 	case err != nil:
 		// Certainly not applied (no host could take it).

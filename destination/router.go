@@ -1,13 +1,9 @@
-// Package destination is the distributed-destination router's policy: which
-// member of a destination a send goes to, and which member a consumer is
-// pinned to. It decides from a snapshot of the members (where each is
-// hosted, how many messages wait, how many consumers it has) and holds no
-// state of its own, so the same inputs always give the same choice.
-//
-// It does not send or retry; the front-end (package cluster) calls it,
-// carries out the choice, and asks again with the failed member marked
-// unavailable.
 package destination
+
+import (
+	"hash/fnv"
+	"slices"
+)
 
 // Candidate is one member of a destination as the front-end sees it.
 type Candidate struct {
@@ -17,9 +13,15 @@ type Candidate struct {
 	Local bool
 	// Available is true when the member has a host that can serve.
 	Available bool
+	// Draining is true for a member that takes no new sends or consumers
+	// (a shrink removes it, or it is renewed).
+	Draining  bool
 	Pending   int
 	Consumers int
 }
+
+// open reports whether c may be chosen: hosted and not draining.
+func (c Candidate) open() bool { return c.Available && !c.Draining }
 
 // load is pending messages per consumer, compared without division (a/b <
 // c/d as a*d < c*b). A member without consumers strands whatever it holds,
@@ -39,7 +41,7 @@ func (a load) less(b load) bool {
 	return a.pending*b.consumers < b.pending*a.consumers
 }
 
-// ForSend chooses the member a send goes to: an available member hosted on
+// ForSend chooses the member a send goes to: an open member hosted on
 // the front-end first (server affinity), then the one with the fewest
 // pending messages per consumer, so sends go where consumers are. Among
 // equals, rotation picks one, so equal members share the sends. It returns
@@ -48,8 +50,8 @@ func ForSend(cands []Candidate, rotation uint64) (int, bool) {
 	return choose(cands, rotation, func(a, b load) bool { return a.less(b) })
 }
 
-// ForConsumer chooses the member a consumer is pinned to: an available
-// member hosted on the front-end first, then the most loaded one, where a
+// ForConsumer chooses the member a consumer is pinned to: an open member
+// hosted on the front-end first, then the most loaded one, where a
 // new consumer is most needed: a member without consumers first (the most
 // pending of them), then the most pending messages per consumer.
 func ForConsumer(cands []Candidate, rotation uint64) (int, bool) {
@@ -65,7 +67,7 @@ func choose(cands []Candidate, rotation uint64, better func(a, b load) bool) (in
 		// Starting the scan at the rotation makes the first of equals vary.
 		i := int((rotation + uint64(k)) % uint64(n))
 		c := cands[i]
-		if !c.Available {
+		if !c.open() {
 			continue
 		}
 		l := loadOf(c)
@@ -77,4 +79,76 @@ func choose(cands []Candidate, rotation uint64, better func(a, b load) bool) (in
 		return 0, false
 	}
 	return cands[best].Index, true
+}
+
+// ForMove chooses the member that the messages a member from holds move
+// to: another open member, the least loaded; while from drains any will
+// do, otherwise (messages stranded without consumers) only one with
+// consumers. It returns false if none qualifies.
+func ForMove(cands []Candidate, from int, rotation uint64) (int, bool) {
+	draining := from >= 0 && from < len(cands) && cands[from].Draining
+	others := slices.Clone(cands)
+	for i := range others {
+		others[i].Available = others[i].Available && i != from && (draining || others[i].Consumers > 0)
+	}
+	return ForSend(others, rotation)
+}
+
+// ForSendAny is ForSend's choice or, when no member has a host now (an
+// election, a restart), any member not draining: for a command that then
+// waits for its member's host.
+func ForSendAny(cands []Candidate, rotation uint64) int {
+	if i, ok := ForSend(cands, rotation); ok {
+		return i
+	}
+	return anyMember(cands, nil, rotation)
+}
+
+// Pin is the member a new consumer is pinned to: ForConsumer's choice, or,
+// when no member has a host now (an election, a restart), any member not
+// draining; the consumer then waits for its host.
+func Pin(cands []Candidate, rotation uint64) int {
+	if i, ok := ForConsumer(cands, rotation); ok {
+		return i
+	}
+	return anyMember(cands, nil, rotation)
+}
+
+// anyMember is the choice when no member has a host now: one not failed,
+// not draining if it can, in rotation from start; the command then waits
+// for its host. failed may be nil.
+func anyMember(cands []Candidate, failed []bool, start uint64) int {
+	n := uint64(len(cands))
+	fallback := -1
+	for k := range n {
+		i := int((start + k) % n)
+		switch {
+		case failed != nil && failed[i]:
+		case !cands[i].Draining:
+			return cands[i].Index
+		case fallback < 0:
+			fallback = cands[i].Index
+		}
+	}
+	return max(fallback, 0)
+}
+
+// DedupMember is the member, among those not draining, that a dedup id
+// names; -1 if every member drains. It depends only on the id and the
+// members, so every node names the same one: a client that lost its
+// front-end mid-send resends through another node, and only the same
+// member's dedup window can drop the copy.
+func DedupMember(cands []Candidate, dedupID string) int {
+	var open []int
+	for _, c := range cands {
+		if !c.Draining {
+			open = append(open, c.Index)
+		}
+	}
+	if len(open) == 0 {
+		return -1
+	}
+	h := fnv.New64a()
+	h.Write([]byte(dedupID))
+	return open[h.Sum64()%uint64(len(open))]
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/cairnmq/cairn/destination"
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 )
@@ -27,17 +28,13 @@ const (
 )
 
 // ErrNotLeader: this replica is not its group's leader, so the command was
-// not appended to the log; it is safe to send it elsewhere.
-var ErrNotLeader = errors.New("member: not the leader of its group")
+// not appended to the log; it is safe to send it elsewhere
+// (destination.ErrNotSent).
+var ErrNotLeader = destination.MarkNotSent(errors.New("member: not the leader of its group"))
 
 // ErrBusy: Raft's queue stayed full for the whole enqueue timeout; the
-// command was not appended and may be sent again.
-var ErrBusy = errors.New("member: raft is too busy to take the command")
-
-// ErrOutcomeUnknown: the command was handed to Raft, but leadership was lost
-// or Raft shut down before the result came back; it may or may not be
-// committed.
-var ErrOutcomeUnknown = errors.New("member: outcome unknown")
+// command was not appended and may be sent again (destination.ErrNotSent).
+var ErrBusy = destination.MarkNotSent(errors.New("member: raft is too busy to take the command"))
 
 type proposal struct {
 	cmd *fsmpb.Command
@@ -263,5 +260,5 @@ func classify(err error) error {
 	}
 	// Leadership lost, shutdown, aborted by a restore, or anything this
 	// code does not know: the entry may be in the log.
-	return fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
+	return fmt.Errorf("member: %w: %v", destination.ErrOutcomeUnknown, err)
 }

@@ -104,6 +104,13 @@ func (e *Error) Error() string { return e.Message }
 // Unwrap returns the sentinel (nil if the reason is unknown to this build).
 func (e *Error) Unwrap() error { return e.kind }
 
+// Typed reports whether err is, or wraps, one of the client API's typed
+// errors.
+func Typed(err error) bool {
+	_, _, ok := lookup(err)
+	return ok
+}
+
 func lookup(err error) (reason string, code codes.Code, ok bool) {
 	for _, r := range reasons {
 		if errors.Is(err, r.err) {
