@@ -15,7 +15,7 @@ import (
 // keeping its redelivered mark and delivery count, and nothing is left
 // anywhere, moving or not.
 func TestDD_StrandedMembersDrainToTheMemberWithConsumers(t *testing.T) {
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := testCtx(t)
 	a := tc.admin("n1")
 	if _, err := a.CreateQueue(ctx, "st", client.QueueOptions{ForwardDelay: 300 * time.Millisecond}); err != nil {
@@ -71,7 +71,7 @@ func TestDD_StrandedMembersDrainToTheMemberWithConsumers(t *testing.T) {
 // With the forward delay off, a member without consumers keeps its
 // messages.
 func TestDD_ForwardDelayOffKeepsMessagesWhereTheyAre(t *testing.T) {
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := testCtx(t)
 	a := tc.admin("n1")
 	if _, err := a.CreateQueue(ctx, "keep", client.QueueOptions{ForwardDelay: -1}); err != nil {
@@ -92,7 +92,7 @@ func TestDD_ForwardDelayOffKeepsMessagesWhereTheyAre(t *testing.T) {
 // members into the others, which then hold every message once, and removes
 // them when empty. While they drain, no send goes to them.
 func TestDD_UpdateMembers_GrowTakesSendsShrinkDrains(t *testing.T) {
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := testCtx(t)
 	a := tc.admin("n1")
 	if _, err := a.CreateQueue(ctx, "rs", client.QueueOptions{Members: 2, ForwardDelay: -1}); err != nil {

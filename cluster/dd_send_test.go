@@ -33,7 +33,7 @@ import (
 // Every send succeeds, on the other member.
 func TestDD_PartitionedMemberSendsGoElsewhere(t *testing.T) {
 	const queue, warm, n = "ddp", 10, 20
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := testCtx(t)
 	if _, err := tc.admin("n1").CreateQueue(ctx, queue, client.QueueOptions{Members: 2, Replicas: 1}); err != nil {
 		t.Fatal(err)
@@ -141,7 +141,7 @@ type ddRun struct {
 	tc    *testCluster
 	f, h  string // the senders' front-end, the crashed host of queue#0
 	sends []ddSend
-	hist  *history
+	hist  *recorder
 	// resent is closed if some node resent a send of unknown outcome.
 	resent chan struct{}
 	// elections is how many terms queue#0's group went through while the
@@ -163,7 +163,7 @@ type ddRun struct {
 func ddHostKill(t *testing.T, queue string, idempotent, direct bool) *ddRun {
 	t.Helper()
 	watch := &logWatch{msg: "resending a send of unknown outcome; the member's dedup window drops a second copy", seen: make(chan struct{})}
-	tc := newMultiNode(t, 3, func(c *Config) {
+	tc := newCluster(t, 3, func(c *Config) {
 		if c.Logger == nil { // nil unless CAIRN_TEST_LOGS sends the logs to the test log
 			c.Logger = slog.New(watch)
 		}
@@ -182,7 +182,7 @@ func ddHostKill(t *testing.T, queue string, idempotent, direct bool) *ddRun {
 		t.Fatalf("%s has no replica of %s", f, target)
 	}
 	term := fr.Raft().CurrentTerm()
-	hist := newHistory()
+	hist := newRecorder("receive")
 	var sends []ddSend
 	c := tc.dial(f, func(o *client.Options) { o.NoDirectSends = !direct })
 	var (
@@ -201,13 +201,13 @@ func ddHostKill(t *testing.T, queue string, idempotent, direct bool) *ddRun {
 			defer wg.Done()
 			for k := 0; k < maxSends && !stop.Load() && runCtx.Err() == nil; k++ {
 				after := crashed.Load()
-				m := &client.Message{Body: []byte(fmt.Sprintf("%s/s%d/%d", queue, s, k))}
+				body := fmt.Sprintf("%s/s%d/%d", queue, s, k)
+				m := &client.Message{ID: body, Body: []byte(body)}
 				sctx, cancel := context.WithTimeout(runCtx, routeWindow+20*time.Second)
 				r, err := p.Send(sctx, m)
 				cancel()
-				hist.mu.Lock()
-				hist.sent[string(m.Body)] = err
-				hist.mu.Unlock()
+				hist.Sending(body)
+				hist.Sent(body, err)
 				mu.Lock()
 				sends = append(sends, ddSend{sender: s, body: string(m.Body), id: m.ID, r: r, err: err, afterCrash: after})
 				mu.Unlock()
@@ -291,9 +291,9 @@ func ddTermsAgree(tc *testCluster, dest string, members int) string {
 // Leadership can still move while draining on a loaded machine, and an ack
 // then fails with its outcome unknown: such a message is either gone or
 // still held by the session. A Recover hands back what the session still
-// holds (marked redelivered, as hist checks); once the member is empty,
-// every message whose ack was of unknown outcome was acknowledged.
-func ddDrain(t *testing.T, tc *testCluster, f, h, queue string, hist *history) {
+// holds (marked redelivered, as hist checks, which counts an ack that
+// failed as done or not).
+func ddDrain(t *testing.T, tc *testCluster, f, h, queue string, hist *recorder) {
 	t.Helper()
 	tc.start(h)
 	tc.waitSpread(queue, 3)
@@ -303,9 +303,7 @@ func ddDrain(t *testing.T, tc *testCluster, f, h, queue string, hist *history) {
 	s := mustSession(t, c, client.IndividualAck)
 	k := mustConsumer(t, ctx, s, target)
 	a := tc.admin(f)
-	hist.mu.Lock()
-	bound := 2*len(hist.sent) + 10
-	hist.mu.Unlock()
+	bound := 2*hist.Attempted() + 10
 	uncertain := map[string]bool{} // bodies whose ack's outcome is unknown
 	recovers, reattached := 0, 0
 	deadline := time.Now().Add(60 * time.Second)
@@ -346,11 +344,6 @@ func ddDrain(t *testing.T, tc *testCluster, f, h, queue string, hist *history) {
 				t.Logf("recover: %v", err)
 			}
 		}
-	}
-	hist.mu.Lock()
-	defer hist.mu.Unlock()
-	for b := range uncertain {
-		hist.acked[b] = true // the member is empty: the ack, or a later one, was applied
 	}
 }
 
@@ -417,16 +410,14 @@ func TestDD_HostKilledMidRequest_UnknownOnlyForInFlight(t *testing.T) {
 	}
 
 	ddDrain(t, run.tc, run.f, run.h, queue, hist)
-	if problems := hist.check(); len(problems) > 0 {
-		t.Fatalf("history:\n%s", strings.Join(problems, "\n"))
-	}
+	hist.check(t)
 	stored := 0
 	for _, s := range sends {
-		if errors.Is(s.err, client.ErrDeliveryUnknown) && hist.times[s.body] > 0 {
+		if errors.Is(s.err, client.ErrDeliveryUnknown) && hist.receivedTimes(s.body) > 0 {
 			stored++
 		}
 	}
-	t.Logf("history: %s; %d of the unknown sends had been stored", hist.summary(), stored)
+	t.Logf("history: %s; %d of the unknown sends had been stored", hist.Stats(), stored)
 }
 
 // The same, with idempotent producers (every message carries its id as a
@@ -464,13 +455,11 @@ func TestDD_HostKilledMidRequest_IdempotentNoUnknownsNoDuplicates(t *testing.T) 
 	}
 
 	ddDrain(t, run.tc, run.f, run.h, queue, hist)
-	if problems := hist.check(); len(problems) > 0 {
-		t.Fatalf("history:\n%s", strings.Join(problems, "\n"))
-	}
+	hist.check(t)
 	for _, s := range sends {
-		if n := hist.times[s.body]; n != 1 {
+		if n := hist.receivedTimes(s.body); n != 1 {
 			t.Errorf("%q received %d times; want once", s.body, n)
 		}
 	}
-	t.Logf("history: %s", hist.summary())
+	t.Logf("history: %s", hist.Stats())
 }

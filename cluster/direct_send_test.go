@@ -19,7 +19,7 @@ import (
 // address naming a member; a queue spread over several names none, so its
 // router keeps choosing per send.
 func TestSend_NamesTheHostOnlyWhenTheRouteIsFixed(t *testing.T) {
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := testCtx(t)
 	hosts := tc.createSpread(ctx, map[string]int{"one": 1, "spread": 3})
 	oneHost, spreadHosts := hosts["one"][0], hosts["spread"]
@@ -67,7 +67,7 @@ func TestCluster_SendsGoStraightToTheHost(t *testing.T) {
 // member answers ErrUnavailable at once, where an ordinary send would wait
 // out the routing window (longer than this context) for an election.
 func TestSend_DirectSendIsOneTry(t *testing.T) {
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := testCtx(t)
 	if _, err := tc.admin("n1").CreateQueue(ctx, "once", client.QueueOptions{Members: 1}); err != nil {
 		t.Fatal(err)
@@ -96,7 +96,7 @@ func TestCluster_DirectSendToACutOffHost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for an election")
 	}
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := testCtx(t)
 	if _, err := tc.admin("n1").CreateQueue(ctx, "cut", client.QueueOptions{Members: 1}); err != nil {
 		t.Fatal(err)

@@ -147,7 +147,7 @@ func TestLarge_EveryAcceptedMessageIsReceivedRelayed(t *testing.T) {
 		t.Skip("three nodes relaying tens of MB: not in -short")
 	}
 	skipLargeUnderRace(t)
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := stepCtx(t, 4*time.Minute)
 	a := tc.admin("n1")
 	for _, c := range largeCases(2) {
@@ -184,7 +184,7 @@ func TestLarge_TransactionToRemoteHostsCommits(t *testing.T) {
 		t.Skip("three nodes: not in -short")
 	}
 	skipLargeUnderRace(t)
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := stepCtx(t, time.Minute)
 	a := tc.admin("n1")
 	createQueues(t, ctx, a, map[string]int{"bigtx": 3})

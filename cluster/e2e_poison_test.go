@@ -94,7 +94,7 @@ func TestPoison_RedeliveryDelayGrowsWithBackoffUpToTheCap(t *testing.T) {
 // forgets how often it was delivered.
 func TestPoison_DelayedMessageSurvivesFailoverWithItsCount(t *testing.T) {
 	clock := newTestClock()
-	tc := newMultiNode(t, 3, withClock(clock))
+	tc := newCluster(t, 3, withClock(clock))
 	ctx := testCtx(t)
 	if _, err := tc.admin("n1").CreateQueue(ctx, "fq", client.QueueOptions{Members: 1, RedeliveryDelay: time.Minute}); err != nil {
 		t.Fatal(err)

@@ -28,7 +28,7 @@ func TestCluster_ScaleUpAndDownKeepsFullReplication(t *testing.T) {
 	if testing.Short() {
 		t.Skip("five nodes")
 	}
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	meta, _, op, sent := queueOfThree(t, tc)
 	n4, n5 := tc.addNode().ID(), tc.addNode().ID()
 	wait.Until(tc.t, 90*time.Second, "replicas spread onto "+n4+" and "+n5, func() string {

@@ -19,7 +19,7 @@ import (
 // 2 (the messages it never held come unmarked). Cluster status then shows
 // the crashed node dead and its replicas unreachable.
 func TestCluster_FrontEndCrash_HostReleasesItsSessions(t *testing.T) {
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := testCtx(t)
 	if _, err := tc.admin("n1").CreateQueue(ctx, "fe", client.QueueOptions{Members: 1}); err != nil {
 		t.Fatal(err)
@@ -106,7 +106,7 @@ func TestCluster_FrontEndCrash_HostReleasesItsSessions(t *testing.T) {
 // with its meta role (one leader), the meta group and every member group
 // with a leader and every replica reachable with its lag.
 func TestCluster_Status_JSONShape(t *testing.T) {
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := testCtx(t)
 	if _, err := tc.admin("n1").CreateQueue(ctx, "shape", client.QueueOptions{}); err != nil {
 		t.Fatal(err)
@@ -215,7 +215,7 @@ func keys[V any](m map[string]V) []string {
 // since nothing has declared it failed. Once the link heals it is alive
 // again.
 func TestCluster_Status_UnansweringNodeIsSuspect(t *testing.T) {
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	state := func() (string, bool) {
 		for _, n := range tc.status("n1").Nodes {
 			if n.ID == "n2" {
@@ -245,7 +245,7 @@ func TestCluster_Status_UnansweringNodeIsSuspect(t *testing.T) {
 // preferred host; then its host crashed), the show must find the new host
 // rather than report the member unhosted and empty.
 func TestCluster_ShowQueueFollowsMovedHost(t *testing.T) {
-	tc := newMultiNode(t, 4)
+	tc := newCluster(t, 4)
 	ctx := testCtx(t)
 	info, err := tc.admin("n1").CreateQueue(ctx, "sq", client.QueueOptions{Replicas: 3})
 	if err != nil {
@@ -282,7 +282,7 @@ func TestCluster_ShowQueueFollowsMovedHost(t *testing.T) {
 // connection and never redelivered (the release had failed with
 // "leadership lost while committing log").
 func TestCluster_FailedSessionReleaseIsRetried(t *testing.T) {
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := stepCtx(t, time.Minute)
 	createQueues(t, ctx, tc.admin("n1"), map[string]int{"rr": 1})
 	host := tc.waitSpread("rr", 1)[0]

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/client/history"
+
 	"github.com/cairnmq/cairn/test/wait"
 
 	"github.com/hashicorp/memberlist"
@@ -162,15 +164,6 @@ type testCluster struct {
 	net   *faultNet
 	cfgs  []Config
 	nodes []*Node // nil while a node is stopped
-}
-
-// newCluster starts n nodes that form a cluster with --bootstrap-expect n,
-// all at the same moment. Each node keeps its ports across restarts.
-func newCluster(t *testing.T, n int, opts ...func(*Config)) *testCluster {
-	t.Helper()
-	tc := planCluster(t, n, opts...)
-	tc.startAll()
-	return tc
 }
 
 // planCluster configures n nodes with --bootstrap-expect n, each joining
@@ -564,13 +557,16 @@ func (w testWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// newMultiNode is newCluster whose nodes are stopped at the end within a
-// bound: a stop that hangs in the known Raft deadlock is reported and the
-// node abandoned (its ports are its own), any other hang fails the test.
-func newMultiNode(t *testing.T, n int, opts ...func(*Config)) *testCluster {
+// newCluster starts n nodes that form a cluster with --bootstrap-expect n,
+// all at the same moment (planCluster, then startAll), each keeping its
+// ports across restarts; the one harness of this package's multi-node
+// tests. Its nodes are stopped at the end within a bound: a stop that
+// hangs fails the test.
+func newCluster(t *testing.T, n int, opts ...func(*Config)) *testCluster {
 	t.Helper()
-	tc := newCluster(t, n, append([]func(*Config){withLogs(t)}, opts...)...)
-	// Registered after newCluster's, so it runs first and leaves nothing
+	tc := planCluster(t, n, append([]func(*Config){withLogs(t)}, opts...)...)
+	tc.startAll()
+	// Registered after planCluster's, so it runs first and leaves nothing
 	// for stopAll.
 	t.Cleanup(func() {
 		var wg sync.WaitGroup
@@ -666,4 +662,68 @@ func (tc *testCluster) counts(dest string, pending, delivered int) string {
 		return fmt.Sprintf("%s holds %d pending and %d delivered; want %d and %d", dest, p, dl, pending, delivered)
 	}
 	return ""
+}
+
+// recorder records a multi-node test's workload in client/history, the
+// checker of every test of the promises: a message's body is its id, and
+// each receipt is in the phase set last (history.DrainPhase for the final
+// drain).
+type recorder struct {
+	*history.History
+	mu       sync.Mutex
+	phase    string
+	receipts map[*client.Message]*history.Receipt
+}
+
+func newRecorder(phase string) *recorder {
+	return &recorder{History: history.New(), phase: phase, receipts: map[*client.Message]*history.Receipt{}}
+}
+
+func (h *recorder) setPhase(phase string) {
+	h.mu.Lock()
+	h.phase = phase
+	h.mu.Unlock()
+}
+
+// send sends one message, its body its id, and records the outcome.
+func (h *recorder) send(ctx context.Context, p *client.Producer, body string) error {
+	h.Sending(body)
+	_, err := p.Send(ctx, &client.Message{ID: body, Body: []byte(body)})
+	h.Sent(body, err)
+	return err
+}
+
+// delivered records a message handed out.
+func (h *recorder) delivered(m *client.Message) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.receipts[m] = h.Received(h.phase, m)
+}
+
+// ack acknowledges one message (IndividualAck) and records the outcome.
+func (h *recorder) ack(m *client.Message) error {
+	err := m.Ack()
+	h.mu.Lock()
+	r := h.receipts[m]
+	h.mu.Unlock()
+	h.Acked(r, err)
+	return err
+}
+
+// check fails t with the history's broken promises, if any.
+func (h *recorder) check(t *testing.T) {
+	t.Helper()
+	if vs := h.Check(); len(vs) > 0 {
+		var b strings.Builder
+		history.Report(&b, vs, 10)
+		t.Fatalf("history:\n%s", b.String())
+	}
+}
+
+// receivedTimes is how many times the message of body was received.
+func (h *recorder) receivedTimes(body string) int {
+	if m := h.Messages()[body]; m != nil {
+		return len(m.Receipts)
+	}
+	return 0
 }

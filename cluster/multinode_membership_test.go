@@ -19,7 +19,7 @@ import (
 // handed to another node), its Left channel is closed, and once it stops,
 // sends and receives carry on through the others with nothing lost.
 func TestCluster_NodeLeave_HandsLeadershipsOverAndSendsCarryOn(t *testing.T) {
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := testCtx(t)
 	if _, err := tc.admin("n1").CreateQueue(ctx, "lv", client.QueueOptions{}); err != nil {
 		t.Fatal(err)
@@ -77,7 +77,7 @@ func TestCluster_NodeRemove_ReplacesReplicasAndNeverReadmits(t *testing.T) {
 	if testing.Short() {
 		t.Skip("four nodes, a crash and a re-placement")
 	}
-	tc := newMultiNode(t, 4)
+	tc := newCluster(t, 4)
 	ctx := testCtx(t)
 	if _, err := tc.admin("n1").CreateQueue(ctx, "rm", client.QueueOptions{Replicas: 3}); err != nil {
 		t.Fatal(err)
@@ -314,7 +314,7 @@ func TestCluster_NodeJoinsLater_BecomesMetaVoterAndHostsNewMembers(t *testing.T)
 	// Without the automatic spreading, which would move old's replicas
 	// (and with them new's placement) meanwhile.
 	byHand := func(c *Config) { c.NoAutoRebalance = true }
-	tc := newMultiNode(t, 3, byHand)
+	tc := newCluster(t, 3, byHand)
 	ctx := testCtx(t)
 	if _, err := tc.admin("n1").CreateQueue(ctx, "old", client.QueueOptions{}); err != nil {
 		t.Fatal(err)

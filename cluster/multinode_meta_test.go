@@ -16,7 +16,7 @@ import (
 // node, restarted on its data, catches up with every group it replicates,
 // including the entries it missed (cluster status: alive, lag 0 everywhere).
 func TestCluster_MetaLeaderCrash_NewLeaderTakesMetaCommandsAndOldLeaderCatchesUp(t *testing.T) {
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := testCtx(t)
 	if _, err := tc.admin("n1").CreateQueue(ctx, "before", client.QueueOptions{}); err != nil {
 		t.Fatal(err)

@@ -5,11 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/client/history"
 	"github.com/cairnmq/cairn/test/wait"
 
 	"github.com/hashicorp/raft"
@@ -39,7 +38,7 @@ func TestCluster_MinorityPartition_IsolatedNodeRefusesMajorityServesNothingLost(
 	if testing.Short() {
 		t.Skip("waits out the routing window and gossip's failure detection")
 	}
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := testCtx(t)
 	if _, err := tc.admin("n1").CreateQueue(ctx, "part", client.QueueOptions{}); err != nil {
 		t.Fatal(err)
@@ -47,7 +46,7 @@ func TestCluster_MinorityPartition_IsolatedNodeRefusesMajorityServesNothingLost(
 	hosts := tc.waitSpread("part", 3)
 	x, y, z := hosts[0], hosts[1], hosts[2] // x is isolated; y and z host part#1 and part#2
 	mx, my := "part#0", "part#1"
-	h := newHistory()
+	h := newRecorder("before")
 
 	// x's client sends through x only: what x does when cut off is the
 	// subject here, and a send straight to y's host would not ask it.
@@ -103,6 +102,7 @@ func TestCluster_MinorityPartition_IsolatedNodeRefusesMajorityServesNothingLost(
 	}
 
 	tc.isolate(x)
+	h.setPhase("cut")
 	cut := time.Now()
 	type outcome struct {
 		err  error
@@ -219,6 +219,7 @@ func TestCluster_MinorityPartition_IsolatedNodeRefusesMajorityServesNothingLost(
 	}
 
 	// Drain through the majority.
+	h.setPhase(history.DrainPhase)
 	ctx = stepCtx(t, 30*time.Second)
 	s := mustSession(t, tc.dial(y), client.IndividualAck)
 	var ks []*client.Consumer
@@ -254,101 +255,8 @@ func TestCluster_MinorityPartition_IsolatedNodeRefusesMajorityServesNothingLost(
 			t.Fatalf("queue not drained: %+v", showQueue(t, ay, "part"))
 		}
 	}
-	if problems := h.check(); len(problems) > 0 {
-		t.Fatalf("history:\n%s", strings.Join(problems, "\n"))
-	}
-	t.Logf("history: %s", h.summary())
-}
-
-// history records what a workload was told (sends, deliveries, acks) and
-// checks it against the promises.
-type history struct {
-	mu         sync.Mutex
-	sent       map[string]error // body -> the send's error (nil: ok)
-	acked      map[string]bool  // bodies whose ack returned nil
-	times      map[string]int   // deliveries per body
-	problems   []string
-	deliveries int
-}
-
-func newHistory() *history {
-	return &history{sent: map[string]error{}, acked: map[string]bool{}, times: map[string]int{}}
-}
-
-// send sends one message and records the outcome.
-func (h *history) send(ctx context.Context, p *client.Producer, body string) error {
-	_, err := p.Send(ctx, &client.Message{Body: []byte(body)})
-	h.mu.Lock()
-	h.sent[body] = err
-	h.mu.Unlock()
-	return err
-}
-
-// delivered records a message handed out and checks it may be.
-func (h *history) delivered(m *client.Message) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	b := string(m.Body)
-	h.deliveries++
-	err, known := h.sent[b]
-	switch {
-	case !known:
-		h.problems = append(h.problems, fmt.Sprintf("%q delivered but never sent", b))
-	case errors.Is(err, client.ErrUnavailable):
-		h.problems = append(h.problems, fmt.Sprintf("%q delivered though its send failed with %v", b, err))
-	case h.acked[b]:
-		h.problems = append(h.problems, fmt.Sprintf("%q delivered again after its ack returned nil (redelivered %v, count %d)", b, m.Redelivered, m.DeliveryCount))
-	case h.times[b] > 0 && (!m.Redelivered || m.DeliveryCount < 2):
-		h.problems = append(h.problems, fmt.Sprintf("%q delivered again without the mark (redelivered %v, count %d)", b, m.Redelivered, m.DeliveryCount))
-	}
-	h.times[b]++
-}
-
-// ack acknowledges one message (IndividualAck) and records a success.
-func (h *history) ack(m *client.Message) error {
-	err := m.Ack()
-	if err == nil {
-		h.mu.Lock()
-		h.acked[string(m.Body)] = true
-		h.mu.Unlock()
-	}
-	return err
-}
-
-// check reports every send that returned ok and was not acked (lost), and
-// the problems seen on the way.
-func (h *history) check() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := append([]string{}, h.problems...)
-	for b, err := range h.sent {
-		if err == nil && !h.acked[b] {
-			out = append(out, fmt.Sprintf("%q: its send returned ok, and it was never received and acked (delivered %d times)", b, h.times[b]))
-		}
-	}
-	return out
-}
-
-func (h *history) summary() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	ok, failed, unknown, again := 0, 0, 0, 0
-	for _, err := range h.sent {
-		switch {
-		case err == nil:
-			ok++
-		case errors.Is(err, client.ErrUnavailable):
-			failed++
-		default:
-			unknown++
-		}
-	}
-	for _, n := range h.times {
-		if n > 1 {
-			again++
-		}
-	}
-	return fmt.Sprintf("%d sends ok, %d unavailable, %d unknown; %d deliveries, %d messages delivered more than once, %d acked", ok, failed, unknown, h.deliveries, again, len(h.acked))
+	h.check(t)
+	t.Logf("history: %s", h.Stats())
 }
 
 // A node cut off from the others for longer than gossip's failure
@@ -359,7 +267,7 @@ func (h *history) summary() string {
 // syncs only with nodes it holds alive); gossip's reconnectLoop joins the
 // nodes held dead again, as Serf's reconnect does.
 func TestCluster_GossipHealsAfterLongPartition(t *testing.T) {
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	tc.isolate("n1")
 	wait.For(t, 20*time.Second, "n1 and the others holding each other dead", func() bool {
 		dead := 0

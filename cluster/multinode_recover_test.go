@@ -24,7 +24,7 @@ func TestCluster_RecoverIsSentAgainWhenItsLeaderStepsDown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for a leader to step down and a new one to be elected")
 	}
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := testCtx(t)
 	if _, err := tc.admin("n1").CreateQueue(ctx, "rec", client.QueueOptions{Members: 1}); err != nil {
 		t.Fatal(err)
@@ -91,7 +91,7 @@ func TestCluster_ConsumerCreatedWhileItsLeaderStepsDown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for a leader to step down and a new one to be elected")
 	}
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := testCtx(t)
 	if _, err := tc.admin("n1").CreateQueue(ctx, "cc", client.QueueOptions{Members: 1}); err != nil {
 		t.Fatal(err)

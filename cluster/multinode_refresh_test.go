@@ -65,7 +65,7 @@ func dialVia(t *testing.T, addrs []string, opts client.Options) *client.Connecti
 // out before it; the messages held unacknowledged come again marked
 // redelivered; an acknowledged one never comes again.
 func TestRefresh_FrontEndKilled_ConsumerGoesOn(t *testing.T) {
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := testCtx(t)
 	createQueues(t, ctx, tc.admin("n1"), map[string]int{"rf": 1})
 	host := tc.waitSpread("rf", 1)[0]
@@ -136,7 +136,7 @@ func TestRefresh_FrontEndKilled_ConsumerGoesOn(t *testing.T) {
 // Closed sessions and consumers are not re-created. Then an operator
 // destroys a connection: it is told so and does not reconnect.
 func TestRefresh_Policies_EachConnectionOnItsOwn(t *testing.T) {
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := testCtx(t)
 	createQueues(t, ctx, tc.admin("n1"), map[string]int{"rp": 1})
 	host := tc.waitSpread("rp", 1)[0]
@@ -261,7 +261,7 @@ func connectionOf(t *testing.T, a *client.Admin, id string) client.ConnectionInf
 // runs out ends, and its exception listener hears it. Once the node is back
 // the others go on; a listener is never called after its connection closed.
 func TestRefresh_ReceiveWhileReconnecting(t *testing.T) {
-	tc := newMultiNode(t, 1)
+	tc := newCluster(t, 1)
 	ctx := testCtx(t)
 	createQueues(t, ctx, tc.admin("n1"), map[string]int{"rw": 0})
 	conn := dialVia(t, []string{tc.node("n1").Addrs().Client}, client.Options{ReconnectPolicy: client.ReconnectAll, ReconnectBlockingTime: time.Second})
@@ -374,7 +374,7 @@ func (cp *clientProxy) cutOneWay(t *testing.T, dir string) {
 // it was cut from notices the silence and releases what the session held,
 // which comes again, marked redelivered.
 func TestRefresh_CutOff_DistributedConsumerRepinned(t *testing.T) {
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := testCtx(t)
 	createQueues(t, ctx, tc.admin("n1"), map[string]int{"rd": 3})
 	hosts := tc.waitSpread("rd", 3)
@@ -446,7 +446,7 @@ func memberIndex(t *testing.T, member string) int {
 // dedup id names. Without, a send cut off mid-request says
 // ErrDeliveryUnknown, never a false failure or success.
 func TestRefresh_SendsInFlightWhenTheFrontEndDies(t *testing.T) {
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := testCtx(t)
 	createQueues(t, ctx, tc.admin("n1"), map[string]int{"rs": 3})
 	tc.waitSpread("rs", 3)

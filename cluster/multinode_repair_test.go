@@ -24,7 +24,7 @@ func TestCluster_JoiningNodeRepairsUnderReplicatedMembers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a crash, a removal and a join")
 	}
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	op, victim, sent := shortOfAReplica(t, tc)
 
 	// Until the new replicas have caught up they do not vote: the groups
@@ -116,7 +116,7 @@ func TestCluster_RebalanceByHandWithoutAutoRebalance(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a crash, a removal and a join")
 	}
-	tc := newMultiNode(t, 3, func(c *Config) { c.NoAutoRebalance = true })
+	tc := newCluster(t, 3, func(c *Config) { c.NoAutoRebalance = true })
 	op, victim, sent := shortOfAReplica(t, tc)
 	fresh := tc.addNode(func(c *Config) { c.NoAutoRebalance = true }).ID()
 	two := tc.others(victim, fresh)
@@ -213,7 +213,7 @@ func TestCluster_NodeBackEmptyVotesOnlyOnceCaughtUp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a crash, a wipe and a restart")
 	}
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	meta, victim, op, sent := queueOfThree(t, tc)
 	var held atomic.Bool
 	held.Store(true)
@@ -273,7 +273,7 @@ func TestCluster_NewMemberJoinsAGroupAsItNowStands(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three nodes")
 	}
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := testCtx(t)
 	op := tc.admin("n1")
 	if _, err := op.CreateQueue(ctx, "a", client.QueueOptions{}); err != nil {
@@ -312,7 +312,7 @@ func TestCluster_RebalanceSpreadsReplicasOntoANewNode(t *testing.T) {
 		t.Skip("four nodes")
 	}
 	byHand := func(c *Config) { c.NoAutoRebalance = true }
-	tc := newMultiNode(t, 3, byHand)
+	tc := newCluster(t, 3, byHand)
 	_, _, op, sent := queueOfThree(t, tc)
 	// Held back, the new replicas stay non-voters and the old ones, on
 	// nodes that lead their groups, stay in them, open and voting; closed

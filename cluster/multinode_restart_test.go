@@ -34,7 +34,7 @@ func forEachLogStore(t *testing.T, test func(t *testing.T, store func(*Config)))
 }
 
 func testFullRestart(t *testing.T, store func(*Config)) {
-	tc := newMultiNode(t, 3, store)
+	tc := newCluster(t, 3, store)
 	ctx := testCtx(t)
 	if _, err := tc.admin("n1").CreateQueue(ctx, "fr", client.QueueOptions{}); err != nil {
 		t.Fatal(err)
@@ -115,7 +115,7 @@ func TestCluster_StoppedNodeBehindCompactedLogs_CatchesUpBySnapshot(t *testing.T
 }
 
 func testCatchUpBySnapshot(t *testing.T, store func(*Config)) {
-	tc := newMultiNode(t, 3, withSnapshotThreshold(32), store)
+	tc := newCluster(t, 3, withSnapshotThreshold(32), store)
 	ctx := testCtx(t)
 	info, err := tc.admin("n1").CreateQueue(ctx, "snap", client.QueueOptions{})
 	if err != nil {
@@ -285,7 +285,7 @@ func metaCaughtUp(tc *testCluster, id string) string {
 // a member handed to a node replaying a deep queue waited for the replay.
 func TestCluster_PreferredHostCatchingUp_IsNotHandedTheLeadership(t *testing.T) {
 	catchingUp := holdCatchingUp(t)
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := testCtx(t)
 	preferred := tc.queueOnItsPreferredHost(ctx, "cu")
 	sent := sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial(tc.others(preferred)[0]), client.AutoAck), "cu"), "cu/", 3)
@@ -319,7 +319,7 @@ func TestCluster_PreferredHostCatchingUp_IsNotHandedTheLeadership(t *testing.T) 
 // say it was catching up, and a node stopping then found no replica to
 // wait for or to hand its leaderships to.
 func TestCluster_LeaderlessGroups_AreNotCatchingUp(t *testing.T) {
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := testCtx(t)
 	host := tc.queueOnItsPreferredHost(ctx, "lg")
 	survivor := tc.others(host)[0]
@@ -417,7 +417,7 @@ func (tc *testCluster) waitCatchingUp(from, of string, catchingUp bool) {
 // out.
 func TestCluster_Leave_HandsLeadershipToACaughtUpReplica(t *testing.T) {
 	catchingUp := holdCatchingUp(t)
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := testCtx(t)
 	host := tc.queueOnItsPreferredHost(ctx, "ho")
 	sent := sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial(host), client.AutoAck), "ho"), "ho/", 3)
@@ -460,7 +460,7 @@ func TestCluster_Leave_HandsLeadershipToACaughtUpReplica(t *testing.T) {
 // leader and one replica too busy replaying its log to answer.
 func TestCluster_GracefulStop_WaitsForAReplicaCatchingUp(t *testing.T) {
 	catchingUp := holdCatchingUp(t)
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := testCtx(t)
 	host := tc.queueOnItsPreferredHost(ctx, "wq")
 	behind := tc.others(host)[0]
@@ -507,7 +507,7 @@ func TestCluster_GracefulStop_WaitsForAReplicaCatchingUp(t *testing.T) {
 // gossip, not for --bootstrap-expect of them.
 func TestCluster_RestartWhileAnotherIsDown(t *testing.T) {
 	forEachLogStore(t, func(t *testing.T, store func(*Config)) {
-		tc := newMultiNode(t, 3, store)
+		tc := newCluster(t, 3, store)
 		tc.crash("n3")
 		tc.stop("n1")
 		tc.start("n1")

@@ -25,7 +25,7 @@ func TestTx_Property_RandomInterleavings(t *testing.T) {
 		_ = flag.Set("rapid.checks", "6")
 		t.Cleanup(func() { _ = flag.Set("rapid.checks", f.DefValue) })
 	}
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	const q = "tq"
 	if _, err := tc.admin("n1").CreateQueue(stepCtx(t, 20*time.Second), q, client.QueueOptions{Members: 3}); err != nil {
 		t.Fatal(err)

@@ -43,7 +43,7 @@ func commit(t *testing.T, s *client.Session) {
 // all of them happen, Rollback none, returning the receives marked
 // redelivered. Prepared work shows in queue show while it waits.
 func TestTx_AtomicAcrossMembersAndQueues(t *testing.T) {
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := stepCtx(t, time.Minute)
 	a := tc.admin("n1")
 	createQueues(t, ctx, a, map[string]int{"ta": 3, "tb": 1})
@@ -112,7 +112,7 @@ func TestTx_AtomicAcrossMembersAndQueues(t *testing.T) {
 // commit a participant missed is learned the same way, whether the
 // primary's host or the participant's was killed after the decision.
 func TestTx_PreparedTransactionsAreDecidedWithoutTheirFrontEnd(t *testing.T) {
-	tc := newMultiNode(t, 3, func(c *Config) { c.TxTimeout = 2 * time.Second })
+	tc := newCluster(t, 3, func(c *Config) { c.TxTimeout = 2 * time.Second })
 	ctx := stepCtx(t, time.Minute)
 	a := tc.admin("n1")
 	createQueues(t, ctx, a, map[string]int{"tp": 3})
@@ -177,7 +177,7 @@ func TestTx_PreparedTransactionsAreDecidedWithoutTheirFrontEnd(t *testing.T) {
 // the receives come again marked redelivered, and the same work done again
 // on the same objects commits. A transaction with nothing pending commits.
 func TestTx_FrontEndKilledMidTransaction(t *testing.T) {
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := stepCtx(t, time.Minute)
 	a := tc.admin("n1")
 	createQueues(t, ctx, a, map[string]int{"tin": 1, "tout": 1})
@@ -226,7 +226,7 @@ func TestTx_FrontEndKilledMidTransaction(t *testing.T) {
 // message is consumed-and-committed exactly once, and every committed send
 // is there once.
 func TestTx_ConcurrentTransactionsOnTheSameMessages(t *testing.T) {
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := stepCtx(t, time.Minute)
 	a := tc.admin("n1")
 	createQueues(t, ctx, a, map[string]int{"cin": 2, "cout": 3})
@@ -317,7 +317,7 @@ func TestTx_ConcurrentTransactionsOnTheSameMessages(t *testing.T) {
 // it was rolled back. Either way the messages are there exactly as the
 // answer says.
 func TestTx_CommitCutOffLearnsItsOutcome(t *testing.T) {
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := stepCtx(t, time.Minute)
 	a := tc.admin("n1")
 	createQueues(t, ctx, a, map[string]int{"tco": 3})
@@ -361,7 +361,7 @@ func TestTx_CommitCutOffLearnsItsOutcome(t *testing.T) {
 // ErrCommitUnknown, and the messages of the next transaction carry the
 // possible-duplicate property.
 func TestTx_CommitUnknownWhenThePrimaryCannotAnswer(t *testing.T) {
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := stepCtx(t, time.Minute)
 	createQueues(t, ctx, tc.admin("n1"), map[string]int{"tu": 1})
 	host := tc.waitSpread("tu", 1)[0]

@@ -20,7 +20,7 @@ func preferHostOf(dest string) func(*client.Options) {
 // over several members, or one that does not exist, leaves it on the node
 // it dialled. Its consumer is then served by the host itself.
 func TestCluster_PreferHostOfConnectsToTheHost(t *testing.T) {
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := testCtx(t)
 	hosts := tc.createSpread(ctx, map[string]int{"near": 1, "spread": 3})
 	nearHost, spreadHosts := hosts["near"][0], hosts["spread"]
@@ -56,7 +56,7 @@ func TestCluster_PreferHostOfConnectsToTheHost(t *testing.T) {
 // reconnects to a live node (the new host when one is named by then) and
 // its consumer goes on.
 func TestCluster_PreferHostOfReconnectsWithoutTheLostHost(t *testing.T) {
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := testCtx(t)
 	if _, err := tc.admin("n1").CreateQueue(ctx, "near", client.QueueOptions{Members: 1}); err != nil {
 		t.Fatal(err)
@@ -84,7 +84,7 @@ func TestCluster_PreferHostOfReconnectsWithoutTheLostHost(t *testing.T) {
 // A malformed name is refused at Dial with ErrInvalidName, rather than
 // leaving the connection on whatever node it reached.
 func TestCluster_PreferHostOfRefusesAMalformedName(t *testing.T) {
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := testCtx(t)
 	_, err := client.Dial(ctx, []string{tc.node("n1").Addrs().Client}, client.Options{PreferHostOf: "no spaces here"})
 	if !errors.Is(err, client.ErrInvalidName) {

@@ -111,7 +111,7 @@ func TestDD_UpdateReplicas_RenewsMembersAndLosesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three nodes, seven renewals")
 	}
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := testCtx(t)
 	a := tc.admin("n1")
 	if _, err := a.CreateQueue(ctx, "rr", client.QueueOptions{Members: 3, Replicas: 3}); err != nil {
@@ -298,7 +298,7 @@ func TestCluster_HostsSpreadOntoNewNodesByRenewal(t *testing.T) {
 	if testing.Short() {
 		t.Skip("five nodes")
 	}
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := testCtx(t)
 	op := tc.admin("n1")
 	s := mustSession(t, tc.dial("n2"), client.AutoAck)
@@ -353,7 +353,7 @@ func TestCluster_HostsSpreadOntoNewNodesByRenewal(t *testing.T) {
 // are renewed onto nodes that host fewer ends renewed, each member hosted
 // where its renewal put it, and nothing keeps renewing.
 func TestCluster_RenewedOntoANodeIsHostedThere(t *testing.T) {
-	tc := newMultiNode(t, 3)
+	tc := newCluster(t, 3)
 	ctx := testCtx(t)
 	a := tc.admin("n1")
 	for _, q := range []string{"renew", "probe"} {
