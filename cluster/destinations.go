@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cairnmq/cairn/cluster/placement"
+
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairnmq/cairn/fsm"
@@ -105,7 +107,7 @@ func forwardDelay(d *fsmpb.Destination) time.Duration {
 
 // placeMember places member index on replicas nodes, the preferred host
 // first: nodes[first] and the ones after it, round the list; in the
-// shared group named after those replicas in that order (sharedGroupID),
+// shared group named after those replicas in that order (placement.SharedGroupID),
 // unless the node gives each member a group of its own. Repair, spreading
 // and preferred hosts change a group's replicas after its birth: a group
 // of that name still on those nodes is joined as it now stands (with
@@ -119,24 +121,9 @@ func (n *Node) placeMember(index uint32, nodes []string, first, replicas int, sa
 	}
 	p.Initial = slices.Clone(p.Replicas)
 	if !n.cfg.GroupPerMember {
-		n.meta.read(func(m *fsm.Meta) { joinSharedGroup(m, p, sameHost) })
+		n.meta.read(func(m *fsm.Meta) { placement.JoinSharedGroup(m, p, sameHost, newID(4)) })
 	}
 	return p
-}
-
-// joinSharedGroup puts p, placed on its replicas, in a shared group as
-// placeMember says.
-func joinSharedGroup(m *fsm.Meta, p *fsmpb.MemberPlacement, sameHost bool) {
-	p.Group = sharedGroupID(p.Replicas)
-	q := m.Group(p.Group)
-	if q != nil && (!sameNodes(q.Replicas, p.Replicas) || sameHost && q.Replicas[0] != p.Replicas[0]) {
-		if q = m.GroupOn(p.Replicas); q == nil {
-			p.Group += "." + newID(4)
-		}
-	}
-	if q != nil {
-		p.Group, p.Replicas, p.Initial = q.Group, slices.Clone(q.Replicas), slices.Clone(q.Initial)
-	}
 }
 
 // updateDestination changes a destination's replication factor, then its
@@ -205,7 +192,7 @@ func (n *Node) resizeDestination(ctx context.Context, d *fsmpb.Destination, want
 		}
 		grown := proto.Clone(d).(*fsmpb.Destination)
 		for i := range add {
-			p := n.placeMember(uint32(len(d.Members)+i), nodes, leastHosting(grown, nodes), replicas, false)
+			p := n.placeMember(uint32(len(d.Members)+i), nodes, placement.LeastHosting(grown, nodes), replicas, false)
 			p.Uid = newID(8)
 			cmd.Add = append(cmd.Add, p)
 			grown.Members = append(grown.Members, p)

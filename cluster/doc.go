@@ -14,8 +14,8 @@
 //     says how.
 //   - gossip (gossip.go): memberlist, and what each node gossips of itself.
 //   - metaGroup (meta.go): the meta group's replica here and its leader's
-//     loop; placement.go plans where replicas and hosts go, renew.go renews
-//     members, membership.go keeps the Raft configurations in line with
+//     loop; rebalance.go carries out what package placement plans for
+//     replicas and hosts, renew.go renews members, membership.go keeps the Raft configurations in line with
 //     the registry and the placement.
 //   - groups (groups.go): the member replicas open here, opened, closed
 //     and destroyed as the placement changes; hosts.go moves leaderships

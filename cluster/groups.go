@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,13 +56,6 @@ type groups struct {
 func newGroups(n *Node) *groups {
 	return &groups{n: n, kick: n.groupsKick, byGroup: make(map[string]*member.Replica), byName: make(map[string]*member.Replica),
 		shared: make(map[string]*member.Shared), transferred: make(map[string]time.Time), stale: make(map[string]time.Time)}
-}
-
-// sharedGroupID names the shared group of the members placed on replicas,
-// in that order (the first is the preferred host): the groups of a
-// cluster grow with its nodes, not with its destinations.
-func sharedGroupID(replicas []string) string {
-	return "shared@" + strings.Join(replicas, ",")
 }
 
 // raftUnit is one Raft group open here: a member's own, or a shared one.

@@ -1,4 +1,4 @@
-package cluster
+package placement
 
 import (
 	"math"
@@ -75,7 +75,7 @@ func metaOf(t *testing.T, bodies ...proto.Message) *fsm.Meta {
 func queueOn(name string, replicas ...string) *fsmpb.CreateDestination {
 	return &fsmpb.CreateDestination{Destination: &fsmpb.Destination{
 		Name: name, Kind: fsmpb.DestinationKind_DESTINATION_KIND_QUEUE, Replicas: 3,
-		Members: []*fsmpb.MemberPlacement{{Replicas: replicas, Group: sharedGroupID(replicas)}},
+		Members: []*fsmpb.MemberPlacement{{Replicas: replicas, Group: SharedGroupID(replicas)}},
 	}}
 }
 
@@ -87,30 +87,30 @@ func TestPlanPlacement(t *testing.T) {
 		return out
 	}
 	all := map[string]bool{"n1": true, "n2": true, "n3": true, "n4": true}
-	hosts := func(plan placementPlan) (out []string) {
-		for _, p := range plan.hosts {
+	hosts := func(plan Plan) (out []string) {
+		for _, p := range plan.Hosts {
 			out = append(out, p.Destination+">"+p.Node)
 		}
 		return out
 	}
 
-	manual := placementScope{repair: true, spreadReplicas: math.MaxInt, hostMoves: math.MaxInt}
+	manual := Scope{Repair: true, SpreadReplicas: math.MaxInt, HostMoves: math.MaxInt}
 
 	// Three groups hosted by n1, the replicas spread as evenly as they
 	// can be: every move at once evens the hosts out as far as one member
 	// each can, the automatic round takes one.
 	m := metaOf(t, append(nodes("n1", "n2", "n3", "n4"),
 		queueOn("a", "n1", "n2", "n3"), queueOn("b", "n1", "n3", "n4"), queueOn("c", "n1", "n2", "n4"))...)
-	if got := hosts(planPlacement(m, all, all, manual)); !slices.Equal(got, []string{"a>n2", "b>n3"}) {
+	if got := hosts(Decide(m, all, all, manual)); !slices.Equal(got, []string{"a>n2", "b>n3"}) {
 		t.Fatalf("every host move: %v, want a to n2 and b to n3", got)
 	}
-	if got := hosts(planPlacement(m, all, all, placementScope{repair: true, hostMoves: 1})); len(got) != 1 {
+	if got := hosts(Decide(m, all, all, Scope{Repair: true, HostMoves: 1})); len(got) != 1 {
 		t.Fatalf("one host move at a time: %v", got)
 	}
-	if plan := planPlacement(m, all, all, placementScope{hostMoves: math.MaxInt}); len(plan.hosts)+len(plan.replicas) != 0 {
-		t.Fatalf("without repair: %+v", plan)
+	if plan := Decide(m, all, all, Scope{HostMoves: math.MaxInt}); len(plan.Hosts)+len(plan.Replicas) != 0 {
+		t.Fatalf("without Repair: %+v", plan)
 	}
-	if plan := planPlacement(m, map[string]bool{"n1": true, "n2": true, "n4": true}, all, manual); !plan.degraded || len(plan.hosts) != 0 {
+	if plan := Decide(m, map[string]bool{"n1": true, "n2": true, "n4": true}, all, manual); !plan.Degraded || len(plan.Hosts) != 0 {
 		t.Fatalf("with n3 down: %+v, want degraded and no host move", plan)
 	}
 
@@ -121,28 +121,28 @@ func TestPlanPlacement(t *testing.T) {
 		&fsmpb.RemoveNode{Id: "n3"},
 		&fsmpb.ReplaceReplica{Destination: "a", Old: "n3"}, &fsmpb.ReplaceReplica{Destination: "b", Old: "n3"},
 		&fsmpb.RegisterNode{Node: &fsmpb.Node{Id: "n4"}})...)
-	plan := planPlacement(m, all, all, manual)
-	want := []replicaMove{{dest: "a", to: "n4"}, {dest: "b", to: "n4"}}
-	if !slices.Equal(plan.replicas, want) || len(plan.hosts) != 0 || !plan.degraded {
-		t.Fatalf("repair: %+v, want %v, no host move, degraded", plan, want)
+	plan := Decide(m, all, all, manual)
+	want := []Move{{Dest: "a", To: "n4"}, {Dest: "b", To: "n4"}}
+	if !slices.Equal(plan.Replicas, want) || len(plan.Hosts) != 0 || !plan.Degraded {
+		t.Fatalf("Repair: %+v, want %v, no host move, degraded", plan, want)
 	}
-	if plan := planPlacement(m, all, all, placementScope{hostMoves: math.MaxInt}); len(plan.replicas) != 0 {
-		t.Fatalf("repair without repair: %+v", plan)
+	if plan := Decide(m, all, all, Scope{HostMoves: math.MaxInt}); len(plan.Replicas) != 0 {
+		t.Fatalf("repair without Repair: %+v", plan)
 	}
 
 	// n4 joins three nodes that hold three groups: the replicas spread
 	// onto it first (hosts once they vote); the automatic round moves one.
 	m = metaOf(t, append(nodes("n1", "n2", "n3", "n4"),
 		queueOn("a", "n1", "n2", "n3"), queueOn("b", "n2", "n3", "n1"), queueOn("c", "n3", "n1", "n2"))...)
-	plan = planPlacement(m, all, all, manual)
-	want = []replicaMove{{dest: "a", from: "n1", to: "n4", keepHost: true}, {dest: "b", from: "n2", to: "n4", keepHost: true}}
-	if !slices.Equal(plan.replicas, want) || len(plan.hosts) != 0 || !plan.spread {
+	plan = Decide(m, all, all, manual)
+	want = []Move{{Dest: "a", From: "n1", To: "n4", KeepHost: true}, {Dest: "b", From: "n2", To: "n4", KeepHost: true}}
+	if !slices.Equal(plan.Replicas, want) || len(plan.Hosts) != 0 || !plan.Spread {
 		t.Fatalf("spread onto n4: %+v, want %v and no host move", plan, want)
 	}
-	if plan := planPlacement(m, all, all, placementScope{repair: true, spreadReplicas: 1, hostMoves: 1}); !slices.Equal(plan.replicas, want[:1]) || len(plan.hosts) != 0 {
+	if plan := Decide(m, all, all, Scope{Repair: true, SpreadReplicas: 1, HostMoves: 1}); !slices.Equal(plan.Replicas, want[:1]) || len(plan.Hosts) != 0 {
 		t.Fatalf("the automatic round: %+v, want %v alone", plan, want[:1])
 	}
-	if plan := planPlacement(m, all, all, placementScope{spreadReplicas: math.MaxInt, hostMoves: math.MaxInt}); len(plan.replicas) != 0 {
+	if plan := Decide(m, all, all, Scope{SpreadReplicas: math.MaxInt, HostMoves: math.MaxInt}); len(plan.Replicas) != 0 {
 		t.Fatalf("spreading without repair (auto-rebalance off): %+v", plan)
 	}
 }
