@@ -184,8 +184,37 @@ func (p *Producer) SendBatch(ctx context.Context, ms []*Message) ([]Receipt, err
 	if err := c.closedErr(); err != nil {
 		return nil, err
 	}
-	req := &clientpb.SendRequest{Destination: p.dest, Messages: make([]*clientpb.Message, len(ms))}
-	idempotent := true
+	req, idempotent := p.request(ms)
+	if p.s.mode == Transacted {
+		return p.txSend(ctx, req, ms)
+	}
+	b := &batchSend{c: c, dest: p.dest, req: req, id: ms[0].ID, idempotent: idempotent}
+	for {
+		resp, again, err := b.try(ctx)
+		switch {
+		case again:
+			continue
+		case err != nil:
+			return nil, err
+		case len(resp.GetResults()) != len(ms):
+			return nil, fmt.Errorf("%w: message %s: the node answered with %d results for %d messages", ErrDeliveryUnknown, ms[0].ID, len(resp.GetResults()), len(ms))
+		}
+		c.learnRoute(p.dest, resp)
+		out := make([]Receipt, len(resp.Results))
+		for i, r := range resp.Results {
+			out[i] = Receipt{ID: r.Id, Member: r.Member, Duplicate: r.Duplicate}
+			ms[i].Member = r.Member
+		}
+		return out, nil
+	}
+}
+
+// request is the SendRequest of ms, giving each an id (and, idempotent,
+// its id as dedup id) if it has none; idempotent says every message
+// carries a dedup id.
+func (p *Producer) request(ms []*Message) (req *clientpb.SendRequest, idempotent bool) {
+	req = &clientpb.SendRequest{Destination: p.dest, Messages: make([]*clientpb.Message, len(ms))}
+	idempotent = true
 	for i, m := range ms {
 		if m.ID == "" {
 			m.ID = NewMessageID()
@@ -199,87 +228,98 @@ func (p *Producer) SendBatch(ctx context.Context, ms []*Message) ([]Receipt, err
 			Priority: uint32(p.priority), PrioritySet: true, TtlMs: p.ttl.Milliseconds(),
 		}
 	}
-	if p.s.mode == Transacted {
-		return p.txSend(ctx, req, ms)
-	}
-	mayBeStored := false // an earlier try may have stored the messages
-	for {
-		l, direct := c.sendLinkFor(p.dest)
-		onSendLink := l != nil
-		if !onSendLink {
-			var err error
-			if l, err = c.awaitLink(ctx); err != nil {
-				if mayBeStored {
-					return nil, fmt.Errorf("%w: message %s may or may not have been enqueued; resending it after the connection's node was lost failed: %w", ErrDeliveryUnknown, ms[0].ID, err)
-				}
-				return nil, fmt.Errorf("message %s was not sent: %w", ms[0].ID, err)
+	return req, idempotent
+}
+
+// batchSend is one SendBatch's tries of req, whose first message is id.
+type batchSend struct {
+	c          *Connection
+	dest       string
+	req        *clientpb.SendRequest
+	id         string
+	idempotent bool
+	// mayBeStored: an earlier try may have stored the messages, so the
+	// send's outcome can no longer be "not sent".
+	mayBeStored bool
+}
+
+// try sends req once: straight to the destination's host when the
+// connection knows it, else through the connection's node. again says to
+// try once more (the link was lost and the send is safe to repeat).
+func (b *batchSend) try(ctx context.Context) (resp *clientpb.SendResponse, again bool, err error) {
+	l, direct := b.c.sendLinkFor(b.dest)
+	onSendLink := l != nil
+	if !onSendLink {
+		if l, err = b.c.awaitLink(ctx); err != nil {
+			if b.mayBeStored {
+				return nil, false, fmt.Errorf("%w: message %s may or may not have been enqueued; resending it after the connection's node was lost failed: %w", ErrDeliveryUnknown, b.id, err)
 			}
-			if l.isDown() {
-				// Lost before the send: it would fail without leaving.
-				// Whoever ended it reconnects.
-				continue
-			}
+			return nil, false, fmt.Errorf("message %s was not sent: %w", b.id, err)
 		}
-		req.Direct = onSendLink
-		resp, answered, serr := sendOn(ctx, l, req, ms[0].ID)
-		if serr == nil && len(resp.GetResults()) != len(ms) {
-			return nil, fmt.Errorf("%w: message %s: the node answered with %d results for %d messages", ErrDeliveryUnknown, ms[0].ID, len(resp.GetResults()), len(ms))
-		}
-		if serr == nil {
-			c.learnRoute(p.dest, resp)
-			out := make([]Receipt, len(resp.Results))
-			for i, r := range resp.Results {
-				out[i] = Receipt{ID: r.Id, Member: r.Member, Duplicate: r.Duplicate}
-				ms[i].Member = r.Member
-			}
-			return out, nil
-		}
-		unknown := errors.Is(serr, ErrDeliveryUnknown)
-		if onSendLink && !answered && unknown {
-			// The connection's node would have named the member.
-			serr = fmt.Errorf("%w (sent straight to the host of member %s, node %s)", serr, direct.member, direct.node)
-		}
-		notSent := errors.Is(serr, ErrUnavailable)
-		// A node that says it is stopping did not store the messages; one
-		// that said Goodbye takes no more frames (the link is half-closed).
-		stopping := errors.Is(serr, transport.ErrNodeStopping) || (notSent && l.saidGoodbye())
-		final := func() error {
-			if mayBeStored && notSent {
-				return fmt.Errorf("%w: message %s may or may not have been enqueued by an earlier try: %v", ErrDeliveryUnknown, ms[0].ID, serr)
-			}
-			return serr
-		}
-		// The caller's own deadline says nothing against the host.
-		hostFailed := ctx.Err() == nil || l.isDown()
-		if onSendLink && (notSent || unknown) && hostFailed {
-			// The host is lost, stopping or no longer one (its node tries
-			// once, SendRequest.direct): the connection's node takes the
-			// destination's sends, and waits for an election if need be.
-			c.dropRoute(p.dest, l, serr)
-			if ctx.Err() == nil && (notSent || idempotent) {
-				mayBeStored = mayBeStored || !notSent
-				continue
-			}
-		}
-		if ctx.Err() != nil || (answered && !stopping) || !(notSent || idempotent) {
-			return nil, final()
-		}
-		// The node is lost or stopping. Resending is safe, since it never
-		// left or the dedup ids make a copy harmless; the server sends a
-		// message with a dedup id to the member its id names, whichever
-		// node forwards it.
-		mayBeStored = mayBeStored || !notSent
-		c.opts.Logger.Info("cairn: resending after the connection's node was lost", "message", ms[0].ID, "err", serr)
-		if !stopping {
-			c.linkDown(l, serr)
-			continue
-		}
-		// A stopping node answers the sends it is serving before it ends
-		// the link; closing the link now would cut those off.
-		if err := c.awaitLinkEnd(ctx, l, serr); err != nil {
-			return nil, final()
+		if l.isDown() {
+			// Lost before the send: it would fail without leaving.
+			// Whoever ended it reconnects.
+			return nil, true, nil
 		}
 	}
+	b.req.Direct = onSendLink
+	resp, answered, serr := sendOn(ctx, l, b.req, b.id)
+	if serr == nil {
+		return resp, false, nil
+	}
+	if onSendLink && !answered && errors.Is(serr, ErrDeliveryUnknown) {
+		// The connection's node would have named the member.
+		serr = fmt.Errorf("%w (sent straight to the host of member %s, node %s)", serr, direct.member, direct.node)
+	}
+	again, err = b.failed(ctx, l, onSendLink, answered, serr)
+	return nil, again, err
+}
+
+// failed says, after a try on l failed with serr, whether to try again or
+// what the send's error is.
+func (b *batchSend) failed(ctx context.Context, l *link, onSendLink, answered bool, serr error) (again bool, err error) {
+	unknown := errors.Is(serr, ErrDeliveryUnknown)
+	notSent := errors.Is(serr, ErrUnavailable)
+	// A node that says it is stopping did not store the messages; one
+	// that said Goodbye takes no more frames (the link is half-closed).
+	stopping := errors.Is(serr, transport.ErrNodeStopping) || (notSent && l.saidGoodbye())
+	final := func() error {
+		if b.mayBeStored && notSent {
+			return fmt.Errorf("%w: message %s may or may not have been enqueued by an earlier try: %v", ErrDeliveryUnknown, b.id, serr)
+		}
+		return serr
+	}
+	// The caller's own deadline says nothing against the host.
+	hostFailed := ctx.Err() == nil || l.isDown()
+	if onSendLink && (notSent || unknown) && hostFailed {
+		// The host is lost, stopping or no longer one (its node tries
+		// once, SendRequest.direct): the connection's node takes the
+		// destination's sends, and waits for an election if need be.
+		b.c.dropRoute(b.dest, l, serr)
+		if ctx.Err() == nil && (notSent || b.idempotent) {
+			b.mayBeStored = b.mayBeStored || !notSent
+			return true, nil
+		}
+	}
+	if ctx.Err() != nil || (answered && !stopping) || !(notSent || b.idempotent) {
+		return false, final()
+	}
+	// The node is lost or stopping. Resending is safe, since it never
+	// left or the dedup ids make a copy harmless; the server sends a
+	// message with a dedup id to the member its id names, whichever
+	// node forwards it.
+	b.mayBeStored = b.mayBeStored || !notSent
+	b.c.opts.Logger.Info("cairn: resending after the connection's node was lost", "message", b.id, "err", serr)
+	if !stopping {
+		b.c.linkDown(l, serr)
+		return true, nil
+	}
+	// A stopping node answers the sends it is serving before it ends
+	// the link; closing the link now would cut those off.
+	if err := b.c.awaitLinkEnd(ctx, l, serr); err != nil {
+		return false, final()
+	}
+	return true, nil
 }
 
 // sendOn sends a request once on link l: as a frame on its stream when the

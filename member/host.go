@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/cairnmq/cairn/cluster/raftgroup"
 
@@ -100,4 +101,21 @@ func (h *raftHost) close(destroy bool) error {
 	}
 	h.wg.Wait()
 	return err
+}
+
+// runEvery runs tick at each interval on a goroutine counted in wg, until
+// stop is closed.
+func runEvery(wg *sync.WaitGroup, stop <-chan struct{}, interval time.Duration, tick func()) {
+	wg.Go(func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			tick()
+		}
+	})
 }

@@ -209,23 +209,6 @@ func (r *Replica) every(interval time.Duration, tick func()) {
 	runEvery(&r.wg, r.stop, interval, tick)
 }
 
-// runEvery runs tick at each interval on a goroutine counted in wg, until
-// stop is closed.
-func runEvery(wg *sync.WaitGroup, stop <-chan struct{}, interval time.Duration, tick func()) {
-	wg.Go(func() {
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
-			tick()
-		}
-	})
-}
-
 // Name is the member's address.
 func (r *Replica) Name() string { return r.cfg.Name }
 
