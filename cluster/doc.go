@@ -22,9 +22,10 @@
 //     to preferred hosts.
 //   - clientService (service.go) and connections (connection.go,
 //     consumers.go, attachment.go, tx.go): the client API; destinations.go
-//     administers destinations; frontend.go validates and carries out
-//     sends (Node.enqueue runs the router's destination.SendPlan) and pins
-//     consumers.
+//     administers destinations; send.go validates and carries out sends
+//     (Node.enqueue runs the router's destination.SendPlan); address.go
+//     resolves what an address names and pins consumers; errors.go is
+//     the client boundary's error table.
 //   - peers and peerService (peers.go, peer_server.go): the peer API,
 //     which relays commands to a member's host and streams its deliveries.
 //   - the router's view (view.go): which node hosts each member

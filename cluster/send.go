@@ -1,5 +1,8 @@
 package cluster
 
+// A client's send on the front-end: checked, its messages built, and
+// stored on a member as the router's SendPlan says (enqueue).
+
 import (
 	"context"
 	"errors"
@@ -11,7 +14,6 @@ import (
 	"github.com/cairnmq/cairn/destination"
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
-	"github.com/cairnmq/cairn/member"
 	"github.com/cairnmq/cairn/transport"
 	"github.com/cairnmq/cairn/transport/clientpb"
 )
@@ -32,119 +34,6 @@ const (
 	maxExpirationUnixMs = 7258118400000 // 2200-01-01
 	maxTTLMillis        = 100 * 365 * 24 * 3600 * 1000
 )
-
-// clientErrors is the client boundary's table: the errors of the layers
-// below and the client API's typed error each becomes (transport/errors.go
-// then gives each its wire reason and gRPC code). The first match wins.
-var clientErrors = []struct{ from, to error }{
-	{fsm.ErrInvalidName, transport.ErrInvalidName},
-	{fsm.ErrDestinationExists, transport.ErrDestinationExists},
-	{fsm.ErrUnknownDestination, transport.ErrUnknownDestination},
-	{fsm.ErrMemberFull, transport.ErrDestinationFull},
-	{fsm.ErrSealed, transport.ErrUnavailable},
-	{fsm.ErrInvalidMessage, transport.ErrInvalidArgument},
-	{fsm.ErrInvalidSettings, transport.ErrInvalidArgument},
-	{fsm.ErrDuplicateMessageID, transport.ErrInvalidArgument},
-	{fsm.ErrMalformed, transport.ErrMalformed},
-	{fsm.ErrUnknownSession, transport.ErrLostServer},
-	{fsm.ErrSessionOwned, transport.ErrLostServer},
-	{destination.ErrNotSent, transport.ErrUnavailable}, // member.ErrNotLeader, member.ErrBusy
-	{member.ErrStopped, transport.ErrUnavailable},
-	{destination.ErrOutcomeUnknown, transport.ErrUnavailable},
-}
-
-// wireError gives an error of the layers below the client API's type
-// (clientErrors), keeping its text. One that has a client type already,
-// or is its caller's context ending, is returned as it is.
-func wireError(err error) error {
-	if err == nil || transport.Typed(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	for _, e := range clientErrors {
-		if errors.Is(err, e.from) {
-			return &typedError{kind: e.to, err: err}
-		}
-	}
-	return err
-}
-
-// typedError gives an error of a lower layer the client API's type, keeping
-// its text: "cairn: " and the lower layer's words.
-type typedError struct{ kind, err error }
-
-func (e *typedError) Error() string   { return "cairn: " + e.err.Error() }
-func (e *typedError) Unwrap() []error { return []error{e.kind, e.err} }
-
-// resolve finds a destination, creating it on first use unless the node runs
-// with --no-auto-create.
-func (n *Node) resolve(ctx context.Context, name string) (*fsmpb.Destination, error) {
-	if d, ok := n.meta.destination(name); ok {
-		return d, nil
-	}
-	if n.cfg.NoAutoCreate {
-		return nil, fmt.Errorf("%w: %q does not exist and this node does not create destinations on first use (--no-auto-create); create it with: cairn queue create %s", transport.ErrUnknownDestination, name, name)
-	}
-	return n.ensure(ctx, name)
-}
-
-// ensure returns the destination name, creating it with the defaults if it
-// does not exist.
-func (n *Node) ensure(ctx context.Context, name string) (*fsmpb.Destination, error) {
-	if d, ok := n.meta.destination(name); ok {
-		return d, nil
-	}
-	d, err := n.createDestination(ctx, &clientpb.CreateDestinationRequest{Name: name})
-	if errors.Is(err, transport.ErrDestinationExists) {
-		if d, ok := n.meta.destination(name); ok {
-			return d, nil
-		}
-	}
-	return d, err
-}
-
-// memberOf resolves an address (NAME or NAME#I) to its destination and, for
-// NAME#I, the member index (-1 for a plain name).
-func (n *Node) memberOf(ctx context.Context, addr string, create bool) (*fsmpb.Destination, int, error) {
-	name, idx, err := fsm.ParseAddress(addr)
-	if err != nil {
-		return nil, 0, wireError(err)
-	}
-	var d *fsmpb.Destination
-	if _, exists := n.meta.destination(name); !exists && create && idx >= 0 {
-		// NAME#I of a destination that does not exist yet: refuse before
-		// creating one that would not have member I.
-		if nodes := len(n.placementNodes(ctx)); idx >= nodes {
-			return nil, 0, fmt.Errorf("%w: %s does not exist, and created now it would have %d members; %s names member %d", transport.ErrUnknownDestination, name, nodes, addr, idx)
-		}
-	}
-	if create {
-		d, err = n.resolve(ctx, name)
-	} else if dd, ok := n.meta.destination(name); ok {
-		d = dd
-	} else {
-		err = fmt.Errorf("%w: %q", transport.ErrUnknownDestination, name)
-	}
-	if err != nil {
-		return nil, 0, err
-	}
-	if idx >= len(d.Members) {
-		return nil, 0, fmt.Errorf("%w: %s has %d members (%s to %s); %s does not exist", transport.ErrUnknownDestination,
-			name, len(d.Members), fsm.MemberName(name, 0), fsm.MemberName(name, uint32(len(d.Members)-1)), addr)
-	}
-	return d, idx, nil
-}
-
-// pinConsumer chooses the member a new consumer of addr is pinned to.
-func (n *Node) pinConsumer(ctx context.Context, addr string) (string, error) {
-	d, idx, err := n.memberOf(ctx, addr, true)
-	if err != nil {
-		return "", err
-	}
-	if idx < 0 {
-		idx = destination.Pin(n.candidates(d), n.rotation.Add(1))
-	}
-	return fsm.MemberName(d.Name, uint32(idx)), nil
-}
 
 func (n *Node) validateSend(req *clientpb.SendRequest) error {
 	if len(req.Messages) == 0 {
@@ -222,38 +111,6 @@ func (n *Node) send(ctx context.Context, req *clientpb.SendRequest) (*clientpb.S
 		resp.Results[i] = &clientpb.SendResult{Id: e.ID, Member: name, Duplicate: e.Duplicate}
 	}
 	return resp, nil
-}
-
-// directHost names the node hosting member name (its id and client
-// address), when every send to the address asked for goes to that member
-// (the destination has one member, or the address names it): the client
-// then sends there directly (SendResponse.host_addr). Both are empty when
-// the router spreads the sends, or no live host is known now; it never
-// waits to learn one.
-func (n *Node) directHost(d *fsmpb.Destination, idx int, name string) (node, addr string) {
-	if idx < 0 && len(d.Members) != 1 {
-		return "", ""
-	}
-	r, node, _ := n.knownHost(name)
-	if r != nil {
-		node = n.cfg.NodeID
-	}
-	if addr := n.clientAddrOf(node); addr != "" {
-		return node, addr
-	}
-	return "", ""
-}
-
-// clientAddrOf is the client address of a node: this node's, or another's
-// that gossip holds alive; empty when none is known.
-func (n *Node) clientAddrOf(node string) string {
-	if node == n.cfg.NodeID {
-		return n.addrs.Client
-	}
-	if addr, ok := n.gossip.clientAddr(node); ok {
-		return addr
-	}
-	return ""
 }
 
 // buildMessages makes a send's messages as stored: ids given where missing,
