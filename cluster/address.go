@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/cairnmq/cairn/cluster/frontend"
 	"github.com/cairnmq/cairn/destination"
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
@@ -48,7 +49,7 @@ func (n *Node) ensure(ctx context.Context, name string) (*fsmpb.Destination, err
 func (n *Node) memberOf(ctx context.Context, addr string, create bool) (*fsmpb.Destination, int, error) {
 	name, idx, err := fsm.ParseAddress(addr)
 	if err != nil {
-		return nil, 0, wireError(err)
+		return nil, 0, frontend.WireError(err)
 	}
 	var d *fsmpb.Destination
 	if _, exists := n.meta.destination(name); !exists && create && idx >= 0 {

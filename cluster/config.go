@@ -9,6 +9,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/cairnmq/cairn/cluster/frontend"
+
 	"github.com/cairnmq/cairn/cluster/raftgroup"
 
 	"github.com/hashicorp/memberlist"
@@ -111,7 +113,7 @@ const (
 	DefaultMaxMessageBytes = 1 << 20
 	// MaxMaxMessageBytes is the largest --max-message-bytes: a
 	// transaction holds at least one message of the largest size.
-	MaxMaxMessageBytes = maxTxBytes
+	MaxMaxMessageBytes = frontend.MaxTxBytes
 	// DefaultSnapshotTransfers and DefaultSnapshotRateMiB pace snapshot
 	// sends (Config.SnapshotTransfers): a 1 Gbit/s link carries about
 	// 119 MiB/s, so a repair takes at most about half of it.

@@ -10,83 +10,10 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/peer"
 
 	"github.com/cairnmq/cairn/transport"
 	"github.com/cairnmq/cairn/transport/clientpb"
 )
-
-// goodbyeGrace is how long a connection ended on purpose waits, once its
-// Goodbye is queued, for the client to half-close the stream before it is
-// cut regardless (a client that does not read, or predates half-closing).
-const goodbyeGrace = time.Second
-
-// sendsGrace bounds how long a connection ended on purpose waits for the
-// sends it is serving to be answered: as long as a graceful stop lets unary
-// calls finish.
-const sendsGrace = 2 * time.Second
-
-func remoteAddr(ctx context.Context) string {
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		return p.Addr.String()
-	}
-	return ""
-}
-
-// goodbye ends the connection on purpose: the client reads why before the
-// stream ends. destroyed tells it not to reconnect; otherwise it reconnects
-// to another node at once instead of waiting to notice the silence. Sends
-// already on their way are answered first (for up to sendsGrace), as a
-// graceful stop lets unary calls finish; later ones are refused.
-func (c *connection) goodbye(destroyed bool, reason string) {
-	c.mu.Lock()
-	if c.closing != nil {
-		// Already said: the first reason stands, and one Goodbye goes.
-		c.mu.Unlock()
-		return
-	}
-	if destroyed {
-		c.closing = fmt.Errorf("%w: %s", transport.ErrUnavailable, reason)
-	} else {
-		c.closing = fmt.Errorf("%w: %s", transport.ErrNodeStopping, reason)
-	}
-	c.mu.Unlock()
-	answered := make(chan struct{})
-	go func() { c.sends.Wait(); close(answered) }()
-	select {
-	case <-answered:
-	case <-time.After(sendsGrace):
-		c.n.log.Warn("connection ends with sends unanswered", "connection", c.id, "waited", sendsGrace)
-	}
-	// The stream stays open until the client half-closes it (serve), so a
-	// send that crossed the Goodbye on the wire is still refused, not left
-	// unanswered; a client that does not is cut off after goodbyeGrace.
-	c.out.push(&clientpb.ServerFrame{Frame: &clientpb.ServerFrame_Goodbye{Goodbye: &clientpb.Goodbye{Destroyed: destroyed, Reason: reason}}})
-	time.AfterFunc(goodbyeGrace, c.cancel)
-}
-
-func (c *connection) info() *clientpb.ConnectionInfo {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return &clientpb.ConnectionInfo{
-		Id: c.id, Node: c.n.cfg.NodeID, ClientId: c.clientID, RemoteAddr: c.remote,
-		Sessions: uint32(len(c.sessions)), Consumers: uint32(len(c.consumers)), ConnectedUnixMs: c.since.UnixMilli(),
-	}
-}
-
-func (cs *connections) list() []*clientpb.ConnectionInfo {
-	cs.mu.Lock()
-	conns := make([]*connection, 0, len(cs.byID))
-	for _, c := range cs.byID {
-		conns = append(conns, c)
-	}
-	cs.mu.Unlock()
-	out := make([]*clientpb.ConnectionInfo, len(conns))
-	for i, c := range conns {
-		out[i] = c.info()
-	}
-	return out
-}
 
 // peerClientTimeout bounds one node's answer when another gathers the
 // cluster's connections or relays a destroy.
@@ -107,7 +34,7 @@ func (n *Node) onClientAPI(ctx context.Context, addr string, fn func(context.Con
 // listConnections gathers the connections of every live node (or of this
 // one only); nodes that do not answer are named, not waited for.
 func (n *Node) listConnections(ctx context.Context, localOnly bool) *clientpb.ListConnectionsResponse {
-	resp := &clientpb.ListConnectionsResponse{Connections: n.conns.list()}
+	resp := &clientpb.ListConnectionsResponse{Connections: n.conns.List()}
 	if !localOnly {
 		var mu sync.Mutex
 		var wg sync.WaitGroup
@@ -141,11 +68,7 @@ func (n *Node) listConnections(ctx context.Context, localOnly bool) *clientpb.Li
 // destroyConnection ends a connection for good, on whichever node serves
 // it: connection ids start with the serving node's id.
 func (n *Node) destroyConnection(ctx context.Context, id string) error {
-	n.conns.mu.Lock()
-	c := n.conns.byID[id]
-	n.conns.mu.Unlock()
-	if c != nil {
-		c.goodbye(true, fmt.Sprintf("connection %s was destroyed by an operator", id))
+	if n.conns.Destroy(id) {
 		return nil
 	}
 	cut := strings.LastIndex(id, "-")
@@ -160,4 +83,16 @@ func (n *Node) destroyConnection(ctx context.Context, id string) error {
 		}
 	}
 	return fmt.Errorf("%w: no live node serves connection %q (cairn connection list shows the connections there are)", transport.ErrUnknownConnection, id)
+}
+
+// clientAddrs are the client addresses of the live nodes, this node's first:
+// a client reconnects to them when it loses this node.
+func (n *Node) clientAddrs() []string {
+	out := []string{n.addrs.Client}
+	for _, m := range n.gossip.members() {
+		if m.ID != n.cfg.NodeID && m.State == "alive" && m.Meta.Client != "" {
+			out = append(out, m.Meta.Client)
+		}
+	}
+	return out
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/destination"
+
 	"github.com/cairnmq/cairn/test/wait"
 
 	"github.com/cairnmq/cairn/client"
@@ -90,7 +92,7 @@ func TestDD_PartitionedMemberSendsGoElsewhere(t *testing.T) {
 	p := mustProducer(t, mustSession(t, c, client.AutoAck), queue)
 	for i := range n {
 		body := fmt.Sprint("cut-", i)
-		sctx, cancel := context.WithTimeout(context.Background(), routeWindow+10*time.Second)
+		sctx, cancel := context.WithTimeout(context.Background(), destination.RouteWindow+10*time.Second)
 		start := time.Now()
 		r, err := p.Send(sctx, &client.Message{Body: []byte(body)})
 		cancel()
@@ -203,7 +205,7 @@ func ddHostKill(t *testing.T, queue string, idempotent, direct bool) *ddRun {
 				after := crashed.Load()
 				body := fmt.Sprintf("%s/s%d/%d", queue, s, k)
 				m := &client.Message{ID: body, Body: []byte(body)}
-				sctx, cancel := context.WithTimeout(runCtx, routeWindow+20*time.Second)
+				sctx, cancel := context.WithTimeout(runCtx, destination.RouteWindow+20*time.Second)
 				r, err := p.Send(sctx, m)
 				cancel()
 				hist.Sending(body)
@@ -245,7 +247,7 @@ func ddHostKill(t *testing.T, queue string, idempotent, direct bool) *ddRun {
 	stop.Store(true)
 	select {
 	case <-finished:
-	case <-time.After(routeWindow + 30*time.Second):
+	case <-time.After(destination.RouteWindow + 30*time.Second):
 		t.Fatal("the senders did not finish")
 	}
 	mu.Lock()

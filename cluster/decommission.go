@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cairnmq/cairn/cluster/frontend"
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 	"github.com/cairnmq/cairn/transport"
@@ -27,7 +28,7 @@ func (n *Node) Decommission(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	if _, err := n.meta.apply(ctx, &fsmpb.DecommissionNode{Id: id}); err != nil {
-		return 0, wireError(err)
+		return 0, frontend.WireError(err)
 	}
 	n.log.Info("decommissioning: moving this node's replicas to other nodes", "members", held)
 	t := time.NewTicker(250 * time.Millisecond)
@@ -41,7 +42,7 @@ func (n *Node) Decommission(ctx context.Context) (int, error) {
 		}
 	}
 	if _, err := n.meta.apply(ctx, &fsmpb.RemoveNode{Id: id}); err != nil {
-		return held, wireError(err)
+		return held, frontend.WireError(err)
 	}
 	n.log.Info("decommissioned: every replica moved, node removed from the cluster; stopping", "members", held)
 	return held, n.Leave(ctx)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cairnmq/cairn/cluster/frontend"
 	"github.com/cairnmq/cairn/cluster/placement"
 
 	"google.golang.org/protobuf/proto"
@@ -21,7 +22,7 @@ import (
 // live nodes and commits it in the meta group.
 func (n *Node) createDestination(ctx context.Context, req *clientpb.CreateDestinationRequest) (*fsmpb.Destination, error) {
 	if err := fsm.ValidateName(req.Name); err != nil {
-		return nil, wireError(err)
+		return nil, frontend.WireError(err)
 	}
 	switch req.Kind {
 	case clientpb.DestinationKind_DESTINATION_KIND_QUEUE, clientpb.DestinationKind_DESTINATION_KIND_UNKNOWN:
@@ -78,7 +79,7 @@ func (n *Node) createDestination(ctx context.Context, req *clientpb.CreateDestin
 			break
 		}
 		if attempt == 3 || !errors.Is(err, fsm.ErrInvalidSettings) {
-			return nil, wireError(err)
+			return nil, frontend.WireError(err)
 		}
 	}
 	n.groups.poke()
@@ -153,7 +154,7 @@ func (n *Node) updateDestination(ctx context.Context, req *clientpb.UpdateDestin
 			return nil, fmt.Errorf("%w: a replication factor of %d needs %d live nodes; the cluster has %d", transport.ErrInvalidArgument, replicas, replicas, len(nodes))
 		}
 		if _, err := n.meta.apply(ctx, &fsmpb.SetReplicas{Name: d.Name, Replicas: req.Replicas}); err != nil {
-			return nil, wireError(err)
+			return nil, frontend.WireError(err)
 		}
 		n.log.Info("destination's replication factor changed; its members are renewed to it", "name", d.Name, "replicas", replicas)
 	}
@@ -202,7 +203,7 @@ func (n *Node) resizeDestination(ctx context.Context, d *fsmpb.Destination, want
 		if len(cmd.Add) > 0 && errors.Is(err, fsm.ErrInvalidSettings) {
 			err = fmt.Errorf("%w (%s changed while this update was placed; run it again)", err, d.Name)
 		}
-		return wireError(err)
+		return frontend.WireError(err)
 	}
 	n.groups.poke()
 	n.log.Info("destination resized", "name", d.Name, "members", want, "added", len(cmd.Add))
@@ -223,7 +224,7 @@ const (
 	maxDelayMillis            = 7 * 24 * 3600 * 1000
 	// maxDedupIDs bounds a member's dedup window: each id costs about 100
 	// bytes on every replica and in every snapshot. The minimums keep the
-	// window well over routeWindow and a move's retries.
+	// window well over destination.RouteWindow and a move's retries.
 	maxDedupIDs    = 10_000_000
 	minDedupIDs    = 1000
 	minDedupWindow = 30 * time.Second
@@ -352,7 +353,7 @@ func (n *Node) purge(ctx context.Context, addr string) (uint64, error) {
 		}
 		res, err := n.submit(ctx, fsm.MemberName(d.Name, p.Index), &fsmpb.Purge{})
 		if err != nil {
-			return total, wireError(err)
+			return total, frontend.WireError(err)
 		}
 		total += uint64(res.Removed)
 	}
@@ -361,10 +362,10 @@ func (n *Node) purge(ctx context.Context, addr string) (uint64, error) {
 
 func (n *Node) deleteDestination(ctx context.Context, name string) error {
 	if err := fsm.ValidateName(name); err != nil {
-		return wireError(err)
+		return frontend.WireError(err)
 	}
 	if _, err := n.meta.apply(ctx, &fsmpb.DeleteDestination{Name: name}); err != nil {
-		return wireError(err)
+		return frontend.WireError(err)
 	}
 	n.groups.poke()
 	n.log.Info("destination deleted", "name", name)

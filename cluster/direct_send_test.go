@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/destination"
+
 	"github.com/cairnmq/cairn/test/wait"
 
 	"github.com/cairnmq/cairn/client"
@@ -57,7 +59,7 @@ func TestCluster_SendsGoStraightToTheHost(t *testing.T) {
 		if data := after.data - before.data; data > sends/10 {
 			t.Errorf("the peer connections carried %d DATA frames during %d sends: the sends were forwarded", data, sends)
 		}
-		if n := len(host.conns.list()); n != 1 {
+		if n := len(host.conns.List()); n != 1 {
 			t.Errorf("the host serves %d client connections, want the send link only", n)
 		}
 	})
@@ -77,7 +79,7 @@ func TestSend_DirectSendIsOneTry(t *testing.T) {
 		tc.crash(id)
 	}
 	wait.For(t, 10*time.Second, "the host to step down without its quorum", func() bool { return tc.hostOf("once#0") == "" })
-	sctx, cancel := context.WithTimeout(ctx, routeWindow/2)
+	sctx, cancel := context.WithTimeout(ctx, destination.RouteWindow/2)
 	defer cancel()
 	_, err := rawClient(t, tc.node(host)).Send(sctx, &clientpb.SendRequest{
 		Destination: "once", Messages: []*clientpb.Message{{Body: []byte("x"), DedupId: "d1"}}, Direct: true,
@@ -106,7 +108,7 @@ func TestCluster_DirectSendToACutOffHost(t *testing.T) {
 	p := mustProducer(t, mustSession(t, tc.dial(y), client.AutoAck), "cut")
 	wait.For(t, 10*time.Second, "the client's send link to the host", func() bool {
 		sendN(t, ctx, p, "warm-", 1)
-		return len(tc.node(x).conns.list()) > 0
+		return len(tc.node(x).conns.List()) > 0
 	})
 
 	tc.isolate(x)

@@ -1,12 +1,13 @@
 // Package cluster is a Cairn node: it binds the node's listeners, runs the
 // gossip membership (memberlist) and the meta group (destinations, their
 // placement, the node registry), opens the member replicas the meta group
-// places on this node, and serves clients as their front-end: it resolves
-// destinations, asks the router (package destination) for a member, and
-// carries requests to the member's replica.
+// places on this node, and carries the front-end's requests (package
+// frontend) to the members' hosts: it resolves destinations, drives the
+// router's plans (package destination), and relays commands.
 //
-// It owns no delivery rules (package fsm) and no Raft group internals
-// (package member). Decisions it made are argued in DESIGN.md; the words
+// It owns no delivery rules (package fsm), no Raft group internals
+// (packages member and cluster/raftgroup), no placement policy (package
+// cluster/placement) and no client connection (package cluster/frontend). Decisions it made are argued in DESIGN.md; the words
 // used here are docs/ARCHITECTURE.md's.
 //
 // The main types, by file:
@@ -15,17 +16,19 @@
 //   - gossip (gossip.go): memberlist, and what each node gossips of itself.
 //   - metaGroup (meta.go): the meta group's replica here and its leader's
 //     loop; rebalance.go carries out what package placement plans for
-//     replicas and hosts, renew.go renews members, membership.go keeps the Raft configurations in line with
-//     the registry and the placement.
+//     replicas and hosts, renew.go renews members, membership.go keeps
+//     the Raft configurations in line with the registry and the
+//     placement.
 //   - groups (groups.go): the member replicas open here, opened, closed
 //     and destroyed as the placement changes; hosts.go moves leaderships
 //     to preferred hosts.
-//   - clientService (service.go) and connections (connection.go,
-//     consumers.go, attachment.go, tx.go): the client API; destinations.go
-//     administers destinations; send.go validates and carries out sends
-//     (Node.enqueue runs the router's destination.SendPlan); address.go
-//     resolves what an address names and pins consumers; errors.go is
-//     the client boundary's error table.
+//   - clientAPI and adminAPI (clientapi.go): the node as package
+//     frontend asks it; destinations.go administers destinations,
+//     connadmin.go lists and destroys connections cluster-wide; send.go
+//     validates and carries out sends (Node.enqueue runs the router's
+//     destination.SendPlan); address.go resolves what an address names
+//     and pins consumers; tx.go coordinates transactions' commits;
+//     consume_remote.go links a consumer to a host on another node.
 //   - peers and peerService (peers.go, peer_server.go): the peer API,
 //     which relays commands to a member's host and streams its deliveries.
 //   - the router's view (view.go): which node hosts each member

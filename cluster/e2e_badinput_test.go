@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/cluster/frontend"
+
 	"google.golang.org/grpc"
 
 	"github.com/cairnmq/cairn/client"
@@ -433,7 +435,7 @@ func TestBadInput_MalformedStreamFramesAreRefused(t *testing.T) {
 		t.Fatalf("open session: %v", err)
 	}
 	wantErr(t, "session opened twice", r.call(r.next(&clientpb.OpenSession{Session: 1, AckMode: clientpb.AckMode_ACK_MODE_CLIENT})), client.ErrMalformed)
-	wantErr(t, "prefetch over the maximum", r.call(r.next(&clientpb.CreateConsumer{Session: 1, Consumer: 1, Destination: "raw-q", Prefetch: MaxPrefetch + 1})), client.ErrInvalidArgument)
+	wantErr(t, "prefetch over the maximum", r.call(r.next(&clientpb.CreateConsumer{Session: 1, Consumer: 1, Destination: "raw-q", Prefetch: frontend.MaxPrefetch + 1})), client.ErrInvalidArgument)
 	wantErr(t, "consumer of an invalid name", r.call(r.next(&clientpb.CreateConsumer{Session: 1, Consumer: 1, Destination: "raw q"})), client.ErrInvalidName)
 
 	if _, err := rawClient(t, n).Send(ctx, &clientpb.SendRequest{Destination: "raw-q", Messages: []*clientpb.Message{{Id: "m1", Body: []byte("hello")}}}); err != nil {

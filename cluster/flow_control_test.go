@@ -247,7 +247,7 @@ func sendThroughAnotherNode(t *testing.T, noDirectSends bool, check func(before,
 			// is closed).
 			wait.For(t, 10*time.Second, "the client's send link to the host", func() bool {
 				sendN(t, ctx, p, fmt.Sprintf("wait-%d-", round), 1)
-				return len(tc.node(host).conns.list()) > 0
+				return len(tc.node(host).conns.List()) > 0
 			})
 		}
 		before := count(t, all...)

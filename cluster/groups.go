@@ -239,7 +239,7 @@ func (gs *groups) closeRemoved(want, elsewhere map[string]placed, existing map[s
 		}
 	}
 	gs.mu.Unlock()
-	gs.n.conns.pruneDeleted(func(name string) bool { _, ok := existing[name]; return ok })
+	gs.n.conns.PruneDeleted(func(name string) bool { _, ok := existing[name]; return ok })
 	for _, r := range gone {
 		gs.n.log.Info("destroying member replica: its destination was deleted or the member removed", "member", r.Name())
 		if err := r.Destroy(); err != nil {

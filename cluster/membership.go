@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/cairnmq/cairn/cluster/frontend"
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 	"github.com/cairnmq/cairn/member"
@@ -312,7 +313,7 @@ func (n *Node) removeNode(ctx context.Context, id string) error {
 		return fmt.Errorf("%w: node %s is alive; stop it first (or run 'cairn node leave' against it), then remove it", transport.ErrInvalidArgument, id)
 	}
 	if _, err := n.meta.apply(ctx, &fsmpb.RemoveNode{Id: id}); err != nil {
-		return wireError(err)
+		return frontend.WireError(err)
 	}
 	n.log.Info("node removed from the cluster", "id", id)
 	return nil

@@ -305,8 +305,8 @@ func (mg *metaGroup) registerNodes() error {
 func (mg *metaGroup) apply(ctx context.Context, body proto.Message) (fsm.Result, error) {
 	// A command that certainly did not reach the log (no leader known, the
 	// leader not reachable, a node that no longer leads) waits out an
-	// election, as member commands do (routeWindow).
-	deadline := time.Now().Add(routeWindow)
+	// election, as member commands do (destination.RouteWindow).
+	deadline := time.Now().Add(destination.RouteWindow)
 	for {
 		res, err := mg.applyOnce(ctx, body)
 		if !errors.Is(err, destination.ErrNotSent) || !time.Now().Before(deadline) {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/destination"
+
 	"github.com/cairnmq/cairn/client/history"
 	"github.com/cairnmq/cairn/test/wait"
 
@@ -21,7 +23,7 @@ import (
 // On the isolated node, a send to a member that the majority hosts fails
 // within the routing window with a clear error: ErrUnavailable, since the
 // forward to the host cannot even be opened (the link refuses the dial), so
-// the router knows nothing was sent, retries until routeWindow and gives up
+// the router knows nothing was sent, retries until destination.RouteWindow and gives up
 // ("member has no reachable host"). ErrDeliveryUnknown is the other
 // acceptable answer, for a send that raced the cut on a forward stream that
 // was already open: then the command may have reached the host.
@@ -110,7 +112,7 @@ func TestCluster_MinorityPartition_IsolatedNodeRefusesMajorityServesNothingLost(
 	}
 	toMajority, toOwn := make(chan outcome, 1), make(chan outcome, 1)
 	isolatedSend := func(p *client.Producer, dest string, out chan<- outcome) {
-		sctx, cancel := context.WithTimeout(context.Background(), routeWindow+10*time.Second)
+		sctx, cancel := context.WithTimeout(context.Background(), destination.RouteWindow+10*time.Second)
 		defer cancel()
 		start := time.Now()
 		err := h.send(sctx, p, "iso/"+x+"/"+dest)
@@ -161,8 +163,8 @@ func TestCluster_MinorityPartition_IsolatedNodeRefusesMajorityServesNothingLost(
 	default:
 		t.Fatalf("send on isolated %s to %s: %v after %v; want ErrUnavailable or ErrDeliveryUnknown", x, my, o.err, o.took)
 	}
-	if o.took > routeWindow+3*time.Second {
-		t.Errorf("the isolated send took %v to fail; the routing window is %v", o.took, routeWindow)
+	if o.took > destination.RouteWindow+3*time.Second {
+		t.Errorf("the isolated send took %v to fail; the routing window is %v", o.took, destination.RouteWindow)
 	}
 	o = <-toOwn
 	t.Logf("send on isolated %s to its own former member %s: %v after %v", x, mx, o.err, o.took.Round(time.Millisecond))

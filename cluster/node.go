@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cairnmq/cairn/cluster/frontend"
 	"github.com/cairnmq/cairn/cluster/raftgroup"
 
 	"github.com/hashicorp/raft"
@@ -62,7 +63,7 @@ type Node struct {
 	health               *health.Server
 	httpSrv              *http.Server
 
-	conns     *connections
+	conns     *frontend.Connections
 	peers     *peers
 	hostCache hostCache
 	loads     loads
@@ -126,7 +127,7 @@ func Start(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.addrs.Gossip = n.gossip.addr()
-	n.conns = newConnections(n)
+	n.conns = frontend.NewConnections(clientAPI{n})
 	n.peers = newPeers(n)
 	n.groups = newGroups(n)
 	if n.meta, err = openMeta(n); err != nil {
@@ -284,12 +285,12 @@ func (n *Node) startServers() {
 	// The keepalive finds a client cut off without a word (a pulled cable,
 	// a partition): the server's heartbeats go nowhere, the ping goes
 	// unanswered, and the connection ends, releasing the messages its
-	// sessions held, within clientKeepalive twice. A quiet client sends
+	// sessions held, within frontend.ClientKeepalive twice. A quiet client sends
 	// nothing (the heartbeats are the server's), so its connection carries
-	// that ping and its ack every clientKeepalive.
+	// that ping and its ack every frontend.ClientKeepalive.
 	n.grpcClient = grpc.NewServer(append(transport.ServerOptions(), grpc.MaxRecvMsgSize(frame), grpc.MaxSendMsgSize(math.MaxInt32),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: clientKeepalive, Timeout: clientKeepalive}))...)
-	clientpb.RegisterClientServiceServer(n.grpcClient, &clientService{n: n})
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: frontend.ClientKeepalive, Timeout: frontend.ClientKeepalive}))...)
+	clientpb.RegisterClientServiceServer(n.grpcClient, frontend.NewService(clientAPI{n}, adminAPI{n}, n.conns))
 	healthpb.RegisterHealthServer(n.grpcClient, n.health)
 	reflection.Register(n.grpcClient)
 
@@ -321,7 +322,7 @@ func (n *Node) maxWire() int { return transport.FrameLimit(n.cfg.MaxMessageBytes
 
 // maxPeerFrame bounds one frame between nodes: as much as gRPC carries.
 // Peers send what they built from checked input (a transaction's sends,
-// up to maxTxBytes, travel in one command), so a lower limit would only
+// up to frontend.MaxTxBytes, travel in one command), so a lower limit would only
 // break a legitimate stream, and it would be a second number that every
 // node's setting must agree with (cluster/DESIGN.md, "Frame limits").
 const maxPeerFrame = math.MaxInt32
@@ -515,7 +516,7 @@ func (n *Node) halt(graceful bool) {
 		if graceful {
 			n.leaving.Store(true)
 			n.handOver(context.Background())
-			n.conns.closeAll(5 * time.Second)
+			n.conns.CloseAll(5 * time.Second)
 			// Unary calls in flight (a LeaveNode) get their answer.
 			stopped := make(chan struct{})
 			go func() { n.grpcClient.GracefulStop(); close(stopped) }()
@@ -524,7 +525,7 @@ func (n *Node) halt(graceful bool) {
 			case <-time.After(2 * time.Second):
 			}
 		} else {
-			n.conns.abandonAll()
+			n.conns.AbandonAll()
 		}
 		n.grpcClient.Stop()
 		n.grpcPeer.Stop()

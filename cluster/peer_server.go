@@ -100,15 +100,15 @@ func (s *peerService) Consume(stream peerpb.PeerService_ConsumeServer) error {
 	if !ok || !r.Leading() {
 		return stream.Send(&peerpb.ConsumeEvent{Event: &peerpb.ConsumeEvent_Gone{Gone: s.n.notHosting(a.Member)}})
 	}
-	out := newOutbox[*peerpb.ConsumeEvent]()
+	out := transport.NewOutbox[*peerpb.ConsumeEvent]()
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	writeErr := make(chan error, 1)
-	go func() { writeErr <- out.run(ctx, stream.Send) }()
+	go func() { writeErr <- out.Run(ctx, stream.Send) }()
 	gone := make(chan error, 1)
 	c := &member.Consumer{
 		ID: a.Consumer, Session: a.Session,
-		Push: func(ds []fsm.Delivery) bool { return out.push(deliveryEvents(ds, s.n.maxWire())...) },
+		Push: func(ds []fsm.Delivery) bool { return out.Push(deliveryEvents(ds, s.n.maxWire())...) },
 		Gone: func(err error) {
 			select {
 			case gone <- err:
@@ -123,7 +123,7 @@ func (s *peerService) Consume(stream peerpb.PeerService_ConsumeServer) error {
 		r.RemoveConsumer(c.ID)
 		// What is still queued never reached the front-end.
 		var ids []uint64
-		for _, ev := range out.stop() {
+		for _, ev := range out.Stop() {
 			for _, d := range ev.GetDeliveries().GetDeliveries() {
 				ids = append(ids, d.DeliveryId)
 			}
@@ -132,7 +132,7 @@ func (s *peerService) Consume(stream peerpb.PeerService_ConsumeServer) error {
 			r.GiveBack(a.Session, ids)
 		}
 	}()
-	out.push(&peerpb.ConsumeEvent{Event: &peerpb.ConsumeEvent_Attached{Attached: true}})
+	out.Push(&peerpb.ConsumeEvent{Event: &peerpb.ConsumeEvent_Attached{Attached: true}})
 	credits := make(chan error, 1)
 	go func() {
 		for {
@@ -152,8 +152,8 @@ func (s *peerService) Consume(stream peerpb.PeerService_ConsumeServer) error {
 		if errors.Is(err, fsm.ErrUnknownSession) {
 			code = codeNoMember
 		}
-		out.push(&peerpb.ConsumeEvent{Event: &peerpb.ConsumeEvent_Gone{Gone: &peerpb.Error{Code: code, Message: err.Error()}}})
-		out.closeAfterFlush()
+		out.Push(&peerpb.ConsumeEvent{Event: &peerpb.ConsumeEvent_Gone{Gone: &peerpb.Error{Code: code, Message: err.Error()}}})
+		out.CloseAfterFlush()
 		<-writeErr
 		return nil
 	case <-credits:

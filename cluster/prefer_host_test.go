@@ -47,7 +47,7 @@ func TestCluster_PreferHostOfConnectsToTheHost(t *testing.T) {
 	if got := string(recv(t, k).Body); got != "hello" {
 		t.Fatalf("received %q, want hello", got)
 	}
-	if served := len(tc.node(nearHost).conns.list()); served != 1 || conn.Node() != nearHost {
+	if served := len(tc.node(nearHost).conns.List()); served != 1 || conn.Node() != nearHost {
 		t.Errorf("the host %s serves %d client connections and the consumer is on %s: want the consumer's own, on the host", nearHost, served, conn.Node())
 	}
 }

@@ -20,29 +20,24 @@ import (
 // member a command goes to is the router's (package destination); this
 // file only gets it there.
 
-// routeWindow bounds how long a command keeps looking for its member's host
-// through an election: a host failure is detected, a new leader elected and
-// its takeover done well within it.
-const routeWindow = 10 * time.Second
-
 // submitAsync runs a member command on the member's host, wherever it is.
 // Commands submitted for one member from one goroutine reach the host in
 // order. A command that did not reach the host's log (no host yet, not the
-// leader any more) is sent again, to the new host, until routeWindow passes;
+// leader any more) is sent again, to the new host, until destination.RouteWindow passes;
 // one that may have reached it and got no answer is not: done gets an error
 // wrapping destination.ErrOutcomeUnknown. done must not block.
 func (n *Node) submitAsync(name string, body proto.Message, done func(fsm.Result, error)) {
-	n.attempt(name, body, time.Now().Add(routeWindow), done)
+	n.attempt(name, body, time.Now().Add(destination.RouteWindow), done)
 }
 
 // submitRepeatable is submitAsync for a command that its member applies
 // once however often it comes (a Recover naming its attempt): one that got
 // no answer, because its leader stepped down under it, is sent again too,
-// until routeWindow passes, so a failover costs the client a slower answer
+// until destination.RouteWindow passes, so a failover costs the client a slower answer
 // rather than an error it cannot act on. If the window ends after such a
 // try, the error still says the outcome is unknown.
 func (n *Node) submitRepeatable(name string, body proto.Message, done func(fsm.Result, error)) {
-	deadline := time.Now().Add(routeWindow)
+	deadline := time.Now().Add(destination.RouteWindow)
 	plan := destination.PlanRepeat() // tries run one after another: no lock needed
 	var try func()
 	try = func() {
@@ -121,7 +116,7 @@ func (n *Node) attempt(name string, body proto.Message, deadline time.Time, done
 // submit runs a member command on its host and waits for the result; a
 // rejection is returned as the error, as well as in the result.
 func (n *Node) submit(ctx context.Context, name string, body proto.Message) (fsm.Result, error) {
-	return n.submitBy(ctx, name, body, time.Now().Add(routeWindow))
+	return n.submitBy(ctx, name, body, time.Now().Add(destination.RouteWindow))
 }
 
 // submitBy is submit that stops looking for the member's host at deadline.

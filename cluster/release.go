@@ -10,7 +10,7 @@ import (
 
 // A session release that failed is tried again after a backoff that starts
 // at releaseRetryMin and doubles up to releaseRetryMax. Each attempt itself
-// looks for the member's host for up to routeWindow.
+// looks for the member's host for up to destination.RouteWindow.
 const (
 	releaseRetryMin = 250 * time.Millisecond
 	releaseRetryMax = 30 * time.Second

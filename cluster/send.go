@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/cairnmq/cairn/cluster/frontend"
 	"github.com/cairnmq/cairn/destination"
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
@@ -87,7 +88,7 @@ func (n *Node) send(ctx context.Context, req *clientpb.SendRequest) (*clientpb.S
 		return nil, err
 	}
 	msgs, idempotent := n.buildMessages(d, req)
-	window := routeWindow
+	window := destination.RouteWindow
 	if req.Direct {
 		window = 0
 	}
@@ -103,7 +104,7 @@ func (n *Node) send(ctx context.Context, req *clientpb.SendRequest) (*clientpb.S
 			}
 			return nil, fmt.Errorf("%w: message %s on member %s may or may not have been enqueued (%v); %s", transport.ErrDeliveryUnknown, msgs[0].Id, name, err, resent)
 		}
-		return nil, wireError(err)
+		return nil, frontend.WireError(err)
 	}
 	resp := &clientpb.SendResponse{Results: make([]*clientpb.SendResult, len(res.Enqueued))}
 	resp.HostNode, resp.HostAddr = n.directHost(d, idx, name)

@@ -142,3 +142,32 @@ func (n *Node) groupReports(ctx context.Context, nodes []*clientpb.NodeStatus) m
 	wg.Wait()
 	return out
 }
+
+// groupStatus describes one Raft group from its replicas' reports: the
+// leader, the leader's commit index, and each replica's progress.
+func groupStatus(name string, replicas []string, reports map[string]map[string]*peerpb.GroupReplica) *clientpb.GroupStatus {
+	gs := &clientpb.GroupStatus{Name: name}
+	for _, id := range replicas {
+		if r := reports[id][name]; r != nil && r.Leader != "" {
+			gs.Leader = r.Leader
+		}
+	}
+	var nonvoters []string
+	if r := reports[gs.Leader][name]; r != nil {
+		gs.CommitIndex, gs.AppliedIndex, nonvoters = r.CommitIndex, r.AppliedIndex, r.Nonvoters
+	}
+	for _, id := range replicas {
+		rs := &clientpb.ReplicaStatus{Node: id, Role: "follower", CatchingUp: slices.Contains(nonvoters, id)}
+		if id == gs.Leader {
+			rs.Role = "leader"
+		}
+		if r := reports[id][name]; r != nil {
+			rs.Reachable, rs.MatchIndex = true, r.LastIndex
+			if gs.CommitIndex > r.AppliedIndex {
+				rs.Lag = gs.CommitIndex - r.AppliedIndex
+			}
+		}
+		gs.Replicas = append(gs.Replicas, rs)
+	}
+	return gs
+}

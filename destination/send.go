@@ -3,7 +3,13 @@ package destination
 import (
 	"fmt"
 	"slices"
+	"time"
 )
+
+// RouteWindow bounds how long a command keeps looking for its member's
+// host through an election: a host failure is detected, a new leader
+// elected and its takeover done well within it.
+const RouteWindow = 10 * time.Second
 
 // SendPlan is one send's routing, try after try. The front-end asks Next
 // for the member of each try, carries the try out (waiting for the

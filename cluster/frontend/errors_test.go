@@ -1,4 +1,4 @@
-package cluster
+package frontend
 
 import (
 	"errors"
@@ -13,7 +13,7 @@ import (
 
 func TestWireError_EveryRowGivesItsTypeAndKeepsTheText(t *testing.T) {
 	for _, row := range clientErrors {
-		err := wireError(fmt.Errorf("member q#0: %w", row.from))
+		err := WireError(fmt.Errorf("member q#0: %w", row.from))
 		if !errors.Is(err, row.to) || !errors.Is(err, row.from) {
 			t.Errorf("%v became %v, which is not %v", row.from, err, row.to)
 		}
@@ -23,16 +23,16 @@ func TestWireError_EveryRowGivesItsTypeAndKeepsTheText(t *testing.T) {
 	}
 	// member errors are marked with the router's outcomes.
 	for _, e := range []error{member.ErrNotLeader, member.ErrBusy, fmt.Errorf("%w: x", destination.ErrOutcomeUnknown)} {
-		if !errors.Is(wireError(e), transport.ErrUnavailable) {
+		if !errors.Is(WireError(e), transport.ErrUnavailable) {
 			t.Errorf("%v is not unavailable to a client", e)
 		}
 	}
 	typed := fmt.Errorf("%w: but also %w", transport.ErrDestinationFull, fsm.ErrSealed)
-	if got := wireError(typed); got != typed {
+	if got := WireError(typed); got != typed {
 		t.Errorf("an error with a client type already became %v", got)
 	}
 	other := errors.New("disk on fire")
-	if got := wireError(other); got != other {
+	if got := WireError(other); got != other {
 		t.Errorf("an error no row names became %v", got)
 	}
 }

@@ -1,4 +1,4 @@
-package cluster
+package frontend
 
 import (
 	"context"
@@ -24,27 +24,28 @@ const (
 	releaseTimeout = 10 * time.Second
 )
 
-// connections is the front-end's registry of client connections.
-type connections struct {
-	n         *Node
+// Connections is the front-end's registry of client connections.
+type Connections struct {
+	n         Node
 	mu        sync.Mutex
 	byID      map[string]*connection
 	clientIDs map[string]*connection
 	ending    sync.WaitGroup
 }
 
-func newConnections(n *Node) *connections {
-	return &connections{n: n, byID: make(map[string]*connection), clientIDs: make(map[string]*connection)}
+func NewConnections(n Node) *Connections {
+	return &Connections{n: n, byID: make(map[string]*connection), clientIDs: make(map[string]*connection)}
 }
 
 // connection is one client connection (a Connect stream): its sessions and
 // consumers, and the outbox its replies and deliveries are written from.
 type connection struct {
-	n      *Node
+	n      Node
+	conns  *Connections
 	id     string
 	ctx    context.Context
 	cancel context.CancelFunc
-	out    *outbox[*clientpb.ServerFrame]
+	out    *transport.Outbox[*clientpb.ServerFrame]
 	// remote and since are what an operator listing connections sees.
 	remote string
 	since  time.Time
@@ -106,22 +107,22 @@ func membersOf(s *session) []string {
 	return out
 }
 
-// serve runs one Connect stream until it ends, then releases everything the
+// Serve runs one Connect stream until it ends, then releases everything the
 // connection held: its unacknowledged messages return to pending, marked
 // redelivered.
-func (cs *connections) serve(stream clientpb.ClientService_ConnectServer) error {
+func (cs *Connections) Serve(stream clientpb.ClientService_ConnectServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	c := &connection{
-		n: cs.n, id: cs.n.cfg.NodeID + "-" + newID(6), ctx: ctx, cancel: cancel,
-		out: newOutbox[*clientpb.ServerFrame](), remote: remoteAddr(stream.Context()), since: time.Now(),
+		n: cs.n, conns: cs, id: connectionID(cs.n.ID()), ctx: ctx, cancel: cancel,
+		out: transport.NewOutbox[*clientpb.ServerFrame](), remote: remoteAddr(stream.Context()), since: time.Now(),
 		sessions: make(map[uint64]*session), consumers: make(map[uint64]*consumer),
 	}
 	cs.mu.Lock()
 	select {
-	case <-cs.n.stopped:
+	case <-cs.n.Stopped():
 		cs.mu.Unlock()
 		cancel()
-		return transport.Status(fmt.Errorf("%w: node %s is shutting down", transport.ErrNodeStopping, cs.n.cfg.NodeID))
+		return transport.Status(fmt.Errorf("%w: node %s is shutting down", transport.ErrNodeStopping, cs.n.ID()))
 	default:
 	}
 	cs.byID[c.id] = c
@@ -135,7 +136,7 @@ func (cs *connections) serve(stream clientpb.ClientService_ConnectServer) error 
 		return transport.Status(err)
 	}
 	writeErr := make(chan error, 1)
-	go func() { writeErr <- c.out.run(ctx, stream.Send) }()
+	go func() { writeErr <- c.out.Run(ctx, stream.Send) }()
 	go c.heartbeat(ctx)
 	recvErr := make(chan error, 1)
 	go func() {
@@ -152,7 +153,7 @@ func (cs *connections) serve(stream clientpb.ClientService_ConnectServer) error 
 	case <-recvErr:
 		// A client half-closes its side once it has read a Goodbye: the
 		// answers to what it sent before (refused sends) go out first.
-		c.out.closeAfterFlush()
+		c.out.CloseAfterFlush()
 		select {
 		case <-writeErr:
 		case <-ctx.Done():
@@ -162,7 +163,7 @@ func (cs *connections) serve(stream clientpb.ClientService_ConnectServer) error 
 	case err := <-writeErr:
 		return err
 	case <-ctx.Done():
-		return transport.Status(fmt.Errorf("%w: connection closed by node %s", transport.ErrUnavailable, cs.n.cfg.NodeID))
+		return transport.Status(fmt.Errorf("%w: connection closed by node %s", transport.ErrUnavailable, cs.n.ID()))
 	}
 }
 
@@ -170,9 +171,9 @@ func (cs *connections) serve(stream clientpb.ClientService_ConnectServer) error 
 // nothing else is sent.
 const HeartbeatInterval = time.Second
 
-// clientKeepalive is how long the client API waits without a byte from a
+// ClientKeepalive is how long the client API waits without a byte from a
 // client before it pings it, and how long it waits for the answer.
-const clientKeepalive = 2 * time.Second
+const ClientKeepalive = 2 * time.Second
 
 func (c *connection) heartbeat(ctx context.Context) {
 	t := time.NewTicker(HeartbeatInterval)
@@ -183,7 +184,7 @@ func (c *connection) heartbeat(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			c.out.push(beat)
+			c.out.Push(beat)
 		}
 	}
 }
@@ -210,7 +211,7 @@ func (c *connection) hello(stream clientpb.ClientService_ConnectServer) error {
 		return fmt.Errorf("%w: the first frame of a connection must be Hello", transport.ErrMalformed)
 	}
 	if h.ClientId != "" {
-		cs := c.n.conns
+		cs := c.conns
 		cs.mu.Lock()
 		_, taken := cs.clientIDs[h.ClientId]
 		if !taken {
@@ -225,24 +226,12 @@ func (c *connection) hello(stream clientpb.ClientService_ConnectServer) error {
 		}
 	}
 	return stream.Send(replyFrame(f.RequestId, nil, &clientpb.Reply{Result: &clientpb.Reply_Hello{Hello: &clientpb.HelloResult{
-		ConnectionId: c.id, NodeId: c.n.cfg.NodeID, ClientAddrs: c.n.clientAddrs(), MaxFrameBytes: uint64(c.n.maxWire()),
+		ConnectionId: c.id, NodeId: c.n.ID(), ClientAddrs: c.n.ClientAddrs(), MaxFrameBytes: uint64(c.n.MaxWire()),
 	}}}))
 }
 
-// clientAddrs are the client addresses of the live nodes, this node's first:
-// a client reconnects to them when it loses this node.
-func (n *Node) clientAddrs() []string {
-	out := []string{n.addrs.Client}
-	for _, m := range n.gossip.members() {
-		if m.ID != n.cfg.NodeID && m.State == "alive" && m.Meta.Client != "" {
-			out = append(out, m.Meta.Client)
-		}
-	}
-	return out
-}
-
 // end detaches the connection's consumers and releases its sessions.
-func (cs *connections) end(c *connection) {
+func (cs *Connections) end(c *connection) {
 	defer cs.ending.Done()
 	c.cancel()
 	c.mu.Lock()
@@ -256,7 +245,7 @@ func (cs *connections) end(c *connection) {
 	}
 	// Closed, the connection pushes nothing more: what its outbox holds
 	// never reached the client.
-	unseen := c.unsentDeliveries(c.out.stop())
+	unseen := c.unsentDeliveries(c.out.Stop())
 	if c.abandoned {
 		sessions = nil
 	}
@@ -276,14 +265,14 @@ func (cs *connections) end(c *connection) {
 		for _, name := range members {
 			ids := unseen[id][name]
 			if len(ids) == 0 {
-				cs.n.releaseSession(name, id, f.finish)
+				cs.n.ReleaseSession(name, id, f.finish)
 				continue
 			}
 			// The release waits for the return's answer: sent together, a
 			// retry of the return could come after it and be refused. (Off
 			// the answer's goroutine, which may be a proposer's.)
-			cs.n.submitAsync(name, &fsmpb.Return{Session: id, DeliveryIds: ids, Unseen: true}, func(fsm.Result, error) {
-				go cs.n.releaseSession(name, id, f.finish)
+			cs.n.SubmitAsync(name, &fsmpb.Return{Session: id, DeliveryIds: ids, Unseen: true}, func(fsm.Result, error) {
+				go cs.n.ReleaseSession(name, id, f.finish)
 			})
 		}
 	}
@@ -321,10 +310,10 @@ func (c *connection) unsentDeliveries(frames []*clientpb.ServerFrame) map[string
 	return out
 }
 
-// abandonAll drops every connection without releasing its sessions, as a
+// AbandonAll drops every connection without releasing its sessions, as a
 // crash would: the members' hosts release them once gossip finds this node
 // dead.
-func (cs *connections) abandonAll() {
+func (cs *Connections) AbandonAll() {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	for _, c := range cs.byID {
@@ -335,13 +324,13 @@ func (cs *connections) abandonAll() {
 	}
 }
 
-// closeAll ends every connection, telling each client to reconnect to
+// CloseAll ends every connection, telling each client to reconnect to
 // another node, and waits, up to timeout, for their sessions to be released.
-func (cs *connections) closeAll(timeout time.Duration) {
+func (cs *Connections) CloseAll(timeout time.Duration) {
 	cs.mu.Lock()
 	var byes sync.WaitGroup
 	for _, c := range cs.byID {
-		byes.Go(func() { c.goodbye(false, fmt.Sprintf("node %s is shutting down", cs.n.cfg.NodeID)) })
+		byes.Go(func() { c.goodbye(false, fmt.Sprintf("node %s is shutting down", cs.n.ID())) })
 	}
 	cs.mu.Unlock()
 	byes.Wait()
@@ -350,14 +339,14 @@ func (cs *connections) closeAll(timeout time.Duration) {
 	select {
 	case <-done:
 	case <-time.After(timeout):
-		cs.n.log.Warn("some connections did not finish releasing their sessions before shutdown")
+		cs.n.Logger().Warn("some connections did not finish releasing their sessions before shutdown")
 	}
 }
 
-// pruneDeleted ends the consumers of members that no longer exist (their
+// PruneDeleted ends the consumers of members that no longer exist (their
 // destination was deleted), and makes sessions forget those members, so
 // acks of their messages report lost server at once.
-func (cs *connections) pruneDeleted(exists func(member string) bool) {
+func (cs *Connections) PruneDeleted(exists func(member string) bool) {
 	cs.mu.Lock()
 	conns := make([]*connection, 0, len(cs.byID))
 	for _, c := range cs.byID {
@@ -388,7 +377,7 @@ func (cs *connections) pruneDeleted(exists func(member string) bool) {
 
 func (c *connection) reply(requestID uint64, err error, r *clientpb.Reply) {
 	if requestID != 0 {
-		c.out.push(replyFrame(requestID, err, r))
+		c.out.Push(replyFrame(requestID, err, r))
 	}
 }
 
@@ -397,7 +386,7 @@ func replyFrame(requestID uint64, err error, r *clientpb.Reply) *clientpb.Server
 		r = &clientpb.Reply{}
 	}
 	r.RequestId = requestID
-	r.Error = transport.ToProto(wireError(err))
+	r.Error = transport.ToProto(WireError(err))
 	return &clientpb.ServerFrame{Frame: &clientpb.ServerFrame_Reply{Reply: r}}
 }
 
@@ -467,7 +456,7 @@ func (c *connection) send(requestID uint64, op *clientpb.Send) {
 			ctx, cancel = context.WithTimeout(c.ctx, time.Duration(op.TimeoutMs)*time.Millisecond)
 			defer cancel()
 		}
-		resp, err := c.n.send(ctx, op.Request)
+		resp, err := c.n.Send(ctx, op.Request)
 		if (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) && !errors.Is(err, transport.ErrDeliveryUnknown) {
 			// As a unary call's client would see its deadline: the send
 			// may have gone as far as its member.
@@ -554,6 +543,6 @@ func (c *connection) closeSession(requestID, no uint64) {
 	c.mu.Unlock()
 	f := newFanout(len(members), func(err error) { c.reply(requestID, err, nil) })
 	for _, name := range members {
-		c.n.releaseSession(name, s.id, f.finish)
+		c.n.ReleaseSession(name, s.id, f.finish)
 	}
 }

@@ -1,4 +1,4 @@
-package cluster
+package frontend
 
 import (
 	"context"
@@ -22,7 +22,7 @@ func (c *connection) consumerGone(k *consumer, err error) {
 		return
 	}
 	k.detach()
-	c.out.push(&clientpb.ServerFrame{Frame: &clientpb.ServerFrame_ConsumerClosed{ConsumerClosed: &clientpb.ConsumerClosed{Consumer: k.no, Error: transport.ToProto(err)}}})
+	c.out.Push(&clientpb.ServerFrame{Frame: &clientpb.ServerFrame_ConsumerClosed{ConsumerClosed: &clientpb.ConsumerClosed{Consumer: k.no, Error: transport.ToProto(err)}}})
 }
 
 // createConsumer registers the consumer at once, in frame order, then
@@ -72,25 +72,25 @@ func (c *connection) createConsumer(requestID uint64, op *clientpb.CreateConsume
 func (c *connection) attach(k *consumer, dest string, prefetch int) error {
 	ctx, cancel := context.WithTimeout(c.ctx, 30*time.Second)
 	defer cancel()
-	name, err := c.n.pinConsumer(ctx, dest)
+	name, err := c.n.PinConsumer(ctx, dest)
 	if err != nil {
 		return err
 	}
 	s := k.session
-	group := c.n.memberGroup(name) // before the open: a renewal after it shows
+	group := c.n.MemberGroup(name) // before the open: a renewal after it shows
 	// Opening a session it holds already changes nothing on a member, so a
 	// failover of the member's host while the consumer is created (as when
 	// a client re-creates its consumers after a reconnect) costs a slower
 	// answer, not a consumer lost.
-	if _, err := c.n.submitRepeatableWait(ctx, name, &fsmpb.OpenSession{Session: s.id, Owner: c.n.owner()}); err != nil {
-		return wireError(err)
+	if _, err := c.n.SubmitRepeatableWait(ctx, name, &fsmpb.OpenSession{Session: s.id, Owner: c.n.Owner()}); err != nil {
+		return WireError(err)
 	}
 	c.mu.Lock()
 	if c.closed || c.sessions[s.no] != s {
 		c.mu.Unlock()
 		// The session ended while this consumer was attaching, and its
 		// release did not know this member: release it here.
-		c.n.releaseSession(name, s.id, nil)
+		c.n.ReleaseSession(name, s.id, nil)
 		return fmt.Errorf("%w: session %d was closed while its consumer was being created", transport.ErrUnknownSession, s.no)
 	}
 	s.members[name] = true
@@ -123,7 +123,7 @@ func (c *connection) push(k *consumer, ds []fsm.Delivery) bool {
 			DeliveryCount: d.DeliveryCount, TimestampUnixMs: nsToMs(m.EnqueuedAt), Destination: dest,
 		}
 	}
-	runs := transport.Batches(msgs, c.n.maxWire())
+	runs := transport.Batches(msgs, c.n.MaxWire())
 	frames := make([]*clientpb.ServerFrame, len(runs))
 	for i, run := range runs {
 		frames[i] = &clientpb.ServerFrame{Frame: &clientpb.ServerFrame_Deliveries{Deliveries: &clientpb.Deliveries{Consumer: k.no, Messages: run}}}
@@ -131,7 +131,7 @@ func (c *connection) push(k *consumer, ds []fsm.Delivery) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	// After a Goodbye the client takes nothing more: deliveries go back.
-	return !k.closed && !c.closed && c.closing == nil && c.out.push(frames...)
+	return !k.closed && !c.closed && c.closing == nil && c.out.Push(frames...)
 }
 
 func nsToMs(ns int64) int64 {
@@ -170,7 +170,7 @@ func (c *connection) returnDeliveries(requestID uint64, op *clientpb.ReturnDeliv
 	f := newFanout(len(byMember), func(err error) { c.reply(requestID, err, nil) })
 	for _, g := range byMember {
 		// Deliveries the session no longer holds were released already.
-		c.n.submitAsync(g.member, &fsmpb.Return{Session: s.id, DeliveryIds: g.ids, Unseen: true}, func(res fsm.Result, err error) { f.finish(err) })
+		c.n.SubmitAsync(g.member, &fsmpb.Return{Session: s.id, DeliveryIds: g.ids, Unseen: true}, func(res fsm.Result, err error) { f.finish(err) })
 	}
 }
 
@@ -235,7 +235,7 @@ func (c *connection) acknowledge(requestID uint64, op *clientpb.Acknowledge) {
 		c.reply(requestID, err, &clientpb.Reply{Result: &clientpb.Reply_Acknowledge{Acknowledge: result}})
 	})
 	for name, g := range byMember {
-		c.n.submitAsync(g.member, &fsmpb.Ack{Session: s.id, DeliveryIds: g.ids}, func(res fsm.Result, err error) {
+		c.n.SubmitAsync(g.member, &fsmpb.Ack{Session: s.id, DeliveryIds: g.ids}, func(res fsm.Result, err error) {
 			if err == nil && errors.Is(res.Err, fsm.ErrUnknownSession) {
 				res.Rejected, res.Err = g.ids, nil
 			}
@@ -288,7 +288,7 @@ func (c *connection) recoverThen(no uint64, done func(*clientpb.RecoverResult, e
 	result := &clientpb.RecoverResult{}
 	f := newFanout(len(members), func(err error) { done(result, err) })
 	for _, name := range members {
-		c.n.submitRepeatable(name, &fsmpb.Recover{Session: s.id, Attempt: attempt}, func(res fsm.Result, err error) {
+		c.n.SubmitRepeatable(name, &fsmpb.Recover{Session: s.id, Attempt: attempt}, func(res fsm.Result, err error) {
 			if err == nil && res.Err == nil {
 				mu.Lock()
 				result.Watermarks = append(result.Watermarks, &clientpb.Watermark{Member: name, FirstValid: res.Watermark})

@@ -1,16 +1,16 @@
-package cluster
+package transport
 
 import (
 	"context"
 	"sync"
 )
 
-// outbox queues a stream's outgoing items so that pushing never blocks the
+// Outbox queues a stream's outgoing items so that pushing never blocks the
 // member's dispatcher or the proposer's result goroutine. It needs no bound
 // of its own: deliveries are bounded by the consumers' credit, replies by
 // the requests in flight. What it never sent, stop hands back: deliveries
 // among them never reached their consumer.
-type outbox[T any] struct {
+type Outbox[T any] struct {
 	mu       sync.Mutex
 	items    []T
 	signal   chan struct{}
@@ -18,17 +18,17 @@ type outbox[T any] struct {
 	draining bool
 }
 
-func newOutbox[T any]() *outbox[T] { return &outbox[T]{signal: make(chan struct{}, 1)} }
+func NewOutbox[T any]() *Outbox[T] { return &Outbox[T]{signal: make(chan struct{}, 1)} }
 
-func (o *outbox[T]) wake() {
+func (o *Outbox[T]) wake() {
 	select {
 	case o.signal <- struct{}{}:
 	default:
 	}
 }
 
-// push queues items, all of them or none; false if the outbox is closed.
-func (o *outbox[T]) push(items ...T) bool {
+// Push queues items, all of them or none; false if the outbox is closed.
+func (o *Outbox[T]) Push(items ...T) bool {
 	o.mu.Lock()
 	if o.closed || o.draining {
 		o.mu.Unlock()
@@ -42,7 +42,7 @@ func (o *outbox[T]) push(items ...T) bool {
 
 // next takes the first queued item; done means there will be none to send:
 // the outbox was stopped, or it drains and is empty.
-func (o *outbox[T]) next() (item T, ok, done bool) {
+func (o *Outbox[T]) next() (item T, ok, done bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.closed || len(o.items) == 0 {
@@ -55,11 +55,11 @@ func (o *outbox[T]) next() (item T, ok, done bool) {
 	return item, true, false
 }
 
-// run sends queued items, one at a time, until ctx ends, a send fails, the
-// outbox is stopped, or it drains after closeAfterFlush. An item whose
+// Run sends queued items, one at a time, until ctx ends, a send fails, the
+// outbox is stopped, or it drains after CloseAfterFlush. An item whose
 // send failed is queued again, first, for stop.
-func (o *outbox[T]) run(ctx context.Context, send func(T) error) error {
-	defer o.close()
+func (o *Outbox[T]) Run(ctx context.Context, send func(T) error) error {
+	defer o.Close()
 	for ctx.Err() == nil {
 		item, ok, done := o.next()
 		if ok {
@@ -82,25 +82,25 @@ func (o *outbox[T]) run(ctx context.Context, send func(T) error) error {
 	return nil
 }
 
-// closeAfterFlush takes no more items and ends run once the queued ones are sent.
-func (o *outbox[T]) closeAfterFlush() {
+// CloseAfterFlush takes no more items and ends Run once the queued ones are sent.
+func (o *Outbox[T]) CloseAfterFlush() {
 	o.mu.Lock()
 	o.draining = true
 	o.mu.Unlock()
 	o.wake()
 }
 
-// close takes no more items and sends no more.
-func (o *outbox[T]) close() {
+// Close takes no more items and sends no more.
+func (o *Outbox[T]) Close() {
 	o.mu.Lock()
 	o.closed = true
 	o.mu.Unlock()
 }
 
-// stop closes the outbox and returns the items it never sent: those
+// Stop closes the outbox and returns the items it never sent: those
 // queued, and one whose send failed if run has returned. An item run is
 // sending meanwhile is not among them.
-func (o *outbox[T]) stop() []T {
+func (o *Outbox[T]) Stop() []T {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.closed = true

@@ -1,4 +1,4 @@
-package cluster
+package frontend
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 // old host committed but never pushed are pushed by the new one. The client
 // notices nothing.
 type attachment struct {
-	n       *Node
+	n       Node
 	c       *connection
 	k       *consumer
 	member  string
@@ -37,16 +37,10 @@ type attachment struct {
 	credit, held int
 	pushedUpTo   uint64
 	gen          uint64
-	link         link
+	link         Link
 	ended        chan struct{} // closed when the current link ends
 	stopped      bool
 	stop         chan struct{}
-}
-
-// link is one attachment to one host.
-type link interface {
-	grant(n int)
-	close()
 }
 
 func newAttachment(c *connection, k *consumer, memberName, group string, credit int) *attachment {
@@ -95,7 +89,7 @@ func (a *attachment) run() {
 				a.c.consumerGone(a.k, final)
 				return
 			}
-			a.n.log.Debug("consumer waiting for its member's host", "member", a.member, "consumer", a.k.id, "err", err)
+			a.n.Logger().Debug("consumer waiting for its member's host", "member", a.member, "consumer", a.k.id, "err", err)
 			select {
 			case <-a.stop:
 				return
@@ -121,13 +115,13 @@ func (a *attachment) connect() error {
 	a.ended = make(chan struct{})
 	a.mu.Unlock()
 
-	r, node := a.n.host(a.member)
-	var l link
+	r, node := a.n.Host(a.member)
+	var l Link
 	var err error
 	switch {
 	case r != nil:
 		l, err = a.attachLocal(r, gen, credit, pushed)
-	case node != "" && node != a.n.cfg.NodeID:
+	case node != "" && node != a.n.ID():
 		l, err = a.attachRemote(node, gen, credit, pushed)
 	default:
 		err = fmt.Errorf("member %s has no host yet", a.member)
@@ -138,7 +132,7 @@ func (a *attachment) connect() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.stopped || a.gen != gen {
-		l.close()
+		l.Close()
 		return errors.New("stopped")
 	}
 	a.link = l
@@ -179,7 +173,7 @@ func (a *attachment) giveBack(gen uint64, ds []fsm.Delivery) {
 	for i, d := range ds {
 		ids[i] = d.DeliveryID
 	}
-	a.n.submitAsync(a.member, &fsmpb.Return{Session: a.session, DeliveryIds: ids, Unseen: true}, func(fsm.Result, error) {})
+	a.n.SubmitAsync(a.member, &fsmpb.Return{Session: a.session, DeliveryIds: ids, Unseen: true}, func(fsm.Result, error) {})
 }
 
 // linkEnded is told by link gen that it ended.
@@ -206,7 +200,7 @@ func (a *attachment) linkEnded(gen uint64, err error) {
 // member under the same name) since the session was opened on it; a.mu
 // held.
 func (a *attachment) renewed() bool {
-	g := a.n.memberGroup(a.member)
+	g := a.n.MemberGroup(a.member)
 	return g != "" && g != a.group
 }
 
@@ -220,10 +214,10 @@ func (a *attachment) reopen() error {
 	if !renewed {
 		return nil
 	}
-	g := a.n.memberGroup(a.member)
+	g := a.n.MemberGroup(a.member)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := a.n.submitRepeatableWait(ctx, a.member, &fsmpb.OpenSession{Session: a.session, Owner: a.n.owner()}); err != nil {
+	if _, err := a.n.SubmitRepeatableWait(ctx, a.member, &fsmpb.OpenSession{Session: a.session, Owner: a.n.Owner()}); err != nil {
 		return fmt.Errorf("opening the session on renewed member %s: %w", a.member, err)
 	}
 	a.mu.Lock()
@@ -242,7 +236,7 @@ func (a *attachment) reopen() error {
 func finalLinkError(err error) error {
 	switch {
 	case errors.Is(err, fsm.ErrUnknownSession):
-		return wireError(err)
+		return WireError(err)
 	case transport.NoProgress(err):
 		return fmt.Errorf("the consumer's link to its member's host failed and would fail again: %w", transport.FromStatus(err))
 	}
@@ -260,7 +254,7 @@ func (a *attachment) grant(n int) {
 	l := a.link
 	a.mu.Unlock()
 	if l != nil && n > 0 {
-		l.grant(n)
+		l.Grant(n)
 	}
 }
 
@@ -277,7 +271,7 @@ func (a *attachment) detach() {
 	close(a.stop)
 	a.mu.Unlock()
 	if l != nil {
-		l.close()
+		l.Close()
 	}
 }
 
@@ -286,109 +280,32 @@ type localLink struct {
 	id string
 }
 
-func (l localLink) grant(n int) { l.r.Credit(l.id, n) }
-func (l localLink) close()      { l.r.RemoveConsumer(l.id) }
+func (l localLink) Grant(n int) { l.r.Credit(l.id, n) }
+func (l localLink) Close()      { l.r.RemoveConsumer(l.id) }
 
-func (a *attachment) attachLocal(r *member.Replica, gen uint64, credit int, pushed uint64) (link, error) {
-	c := &member.Consumer{
-		ID: a.k.id, Session: a.session,
-		Push: func(ds []fsm.Delivery) bool { return a.push(gen, ds) },
-		Gone: func(err error) { a.linkEnded(gen, err) },
-	}
+func (a *attachment) attachLocal(r *member.Replica, gen uint64, credit int, pushed uint64) (Link, error) {
+	to := linkOf{a, gen}
+	c := &member.Consumer{ID: a.k.id, Session: a.session, Push: to.Push, Gone: to.Ended}
 	if err := r.AttachConsumer(c, credit, pushed); err != nil {
 		return nil, err
 	}
 	return localLink{r: r, id: a.k.id}, nil
 }
 
-type remoteLink struct {
-	cancel  context.CancelFunc
-	credits *outbox[*peerpb.ConsumeRequest]
+// attachRemote links the attachment to the member's host on node, over
+// the peer service's Consume stream.
+func (a *attachment) attachRemote(node string, gen uint64, credit int, pushed uint64) (Link, error) {
+	return a.n.AttachRemote(node, &peerpb.Attach{
+		Member: a.member, Consumer: a.k.id, Session: a.session, Credit: uint32(max(credit, 0)), PushedUpTo: pushed,
+	}, linkOf{a, gen})
 }
 
-func (l remoteLink) grant(n int) {
-	l.credits.push(&peerpb.ConsumeRequest{Op: &peerpb.ConsumeRequest_Credit{Credit: uint32(n)}})
-}
-func (l remoteLink) close() { l.cancel() }
-
-func (a *attachment) attachRemote(node string, gen uint64, credit int, pushed uint64) (link, error) {
-	c, err := a.n.peers.client(node)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	stream, err := c.Consume(ctx)
-	if err == nil {
-		err = stream.Send(&peerpb.ConsumeRequest{Op: &peerpb.ConsumeRequest_Attach{Attach: &peerpb.Attach{
-			Member: a.member, Consumer: a.k.id, Session: a.session, Credit: uint32(max(credit, 0)), PushedUpTo: pushed,
-		}}})
-	}
-	var first *peerpb.ConsumeEvent
-	if err == nil {
-		first, err = recvWithin(stream, peerOpenTimeout)
-	}
-	if err == nil && first.GetGone() != nil {
-		g := first.GetGone()
-		if g.Code == codeNoMember && g.Leader == "" {
-			err = fmt.Errorf("%w: %s", fsm.ErrUnknownSession, g.Message)
-		} else {
-			err = fromPeerError(node, g)
-			a.n.hostCache.set(a.member, g.Leader)
-		}
-	}
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	credits := newOutbox[*peerpb.ConsumeRequest]()
-	go func() { _ = credits.run(ctx, stream.Send) }()
-	go func() {
-		defer cancel()
-		// The host pushes the deliveries an earlier host committed and
-		// never pushed as it attaches, before it says Attached: the first
-		// event may be those.
-		for ev := first; ; ev = nil {
-			if ev == nil {
-				var err error
-				if ev, err = stream.Recv(); err != nil {
-					a.linkEnded(gen, err)
-					return
-				}
-			}
-			switch e := ev.Event.(type) {
-			case *peerpb.ConsumeEvent_Deliveries:
-				ds := make([]fsm.Delivery, len(e.Deliveries.Deliveries))
-				for i, d := range e.Deliveries.Deliveries {
-					ds[i] = fsm.Delivery{DeliveryID: d.DeliveryId, Message: d.Message, Redelivered: d.Redelivered, DeliveryCount: d.DeliveryCount}
-				}
-				if !a.push(gen, ds) {
-					a.giveBack(gen, ds)
-					return
-				}
-			case *peerpb.ConsumeEvent_Gone:
-				err := fromPeerError(node, e.Gone)
-				if e.Gone.Code == codeNoMember {
-					err = fmt.Errorf("%w: %s", fsm.ErrUnknownSession, e.Gone.Message)
-				}
-				a.linkEnded(gen, err)
-				return
-			}
-		}
-	}()
-	return remoteLink{cancel: cancel, credits: credits}, nil
+// linkOf is link gen of an attachment, as the Receiver of what it carries.
+type linkOf struct {
+	a   *attachment
+	gen uint64
 }
 
-func recvWithin(stream peerpb.PeerService_ConsumeClient, d time.Duration) (*peerpb.ConsumeEvent, error) {
-	type got struct {
-		ev  *peerpb.ConsumeEvent
-		err error
-	}
-	ch := make(chan got, 1)
-	go func() { ev, err := stream.Recv(); ch <- got{ev, err} }()
-	select {
-	case g := <-ch:
-		return g.ev, g.err
-	case <-time.After(d):
-		return nil, fmt.Errorf("no answer to attach within %v", d)
-	}
-}
+func (l linkOf) Push(ds []fsm.Delivery) bool { return l.a.push(l.gen, ds) }
+func (l linkOf) GiveBack(ds []fsm.Delivery)  { l.a.giveBack(l.gen, ds) }
+func (l linkOf) Ended(err error)             { l.a.linkEnded(l.gen, err) }

@@ -1,4 +1,4 @@
-package cluster
+package transport
 
 import (
 	"context"
@@ -12,13 +12,13 @@ import (
 // in order: the item whose send failed first, then those queued after it.
 // Nothing is pushed once it is stopped.
 func TestOutbox_StopHandsBackWhatWasNeverSent(t *testing.T) {
-	o := newOutbox[int]()
-	if !o.push(1, 2, 3) || !o.push(4) {
+	o := NewOutbox[int]()
+	if !o.Push(1, 2, 3) || !o.Push(4) {
 		t.Fatal("push refused on an open outbox")
 	}
 	var sent []int
 	broken := errors.New("stream broke")
-	err := o.run(context.Background(), func(i int) error {
+	err := o.Run(context.Background(), func(i int) error {
 		if i == 3 {
 			return broken
 		}
@@ -28,13 +28,13 @@ func TestOutbox_StopHandsBackWhatWasNeverSent(t *testing.T) {
 	if !errors.Is(err, broken) || !slices.Equal(sent, []int{1, 2}) {
 		t.Fatalf("run = %v, sent %v; want the send's error after 1 and 2", err, sent)
 	}
-	if o.push(5) {
+	if o.Push(5) {
 		t.Fatal("push taken after run ended")
 	}
-	if got := o.stop(); !slices.Equal(got, []int{3, 4}) {
+	if got := o.Stop(); !slices.Equal(got, []int{3, 4}) {
 		t.Fatalf("stop = %v; want [3 4], the failed item first", got)
 	}
-	if got := o.stop(); len(got) != 0 {
+	if got := o.Stop(); len(got) != 0 {
 		t.Fatalf("second stop = %v; want nothing", got)
 	}
 }
@@ -42,24 +42,24 @@ func TestOutbox_StopHandsBackWhatWasNeverSent(t *testing.T) {
 // A drained outbox ends its run with nothing left; a stopped one ends it
 // at once, leaving what it had queued to stop's caller.
 func TestOutbox_RunEndsWhenDrainedOrStopped(t *testing.T) {
-	o := newOutbox[int]()
-	o.push(1, 2)
-	o.closeAfterFlush()
+	o := NewOutbox[int]()
+	o.Push(1, 2)
+	o.CloseAfterFlush()
 	var sent []int
-	if err := o.run(context.Background(), func(i int) error { sent = append(sent, i); return nil }); err != nil || !slices.Equal(sent, []int{1, 2}) {
+	if err := o.Run(context.Background(), func(i int) error { sent = append(sent, i); return nil }); err != nil || !slices.Equal(sent, []int{1, 2}) {
 		t.Fatalf("run after closeAfterFlush = %v, sent %v", err, sent)
 	}
-	if got := o.stop(); len(got) != 0 {
+	if got := o.Stop(); len(got) != 0 {
 		t.Fatalf("a drained outbox hands back %v", got)
 	}
 
-	o = newOutbox[int]()
+	o = NewOutbox[int]()
 	done := make(chan error, 1)
 	block := make(chan struct{})
 	go func() {
-		done <- o.run(context.Background(), func(int) error { <-block; return nil })
+		done <- o.Run(context.Background(), func(int) error { <-block; return nil })
 	}()
-	o.push(1, 2, 3)
+	o.Push(1, 2, 3)
 	// 1 is being sent; 2 and 3 wait.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -74,7 +74,7 @@ func TestOutbox_RunEndsWhenDrainedOrStopped(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if got := o.stop(); !slices.Equal(got, []int{2, 3}) {
+	if got := o.Stop(); !slices.Equal(got, []int{2, 3}) {
 		t.Fatalf("stop while 1 is being sent = %v; want [2 3], not the one in flight", got)
 	}
 	close(block)

@@ -1,4 +1,4 @@
-package cluster
+package frontend
 
 import (
 	"context"
@@ -33,10 +33,10 @@ var clientErrors = []struct{ from, to error }{
 	{destination.ErrOutcomeUnknown, transport.ErrUnavailable},
 }
 
-// wireError gives an error of the layers below the client API's type
+// WireError gives an error of the layers below the client API's type
 // (clientErrors), keeping its text. One that has a client type already,
 // or is its caller's context ending, is returned as it is.
-func wireError(err error) error {
+func WireError(err error) error {
 	if err == nil || transport.Typed(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}

@@ -1,39 +1,68 @@
-package cluster
+package frontend
 
 import (
 	"context"
-	"slices"
 
+	"github.com/cairnmq/cairn/fsm/fsmpb"
 	"github.com/cairnmq/cairn/transport"
 	"github.com/cairnmq/cairn/transport/clientpb"
-	"github.com/cairnmq/cairn/transport/peerpb"
 )
 
-// clientService adapts the front-end to the gRPC client API: every error
-// leaves through transport.Status, so the client gets the typed error back.
+// Admin is the node's administration, as the client API's admin calls
+// reach it. Package cluster implements it.
+type Admin interface {
+	CreateDestination(ctx context.Context, req *clientpb.CreateDestinationRequest) (*fsmpb.Destination, error)
+	UpdateDestination(ctx context.Context, req *clientpb.UpdateDestinationRequest) (*fsmpb.Destination, error)
+	DeleteDestination(ctx context.Context, name string) error
+	Destinations() []*fsmpb.Destination
+	// DestinationInfo describes d with its members' counts.
+	DestinationInfo(ctx context.Context, d *fsmpb.Destination) *clientpb.DestinationInfo
+	// Purge removes the pending messages of addr (a destination or one
+	// member), and says how many.
+	Purge(ctx context.Context, addr string) (uint64, error)
+	ClusterStatus(ctx context.Context) *clientpb.ClusterStatusResponse
+	RemoveNode(ctx context.Context, id string) error
+	Leave(ctx context.Context) error
+	Decommission(ctx context.Context) (int, error)
+	Rebalance(ctx context.Context, apply bool) (*clientpb.RebalanceResponse, error)
+	// ListConnections lists the cluster's client connections (localOnly:
+	// this node's); DestroyConnection ends one, wherever it is served.
+	ListConnections(ctx context.Context, localOnly bool) *clientpb.ListConnectionsResponse
+	DestroyConnection(ctx context.Context, id string) error
+}
+
+// NewService is the client API: the admin calls go to admin, sends and
+// connections to the front-end. Every error leaves through
+// transport.Status, so the client gets the typed error back.
+func NewService(n Node, admin Admin, conns *Connections) clientpb.ClientServiceServer {
+	return &clientService{n: n, a: admin, conns: conns}
+}
+
 type clientService struct {
 	clientpb.UnimplementedClientServiceServer
-	n *Node
+	n     Node
+	a     Admin
+	conns *Connections
 }
 
 func (s *clientService) CreateDestination(ctx context.Context, req *clientpb.CreateDestinationRequest) (*clientpb.DestinationInfo, error) {
-	d, err := s.n.createDestination(ctx, req)
+	d, err := s.a.CreateDestination(ctx, req)
 	if err != nil {
 		return nil, transport.Status(err)
 	}
-	return s.n.destinationInfo(ctx, d), nil
+	return s.a.DestinationInfo(ctx, d), nil
 }
 
 func (s *clientService) UpdateDestination(ctx context.Context, req *clientpb.UpdateDestinationRequest) (*clientpb.DestinationInfo, error) {
-	d, err := s.n.updateDestination(ctx, req)
+	d, err := s.a.UpdateDestination(ctx, req)
 	if err != nil {
 		return nil, transport.Status(err)
 	}
-	return s.n.destinationInfo(ctx, d), nil
+	return s.a.DestinationInfo(ctx, d), nil
 }
 
 func (s *clientService) DeleteDestination(ctx context.Context, req *clientpb.DeleteDestinationRequest) (*clientpb.DeleteDestinationResponse, error) {
-	if err := s.n.deleteDestination(ctx, req.Name); err != nil {
+	if err := s.a.DeleteDestination(ctx, req.Name); err != nil {
 		return nil, transport.Status(err)
 	}
 	return &clientpb.DeleteDestinationResponse{}, nil
@@ -41,22 +70,22 @@ func (s *clientService) DeleteDestination(ctx context.Context, req *clientpb.Del
 
 func (s *clientService) ListDestinations(ctx context.Context, req *clientpb.ListDestinationsRequest) (*clientpb.ListDestinationsResponse, error) {
 	resp := &clientpb.ListDestinationsResponse{}
-	for _, d := range s.n.destinations() {
-		resp.Destinations = append(resp.Destinations, s.n.destinationInfo(ctx, d))
+	for _, d := range s.a.Destinations() {
+		resp.Destinations = append(resp.Destinations, s.a.DestinationInfo(ctx, d))
 	}
 	return resp, nil
 }
 
 func (s *clientService) ShowDestination(ctx context.Context, req *clientpb.ShowDestinationRequest) (*clientpb.DestinationInfo, error) {
-	d, _, err := s.n.memberOf(ctx, req.Name, false)
+	d, _, err := s.n.MemberOf(ctx, req.Name, false)
 	if err != nil {
 		return nil, transport.Status(err)
 	}
-	return s.n.destinationInfo(ctx, d), nil
+	return s.a.DestinationInfo(ctx, d), nil
 }
 
 func (s *clientService) PurgeDestination(ctx context.Context, req *clientpb.PurgeDestinationRequest) (*clientpb.PurgeDestinationResponse, error) {
-	n, err := s.n.purge(ctx, req.Name)
+	n, err := s.a.Purge(ctx, req.Name)
 	if err != nil {
 		return nil, transport.Status(err)
 	}
@@ -64,7 +93,7 @@ func (s *clientService) PurgeDestination(ctx context.Context, req *clientpb.Purg
 }
 
 func (s *clientService) Send(ctx context.Context, req *clientpb.SendRequest) (*clientpb.SendResponse, error) {
-	resp, err := s.n.send(ctx, req)
+	resp, err := s.n.Send(ctx, req)
 	if err != nil {
 		return nil, transport.Status(err)
 	}
@@ -72,15 +101,15 @@ func (s *clientService) Send(ctx context.Context, req *clientpb.SendRequest) (*c
 }
 
 func (s *clientService) Connect(stream clientpb.ClientService_ConnectServer) error {
-	return s.n.conns.serve(stream)
+	return s.conns.Serve(stream)
 }
 
 func (s *clientService) ClusterStatus(ctx context.Context, req *clientpb.ClusterStatusRequest) (*clientpb.ClusterStatusResponse, error) {
-	return s.n.clusterStatus(ctx), nil
+	return s.a.ClusterStatus(ctx), nil
 }
 
 func (s *clientService) RemoveNode(ctx context.Context, req *clientpb.RemoveNodeRequest) (*clientpb.RemoveNodeResponse, error) {
-	if err := s.n.removeNode(ctx, req.Id); err != nil {
+	if err := s.a.RemoveNode(ctx, req.Id); err != nil {
 		return nil, transport.Status(err)
 	}
 	return &clientpb.RemoveNodeResponse{}, nil
@@ -88,61 +117,32 @@ func (s *clientService) RemoveNode(ctx context.Context, req *clientpb.RemoveNode
 
 func (s *clientService) LeaveNode(ctx context.Context, req *clientpb.LeaveNodeRequest) (*clientpb.LeaveNodeResponse, error) {
 	if req.Decommission {
-		moved, err := s.n.Decommission(ctx)
+		moved, err := s.a.Decommission(ctx)
 		if err != nil {
 			return nil, transport.Status(err)
 		}
-		return &clientpb.LeaveNodeResponse{Node: s.n.cfg.NodeID, Moved: uint32(moved)}, nil
+		return &clientpb.LeaveNodeResponse{Node: s.n.ID(), Moved: uint32(moved)}, nil
 	}
-	if err := s.n.Leave(ctx); err != nil {
+	if err := s.a.Leave(ctx); err != nil {
 		return nil, transport.Status(err)
 	}
-	return &clientpb.LeaveNodeResponse{Node: s.n.cfg.NodeID}, nil
+	return &clientpb.LeaveNodeResponse{Node: s.n.ID()}, nil
 }
 
 func (s *clientService) Rebalance(ctx context.Context, req *clientpb.RebalanceRequest) (*clientpb.RebalanceResponse, error) {
-	resp, err := s.n.rebalance(ctx, !req.DryRun)
+	resp, err := s.a.Rebalance(ctx, !req.DryRun)
 	if err != nil {
 		return nil, transport.Status(err)
 	}
 	return resp, nil
 }
 
-// groupStatus describes one Raft group from its replicas' reports: the
-// leader, the leader's commit index, and each replica's progress.
-func groupStatus(name string, replicas []string, reports map[string]map[string]*peerpb.GroupReplica) *clientpb.GroupStatus {
-	gs := &clientpb.GroupStatus{Name: name}
-	for _, id := range replicas {
-		if r := reports[id][name]; r != nil && r.Leader != "" {
-			gs.Leader = r.Leader
-		}
-	}
-	var nonvoters []string
-	if r := reports[gs.Leader][name]; r != nil {
-		gs.CommitIndex, gs.AppliedIndex, nonvoters = r.CommitIndex, r.AppliedIndex, r.Nonvoters
-	}
-	for _, id := range replicas {
-		rs := &clientpb.ReplicaStatus{Node: id, Role: "follower", CatchingUp: slices.Contains(nonvoters, id)}
-		if id == gs.Leader {
-			rs.Role = "leader"
-		}
-		if r := reports[id][name]; r != nil {
-			rs.Reachable, rs.MatchIndex = true, r.LastIndex
-			if gs.CommitIndex > r.AppliedIndex {
-				rs.Lag = gs.CommitIndex - r.AppliedIndex
-			}
-		}
-		gs.Replicas = append(gs.Replicas, rs)
-	}
-	return gs
-}
-
 func (s *clientService) ListConnections(ctx context.Context, req *clientpb.ListConnectionsRequest) (*clientpb.ListConnectionsResponse, error) {
-	return s.n.listConnections(ctx, req.LocalOnly), nil
+	return s.a.ListConnections(ctx, req.LocalOnly), nil
 }
 
 func (s *clientService) DestroyConnection(ctx context.Context, req *clientpb.DestroyConnectionRequest) (*clientpb.DestroyConnectionResponse, error) {
-	if err := s.n.destroyConnection(ctx, req.Id); err != nil {
+	if err := s.a.DestroyConnection(ctx, req.Id); err != nil {
 		return nil, transport.Status(err)
 	}
 	return &clientpb.DestroyConnectionResponse{}, nil
