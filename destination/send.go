@@ -76,6 +76,9 @@ func (p *SendPlan) Next(cands []Candidate, rotation uint64) (member int, patient
 	case p.resendTo >= 0:
 		p.last = p.resendTo
 	default:
+		if len(p.failed) != len(cands) {
+			p.failed = make([]bool, len(cands)) // the members changed: a new round
+		}
 		open := slices.Clone(cands)
 		for i := range open {
 			open[i].Available = open[i].Available && !p.failed[i]

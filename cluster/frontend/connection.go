@@ -33,6 +33,7 @@ type Connections struct {
 	ending    sync.WaitGroup
 }
 
+// NewConnections is the registry of the client connections node n serves.
 func NewConnections(n Node) *Connections {
 	return &Connections{n: n, byID: make(map[string]*connection), clientIDs: make(map[string]*connection)}
 }
