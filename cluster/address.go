@@ -20,7 +20,7 @@ import (
 // resolve finds a destination, creating it on first use unless the node runs
 // with --no-auto-create.
 func (n *Node) resolve(ctx context.Context, name string) (*fsmpb.Destination, error) {
-	if d, ok := n.meta.destination(name); ok {
+	if d, ok := n.meta.Destination(name); ok {
 		return d, nil
 	}
 	if n.cfg.NoAutoCreate {
@@ -32,12 +32,12 @@ func (n *Node) resolve(ctx context.Context, name string) (*fsmpb.Destination, er
 // ensure returns the destination name, creating it with the defaults if it
 // does not exist.
 func (n *Node) ensure(ctx context.Context, name string) (*fsmpb.Destination, error) {
-	if d, ok := n.meta.destination(name); ok {
+	if d, ok := n.meta.Destination(name); ok {
 		return d, nil
 	}
 	d, err := n.createDestination(ctx, &clientpb.CreateDestinationRequest{Name: name})
 	if errors.Is(err, transport.ErrDestinationExists) {
-		if d, ok := n.meta.destination(name); ok {
+		if d, ok := n.meta.Destination(name); ok {
 			return d, nil
 		}
 	}
@@ -52,7 +52,7 @@ func (n *Node) memberOf(ctx context.Context, addr string, create bool) (*fsmpb.D
 		return nil, 0, frontend.WireError(err)
 	}
 	var d *fsmpb.Destination
-	if _, exists := n.meta.destination(name); !exists && create && idx >= 0 {
+	if _, exists := n.meta.Destination(name); !exists && create && idx >= 0 {
 		// NAME#I of a destination that does not exist yet: refuse before
 		// creating one that would not have member I.
 		if nodes := len(n.placementNodes(ctx)); idx >= nodes {
@@ -61,7 +61,7 @@ func (n *Node) memberOf(ctx context.Context, addr string, create bool) (*fsmpb.D
 	}
 	if create {
 		d, err = n.resolve(ctx, name)
-	} else if dd, ok := n.meta.destination(name); ok {
+	} else if dd, ok := n.meta.Destination(name); ok {
 		d = dd
 	} else {
 		err = fmt.Errorf("%w: %q", transport.ErrUnknownDestination, name)

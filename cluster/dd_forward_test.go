@@ -132,7 +132,7 @@ func TestDD_UpdateMembers_GrowTakesSendsShrinkDrains(t *testing.T) {
 	}
 	// The resize is committed; free applies it a moment later.
 	wait.For(tc.t, 5*time.Second, free+" learning that rs#1 and rs#2 drain", func() bool {
-		d, ok := tc.node(free).meta.destination("rs")
+		d, ok := tc.node(free).meta.Destination("rs")
 		return ok && len(d.Members) > 0 && !d.Members[0].Draining && (len(d.Members) < 3 || d.Members[2].Draining)
 	})
 	for range 5 {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/cluster/metagroup"
 	"github.com/cairnmq/cairn/destination"
 
 	"github.com/cairnmq/cairn/test/wait"
@@ -46,7 +47,7 @@ func TestDD_PartitionedMemberSendsGoElsewhere(t *testing.T) {
 	}
 	f := tc.others(hosts...)[0]
 	front := tc.node(f)
-	d, ok := front.meta.destination(queue)
+	d, ok := front.meta.Destination(queue)
 	if !ok || len(d.Members) != 2 {
 		t.Fatalf("%s as %s sees it: %+v", queue, f, d)
 	}
@@ -269,7 +270,7 @@ func ddTermsAgree(tc *testCluster, dest string, members int) string {
 		if nd == nil {
 			continue
 		}
-		add(metaGroupID, nd.ID(), nd.meta.group.Raft.CurrentTerm())
+		add(metagroup.ID, nd.ID(), nd.meta.Raft().CurrentTerm())
 		for i := range members {
 			name := fmt.Sprintf("%s#%d", dest, i)
 			if r, ok := nd.groups.replica(name); ok {

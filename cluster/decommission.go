@@ -27,7 +27,7 @@ func (n *Node) Decommission(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if _, err := n.meta.apply(ctx, &fsmpb.DecommissionNode{Id: id}); err != nil {
+	if _, err := n.meta.Apply(ctx, &fsmpb.DecommissionNode{Id: id}); err != nil {
 		return 0, frontend.WireError(err)
 	}
 	n.log.Info("decommissioning: moving this node's replicas to other nodes", "members", held)
@@ -41,7 +41,7 @@ func (n *Node) Decommission(ctx context.Context) (int, error) {
 		case <-t.C:
 		}
 	}
-	if _, err := n.meta.apply(ctx, &fsmpb.RemoveNode{Id: id}); err != nil {
+	if _, err := n.meta.Apply(ctx, &fsmpb.RemoveNode{Id: id}); err != nil {
 		return held, frontend.WireError(err)
 	}
 	n.log.Info("decommissioned: every replica moved, node removed from the cluster; stopping", "members", held)
@@ -53,7 +53,7 @@ func (n *Node) Decommission(ctx context.Context) (int, error) {
 // no live node left to move to.
 func (n *Node) decommissionable() (held int, err error) {
 	id, alive := n.cfg.NodeID, n.aliveNodes()
-	n.meta.read(func(m *fsm.Meta) {
+	n.meta.Read(func(m *fsm.Meta) {
 		if _, ok := m.Node(id); !ok {
 			err = fmt.Errorf("%w: node %s is not registered in the cluster yet; wait until it is ready", transport.ErrUnavailable, id)
 			return
@@ -90,7 +90,7 @@ func (n *Node) decommissionable() (held int, err error) {
 // until the replica that replaces it votes (groups.retired).
 func (n *Node) holdsReplicas() bool {
 	placed := false
-	n.meta.read(func(m *fsm.Meta) {
+	n.meta.Read(func(m *fsm.Meta) {
 		for _, d := range m.Destinations() {
 			for _, p := range d.Members {
 				placed = placed || slices.Contains(p.Replicas, n.cfg.NodeID)

@@ -58,7 +58,7 @@ func (n *Node) createDestination(ctx context.Context, req *clientpb.CreateDestin
 		return nil, fmt.Errorf("%w: a replication factor of %d needs %d live nodes; the cluster has %d", transport.ErrInvalidArgument, replicas, replicas, len(nodes))
 	}
 	var offset int
-	n.meta.read(func(m *fsm.Meta) { offset = len(m.Destinations()) })
+	n.meta.Read(func(m *fsm.Meta) { offset = len(m.Destinations()) })
 	d := &fsmpb.Destination{
 		Name: req.Name, Kind: fsmpb.DestinationKind_DESTINATION_KIND_QUEUE, Replicas: uint32(replicas),
 		TtlNs: req.TtlMs * int64(time.Millisecond), MaxBytes: req.MaxBytes, CreatedAt: n.cfg.Clock().UnixNano(), Uid: newID(8),
@@ -74,7 +74,7 @@ func (n *Node) createDestination(ctx context.Context, req *clientpb.CreateDestin
 		for i := range members {
 			d.Members = append(d.Members, n.placeMember(uint32(i), nodes, offset+i, replicas, false))
 		}
-		_, err := n.meta.apply(ctx, &fsmpb.CreateDestination{Destination: d})
+		_, err := n.meta.Apply(ctx, &fsmpb.CreateDestination{Destination: d})
 		if err == nil {
 			break
 		}
@@ -122,7 +122,7 @@ func (n *Node) placeMember(index uint32, nodes []string, first, replicas int, sa
 	}
 	p.Initial = slices.Clone(p.Replicas)
 	if !n.cfg.GroupPerMember {
-		n.meta.read(func(m *fsm.Meta) { placement.JoinSharedGroup(m, p, sameHost, newID(4)) })
+		n.meta.Read(func(m *fsm.Meta) { placement.JoinSharedGroup(m, p, sameHost, newID(4)) })
 	}
 	return p
 }
@@ -136,7 +136,7 @@ func (n *Node) placeMember(index uint32, nodes []string, first, replicas int, sa
 // highest members: they take no new sends or consumers, move their
 // messages to the others, and are removed once empty.
 func (n *Node) updateDestination(ctx context.Context, req *clientpb.UpdateDestinationRequest) (*fsmpb.Destination, error) {
-	d, ok := n.meta.destination(req.Name)
+	d, ok := n.meta.Destination(req.Name)
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", transport.ErrUnknownDestination, req.Name)
 	}
@@ -153,7 +153,7 @@ func (n *Node) updateDestination(ctx context.Context, req *clientpb.UpdateDestin
 		if replicas > len(nodes) {
 			return nil, fmt.Errorf("%w: a replication factor of %d needs %d live nodes; the cluster has %d", transport.ErrInvalidArgument, replicas, replicas, len(nodes))
 		}
-		if _, err := n.meta.apply(ctx, &fsmpb.SetReplicas{Name: d.Name, Replicas: req.Replicas}); err != nil {
+		if _, err := n.meta.Apply(ctx, &fsmpb.SetReplicas{Name: d.Name, Replicas: req.Replicas}); err != nil {
 			return nil, frontend.WireError(err)
 		}
 		n.log.Info("destination's replication factor changed; its members are renewed to it", "name", d.Name, "replicas", replicas)
@@ -166,7 +166,7 @@ func (n *Node) updateDestination(ctx context.Context, req *clientpb.UpdateDestin
 	// The commands were applied by the meta leader; answer with this
 	// node's view once it has applied them too.
 	for deadline := time.Now().Add(2 * time.Second); ; {
-		nd, ok := n.meta.destination(req.Name)
+		nd, ok := n.meta.Destination(req.Name)
 		if !ok {
 			return nil, fmt.Errorf("%w: %q was deleted during the update", transport.ErrUnknownDestination, req.Name)
 		}
@@ -199,7 +199,7 @@ func (n *Node) resizeDestination(ctx context.Context, d *fsmpb.Destination, want
 			grown.Members = append(grown.Members, p)
 		}
 	}
-	if _, err := n.meta.apply(ctx, cmd); err != nil {
+	if _, err := n.meta.Apply(ctx, cmd); err != nil {
 		if len(cmd.Add) > 0 && errors.Is(err, fsm.ErrInvalidSettings) {
 			err = fmt.Errorf("%w (%s changed while this update was placed; run it again)", err, d.Name)
 		}
@@ -288,7 +288,7 @@ func (n *Node) placementNodes(ctx context.Context) []string {
 		}
 		var out []string
 		unregistered := 0
-		n.meta.read(func(m *fsm.Meta) {
+		n.meta.Read(func(m *fsm.Meta) {
 			for id, ok := range alive {
 				if _, registered := m.Node(id); ok && !registered && !m.Removed(id) {
 					unregistered++
@@ -364,7 +364,7 @@ func (n *Node) deleteDestination(ctx context.Context, name string) error {
 	if err := fsm.ValidateName(name); err != nil {
 		return frontend.WireError(err)
 	}
-	if _, err := n.meta.apply(ctx, &fsmpb.DeleteDestination{Name: name}); err != nil {
+	if _, err := n.meta.Apply(ctx, &fsmpb.DeleteDestination{Name: name}); err != nil {
 		return frontend.WireError(err)
 	}
 	n.groups.poke()

@@ -1,24 +1,25 @@
 // Package cluster is a Cairn node: it binds the node's listeners, runs the
-// gossip membership (memberlist) and the meta group (destinations, their
-// placement, the node registry), opens the member replicas the meta group
+// gossip membership (memberlist) and its replica of the meta group
+// (destinations, their placement, the node registry), opens the member replicas the meta group
 // places on this node, and carries the front-end's requests (package
 // frontend) to the members' hosts: it resolves destinations, drives the
 // router's plans (package destination), and relays commands.
 //
 // It owns no delivery rules (package fsm), no Raft group internals
 // (packages member and cluster/raftgroup), no placement policy (package
-// cluster/placement) and no client connection (package cluster/frontend). Decisions it made are argued in DESIGN.md; the words
+// cluster/placement), no client connection (package cluster/frontend) and
+// not the meta group's replica (package cluster/metagroup). Decisions it made are argued in DESIGN.md; the words
 // used here are docs/ARCHITECTURE.md's.
 //
 // The main types, by file:
 //   - Node (node.go): one node; Start assembles it, Config (config.go)
 //     says how.
 //   - gossip (gossip.go): memberlist, and what each node gossips of itself.
-//   - metaGroup (meta.go): the meta group's replica here and its leader's
-//     loop; rebalance.go carries out what package placement plans for
-//     replicas and hosts, renew.go renews members, membership.go keeps
-//     the Raft configurations in line with the registry and the
-//     placement.
+//   - metaNode (meta.go): the node as the meta group (package metagroup)
+//     asks it, and its leader duties: rebalance.go carries out what
+//     package placement plans for replicas and hosts, renew.go renews
+//     members; membership.go keeps the member groups' Raft configurations
+//     in line with the registry and the placement.
 //   - groups (groups.go): the member replicas open here, opened, closed
 //     and destroyed as the placement changes; hosts.go moves leaderships
 //     to preferred hosts.

@@ -253,10 +253,10 @@ func TestRestart_ReadyOnlyOnceMembersAreRestored(t *testing.T) {
 	if open {
 		pending = r.Stats().Pending
 	}
-	_, known := n2.meta.destination("ready")
+	_, known := n2.meta.Destination("ready")
 	var metaApplied uint64
-	n2.meta.read(func(m *fsm.Meta) { metaApplied = m.Applied() })
-	mr := n2.meta.group.Raft
+	n2.meta.Read(func(m *fsm.Meta) { metaApplied = m.Applied() })
+	mr := n2.meta.Raft()
 	metaState := fmt.Sprintf("meta FSM applied %d, raft AppliedIndex %d, CommitIndex %d, destination known %v", metaApplied, mr.AppliedIndex(), mr.CommitIndex(), known)
 	// Let the member finish its takeover before the cleanup stops the node
 	// (a Stop during a takeover can hang: TestStop_ReplicaCloseReturnsDuringTakeover).

@@ -144,7 +144,7 @@ func (gs *groups) reconcile() {
 	// rest once the log was applied), each wave reading its logs before
 	// the next began. Every meta apply pokes this loop, the last one
 	// included.
-	if gs.n.meta.caughtUp() != nil {
+	if gs.n.meta.CaughtUp() != nil {
 		return
 	}
 	want := map[string]placed{}
@@ -155,14 +155,14 @@ func (gs *groups) reconcile() {
 	var nodes map[string]*fsmpb.Node
 	var at uint64
 	unchanged := false
-	gs.n.meta.read(func(m *fsm.Meta) {
+	gs.n.meta.Read(func(m *fsm.Meta) {
 		// A round that opened everything placed here needs no other
 		// until the placement changes: with a thousand destinations
 		// it walks them all. A node back with an empty data directory
 		// opens nothing until the leader registered it again, marking
 		// the groups it rejoins (raftConfig).
 		at = m.Applied()
-		if unchanged = (at == gs.reconciledAt.Load() && !gs.retiring.Load()) || gs.n.meta.staleRecord(m); unchanged {
+		if unchanged = (at == gs.reconciledAt.Load() && !gs.retiring.Load()) || gs.n.meta.StaleRecord(m); unchanged {
 			return
 		}
 		for _, d := range m.Destinations() {
@@ -337,7 +337,7 @@ func (gs *groups) raftConfig(id string, p placed, nodes map[string]*fsmpb.Node) 
 		initial = p.place.Replicas
 	}
 	var rejoining bool
-	gs.n.meta.read(func(m *fsm.Meta) { rejoining = m.Rejoining(gs.n.cfg.NodeID, fsm.GroupKey(p.dest.Name, p.place)) })
+	gs.n.meta.Read(func(m *fsm.Meta) { rejoining = m.Rejoining(gs.n.cfg.NodeID, fsm.GroupKey(p.dest.Name, p.place)) })
 	var peers []raft.Server
 	if slices.Contains(initial, gs.n.cfg.NodeID) && !rejoining {
 		for _, nid := range initial {
@@ -507,7 +507,7 @@ func (gs *groups) opening() bool {
 // Readiness asks four times a second; the list is worked out again only
 // when the meta state changed.
 func (gs *groups) placedHere() (placed []string) {
-	gs.n.meta.read(func(m *fsm.Meta) {
+	gs.n.meta.Read(func(m *fsm.Meta) {
 		gs.placedMu.Lock()
 		defer gs.placedMu.Unlock()
 		if gs.placedAt == m.Applied() && gs.placed != nil {

@@ -24,7 +24,7 @@ var staleGrace = time.Minute
 // and for staleGrace on end, so that a leader whose meta replica trails the
 // one that just added a new member by an entry does not drop it.
 func (gs *groups) dropStale() {
-	if gs.n.meta.caughtUp() != nil {
+	if gs.n.meta.CaughtUp() != nil {
 		return
 	}
 	gs.mu.RLock()
@@ -76,6 +76,6 @@ func (gs *groups) placedIn(key, id string) bool {
 	if err != nil || idx < 0 {
 		return false
 	}
-	d, ok := gs.n.meta.destination(name)
+	d, ok := gs.n.meta.Destination(name)
 	return ok && idx < len(d.Members) && groupID(d, uint32(idx)) == key && d.Members[idx].Group == id
 }

@@ -77,7 +77,7 @@ func (gs *groups) preferred(name string) string {
 	if err != nil || idx < 0 {
 		return ""
 	}
-	d, ok := gs.n.meta.destination(dest)
+	d, ok := gs.n.meta.Destination(dest)
 	if !ok || idx >= len(d.Members) || len(d.Members[idx].Replicas) == 0 {
 		return ""
 	}

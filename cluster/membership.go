@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/cairnmq/cairn/cluster/frontend"
+	"github.com/cairnmq/cairn/cluster/metagroup"
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 	"github.com/cairnmq/cairn/member"
@@ -18,114 +19,10 @@ import (
 	"github.com/cairnmq/cairn/transport/peerpb"
 )
 
-// maxMetaVoters bounds the meta group's voters; more nodes join as
-// non-voters, which replicate it without slowing its commits.
-const maxMetaVoters = 5
-
 // Raft configurations follow the meta group's decisions, never gossip's
 // verdicts: a node is added to a group when it is registered (alive, joined)
 // and placed, and removed only when an operator removed it (RemoveNode) and
 // the meta group re-placed its replicas.
-
-// reconcileMetaVoters, on the meta leader, adds registered nodes that gossip
-// holds alive to the meta group, as non-voters that vote once caught up
-// (up to maxMetaVoters), and removes the nodes an operator removed.
-func (mg *metaGroup) reconcileMetaVoters() error {
-	r := mg.group.Raft
-	f := r.GetConfiguration()
-	if err := f.Error(); err != nil {
-		return err
-	}
-	servers := f.Configuration().Servers
-	voters := 0
-	in := map[string]raft.ServerSuffrage{}
-	for _, s := range servers {
-		in[string(s.ID)] = s.Suffrage
-		if s.Suffrage == raft.Voter {
-			voters++
-		}
-	}
-	alive := mg.n.aliveNodes()
-	var toAdd, toPromote []*fsmpb.Node
-	var toRemove []string
-	mg.read(func(m *fsm.Meta) {
-		for _, nd := range m.Nodes() {
-			switch suffrage, ok := in[nd.Id]; {
-			case !alive[nd.Id]:
-			case !ok:
-				toAdd = append(toAdd, nd)
-			case suffrage == raft.Nonvoter:
-				toPromote = append(toPromote, nd)
-			}
-		}
-		for _, s := range servers {
-			if m.Removed(string(s.ID)) {
-				toRemove = append(toRemove, string(s.ID))
-			}
-		}
-	})
-	for _, nd := range toAdd {
-		if err := r.AddNonvoter(raft.ServerID(nd.Id), raft.ServerAddress(nd.RaftAddr), 0, 10*time.Second).Error(); err != nil {
-			return fmt.Errorf("adding node %s to the meta group: %w", nd.Id, err)
-		}
-		mg.n.log.Info("node added to the meta group, not voting until caught up", "id", nd.Id)
-	}
-	for _, nd := range toPromote {
-		if voters >= maxMetaVoters || !replicaCaughtUp(mg.n.groups, nd.Id, metaUnit{mg}) {
-			continue
-		}
-		if err := r.AddVoter(raft.ServerID(nd.Id), raft.ServerAddress(nd.RaftAddr), 0, 10*time.Second).Error(); err != nil {
-			return fmt.Errorf("promoting node %s in the meta group: %w", nd.Id, err)
-		}
-		voters++
-		mg.n.log.Info("node caught up with the meta group: now a voter", "id", nd.Id)
-	}
-	for _, id := range toRemove {
-		if err := r.RemoveServer(raft.ServerID(id), 0, 10*time.Second).Error(); err != nil {
-			return fmt.Errorf("removing node %s from the meta group: %w", id, err)
-		}
-		mg.n.log.Info("removed node taken out of the meta group", "id", id)
-	}
-	return nil
-}
-
-// demoteEmptied, on the meta leader, makes a node that came back with an
-// empty data directory a non-voter of the meta group, when the other
-// voters are alive to commit without it; reconcileMetaVoters promotes it
-// again once caught up. Left a voter, it would vote for a candidate
-// missing what it had acknowledged, and an entry committed on it could be
-// lost.
-func (mg *metaGroup) demoteEmptied(id string) error {
-	r := mg.group.Raft
-	f := r.GetConfiguration()
-	if err := f.Error(); err != nil {
-		return err
-	}
-	alive := mg.n.aliveNodes()
-	isVoter := false
-	for _, s := range f.Configuration().Servers {
-		switch {
-		case s.Suffrage != raft.Voter:
-		case string(s.ID) == id:
-			isVoter = true
-		case !alive[string(s.ID)]:
-			return nil // the group needs every voter it has
-		}
-	}
-	if !isVoter {
-		return nil
-	}
-	if err := r.DemoteVoter(raft.ServerID(id), 0, 10*time.Second).Error(); err != nil {
-		return fmt.Errorf("demoting node %s, back empty, in the meta group: %w", id, err)
-	}
-	return nil
-}
-
-// metaUnit is the meta group as a raftMember (caughtUp asks nodes by name).
-type metaUnit struct{ mg *metaGroup }
-
-func (u metaUnit) Name() string     { return metaGroupID }
-func (u metaUnit) Raft() *raft.Raft { return u.mg.group.Raft }
 
 // reconcileMemberVoters, on a member's leader, makes the group's Raft
 // configuration match the member's placement: new replicas are added before
@@ -135,14 +32,14 @@ func (gs *groups) reconcileMemberVoters(r raftMember) error {
 	if err != nil {
 		return err
 	}
-	d, ok := gs.n.meta.destination(dest)
+	d, ok := gs.n.meta.Destination(dest)
 	if !ok || idx < 0 || idx >= len(d.Members) {
 		return nil
 	}
 	want := d.Members[idx].Replicas
 	group := fsm.GroupKey(d.Name, d.Members[idx])
 	rejoining := map[string]bool{}
-	gs.n.meta.read(func(m *fsm.Meta) {
+	gs.n.meta.Read(func(m *fsm.Meta) {
 		for _, id := range want {
 			rejoining[id] = m.Rejoining(id, group)
 		}
@@ -235,7 +132,7 @@ func (gs *groups) rejoinVoter(r raftMember, id, group string, have map[string]ra
 	if id == gs.n.cfg.NodeID || replicaCaughtUp(gs, id, r) { // a leader holds the log
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if _, err := gs.n.meta.apply(ctx, &fsmpb.ReplicaCaughtUp{Node: id, Group: group}); err != nil {
+		if _, err := gs.n.meta.Apply(ctx, &fsmpb.ReplicaCaughtUp{Node: id, Group: group}); err != nil {
 			return fmt.Errorf("telling that %s's replica of %s caught up: %w", id, r.Name(), err)
 		}
 		gs.n.log.Info("replica back from an empty data directory caught up", "member", r.Name(), "node", id)
@@ -312,7 +209,7 @@ func (n *Node) removeNode(ctx context.Context, id string) error {
 	if n.aliveNodes()[id] {
 		return fmt.Errorf("%w: node %s is alive; stop it first (or run 'cairn node leave' against it), then remove it", transport.ErrInvalidArgument, id)
 	}
-	if _, err := n.meta.apply(ctx, &fsmpb.RemoveNode{Id: id}); err != nil {
+	if _, err := n.meta.Apply(ctx, &fsmpb.RemoveNode{Id: id}); err != nil {
 		return frontend.WireError(err)
 	}
 	n.log.Info("node removed from the cluster", "id", id)
@@ -366,7 +263,7 @@ func (n *Node) handOver(ctx context.Context) {
 		go func() { defer wg.Done(); transfer(u.id, u.raft) }()
 	}
 	wg.Wait()
-	transfer(metaGroupID, n.meta.group.Raft)
+	transfer(metagroup.ID, n.meta.Raft())
 }
 
 // quorumWait bounds how long a node that stops gracefully waits for
@@ -413,7 +310,7 @@ func (n *Node) awaitCaughtUpQuorums(ctx context.Context) {
 // without this node.
 func (n *Node) catchingUpForQuorum() []string {
 	canLead, catchingUp := n.leadReadiness()
-	rafts := []*raft.Raft{n.meta.group.Raft}
+	rafts := []*raft.Raft{n.meta.Raft()}
 	for _, u := range n.groups.units() {
 		rafts = append(rafts, u.raft)
 	}

@@ -30,7 +30,7 @@ func (m mover) Target(ctx context.Context, member string, dead bool) string {
 	if err != nil {
 		return ""
 	}
-	d, ok := m.n.meta.destination(name)
+	d, ok := m.n.meta.Destination(name)
 	if !ok {
 		return ""
 	}
@@ -55,7 +55,7 @@ func (m mover) Target(ctx context.Context, member string, dead bool) string {
 // they are destroyed: a send under its name goes to the new member.
 func (m mover) Draining(member string) bool {
 	name, idx, err := fsm.ParseAddress(member)
-	d, ok := m.n.meta.destination(name)
+	d, ok := m.n.meta.Destination(name)
 	return err == nil && ok && idx >= 0 && idx < len(d.Members) && (d.Members[idx].Draining || m.renewed(d, idx))
 }
 
@@ -70,7 +70,7 @@ func (m mover) renewed(d *fsmpb.Destination, idx int) bool {
 // names must stay NAME#0 to NAME#n-1).
 func (m mover) Drained(ctx context.Context, member string, nextDelivery uint64) {
 	name, idx, err := fsm.ParseAddress(member)
-	d, ok := m.n.meta.destination(name)
+	d, ok := m.n.meta.Destination(name)
 	if err != nil || !ok || idx < 0 || idx >= len(d.Members) {
 		return
 	}
@@ -86,7 +86,7 @@ func (m mover) Drained(ctx context.Context, member string, nextDelivery uint64) 
 	if idx != len(d.Members)-1 {
 		return
 	}
-	if _, err := m.n.meta.apply(ctx, &fsmpb.RemoveMember{Name: name, Index: uint32(idx)}); err != nil {
+	if _, err := m.n.meta.Apply(ctx, &fsmpb.RemoveMember{Name: name, Index: uint32(idx)}); err != nil {
 		m.n.log.Warn("removing a drained member failed; trying again", "member", member, "err", err)
 		return
 	}
@@ -99,7 +99,7 @@ func (m mover) Drained(ctx context.Context, member string, nextDelivery uint64) 
 // them: the move needs another target (member.ErrTargetGone).
 func (m mover) Store(ctx context.Context, target string, msgs []*fsmpb.Message) error {
 	name, idx, err := fsm.ParseAddress(target)
-	d, ok := m.n.meta.destination(name)
+	d, ok := m.n.meta.Destination(name)
 	if err != nil || !ok || idx < 0 || idx >= len(d.Members) || d.Members[idx].Draining {
 		return fmt.Errorf("%w: %s no longer exists or drains", member.ErrTargetGone, target)
 	}

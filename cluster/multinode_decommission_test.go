@@ -77,7 +77,7 @@ func TestCluster_ScaleUpAndDownKeepsFullReplication(t *testing.T) {
 	if _, _, err := tc.admin(left[0]).DecommissionNode(stepCtx(t, 10*time.Second)); !errors.Is(err, client.ErrInvalidArgument) {
 		t.Fatalf("decommissioning one of the last three nodes of queues of three replicas: %v, want ErrInvalidArgument", err)
 	}
-	tc.node(left[0]).meta.read(func(m *fsm.Meta) {
+	tc.node(left[0]).meta.Read(func(m *fsm.Meta) {
 		if m.Decommissioning(left[0]) {
 			t.Fatalf("a refused decommission marked %s decommissioning", left[0])
 		}
@@ -115,7 +115,7 @@ func placedOnNewNodes(tc *testCluster, op *client.Admin, n4, n5 string) string {
 // has no host is skipped.
 func watchVoters(t *testing.T, tc *testCluster, dest string, want int) (stop func()) {
 	t.Helper()
-	d, ok := tc.node(tc.metaLeader()).meta.destination(dest)
+	d, ok := tc.node(tc.metaLeader()).meta.Destination(dest)
 	if !ok {
 		t.Fatalf("no destination %s", dest)
 	}

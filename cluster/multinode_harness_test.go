@@ -378,7 +378,7 @@ func (tc *testCluster) others(not ...string) []string {
 // itself ("" during an election).
 func (tc *testCluster) metaLeader() string {
 	for _, nd := range tc.nodes {
-		if nd != nil && nd.meta.group.Raft.State() == raft.Leader {
+		if nd != nil && nd.meta.Raft().State() == raft.Leader {
 			return nd.ID()
 		}
 	}
@@ -436,7 +436,7 @@ func (tc *testCluster) waitSpread(dest string, members int) []string {
 		var d *fsmpb.Destination
 		for _, nd := range tc.nodes {
 			if nd != nil {
-				d, _ = nd.meta.destination(dest)
+				d, _ = nd.meta.Destination(dest)
 				break
 			}
 		}
@@ -640,7 +640,7 @@ func (tc *testCluster) counts(dest string, pending, delivered int) string {
 	var d *fsmpb.Destination
 	for _, nd := range tc.nodes {
 		if nd != nil {
-			d, _ = nd.meta.destination(dest)
+			d, _ = nd.meta.Destination(dest)
 			break
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/cluster/metagroup"
 	"github.com/cairnmq/cairn/test/wait"
 
 	"github.com/hashicorp/raft"
@@ -42,7 +43,7 @@ func TestCluster_NodeLeave_HandsLeadershipsOverAndSendsCarryOn(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatalf("%s: Left not closed after LeaveNode returned", leaving)
 	}
-	if st := nd.meta.group.Raft.State(); st == raft.Leader {
+	if st := nd.meta.Raft().State(); st == raft.Leader {
 		t.Errorf("%s still leads the meta group after leaving", leaving)
 	}
 	for _, r := range nd.groups.all() {
@@ -141,7 +142,7 @@ func TestCluster_NodeRemove_ReplacesReplicasAndNeverReadmits(t *testing.T) {
 				t.Errorf("status: group %s still lists a replica on removed %s", g.Name, victim)
 			}
 		}
-		if g.Name != metaGroupID && len(g.Replicas) != 3 {
+		if g.Name != metagroup.ID && len(g.Replicas) != 3 {
 			t.Errorf("status: group %s has replicas %+v; want 3", g.Name, g.Replicas)
 		}
 	}
@@ -158,8 +159,8 @@ func TestCluster_NodeRemove_ReplacesReplicasAndNeverReadmits(t *testing.T) {
 		for _, id := range tc.others(victim) {
 			nd := tc.node(id)
 			var registered bool
-			nd.meta.read(func(m *fsm.Meta) { _, registered = m.Node(victim) })
-			if registered || inConfiguration(nd.meta.group.Raft, victim) {
+			nd.meta.Read(func(m *fsm.Meta) { _, registered = m.Node(victim) })
+			if registered || inConfiguration(nd.meta.Raft(), victim) {
 				return false
 			}
 		}
@@ -257,7 +258,7 @@ func replacedEverywhere(tc *testCluster, op *client.Admin, removed string, lacke
 		}
 	}
 	for _, id := range tc.others(removed) {
-		if inConfiguration(tc.node(id).meta.group.Raft, removed) {
+		if inConfiguration(tc.node(id).meta.Raft(), removed) {
 			return "the meta group on " + id + " still has " + removed
 		}
 	}
@@ -322,7 +323,7 @@ func TestCluster_NodeJoinsLater_BecomesMetaVoterAndHostsNewMembers(t *testing.T)
 	nd := tc.addNode(withLogs(t), byHand)
 	id := nd.ID()
 	wait.For(t, 10*time.Second, id+" a voter of the meta group", func() bool {
-		f := tc.node("n1").meta.group.Raft.GetConfiguration()
+		f := tc.node("n1").meta.Raft().GetConfiguration()
 		if f.Error() != nil {
 			return false
 		}

@@ -37,7 +37,7 @@ func TestCluster_MetaLeaderCrash_NewLeaderTakesMetaCommandsAndOldLeaderCatchesUp
 	// command through it before that fails at once with ErrUnavailable:
 	// unlike member commands, meta commands do not wait out an election.)
 	wait.For(t, 10*time.Second, follower+" following the new meta leader "+leader, func() bool {
-		_, id := tc.node(follower).meta.group.Raft.LeaderWithID()
+		_, id := tc.node(follower).meta.Raft().LeaderWithID()
 		return string(id) == leader
 	})
 
@@ -50,7 +50,7 @@ func TestCluster_MetaLeaderCrash_NewLeaderTakesMetaCommandsAndOldLeaderCatchesUp
 	if len(info.Members) == 0 {
 		t.Fatalf("queue created with no members: %+v", info)
 	}
-	if _, ok := tc.node(leader).meta.destination("after"); !ok {
+	if _, ok := tc.node(leader).meta.Destination("after"); !ok {
 		t.Fatalf("meta leader %s does not know the queue created through %s", leader, follower)
 	}
 	s := mustSession(t, tc.dial(follower), client.ClientAck)
@@ -68,7 +68,7 @@ func TestCluster_MetaLeaderCrash_NewLeaderTakesMetaCommandsAndOldLeaderCatchesUp
 		return caughtUp(tc.status(leader), old)
 	})
 	for _, name := range []string{"before", "after", "later"} {
-		if _, ok := tc.node(old).meta.destination(name); !ok {
+		if _, ok := tc.node(old).meta.Destination(name); !ok {
 			t.Fatalf("restarted %s does not know queue %s", old, name)
 		}
 	}

@@ -179,12 +179,12 @@ func TestCluster_MinorityPartition_IsolatedNodeRefusesMajorityServesNothingLost(
 	t.Logf("cut for %v", time.Since(cut).Round(time.Millisecond))
 	// A gossip verdict is a hint, not a decision: while held dead, x stays
 	// a voter of the meta group and a replica of every member.
-	if f := tc.node(y).meta.group.Raft.GetConfiguration(); f.Error() != nil || !slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool {
+	if f := tc.node(y).meta.Raft().GetConfiguration(); f.Error() != nil || !slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool {
 		return string(s.ID) == x && s.Suffrage == raft.Voter
 	}) {
 		t.Errorf("%s held dead by gossip is no longer a meta voter: %+v (%v)", x, f.Configuration().Servers, f.Error())
 	}
-	if d, _ := tc.node(y).meta.destination("part"); d == nil {
+	if d, _ := tc.node(y).meta.Destination("part"); d == nil {
 		t.Error("queue part gone from the meta state")
 	} else {
 		for _, m := range d.Members {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/cluster/metagroup"
 	"github.com/cairnmq/cairn/test/wait"
 
 	"github.com/cairnmq/cairn/client"
@@ -92,7 +93,7 @@ func shortOfAReplica(t *testing.T, tc *testCluster) (*client.Admin, string, []st
 	// leadership moves to its preferred host, which must not happen while
 	// a test checks that nothing changes.
 	wait.For(tc.t, 20*time.Second, "every member on its preferred host", func() bool {
-		d, ok := tc.node(meta).meta.destination("rp")
+		d, ok := tc.node(meta).meta.Destination("rp")
 		return ok && !slices.ContainsFunc(d.Members, func(p *fsmpb.MemberPlacement) bool {
 			return tc.hostOf(fsm.MemberName("rp", p.Index)) != p.Replicas[0]
 		})
@@ -101,7 +102,7 @@ func shortOfAReplica(t *testing.T, tc *testCluster) (*client.Admin, string, []st
 		t.Fatalf("status: %d members under-replicated, want 3", st.UnderReplicated)
 	}
 	for _, g := range tc.status(meta).Groups {
-		if g.Name != metaGroupID && (g.Wanted != 3 || len(g.Replicas) != 2) {
+		if g.Name != metagroup.ID && (g.Wanted != 3 || len(g.Replicas) != 2) {
 			t.Fatalf("status: group %s has %d replicas of %d wanted; want 2 of 3", g.Name, len(g.Replicas), g.Wanted)
 		}
 	}
@@ -229,7 +230,7 @@ func TestCluster_NodeBackEmptyVotesOnlyOnceCaughtUp(t *testing.T) {
 	}
 	tc.start(victim)
 	all, two := tc.ids(), tc.others(victim)
-	metaVoters := func() []string { return voters(tc.node(tc.metaLeader()).meta.group.Raft) }
+	metaVoters := func() []string { return voters(tc.node(tc.metaLeader()).meta.Raft()) }
 	wait.For(tc.t, 30*time.Second, victim+" a non-voter of the meta group and of every member's group", func() bool {
 		return placedOn(tc, op, "rp", all, two) == "" && slices.Equal(metaVoters(), two)
 	})
@@ -280,16 +281,16 @@ func TestCluster_NewMemberJoinsAGroupAsItNowStands(t *testing.T) {
 		t.Fatal(err)
 	}
 	meta := tc.node("n1").meta
-	d, _ := meta.destination("a")
+	d, _ := meta.Destination("a")
 	group := d.Members[0].Group
-	if _, err := meta.apply(ctx, &fsmpb.PreferReplica{Destination: "a", Member: 0, Node: d.Members[0].Replicas[1]}); err != nil {
+	if _, err := meta.Apply(ctx, &fsmpb.PreferReplica{Destination: "a", Member: 0, Node: d.Members[0].Replicas[1]}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := op.CreateQueue(ctx, "b", client.QueueOptions{}); err != nil {
 		t.Fatalf("a queue placed in the reordered group: %v", err)
 	}
-	a, _ := meta.destination("a")
-	b, _ := meta.destination("b")
+	a, _ := meta.Destination("a")
+	b, _ := meta.Destination("b")
 	for _, p := range b.Members {
 		if p.Group != group {
 			continue

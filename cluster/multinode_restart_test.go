@@ -272,8 +272,8 @@ func metaCaughtUp(tc *testCluster, id string) string {
 	if leader == "" {
 		return "no meta leader"
 	}
-	commit := tc.node(leader).meta.group.Raft.CommitIndex()
-	if applied := tc.node(id).meta.group.Raft.AppliedIndex(); applied < commit {
+	commit := tc.node(leader).meta.Raft().CommitIndex()
+	if applied := tc.node(id).meta.Raft().AppliedIndex(); applied < commit {
 		return fmt.Sprintf("meta replica on %s applied %d of %d", id, applied, commit)
 	}
 	return ""

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/cairnmq/cairn/cluster/frontend"
+	"github.com/cairnmq/cairn/cluster/metagroup"
 	"github.com/cairnmq/cairn/cluster/raftgroup"
 
 	"github.com/hashicorp/raft"
@@ -56,7 +57,7 @@ type Node struct {
 	// node: nodes of one process do not share it.
 	rotation atomic.Uint64
 	gossip   *gossip
-	meta     *metaGroup
+	meta     *metagroup.Group
 	groups   *groups
 
 	grpcClient, grpcPeer *grpc.Server
@@ -70,6 +71,11 @@ type Node struct {
 	// metaKick and groupsKick wake the meta registrar and the groups'
 	// reconciler; they exist before gossip starts calling back.
 	metaKick, groupsKick chan struct{}
+	// placedAt is the last placeReplicas round that found nothing to do,
+	// rebalanced when it last moved a preferred host; only the meta
+	// group's loop (metagroup.Group.Run, Node.Lead) uses them.
+	placedAt   placementRound
+	rebalanced time.Time
 
 	// hadState is true when the node started with cluster state on disk.
 	hadState bool
@@ -130,13 +136,16 @@ func Start(cfg Config) (_ *Node, err error) {
 	n.conns = frontend.NewConnections(clientAPI{n})
 	n.peers = newPeers(n)
 	n.groups = newGroups(n)
-	if n.meta, err = openMeta(n); err != nil {
+	if err = n.openMeta(); err != nil {
 		n.gossip.shutdown()
 		return nil, err
 	}
 	n.startServers()
 	n.bg.Add(3)
-	go n.meta.run()
+	go func() {
+		defer n.bg.Done()
+		n.meta.Run(n.stopped)
+	}()
 	go n.groups.run()
 	go n.watchReady()
 	n.log.Info("cairn node started", "client", n.addrs.Client, "peer", n.addrs.Peer, "raft", n.addrs.Raft,
@@ -336,7 +345,7 @@ func (n *Node) peerAddr(node string) string {
 		}
 	}
 	var addr string
-	n.meta.read(func(m *fsm.Meta) {
+	n.meta.Read(func(m *fsm.Meta) {
 		if nd, ok := m.Node(node); ok {
 			addr = nd.PeerAddr
 		}
@@ -354,7 +363,7 @@ func (a raftAddresses) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) 
 		return raft.ServerAddress(addr), nil
 	}
 	var addr string
-	a.n.meta.read(func(m *fsm.Meta) {
+	a.n.meta.Read(func(m *fsm.Meta) {
 		if nd, ok := m.Node(string(id)); ok {
 			addr = nd.RaftAddr
 		}
@@ -382,7 +391,7 @@ func (n *Node) localGroups() []*peerpb.GroupReplica {
 		}
 		return g
 	}
-	out := []*peerpb.GroupReplica{report(metaGroupID, n.meta.group.Raft)}
+	out := []*peerpb.GroupReplica{report(metagroup.ID, n.meta.Raft())}
 	for _, r := range n.groups.all() {
 		out = append(out, report(r.Name(), r.Raft()))
 	}
@@ -410,7 +419,7 @@ func (n *Node) ownerLive(owner string) bool {
 // Ready reports whether the node has joined the meta group, is registered
 // in it, and every member replica placed on it has a leader.
 func (n *Node) Ready() error {
-	if err := n.meta.ready(); err != nil {
+	if err := n.meta.Ready(); err != nil {
 		return err
 	}
 	return n.groups.ready()
@@ -486,7 +495,7 @@ func (n *Node) watchReady() {
 // once, says nothing of this node, and counting it had every node of the
 // group say it was catching up until the election ended.
 func (n *Node) catchingUp() bool {
-	if n.meta.caughtUp() != nil {
+	if n.meta.CaughtUp() != nil {
 		return true
 	}
 	return n.groups.opening() || replicasLagging(n.groups)
@@ -494,7 +503,7 @@ func (n *Node) catchingUp() bool {
 
 // destinations lists every destination.
 func (n *Node) destinations() (out []*fsmpb.Destination) {
-	n.meta.read(func(m *fsm.Meta) { out = m.Destinations() })
+	n.meta.Read(func(m *fsm.Meta) { out = m.Destinations() })
 	return out
 }
 
@@ -540,7 +549,7 @@ func (n *Node) halt(graceful bool) {
 		}
 		n.peers.close()
 		n.groups.closeAll()
-		n.meta.close()
+		n.meta.Close()
 		n.gossip.shutdown()
 		n.mux.Close()
 		n.log.Info("cairn node stopped")

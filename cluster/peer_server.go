@@ -183,13 +183,13 @@ func (s *peerService) MetaApply(ctx context.Context, req *peerpb.MetaApplyReques
 	if err != nil {
 		return &peerpb.MetaApplyResponse{Result: fromResult(fsm.Result{Err: err})}, nil
 	}
-	res, index, err := s.n.meta.applyLocalAt(ctx, body)
+	res, index, err := s.n.meta.ApplyLocalAt(ctx, body)
 	if err != nil && res.Err == nil {
 		code := codeUnavailable
 		if errors.Is(err, destination.ErrNotSent) {
 			code = codeNotLeader
 		}
-		return &peerpb.MetaApplyResponse{Error: &peerpb.Error{Code: code, Message: err.Error(), Leader: s.n.meta.leaderID()}}, nil
+		return &peerpb.MetaApplyResponse{Error: &peerpb.Error{Code: code, Message: err.Error(), Leader: s.n.meta.LeaderID()}}, nil
 	}
 	return &peerpb.MetaApplyResponse{Result: fromResult(res), Index: index}, nil
 }

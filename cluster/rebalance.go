@@ -24,37 +24,37 @@ import (
 // stop with Config.NoAutoRebalance. The leader asks every second; a round
 // that found nothing to do is not walked again until the meta state, the
 // live nodes or the nodes that can lead change.
-func (mg *metaGroup) placeReplicas(ctx context.Context) error {
-	alive, canLead := mg.n.aliveNodes(), mg.n.nodesThatCanLead()
-	auto := !mg.n.cfg.NoAutoRebalance
+func (n *Node) placeReplicas(ctx context.Context) error {
+	alive, canLead := n.aliveNodes(), n.nodesThatCanLead()
+	auto := !n.cfg.NoAutoRebalance
 	var plan placement.Plan
 	var at placementRound
-	mg.read(func(m *fsm.Meta) {
+	n.meta.Read(func(m *fsm.Meta) {
 		at = placementRound{applied: m.Applied(), alive: strings.Join(slices.Sorted(maps.Keys(alive)), ","),
 			canLead: fmt.Sprint(canLead)} // fmt prints a map's keys in order
-		if at != mg.placedAt {
+		if at != n.placedAt {
 			plan = placement.Decide(m, alive, canLead, placement.Scope{Repair: auto, SpreadReplicas: 1, HostMoves: 1, Rehomes: 1})
 		}
 	})
-	if at == mg.placedAt {
+	if at == n.placedAt {
 		return nil
 	}
 	spreading := len(plan.Hosts) > 0 || plan.Spread
-	if spreading && (time.Since(mg.rebalanced) < rebalanceEvery || plan.Spread && mg.n.movesInFlight(ctx)) {
+	if spreading && (time.Since(n.rebalanced) < rebalanceEvery || plan.Spread && n.movesInFlight(ctx)) {
 		plan.Hosts = nil
 		if plan.Spread {
 			plan.Replicas = nil
 		}
 		at = placementRound{} // the next round, not placedAt: this one had work
 	}
-	n, err := mg.n.applyPlan(ctx, plan)
-	if n > 0 || err != nil {
+	done, err := n.applyPlan(ctx, plan)
+	if done > 0 || err != nil {
 		if spreading && err == nil {
-			mg.rebalanced = time.Now()
+			n.rebalanced = time.Now()
 		}
 		return err
 	}
-	mg.placedAt = at
+	n.placedAt = at
 	return nil
 }
 
@@ -65,12 +65,12 @@ func (n *Node) applyPlan(ctx context.Context, plan placement.Plan) (int, error) 
 	for _, mv := range plan.Replicas {
 		name := fsm.MemberName(mv.Dest, mv.Index)
 		if mv.From == "" {
-			if _, err := n.meta.apply(ctx, &fsmpb.AddReplica{Destination: mv.Dest, Member: mv.Index, Node: mv.To}); err != nil {
+			if _, err := n.meta.Apply(ctx, &fsmpb.AddReplica{Destination: mv.Dest, Member: mv.Index, Node: mv.To}); err != nil {
 				return done, fmt.Errorf("adding a replica of under-replicated %s on %s: %w", name, mv.To, err)
 			}
 			n.log.Info("under-replicated member given a replica", "member", name, "node", mv.To)
 		} else {
-			if _, err := n.meta.apply(ctx, &fsmpb.ReplaceReplica{Destination: mv.Dest, Member: mv.Index, Old: mv.From, New: mv.To, KeepHost: mv.KeepHost}); err != nil {
+			if _, err := n.meta.Apply(ctx, &fsmpb.ReplaceReplica{Destination: mv.Dest, Member: mv.Index, Old: mv.From, New: mv.To, KeepHost: mv.KeepHost}); err != nil {
 				return done, fmt.Errorf("moving %s's replica on %s: %w", name, mv.From, err)
 			}
 			n.log.Info("member's replica moved", "member", name, "from", mv.From, "to", mv.To)
@@ -79,7 +79,7 @@ func (n *Node) applyPlan(ctx context.Context, plan placement.Plan) (int, error) 
 	}
 	for _, p := range plan.Hosts {
 		name := fsm.MemberName(p.Destination, p.Member)
-		if _, err := n.meta.apply(ctx, p); err != nil {
+		if _, err := n.meta.Apply(ctx, p); err != nil {
 			return done, fmt.Errorf("moving %s's preferred host to %s: %w", name, p.Node, err)
 		}
 		n.log.Info("hosts spread: a group's preferred host moved", "member", name, "node", p.Node)
@@ -87,7 +87,7 @@ func (n *Node) applyPlan(ctx context.Context, plan placement.Plan) (int, error) 
 	}
 	for _, r := range plan.Rehome {
 		name := fsm.MemberName(r.Name, r.Index)
-		if _, err := n.meta.apply(ctx, r); err != nil {
+		if _, err := n.meta.Apply(ctx, r); err != nil {
 			return done, fmt.Errorf("renewing %s onto %s: %w", name, r.On, err)
 		}
 		n.log.Info("hosts spread: a member is renewed onto a node that hosts fewer", "member", name, "node", r.On)
@@ -106,7 +106,7 @@ func (n *Node) movesInFlight(ctx context.Context) bool {
 	}
 	reports := n.groupReports(ctx, nodes)
 	inFlight := false
-	n.meta.read(func(m *fsm.Meta) {
+	n.meta.Read(func(m *fsm.Meta) {
 		for _, d := range m.Destinations() {
 			for _, p := range d.Members {
 				name := fsm.MemberName(d.Name, p.Index)
@@ -141,7 +141,7 @@ type placementRound struct {
 func (n *Node) rebalance(ctx context.Context, apply bool) (*clientpb.RebalanceResponse, error) {
 	alive, canLead := n.aliveNodes(), n.nodesThatCanLead()
 	var plan placement.Plan
-	n.meta.read(func(m *fsm.Meta) {
+	n.meta.Read(func(m *fsm.Meta) {
 		plan = placement.Decide(m, alive, canLead, placement.Scope{Repair: true, SpreadReplicas: math.MaxInt, HostMoves: math.MaxInt, Rehomes: math.MaxInt})
 	})
 	resp := &clientpb.RebalanceResponse{Degraded: plan.Degraded}

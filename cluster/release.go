@@ -69,7 +69,7 @@ func (n *Node) memberExists(name string) (ok bool) {
 	if err != nil || idx < 0 {
 		return false
 	}
-	d, found := n.meta.destination(dest)
+	d, found := n.meta.Destination(dest)
 	if !found {
 		return false
 	}

@@ -23,9 +23,9 @@ import (
 // adding a spare member when that one is the only active member; once none
 // is left to renew, the spare drains away. It waits while fewer live nodes
 // than the factor could take the new members.
-func (mg *metaGroup) renewMembers(ctx context.Context) error {
+func (n *Node) renewMembers(ctx context.Context) error {
 	var dests []*fsmpb.Destination
-	mg.read(func(m *fsm.Meta) {
+	n.meta.Read(func(m *fsm.Meta) {
 		for _, d := range m.Destinations() {
 			if d.Spare || slices.ContainsFunc(d.Members, func(p *fsmpb.MemberPlacement) bool { return fsm.NeedsRenewal(d, p) }) {
 				dests = append(dests, d)
@@ -35,22 +35,22 @@ func (mg *metaGroup) renewMembers(ctx context.Context) error {
 	if len(dests) == 0 {
 		return nil
 	}
-	nodes := mg.n.placementNodes(ctx)
+	nodes := n.placementNodes(ctx)
 	for _, d := range dests {
 		cmd := placement.RenewalStep(d, len(nodes))
 		if cmd == nil {
 			continue
 		}
 		if r, ok := cmd.(*fsmpb.ResizeDestination); ok && r.Spare {
-			p := mg.n.placeMember(uint32(len(d.Members)), nodes, placement.LeastHosting(d, nodes), int(d.Replicas), false)
+			p := n.placeMember(uint32(len(d.Members)), nodes, placement.LeastHosting(d, nodes), int(d.Replicas), false)
 			p.Uid = newID(8)
 			r.Add = []*fsmpb.MemberPlacement{p}
 		}
-		if _, err := mg.n.meta.apply(ctx, cmd); err != nil {
+		if _, err := n.meta.Apply(ctx, cmd); err != nil {
 			return fmt.Errorf("renewing the members of %s: %w", d.Name, err)
 		}
-		mg.n.groups.poke()
-		mg.n.log.Info("renewing a destination's members to its replication factor", "destination", d.Name, "replicas", d.Replicas, "step", fmt.Sprintf("%T", cmd))
+		n.groups.poke()
+		n.log.Info("renewing a destination's members to its replication factor", "destination", d.Name, "replicas", d.Replicas, "step", fmt.Sprintf("%T", cmd))
 	}
 	return nil
 }
@@ -74,7 +74,7 @@ func (n *Node) finishRenewal(ctx context.Context, d *fsmpb.Destination, idx uint
 	}
 	p := n.placeMember(idx, nodes, first, int(d.Replicas), old.RenewOn != "")
 	p.Uid, p.FirstDeliveryId = newID(8), nextDelivery
-	if _, err := n.meta.apply(ctx, &fsmpb.RenewMember{Name: d.Name, Index: idx, Placement: p}); err != nil {
+	if _, err := n.meta.Apply(ctx, &fsmpb.RenewMember{Name: d.Name, Index: idx, Placement: p}); err != nil {
 		return err
 	}
 	n.groups.poke()
@@ -85,7 +85,7 @@ func (n *Node) finishRenewal(ctx context.Context, d *fsmpb.Destination, idx uint
 // memberGroup is the Raft group (groupID) of the member named name, or "".
 func (n *Node) memberGroup(name string) string {
 	dest, idx, err := fsm.ParseAddress(name)
-	d, ok := n.meta.destination(dest)
+	d, ok := n.meta.Destination(dest)
 	if err != nil || !ok || idx < 0 || idx >= len(d.Members) {
 		return ""
 	}

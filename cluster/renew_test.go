@@ -19,7 +19,7 @@ import (
 // each group's Raft configuration on its host following its placement
 // ("" when it does not).
 func renewedTo(tc *testCluster, id, name string, members, r int) string {
-	d, ok := tc.node(id).meta.destination(name)
+	d, ok := tc.node(id).meta.Destination(name)
 	switch {
 	case !ok:
 		return "no destination " + name
@@ -253,7 +253,7 @@ func TestCluster_RenewedOntoANodeIsHostedThere(t *testing.T) {
 		wait.Until(tc.t, 60*time.Second, fmt.Sprintf("renew renewed to %d replicas", r), func() string { return renewedTo(tc, "n2", "renew", 1, r) })
 	}
 	wait.Steady(tc.t, 3*time.Second, "nothing renewed any more", func() string {
-		if d, _ := tc.node("n2").meta.destination("renew"); len(d.Members) != 1 || d.Members[0].Draining {
+		if d, _ := tc.node("n2").meta.Destination("renew"); len(d.Members) != 1 || d.Members[0].Draining {
 			return fmt.Sprintf("renew: %+v", d.Members)
 		}
 		return ""

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cairnmq/cairn/cluster/metagroup"
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 	"github.com/cairnmq/cairn/transport/clientpb"
@@ -26,7 +27,7 @@ func (n *Node) clusterStatus(ctx context.Context) *clientpb.ClusterStatusRespons
 	// leader has not registered again yet: they hold none of their replicas.
 	emptied := map[string]bool{}
 	var dests []*fsmpb.Destination
-	n.meta.read(func(m *fsm.Meta) {
+	n.meta.Read(func(m *fsm.Meta) {
 		dests = m.Destinations()
 		for _, nd := range m.Nodes() {
 			if inc := states[nd.Id].Meta.Incarnation; inc != "" && nd.Incarnation != "" && inc != nd.Incarnation {
@@ -37,7 +38,7 @@ func (n *Node) clusterStatus(ctx context.Context) *clientpb.ClusterStatusRespons
 				st = "dead"
 			}
 			resp.Nodes = append(resp.Nodes, &clientpb.NodeStatus{Id: nd.Id, ClientAddr: nd.ClientAddr, PeerAddr: nd.PeerAddr,
-				RaftAddr: nd.RaftAddr, GossipAddr: nd.GossipAddr, HttpAddr: nd.HttpAddr, State: st, MetaRole: n.meta.role(nd.Id), Alive: st == "alive",
+				RaftAddr: nd.RaftAddr, GossipAddr: nd.GossipAddr, HttpAddr: nd.HttpAddr, State: st, MetaRole: n.meta.Role(nd.Id), Alive: st == "alive",
 				Decommissioning: m.Decommissioning(nd.Id)})
 			seen[nd.Id] = true
 		}
@@ -45,7 +46,7 @@ func (n *Node) clusterStatus(ctx context.Context) *clientpb.ClusterStatusRespons
 	for id, gm := range states {
 		if !seen[id] {
 			resp.Nodes = append(resp.Nodes, &clientpb.NodeStatus{Id: id, ClientAddr: gm.Meta.Client, PeerAddr: gm.Meta.Peer, RaftAddr: gm.Meta.Raft,
-				GossipAddr: gm.Addr, HttpAddr: gm.Meta.HTTP, State: gm.State, MetaRole: n.meta.role(id), Alive: gm.State == "alive"})
+				GossipAddr: gm.Addr, HttpAddr: gm.Meta.HTTP, State: gm.State, MetaRole: n.meta.Role(id), Alive: gm.State == "alive"})
 		}
 	}
 	slices.SortFunc(resp.Nodes, func(a, b *clientpb.NodeStatus) int { return strings.Compare(a.Id, b.Id) })
@@ -61,12 +62,12 @@ func (n *Node) clusterStatus(ctx context.Context) *clientpb.ClusterStatusRespons
 		}
 	}
 	metaServers := []string{}
-	if f := n.meta.group.Raft.GetConfiguration(); f.Error() == nil {
+	if f := n.meta.Raft().GetConfiguration(); f.Error() == nil {
 		for _, s := range f.Configuration().Servers {
 			metaServers = append(metaServers, string(s.ID))
 		}
 	}
-	resp.Groups = append(resp.Groups, groupStatus(metaGroupID, metaServers, reports))
+	resp.Groups = append(resp.Groups, groupStatus(metagroup.ID, metaServers, reports))
 	n.memberGroupStatus(resp, dests, reports, emptied)
 	return resp
 }
@@ -81,7 +82,7 @@ func (n *Node) memberGroupStatus(resp *clientpb.ClusterStatusResponse, dests []*
 	for _, nd := range resp.Nodes {
 		alive[nd.Id] = nd.Alive
 	}
-	n.meta.read(func(m *fsm.Meta) {
+	n.meta.Read(func(m *fsm.Meta) {
 		for _, d := range dests {
 			for _, p := range d.Members {
 				g := groupStatus(fsm.MemberName(d.Name, p.Index), p.Replicas, reports)

@@ -71,7 +71,7 @@ func (n *Node) knownHost(name string) (r *member.Replica, node string, known boo
 // discoverLeader asks the nodes that replicate a member which one leads it.
 func (n *Node) discoverLeader(name string) string {
 	dest, idx, err := fsm.ParseAddress(name)
-	d, ok := n.meta.destination(dest)
+	d, ok := n.meta.Destination(dest)
 	if err != nil || !ok || idx < 0 || idx >= len(d.Members) {
 		return ""
 	}
