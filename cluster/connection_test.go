@@ -13,7 +13,7 @@ import (
 // it: a send that crossed the Goodbye on the wire is refused, so the client
 // knows it was not stored, rather than left unanswered.
 func TestConnection_SendAfterTheGoodbyeIsRefusedUntilTheClientHalfCloses(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	r := openRaw(t, ctx, n)
 	r.send(&clientpb.ClientFrame{RequestId: 1, Op: &clientpb.ClientFrame_Hello{Hello: &clientpb.Hello{}}})

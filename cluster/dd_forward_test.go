@@ -15,14 +15,14 @@ import (
 // keeping its redelivered mark and delivery count, and nothing is left
 // anywhere, moving or not.
 func TestDD_StrandedMembersDrainToTheMemberWithConsumers(t *testing.T) {
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
-	a := tc.admin("n1")
+	a := tc.Admin("n1")
 	if _, err := a.CreateQueue(ctx, "st", client.QueueOptions{ForwardDelay: 300 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
-	tc.waitSpread("st", 3)
-	c := tc.dial("n1")
+	tc.WaitSpread("st", 3)
+	c := tc.Dial("n1")
 	var want []string
 	for i := range 2 {
 		want = append(want, sendN(t, ctx, mustProducer(t, mustSession(t, c, client.AutoAck), fmt.Sprintf("st#%d", i)), fmt.Sprintf("m%d-", i), 10)...)
@@ -40,7 +40,7 @@ func TestDD_StrandedMembersDrainToTheMemberWithConsumers(t *testing.T) {
 	}
 	redelivered := map[string]bool{"m0-0": true, "m0-1": true, "m0-2": true}
 
-	k := mustConsumer(t, ctx, mustSession(t, tc.dial("n2"), client.AutoAck), "st#2")
+	k := mustConsumer(t, ctx, mustSession(t, tc.Dial("n2"), client.AutoAck), "st#2")
 	got := map[string]int{}
 	for range len(want) {
 		m := recv(t, k)
@@ -71,16 +71,16 @@ func TestDD_StrandedMembersDrainToTheMemberWithConsumers(t *testing.T) {
 // With the forward delay off, a member without consumers keeps its
 // messages.
 func TestDD_ForwardDelayOffKeepsMessagesWhereTheyAre(t *testing.T) {
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
-	a := tc.admin("n1")
+	a := tc.Admin("n1")
 	if _, err := a.CreateQueue(ctx, "keep", client.QueueOptions{ForwardDelay: -1}); err != nil {
 		t.Fatal(err)
 	}
-	tc.waitSpread("keep", 3)
-	c := tc.dial("n1")
+	tc.WaitSpread("keep", 3)
+	c := tc.Dial("n1")
 	sendN(t, ctx, mustProducer(t, mustSession(t, c, client.AutoAck), "keep#0"), "m", 5)
-	k := mustConsumer(t, ctx, mustSession(t, tc.dial("n2"), client.AutoAck), "keep#2")
+	k := mustConsumer(t, ctx, mustSession(t, tc.Dial("n2"), client.AutoAck), "keep#2")
 	expectNothing(t, k, time.Second)
 	if q := showQueue(t, a, "keep"); q.Members[0].Pending != 5 || q.ForwardDelayMillis != 0 {
 		t.Errorf("keep#0 pending %d, forward_delay_ms %d; want 5, 0", q.Members[0].Pending, q.ForwardDelayMillis)
@@ -92,14 +92,14 @@ func TestDD_ForwardDelayOffKeepsMessagesWhereTheyAre(t *testing.T) {
 // members into the others, which then hold every message once, and removes
 // them when empty. While they drain, no send goes to them.
 func TestDD_UpdateMembers_GrowTakesSendsShrinkDrains(t *testing.T) {
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
-	a := tc.admin("n1")
+	a := tc.Admin("n1")
 	if _, err := a.CreateQueue(ctx, "rs", client.QueueOptions{Members: 2, ForwardDelay: -1}); err != nil {
 		t.Fatal(err)
 	}
-	hosts := tc.waitSpread("rs", 2)
-	free := tc.others(hosts...)[0]
+	hosts := tc.WaitSpread("rs", 2)
+	free := tc.Others(hosts...)[0]
 	info, err := a.UpdateQueue(ctx, "rs", 3)
 	if err != nil {
 		t.Fatal(err)
@@ -107,13 +107,13 @@ func TestDD_UpdateMembers_GrowTakesSendsShrinkDrains(t *testing.T) {
 	if len(info.Members) != 3 || info.Members[2].Replicas[0] != free {
 		t.Fatalf("after update: members %+v; want 3, rs#2 preferring %s", info.Members, free)
 	}
-	tc.waitSpread("rs", 3)
-	p := mustProducer(t, mustSession(t, tc.dial(free), client.AutoAck), "rs")
+	tc.WaitSpread("rs", 3)
+	p := mustProducer(t, mustSession(t, tc.Dial(free), client.AutoAck), "rs")
 	if r := send(t, ctx, p, "new"); r.Member != "rs#2" {
 		t.Errorf("send on %s went to %s; want the new member rs#2", free, r.Member)
 	}
 
-	c := tc.dial("n1")
+	c := tc.Dial("n1")
 	var want []string
 	for i := range 3 {
 		want = append(want, sendN(t, ctx, mustProducer(t, mustSession(t, c, client.AutoAck), fmt.Sprintf("rs#%d", i)), fmt.Sprintf("m%d-", i), 5)...)
@@ -121,7 +121,7 @@ func TestDD_UpdateMembers_GrowTakesSendsShrinkDrains(t *testing.T) {
 	want = append(want, "new")
 	// Asked of a node that may not lead the meta group: its answer must
 	// show the update all the same.
-	shrunk, err := tc.admin(free).UpdateQueue(ctx, "rs", 1)
+	shrunk, err := tc.Admin(free).UpdateQueue(ctx, "rs", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestDD_UpdateMembers_GrowTakesSendsShrinkDrains(t *testing.T) {
 	}
 	// The resize is committed; free applies it a moment later.
 	wait.For(tc.t, 5*time.Second, free+" learning that rs#1 and rs#2 drain", func() bool {
-		d, ok := tc.node(free).meta.Destination("rs")
+		d, ok := tc.Node(free).meta.Destination("rs")
 		return ok && len(d.Members) > 0 && !d.Members[0].Draining && (len(d.Members) < 3 || d.Members[2].Draining)
 	})
 	for range 5 {
@@ -145,7 +145,7 @@ func TestDD_UpdateMembers_GrowTakesSendsShrinkDrains(t *testing.T) {
 		q, err := a.ShowQueue(ctx, "rs")
 		return err == nil && len(q.Members) == 1 && q.Members[0].Pending == uint64(len(want))
 	})
-	k := mustConsumer(t, ctx, mustSession(t, tc.dial("n2"), client.AutoAck), "rs")
+	k := mustConsumer(t, ctx, mustSession(t, tc.Dial("n2"), client.AutoAck), "rs")
 	got := recvN(t, k, len(want))
 	sameSet(t, "after the drain", bodiesOf(got), want)
 	expectNothing(t, k, 300*time.Millisecond)

@@ -36,17 +36,17 @@ import (
 // Every send succeeds, on the other member.
 func TestDD_PartitionedMemberSendsGoElsewhere(t *testing.T) {
 	const queue, warm, n = "ddp", 10, 20
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
-	if _, err := tc.admin("n1").CreateQueue(ctx, queue, client.QueueOptions{Members: 2, Replicas: 1}); err != nil {
+	if _, err := tc.Admin("n1").CreateQueue(ctx, queue, client.QueueOptions{Members: 2, Replicas: 1}); err != nil {
 		t.Fatal(err)
 	}
-	hosts := []string{tc.waitHost(queue + "#0"), tc.waitHost(queue + "#1")}
+	hosts := []string{tc.WaitHost(queue + "#0"), tc.WaitHost(queue + "#1")}
 	if hosts[0] == hosts[1] {
 		t.Fatalf("both members of %s hosted on %s", queue, hosts[0])
 	}
-	f := tc.others(hosts...)[0]
-	front := tc.node(f)
+	f := tc.Others(hosts...)[0]
+	front := tc.Node(f)
 	d, ok := front.meta.Destination(queue)
 	if !ok || len(d.Members) != 2 {
 		t.Fatalf("%s as %s sees it: %+v", queue, f, d)
@@ -61,7 +61,7 @@ func TestDD_PartitionedMemberSendsGoElsewhere(t *testing.T) {
 	xm, om := fmt.Sprintf("%s#%d", queue, xi), fmt.Sprintf("%s#%d", queue, oi)
 	t.Logf("front-end %s; %s hosted by %s (to be cut off), %s by %s", f, xm, x, om, o)
 
-	c := tc.dial(f)
+	c := tc.Dial(f)
 	sendN(t, ctx, mustProducer(t, mustSession(t, c, client.AutoAck), om), "warm-", warm)
 
 	// F's router sees both members available, X's empty and the other
@@ -78,7 +78,7 @@ func TestDD_PartitionedMemberSendsGoElsewhere(t *testing.T) {
 		return !front.loads.m[xm].refreshing && !front.loads.m[om].refreshing
 	})
 
-	tc.isolate(x)
+	tc.Isolate(x)
 	cut := time.Now()
 	// What the router will see for the first send (read without asking
 	// the router, which would refresh the loads).
@@ -108,15 +108,15 @@ func TestDD_PartitionedMemberSendsGoElsewhere(t *testing.T) {
 		}
 	}
 	t.Logf("%d sends through %s with %s cut off took %v", n, f, x, time.Since(cut).Round(time.Millisecond))
-	if r, ok := tc.node(o).groups.replica(om); !ok {
+	if r, ok := tc.Node(o).groups.replica(om); !ok {
 		t.Fatalf("%s has no replica of %s", o, om)
 	} else if st := r.Stats(); st.Pending != warm+n {
 		t.Fatalf("%s on %s holds %d pending; want %d", om, o, st.Pending, warm+n)
 	}
 
-	tc.rejoin(x)
+	tc.Rejoin(x)
 	wait.Until(tc.t, 30*time.Second, "the counts of "+queue+" after "+x+" is back", func() string { return tc.counts(queue, warm+n, 0) })
-	a := tc.admin(f)
+	a := tc.Admin(f)
 	wait.For(tc.t, 30*time.Second, f+" showing "+xm+" empty on "+x+" and "+om+" holding every message", func() bool {
 		q, err := a.ShowQueue(ctx, queue)
 		return err == nil && len(q.Members) == 2 &&
@@ -141,7 +141,7 @@ type ddSend struct {
 
 // ddRun is what a host-kill scenario did and was told.
 type ddRun struct {
-	tc    *testCluster
+	tc    *TestCluster
 	f, h  string // the senders' front-end, the crashed host of queue#0
 	sends []ddSend
 	hist  *recorder
@@ -166,28 +166,28 @@ type ddRun struct {
 func ddHostKill(t *testing.T, queue string, idempotent, direct bool) *ddRun {
 	t.Helper()
 	watch := &logWatch{msg: "resending a send of unknown outcome; the member's dedup window drops a second copy", seen: make(chan struct{})}
-	tc := newCluster(t, 3, func(c *Config) {
+	tc := NewTestCluster(t, 3, func(c *Config) {
 		if c.Logger == nil { // nil unless CAIRN_TEST_LOGS sends the logs to the test log
 			c.Logger = slog.New(watch)
 		}
 	})
 	ctx := testCtx(t)
-	if _, err := tc.admin("n1").CreateQueue(ctx, queue, client.QueueOptions{}); err != nil {
+	if _, err := tc.Admin("n1").CreateQueue(ctx, queue, client.QueueOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	hosts := tc.waitSpread(queue, 3)
+	hosts := tc.WaitSpread(queue, 3)
 	h, f := hosts[0], hosts[1]
 	target := queue + "#0"
 	t.Logf("%s hosted by %s (to be crashed); senders on %s", target, h, f)
 
-	fr, ok := tc.node(f).groups.replica(target)
+	fr, ok := tc.Node(f).groups.replica(target)
 	if !ok {
 		t.Fatalf("%s has no replica of %s", f, target)
 	}
 	term := fr.Raft().CurrentTerm()
 	hist := newRecorder("receive")
 	var sends []ddSend
-	c := tc.dial(f, func(o *client.Options) { o.NoDirectSends = !direct })
+	c := tc.Dial(f, func(o *client.Options) { o.NoDirectSends = !direct })
 	var (
 		mu                sync.Mutex
 		stop, crashed     atomic.Bool
@@ -240,7 +240,7 @@ func ddHostKill(t *testing.T, queue string, idempotent, direct bool) *ddRun {
 		return ddTermsAgree(tc, queue, 3)
 	})
 	start := time.Now()
-	tc.crash(h)
+	tc.Crash(h)
 	crashed.Store(true)
 	t.Logf("%s crashed in %v", h, time.Since(start).Round(time.Millisecond))
 	wait.For(tc.t, 30*time.Second, "8 sends started after the crash succeeded", func() bool { return okAfter.Load() >= 8 })
@@ -258,7 +258,7 @@ func ddHostKill(t *testing.T, queue string, idempotent, direct bool) *ddRun {
 
 // ddTermsAgree explains which of the meta group and a destination's member
 // groups have replicas at different terms ("" when none has).
-func ddTermsAgree(tc *testCluster, dest string, members int) string {
+func ddTermsAgree(tc *TestCluster, dest string, members int) string {
 	terms := map[string]map[uint64][]string{} // group -> term -> nodes
 	add := func(group, node string, term uint64) {
 		if terms[group] == nil {
@@ -296,16 +296,16 @@ func ddTermsAgree(tc *testCluster, dest string, members int) string {
 // still held by the session. A Recover hands back what the session still
 // holds (marked redelivered, as hist checks, which counts an ack that
 // failed as done or not).
-func ddDrain(t *testing.T, tc *testCluster, f, h, queue string, hist *recorder) {
+func ddDrain(t *testing.T, tc *TestCluster, f, h, queue string, hist *recorder) {
 	t.Helper()
-	tc.start(h)
-	tc.waitSpread(queue, 3)
+	tc.Start(h)
+	tc.WaitSpread(queue, 3)
 	target := queue + "#0"
 	ctx := stepCtx(t, 90*time.Second)
-	c := tc.dial(f)
+	c := tc.Dial(f)
 	s := mustSession(t, c, client.IndividualAck)
 	k := mustConsumer(t, ctx, s, target)
-	a := tc.admin(f)
+	a := tc.Admin(f)
 	bound := 2*hist.Attempted() + 10
 	uncertain := map[string]bool{} // bodies whose ack's outcome is unknown
 	recovers, reattached := 0, 0

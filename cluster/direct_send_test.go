@@ -21,9 +21,9 @@ import (
 // address naming a member; a queue spread over several names none, so its
 // router keeps choosing per send.
 func TestSend_NamesTheHostOnlyWhenTheRouteIsFixed(t *testing.T) {
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
-	hosts := tc.createSpread(ctx, map[string]int{"one": 1, "spread": 3})
+	hosts := tc.CreateSpread(ctx, map[string]int{"one": 1, "spread": 3})
 	oneHost, spreadHosts := hosts["one"][0], hosts["spread"]
 	for _, c := range []struct{ addr, host string }{
 		{"one", oneHost},
@@ -33,18 +33,18 @@ func TestSend_NamesTheHostOnlyWhenTheRouteIsFixed(t *testing.T) {
 	} {
 		want := ""
 		if c.host != "" {
-			want = tc.node(c.host).Addrs().Client
+			want = tc.Node(c.host).Addrs().Client
 		}
 		// Asked of every node: the host names itself, the others the host.
-		for _, id := range tc.ids() {
-			resp, err := rawClient(t, tc.node(id)).Send(ctx, &clientpb.SendRequest{
+		for _, id := range tc.IDs() {
+			resp, err := rawClient(t, tc.Node(id)).Send(ctx, &clientpb.SendRequest{
 				Destination: c.addr, Messages: []*clientpb.Message{{Body: []byte("x")}},
 			})
 			if err != nil {
 				t.Fatalf("send to %s through %s: %v", c.addr, id, err)
 			}
 			// A host that moved since names another, rightly.
-			moved := c.host != "" && tc.hostOf(resp.Results[0].Member) != c.host
+			moved := c.host != "" && tc.HostOf(resp.Results[0].Member) != c.host
 			if resp.HostAddr != want && !moved {
 				t.Errorf("a send to %s through %s named host %q, want %q", c.addr, id, resp.HostAddr, want)
 			}
@@ -69,19 +69,19 @@ func TestCluster_SendsGoStraightToTheHost(t *testing.T) {
 // member answers ErrUnavailable at once, where an ordinary send would wait
 // out the routing window (longer than this context) for an election.
 func TestSend_DirectSendIsOneTry(t *testing.T) {
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
-	if _, err := tc.admin("n1").CreateQueue(ctx, "once", client.QueueOptions{Members: 1}); err != nil {
+	if _, err := tc.Admin("n1").CreateQueue(ctx, "once", client.QueueOptions{Members: 1}); err != nil {
 		t.Fatal(err)
 	}
-	host := tc.waitSpread("once", 1)[0]
-	for _, id := range tc.others(host) {
-		tc.crash(id)
+	host := tc.WaitSpread("once", 1)[0]
+	for _, id := range tc.Others(host) {
+		tc.Crash(id)
 	}
-	wait.For(t, 10*time.Second, "the host to step down without its quorum", func() bool { return tc.hostOf("once#0") == "" })
+	wait.For(t, 10*time.Second, "the host to step down without its quorum", func() bool { return tc.HostOf("once#0") == "" })
 	sctx, cancel := context.WithTimeout(ctx, destination.RouteWindow/2)
 	defer cancel()
-	_, err := rawClient(t, tc.node(host)).Send(sctx, &clientpb.SendRequest{
+	_, err := rawClient(t, tc.Node(host)).Send(sctx, &clientpb.SendRequest{
 		Destination: "once", Messages: []*clientpb.Message{{Body: []byte("x"), DedupId: "d1"}}, Direct: true,
 	})
 	if err := transport.FromStatus(err); !errors.Is(err, transport.ErrUnavailable) {
@@ -98,21 +98,21 @@ func TestCluster_DirectSendToACutOffHost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for an election")
 	}
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
-	if _, err := tc.admin("n1").CreateQueue(ctx, "cut", client.QueueOptions{Members: 1}); err != nil {
+	if _, err := tc.Admin("n1").CreateQueue(ctx, "cut", client.QueueOptions{Members: 1}); err != nil {
 		t.Fatal(err)
 	}
-	x := tc.waitSpread("cut", 1)[0]
-	y := tc.others(x)[0]
-	p := mustProducer(t, mustSession(t, tc.dial(y), client.AutoAck), "cut")
+	x := tc.WaitSpread("cut", 1)[0]
+	y := tc.Others(x)[0]
+	p := mustProducer(t, mustSession(t, tc.Dial(y), client.AutoAck), "cut")
 	wait.For(t, 10*time.Second, "the client's send link to the host", func() bool {
 		sendN(t, ctx, p, "warm-", 1)
-		return len(tc.node(x).conns.List()) > 0
+		return len(tc.Node(x).conns.List()) > 0
 	})
 
-	tc.isolate(x)
-	defer tc.rejoin(x)
+	tc.Isolate(x)
+	defer tc.Rejoin(x)
 	_, err := p.Send(stepCtx(t, 30*time.Second), &client.Message{Body: []byte("at-the-cut")})
 	switch {
 	case err == nil:

@@ -37,4 +37,6 @@
 //   - relaying (relay.go): a member command carried to its host, here or
 //     on another node, and again while it certainly was not sent.
 //   - mover (mover.go): where a member's moved messages go.
+//   - TestCluster (testing.go): the in-process harness of every test that
+//     needs a cluster, in this package or another.
 package cluster

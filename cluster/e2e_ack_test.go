@@ -16,7 +16,7 @@ import (
 // real client library on one real node.
 
 func TestAutoAck_ReceivedMessageIsGoneAfterClose(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
 
@@ -46,7 +46,7 @@ func TestAutoAck_ReceivedMessageIsGoneAfterClose(t *testing.T) {
 }
 
 func TestClientAck_AckAcknowledgesEveryMessageHandedOutSoFar(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
 
@@ -75,7 +75,7 @@ func TestClientAck_AckAcknowledgesEveryMessageHandedOutSoFar(t *testing.T) {
 }
 
 func TestIndividualAck_AckAcknowledgesOnlyThatMessage(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
 
@@ -110,7 +110,7 @@ func TestIndividualAck_AckAcknowledgesOnlyThatMessage(t *testing.T) {
 }
 
 func TestDupsOK_MessagesAreAcknowledgedEventually(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
 
@@ -127,7 +127,7 @@ func TestDupsOK_MessagesAreAcknowledgedEventually(t *testing.T) {
 // Seed 000: recover returns every unacknowledged delivery of the session,
 // including prefetched ones never handed out, marked redelivered.
 func TestRecover_MarksUnackedRedelivered(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
 
@@ -163,7 +163,7 @@ func TestRecover_MarksUnackedRedelivered(t *testing.T) {
 }
 
 func TestRecover_AcknowledgedMessagesNeverComeAgain(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 
 	c := dial(t, n)
@@ -192,7 +192,7 @@ func TestRecover_AcknowledgedMessagesNeverComeAgain(t *testing.T) {
 }
 
 func TestRecover_IndividualAckOfMessageFromBeforeRecoverIsLostServer(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
 
@@ -222,7 +222,7 @@ func TestRecover_IndividualAckOfMessageFromBeforeRecoverIsLostServer(t *testing.
 }
 
 func TestDelivery_HeldMessageIsNotGivenToAnotherConnection(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 
 	c1 := dial(t, n)
@@ -248,7 +248,7 @@ func TestDelivery_HeldMessageIsNotGivenToAnotherConnection(t *testing.T) {
 }
 
 func TestClose_ReturnsUnackedToPendingAndShowQueueCounts(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
 
@@ -292,7 +292,7 @@ func TestClose_ReturnsUnackedToPendingAndShowQueueCounts(t *testing.T) {
 }
 
 func TestPriority_HigherFirstThenSendOrder(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 
 	c := dial(t, n)
@@ -326,7 +326,7 @@ func TestPriority_HigherFirstThenSendOrder(t *testing.T) {
 }
 
 func TestReceiveNoWait_EmptyQueueReturnsNilAtOnce(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 
 	c := dial(t, n)
@@ -355,7 +355,7 @@ func TestReceiveNoWait_EmptyQueueReturnsNilAtOnce(t *testing.T) {
 }
 
 func TestReceiveTimeout_ReturnsNilAfterTheTimeout(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 
 	c := dial(t, n)
@@ -373,7 +373,7 @@ func TestReceiveTimeout_ReturnsNilAfterTheTimeout(t *testing.T) {
 }
 
 func TestReceive_ContextEndReturnsContextError(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 
 	c := dial(t, n)
@@ -386,7 +386,7 @@ func TestReceive_ContextEndReturnsContextError(t *testing.T) {
 }
 
 func TestListener_GetsEveryMessage(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
 
@@ -431,7 +431,7 @@ func TestListener_GetsEveryMessage(t *testing.T) {
 }
 
 func TestMemberAddress_SendAndConsumeOneMember(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
 
@@ -494,7 +494,7 @@ func TestMemberAddress_SendAndConsumeOneMember(t *testing.T) {
 }
 
 func TestDedup_SameDedupIDStoresOneMessage(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
 
@@ -538,7 +538,7 @@ func TestDedup_SameDedupIDStoresOneMessage(t *testing.T) {
 // number of ids. Windows too small for resends and moves are refused.
 func TestDedup_WindowAndSizeAreSetPerQueue(t *testing.T) {
 	clock := newTestClock()
-	n := startNode(t, testConfig(t, t.TempDir(), withClock(clock)))
+	n := startNode(t, TestConfig(t, t.TempDir(), withClock(clock)))
 	ctx := testCtx(t)
 	a := admin(t, n)
 	for _, o := range []client.QueueOptions{{DedupWindow: time.Second}, {DedupMaxIDs: 10}} {
@@ -587,7 +587,7 @@ func TestDedup_WindowAndSizeAreSetPerQueue(t *testing.T) {
 }
 
 func TestClientID_SecondConnectionWithSameIDIsRefused(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 
 	c1 := dial(t, n, withClientID("app-1"))
@@ -613,7 +613,7 @@ func TestClientID_SecondConnectionWithSameIDIsRefused(t *testing.T) {
 }
 
 func TestClientID_ReusableAfterFirstConnectionCloses(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 
 	c1 := dial(t, n, withClientID("app-1"))
@@ -632,7 +632,7 @@ func TestClientID_ReusableAfterFirstConnectionCloses(t *testing.T) {
 // Promise 6: no message stays stranded on a member without consumers while
 // another member of the same destination has one.
 func TestDistributed_PlainNameSendsReachTheOnlyConsumer(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
 
@@ -659,7 +659,7 @@ func TestDistributed_PlainNameSendsReachTheOnlyConsumer(t *testing.T) {
 }
 
 func TestPurge_RemovesPendingOnly(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
 
@@ -686,7 +686,7 @@ func TestPurge_RemovesPendingOnly(t *testing.T) {
 }
 
 func TestDelete_BlockedReceiveGetsDestinationDeleted(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
 

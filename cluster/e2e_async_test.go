@@ -14,7 +14,7 @@ import (
 // order they were sent (one batch in flight per producer), and sends that
 // queue up behind a batch leave together: far fewer commits than messages.
 func TestSendAsync_OrderKeptAndBatched(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	c := dial(t, n)
 	p := mustProducer(t, mustSession(t, c, client.AutoAck), "async")
@@ -71,7 +71,7 @@ func TestSendAsync_OrderKeptAndBatched(t *testing.T) {
 // An async send that fails gets its error in its callback: here a message
 // larger than the node accepts.
 func TestSendAsync_ErrorReachesTheCallback(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir(), withMaxMessageBytes(1000)))
+	n := startNode(t, TestConfig(t, t.TempDir(), withMaxMessageBytes(1000)))
 	p := mustProducer(t, mustSession(t, dial(t, n), client.AutoAck), "asyncerr")
 	got := make(chan error, 1)
 	p.SendAsync(&client.Message{Body: []byte(strings.Repeat("x", 2000))}, func(_ client.Receipt, err error) { got <- err })

@@ -21,7 +21,7 @@ import (
 // keeps serving.
 
 func TestBadInput_MessageOverMaxSizeIsRefused(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir(), withMaxMessageBytes(1024)))
+	n := startNode(t, TestConfig(t, t.TempDir(), withMaxMessageBytes(1024)))
 	ctx := testCtx(t)
 	a := admin(t, n)
 
@@ -52,7 +52,7 @@ func TestBadInput_MessageOverMaxSizeIsRefused(t *testing.T) {
 // refused by gRPC itself before the server looks at it: still a known
 // non-delivery, too large.
 func TestBadInput_MessageOverTransportLimitIsTooLarge(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir(), withMaxMessageBytes(1024)))
+	n := startNode(t, TestConfig(t, t.TempDir(), withMaxMessageBytes(1024)))
 	ctx := testCtx(t)
 	a := admin(t, n)
 
@@ -72,7 +72,7 @@ func TestBadInput_MessageOverTransportLimitIsTooLarge(t *testing.T) {
 }
 
 func TestBadInput_InvalidNamesAreRefused(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
 
@@ -97,7 +97,7 @@ func TestBadInput_InvalidNamesAreRefused(t *testing.T) {
 }
 
 func TestBadInput_UnknownDestinationWithoutAutoCreate(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir(), withNoAutoCreate()))
+	n := startNode(t, TestConfig(t, t.TempDir(), withNoAutoCreate()))
 	ctx := testCtx(t)
 	a := admin(t, n)
 
@@ -129,7 +129,7 @@ func TestBadInput_UnknownDestinationWithoutAutoCreate(t *testing.T) {
 }
 
 func TestBadInput_FullQueueRefusesSends(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
 
@@ -159,7 +159,7 @@ func TestBadInput_FullQueueRefusesSends(t *testing.T) {
 }
 
 func TestBadInput_CreateQueueArguments(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
 
@@ -193,7 +193,7 @@ func TestBadInput_CreateQueueArguments(t *testing.T) {
 // Poison-message, forwarding and resize arguments out of bounds are
 // refused with a clear error and create or change nothing.
 func TestBadInput_QueueSettingsAndUpdates(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
 
@@ -233,7 +233,7 @@ func TestBadInput_QueueSettingsAndUpdates(t *testing.T) {
 }
 
 func TestBadInput_MalformedSendRequests(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
 	raw := rawClient(t, n)
@@ -381,7 +381,7 @@ func (r *rawStream) call(f *clientpb.ClientFrame) error {
 }
 
 func TestBadInput_ConnectWithoutHelloIsMalformed(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 
 	r := openRaw(t, ctx, n)
@@ -395,7 +395,7 @@ func TestBadInput_ConnectWithoutHelloIsMalformed(t *testing.T) {
 }
 
 func TestBadInput_MalformedStreamFramesAreRefused(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
 
@@ -476,7 +476,7 @@ func TestBadInput_MalformedStreamFramesAreRefused(t *testing.T) {
 // the refusal must change nothing. memberOf auto-creates NAME before it
 // checks the index.
 func TestBadInput_MemberIndexOfNewQueueCreatesNothing(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
 	c := dial(t, n)
@@ -492,7 +492,7 @@ func TestBadInput_MemberIndexOfNewQueueCreatesNothing(t *testing.T) {
 // A time to live too large for int64 nanoseconds wraps to an expiration in
 // the past: the send succeeds and the message is expired at once.
 func TestBadInput_HugeTTLIsRefused(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
 	if _, err := rawClient(t, n).Send(ctx, &clientpb.SendRequest{Destination: "ttlq", Messages: []*clientpb.Message{{Id: "big", Body: []byte("x"), TtlMs: 18_446_744_073_709}}}); err != nil {

@@ -13,7 +13,7 @@ import (
 
 func TestExpiry_ProducerTTLRemovesPendingAndDelivered(t *testing.T) {
 	clock := newTestClock()
-	n := startNode(t, testConfig(t, t.TempDir(), withClock(clock)))
+	n := startNode(t, TestConfig(t, t.TempDir(), withClock(clock)))
 	ctx := testCtx(t)
 	a := admin(t, n)
 
@@ -66,7 +66,7 @@ func TestExpiry_ProducerTTLRemovesPendingAndDelivered(t *testing.T) {
 
 func TestExpiry_QueueTTLAppliesToItsMessages(t *testing.T) {
 	clock := newTestClock()
-	n := startNode(t, testConfig(t, t.TempDir(), withClock(clock)))
+	n := startNode(t, TestConfig(t, t.TempDir(), withClock(clock)))
 	ctx := testCtx(t)
 	a := admin(t, n)
 
@@ -115,7 +115,7 @@ func TestExpiry_QueueTTLAppliesToItsMessages(t *testing.T) {
 
 func TestExpiry_ExpiredMessagesAreNeverReceived(t *testing.T) {
 	clock := newTestClock()
-	n := startNode(t, testConfig(t, t.TempDir(), withClock(clock)))
+	n := startNode(t, TestConfig(t, t.TempDir(), withClock(clock)))
 	ctx := testCtx(t)
 
 	c := dial(t, n)
@@ -140,7 +140,7 @@ func TestExpiry_ExpiredMessagesAreNeverReceived(t *testing.T) {
 // before the application asks for it must not be handed out. This uses the
 // real clock: the client judges expiry by its own.
 func TestExpiry_PrefetchedExpiredMessageIsNotHandedOut(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
 

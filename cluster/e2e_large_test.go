@@ -125,7 +125,7 @@ func receiveLarge(t *testing.T, ctx context.Context, a *client.Admin, queue stri
 // settings, whatever the mix of sizes and the prefetch, on its first
 // delivery: none is dead-lettered on the way.
 func TestLarge_EveryAcceptedMessageIsReceived(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := stepCtx(t, 3*time.Minute)
 	a := admin(t, n)
 	for _, c := range largeCases(1) {
@@ -147,18 +147,18 @@ func TestLarge_EveryAcceptedMessageIsReceivedRelayed(t *testing.T) {
 		t.Skip("three nodes relaying tens of MB: not in -short")
 	}
 	skipLargeUnderRace(t)
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := stepCtx(t, 4*time.Minute)
-	a := tc.admin("n1")
+	a := tc.Admin("n1")
 	for _, c := range largeCases(2) {
 		t.Run(c.name, func(t *testing.T) {
 			queue := "large-" + c.name
 			if _, err := a.CreateQueue(ctx, queue, client.QueueOptions{Members: 1, MaxDeliveries: 2}); err != nil {
 				t.Fatal(err)
 			}
-			host := tc.waitSpread(queue, 1)[0]
-			others := tc.others(host)
-			receiveLarge(t, ctx, a, queue, tc.dial(others[0]), tc.dial(others[1]), c)
+			host := tc.WaitSpread(queue, 1)[0]
+			others := tc.Others(host)
+			receiveLarge(t, ctx, a, queue, tc.Dial(others[0]), tc.Dial(others[1]), c)
 		})
 	}
 }
@@ -184,12 +184,12 @@ func TestLarge_TransactionToRemoteHostsCommits(t *testing.T) {
 		t.Skip("three nodes: not in -short")
 	}
 	skipLargeUnderRace(t)
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := stepCtx(t, time.Minute)
-	a := tc.admin("n1")
+	a := tc.Admin("n1")
 	createQueues(t, ctx, a, map[string]int{"bigtx": 3})
-	hosts := tc.waitSpread("bigtx", 3)
-	tx := mustTx(t, tc.dial(hosts[0]))
+	hosts := tc.WaitSpread("bigtx", 3)
+	tx := mustTx(t, tc.Dial(hosts[0]))
 	for i := 1; i < 3; i++ {
 		p := mustProducer(t, tx, fmt.Sprintf("bigtx#%d", i))
 		for j := range 3 {
@@ -224,7 +224,7 @@ func manyProperties(n, frame int) *clientpb.Message {
 // quarter of a million short properties cost more on the wire than as
 // text. One a few KiB smaller is accepted, and received.
 func TestLarge_MessageThatCouldNotBeDeliveredIsRefused(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	raw := rawClient(t, n)
 	frame := n.maxWire() - 64 // within what the node reads

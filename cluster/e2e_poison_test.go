@@ -13,7 +13,7 @@ import (
 // once, to NAME.DLQ with its id, body, properties and delivery count; the
 // queue counts it dead-lettered and never delivers it again.
 func TestPoison_MaxDeliveriesMovesTheMessageToTheDLQ(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
 	if _, err := a.CreateQueue(ctx, "pq", client.QueueOptions{MaxDeliveries: 2}); err != nil {
@@ -60,7 +60,7 @@ func TestPoison_MaxDeliveriesMovesTheMessageToTheDLQ(t *testing.T) {
 // waits the queue counts it delayed.
 func TestPoison_RedeliveryDelayGrowsWithBackoffUpToTheCap(t *testing.T) {
 	clock := newTestClock()
-	n := startNode(t, testConfig(t, t.TempDir(), withClock(clock)))
+	n := startNode(t, TestConfig(t, t.TempDir(), withClock(clock)))
 	ctx := testCtx(t)
 	a := admin(t, n)
 	if _, err := a.CreateQueue(ctx, "dq", client.QueueOptions{RedeliveryDelay: 10 * time.Second, RedeliveryBackoff: 2, RedeliveryMaxDelay: 30 * time.Second}); err != nil {
@@ -94,14 +94,14 @@ func TestPoison_RedeliveryDelayGrowsWithBackoffUpToTheCap(t *testing.T) {
 // forgets how often it was delivered.
 func TestPoison_DelayedMessageSurvivesFailoverWithItsCount(t *testing.T) {
 	clock := newTestClock()
-	tc := newCluster(t, 3, withClock(clock))
+	tc := NewTestCluster(t, 3, withClock(clock))
 	ctx := testCtx(t)
-	if _, err := tc.admin("n1").CreateQueue(ctx, "fq", client.QueueOptions{Members: 1, RedeliveryDelay: time.Minute}); err != nil {
+	if _, err := tc.Admin("n1").CreateQueue(ctx, "fq", client.QueueOptions{Members: 1, RedeliveryDelay: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	host := tc.waitSpread("fq", 1)[0]
-	other := tc.others(host)[0]
-	s := mustSession(t, tc.dial(other), client.ClientAck)
+	host := tc.WaitSpread("fq", 1)[0]
+	other := tc.Others(host)[0]
+	s := mustSession(t, tc.Dial(other), client.ClientAck)
 	send(t, ctx, mustProducer(t, s, "fq"), "m")
 	k := mustConsumer(t, ctx, s, "fq")
 	recv(t, k)
@@ -111,14 +111,14 @@ func TestPoison_DelayedMessageSurvivesFailoverWithItsCount(t *testing.T) {
 	if err := k.Close(); err != nil { // the message is for k2 when it wakes
 		t.Fatal(err)
 	}
-	tc.crash(host)
-	newHost := tc.waitHost("fq#0")
-	a := tc.admin(other)
+	tc.Crash(host)
+	newHost := tc.WaitHost("fq#0")
+	a := tc.Admin(other)
 	wait.For(tc.t, 10*time.Second, "the new host "+newHost+" counting the message delayed", func() bool {
 		q, err := a.ShowQueue(ctx, "fq")
 		return err == nil && q.Members[0].Host == newHost && q.Delayed == 1
 	})
-	k2 := mustConsumer(t, ctx, mustSession(t, tc.dial(newHost), client.AutoAck), "fq")
+	k2 := mustConsumer(t, ctx, mustSession(t, tc.Dial(newHost), client.AutoAck), "fq")
 	clock.Advance(time.Minute - time.Second)
 	expectNothing(t, k2, 300*time.Millisecond)
 	clock.Advance(time.Second)

@@ -115,7 +115,7 @@ func set(ss []string) map[string]bool {
 }
 
 func TestRestart_UnackedMessagesSurviveExactly(t *testing.T) {
-	cfg := testConfig(t, t.TempDir())
+	cfg := TestConfig(t, t.TempDir())
 	n := startNode(t, cfg)
 	acked, held, never := restartWorkload(t, n, "durable", nil)
 	if _, bug := restartAndCheck(t, n, cfg, "durable", acked, held, never); bug != "" {
@@ -124,7 +124,7 @@ func TestRestart_UnackedMessagesSurviveExactly(t *testing.T) {
 }
 
 func TestRestart_SnapshotPlusLogReplayRestoresSameState(t *testing.T) {
-	cfg := testConfig(t, t.TempDir(), withSnapshotThreshold(16))
+	cfg := TestConfig(t, t.TempDir(), withSnapshotThreshold(16))
 	n := startNode(t, cfg)
 	snapIndex := func(n *Node) uint64 {
 		r, ok := n.groups.replica("snap#0")
@@ -163,7 +163,7 @@ func TestRestart_SnapshotPlusLogReplayRestoresSameState(t *testing.T) {
 // snapshot; with a threshold of 16, a member with a hundred entries should
 // have one well within seconds.
 func TestSnapshot_ThresholdTriggersASnapshot(t *testing.T) {
-	cfg := testConfig(t, t.TempDir(), withSnapshotThreshold(16))
+	cfg := TestConfig(t, t.TempDir(), withSnapshotThreshold(16))
 	n := startNode(t, cfg)
 	ctx := testCtx(t)
 	c := dial(t, n)
@@ -185,7 +185,7 @@ func TestSnapshot_ThresholdTriggersASnapshot(t *testing.T) {
 
 // The node keeps the whole message: body, properties, priority, expiration.
 func TestRestart_MessageFieldsSurvive(t *testing.T) {
-	cfg := testConfig(t, t.TempDir())
+	cfg := TestConfig(t, t.TempDir())
 	n := startNode(t, cfg)
 	ctx := testCtx(t)
 	c := dial(t, n)
@@ -229,7 +229,7 @@ func TestRestart_MessageFieldsSurvive(t *testing.T) {
 // Ready (behind WaitReady and /readyz) must mean the node serves what it
 // holds: every member placed on it is open and has applied its log.
 func TestRestart_ReadyOnlyOnceMembersAreRestored(t *testing.T) {
-	cfg := testConfig(t, t.TempDir())
+	cfg := TestConfig(t, t.TempDir())
 	n := startNode(t, cfg)
 	ctx := testCtx(t)
 	c := dial(t, n)
@@ -275,7 +275,7 @@ func TestRestart_ReadyOnlyOnceMembersAreRestored(t *testing.T) {
 // deep queues took the sum of both. Members in groups of their own: on one node, shared
 // groups put both queues in one.
 func TestRestart_MemberReplicasOpenSideBySide(t *testing.T) {
-	cfg := testConfig(t, t.TempDir())
+	cfg := TestConfig(t, t.TempDir())
 	cfg.GroupPerMember = true
 	n := startNode(t, cfg)
 	ctx := testCtx(t)
@@ -335,7 +335,7 @@ func TestRestart_MemberReplicasOpenSideBySide(t *testing.T) {
 // asking for the other kind is refused before anything is opened. A new
 // data directory gets wal, the default.
 func TestRestart_DataDirKeepsItsLogStore(t *testing.T) {
-	cfg := testConfig(t, t.TempDir(), func(c *Config) { c.LogStore = raftgroup.LogStoreBolt })
+	cfg := TestConfig(t, t.TempDir(), func(c *Config) { c.LogStore = raftgroup.LogStoreBolt })
 	n := startNode(t, cfg)
 	ctx := testCtx(t)
 	sendN(t, ctx, mustProducer(t, mustSession(t, dial(t, n), client.AutoAck), "kept"), "m", 3)
@@ -355,7 +355,7 @@ func TestRestart_DataDirKeepsItsLogStore(t *testing.T) {
 	}
 	n.Stop()
 
-	fresh := startNode(t, testConfig(t, t.TempDir()))
+	fresh := startNode(t, TestConfig(t, t.TempDir()))
 	if got := raftgroup.HeldStore(filepath.Join(fresh.cfg.DataDir, "meta")); got != raftgroup.LogStoreWAL {
 		t.Fatalf("a new data dir's store is %q; want wal, the default", got)
 	}

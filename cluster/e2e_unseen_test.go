@@ -17,7 +17,7 @@ import (
 // application gives them back unseen: however often that happens, they are
 // neither counted nor marked, and never reach --max-deliveries.
 func TestUnseen_PrefetchedMessagesOfAClosedConsumerAreNotCounted(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
 	if _, err := a.CreateQueue(ctx, "prefetched", client.QueueOptions{MaxDeliveries: 2}); err != nil {
@@ -56,7 +56,7 @@ func TestUnseen_PrefetchedMessagesOfAClosedConsumerAreNotCounted(t *testing.T) {
 // reached it: they come back unseen, and those the node wrote to the
 // stream come back marked redelivered.
 func TestUnseen_DeliveriesNeverWrittenToAClientAreNotCounted(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
 	const total = 300
@@ -124,7 +124,7 @@ func TestUnseen_DeliveriesNeverWrittenToAClientAreNotCounted(t *testing.T) {
 // for messages it pushed, so it never delivers to a consumer more messages
 // than its prefetch ahead of those the consumer made room for again.
 func TestCredit_PastThePrefetchIsIgnored(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
 	p := mustProducer(t, mustSession(t, dial(t, n), client.AutoAck), "credit")

@@ -175,7 +175,7 @@ func checkPings(t *testing.T, what string, sends int, before, after frames) {
 // every request (two more writes and two more reads per send on each side),
 // until the connections were given fixed flow-control windows.
 func TestConnection_NoPingPerRoundTrip(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	proxy := newPingCounter(t, n.Addrs().Client)
 	ctx := testCtx(t)
 	c, err := client.Dial(ctx, []string{proxy.addr()}, client.Options{})
@@ -207,7 +207,7 @@ const sends = 100
 // (through that node only, or also straight to the host); check gets the
 // peer frames counted before and after, and the host.
 func sendThroughAnotherNode(t *testing.T, noDirectSends bool, check func(before, after frames, host *Node)) {
-	tc := planCluster(t, 3, withLogs(t))
+	tc := PlanTestCluster(t, 3, withLogs(t))
 	proxies := make(map[string]*pingCounter)
 	var all []*pingCounter
 	for _, c := range tc.cfgs {
@@ -225,9 +225,9 @@ func sendThroughAnotherNode(t *testing.T, noDirectSends bool, check func(before,
 			return dial(ctx, network, addr)
 		}
 	}
-	tc.startAll()
+	tc.StartAll()
 	ctx := testCtx(t)
-	if _, err := tc.admin("n1").CreateQueue(ctx, "fwd", client.QueueOptions{Members: 1}); err != nil {
+	if _, err := tc.Admin("n1").CreateQueue(ctx, "fwd", client.QueueOptions{Members: 1}); err != nil {
 		t.Fatal(err)
 	}
 	// Once the member is on its preferred host no leadership moves by itself,
@@ -235,8 +235,8 @@ func sendThroughAnotherNode(t *testing.T, noDirectSends bool, check func(before,
 	// front-end that becomes the host forwards nothing: such a round says
 	// nothing, so it is measured again, a few times at most.
 	for round := 1; ; round++ {
-		host := tc.waitSpread("fwd", 1)[0]
-		conn := tc.dial(tc.others(host)[0], func(o *client.Options) { o.NoDirectSends = noDirectSends })
+		host := tc.WaitSpread("fwd", 1)[0]
+		conn := tc.Dial(tc.Others(host)[0], func(o *client.Options) { o.NoDirectSends = noDirectSends })
 		p := mustProducer(t, mustSession(t, conn, client.AutoAck), "fwd")
 		// A dedup id lets a send cut by an election be resent, not lost.
 		p.SetIdempotent(true)
@@ -247,14 +247,14 @@ func sendThroughAnotherNode(t *testing.T, noDirectSends bool, check func(before,
 			// is closed).
 			wait.For(t, 10*time.Second, "the client's send link to the host", func() bool {
 				sendN(t, ctx, p, fmt.Sprintf("wait-%d-", round), 1)
-				return len(tc.node(host).conns.List()) > 0
+				return len(tc.Node(host).conns.List()) > 0
 			})
 		}
 		before := count(t, all...)
 		sendN(t, ctx, p, fmt.Sprintf("m-%d-", round), sends)
 		after := count(t, all...)
-		if tc.hostOf("fwd#0") == host {
-			check(before, after, tc.node(host))
+		if tc.HostOf("fwd#0") == host {
+			check(before, after, tc.Node(host))
 			return
 		}
 		if err := conn.Close(); err != nil {

@@ -18,15 +18,15 @@ func TestGroups_LeaderDropsAMemberNoDestinationPlaces(t *testing.T) {
 	grace := staleGrace
 	staleGrace = 3 * time.Second
 	t.Cleanup(func() { staleGrace = grace })
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
-	if _, err := tc.admin("n1").CreateQueue(ctx, "kept", client.QueueOptions{Members: 1}); err != nil {
+	if _, err := tc.Admin("n1").CreateQueue(ctx, "kept", client.QueueOptions{Members: 1}); err != nil {
 		t.Fatal(err)
 	}
 	// On its preferred host, whose leadership then stays: the ghost below
 	// joins the group only through the replica that leads it.
-	host := tc.waitSpread("kept", 1)[0]
-	r, ok := tc.node(host).groups.replica("kept#0")
+	host := tc.WaitSpread("kept", 1)[0]
+	r, ok := tc.Node(host).groups.replica("kept#0")
 	if !ok || r.Shared() == nil {
 		t.Fatalf("%s holds no replica of kept#0 in a shared group", host)
 	}
@@ -37,7 +37,7 @@ func TestGroups_LeaderDropsAMemberNoDestinationPlaces(t *testing.T) {
 	// by hand on the leader, which adds it as it takes over, and closed
 	// without being destroyed, as a replica whose group changed leaders
 	// before it was.
-	cfg := tc.node(host).replicaConfig()
+	cfg := tc.Node(host).replicaConfig()
 	cfg.Name = "ghost#0"
 	ghost, err := s.Open("ghost#0@gone", cfg)
 	if err != nil {
@@ -47,10 +47,10 @@ func TestGroups_LeaderDropsAMemberNoDestinationPlaces(t *testing.T) {
 	if err := ghost.Close(); err != nil {
 		t.Fatal(err)
 	}
-	tc.node(host).groups.poke()
+	tc.Node(host).groups.poke()
 	wait.For(t, 20*time.Second, "the ghost dropped", func() bool { return !slices.Contains(s.Members(), "ghost#0@gone") })
-	for _, id := range tc.ids() {
-		if rr, ok := tc.node(id).groups.replica("kept#0"); ok {
+	for _, id := range tc.IDs() {
+		if rr, ok := tc.Node(id).groups.replica("kept#0"); ok {
 			wait.For(t, 10*time.Second, id+" applying the drop", func() bool { return !slices.Contains(rr.Shared().Members(), "ghost#0@gone") })
 		}
 	}

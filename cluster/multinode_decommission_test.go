@@ -28,9 +28,9 @@ func TestCluster_ScaleUpAndDownKeepsFullReplication(t *testing.T) {
 	if testing.Short() {
 		t.Skip("five nodes")
 	}
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	meta, _, op, sent := queueOfThree(t, tc)
-	n4, n5 := tc.addNode().ID(), tc.addNode().ID()
+	n4, n5 := tc.AddNode().ID(), tc.AddNode().ID()
 	wait.Until(tc.t, 90*time.Second, "replicas spread onto "+n4+" and "+n5, func() string {
 		if why := placedOnNewNodes(tc, op, n4, n5); why != "" {
 			return why
@@ -45,28 +45,28 @@ func TestCluster_ScaleUpAndDownKeepsFullReplication(t *testing.T) {
 		return ""
 	})
 
-	leaving := []string{meta, tc.others(meta, n4, n5)[0]}
+	leaving := []string{meta, tc.Others(meta, n4, n5)[0]}
 	for _, id := range leaving {
 		stop := watchVoters(t, tc, "rp", 3)
-		node, moved, err := tc.admin(id).DecommissionNode(stepCtx(t, 60*time.Second))
+		node, moved, err := tc.Admin(id).DecommissionNode(stepCtx(t, 60*time.Second))
 		stop()
 		if err != nil || node != id {
 			t.Fatalf("decommissioning %s: node %q, %v", id, node, err)
 		}
 		t.Logf("%s decommissioned: %d member replicas moved", id, moved)
-		tc.stop(id)
-		wait.For(t, 10*time.Second, "a meta leader among the running nodes", func() bool { return tc.metaLeader() != "" })
+		tc.Stop(id)
+		wait.For(t, 10*time.Second, "a meta leader among the running nodes", func() bool { return tc.MetaLeader() != "" })
 	}
-	left := tc.others(leaving...)
-	op = tc.admin(left[0])
+	left := tc.Others(leaving...)
+	op = tc.Admin(left[0])
 	wait.For(tc.t, 30*time.Second, "every member on "+fmt.Sprint(left)+", all voting", func() bool {
 		return placedOn(tc, op, "rp", left, left) == ""
 	})
-	if st := tc.status(left[0]); st.UnderReplicated != 0 {
+	if st := tc.Status(left[0]); st.UnderReplicated != 0 {
 		t.Fatalf("status after the scale-down: %d members under-replicated", st.UnderReplicated)
 	}
 	wait.Until(tc.t, 20*time.Second, "the decommissioned nodes gone from the status", func() string {
-		for _, nd := range tc.status(left[0]).Nodes {
+		for _, nd := range tc.Status(left[0]).Nodes {
 			if slices.Contains(leaving, nd.ID) && nd.Alive {
 				return fmt.Sprintf("decommissioned node %s is %s", nd.ID, nd.State)
 			}
@@ -74,33 +74,33 @@ func TestCluster_ScaleUpAndDownKeepsFullReplication(t *testing.T) {
 		return ""
 	})
 
-	if _, _, err := tc.admin(left[0]).DecommissionNode(stepCtx(t, 10*time.Second)); !errors.Is(err, client.ErrInvalidArgument) {
+	if _, _, err := tc.Admin(left[0]).DecommissionNode(stepCtx(t, 10*time.Second)); !errors.Is(err, client.ErrInvalidArgument) {
 		t.Fatalf("decommissioning one of the last three nodes of queues of three replicas: %v, want ErrInvalidArgument", err)
 	}
-	tc.node(left[0]).meta.Read(func(m *fsm.Meta) {
+	tc.Node(left[0]).meta.Read(func(m *fsm.Meta) {
 		if m.Decommissioning(left[0]) {
 			t.Fatalf("a refused decommission marked %s decommissioning", left[0])
 		}
 	})
 	wait.Until(tc.t, 10*time.Second, "30 messages pending on the members' hosts", func() string { return tc.counts("rp", 30, 0) })
-	s := mustSession(t, tc.dial(left[0]), client.ClientAck)
+	s := mustSession(t, tc.Dial(left[0]), client.ClientAck)
 	sameSet(t, "received after the scale-down", drainMembers(t, s, "rp", 3, len(sent)), sent)
 }
 
 // placedOnNewNodes says what keeps n4 and n5 from each holding a voting
 // replica of a member of rp, or "".
-func placedOnNewNodes(tc *testCluster, op *client.Admin, n4, n5 string) string {
+func placedOnNewNodes(tc *TestCluster, op *client.Admin, n4, n5 string) string {
 	q, err := op.ShowQueue(stepCtx(tc.t, 5*time.Second), "rp")
 	if err != nil {
 		return err.Error()
 	}
 	for _, id := range []string{n4, n5} {
 		if !slices.ContainsFunc(q.Members, func(m client.MemberInfo) bool {
-			host := tc.hostOf(m.Name)
+			host := tc.HostOf(m.Name)
 			if host == "" || !slices.Contains(m.Replicas, id) {
 				return false
 			}
-			r, ok := tc.node(host).groups.replica(m.Name)
+			r, ok := tc.Node(host).groups.replica(m.Name)
 			return ok && slices.Contains(voters(r.Raft()), id)
 		}) {
 			return fmt.Sprintf("no member has a voting replica on %s: %+v", id, q.Members)
@@ -113,9 +113,9 @@ func placedOnNewNodes(tc *testCluster, op *client.Admin, n4, n5 string) string {
 // at least want voters in its host's Raft configuration, each with the
 // member's replica open on a running node. A sample taken while a member
 // has no host is skipped.
-func watchVoters(t *testing.T, tc *testCluster, dest string, want int) (stop func()) {
+func watchVoters(t *testing.T, tc *TestCluster, dest string, want int) (stop func()) {
 	t.Helper()
-	d, ok := tc.node(tc.metaLeader()).meta.Destination(dest)
+	d, ok := tc.Node(tc.MetaLeader()).meta.Destination(dest)
 	if !ok {
 		t.Fatalf("no destination %s", dest)
 	}
@@ -142,12 +142,12 @@ func watchVoters(t *testing.T, tc *testCluster, dest string, want int) (stop fun
 
 // runningVoters says why member name has fewer than want voters open on
 // running nodes, or "".
-func runningVoters(tc *testCluster, name string, want int) string {
-	host := tc.hostOf(name)
+func runningVoters(tc *TestCluster, name string, want int) string {
+	host := tc.HostOf(name)
 	if host == "" {
 		return ""
 	}
-	r, ok := tc.node(host).groups.replica(name)
+	r, ok := tc.Node(host).groups.replica(name)
 	if !ok {
 		return ""
 	}

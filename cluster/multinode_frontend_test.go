@@ -19,28 +19,28 @@ import (
 // 2 (the messages it never held come unmarked). Cluster status then shows
 // the crashed node dead and its replicas unreachable.
 func TestCluster_FrontEndCrash_HostReleasesItsSessions(t *testing.T) {
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
-	if _, err := tc.admin("n1").CreateQueue(ctx, "fe", client.QueueOptions{Members: 1}); err != nil {
+	if _, err := tc.Admin("n1").CreateQueue(ctx, "fe", client.QueueOptions{Members: 1}); err != nil {
 		t.Fatal(err)
 	}
-	host := tc.waitSpread("fe", 1)[0]
-	rest := tc.others(host)
+	host := tc.WaitSpread("fe", 1)[0]
+	rest := tc.Others(host)
 	front, other := rest[0], rest[1]
 
-	sent := sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial(other), client.AutoAck), "fe"), "fe-", 10)
-	s := mustSession(t, tc.dial(front), client.ClientAck)
+	sent := sendN(t, ctx, mustProducer(t, mustSession(t, tc.Dial(other), client.AutoAck), "fe"), "fe-", 10)
+	s := mustSession(t, tc.Dial(front), client.ClientAck)
 	k := mustConsumer(t, ctx, s, "fe", client.WithLimit(5))
 	held := bodiesOf(recvN(t, k, 5))
 	sameSet(t, "held by the consumer on "+front, held, sent[:5])
-	checkQueue(t, tc.admin(other), "fe", 5, 5)
+	checkQueue(t, tc.Admin(other), "fe", 5, 5)
 
-	tc.crash(front)
+	tc.Crash(front)
 	crashed := time.Now()
 
 	// Within gossip's failure detection (about 5 s) and a sweep, the held
 	// messages come back; 12 s leaves room for a loaded machine.
-	s2 := mustSession(t, tc.dial(other), client.ClientAck)
+	s2 := mustSession(t, tc.Dial(other), client.ClientAck)
 	k2 := mustConsumer(t, ctx, s2, "fe")
 	rctx := stepCtx(t, 12*time.Second)
 	var last *client.Message
@@ -70,14 +70,14 @@ func TestCluster_FrontEndCrash_HostReleasesItsSessions(t *testing.T) {
 	if err := last.Ack(); err != nil {
 		t.Fatal(err)
 	}
-	checkQueue(t, tc.admin(other), "fe", 0, 0)
+	checkQueue(t, tc.Admin(other), "fe", 0, 0)
 
 	t.Run("status shows the crashed node dead and its replicas unreachable", func(t *testing.T) {
 		// The host that released the sessions saw the crash; the node
 		// asked here may hear of it a moment later.
 		var st client.ClusterStatus
 		wait.For(t, 10*time.Second, "status on "+other+" showing "+front+" dead", func() bool {
-			st = tc.status(other)
+			st = tc.Status(other)
 			return !slices.ContainsFunc(st.Nodes, func(n client.NodeStatus) bool { return n.ID == front && n.Alive })
 		})
 		checkStatusShape(t, st)
@@ -106,16 +106,16 @@ func TestCluster_FrontEndCrash_HostReleasesItsSessions(t *testing.T) {
 // with its meta role (one leader), the meta group and every member group
 // with a leader and every replica reachable with its lag.
 func TestCluster_Status_JSONShape(t *testing.T) {
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
-	if _, err := tc.admin("n1").CreateQueue(ctx, "shape", client.QueueOptions{}); err != nil {
+	if _, err := tc.Admin("n1").CreateQueue(ctx, "shape", client.QueueOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	tc.waitSpread("shape", 3)
+	tc.WaitSpread("shape", 3)
 	var st client.ClusterStatus
 	wait.For(tc.t, 10*time.Second, "every replica caught up", func() bool {
-		st = tc.status("n2")
-		for _, id := range tc.ids() {
+		st = tc.Status("n2")
+		for _, id := range tc.IDs() {
 			if caughtUp(st, id) != "" {
 				return false
 			}
@@ -215,16 +215,16 @@ func keys[V any](m map[string]V) []string {
 // since nothing has declared it failed. Once the link heals it is alive
 // again.
 func TestCluster_Status_UnansweringNodeIsSuspect(t *testing.T) {
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	state := func() (string, bool) {
-		for _, n := range tc.status("n1").Nodes {
+		for _, n := range tc.Status("n1").Nodes {
 			if n.ID == "n2" {
 				return n.State, n.Alive
 			}
 		}
 		return "missing", false
 	}
-	tc.net.cutLink("n1", "n2")
+	tc.CutLink("n1", "n2")
 	wait.For(tc.t, 15*time.Second, "n1's status showing n2 suspect", func() bool {
 		st, _ := state()
 		return st == "suspect"
@@ -232,7 +232,7 @@ func TestCluster_Status_UnansweringNodeIsSuspect(t *testing.T) {
 	if st, alive := state(); st == "suspect" && !alive {
 		t.Errorf("n2 suspect but alive false; a suspect node is not declared dead")
 	}
-	tc.net.heal("n1", "n2")
+	tc.Heal("n1", "n2")
 	wait.For(tc.t, 15*time.Second, "n1's status showing n2 alive again", func() bool {
 		st, alive := state()
 		return st == "alive" && alive
@@ -245,17 +245,17 @@ func TestCluster_Status_UnansweringNodeIsSuspect(t *testing.T) {
 // preferred host; then its host crashed), the show must find the new host
 // rather than report the member unhosted and empty.
 func TestCluster_ShowQueueFollowsMovedHost(t *testing.T) {
-	tc := newCluster(t, 4)
+	tc := NewTestCluster(t, 4)
 	ctx := testCtx(t)
-	info, err := tc.admin("n1").CreateQueue(ctx, "sq", client.QueueOptions{Replicas: 3})
+	info, err := tc.Admin("n1").CreateQueue(ctx, "sq", client.QueueOptions{Replicas: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
-	hosts := tc.waitSpread("sq", 4)
+	hosts := tc.WaitSpread("sq", 4)
 	i := slices.IndexFunc(info.Members, func(m client.MemberInfo) bool { return !slices.Contains(m.Replicas, "n1") })
 	name, host := info.Members[i].Name, hosts[i]
-	sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial(host), client.AutoAck), name), "x", 3)
-	a := tc.admin("n1")
+	sendN(t, ctx, mustProducer(t, mustSession(t, tc.Dial(host), client.AutoAck), name), "x", 3)
+	a := tc.Admin("n1")
 	shows := func(when, host string) {
 		t.Helper()
 		wait.Until(tc.t, 10*time.Second, when+", n1 showing "+name+" on its host "+host+" with its 3 messages", func() string {
@@ -263,14 +263,14 @@ func TestCluster_ShowQueueFollowsMovedHost(t *testing.T) {
 			if m.Host == host && m.Pending == 3 {
 				return ""
 			}
-			return fmt.Sprintf("n1 shows %s hosted by %q with %d pending (it caches %q as its host)", name, m.Host, m.Pending, tc.node("n1").hostCache.get(name))
+			return fmt.Sprintf("n1 shows %s hosted by %q with %d pending (it caches %q as its host)", name, m.Host, m.Pending, tc.Node("n1").hostCache.get(name))
 		})
 	}
 	// The host n1 learned when the queue was created is the first leader
 	// elected, which then handed the member to its preferred host.
 	shows("after the queue was created", host)
-	tc.crash(host)
-	shows("after its host crashed", tc.waitHost(name))
+	tc.Crash(host)
+	shows("after its host crashed", tc.WaitHost(name))
 }
 
 // A closed connection's front-end releases its sessions; when that release
@@ -282,30 +282,30 @@ func TestCluster_ShowQueueFollowsMovedHost(t *testing.T) {
 // connection and never redelivered (the release had failed with
 // "leadership lost while committing log").
 func TestCluster_FailedSessionReleaseIsRetried(t *testing.T) {
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := stepCtx(t, time.Minute)
-	createQueues(t, ctx, tc.admin("n1"), map[string]int{"rr": 1})
-	host := tc.waitSpread("rr", 1)[0]
-	front := tc.others(host)[0]
+	createQueues(t, ctx, tc.Admin("n1"), map[string]int{"rr": 1})
+	host := tc.WaitSpread("rr", 1)[0]
+	front := tc.Others(host)[0]
 
-	conn := tc.dial(front)
+	conn := tc.Dial(front)
 	k := mustConsumer(t, ctx, mustSession(t, conn, client.ClientAck), "rr")
-	sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial(host), client.AutoAck), "rr"), "rr-", 3)
+	sendN(t, ctx, mustProducer(t, mustSession(t, tc.Dial(host), client.AutoAck), "rr"), "rr-", 3)
 	recvN(t, k, 3)
 	wait.Until(tc.t, 10*time.Second, "three messages held by the consumer", func() string { return tc.counts("rr", 0, 3) })
 
-	tc.net.cutLink(front, host)
+	tc.CutLink(front, host)
 	_ = conn.Close()
-	fe := tc.node(front)
+	fe := tc.Node(front)
 	wait.For(t, 30*time.Second, "the front-end retrying the release", func() bool { return fe.releasesRetrying.Load() > 0 })
 	if why := tc.counts("rr", 0, 3); why != "" {
 		t.Fatalf("the release failed, yet: %s", why)
 	}
 
-	tc.net.heal(front, host)
+	tc.Heal(front, host)
 	wait.Until(tc.t, 30*time.Second, "the held messages available again", func() string { return tc.counts("rr", 3, 0) })
 	wait.For(t, 10*time.Second, "no release left to retry", func() bool { return fe.releasesRetrying.Load() == 0 })
-	if !tc.node(tc.hostOf("rr#0")).ownerLive(fe.owner()) {
+	if !tc.Node(tc.HostOf("rr#0")).ownerLive(fe.owner()) {
 		t.Fatalf("the host holds %s dead: its sweep, not the retry, may have released the session", front)
 	}
 }

@@ -20,24 +20,24 @@ import (
 // handed to another node), its Left channel is closed, and once it stops,
 // sends and receives carry on through the others with nothing lost.
 func TestCluster_NodeLeave_HandsLeadershipsOverAndSendsCarryOn(t *testing.T) {
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
-	if _, err := tc.admin("n1").CreateQueue(ctx, "lv", client.QueueOptions{}); err != nil {
+	if _, err := tc.Admin("n1").CreateQueue(ctx, "lv", client.QueueOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	hosts := tc.waitSpread("lv", 3)
+	hosts := tc.WaitSpread("lv", 3)
 	var leaving string
-	wait.For(t, 10*time.Second, "a meta leader", func() bool { leaving = tc.metaLeader(); return leaving != "" })
-	stay := tc.others(leaving)[0]
-	s := mustSession(t, tc.dial(stay), client.ClientAck)
+	wait.For(t, 10*time.Second, "a meta leader", func() bool { leaving = tc.MetaLeader(); return leaving != "" })
+	stay := tc.Others(leaving)[0]
+	s := mustSession(t, tc.Dial(stay), client.ClientAck)
 	p := mustProducer(t, s, "lv")
 	sent := sendN(t, ctx, p, "before-", 9)
 
-	id, err := tc.admin(leaving).LeaveNode(ctx)
+	id, err := tc.Admin(leaving).LeaveNode(ctx)
 	if err != nil || id != leaving {
 		t.Fatalf("leave %s: node %q, %v", leaving, id, err)
 	}
-	nd := tc.node(leaving)
+	nd := tc.Node(leaving)
 	select {
 	case <-nd.Left():
 	case <-time.After(5 * time.Second):
@@ -54,13 +54,13 @@ func TestCluster_NodeLeave_HandsLeadershipsOverAndSendsCarryOn(t *testing.T) {
 		// channel, a moment later.
 		wait.For(t, 10*time.Second, leaving+" no longer hosting "+r.Name(), func() bool { return !r.Leading() })
 	}
-	tc.stop(leaving) // as cmd/cairn does once Left is closed
+	tc.Stop(leaving) // as cmd/cairn does once Left is closed
 
-	wait.For(t, 10*time.Second, "a meta leader among the nodes that stay", func() bool { return tc.metaLeader() != "" })
+	wait.For(t, 10*time.Second, "a meta leader among the nodes that stay", func() bool { return tc.MetaLeader() != "" })
 	ctx = stepCtx(t, 20*time.Second)
 	for i := range 3 {
 		name := fmt.Sprintf("lv#%d", i)
-		if h := tc.waitHost(name); h == leaving {
+		if h := tc.WaitHost(name); h == leaving {
 			t.Fatalf("%s hosted by %s, which left", name, h)
 		}
 		sent = append(sent, sendN(t, ctx, mustProducer(t, s, name), name+"/after-", 2)...)
@@ -78,31 +78,31 @@ func TestCluster_NodeRemove_ReplacesReplicasAndNeverReadmits(t *testing.T) {
 	if testing.Short() {
 		t.Skip("four nodes, a crash and a re-placement")
 	}
-	tc := newCluster(t, 4)
+	tc := NewTestCluster(t, 4)
 	ctx := testCtx(t)
-	if _, err := tc.admin("n1").CreateQueue(ctx, "rm", client.QueueOptions{Replicas: 3}); err != nil {
+	if _, err := tc.Admin("n1").CreateQueue(ctx, "rm", client.QueueOptions{Replicas: 3}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 4 {
-		tc.waitHost(fmt.Sprintf("rm#%d", i))
+		tc.WaitHost(fmt.Sprintf("rm#%d", i))
 	}
 	var meta string
-	wait.For(t, 10*time.Second, "a meta leader", func() bool { meta = tc.metaLeader(); return meta != "" })
+	wait.For(t, 10*time.Second, "a meta leader", func() bool { meta = tc.MetaLeader(); return meta != "" })
 	// The removed node is one that does not lead the meta group; the
 	// operator talks to another.
 	var victim string
-	for _, id := range slices.Backward(tc.ids()) {
+	for _, id := range slices.Backward(tc.IDs()) {
 		if id != meta {
 			victim = id
 			break
 		}
 	}
-	op := tc.admin(tc.others(victim)[0])
+	op := tc.Admin(tc.Others(victim)[0])
 
 	err := op.RemoveNode(ctx, victim)
 	wantErr(t, "remove live node "+victim, err, client.ErrInvalidArgument)
 
-	p := mustProducer(t, mustSession(t, tc.dial(meta), client.AutoAck), "rm")
+	p := mustProducer(t, mustSession(t, tc.Dial(meta), client.AutoAck), "rm")
 	sent := sendN(t, ctx, p, "m", 20)
 	// Counts come from each member's host: ShowQueue through a node without
 	// a replica may not find a member whose host moved (see
@@ -114,7 +114,7 @@ func TestCluster_NodeRemove_ReplacesReplicasAndNeverReadmits(t *testing.T) {
 	lacked := map[string]string{} // member -> the node that had no replica of it
 	for _, m := range before.Members {
 		if slices.Contains(m.Replicas, victim) {
-			for _, id := range tc.ids() {
+			for _, id := range tc.IDs() {
 				if !slices.Contains(m.Replicas, id) {
 					lacked[m.Name] = id
 				}
@@ -130,7 +130,7 @@ func TestCluster_NodeRemove_ReplacesReplicasAndNeverReadmits(t *testing.T) {
 	wait.Until(tc.t, 60*time.Second, "the replicas on "+victim+" re-placed and the groups' configurations following", func() string {
 		return replacedEverywhere(tc, op, victim, lacked)
 	})
-	st := tc.status(tc.others(victim)[0])
+	st := tc.Status(tc.Others(victim)[0])
 	for _, n := range st.Nodes {
 		if n.ID == victim && n.MetaRole != "none" {
 			t.Errorf("removed %s has meta role %q", victim, n.MetaRole)
@@ -149,15 +149,15 @@ func TestCluster_NodeRemove_ReplacesReplicasAndNeverReadmits(t *testing.T) {
 
 	// Nothing lost.
 	wait.Until(tc.t, 10*time.Second, "20 messages pending on the members' hosts", func() string { return tc.counts("rm", 20, 0) })
-	s := mustSession(t, tc.dial(tc.others(victim)[1]), client.ClientAck)
+	s := mustSession(t, tc.Dial(tc.Others(victim)[1]), client.ClientAck)
 	sameSet(t, "received after "+victim+" was removed", drainMembers(t, s, "rm", 4, len(sent)), sent)
 
 	// The removed node, started again by mistake on its old data, is never
 	// registered again (a replacement needs a new id).
 	tc.launch(victim)
 	wait.Holds(t, 3*time.Second, victim+" staying out of the registry and the meta group", func() bool {
-		for _, id := range tc.others(victim) {
-			nd := tc.node(id)
+		for _, id := range tc.Others(victim) {
+			nd := tc.Node(id)
 			var registered bool
 			nd.meta.Read(func(m *fsm.Meta) { _, registered = m.Node(victim) })
 			if registered || inConfiguration(nd.meta.Raft(), victim) {
@@ -168,7 +168,7 @@ func TestCluster_NodeRemove_ReplacesReplicasAndNeverReadmits(t *testing.T) {
 	})
 	// Meanwhile the others serve every member.
 	ctx = stepCtx(t, 20*time.Second)
-	s = mustSession(t, tc.dial(tc.others(victim)[0]), client.ClientAck)
+	s = mustSession(t, tc.Dial(tc.Others(victim)[0]), client.ClientAck)
 	sent = nil
 	for i := range 4 {
 		name := fmt.Sprintf("rm#%d", i)
@@ -235,7 +235,7 @@ func drainUntil(t *testing.T, s *client.Session, dest string, members int, done 
 // ("" when done): the placement of every member that had a replica on it
 // names the node it lacked instead, and the member's Raft configuration on
 // its host is exactly its placement; the meta group dropped the node.
-func replacedEverywhere(tc *testCluster, op *client.Admin, removed string, lacked map[string]string) string {
+func replacedEverywhere(tc *TestCluster, op *client.Admin, removed string, lacked map[string]string) string {
 	ctx := stepCtx(tc.t, 5*time.Second)
 	q, err := op.ShowQueue(ctx, "rm")
 	if err != nil {
@@ -248,17 +248,17 @@ func replacedEverywhere(tc *testCluster, op *client.Admin, removed string, lacke
 		if want := lacked[m.Name]; want != "" && !slices.Contains(m.Replicas, want) {
 			return fmt.Sprintf("%s placed on %v, not on %s", m.Name, m.Replicas, want)
 		}
-		host := tc.hostOf(m.Name)
+		host := tc.HostOf(m.Name)
 		if host == "" {
 			return m.Name + " has no host"
 		}
-		r, _ := tc.node(host).groups.replica(m.Name)
+		r, _ := tc.Node(host).groups.replica(m.Name)
 		if got := configuration(r.Raft()); !slices.Equal(got, sorted(m.Replicas)) {
 			return fmt.Sprintf("%s: Raft configuration %v, placement %v", m.Name, got, m.Replicas)
 		}
 	}
-	for _, id := range tc.others(removed) {
-		if inConfiguration(tc.node(id).meta.Raft(), removed) {
+	for _, id := range tc.Others(removed) {
+		if inConfiguration(tc.Node(id).meta.Raft(), removed) {
 			return "the meta group on " + id + " still has " + removed
 		}
 	}
@@ -287,11 +287,11 @@ func servers(r *raft.Raft, votersOnly bool) []string {
 
 // crashAndRemove crashes victim, waits until gossip holds it dead, and
 // removes it through op, as an operator would a node gone for good.
-func (tc *testCluster) crashAndRemove(op *client.Admin, victim string) {
+func (tc *TestCluster) crashAndRemove(op *client.Admin, victim string) {
 	tc.t.Helper()
-	tc.crash(victim)
+	tc.Crash(victim)
 	wait.For(tc.t, 15*time.Second, "gossip declaring "+victim+" dead", func() bool {
-		for _, n := range tc.status(tc.others(victim)[0]).Nodes {
+		for _, n := range tc.Status(tc.Others(victim)[0]).Nodes {
 			if n.ID == victim {
 				return !n.Alive
 			}
@@ -315,15 +315,15 @@ func TestCluster_NodeJoinsLater_BecomesMetaVoterAndHostsNewMembers(t *testing.T)
 	// Without the automatic spreading, which would move old's replicas
 	// (and with them new's placement) meanwhile.
 	byHand := func(c *Config) { c.NoAutoRebalance = true }
-	tc := newCluster(t, 3, byHand)
+	tc := NewTestCluster(t, 3, byHand)
 	ctx := testCtx(t)
-	if _, err := tc.admin("n1").CreateQueue(ctx, "old", client.QueueOptions{}); err != nil {
+	if _, err := tc.Admin("n1").CreateQueue(ctx, "old", client.QueueOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	nd := tc.addNode(withLogs(t), byHand)
+	nd := tc.AddNode(withLogs(t), byHand)
 	id := nd.ID()
 	wait.For(t, 10*time.Second, id+" a voter of the meta group", func() bool {
-		f := tc.node("n1").meta.Raft().GetConfiguration()
+		f := tc.Node("n1").meta.Raft().GetConfiguration()
 		if f.Error() != nil {
 			return false
 		}
@@ -335,7 +335,7 @@ func TestCluster_NodeJoinsLater_BecomesMetaVoterAndHostsNewMembers(t *testing.T)
 		return false
 	})
 	for _, from := range []string{"n1", id} {
-		st := tc.status(from)
+		st := tc.Status(from)
 		i := slices.IndexFunc(st.Nodes, func(n client.NodeStatus) bool { return n.ID == id })
 		if i < 0 || !st.Nodes[i].Alive || st.Nodes[i].MetaRole != "follower" {
 			t.Fatalf("status from %s: nodes %+v; want %s alive, meta follower", from, st.Nodes, id)
@@ -343,14 +343,14 @@ func TestCluster_NodeJoinsLater_BecomesMetaVoterAndHostsNewMembers(t *testing.T)
 	}
 
 	// A queue created now has a member per node, one preferring the new node.
-	info, err := tc.admin(id).CreateQueue(ctx, "new", client.QueueOptions{})
+	info, err := tc.Admin(id).CreateQueue(ctx, "new", client.QueueOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(info.Members) != 4 {
 		t.Fatalf("queue created on 4 nodes: %+v", info)
 	}
-	hosts := tc.waitSpread("new", 4)
+	hosts := tc.WaitSpread("new", 4)
 	if !slices.Contains(hosts, id) {
 		t.Fatalf("hosts %v: none on %s", hosts, id)
 	}
@@ -364,10 +364,10 @@ func TestCluster_NodeJoinsLater_BecomesMetaVoterAndHostsNewMembers(t *testing.T)
 		t.Errorf("%s holds %d replicas of the 4 members of 3 replicas; want 3", id, replicas)
 	}
 	// The queue created before it joined stays where it was.
-	if q := showQueue(t, tc.admin(id), "old"); len(q.Members) != 3 {
+	if q := showQueue(t, tc.Admin(id), "old"); len(q.Members) != 3 {
 		t.Errorf("queue old: %+v", q)
 	}
-	s := mustSession(t, tc.dial(id), client.ClientAck)
+	s := mustSession(t, tc.Dial(id), client.ClientAck)
 	var sent []string
 	for i := range 4 {
 		name := fmt.Sprintf("new#%d", i)
@@ -375,5 +375,5 @@ func TestCluster_NodeJoinsLater_BecomesMetaVoterAndHostsNewMembers(t *testing.T)
 		sent = append(sent, name)
 	}
 	sameSet(t, "sent to each member through "+id, drainMembers(t, s, "new", 4, len(sent)), sent)
-	wait.For(tc.t, 10*time.Second, id+" caught up on every group", func() bool { return caughtUp(tc.status("n1"), id) == "" })
+	wait.For(tc.t, 10*time.Second, id+" caught up on every group", func() bool { return caughtUp(tc.Status("n1"), id) == "" })
 }

@@ -16,63 +16,63 @@ import (
 // node, restarted on its data, catches up with every group it replicates,
 // including the entries it missed (cluster status: alive, lag 0 everywhere).
 func TestCluster_MetaLeaderCrash_NewLeaderTakesMetaCommandsAndOldLeaderCatchesUp(t *testing.T) {
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
-	if _, err := tc.admin("n1").CreateQueue(ctx, "before", client.QueueOptions{}); err != nil {
+	if _, err := tc.Admin("n1").CreateQueue(ctx, "before", client.QueueOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var old string
-	wait.For(t, 10*time.Second, "a meta leader", func() bool { old = tc.metaLeader(); return old != "" })
-	p := mustProducer(t, mustSession(t, tc.dial(tc.others(old)[0]), client.AutoAck), "before")
+	wait.For(t, 10*time.Second, "a meta leader", func() bool { old = tc.MetaLeader(); return old != "" })
+	p := mustProducer(t, mustSession(t, tc.Dial(tc.Others(old)[0]), client.AutoAck), "before")
 	sendN(t, ctx, p, "b", 9)
-	tc.crash(old)
+	tc.Crash(old)
 
 	var leader string
 	wait.For(t, 10*time.Second, "a new meta leader among the survivors", func() bool {
-		leader = tc.metaLeader()
+		leader = tc.MetaLeader()
 		return leader != "" && leader != old
 	})
-	follower := tc.others(old, leader)[0]
+	follower := tc.Others(old, leader)[0]
 	// The follower learns of the new leader from its first append. (A meta
 	// command through it before that fails at once with ErrUnavailable:
 	// unlike member commands, meta commands do not wait out an election.)
 	wait.For(t, 10*time.Second, follower+" following the new meta leader "+leader, func() bool {
-		_, id := tc.node(follower).meta.Raft().LeaderWithID()
+		_, id := tc.Node(follower).meta.Raft().LeaderWithID()
 		return string(id) == leader
 	})
 
 	// A meta command through a follower: it is forwarded to the new leader.
 	ctx = stepCtx(t, 20*time.Second)
-	info, err := tc.admin(follower).CreateQueue(ctx, "after", client.QueueOptions{})
+	info, err := tc.Admin(follower).CreateQueue(ctx, "after", client.QueueOptions{})
 	if err != nil {
 		t.Fatalf("create through follower %s with %s crashed and %s leading: %v", follower, old, leader, err)
 	}
 	if len(info.Members) == 0 {
 		t.Fatalf("queue created with no members: %+v", info)
 	}
-	if _, ok := tc.node(leader).meta.Destination("after"); !ok {
+	if _, ok := tc.Node(leader).meta.Destination("after"); !ok {
 		t.Fatalf("meta leader %s does not know the queue created through %s", leader, follower)
 	}
-	s := mustSession(t, tc.dial(follower), client.ClientAck)
+	s := mustSession(t, tc.Dial(follower), client.ClientAck)
 	sent := sendN(t, ctx, mustProducer(t, s, "after"), "a", 6)
 	sameSet(t, "received from the queue created during the crash", drainMembers(t, s, "after", len(info.Members), len(sent)), sent)
 
 	// Entries the crashed node misses, in a member group and in the meta group.
 	sendN(t, ctx, p, "missed", 20)
-	if _, err := tc.admin(leader).CreateQueue(ctx, "later", client.QueueOptions{Members: 1}); err != nil {
+	if _, err := tc.Admin(leader).CreateQueue(ctx, "later", client.QueueOptions{Members: 1}); err != nil {
 		t.Fatal(err)
 	}
 
-	tc.start(old)
+	tc.Start(old)
 	wait.Until(tc.t, 20*time.Second, "restarted "+old+" alive with lag 0 on every group it replicates", func() string {
-		return caughtUp(tc.status(leader), old)
+		return caughtUp(tc.Status(leader), old)
 	})
 	for _, name := range []string{"before", "after", "later"} {
-		if _, ok := tc.node(old).meta.Destination(name); !ok {
+		if _, ok := tc.Node(old).meta.Destination(name); !ok {
 			t.Fatalf("restarted %s does not know queue %s", old, name)
 		}
 	}
-	if q := showQueue(t, tc.admin(old), "before"); q.Pending != 29 || q.Delivered != 0 {
+	if q := showQueue(t, tc.Admin(old), "before"); q.Pending != 29 || q.Delivered != 0 {
 		t.Fatalf("queue before, shown by %s: %+v; want 29 pending", old, q)
 	}
 }

@@ -40,19 +40,19 @@ func TestCluster_MinorityPartition_IsolatedNodeRefusesMajorityServesNothingLost(
 	if testing.Short() {
 		t.Skip("waits out the routing window and gossip's failure detection")
 	}
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
-	if _, err := tc.admin("n1").CreateQueue(ctx, "part", client.QueueOptions{}); err != nil {
+	if _, err := tc.Admin("n1").CreateQueue(ctx, "part", client.QueueOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	hosts := tc.waitSpread("part", 3)
+	hosts := tc.WaitSpread("part", 3)
 	x, y, z := hosts[0], hosts[1], hosts[2] // x is isolated; y and z host part#1 and part#2
 	mx, my := "part#0", "part#1"
 	h := newRecorder("before")
 
 	// x's client sends through x only: what x does when cut off is the
 	// subject here, and a send straight to y's host would not ask it.
-	cx, cy, cz := tc.dial(x, func(o *client.Options) { o.NoDirectSends = true }), tc.dial(y), tc.dial(z)
+	cx, cy, cz := tc.Dial(x, func(o *client.Options) { o.NoDirectSends = true }), tc.Dial(y), tc.Dial(z)
 	producers := map[string]*client.Producer{} // "node>dest"
 	producer := func(node string, c *client.Connection, dest string) *client.Producer {
 		key := node + ">" + dest
@@ -103,7 +103,7 @@ func TestCluster_MinorityPartition_IsolatedNodeRefusesMajorityServesNothingLost(
 		}
 	}
 
-	tc.isolate(x)
+	tc.Isolate(x)
 	h.setPhase("cut")
 	cut := time.Now()
 	type outcome struct {
@@ -148,7 +148,7 @@ func TestCluster_MinorityPartition_IsolatedNodeRefusesMajorityServesNothingLost(
 			t.Fatalf("ack on %s during the cut: %v", z, err)
 		}
 	}
-	if host := tc.hostOf(mx); host == x || host == "" {
+	if host := tc.HostOf(mx); host == x || host == "" {
 		t.Fatalf("%s hosted by %q during the cut", mx, host)
 	}
 
@@ -171,7 +171,7 @@ func TestCluster_MinorityPartition_IsolatedNodeRefusesMajorityServesNothingLost(
 
 	// By now gossip holds x dead on the majority side, and y has released
 	// the session of x's consumer: its held messages are pending again.
-	ay := tc.admin(y)
+	ay := tc.Admin(y)
 	wait.For(tc.t, 10*time.Second, "the session of "+x+"'s consumer released", func() bool {
 		q, err := ay.ShowQueue(ctx, "part")
 		return err == nil && q.Members[1].Delivered == 0
@@ -179,12 +179,12 @@ func TestCluster_MinorityPartition_IsolatedNodeRefusesMajorityServesNothingLost(
 	t.Logf("cut for %v", time.Since(cut).Round(time.Millisecond))
 	// A gossip verdict is a hint, not a decision: while held dead, x stays
 	// a voter of the meta group and a replica of every member.
-	if f := tc.node(y).meta.Raft().GetConfiguration(); f.Error() != nil || !slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool {
+	if f := tc.Node(y).meta.Raft().GetConfiguration(); f.Error() != nil || !slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool {
 		return string(s.ID) == x && s.Suffrage == raft.Voter
 	}) {
 		t.Errorf("%s held dead by gossip is no longer a meta voter: %+v (%v)", x, f.Configuration().Servers, f.Error())
 	}
-	if d, _ := tc.node(y).meta.Destination("part"); d == nil {
+	if d, _ := tc.Node(y).meta.Destination("part"); d == nil {
 		t.Error("queue part gone from the meta state")
 	} else {
 		for _, m := range d.Members {
@@ -194,19 +194,19 @@ func TestCluster_MinorityPartition_IsolatedNodeRefusesMajorityServesNothingLost(
 		}
 	}
 
-	tc.rejoin(x)
+	tc.Rejoin(x)
 	// Raft needs nothing from gossip to take x back: its replicas catch up
 	// with every group (gossip takes it back too; see
 	// TestCluster_GossipHealsAfterLongPartition).
 	wait.Until(tc.t, 30*time.Second, x+"'s replicas caught up after the cut", func() string {
-		if why := replicasMatch(tc, tc.ids()...); why != "" {
+		if why := replicasMatch(tc, tc.IDs()...); why != "" {
 			return why
 		}
 		return metaCaughtUp(tc, x)
 	})
 	// x takes its member back once it caught up; a drain that raced that
 	// failover would see acks of messages it moved refused (a CI run did).
-	tc.waitSpread("part", 3)
+	tc.WaitSpread("part", 3)
 	// x's consumer's session was released: acks of what it held are refused.
 	for _, m := range heldX {
 		err := h.ack(m)
@@ -223,7 +223,7 @@ func TestCluster_MinorityPartition_IsolatedNodeRefusesMajorityServesNothingLost(
 	// Drain through the majority.
 	h.setPhase(history.DrainPhase)
 	ctx = stepCtx(t, 30*time.Second)
-	s := mustSession(t, tc.dial(y), client.IndividualAck)
+	s := mustSession(t, tc.Dial(y), client.IndividualAck)
 	var ks []*client.Consumer
 	for i := range 3 {
 		ks = append(ks, mustConsumer(t, ctx, s, fmt.Sprintf("part#%d", i)))
@@ -269,12 +269,12 @@ func TestCluster_MinorityPartition_IsolatedNodeRefusesMajorityServesNothingLost(
 // syncs only with nodes it holds alive); gossip's reconnectLoop joins the
 // nodes held dead again, as Serf's reconnect does.
 func TestCluster_GossipHealsAfterLongPartition(t *testing.T) {
-	tc := newCluster(t, 3)
-	tc.isolate("n1")
+	tc := NewTestCluster(t, 3)
+	tc.Isolate("n1")
 	wait.For(t, 20*time.Second, "n1 and the others holding each other dead", func() bool {
 		dead := 0
-		for _, id := range tc.ids() {
-			for _, m := range tc.node(id).gossip.members() {
+		for _, id := range tc.IDs() {
+			for _, m := range tc.Node(id).gossip.members() {
 				if (id == "n1") != (m.ID == "n1") && m.State != "alive" {
 					dead++
 				}
@@ -282,11 +282,11 @@ func TestCluster_GossipHealsAfterLongPartition(t *testing.T) {
 		}
 		return dead == 4
 	})
-	tc.rejoin("n1")
+	tc.Rejoin("n1")
 	// memberlist's push-pull runs every 30 s; give it that and more.
 	wait.For(t, 45*time.Second, "every node alive in every node's gossip after the partition healed", func() bool {
-		for _, id := range tc.ids() {
-			for _, m := range tc.node(id).gossip.members() {
+		for _, id := range tc.IDs() {
+			for _, m := range tc.Node(id).gossip.members() {
 				if m.State != "alive" {
 					return false
 				}

@@ -24,13 +24,13 @@ func TestCluster_RecoverIsSentAgainWhenItsLeaderStepsDown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for a leader to step down and a new one to be elected")
 	}
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
-	if _, err := tc.admin("n1").CreateQueue(ctx, "rec", client.QueueOptions{Members: 1}); err != nil {
+	if _, err := tc.Admin("n1").CreateQueue(ctx, "rec", client.QueueOptions{Members: 1}); err != nil {
 		t.Fatal(err)
 	}
-	host := tc.waitSpread("rec", 1)[0]
-	s := mustSession(t, tc.dial(host), client.ClientAck)
+	host := tc.WaitSpread("rec", 1)[0]
+	s := mustSession(t, tc.Dial(host), client.ClientAck)
 	sent := sendN(t, ctx, mustProducer(t, s, "rec"), "m", 3)
 	k := mustConsumer(t, ctx, s, "rec")
 	for i := range sent {
@@ -40,17 +40,17 @@ func TestCluster_RecoverIsSentAgainWhenItsLeaderStepsDown(t *testing.T) {
 		}
 	}
 
-	tc.isolate(host)
+	tc.Isolate(host)
 	recovered := make(chan error, 1)
 	go func() { recovered <- s.Recover(stepCtx(t, 30*time.Second)) }()
-	r, _ := tc.node(host).groups.replica("rec#0")
+	r, _ := tc.Node(host).groups.replica("rec#0")
 	wait.For(t, 10*time.Second, "the cut-off leader to step down", func() bool { return !r.Leading() })
 	select {
 	case err := <-recovered:
 		t.Fatalf("Recover returned (%v) while its member had no leader this node could reach", err)
 	default:
 	}
-	tc.rejoin(host)
+	tc.Rejoin(host)
 	select {
 	case err := <-recovered:
 		if err != nil {
@@ -91,17 +91,17 @@ func TestCluster_ConsumerCreatedWhileItsLeaderStepsDown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for a leader to step down and a new one to be elected")
 	}
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
-	if _, err := tc.admin("n1").CreateQueue(ctx, "cc", client.QueueOptions{Members: 1}); err != nil {
+	if _, err := tc.Admin("n1").CreateQueue(ctx, "cc", client.QueueOptions{Members: 1}); err != nil {
 		t.Fatal(err)
 	}
-	host := tc.waitSpread("cc", 1)[0]
-	conn := tc.dial(host)
+	host := tc.WaitSpread("cc", 1)[0]
+	conn := tc.Dial(host)
 	sent := sendN(t, ctx, mustProducer(t, mustSession(t, conn, client.AutoAck), "cc"), "m", 3)
 	s := mustSession(t, conn, client.AutoAck)
 
-	tc.isolate(host)
+	tc.Isolate(host)
 	type created struct {
 		k   *client.Consumer
 		err error
@@ -111,14 +111,14 @@ func TestCluster_ConsumerCreatedWhileItsLeaderStepsDown(t *testing.T) {
 		k, err := s.Consumer(stepCtx(t, 30*time.Second), "cc")
 		done <- created{k, err}
 	}()
-	r, _ := tc.node(host).groups.replica("cc#0")
+	r, _ := tc.Node(host).groups.replica("cc#0")
 	wait.For(t, 10*time.Second, "the cut-off leader to step down", func() bool { return !r.Leading() })
 	select {
 	case c := <-done:
 		t.Fatalf("creating the consumer returned (%v) while its member had no leader this node could reach", c.err)
 	default:
 	}
-	tc.rejoin(host)
+	tc.Rejoin(host)
 	var k *client.Consumer
 	select {
 	case c := <-done:

@@ -65,15 +65,15 @@ func dialVia(t *testing.T, addrs []string, opts client.Options) *client.Connecti
 // out before it; the messages held unacknowledged come again marked
 // redelivered; an acknowledged one never comes again.
 func TestRefresh_FrontEndKilled_ConsumerGoesOn(t *testing.T) {
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
-	createQueues(t, ctx, tc.admin("n1"), map[string]int{"rf": 1})
-	host := tc.waitSpread("rf", 1)[0]
-	rest := tc.others(host)
+	createQueues(t, ctx, tc.Admin("n1"), map[string]int{"rf": 1})
+	host := tc.WaitSpread("rf", 1)[0]
+	rest := tc.Others(host)
 	front, other := rest[0], rest[1]
-	sent := sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial(other), client.AutoAck), "rf"), "rf-", 10)
+	sent := sendN(t, ctx, mustProducer(t, mustSession(t, tc.Dial(other), client.AutoAck), "rf"), "rf-", 10)
 
-	conn := dialVia(t, []string{tc.node(front).Addrs().Client}, client.Options{ReconnectPolicy: client.ReconnectAll})
+	conn := dialVia(t, []string{tc.Node(front).Addrs().Client}, client.Options{ReconnectPolicy: client.ReconnectAll})
 	seen := listen(conn)
 	s := mustSession(t, conn, client.ClientAck)
 	k := mustConsumer(t, ctx, s, "rf")
@@ -85,7 +85,7 @@ func TestRefresh_FrontEndKilled_ConsumerGoesOn(t *testing.T) {
 	before = append(before, recvN(t, k, 3)...)
 	acked, held := bodiesOf(before[:2]), bodiesOf(before[2:])
 
-	tc.crash(front)
+	tc.Crash(front)
 	wait.For(t, 15*time.Second, "the connection to reconnect", func() bool { return conn.Reconnects() == 1 })
 	if conn.Node() == front {
 		t.Fatalf("reconnected to %s, the node that was killed", front)
@@ -125,7 +125,7 @@ func TestRefresh_FrontEndKilled_ConsumerGoesOn(t *testing.T) {
 	if err := s.Acknowledge(ctx); err != nil {
 		t.Fatalf("acknowledge after the first: %v", err)
 	}
-	waitQueue(t, tc.admin(other), "rf", 0, 0)
+	waitQueue(t, tc.Admin(other), "rf", 0, 0)
 	if errs := seen.list(); len(errs) != 1 {
 		t.Errorf("exception listener called %d times; want once: %v", len(errs), errs)
 	}
@@ -136,12 +136,12 @@ func TestRefresh_FrontEndKilled_ConsumerGoesOn(t *testing.T) {
 // Closed sessions and consumers are not re-created. Then an operator
 // destroys a connection: it is told so and does not reconnect.
 func TestRefresh_Policies_EachConnectionOnItsOwn(t *testing.T) {
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
-	createQueues(t, ctx, tc.admin("n1"), map[string]int{"rp": 1})
-	host := tc.waitSpread("rp", 1)[0]
-	front := tc.others(host)[0]
-	addr := []string{tc.node(front).Addrs().Client}
+	createQueues(t, ctx, tc.Admin("n1"), map[string]int{"rp": 1})
+	host := tc.WaitSpread("rp", 1)[0]
+	front := tc.Others(host)[0]
+	addr := []string{tc.Node(front).Addrs().Client}
 
 	type subject struct {
 		name     string
@@ -175,7 +175,7 @@ func TestRefresh_Policies_EachConnectionOnItsOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	tc.crash(front)
+	tc.Crash(front)
 	for _, sj := range subjects {
 		t.Run(sj.name, func(t *testing.T) {
 			wait.For(t, 15*time.Second, "the exception listener", func() bool { return len(sj.seen.list()) > 0 })
@@ -210,7 +210,7 @@ func TestRefresh_Policies_EachConnectionOnItsOwn(t *testing.T) {
 		})
 	}
 	t.Run("closed objects are not re-created", func(t *testing.T) {
-		st := connectionOf(t, tc.admin(all.conn.Node()), all.conn.ID())
+		st := connectionOf(t, tc.Admin(all.conn.Node()), all.conn.ID())
 		// The first session and its consumer, the session of the closed
 		// consumer, and the producer's session opened after the refresh.
 		if st.Sessions != 3 || st.Consumers != 1 {
@@ -218,7 +218,7 @@ func TestRefresh_Policies_EachConnectionOnItsOwn(t *testing.T) {
 		}
 	})
 	t.Run("a destroyed connection does not reconnect", func(t *testing.T) {
-		a := tc.admin(tc.others(front)[0])
+		a := tc.Admin(tc.Others(front)[0])
 		if err := a.DestroyConnection(ctx, all.conn.ID()); err != nil {
 			t.Fatal(err)
 		}
@@ -261,15 +261,15 @@ func connectionOf(t *testing.T, a *client.Admin, id string) client.ConnectionInf
 // runs out ends, and its exception listener hears it. Once the node is back
 // the others go on; a listener is never called after its connection closed.
 func TestRefresh_ReceiveWhileReconnecting(t *testing.T) {
-	tc := newCluster(t, 1)
+	tc := NewTestCluster(t, 1)
 	ctx := testCtx(t)
-	createQueues(t, ctx, tc.admin("n1"), map[string]int{"rw": 0})
-	conn := dialVia(t, []string{tc.node("n1").Addrs().Client}, client.Options{ReconnectPolicy: client.ReconnectAll, ReconnectBlockingTime: time.Second})
+	createQueues(t, ctx, tc.Admin("n1"), map[string]int{"rw": 0})
+	conn := dialVia(t, []string{tc.Node("n1").Addrs().Client}, client.Options{ReconnectPolicy: client.ReconnectAll, ReconnectBlockingTime: time.Second})
 	k := mustConsumer(t, ctx, mustSession(t, conn, client.AutoAck), "rw")
 	prod := mustProducer(t, mustSession(t, conn, client.AutoAck), "rw")
 	// A connection that gives up after 2 s: its listener hears the loss,
 	// then the end.
-	short := dialVia(t, []string{tc.node("n1").Addrs().Client}, client.Options{ReconnectPolicy: client.ReconnectAll, TotalReconnectPeriod: 2 * time.Second})
+	short := dialVia(t, []string{tc.Node("n1").Addrs().Client}, client.Options{ReconnectPolicy: client.ReconnectAll, TotalReconnectPeriod: 2 * time.Second})
 	shortSeen := listen(short)
 	shortK := mustConsumer(t, ctx, mustSession(t, short, client.AutoAck), "rw")
 	var heard atomic.Int64
@@ -278,7 +278,7 @@ func TestRefresh_ReceiveWhileReconnecting(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	tc.stop("n1")
+	tc.Stop("n1")
 	wait.For(t, 10*time.Second, "the loss of n1", func() bool {
 		_, err := k.ReceiveNoWait()
 		return errors.Is(err, client.ErrLostServer)
@@ -312,9 +312,9 @@ func TestRefresh_ReceiveWhileReconnecting(t *testing.T) {
 		t.Fatalf("consumer of a connection that gave up: %v; want ErrLostServer saying it gave up", err)
 	}
 
-	tc.start("n1")
+	tc.Start("n1")
 	wait.For(t, 30*time.Second, "a reconnect", func() bool { return conn.Reconnects() == 1 })
-	p := mustProducer(t, mustSession(t, dialVia(t, []string{tc.node("n1").Addrs().Client}, client.Options{}), client.AutoAck), "rw")
+	p := mustProducer(t, mustSession(t, dialVia(t, []string{tc.Node("n1").Addrs().Client}, client.Options{}), client.AutoAck), "rw")
 	// The two consumers share the queue: keep sending until each has had
 	// messages, the listener's through its refreshed consumer.
 	gotSync := 0
@@ -374,12 +374,12 @@ func (cp *clientProxy) cutOneWay(t *testing.T, dir string) {
 // it was cut from notices the silence and releases what the session held,
 // which comes again, marked redelivered.
 func TestRefresh_CutOff_DistributedConsumerRepinned(t *testing.T) {
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
-	createQueues(t, ctx, tc.admin("n1"), map[string]int{"rd": 3})
-	hosts := tc.waitSpread("rd", 3)
+	createQueues(t, ctx, tc.Admin("n1"), map[string]int{"rd": 3})
+	hosts := tc.WaitSpread("rd", 3)
 	front := "n1"
-	proxy := newClientProxy(t, tc.node(front).Addrs().Client)
+	proxy := newClientProxy(t, tc.Node(front).Addrs().Client)
 	conn := dialVia(t, []string{proxy.addr()}, client.Options{ReconnectPolicy: client.ReconnectAll})
 	s := mustSession(t, conn, client.ClientAck)
 	k := mustConsumer(t, ctx, s, "rd", client.WithPrefetch(4))
@@ -387,7 +387,7 @@ func TestRefresh_CutOff_DistributedConsumerRepinned(t *testing.T) {
 	if hosts[memberIndex(t, pinned)] != front {
 		t.Fatalf("consumer through %s pinned to %s, hosted on %s; want the front-end's own member", front, pinned, hosts[memberIndex(t, pinned)])
 	}
-	p := mustProducer(t, mustSession(t, tc.dial(front), client.AutoAck), pinned)
+	p := mustProducer(t, mustSession(t, tc.Dial(front), client.AutoAck), pinned)
 	sent := sendN(t, ctx, p, "rd-", 6)
 	held := recvN(t, k, 2)
 	sameSet(t, "held", bodiesOf(held), sent[:2])
@@ -404,7 +404,7 @@ func TestRefresh_CutOff_DistributedConsumerRepinned(t *testing.T) {
 	// The messages of the old member, held ones included, wait there: the
 	// cut-off node released the session, so another consumer of that
 	// member gets all of them, the held ones marked redelivered.
-	s2 := mustSession(t, tc.dial(front), client.ClientAck)
+	s2 := mustSession(t, tc.Dial(front), client.ClientAck)
 	k2 := mustConsumer(t, ctx, s2, pinned)
 	rctx := stepCtx(t, 20*time.Second)
 	got := map[string]*client.Message{}
@@ -446,10 +446,10 @@ func memberIndex(t *testing.T, member string) int {
 // dedup id names. Without, a send cut off mid-request says
 // ErrDeliveryUnknown, never a false failure or success.
 func TestRefresh_SendsInFlightWhenTheFrontEndDies(t *testing.T) {
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
-	createQueues(t, ctx, tc.admin("n1"), map[string]int{"rs": 3})
-	tc.waitSpread("rs", 3)
+	createQueues(t, ctx, tc.Admin("n1"), map[string]int{"rs": 3})
+	tc.WaitSpread("rs", 3)
 	front := "n1"
 	type result struct {
 		idempotent bool
@@ -462,7 +462,7 @@ func TestRefresh_SendsInFlightWhenTheFrontEndDies(t *testing.T) {
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for i, idempotent := range []bool{true, true, false, false} {
-		conn := dialVia(t, []string{tc.node(front).Addrs().Client}, client.Options{})
+		conn := dialVia(t, []string{tc.Node(front).Addrs().Client}, client.Options{})
 		p := mustProducer(t, mustSession(t, conn, client.AutoAck), "rs")
 		p.SetIdempotent(idempotent)
 		wg.Go(func() {
@@ -483,7 +483,7 @@ func TestRefresh_SendsInFlightWhenTheFrontEndDies(t *testing.T) {
 		})
 	}
 	wait.For(t, 10*time.Second, "sends under way", func() bool { mu.Lock(); defer mu.Unlock(); return len(results) > 40 })
-	tc.crash(front)
+	tc.Crash(front)
 	// Sends go on through the refreshed connections, then stop.
 	sentAfter := func() int { mu.Lock(); defer mu.Unlock(); return len(results) }
 	mark := sentAfter()
@@ -508,7 +508,7 @@ func TestRefresh_SendsInFlightWhenTheFrontEndDies(t *testing.T) {
 	t.Logf("%d sends: %d ok, %d unknown", len(results), len(okBodies), len(unknown))
 
 	// Every ok message is there once; an unknown one at most once.
-	s := mustSession(t, tc.dial(tc.others(front)[0]), client.AutoAck)
+	s := mustSession(t, tc.Dial(tc.Others(front)[0]), client.AutoAck)
 	got := bodiesOf(drainUntil(t, s, "rs", 3, func(got []*client.Message) bool {
 		n := 0
 		for _, m := range got {

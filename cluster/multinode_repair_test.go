@@ -25,7 +25,7 @@ func TestCluster_JoiningNodeRepairsUnderReplicatedMembers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a crash, a removal and a join")
 	}
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	op, victim, sent := shortOfAReplica(t, tc)
 
 	// Until the new replicas have caught up they do not vote: the groups
@@ -35,8 +35,8 @@ func TestCluster_JoiningNodeRepairsUnderReplicatedMembers(t *testing.T) {
 	caughtUp := replicaCaughtUp
 	t.Cleanup(func() { replicaCaughtUp = caughtUp })
 	replicaCaughtUp = func(gs *groups, node string, r raftMember) bool { return !held.Load() && caughtUp(gs, node, r) }
-	fresh := tc.addNode().ID()
-	two := tc.others(victim, fresh)
+	fresh := tc.AddNode().ID()
+	two := tc.Others(victim, fresh)
 	wait.For(tc.t, 30*time.Second, fresh+" a non-voter of every member's group", func() bool {
 		return placedOn(tc, op, "rp", append(slices.Clone(two), fresh), two) == ""
 	})
@@ -49,59 +49,59 @@ func TestCluster_JoiningNodeRepairsUnderReplicatedMembers(t *testing.T) {
 		return placedOn(tc, op, "rp", want, want) == ""
 	})
 
-	if st := tc.status(fresh); st.UnderReplicated != 0 {
+	if st := tc.Status(fresh); st.UnderReplicated != 0 {
 		t.Fatalf("status after the repair: %d members under-replicated", st.UnderReplicated)
 	}
 	// Two of the members had the same preferred host once the removed
 	// node's were dropped: one of them now prefers the new node.
-	if hosts := tc.waitSpread("rp", 3); !slices.Contains(hosts, fresh) {
+	if hosts := tc.WaitSpread("rp", 3); !slices.Contains(hosts, fresh) {
 		t.Fatalf("hosts %v: none on %s", hosts, fresh)
 	}
 	wait.Until(tc.t, 10*time.Second, "30 messages pending on the members' hosts", func() string { return tc.counts("rp", 30, 0) })
-	s := mustSession(t, tc.dial(fresh), client.ClientAck)
+	s := mustSession(t, tc.Dial(fresh), client.ClientAck)
 	sameSet(t, "received after the repair", drainMembers(t, s, "rp", 3, len(sent)), sent)
 }
 
 // queueOfThree creates queue rp (three members of three replicas) on tc's
 // three nodes, one host on each, and sends it 30 messages. It returns the
 // meta leader, another node, an admin of the meta leader and the bodies.
-func queueOfThree(t *testing.T, tc *testCluster) (meta, other string, op *client.Admin, sent []string) {
+func queueOfThree(t *testing.T, tc *TestCluster) (meta, other string, op *client.Admin, sent []string) {
 	t.Helper()
 	ctx := testCtx(t)
-	if _, err := tc.admin("n1").CreateQueue(ctx, "rp", client.QueueOptions{}); err != nil {
+	if _, err := tc.Admin("n1").CreateQueue(ctx, "rp", client.QueueOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	tc.waitSpread("rp", 3)
-	wait.For(t, 10*time.Second, "a meta leader", func() bool { meta = tc.metaLeader(); return meta != "" })
-	op = tc.admin(meta)
-	sent = sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial(meta), client.ClientAck), "rp"), "m", 30)
-	return meta, tc.others(meta)[1], op, sent
+	tc.WaitSpread("rp", 3)
+	wait.For(t, 10*time.Second, "a meta leader", func() bool { meta = tc.MetaLeader(); return meta != "" })
+	op = tc.Admin(meta)
+	sent = sendN(t, ctx, mustProducer(t, mustSession(t, tc.Dial(meta), client.ClientAck), "rp"), "m", 30)
+	return meta, tc.Others(meta)[1], op, sent
 }
 
 // shortOfAReplica is queueOfThree, then crashes the node that does not
 // lead the meta group and removes it: with no node free to take its replicas,
 // every member is left on the two others, as the status says. It returns
 // an admin of the meta leader, the removed node and the bodies sent.
-func shortOfAReplica(t *testing.T, tc *testCluster) (*client.Admin, string, []string) {
+func shortOfAReplica(t *testing.T, tc *TestCluster) (*client.Admin, string, []string) {
 	t.Helper()
 	meta, victim, op, sent := queueOfThree(t, tc)
 	tc.crashAndRemove(op, victim)
 	wait.For(tc.t, 30*time.Second, "every member down to the two live replicas", func() bool {
-		return placedOn(tc, op, "rp", tc.others(victim), tc.others(victim)) == ""
+		return placedOn(tc, op, "rp", tc.Others(victim), tc.Others(victim)) == ""
 	})
 	// The removed node's member elected any of its two replicas; its
 	// leadership moves to its preferred host, which must not happen while
 	// a test checks that nothing changes.
 	wait.For(tc.t, 20*time.Second, "every member on its preferred host", func() bool {
-		d, ok := tc.node(meta).meta.Destination("rp")
+		d, ok := tc.Node(meta).meta.Destination("rp")
 		return ok && !slices.ContainsFunc(d.Members, func(p *fsmpb.MemberPlacement) bool {
-			return tc.hostOf(fsm.MemberName("rp", p.Index)) != p.Replicas[0]
+			return tc.HostOf(fsm.MemberName("rp", p.Index)) != p.Replicas[0]
 		})
 	})
-	if st := tc.status(meta); st.UnderReplicated != 3 {
+	if st := tc.Status(meta); st.UnderReplicated != 3 {
 		t.Fatalf("status: %d members under-replicated, want 3", st.UnderReplicated)
 	}
-	for _, g := range tc.status(meta).Groups {
+	for _, g := range tc.Status(meta).Groups {
 		if g.Name != metagroup.ID && (g.Wanted != 3 || len(g.Replicas) != 2) {
 			t.Fatalf("status: group %s has %d replicas of %d wanted; want 2 of 3", g.Name, len(g.Replicas), g.Wanted)
 		}
@@ -117,14 +117,14 @@ func TestCluster_RebalanceByHandWithoutAutoRebalance(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a crash, a removal and a join")
 	}
-	tc := newCluster(t, 3, func(c *Config) { c.NoAutoRebalance = true })
+	tc := NewTestCluster(t, 3, func(c *Config) { c.NoAutoRebalance = true })
 	op, victim, sent := shortOfAReplica(t, tc)
-	fresh := tc.addNode(func(c *Config) { c.NoAutoRebalance = true }).ID()
-	two := tc.others(victim, fresh)
+	fresh := tc.AddNode(func(c *Config) { c.NoAutoRebalance = true }).ID()
+	two := tc.Others(victim, fresh)
 	wait.Steady(tc.t, 3*time.Second, "every member still on two replicas", func() string {
 		return placedOn(tc, op, "rp", two, two)
 	})
-	if st := tc.status(fresh); st.UnderReplicated != 3 {
+	if st := tc.Status(fresh); st.UnderReplicated != 3 {
 		t.Fatalf("status: %d members under-replicated, want 3", st.UnderReplicated)
 	}
 
@@ -167,20 +167,20 @@ func TestCluster_RebalanceByHandWithoutAutoRebalance(t *testing.T) {
 	if _, err := op.Rebalance(ctx, false); err != nil {
 		t.Fatal(err)
 	}
-	if got := tc.waitSpread("rp", 3); !slices.Contains(got, fresh) {
+	if got := tc.WaitSpread("rp", 3); !slices.Contains(got, fresh) {
 		t.Fatalf("hosts %v after rebalance: none on %s", got, fresh)
 	}
 	if again, err := op.Rebalance(ctx, true); err != nil || len(again.Moves) != 0 {
 		t.Fatalf("a second rebalance plans %+v (%v), want nothing", again, err)
 	}
-	s := mustSession(t, tc.dial(fresh), client.ClientAck)
+	s := mustSession(t, tc.Dial(fresh), client.ClientAck)
 	sameSet(t, "received after the rebalance", drainMembers(t, s, "rp", 3, len(sent)), sent)
 }
 
 // placedOn says what keeps every member of dest from being placed on
 // exactly nodes, with a host whose Raft configuration has them all and
 // exactly voting as voters, or "".
-func placedOn(tc *testCluster, op *client.Admin, dest string, nodes, voting []string) string {
+func placedOn(tc *TestCluster, op *client.Admin, dest string, nodes, voting []string) string {
 	ctx := stepCtx(tc.t, 5*time.Second)
 	q, err := op.ShowQueue(ctx, dest)
 	if err != nil {
@@ -190,11 +190,11 @@ func placedOn(tc *testCluster, op *client.Admin, dest string, nodes, voting []st
 		if !slices.Equal(sorted(m.Replicas), sorted(nodes)) {
 			return fmt.Sprintf("%s placed on %v", m.Name, m.Replicas)
 		}
-		host := tc.hostOf(m.Name)
+		host := tc.HostOf(m.Name)
 		if host == "" {
 			return m.Name + " has no host"
 		}
-		r, _ := tc.node(host).groups.replica(m.Name)
+		r, _ := tc.Node(host).groups.replica(m.Name)
 		if got := configuration(r.Raft()); !slices.Equal(got, sorted(nodes)) {
 			return fmt.Sprintf("%s: Raft configuration %v, placement %v", m.Name, got, m.Replicas)
 		}
@@ -214,7 +214,7 @@ func TestCluster_NodeBackEmptyVotesOnlyOnceCaughtUp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a crash, a wipe and a restart")
 	}
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	meta, victim, op, sent := queueOfThree(t, tc)
 	var held atomic.Bool
 	held.Store(true)
@@ -223,14 +223,14 @@ func TestCluster_NodeBackEmptyVotesOnlyOnceCaughtUp(t *testing.T) {
 	replicaCaughtUp = func(gs *groups, node string, r raftMember) bool {
 		return (node != victim || !held.Load()) && caughtUp(gs, node, r)
 	}
-	tc.crash(victim)
+	tc.Crash(victim)
 	dir := tc.cfgs[tc.index(victim)].DataDir
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
-	tc.start(victim)
-	all, two := tc.ids(), tc.others(victim)
-	metaVoters := func() []string { return voters(tc.node(tc.metaLeader()).meta.Raft()) }
+	tc.Start(victim)
+	all, two := tc.IDs(), tc.Others(victim)
+	metaVoters := func() []string { return voters(tc.Node(tc.MetaLeader()).meta.Raft()) }
 	wait.For(tc.t, 30*time.Second, victim+" a non-voter of the meta group and of every member's group", func() bool {
 		return placedOn(tc, op, "rp", all, two) == "" && slices.Equal(metaVoters(), two)
 	})
@@ -238,7 +238,7 @@ func TestCluster_NodeBackEmptyVotesOnlyOnceCaughtUp(t *testing.T) {
 		return placedOn(tc, op, "rp", all, two)
 	})
 	wait.Until(tc.t, 10*time.Second, "status showing "+victim+" catching up", func() string {
-		st := tc.status(meta)
+		st := tc.Status(meta)
 		if st.UnderReplicated != 3 || st.Moving != 3 {
 			return fmt.Sprintf("%d members under-replicated and %d moving, want 3 and 3", st.UnderReplicated, st.Moving)
 		}
@@ -256,13 +256,13 @@ func TestCluster_NodeBackEmptyVotesOnlyOnceCaughtUp(t *testing.T) {
 	wait.For(tc.t, 60*time.Second, "every member and the meta group voting on all three", func() bool {
 		return placedOn(tc, op, "rp", all, all) == "" && slices.Equal(metaVoters(), all)
 	})
-	tc.waitSpread("rp", 3)
+	tc.WaitSpread("rp", 3)
 	wait.For(tc.t, 10*time.Second, "no member under-replicated or moving", func() bool {
-		st := tc.status(meta)
+		st := tc.Status(meta)
 		return st.UnderReplicated == 0 && st.Moving == 0
 	})
 	wait.Until(tc.t, 10*time.Second, "30 messages pending on the members' hosts", func() string { return tc.counts("rp", 30, 0) })
-	s := mustSession(t, tc.dial(victim), client.ClientAck)
+	s := mustSession(t, tc.Dial(victim), client.ClientAck)
 	sameSet(t, "received after the rejoin", drainMembers(t, s, "rp", 3, len(sent)), sent)
 }
 
@@ -274,13 +274,13 @@ func TestCluster_NewMemberJoinsAGroupAsItNowStands(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three nodes")
 	}
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
-	op := tc.admin("n1")
+	op := tc.Admin("n1")
 	if _, err := op.CreateQueue(ctx, "a", client.QueueOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	meta := tc.node("n1").meta
+	meta := tc.Node("n1").meta
 	d, _ := meta.Destination("a")
 	group := d.Members[0].Group
 	if _, err := meta.Apply(ctx, &fsmpb.PreferReplica{Destination: "a", Member: 0, Node: d.Members[0].Replicas[1]}); err != nil {
@@ -313,7 +313,7 @@ func TestCluster_RebalanceSpreadsReplicasOntoANewNode(t *testing.T) {
 		t.Skip("four nodes")
 	}
 	byHand := func(c *Config) { c.NoAutoRebalance = true }
-	tc := newCluster(t, 3, byHand)
+	tc := NewTestCluster(t, 3, byHand)
 	_, _, op, sent := queueOfThree(t, tc)
 	// Held back, the new replicas stay non-voters and the old ones, on
 	// nodes that lead their groups, stay in them, open and voting; closed
@@ -327,7 +327,7 @@ func TestCluster_RebalanceSpreadsReplicasOntoANewNode(t *testing.T) {
 	replicaCaughtUp = func(gs *groups, node string, r raftMember) bool {
 		return (node != fresh || !held.Load()) && caughtUp(gs, node, r)
 	}
-	if id := tc.addNode(byHand).ID(); id != fresh {
+	if id := tc.AddNode(byHand).ID(); id != fresh {
 		t.Fatalf("the new node is %s, not %s", id, fresh)
 	}
 	ctx := testCtx(t)
@@ -361,11 +361,11 @@ func TestCluster_RebalanceSpreadsReplicasOntoANewNode(t *testing.T) {
 			if slices.Contains(m.Replicas, from) || !slices.Contains(m.Replicas, fresh) {
 				return fmt.Sprintf("%s placed on %v", m.Name, m.Replicas)
 			}
-			host := tc.hostOf(m.Name)
+			host := tc.HostOf(m.Name)
 			if host == "" {
 				return m.Name + " has no host"
 			}
-			r, _ := tc.node(host).groups.replica(m.Name)
+			r, _ := tc.Node(host).groups.replica(m.Name)
 			if got := voters(r.Raft()); !slices.Equal(got, sorted(want)) || !slices.Equal(configuration(r.Raft()), sorted(want)) {
 				return fmt.Sprintf("%s: voters %v of %v, want %v", m.Name, got, configuration(r.Raft()), want)
 			}
@@ -375,8 +375,8 @@ func TestCluster_RebalanceSpreadsReplicasOntoANewNode(t *testing.T) {
 	if _, err := op.Rebalance(ctx, false); err != nil {
 		t.Fatal(err)
 	}
-	tc.waitSpread("rp", 3)
+	tc.WaitSpread("rp", 3)
 	wait.Until(tc.t, 10*time.Second, "30 messages pending on the members' hosts", func() string { return tc.counts("rp", 30, 0) })
-	s := mustSession(t, tc.dial(fresh), client.ClientAck)
+	s := mustSession(t, tc.Dial(fresh), client.ClientAck)
 	sameSet(t, "received after the move", drainMembers(t, s, "rp", 3, len(sent)), sent)
 }

@@ -34,23 +34,23 @@ func forEachLogStore(t *testing.T, test func(t *testing.T, store func(*Config)))
 }
 
 func testFullRestart(t *testing.T, store func(*Config)) {
-	tc := newCluster(t, 3, store)
+	tc := NewTestCluster(t, 3, store)
 	ctx := testCtx(t)
-	if _, err := tc.admin("n1").CreateQueue(ctx, "fr", client.QueueOptions{}); err != nil {
+	if _, err := tc.Admin("n1").CreateQueue(ctx, "fr", client.QueueOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	hosts := tc.waitSpread("fr", 3)
+	hosts := tc.WaitSpread("fr", 3)
 
 	// Per member: 12 sent through n1, 6 received by a consumer on the
 	// member's host's neighbour, 3 of them acked, 3 held.
 	type fate struct{ acked, held, never []string }
 	fates := make([]fate, 3)
-	p := mustSession(t, tc.dial("n1"), client.AutoAck)
+	p := mustSession(t, tc.Dial("n1"), client.AutoAck)
 	for i := range 3 {
 		name := fmt.Sprintf("fr#%d", i)
 		bodies := sendN(t, ctx, mustProducer(t, p, name), name+"/", 12)
-		front := tc.others(hosts[i])[0]
-		s := mustSession(t, tc.dial(front), client.IndividualAck)
+		front := tc.Others(hosts[i])[0]
+		s := mustSession(t, tc.Dial(front), client.IndividualAck)
 		k := mustConsumer(t, ctx, s, name, client.WithLimit(6))
 		for j, m := range recvN(t, k, 6) {
 			if string(m.Body) != bodies[j] || m.Redelivered || m.DeliveryCount != 1 {
@@ -67,18 +67,18 @@ func testFullRestart(t *testing.T, store func(*Config)) {
 		}
 		fates[i].never = bodies[6:]
 	}
-	checkQueue(t, tc.admin("n2"), "fr", 18, 9)
+	checkQueue(t, tc.Admin("n2"), "fr", 18, 9)
 
-	for _, id := range tc.ids() {
-		tc.crash(id)
+	for _, id := range tc.IDs() {
+		tc.Crash(id)
 	}
-	tc.startAll()
+	tc.StartAll()
 
 	// The held messages' sessions belonged to the crashed runs: each
 	// member's new host releases them as it takes over.
-	waitQueue(t, tc.admin("n3"), "fr", 27, 0)
+	waitQueue(t, tc.Admin("n3"), "fr", 27, 0)
 	ctx = stepCtx(t, 20*time.Second)
-	s := mustSession(t, tc.dial("n2"), client.ClientAck)
+	s := mustSession(t, tc.Dial("n2"), client.ClientAck)
 	for i := range 3 {
 		name := fmt.Sprintf("fr#%d", i)
 		k := mustConsumer(t, ctx, s, name)
@@ -99,7 +99,7 @@ func testFullRestart(t *testing.T, store func(*Config)) {
 			t.Fatal(err)
 		}
 	}
-	checkQueue(t, tc.admin("n1"), "fr", 0, 0)
+	checkQueue(t, tc.Admin("n1"), "fr", 0, 0)
 }
 
 // A node stopped while its groups' logs move on, and are compacted (a
@@ -115,13 +115,13 @@ func TestCluster_StoppedNodeBehindCompactedLogs_CatchesUpBySnapshot(t *testing.T
 }
 
 func testCatchUpBySnapshot(t *testing.T, store func(*Config)) {
-	tc := newCluster(t, 3, withSnapshotThreshold(32), store)
+	tc := NewTestCluster(t, 3, withSnapshotThreshold(32), store)
 	ctx := testCtx(t)
-	info, err := tc.admin("n1").CreateQueue(ctx, "snap", client.QueueOptions{})
+	info, err := tc.Admin("n1").CreateQueue(ctx, "snap", client.QueueOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	hosts := tc.waitSpread("snap", 3)
+	hosts := tc.WaitSpread("snap", 3)
 	// The node to stop is n2, the preferred host of one member.
 	const stopped = "n2"
 	var mine string
@@ -136,10 +136,10 @@ func testCatchUpBySnapshot(t *testing.T, store func(*Config)) {
 	if mine == "" {
 		t.Fatalf("no member of %+v prefers %s", info.Members, stopped)
 	}
-	r, _ := tc.node(stopped).groups.replica(mine)
+	r, _ := tc.Node(stopped).groups.replica(mine)
 	before := r.Raft().LastIndex()
-	tc.stop(stopped)
-	host := tc.waitHost(mine)
+	tc.Stop(stopped)
+	host := tc.WaitHost(mine)
 
 	// Send and ack through the others until the host's log is compacted
 	// past what the stopped node holds (the log keeps 1024 entries behind
@@ -147,7 +147,7 @@ func testCatchUpBySnapshot(t *testing.T, store func(*Config)) {
 	var mu sync.Mutex
 	sent := 0
 	compacted := func() bool {
-		hr, ok := tc.node(host).groups.replica(mine)
+		hr, ok := tc.Node(host).groups.replica(mine)
 		if !ok {
 			return false
 		}
@@ -161,8 +161,8 @@ func testCatchUpBySnapshot(t *testing.T, store func(*Config)) {
 		var wg sync.WaitGroup
 		errs := make(chan error, 8)
 		for w := range 8 {
-			front := tc.others(stopped)[w%2]
-			p := mustProducer(t, mustSession(t, tc.dial(front), client.AutoAck), mine)
+			front := tc.Others(stopped)[w%2]
+			p := mustProducer(t, mustSession(t, tc.Dial(front), client.AutoAck), mine)
 			// Under load a leader change may leave a send's outcome unknown;
 			// this test is about catching up, so sends resolve it by dedup id.
 			p.SetIdempotent(true)
@@ -189,15 +189,15 @@ func testCatchUpBySnapshot(t *testing.T, store func(*Config)) {
 			t.Fatalf("send to %s with %s stopped: %v", mine, stopped, err)
 		}
 		// Ack a third of them, one by one.
-		s := mustSession(t, tc.dial(host), client.IndividualAck)
+		s := mustSession(t, tc.Dial(host), client.IndividualAck)
 		k := mustConsumer(t, ctx, s, mine, client.WithLimit(333))
 		for j := range 333 {
 			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			m, err := k.Receive(rctx)
 			cancel()
 			if err != nil {
-				hr, _ := tc.node(tc.hostOf(mine)).groups.replica(mine)
-				t.Fatalf("round %d: receive %d of 333 from %s (consumer on %s, host now %s: %+v, %d consumers): %v", round, j, mine, host, tc.hostOf(mine), hr.Stats(), hr.Consumers(), err)
+				hr, _ := tc.Node(tc.HostOf(mine)).groups.replica(mine)
+				t.Fatalf("round %d: receive %d of 333 from %s (consumer on %s, host now %s: %+v, %d consumers): %v", round, j, mine, host, tc.HostOf(mine), hr.Stats(), hr.Consumers(), err)
 			}
 			if err := m.Ack(); err != nil {
 				t.Fatal(err)
@@ -210,18 +210,18 @@ func testCatchUpBySnapshot(t *testing.T, store func(*Config)) {
 	t.Logf("%d messages sent to %s while %s was stopped at index %d", sent, mine, stopped, before)
 
 	restarted := time.Now()
-	tc.start(stopped)
+	tc.Start(stopped)
 	t.Logf("%s ready %v after its restart began", stopped, time.Since(restarted).Round(time.Millisecond))
 	wait.For(tc.t, 20*time.Second, stopped+"'s replicas caught up with their leaders", func() bool {
 		return replicasMatch(tc, stopped) == ""
 	})
 	t.Logf("%s caught up %v after its restart began", stopped, time.Since(restarted).Round(time.Millisecond))
-	wait.For(tc.t, 20*time.Second, stopped+" hosting "+mine+" again", func() bool { return tc.hostOf(mine) == stopped })
+	wait.For(tc.t, 20*time.Second, stopped+" hosting "+mine+" again", func() bool { return tc.HostOf(mine) == stopped })
 	t.Logf("%s hosts %s again %v after its restart began", stopped, mine, time.Since(restarted).Round(time.Millisecond))
 	wait.Until(tc.t, 10*time.Second, "every replica matching its leader after "+stopped+" took "+mine+" back", func() string {
-		return replicasMatch(tc, tc.ids()...)
+		return replicasMatch(tc, tc.IDs()...)
 	})
-	q := showQueue(t, tc.admin(stopped), "snap")
+	q := showQueue(t, tc.Admin(stopped), "snap")
 	if q.Delivered != 0 || q.Pending != uint64(sent-333*(sent/1000)) {
 		t.Fatalf("queue snap: %+v; want %d pending", q, sent-333*(sent/1000))
 	}
@@ -230,7 +230,7 @@ func testCatchUpBySnapshot(t *testing.T, store func(*Config)) {
 // replicasMatch explains how the member replicas of the given nodes differ
 // from their leaders' ("" when every one has applied its leader's commit
 // index and holds the same counts).
-func replicasMatch(tc *testCluster, ids ...string) string {
+func replicasMatch(tc *TestCluster, ids ...string) string {
 	for _, id := range ids {
 		if why := nodeReplicasMatch(tc, id); why != "" {
 			return why
@@ -239,8 +239,8 @@ func replicasMatch(tc *testCluster, ids ...string) string {
 	return ""
 }
 
-func nodeReplicasMatch(tc *testCluster, id string) string {
-	nd := tc.node(id)
+func nodeReplicasMatch(tc *TestCluster, id string) string {
+	nd := tc.Node(id)
 	for _, d := range nd.destinations() {
 		for _, p := range d.Members {
 			name := fsm.MemberName(d.Name, p.Index)
@@ -248,11 +248,11 @@ func nodeReplicasMatch(tc *testCluster, id string) string {
 			if !ok {
 				return name + " not open on " + id
 			}
-			host := tc.hostOf(name)
+			host := tc.HostOf(name)
 			if host == "" {
 				return name + " has no host"
 			}
-			l, _ := tc.node(host).groups.replica(name)
+			l, _ := tc.Node(host).groups.replica(name)
 			commit := l.Raft().CommitIndex()
 			if applied := r.Raft().AppliedIndex(); applied < commit {
 				return fmt.Sprintf("%s on %s applied %d of %d", name, id, applied, commit)
@@ -267,13 +267,13 @@ func nodeReplicasMatch(tc *testCluster, id string) string {
 
 // metaCaughtUp explains how a node's meta replica lags the meta leader's
 // commit index ("" when it does not).
-func metaCaughtUp(tc *testCluster, id string) string {
-	leader := tc.metaLeader()
+func metaCaughtUp(tc *TestCluster, id string) string {
+	leader := tc.MetaLeader()
 	if leader == "" {
 		return "no meta leader"
 	}
-	commit := tc.node(leader).meta.Raft().CommitIndex()
-	if applied := tc.node(id).meta.Raft().AppliedIndex(); applied < commit {
+	commit := tc.Node(leader).meta.Raft().CommitIndex()
+	if applied := tc.Node(id).meta.Raft().AppliedIndex(); applied < commit {
 		return fmt.Sprintf("meta replica on %s applied %d of %d", id, applied, commit)
 	}
 	return ""
@@ -285,31 +285,31 @@ func metaCaughtUp(tc *testCluster, id string) string {
 // a member handed to a node replaying a deep queue waited for the replay.
 func TestCluster_PreferredHostCatchingUp_IsNotHandedTheLeadership(t *testing.T) {
 	catchingUp := holdCatchingUp(t)
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	preferred := tc.queueOnItsPreferredHost(ctx, "cu")
-	sent := sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial(tc.others(preferred)[0]), client.AutoAck), "cu"), "cu/", 3)
+	sent := sendN(t, ctx, mustProducer(t, mustSession(t, tc.Dial(tc.Others(preferred)[0]), client.AutoAck), "cu"), "cu/", 3)
 
 	catchingUp.hold(preferred)
-	tc.stop(preferred)
+	tc.Stop(preferred)
 	var stand string
 	wait.For(tc.t, 20*time.Second, "another host for cu#0", func() bool {
-		stand = tc.hostOf("cu#0")
+		stand = tc.HostOf("cu#0")
 		return stand != "" && stand != preferred
 	})
-	tc.start(preferred)
+	tc.Start(preferred)
 	tc.waitCatchingUp(stand, preferred, true)
 	// The stand-in checks its members every 2 s and moves one at most every
 	// 5 s: long enough for a move that should not happen to happen.
 	for deadline := time.Now().Add(transferEvery + 2*time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if h := tc.hostOf("cu#0"); h == preferred {
+		if h := tc.HostOf("cu#0"); h == preferred {
 			t.Fatalf("cu#0 was handed back to %s while its replica was catching up", preferred)
 		}
 	}
 
 	catchingUp.release()
-	wait.For(tc.t, 20*time.Second, "cu#0 back on its preferred host "+preferred, func() bool { return tc.hostOf("cu#0") == preferred })
-	k := mustConsumer(t, ctx, mustSession(t, tc.dial(preferred), client.AutoAck), "cu")
+	wait.For(tc.t, 20*time.Second, "cu#0 back on its preferred host "+preferred, func() bool { return tc.HostOf("cu#0") == preferred })
+	k := mustConsumer(t, ctx, mustSession(t, tc.Dial(preferred), client.AutoAck), "cu")
 	sameSet(t, "cu after the move back", bodiesOf(recvN(t, k, 3)), sent)
 }
 
@@ -319,14 +319,14 @@ func TestCluster_PreferredHostCatchingUp_IsNotHandedTheLeadership(t *testing.T) 
 // say it was catching up, and a node stopping then found no replica to
 // wait for or to hand its leaderships to.
 func TestCluster_LeaderlessGroups_AreNotCatchingUp(t *testing.T) {
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	host := tc.queueOnItsPreferredHost(ctx, "lg")
-	survivor := tc.others(host)[0]
-	n := tc.node(survivor)
+	survivor := tc.Others(host)[0]
+	n := tc.Node(survivor)
 	wait.For(tc.t, 10*time.Second, survivor+" caught up", func() bool { return !n.catchingUp() })
-	tc.crash(host)
-	tc.crash(tc.others(host, survivor)[0])
+	tc.Crash(host)
+	tc.Crash(tc.Others(host, survivor)[0])
 	wait.For(tc.t, 10*time.Second, "lg#0 on "+survivor+" without a leader", func() bool {
 		r, ok := n.groups.replica("lg#0")
 		if !ok {
@@ -342,14 +342,14 @@ func TestCluster_LeaderlessGroups_AreNotCatchingUp(t *testing.T) {
 
 // queueOnItsPreferredHost creates a queue of one member and waits until
 // the member's preferred host hosts it; it returns that host.
-func (tc *testCluster) queueOnItsPreferredHost(ctx context.Context, name string) string {
+func (tc *TestCluster) queueOnItsPreferredHost(ctx context.Context, name string) string {
 	tc.t.Helper()
-	info, err := tc.admin("n1").CreateQueue(ctx, name, client.QueueOptions{Members: 1})
+	info, err := tc.Admin("n1").CreateQueue(ctx, name, client.QueueOptions{Members: 1})
 	if err != nil {
 		tc.t.Fatal(err)
 	}
 	preferred := info.Members[0].Replicas[0]
-	if host := tc.waitSpread(name, 1)[0]; host != preferred {
+	if host := tc.WaitSpread(name, 1)[0]; host != preferred {
 		tc.t.Fatalf("%s#0 is hosted by %s, not by its preferred host %s", name, host, preferred)
 	}
 	return preferred
@@ -382,10 +382,10 @@ func (h *catchingUpHold) release()         { h.node.Store(nil) }
 // caught up: gossip starts with every node catching up, and the news that
 // node caught up, still on its way, would otherwise undo the hold for a
 // while.
-func (tc *testCluster) holdBehind(h *catchingUpHold, node string, seenBy ...string) {
+func (tc *TestCluster) holdBehind(h *catchingUpHold, node string, seenBy ...string) {
 	tc.t.Helper()
 	for _, from := range seenBy {
-		for _, of := range tc.others(from) {
+		for _, of := range tc.Others(from) {
 			tc.waitCatchingUp(from, of, false)
 		}
 	}
@@ -397,10 +397,10 @@ func (tc *testCluster) holdBehind(h *catchingUpHold, node string, seenBy ...stri
 
 // waitCatchingUp waits until gossip on node from says whether node of is
 // catching up.
-func (tc *testCluster) waitCatchingUp(from, of string, catchingUp bool) {
+func (tc *TestCluster) waitCatchingUp(from, of string, catchingUp bool) {
 	tc.t.Helper()
 	wait.For(tc.t, 10*time.Second, fmt.Sprintf("gossip on %s to say whether %s is catching up (%v)", from, of, catchingUp), func() bool {
-		for _, m := range tc.node(from).gossip.members() {
+		for _, m := range tc.Node(from).gossip.members() {
 			if m.ID == of {
 				return m.State == "alive" && m.Meta.CatchingUp == catchingUp
 			}
@@ -417,13 +417,13 @@ func (tc *testCluster) waitCatchingUp(from, of string, catchingUp bool) {
 // out.
 func TestCluster_Leave_HandsLeadershipToACaughtUpReplica(t *testing.T) {
 	catchingUp := holdCatchingUp(t)
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	host := tc.queueOnItsPreferredHost(ctx, "ho")
-	sent := sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial(host), client.AutoAck), "ho"), "ho/", 3)
+	sent := sendN(t, ctx, mustProducer(t, mustSession(t, tc.Dial(host), client.AutoAck), "ho"), "ho/", 3)
 	// Raft would pick the first voter of the configuration among those
 	// whose logs are equally up to date: hold that one back.
-	r, _ := tc.node(host).groups.replica("ho#0")
+	r, _ := tc.Node(host).groups.replica("ho#0")
 	f := r.Raft().GetConfiguration()
 	if err := f.Error(); err != nil {
 		t.Fatal(err)
@@ -442,14 +442,14 @@ func TestCluster_Leave_HandsLeadershipToACaughtUpReplica(t *testing.T) {
 
 	leaveCtx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	_ = tc.node(host).Leave(leaveCtx)
-	wait.For(tc.t, 20*time.Second, "a new host for ho#0", func() bool { h := tc.hostOf("ho#0"); return h != "" && h != host })
-	if h := tc.hostOf("ho#0"); h != ready {
+	_ = tc.Node(host).Leave(leaveCtx)
+	wait.For(tc.t, 20*time.Second, "a new host for ho#0", func() bool { h := tc.HostOf("ho#0"); return h != "" && h != host })
+	if h := tc.HostOf("ho#0"); h != ready {
 		t.Fatalf("ho#0 was handed to %s, which was catching up, not to %s", h, ready)
 	}
 	catchingUp.release()
-	tc.stop(host)
-	k := mustConsumer(t, ctx, mustSession(t, tc.dial(ready), client.AutoAck), "ho")
+	tc.Stop(host)
+	k := mustConsumer(t, ctx, mustSession(t, tc.Dial(ready), client.AutoAck), "ho")
 	sameSet(t, "ho after the handover", bodiesOf(recvN(t, k, 3)), sent)
 }
 
@@ -460,12 +460,12 @@ func TestCluster_Leave_HandsLeadershipToACaughtUpReplica(t *testing.T) {
 // leader and one replica too busy replaying its log to answer.
 func TestCluster_GracefulStop_WaitsForAReplicaCatchingUp(t *testing.T) {
 	catchingUp := holdCatchingUp(t)
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	host := tc.queueOnItsPreferredHost(ctx, "wq")
-	behind := tc.others(host)[0]
+	behind := tc.Others(host)[0]
 	tc.holdBehind(catchingUp, behind, host)
-	nd := tc.node(host)
+	nd := tc.Node(host)
 	if need := nd.catchingUpForQuorum(); !slices.Equal(need, []string{behind}) {
 		t.Fatalf("%s needs %v, catching up, for a quorum without it; want [%s]", host, need, behind)
 	}
@@ -496,9 +496,9 @@ func TestCluster_GracefulStop_WaitsForAReplicaCatchingUp(t *testing.T) {
 		t.Fatalf("%s did not stop once %s had caught up", host, behind)
 	}
 	tc.nodes[tc.index(host)] = nil
-	rest := tc.others(host)
-	sent := sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial(rest[0]), client.AutoAck), "wq"), "wq/", 3)
-	k := mustConsumer(t, ctx, mustSession(t, tc.dial(rest[1]), client.AutoAck), "wq")
+	rest := tc.Others(host)
+	sent := sendN(t, ctx, mustProducer(t, mustSession(t, tc.Dial(rest[0]), client.AutoAck), "wq"), "wq/", 3)
+	k := mustConsumer(t, ctx, mustSession(t, tc.Dial(rest[1]), client.AutoAck), "wq")
 	sameSet(t, "wq without "+host, bodiesOf(recvN(t, k, 3)), sent)
 }
 
@@ -507,11 +507,11 @@ func TestCluster_GracefulStop_WaitsForAReplicaCatchingUp(t *testing.T) {
 // gossip, not for --bootstrap-expect of them.
 func TestCluster_RestartWhileAnotherIsDown(t *testing.T) {
 	forEachLogStore(t, func(t *testing.T, store func(*Config)) {
-		tc := newCluster(t, 3, store)
-		tc.crash("n3")
-		tc.stop("n1")
-		tc.start("n1")
-		assertServes(t, tc.node("n1"), "after")
+		tc := NewTestCluster(t, 3, store)
+		tc.Crash("n3")
+		tc.Stop("n1")
+		tc.Start("n1")
+		assertServes(t, tc.Node("n1"), "after")
 	})
 }
 
@@ -525,14 +525,14 @@ func TestCluster_RestartWhileAnotherIsDown(t *testing.T) {
 // hung here on a 2-core machine under -race; each round is one more chance.
 func TestCluster_EveryNodeStopsAtOnceUnderLoad(t *testing.T) {
 	for round := range 8 {
-		tc := newCluster(t, 3)
+		tc := NewTestCluster(t, 3)
 		ctx := stepCtx(t, 20*time.Second)
-		if _, err := tc.admin("n1").CreateQueue(ctx, "dl", client.QueueOptions{}); err != nil {
+		if _, err := tc.Admin("n1").CreateQueue(ctx, "dl", client.QueueOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		tc.waitSpread("dl", 3)
-		for _, id := range tc.ids() {
-			s := mustSession(t, tc.dial(id), client.ClientAck)
+		tc.WaitSpread("dl", 3)
+		for _, id := range tc.IDs() {
+			s := mustSession(t, tc.Dial(id), client.ClientAck)
 			sendN(t, ctx, mustProducer(t, s, "dl"), id+"-", 10)
 			recv(t, mustConsumer(t, ctx, s, "dl"))
 		}

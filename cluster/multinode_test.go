@@ -17,9 +17,9 @@ import (
 // Three nodes started at the same moment with --bootstrap-expect 3 form one
 // cluster: one meta leader, every node a voter, every node registered.
 func TestCluster_SimultaneousStartFormsOneCluster(t *testing.T) {
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
-	st, err := tc.admin("n1").ClusterStatus(ctx)
+	st, err := tc.Admin("n1").ClusterStatus(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,9 +41,9 @@ func TestCluster_SimultaneousStartFormsOneCluster(t *testing.T) {
 // different node; sends and receives through any front-end reach every
 // member, forwarded to its host.
 func TestCluster_MembersSpreadAndFrontEndsForward(t *testing.T) {
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
-	info, err := tc.admin("n1").CreateQueue(ctx, "orders", client.QueueOptions{})
+	info, err := tc.Admin("n1").CreateQueue(ctx, "orders", client.QueueOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,20 +54,20 @@ func TestCluster_MembersSpreadAndFrontEndsForward(t *testing.T) {
 	wait.For(t, 10*time.Second, "one member hosted on each node", func() bool {
 		hosts := map[string]bool{}
 		for i := range 3 {
-			hosts[tc.hostOf(fmt.Sprintf("orders#%d", i))] = true
+			hosts[tc.HostOf(fmt.Sprintf("orders#%d", i))] = true
 		}
 		return len(hosts) == 3 && !hosts[""]
 	})
 	// Through n1, send to each member directly.
 	for i := range 3 {
-		pm := mustProducer(t, mustSession(t, tc.dial("n1"), client.AutoAck), fmt.Sprintf("orders#%d", i))
+		pm := mustProducer(t, mustSession(t, tc.Dial("n1"), client.AutoAck), fmt.Sprintf("orders#%d", i))
 		if _, err := pm.Send(ctx, &client.Message{Body: []byte(fmt.Sprint("direct ", i))}); err != nil {
 			t.Fatalf("send to orders#%d through n1: %v", i, err)
 		}
 	}
 	// Through n2, consume each member.
 	for i := range 3 {
-		s := mustSession(t, tc.dial("n2"), client.ClientAck)
+		s := mustSession(t, tc.Dial("n2"), client.ClientAck)
 		k := mustConsumer(t, ctx, s, fmt.Sprintf("orders#%d", i))
 		m, err := k.Receive(ctx)
 		if err != nil {
@@ -80,7 +80,7 @@ func TestCluster_MembersSpreadAndFrontEndsForward(t *testing.T) {
 			t.Fatalf("ack through n2 of a message of orders#%d: %v", i, err)
 		}
 	}
-	q, err := tc.admin("n3").ShowQueue(ctx, "orders")
+	q, err := tc.Admin("n3").ShowQueue(ctx, "orders")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,17 +99,17 @@ func TestCluster_MembersSpreadAndFrontEndsForward(t *testing.T) {
 // follows it without noticing, its acks of the held messages succeed (the
 // delivery state is replicated), and sends and receives carry on.
 func TestCluster_HostCrashed_ConsumerOnOtherFrontEndKeepsItsDeliveries(t *testing.T) {
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
-	if _, err := tc.admin("n1").CreateQueue(ctx, "fo", client.QueueOptions{Members: 1}); err != nil {
+	if _, err := tc.Admin("n1").CreateQueue(ctx, "fo", client.QueueOptions{Members: 1}); err != nil {
 		t.Fatal(err)
 	}
-	host := tc.waitSpread("fo", 1)[0]
+	host := tc.WaitSpread("fo", 1)[0]
 	front := "n1"
 	if host == front {
 		front = "n2"
 	}
-	s := mustSession(t, tc.dial(front), client.ClientAck)
+	s := mustSession(t, tc.Dial(front), client.ClientAck)
 	p := mustProducer(t, s, "fo")
 	sendN(t, ctx, p, "before", 10)
 	k := mustConsumer(t, ctx, s, "fo")
@@ -122,8 +122,8 @@ func TestCluster_HostCrashed_ConsumerOnOtherFrontEndKeepsItsDeliveries(t *testin
 		held = append(held, m)
 	}
 
-	tc.crash(host)
-	newHost := tc.waitHost("fo#0")
+	tc.Crash(host)
+	newHost := tc.WaitHost("fo#0")
 	if newHost == host {
 		t.Fatalf("host %s stopped but still hosts", host)
 	}
@@ -146,8 +146,8 @@ func TestCluster_HostCrashed_ConsumerOnOtherFrontEndKeepsItsDeliveries(t *testin
 			t.Fatal(err)
 		}
 	}
-	tc.start(host)
-	q, err := tc.admin(front).ShowQueue(ctx, "fo")
+	tc.Start(host)
+	q, err := tc.Admin(front).ShowQueue(ctx, "fo")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestCluster_HostCrashed_ConsumerOnOtherFrontEndKeepsItsDeliveries(t *testin
 // bring the three together.
 func TestCluster_JoinByNameKeepsTryingUntilTheOthersStart(t *testing.T) {
 	waiting := &logWatch{msg: "waiting for the other nodes to join", seen: make(chan struct{})}
-	tc := planCluster(t, 3)
+	tc := PlanTestCluster(t, 3)
 	for i := range tc.cfgs {
 		tc.cfgs[i].Join = nil
 	}
@@ -181,8 +181,8 @@ func TestCluster_JoinByNameKeepsTryingUntilTheOthersStart(t *testing.T) {
 	if err := n1.Ready(); err == nil {
 		t.Fatal("n1 is ready alone with --bootstrap-expect 3")
 	}
-	tc.startAll()
-	st := tc.status("n3")
+	tc.StartAll()
+	st := tc.Status("n3")
 	if len(st.Nodes) != 3 {
 		t.Fatalf("n3's status shows %d nodes: %+v", len(st.Nodes), st.Nodes)
 	}

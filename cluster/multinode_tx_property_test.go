@@ -25,19 +25,19 @@ func TestTx_Property_RandomInterleavings(t *testing.T) {
 		_ = flag.Set("rapid.checks", "6")
 		t.Cleanup(func() { _ = flag.Set("rapid.checks", f.DefValue) })
 	}
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	const q = "tq"
-	if _, err := tc.admin("n1").CreateQueue(stepCtx(t, 20*time.Second), q, client.QueueOptions{Members: 3}); err != nil {
+	if _, err := tc.Admin("n1").CreateQueue(stepCtx(t, 20*time.Second), q, client.QueueOptions{Members: 3}); err != nil {
 		t.Fatal(err)
 	}
-	tc.waitSpread(q, 3)
+	tc.WaitSpread(q, 3)
 	round := 0
 	rapid.Check(t, func(rt *rapid.T) {
 		// Each sequence starts on the empty queue the last one drained.
 		ctx := stepCtx(t, 30*time.Second)
 		round++
 		prefix := fmt.Sprintf("r%d", round)
-		input := sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial("n1"), client.AutoAck), q), prefix+"-in-", 6)
+		input := sendN(t, ctx, mustProducer(t, mustSession(t, tc.Dial("n1"), client.AutoAck), q), prefix+"-in-", 6)
 
 		type worker struct {
 			s        *client.Session
@@ -46,8 +46,8 @@ func TestTx_Property_RandomInterleavings(t *testing.T) {
 			consumed []string
 		}
 		var ws []*worker
-		for i, id := range tc.ids() {
-			s := mustTx(t, tc.dial(id))
+		for i, id := range tc.IDs() {
+			s := mustTx(t, tc.Dial(id))
 			ws = append(ws, &worker{s: s, k: mustConsumer(t, ctx, s, fmt.Sprintf("%s#%d", q, i), client.WithPrefetch(2))})
 		}
 		committedSends, committedTaken, rolledBack := map[string]bool{}, map[string]bool{}, map[string]bool{}
@@ -124,7 +124,7 @@ func TestTx_Property_RandomInterleavings(t *testing.T) {
 				want = append(want, b)
 			}
 		}
-		got := bodiesOf(drainUntil(t, mustSession(t, tc.dial("n2"), client.ClientAck), q, 3, func(got []*client.Message) bool { return len(got) >= len(want) }))
+		got := bodiesOf(drainUntil(t, mustSession(t, tc.Dial("n2"), client.ClientAck), q, 3, func(got []*client.Message) bool { return len(got) >= len(want) }))
 		slices.Sort(got)
 		slices.Sort(want)
 		if !slices.Equal(got, want) {

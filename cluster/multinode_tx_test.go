@@ -43,17 +43,17 @@ func commit(t *testing.T, s *client.Session) {
 // all of them happen, Rollback none, returning the receives marked
 // redelivered. Prepared work shows in queue show while it waits.
 func TestTx_AtomicAcrossMembersAndQueues(t *testing.T) {
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := stepCtx(t, time.Minute)
-	a := tc.admin("n1")
+	a := tc.Admin("n1")
 	createQueues(t, ctx, a, map[string]int{"ta": 3, "tb": 1})
-	tc.waitSpread("ta", 3)
-	sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial("n2"), client.AutoAck), "tb"), "in-", 4)
+	tc.WaitSpread("ta", 3)
+	sendN(t, ctx, mustProducer(t, mustSession(t, tc.Dial("n2"), client.AutoAck), "tb"), "in-", 4)
 
-	conn := tc.dial("n1")
+	conn := tc.Dial("n1")
 	tx := mustTx(t, conn)
 	in := mustConsumer(t, ctx, tx, "tb")
-	watch := mustSession(t, tc.dial("n3"), client.AutoAck)
+	watch := mustSession(t, tc.Dial("n3"), client.AutoAck)
 	var watchers []*client.Consumer
 	for i := range 3 {
 		watchers = append(watchers, mustConsumer(t, ctx, watch, fmt.Sprintf("ta#%d", i)))
@@ -112,12 +112,12 @@ func TestTx_AtomicAcrossMembersAndQueues(t *testing.T) {
 // commit a participant missed is learned the same way, whether the
 // primary's host or the participant's was killed after the decision.
 func TestTx_PreparedTransactionsAreDecidedWithoutTheirFrontEnd(t *testing.T) {
-	tc := newCluster(t, 3, func(c *Config) { c.TxTimeout = 2 * time.Second })
+	tc := NewTestCluster(t, 3, func(c *Config) { c.TxTimeout = 2 * time.Second })
 	ctx := stepCtx(t, time.Minute)
-	a := tc.admin("n1")
+	a := tc.Admin("n1")
 	createQueues(t, ctx, a, map[string]int{"tp": 3})
-	hosts := tc.waitSpread("tp", 3)
-	front := tc.node(hosts[2]) // neither the primary's host nor the participant's
+	hosts := tc.WaitSpread("tp", 3)
+	front := tc.Node(hosts[2]) // neither the primary's host nor the participant's
 	prepareOn := func(tx, member string, ids ...string) {
 		t.Helper()
 		var msgs []*fsmpb.Message
@@ -144,11 +144,11 @@ func TestTx_PreparedTransactionsAreDecidedWithoutTheirFrontEnd(t *testing.T) {
 	if q := showQueue(t, a, "tp"); q.Prepared != 3 || q.Pending != 1 {
 		t.Fatalf("tp with t-abort prepared twice and t-commit once: %+v", q)
 	}
-	tc.crash(hosts[0])
+	tc.Crash(hosts[0])
 
-	s := mustSession(t, tc.dial(hosts[1]), client.AutoAck)
+	s := mustSession(t, tc.Dial(hosts[1]), client.AutoAck)
 	wait.For(tc.t, 30*time.Second, "both transactions decided on every member", func() bool {
-		q, err := tc.admin(hosts[1]).ShowQueue(ctx, "tp")
+		q, err := tc.Admin(hosts[1]).ShowQueue(ctx, "tp")
 		return err == nil && q.Prepared == 0 && q.Pending == 2
 	})
 	got := drainMembers(t, s, "tp", 3, 2)
@@ -156,17 +156,17 @@ func TestTx_PreparedTransactionsAreDecidedWithoutTheirFrontEnd(t *testing.T) {
 
 	// A participant's host dies after the primary decided commit, before
 	// the participant applied it: its new host learns the decision.
-	tc.start(hosts[0])
-	tc.waitSpread("tp", 3)
+	tc.Start(hosts[0])
+	tc.WaitSpread("tp", 3)
 	prepareOn("t-late", "tp#0", "l0")
 	prepareOn("t-late", "tp#1", "l1")
 	if res, err := front.submit(ctx, "tp#0", &fsmpb.TxDecide{Tx: "t-late", Commit: true, Record: true, Now: time.Now().UnixNano()}); err != nil || !res.Committed {
 		t.Fatalf("decide t-late: %v %+v", err, res)
 	}
-	tc.crash(hosts[1])
-	s2 := mustSession(t, tc.dial(hosts[0]), client.AutoAck)
+	tc.Crash(hosts[1])
+	s2 := mustSession(t, tc.Dial(hosts[0]), client.AutoAck)
 	wait.For(tc.t, 30*time.Second, "t-late applied by the participant's new host", func() bool {
-		q, err := tc.admin(hosts[0]).ShowQueue(ctx, "tp")
+		q, err := tc.Admin(hosts[0]).ShowQueue(ctx, "tp")
 		return err == nil && q.Prepared == 0 && q.Pending == 2
 	})
 	sameSet(t, "messages of t-late", drainMembers(t, s2, "tp", 3, 2), []string{"l0", "l1"})
@@ -177,15 +177,15 @@ func TestTx_PreparedTransactionsAreDecidedWithoutTheirFrontEnd(t *testing.T) {
 // the receives come again marked redelivered, and the same work done again
 // on the same objects commits. A transaction with nothing pending commits.
 func TestTx_FrontEndKilledMidTransaction(t *testing.T) {
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := stepCtx(t, time.Minute)
-	a := tc.admin("n1")
+	a := tc.Admin("n1")
 	createQueues(t, ctx, a, map[string]int{"tin": 1, "tout": 1})
-	front := tc.others(tc.waitSpread("tin", 1)[0], tc.waitSpread("tout", 1)[0])[0]
-	other := tc.others(front)[0]
-	sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial(other), client.AutoAck), "tin"), "in-", 2)
+	front := tc.Others(tc.WaitSpread("tin", 1)[0], tc.WaitSpread("tout", 1)[0])[0]
+	other := tc.Others(front)[0]
+	sendN(t, ctx, mustProducer(t, mustSession(t, tc.Dial(other), client.AutoAck), "tin"), "in-", 2)
 
-	conn := dialVia(t, []string{tc.node(front).Addrs().Client}, client.Options{ReconnectPolicy: client.ReconnectAll})
+	conn := dialVia(t, []string{tc.Node(front).Addrs().Client}, client.Options{ReconnectPolicy: client.ReconnectAll})
 	tx := mustTx(t, conn)
 	idle := mustTx(t, conn)
 	in := mustConsumer(t, ctx, tx, "tin")
@@ -193,7 +193,7 @@ func TestTx_FrontEndKilledMidTransaction(t *testing.T) {
 	m := recv(t, in)
 	send(t, ctx, out, "out-1")
 
-	tc.crash(front)
+	tc.Crash(front)
 	wait.For(t, 15*time.Second, "a reconnect", func() bool { return conn.Reconnects() == 1 })
 	if err := tx.Commit(ctx); !errors.Is(err, client.ErrTransactionRolledBack) {
 		t.Fatalf("first commit after the refresh: %v; want ErrTransactionRolledBack", err)
@@ -216,7 +216,7 @@ func TestTx_FrontEndKilledMidTransaction(t *testing.T) {
 	}
 	send(t, ctx, out, "out-1")
 	commit(t, tx)
-	q := showQueue(t, tc.admin(other), "tout")
+	q := showQueue(t, tc.Admin(other), "tout")
 	if q.Pending != 1 {
 		t.Fatalf("tout after the retried commit: %+v; want exactly the retried send", q)
 	}
@@ -226,14 +226,14 @@ func TestTx_FrontEndKilledMidTransaction(t *testing.T) {
 // message is consumed-and-committed exactly once, and every committed send
 // is there once.
 func TestTx_ConcurrentTransactionsOnTheSameMessages(t *testing.T) {
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := stepCtx(t, time.Minute)
-	a := tc.admin("n1")
+	a := tc.Admin("n1")
 	createQueues(t, ctx, a, map[string]int{"cin": 2, "cout": 3})
 	const total = 60
 	inputs := map[string]bool{}
 	for i := range 2 {
-		for _, b := range sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial("n1"), client.AutoAck), fmt.Sprintf("cin#%d", i)), fmt.Sprintf("m%d-", i), total/2) {
+		for _, b := range sendN(t, ctx, mustProducer(t, mustSession(t, tc.Dial("n1"), client.AutoAck), fmt.Sprintf("cin#%d", i)), fmt.Sprintf("m%d-", i), total/2) {
 			inputs[b] = true
 		}
 	}
@@ -246,7 +246,7 @@ func TestTx_ConcurrentTransactionsOnTheSameMessages(t *testing.T) {
 	var commits atomic.Int32
 	var wg sync.WaitGroup
 	for w := range 6 {
-		conn := tc.dial(tc.ids()[w%3])
+		conn := tc.Dial(tc.IDs()[w%3])
 		tx := mustTx(t, conn)
 		k := mustConsumer(t, ctx, tx, fmt.Sprintf("cin#%d", w%2), client.WithPrefetch(2))
 		p := mustProducer(t, tx, "cout")
@@ -294,7 +294,7 @@ func TestTx_ConcurrentTransactionsOnTheSameMessages(t *testing.T) {
 		}
 	}
 	waitQueue(t, a, "cin", 0, 0)
-	s := mustSession(t, tc.dial("n2"), client.AutoAck)
+	s := mustSession(t, tc.Dial("n2"), client.AutoAck)
 	got := drainMembers(t, s, "cout", 3, total)
 	count := map[string]int{}
 	for _, b := range got {
@@ -317,17 +317,17 @@ func TestTx_ConcurrentTransactionsOnTheSameMessages(t *testing.T) {
 // it was rolled back. Either way the messages are there exactly as the
 // answer says.
 func TestTx_CommitCutOffLearnsItsOutcome(t *testing.T) {
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := stepCtx(t, time.Minute)
-	a := tc.admin("n1")
+	a := tc.Admin("n1")
 	createQueues(t, ctx, a, map[string]int{"tco": 3})
-	tc.waitSpread("tco", 3)
+	tc.WaitSpread("tco", 3)
 	for _, c := range []struct {
 		cut       string
 		committed bool
 	}{{"downstream", true}, {"upstream", false}} {
 		t.Run("cut "+c.cut, func(t *testing.T) {
-			proxy := newClientProxy(t, tc.node("n1").Addrs().Client)
+			proxy := newClientProxy(t, tc.Node("n1").Addrs().Client)
 			conn := dialVia(t, []string{proxy.addr()}, client.Options{ReconnectPolicy: client.ReconnectAll})
 			tx := mustTx(t, conn)
 			bodies := []string{c.cut + "-0", c.cut + "-1"}
@@ -350,7 +350,7 @@ func TestTx_CommitCutOffLearnsItsOutcome(t *testing.T) {
 				}
 				want = nil
 			}
-			got := drainMembers(t, mustSession(t, tc.dial("n2"), client.ClientAck), "tco", 3, len(want))
+			got := drainMembers(t, mustSession(t, tc.Dial("n2"), client.ClientAck), "tco", 3, len(want))
 			sameSet(t, "after the commit", got, want)
 		})
 	}
@@ -361,12 +361,12 @@ func TestTx_CommitCutOffLearnsItsOutcome(t *testing.T) {
 // ErrCommitUnknown, and the messages of the next transaction carry the
 // possible-duplicate property.
 func TestTx_CommitUnknownWhenThePrimaryCannotAnswer(t *testing.T) {
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := stepCtx(t, time.Minute)
-	createQueues(t, ctx, tc.admin("n1"), map[string]int{"tu": 1})
-	host := tc.waitSpread("tu", 1)[0]
-	survivor := tc.others(host)[0]
-	proxy := newClientProxy(t, tc.node(survivor).Addrs().Client)
+	createQueues(t, ctx, tc.Admin("n1"), map[string]int{"tu": 1})
+	host := tc.WaitSpread("tu", 1)[0]
+	survivor := tc.Others(host)[0]
+	proxy := newClientProxy(t, tc.Node(survivor).Addrs().Client)
 	conn := dialVia(t, []string{proxy.addr()}, client.Options{ReconnectPolicy: client.ReconnectAll, ReconnectBlockingTime: 2 * time.Second})
 	tx := mustTx(t, conn)
 	p := mustProducer(t, tx, "tu")
@@ -374,8 +374,8 @@ func TestTx_CommitUnknownWhenThePrimaryCannotAnswer(t *testing.T) {
 	// The commit's answer is lost, and the member's group loses two of
 	// its three replicas: nobody can say what became of it.
 	proxy.cutOneWay(t, "downstream")
-	for _, id := range tc.others(survivor) {
-		tc.crash(id)
+	for _, id := range tc.Others(survivor) {
+		tc.Crash(id)
 	}
 	if err := tx.Commit(ctx); !errors.Is(err, client.ErrCommitUnknown) {
 		t.Fatalf("commit whose primary cannot answer: %v; want ErrCommitUnknown", err)
@@ -397,7 +397,7 @@ func TestTx_CommitUnknownWhenThePrimaryCannotAnswer(t *testing.T) {
 // held by the node it left) is rolled back and enqueues nothing; one that
 // counts the same, or counts nothing (a client that does not say), commits.
 func TestTx_CommitCountingOtherSendsRollsBack(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
 	r := openRaw(t, ctx, n)

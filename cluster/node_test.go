@@ -8,7 +8,7 @@ import (
 )
 
 func TestNode_SendReceiveAck(t *testing.T) {
-	n := startNode(t, testConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	c := dial(t, n)
 	s, err := c.Session(client.ClientAck)

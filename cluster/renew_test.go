@@ -18,8 +18,8 @@ import (
 // members placed with r replicas each, none renewing, draining or spare,
 // each group's Raft configuration on its host following its placement
 // ("" when it does not).
-func renewedTo(tc *testCluster, id, name string, members, r int) string {
-	d, ok := tc.node(id).meta.Destination(name)
+func renewedTo(tc *TestCluster, id, name string, members, r int) string {
+	d, ok := tc.Node(id).meta.Destination(name)
 	switch {
 	case !ok:
 		return "no destination " + name
@@ -31,11 +31,11 @@ func renewedTo(tc *testCluster, id, name string, members, r int) string {
 		if len(p.Replicas) != r || p.Draining || p.Renewing {
 			return fmt.Sprintf("%s on %v, draining %v, renewing %v", mn, p.Replicas, p.Draining, p.Renewing)
 		}
-		host := tc.hostOf(mn)
+		host := tc.HostOf(mn)
 		if host == "" {
 			return mn + " has no host"
 		}
-		rep, ok := tc.node(host).groups.replica(mn)
+		rep, ok := tc.Node(host).groups.replica(mn)
 		if !ok {
 			return mn + ": no replica on its host " + host
 		}
@@ -55,19 +55,19 @@ func TestDD_UpdateReplicas_RenewsMembersAndLosesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three nodes, seven renewals")
 	}
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
-	a := tc.admin("n1")
+	a := tc.Admin("n1")
 	if _, err := a.CreateQueue(ctx, "rr", client.QueueOptions{Members: 3, Replicas: 3}); err != nil {
 		t.Fatal(err)
 	}
-	hosts := tc.waitSpread("rr", 3)
+	hosts := tc.WaitSpread("rr", 3)
 
 	// A consumer on n1, pinned to the member n1 hosts, acknowledging as
 	// it goes. Its session recovered once, so its client ignores that
 	// member's deliveries numbered below the recover's: the renewed member
 	// numbers on from the old one.
-	cs := mustSession(t, tc.dial("n1"), client.ClientAck)
+	cs := mustSession(t, tc.Dial("n1"), client.ClientAck)
 	k := mustConsumer(t, ctx, cs, "rr")
 	mine := fmt.Sprintf("rr#%d", slices.Index(hosts, "n1"))
 	send(t, ctx, mustProducer(t, cs, mine), "recovered")
@@ -115,11 +115,11 @@ func TestDD_UpdateReplicas_RenewsMembersAndLosesNothing(t *testing.T) {
 			}
 		}
 	}()
-	p := mustProducer(t, mustSession(t, tc.dial("n2"), client.AutoAck), "rr")
+	p := mustProducer(t, mustSession(t, tc.Dial("n2"), client.AutoAck), "rr")
 	sent := sendN(t, ctx, p, "before-", 30)
 
 	for _, r := range []int{1, 3} {
-		info, err := tc.admin("n3").UpdateQueueWith(ctx, "rr", client.QueueUpdate{Replicas: r})
+		info, err := tc.Admin("n3").UpdateQueueWith(ctx, "rr", client.QueueUpdate{Replicas: r})
 		if err != nil {
 			t.Fatalf("update to %d replicas: %v", r, err)
 		}
@@ -129,7 +129,7 @@ func TestDD_UpdateReplicas_RenewsMembersAndLosesNothing(t *testing.T) {
 		sent = append(sent, sendN(t, ctx, p, fmt.Sprintf("during-%d-", r), 20)...)
 		wait.Until(tc.t, 60*time.Second, fmt.Sprintf("rr renewed to %d replicas", r), func() string { return renewedTo(tc, "n2", "rr", 3, r) })
 		// Renewal keeps each member's preferred host.
-		if now := tc.waitSpread("rr", 3); !slices.Equal(now, hosts) {
+		if now := tc.WaitSpread("rr", 3); !slices.Equal(now, hosts) {
 			t.Errorf("after renewing to %d replicas the hosts are %v; were %v", r, now, hosts)
 		}
 	}
@@ -137,7 +137,7 @@ func TestDD_UpdateReplicas_RenewsMembersAndLosesNothing(t *testing.T) {
 	if k.Member() != mine {
 		t.Fatalf("consumer pinned to %s; want %s", k.Member(), mine)
 	}
-	sent = append(sent, sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial("n2"), client.AutoAck), mine), "after-", 5)...)
+	sent = append(sent, sendN(t, ctx, mustProducer(t, mustSession(t, tc.Dial("n2"), client.AutoAck), mine), "after-", 5)...)
 	wait.Until(tc.t, 20*time.Second, "the consumer receiving what was sent to "+mine+" after the renewals", func() string {
 		mu.Lock()
 		defer mu.Unlock()
@@ -157,7 +157,7 @@ func TestDD_UpdateReplicas_RenewsMembersAndLosesNothing(t *testing.T) {
 	received := slices.Clone(got)
 	mu.Unlock()
 	if rest := len(sent) - len(received); rest > 0 {
-		received = append(received, drainMembers(t, mustSession(t, tc.dial("n3"), client.ClientAck), "rr", 3, rest)...)
+		received = append(received, drainMembers(t, mustSession(t, tc.Dial("n3"), client.ClientAck), "rr", 3, rest)...)
 	}
 	sameSet(t, "received through the renewals", received, sent)
 
@@ -165,13 +165,13 @@ func TestDD_UpdateReplicas_RenewsMembersAndLosesNothing(t *testing.T) {
 	if _, err := a.CreateQueue(ctx, "one", client.QueueOptions{Members: 1, Replicas: 1}); err != nil {
 		t.Fatal(err)
 	}
-	tc.waitHost("one#0")
-	one := sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial("n1"), client.AutoAck), "one"), "one-", 10)
+	tc.WaitHost("one#0")
+	one := sendN(t, ctx, mustProducer(t, mustSession(t, tc.Dial("n1"), client.AutoAck), "one"), "one-", 10)
 	if _, err := a.UpdateQueueWith(ctx, "one", client.QueueUpdate{Replicas: 2}); err != nil {
 		t.Fatal(err)
 	}
 	wait.Until(tc.t, 60*time.Second, "one renewed to 2 replicas and its spare gone", func() string { return renewedTo(tc, "n3", "one", 1, 2) })
-	sameSet(t, "received from one", drainMembers(t, mustSession(t, tc.dial("n3"), client.ClientAck), "one", 1, len(one)), one)
+	sameSet(t, "received from one", drainMembers(t, mustSession(t, tc.Dial("n3"), client.ClientAck), "one", 1, len(one)), one)
 }
 
 // Two queues of three members on three nodes, then two more nodes: the
@@ -181,36 +181,36 @@ func TestCluster_HostsSpreadOntoNewNodesByRenewal(t *testing.T) {
 	if testing.Short() {
 		t.Skip("five nodes")
 	}
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
-	op := tc.admin("n1")
-	s := mustSession(t, tc.dial("n2"), client.AutoAck)
+	op := tc.Admin("n1")
+	s := mustSession(t, tc.Dial("n2"), client.AutoAck)
 	sent := map[string][]string{}
 	for _, q := range []string{"ha", "hb"} {
 		if _, err := op.CreateQueue(ctx, q, client.QueueOptions{Members: 3}); err != nil {
 			t.Fatal(err)
 		}
-		tc.waitSpread(q, 3)
+		tc.WaitSpread(q, 3)
 		for i := range 3 {
 			name := fmt.Sprintf("%s#%d", q, i)
 			sent[q] = append(sent[q], sendN(t, ctx, mustProducer(t, s, name), name+"/", 5)...)
 		}
 	}
-	tc.addNode()
-	tc.addNode()
+	tc.AddNode()
+	tc.AddNode()
 	wait.Until(tc.t, 120*time.Second, "every node hosting one or two members, nothing left to move", func() string {
 		hosted := map[string]int{}
 		for _, q := range []string{"ha", "hb"} {
 			for i := range 3 {
 				name := fmt.Sprintf("%s#%d", q, i)
-				host := tc.hostOf(name)
+				host := tc.HostOf(name)
 				if host == "" {
 					return name + " has no host"
 				}
 				hosted[host]++
 			}
 		}
-		for _, id := range tc.ids() {
+		for _, id := range tc.IDs() {
 			if hosted[id] < 1 || hosted[id] > 2 {
 				return fmt.Sprintf("hosted %v", hosted)
 			}
@@ -226,7 +226,7 @@ func TestCluster_HostsSpreadOntoNewNodesByRenewal(t *testing.T) {
 	})
 	for _, q := range []string{"ha", "hb"} {
 		wait.Until(tc.t, 10*time.Second, q+": 15 messages pending on the members' hosts", func() string { return tc.counts(q, 15, 0) })
-		sameSet(t, "received from "+q, drainMembers(t, mustSession(t, tc.dial("n1"), client.ClientAck), q, 3, len(sent[q])), sent[q])
+		sameSet(t, "received from "+q, drainMembers(t, mustSession(t, tc.Dial("n1"), client.ClientAck), q, 3, len(sent[q])), sent[q])
 	}
 }
 
@@ -236,16 +236,16 @@ func TestCluster_HostsSpreadOntoNewNodesByRenewal(t *testing.T) {
 // are renewed onto nodes that host fewer ends renewed, each member hosted
 // where its renewal put it, and nothing keeps renewing.
 func TestCluster_RenewedOntoANodeIsHostedThere(t *testing.T) {
-	tc := newCluster(t, 3)
+	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
-	a := tc.admin("n1")
+	a := tc.Admin("n1")
 	for _, q := range []string{"renew", "probe"} {
 		if _, err := a.CreateQueue(ctx, q, client.QueueOptions{Members: 1}); err != nil {
 			t.Fatal(err)
 		}
-		tc.waitHost(q + "#0")
+		tc.WaitHost(q + "#0")
 	}
-	sent := sendN(t, ctx, mustProducer(t, mustSession(t, tc.dial("n1"), client.AutoAck), "renew"), "m", 50)
+	sent := sendN(t, ctx, mustProducer(t, mustSession(t, tc.Dial("n1"), client.AutoAck), "renew"), "m", 50)
 	for _, r := range []int{1, 3} {
 		if _, err := a.UpdateQueueWith(ctx, "renew", client.QueueUpdate{Replicas: r}); err != nil {
 			t.Fatal(err)
@@ -253,10 +253,10 @@ func TestCluster_RenewedOntoANodeIsHostedThere(t *testing.T) {
 		wait.Until(tc.t, 60*time.Second, fmt.Sprintf("renew renewed to %d replicas", r), func() string { return renewedTo(tc, "n2", "renew", 1, r) })
 	}
 	wait.Steady(tc.t, 3*time.Second, "nothing renewed any more", func() string {
-		if d, _ := tc.node("n2").meta.Destination("renew"); len(d.Members) != 1 || d.Members[0].Draining {
+		if d, _ := tc.Node("n2").meta.Destination("renew"); len(d.Members) != 1 || d.Members[0].Draining {
 			return fmt.Sprintf("renew: %+v", d.Members)
 		}
 		return ""
 	})
-	sameSet(t, "received after the renewals", drainMembers(t, mustSession(t, tc.dial("n3"), client.ClientAck), "renew", 1, len(sent)), sent)
+	sameSet(t, "received after the renewals", drainMembers(t, mustSession(t, tc.Dial("n3"), client.ClientAck), "renew", 1, len(sent)), sent)
 }

@@ -194,7 +194,7 @@ func TestCluster3_PausedFrontEndHandsOutReleasedMessages(t *testing.T) {
 	}
 }
 
-func staleAfterRelease(t *testing.T, c *testCluster, queue, mode string) {
+func staleAfterRelease(t *testing.T, c *processCluster, queue, mode string) {
 	t.Helper()
 	hosts := c.hosts(0)
 	member := queue + "#0"

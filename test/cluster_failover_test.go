@@ -77,7 +77,7 @@ func TestCluster3_SIGKILLHostUnderLoad(t *testing.T) {
 // killCycle runs the workload, kills the host of member cycle-1 with
 // SIGKILL once it is under way, checks the failover and that the other
 // front-ends carry on, stops the workload and restarts the killed node.
-func killCycle(t *testing.T, c *testCluster, h *history.History, budget *atomic.Int64, queue string, members, cycle int) (phase, victimID string) {
+func killCycle(t *testing.T, c *processCluster, h *history.History, budget *atomic.Int64, queue string, members, cycle int) (phase, victimID string) {
 	t.Helper()
 	phase = fmt.Sprintf("cycle %d", cycle)
 	l := startLoad(c, h, budget, loadConfig{

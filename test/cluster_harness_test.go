@@ -31,10 +31,11 @@ const (
 	loadRequestTimeout = 30 * time.Second
 )
 
-// testCluster is three `cairn server` processes that form one cluster: all
-// started with --bootstrap-expect 3 and --join listing the three gossip
-// addresses. Their flags and data directories stay the same over restarts.
-type testCluster struct {
+// processCluster is three `cairn server` processes that form one cluster:
+// all started with --bootstrap-expect 3 and --join listing the three
+// gossip addresses. Their flags and data directories stay the same over
+// restarts. (The in-process harness is cluster.TestCluster.)
+type processCluster struct {
 	t     *testing.T
 	nodes []*server
 	// paused marks nodes stopped with SIGSTOP, to continue them at the end.
@@ -44,9 +45,9 @@ type testCluster struct {
 // newCluster prepares three nodes n1, n2, n3 with fresh ports and data
 // directories; they are stopped when the test ends (SIGCONT, SIGTERM to
 // all at once, SIGKILL after clusterStopTimeout).
-func newCluster(t *testing.T) *testCluster {
+func newCluster(t *testing.T) *processCluster {
 	t.Helper()
-	c := &testCluster{t: t}
+	c := &processCluster{t: t}
 	var gossip []string
 	for i := range clusterSize {
 		s := newServer(t)
@@ -66,7 +67,7 @@ func newCluster(t *testing.T) *testCluster {
 
 // startAll starts every node at the same moment and waits until each
 // answers /readyz with 200.
-func (c *testCluster) startAll() {
+func (c *processCluster) startAll() {
 	c.t.Helper()
 	start := time.Now()
 	for _, s := range c.nodes {
@@ -82,7 +83,7 @@ func (c *testCluster) startAll() {
 // every group with a leader and every replica caught up. (A node answering
 // /readyz may not yet have applied the registration of the others: see
 // TestCluster3_CreateQueueRightAfterReady.)
-func (c *testCluster) waitSettled(d time.Duration) {
+func (c *processCluster) waitSettled(d time.Duration) {
 	c.t.Helper()
 	start := time.Now()
 	for i := range c.nodes {
@@ -111,7 +112,7 @@ func (c *testCluster) waitSettled(d time.Duration) {
 
 // stopAll continues paused nodes, sends SIGTERM to every running node at
 // once and SIGKILL to those still running after clusterStopTimeout.
-func (c *testCluster) stopAll() {
+func (c *processCluster) stopAll() {
 	var running []*server
 	for i, s := range c.nodes {
 		if s.proc == nil || s.proc.exited() {
@@ -154,7 +155,7 @@ func lastLines(out string, n int) string {
 }
 
 // node returns the node with the given id.
-func (c *testCluster) node(id string) (int, *server) {
+func (c *processCluster) node(id string) (int, *server) {
 	for i, s := range c.nodes {
 		if s.nodeID == id {
 			return i, s
@@ -165,7 +166,7 @@ func (c *testCluster) node(id string) (int, *server) {
 }
 
 // clientAddrs lists the client addresses, node first's first.
-func (c *testCluster) clientAddrs(first int) []string {
+func (c *processCluster) clientAddrs(first int) []string {
 	var out []string
 	for j := range c.nodes {
 		out = append(out, c.nodes[(first+j)%len(c.nodes)].addrs.client)
@@ -174,7 +175,7 @@ func (c *testCluster) clientAddrs(first int) []string {
 }
 
 // dialNode connects the Go client library to node i alone.
-func (c *testCluster) dialNode(i int) *client.Connection {
+func (c *processCluster) dialNode(i int) *client.Connection {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -186,7 +187,7 @@ func (c *testCluster) dialNode(i int) *client.Connection {
 }
 
 // pause stops node i with SIGSTOP; resume continues it with SIGCONT.
-func (c *testCluster) pause(i int) {
+func (c *processCluster) pause(i int) {
 	c.t.Helper()
 	c.paused[i].Store(true)
 	if err := c.nodes[i].proc.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
@@ -194,7 +195,7 @@ func (c *testCluster) pause(i int) {
 	}
 }
 
-func (c *testCluster) resume(i int) {
+func (c *processCluster) resume(i int) {
 	c.t.Helper()
 	if err := c.nodes[i].proc.cmd.Process.Signal(syscall.SIGCONT); err != nil && !c.nodes[i].proc.exited() {
 		c.t.Fatalf("SIGCONT %s: %v", c.nodes[i].nodeID, err)
@@ -204,7 +205,7 @@ func (c *testCluster) resume(i int) {
 
 // statusFrom asks node i alone for the cluster status, bounded by
 // statusTimeout.
-func (c *testCluster) statusFrom(i int) (client.ClusterStatus, error) {
+func (c *processCluster) statusFrom(i int) (client.ClusterStatus, error) {
 	a, err := client.NewAdmin([]string{c.nodes[i].addrs.client})
 	if err != nil {
 		return client.ClusterStatus{}, err
@@ -216,7 +217,7 @@ func (c *testCluster) statusFrom(i int) (client.ClusterStatus, error) {
 }
 
 // admin runs fn with an admin client of node i, bounded to 10 s.
-func (c *testCluster) admin(i int, fn func(context.Context, *client.Admin) error) error {
+func (c *processCluster) admin(i int, fn func(context.Context, *client.Admin) error) error {
 	a, err := client.NewAdmin([]string{c.nodes[i].addrs.client})
 	if err != nil {
 		return err
@@ -229,7 +230,7 @@ func (c *testCluster) admin(i int, fn func(context.Context, *client.Admin) error
 
 // createQueue creates a queue of n members on the cluster and checks that
 // each member has its own host, on a different node.
-func (c *testCluster) createQueue(name string, members int) client.QueueInfo {
+func (c *processCluster) createQueue(name string, members int) client.QueueInfo {
 	c.t.Helper()
 	var info client.QueueInfo
 	err := c.admin(0, func(ctx context.Context, a *client.Admin) error {
@@ -278,7 +279,7 @@ func (c *testCluster) createQueue(name string, members int) client.QueueInfo {
 
 // hosts maps each member group to its leader as node i sees it (nil if
 // node i does not answer).
-func (c *testCluster) hosts(i int) map[string]string {
+func (c *processCluster) hosts(i int) map[string]string {
 	st, err := c.statusFrom(i)
 	if err != nil {
 		return nil
@@ -295,7 +296,7 @@ func (c *testCluster) hosts(i int) map[string]string {
 // waitHost polls node from until member has a leader other than old
 // (which is dead or paused); it returns the new host and how long it took
 // from since.
-func (c *testCluster) waitHost(from int, member, old string, since time.Time) (string, time.Duration) {
+func (c *processCluster) waitHost(from int, member, old string, since time.Time) (string, time.Duration) {
 	c.t.Helper()
 	var last map[string]string
 	for time.Since(since) < failoverDeadline {
@@ -346,7 +347,7 @@ func settled(st client.ClusterStatus, nodes int) (bool, string) {
 
 // waitBalanced waits, without failing, up to d for every member of the
 // queue to be led by a different node (each back on its preferred host).
-func (c *testCluster) waitBalanced(from int, d time.Duration) bool {
+func (c *processCluster) waitBalanced(from int, d time.Duration) bool {
 	deadline := time.Now().Add(d)
 	for {
 		hosts := c.hosts(from)
@@ -390,7 +391,7 @@ type loadConfig struct {
 // member (NAME#I) receives and acknowledges most of what it gets, so every
 // member has a consumer on every front-end, local or remote to its host.
 type load struct {
-	c   *testCluster
+	c   *processCluster
 	h   *history.History
 	cfg loadConfig
 
@@ -443,7 +444,7 @@ func (nl *nodeLoad) timedAck(m *client.Message) error {
 
 // startLoad dials one connection per node (client.Dial with all three
 // client addresses, the node's own first) and starts the clients.
-func startLoad(c *testCluster, h *history.History, budget *atomic.Int64, cfg loadConfig) *load {
+func startLoad(c *processCluster, h *history.History, budget *atomic.Int64, cfg loadConfig) *load {
 	c.t.Helper()
 	l := &load{c: c, h: h, cfg: cfg, stop: make(chan struct{}), budget: budget}
 	opts := client.Options{Prefetch: clusterPrefetch, RequestTimeout: loadRequestTimeout, DialTimeout: 3 * time.Second}
@@ -814,7 +815,7 @@ func (l *load) report() {
 // drainCluster receives every message left in every member of queue, with
 // one AutoAck consumer of NAME#I per member on live node from, until none
 // has come for drainIdle, and then checks that the queue holds nothing.
-func (c *testCluster) drainCluster(h *history.History, queue string, members, from int) {
+func (c *processCluster) drainCluster(h *history.History, queue string, members, from int) {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	conn, err := client.Dial(ctx, []string{c.nodes[from].addrs.client}, client.Options{RequestTimeout: 10 * time.Second})

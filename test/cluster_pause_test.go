@@ -59,7 +59,7 @@ func TestCluster3_SIGSTOPPauseIsNotDeath(t *testing.T) {
 	checkDeliveryCounts(t, h, budget.Load())
 }
 
-func pauseLoad(c *testCluster, h *history.History, budget *atomic.Int64, queue string, members int, phase string, noConsumersOn map[int]bool) *load {
+func pauseLoad(c *processCluster, h *history.History, budget *atomic.Int64, queue string, members int, phase string, noConsumersOn map[int]bool) *load {
 	return startLoad(c, h, budget, loadConfig{
 		queue: queue, members: members, phase: phase,
 		producers: 2, sendsPerPro: 6000, recvPerCons: 5000, sendPause: 5 * time.Millisecond,
@@ -70,7 +70,7 @@ func pauseLoad(c *testCluster, h *history.History, budget *atomic.Int64, queue s
 // aliveAsSeenBy polls the status of each node but i and reports, for
 // each, whether it shows node i alive; a node that does not answer in time
 // is left out.
-func (c *testCluster) aliveAsSeenBy(i int) map[string]bool {
+func (c *processCluster) aliveAsSeenBy(i int) map[string]bool {
 	out := map[string]bool{}
 	for j := range c.nodes {
 		if j == i {
@@ -86,7 +86,7 @@ func (c *testCluster) aliveAsSeenBy(i int) map[string]bool {
 	return out
 }
 
-func shortPauseCycle(t *testing.T, c *testCluster, h *history.History, budget *atomic.Int64, queue string, members int) {
+func shortPauseCycle(t *testing.T, c *processCluster, h *history.History, budget *atomic.Int64, queue string, members int) {
 	t.Helper()
 	const phase = "short pause"
 	l := pauseLoad(c, h, budget, queue, members, phase, nil)
@@ -165,7 +165,7 @@ func shortPauseCycle(t *testing.T, c *testCluster, h *history.History, budget *a
 	l.report()
 }
 
-func longPauseCycle(t *testing.T, c *testCluster, h *history.History, budget *atomic.Int64, queue string, members int) {
+func longPauseCycle(t *testing.T, c *processCluster, h *history.History, budget *atomic.Int64, queue string, members int) {
 	t.Helper()
 	const phase = "long pause"
 	hosts := c.hosts(0)

@@ -64,7 +64,7 @@ func TestCluster3_ReplacedNodeRepairsTheCluster(t *testing.T) {
 // join starts a node id that joins the cluster through its first two
 // nodes (--join alone, a fresh data directory) and waits until it is
 // ready.
-func (c *testCluster) join(id string) *server {
+func (c *processCluster) join(id string) *server {
 	s := newServer(c.t)
 	s.nodeID = id
 	s.extra["bootstrap-expect"] = "0"
@@ -94,7 +94,7 @@ func settledOn(st client.ClusterStatus, want []string) string {
 
 // waitStatus waits up to d until the status from the first node shows what
 // missing explains is missing ("" once there).
-func waitStatus(t *testing.T, c *testCluster, d time.Duration, what string, missing func(client.ClusterStatus) string) {
+func waitStatus(t *testing.T, c *processCluster, d time.Duration, what string, missing func(client.ClusterStatus) string) {
 	t.Helper()
 	why := ""
 	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {

@@ -160,7 +160,7 @@ func TestCluster3_FullRestart(t *testing.T) {
 }
 
 // showQueue asks node i for a queue's counts.
-func (c *testCluster) showQueue(i int, name string) client.QueueInfo {
+func (c *processCluster) showQueue(i int, name string) client.QueueInfo {
 	c.t.Helper()
 	var info client.QueueInfo
 	if err := c.admin(i, func(ctx context.Context, a *client.Admin) error {
