@@ -9,7 +9,7 @@ import (
 )
 
 // Expiry, on a node whose clock the test moves (Config.Clock); the expiry
-// loop runs every 20 ms (testConfig).
+// loop runs every 20 ms (TestConfig).
 
 func TestExpiry_ProducerTTLRemovesPendingAndDelivered(t *testing.T) {
 	clock := newTestClock()

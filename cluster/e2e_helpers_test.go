@@ -40,7 +40,7 @@ func (c *testClock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// Options for testConfig.
+// Options for TestConfig.
 func withClock(c *testClock) func(*Config) { return func(cfg *Config) { cfg.Clock = c.Now } }
 func withMaxMessageBytes(n int) func(*Config) {
 	return func(cfg *Config) { cfg.MaxMessageBytes = n }
