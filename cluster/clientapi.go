@@ -107,11 +107,3 @@ func (a adminAPI) Decommission(ctx context.Context) (int, error)   { return a.n.
 func (a adminAPI) Rebalance(ctx context.Context, apply bool) (*clientpb.RebalanceResponse, error) {
 	return a.n.rebalance(ctx, apply)
 }
-
-func (a adminAPI) ListConnections(ctx context.Context, localOnly bool) *clientpb.ListConnectionsResponse {
-	return a.n.listConnections(ctx, localOnly)
-}
-
-func (a adminAPI) DestroyConnection(ctx context.Context, id string) error {
-	return a.n.destroyConnection(ctx, id)
-}

@@ -20,7 +20,7 @@ import (
 const peerClientTimeout = 3 * time.Second
 
 // onClientAPI calls fn on another node's client API.
-func (n *Node) onClientAPI(ctx context.Context, addr string, fn func(context.Context, clientpb.ClientServiceClient) error) error {
+func onClientAPI(ctx context.Context, addr string, fn func(context.Context, clientpb.ClientServiceClient) error) error {
 	cc, err := grpc.NewClient(addr, append(transport.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		return err
@@ -31,9 +31,10 @@ func (n *Node) onClientAPI(ctx context.Context, addr string, fn func(context.Con
 	return fn(ctx, clientpb.NewClientServiceClient(cc))
 }
 
-// listConnections gathers the connections of every live node (or of this
+// ListConnections gathers the connections of every live node (or of this
 // one only); nodes that do not answer are named, not waited for.
-func (n *Node) listConnections(ctx context.Context, localOnly bool) *clientpb.ListConnectionsResponse {
+func (a adminAPI) ListConnections(ctx context.Context, localOnly bool) *clientpb.ListConnectionsResponse {
+	n := a.n
 	resp := &clientpb.ListConnectionsResponse{Connections: n.conns.List()}
 	if !localOnly {
 		var mu sync.Mutex
@@ -44,7 +45,7 @@ func (n *Node) listConnections(ctx context.Context, localOnly bool) *clientpb.Li
 			}
 			wg.Go(func() {
 				var got []*clientpb.ConnectionInfo
-				err := n.onClientAPI(ctx, m.Meta.Client, func(ctx context.Context, api clientpb.ClientServiceClient) error {
+				err := onClientAPI(ctx, m.Meta.Client, func(ctx context.Context, api clientpb.ClientServiceClient) error {
 					r, err := api.ListConnections(ctx, &clientpb.ListConnectionsRequest{LocalOnly: true})
 					got = r.GetConnections()
 					return err
@@ -65,9 +66,10 @@ func (n *Node) listConnections(ctx context.Context, localOnly bool) *clientpb.Li
 	return resp
 }
 
-// destroyConnection ends a connection for good, on whichever node serves
+// DestroyConnection ends a connection for good, on whichever node serves
 // it: connection ids start with the serving node's id.
-func (n *Node) destroyConnection(ctx context.Context, id string) error {
+func (a adminAPI) DestroyConnection(ctx context.Context, id string) error {
+	n := a.n
 	if n.conns.Destroy(id) {
 		return nil
 	}
@@ -75,7 +77,7 @@ func (n *Node) destroyConnection(ctx context.Context, id string) error {
 	if cut > 0 && id[:cut] != n.cfg.NodeID {
 		for _, m := range n.gossip.members() {
 			if m.ID == id[:cut] && m.State == "alive" {
-				return n.onClientAPI(ctx, m.Meta.Client, func(ctx context.Context, api clientpb.ClientServiceClient) error {
+				return onClientAPI(ctx, m.Meta.Client, func(ctx context.Context, api clientpb.ClientServiceClient) error {
 					_, err := api.DestroyConnection(ctx, &clientpb.DestroyConnectionRequest{Id: id})
 					return transport.FromStatus(err)
 				})

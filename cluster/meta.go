@@ -84,10 +84,10 @@ func (m metaNode) Forward(ctx context.Context, leader string, cmd *fsmpb.Command
 
 // Lead runs the meta leader's placement and renewals.
 func (m metaNode) Lead(ctx context.Context) {
-	if err := m.n.placeReplicas(ctx); err != nil {
+	if err := m.placeReplicas(ctx); err != nil {
 		m.n.log.Warn("placing replicas", "err", err)
 	}
-	if err := m.n.renewMembers(ctx); err != nil {
+	if err := m.renewMembers(ctx); err != nil {
 		m.n.log.Warn("renewing members", "err", err)
 	}
 }

@@ -24,7 +24,8 @@ import (
 // stop with Config.NoAutoRebalance. The leader asks every second; a round
 // that found nothing to do is not walked again until the meta state, the
 // live nodes or the nodes that can lead change.
-func (n *Node) placeReplicas(ctx context.Context) error {
+func (m metaNode) placeReplicas(ctx context.Context) error {
+	n := m.n
 	alive, canLead := n.aliveNodes(), n.nodesThatCanLead()
 	auto := !n.cfg.NoAutoRebalance
 	var plan placement.Plan

@@ -23,7 +23,8 @@ import (
 // adding a spare member when that one is the only active member; once none
 // is left to renew, the spare drains away. It waits while fewer live nodes
 // than the factor could take the new members.
-func (n *Node) renewMembers(ctx context.Context) error {
+func (m metaNode) renewMembers(ctx context.Context) error {
+	n := m.n
 	var dests []*fsmpb.Destination
 	n.meta.Read(func(m *fsm.Meta) {
 		for _, d := range m.Destinations() {
