@@ -17,7 +17,6 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/cairnmq/cairn/client"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 )
 
@@ -210,16 +209,6 @@ func (tc *TestCluster) WaitHost(name string) string {
 	return h
 }
 
-// Dial connects a client to node id, closed when the test ends.
-func (tc *TestCluster) Dial(id string, opts ...func(*client.Options)) *client.Connection {
-	return dial(tc.t, tc.Node(id), opts...)
-}
-
-// Admin is an admin client of node id, closed when the test ends.
-func (tc *TestCluster) Admin(id string) *client.Admin {
-	return admin(tc.t, tc.Node(id))
-}
-
 // Helpers of the multi-node tests (multinode_*_test.go).
 
 // IDs lists the cluster's node ids, running or not.
@@ -251,46 +240,6 @@ func (tc *TestCluster) MetaLeader() string {
 		}
 	}
 	return ""
-}
-
-// Status asks node id for the cluster status.
-func (tc *TestCluster) Status(id string) client.ClusterStatus {
-	tc.t.Helper()
-	st, err := tc.StatusErr(id)
-	if err != nil {
-		tc.t.Fatalf("cluster status from %s: %v", id, err)
-	}
-	return st
-}
-
-// StatusErr asks node id for the cluster status, through an admin client
-// of its own (status is polled: no cleanup piles up).
-func (tc *TestCluster) StatusErr(id string) (client.ClusterStatus, error) {
-	a, err := client.NewAdmin([]string{tc.Node(id).Addrs().Client})
-	if err != nil {
-		return client.ClusterStatus{}, err
-	}
-	defer a.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return a.ClusterStatus(ctx)
-}
-
-// CreateSpread creates each queue with its number of members and waits
-// until each member leads on its preferred host; it returns the hosts by
-// queue and member index.
-func (tc *TestCluster) CreateSpread(ctx context.Context, members map[string]int) map[string][]string {
-	tc.t.Helper()
-	hosts := make(map[string][]string, len(members))
-	for name, n := range members {
-		if _, err := tc.Admin("n1").CreateQueue(ctx, name, client.QueueOptions{Members: n}); err != nil {
-			tc.t.Fatal(err)
-		}
-	}
-	for name, n := range members {
-		hosts[name] = tc.WaitSpread(name, n)
-	}
-	return hosts
 }
 
 // WaitSpread waits until each of a destination's members is hosted by its
@@ -520,30 +469,4 @@ func TestConfig(t *testing.T, dir string, opts ...func(*Config)) Config {
 		o(&cfg)
 	}
 	return cfg
-}
-
-func dial(t *testing.T, n *Node, opts ...func(*client.Options)) *client.Connection {
-	t.Helper()
-	var o client.Options
-	for _, f := range opts {
-		f(&o)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := client.Dial(ctx, []string{n.Addrs().Client}, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-func admin(t *testing.T, n *Node) *client.Admin {
-	t.Helper()
-	a, err := client.NewAdmin([]string{n.Addrs().Client})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	return a
 }

@@ -12,8 +12,9 @@ import (
 // package missing here imports nothing of Cairn's the table does not let
 // it; cmd, client's subpackages and test are left out.
 var layers = map[string][]string{
+	// test/wait: the in-process harness (testing.go) waits as tests do.
 	"cluster": {"cluster/frontend", "cluster/metagroup", "cluster/placement", "cluster/raftgroup",
-		"member", "destination", "fsm", "transport", "transport/raftmux"},
+		"member", "destination", "fsm", "transport", "transport/raftmux", "test/wait"},
 	"cluster/frontend":  {"member", "destination", "fsm", "transport"},
 	"cluster/metagroup": {"cluster/raftgroup", "destination", "fsm", "transport"},
 	"cluster/placement": {"fsm"},

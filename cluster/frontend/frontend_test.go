@@ -17,10 +17,17 @@ func TestFrontend_AConsumerElsewhereGetsWhatAnotherNodeSent(t *testing.T) {
 	tc := cluster.NewTestCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	hosts := tc.CreateSpread(ctx, map[string]int{"fe": 1})
-	others := tc.Others(hosts["fe"][0])
+	a, err := client.NewAdmin([]string{tc.Node("n1").Addrs().Client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.CreateQueue(ctx, "fe", client.QueueOptions{Members: 1}); err != nil {
+		t.Fatal(err)
+	}
+	others := tc.Others(tc.WaitSpread("fe", 1)[0])
 
-	s, err := tc.Dial(others[0]).Session(client.ClientAck)
+	s, err := dial(t, tc, others[0]).Session(client.ClientAck)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +35,7 @@ func TestFrontend_AConsumerElsewhereGetsWhatAnotherNodeSent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps, err := tc.Dial(others[1]).Session(client.AutoAck)
+	ps, err := dial(t, tc, others[1]).Session(client.AutoAck)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,4 +56,17 @@ func TestFrontend_AConsumerElsewhereGetsWhatAnotherNodeSent(t *testing.T) {
 	if err := m.Ack(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// dial connects a client to node id of tc, closed when the test ends.
+func dial(t *testing.T, tc *cluster.TestCluster, id string) *client.Connection {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, []string{tc.Node(id).Addrs().Client}, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
