@@ -10,16 +10,18 @@ import (
 	"time"
 )
 
-// A condition is checked every fastPoll for its first second, then every
-// slowPoll: quick in-process conditions are seen at once, and a long wait
-// (a node restarting, a container becoming healthy) does not spin.
+// A condition is checked every fastPoll for its first fastFor, then every
+// slowPoll: in-process conditions (an election, a takeover) are seen
+// within a poll, and a long wait (a node restarting, a container becoming
+// healthy) does not spin.
 const (
 	fastPoll = 20 * time.Millisecond
-	slowPoll = 200 * time.Millisecond
+	fastFor  = 5 * time.Second
+	slowPoll = 100 * time.Millisecond
 )
 
 func pollAfter(start time.Time) time.Duration {
-	if time.Since(start) < time.Second {
+	if time.Since(start) < fastFor {
 		return fastPoll
 	}
 	return slowPoll
