@@ -153,12 +153,7 @@ func (tc *TestCluster) index(id string) int {
 // ready.
 func (tc *TestCluster) Start(id string) *Node {
 	tc.t.Helper()
-	i := tc.index(id)
-	nd, err := Start(tc.cfgs[i])
-	if err != nil {
-		tc.t.Fatal(err)
-	}
-	tc.nodes[i] = nd
+	nd := tc.launch(id)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := nd.WaitReady(ctx); err != nil {
