@@ -18,6 +18,7 @@ type Consumer struct {
 	s        *Session
 	no       uint64
 	dest     string
+	selector string
 	prefetch int
 	// limit, when set, caps the messages the consumer asks for in all;
 	// granted counts what it asked for, taken what it handed out.

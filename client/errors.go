@@ -27,6 +27,9 @@ var (
 	ErrMessageTooLarge = transport.ErrMessageTooLarge
 	// ErrInvalidArgument: a value is out of range.
 	ErrInvalidArgument = transport.ErrInvalidArgument
+	// ErrInvalidSelector: a consumer's message selector does not parse; the
+	// error names the position. It is an ErrInvalidArgument too.
+	ErrInvalidSelector = transport.ErrInvalidSelector
 	// ErrMalformed: the server could not make sense of a request.
 	ErrMalformed = transport.ErrMalformed
 	// ErrDestinationFull: the destination holds its maximum size.

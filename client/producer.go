@@ -184,7 +184,10 @@ func (p *Producer) SendBatch(ctx context.Context, ms []*Message) ([]Receipt, err
 	if err := c.closedErr(); err != nil {
 		return nil, err
 	}
-	req, idempotent := p.request(ms)
+	req, idempotent, err := p.request(ms)
+	if err != nil {
+		return nil, err
+	}
 	if p.s.mode == Transacted {
 		return p.txSend(ctx, req, ms)
 	}
@@ -211,8 +214,8 @@ func (p *Producer) SendBatch(ctx context.Context, ms []*Message) ([]Receipt, err
 
 // request is the SendRequest of ms, giving each an id (and, idempotent,
 // its id as dedup id) if it has none; idempotent says every message
-// carries a dedup id.
-func (p *Producer) request(ms []*Message) (req *clientpb.SendRequest, idempotent bool) {
+// carries a dedup id. A property of a type the wire has not is refused.
+func (p *Producer) request(ms []*Message) (req *clientpb.SendRequest, idempotent bool, err error) {
 	req = &clientpb.SendRequest{Destination: p.dest, Messages: make([]*clientpb.Message, len(ms))}
 	idempotent = true
 	for i, m := range ms {
@@ -223,12 +226,17 @@ func (p *Producer) request(ms []*Message) (req *clientpb.SendRequest, idempotent
 			m.DedupID = m.ID
 		}
 		idempotent = idempotent && m.DedupID != ""
+		props, typed, err := wireProperties(m.Properties)
+		if err != nil {
+			return nil, false, fmt.Errorf("message %s: %w", m.ID, err)
+		}
 		req.Messages[i] = &clientpb.Message{
-			Id: m.ID, Body: m.Body, Properties: m.Properties, DedupId: m.DedupID,
+			Id: m.ID, Body: m.Body, Properties: props, TypedProperties: typed, DedupId: m.DedupID,
+			CorrelationId: m.CorrelationID, Type: m.Type, ReplyTo: m.ReplyTo,
 			Priority: uint32(p.priority), PrioritySet: true, TtlMs: p.ttl.Milliseconds(),
 		}
 	}
-	return req, idempotent
+	return req, idempotent, nil
 }
 
 // batchSend is one SendBatch's tries of req, whose first message is id.

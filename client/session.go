@@ -116,7 +116,10 @@ func (s *Session) Producer(dest string) (*Producer, error) {
 // ConsumerOption sets an option of a new consumer.
 type ConsumerOption func(*consumerOptions)
 
-type consumerOptions struct{ prefetch, limit int }
+type consumerOptions struct {
+	prefetch, limit int
+	selector        string
+}
 
 // WithPrefetch sets how many messages the consumer may hold unconsumed.
 func WithPrefetch(n int) ConsumerOption { return func(o *consumerOptions) { o.prefetch = n } }
@@ -125,6 +128,12 @@ func WithPrefetch(n int) ConsumerOption { return func(o *consumerOptions) { o.pr
 // tool that wants exactly n messages is never sent an extra one that would
 // come back marked redelivered when it exits.
 func WithLimit(n int) ConsumerOption { return func(o *consumerOptions) { o.limit = n } }
+
+// WithSelector gives the consumer a JMS message selector (for example
+// "color = 'blue' AND weight > 2500"): it receives only the messages the
+// selector selects, which the member's host chooses. A malformed selector
+// fails Consumer with ErrInvalidSelector, naming the position.
+func WithSelector(s string) ConsumerOption { return func(o *consumerOptions) { o.selector = s } }
 
 // Consumer creates a consumer of dest. A consumer of a plain name is pinned
 // to one member, which Consumer.Member names; NAME#I consumes member I.
@@ -150,13 +159,14 @@ func (s *Session) Consumer(ctx context.Context, dest string, opts ...ConsumerOpt
 		c.mu.Lock()
 		c.nextConsumer++
 		k = newConsumer(s, c.nextConsumer, dest, o.prefetch, o.limit, l.gen)
+		k.selector = o.selector
 		// Registered before asking, so deliveries that overtake the reply land.
 		c.consumers[k.no] = k
 		c.mu.Unlock()
 		s.consumers[k.no] = k
 		s.mu.Unlock()
 		reply, err := l.request(ctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_CreateConsumer{CreateConsumer: &clientpb.CreateConsumer{
-			Session: s.no, Consumer: k.no, Destination: dest, Prefetch: uint32(o.prefetch),
+			Session: s.no, Consumer: k.no, Destination: dest, Prefetch: uint32(o.prefetch), Selector: o.selector,
 		}}})
 		if err != nil {
 			if reply == nil && !l.isDown() {

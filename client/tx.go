@@ -36,7 +36,13 @@ func (p *Producer) txSend(ctx context.Context, req *clientpb.SendRequest, ms []*
 				props = map[string]string{}
 			}
 			props[PossibleDuplicateProperty] = "true"
-			req.Messages[i].Properties, ms[i].Properties = props, props
+			delete(m.TypedProperties, PossibleDuplicateProperty)
+			req.Messages[i].Properties = props
+			ms[i].Properties = maps.Clone(ms[i].Properties)
+			if ms[i].Properties == nil {
+				ms[i].Properties = map[string]any{}
+			}
+			ms[i].Properties[PossibleDuplicateProperty] = "true"
 		}
 	}
 	l, err := s.conn.awaitLink(ctx)

@@ -30,7 +30,7 @@ func TestBadInput_MessageOverMaxSizeIsRefused(t *testing.T) {
 	p := mustProducer(t, s, "big")
 	_, err := p.Send(ctx, &client.Message{Body: make([]byte, 1025)})
 	wantErr(t, "1025-byte body", err, client.ErrMessageTooLarge)
-	_, err = p.Send(ctx, &client.Message{Body: make([]byte, 1000), Properties: map[string]string{"k": strings.Repeat("v", 30)}})
+	_, err = p.Send(ctx, &client.Message{Body: make([]byte, 1000), Properties: map[string]any{"k": strings.Repeat("v", 30)}})
 	wantErr(t, "body and properties over the limit", err, client.ErrMessageTooLarge)
 	// One bad message fails its whole batch.
 	_, err = p.SendBatch(ctx, []*client.Message{{Body: []byte("fine")}, {Body: make([]byte, 2000)}})
@@ -253,6 +253,10 @@ func TestBadInput_MalformedSendRequests(t *testing.T) {
 		{"second message bad", &clientpb.SendRequest{Destination: "raw", Messages: []*clientpb.Message{{Body: []byte("ok")}, {Body: []byte("x"), Priority: 10}}}, client.ErrInvalidArgument},
 		{"too many messages", &clientpb.SendRequest{Destination: "raw", Messages: make([]*clientpb.Message, MaxSendBatch+1)}, client.ErrMalformed},
 		{"empty destination", &clientpb.SendRequest{Messages: []*clientpb.Message{{Body: []byte("x")}}}, client.ErrInvalidName},
+		{"typed property without a value", &clientpb.SendRequest{Destination: "raw", Messages: []*clientpb.Message{{TypedProperties: map[string]*clientpb.PropertyValue{"n": {}}}}}, client.ErrInvalidArgument},
+		{"property both string and typed", &clientpb.SendRequest{Destination: "raw", Messages: []*clientpb.Message{{Properties: map[string]string{"n": "1"},
+			TypedProperties: map[string]*clientpb.PropertyValue{"n": {Value: &clientpb.PropertyValue_Int{Int: 1}}}}}}, client.ErrInvalidArgument},
+		{"correlation id over 256 bytes", &clientpb.SendRequest{Destination: "raw", Messages: []*clientpb.Message{{CorrelationId: strings.Repeat("c", 257)}}}, client.ErrInvalidArgument},
 	}
 	for i := range cases[8].req.Messages {
 		cases[8].req.Messages[i] = &clientpb.Message{Body: []byte("x")}

@@ -20,7 +20,7 @@ func TestPoison_MaxDeliveriesMovesTheMessageToTheDLQ(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := mustSession(t, dial(t, n), client.ClientAck)
-	sent := &client.Message{Body: []byte("poison"), Properties: map[string]string{"order": "42"}}
+	sent := &client.Message{Body: []byte("poison"), Properties: map[string]any{"order": "42"}}
 	if _, err := mustProducer(t, s, "pq").Send(ctx, sent); err != nil {
 		t.Fatal(err)
 	}

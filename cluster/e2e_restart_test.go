@@ -196,7 +196,7 @@ func TestRestart_MessageFieldsSurvive(t *testing.T) {
 	if err := p.SetTimeToLive(time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	r, err := p.Send(ctx, &client.Message{Body: []byte("body"), Properties: map[string]string{"k": "v"}})
+	r, err := p.Send(ctx, &client.Message{Body: []byte("body"), Properties: map[string]any{"k": "v"}})
 	if err != nil {
 		t.Fatal(err)
 	}

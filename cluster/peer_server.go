@@ -6,6 +6,8 @@ import (
 	"io"
 	"sync"
 
+	"github.com/cairnmq/cairn/fsm/selector"
+
 	"github.com/cairnmq/cairn/destination"
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/member"
@@ -96,6 +98,10 @@ func (s *peerService) Consume(stream peerpb.PeerService_ConsumeServer) error {
 	if a == nil {
 		return stream.Send(&peerpb.ConsumeEvent{Event: &peerpb.ConsumeEvent_Gone{Gone: &peerpb.Error{Code: codeUnavailable, Message: "the first request must be Attach"}}})
 	}
+	sel, err := selector.Parse(a.Selector)
+	if err != nil {
+		return stream.Send(&peerpb.ConsumeEvent{Event: &peerpb.ConsumeEvent_Gone{Gone: peerErrorOf(s.n, a.Member, err)}})
+	}
 	r, ok := s.n.groups.replica(a.Member)
 	if !ok || !r.Leading() {
 		return stream.Send(&peerpb.ConsumeEvent{Event: &peerpb.ConsumeEvent_Gone{Gone: s.n.notHosting(a.Member)}})
@@ -107,7 +113,7 @@ func (s *peerService) Consume(stream peerpb.PeerService_ConsumeServer) error {
 	go func() { writeErr <- out.Run(ctx, stream.Send) }()
 	gone := make(chan error, 1)
 	c := &member.Consumer{
-		ID: a.Consumer, Session: a.Session,
+		ID: a.Consumer, Session: a.Session, Selector: sel,
 		Push: func(ds []fsm.Delivery) bool { return out.Push(deliveryEvents(ds, s.n.maxWire())...) },
 		Gone: func(err error) {
 			select {

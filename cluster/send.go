@@ -51,12 +51,9 @@ func (n *Node) validateSend(req *clientpb.SendRequest) error {
 		if what == "" {
 			what = fmt.Sprintf("%d of the request", i)
 		}
-		size := len(m.Body)
-		for k, v := range m.Properties {
-			if k == "" {
-				return fmt.Errorf("%w: message %s has a property with an empty name", transport.ErrInvalidArgument, what)
-			}
-			size += len(k) + len(v)
+		size, err := frontend.MessageSize(m, what)
+		if err != nil {
+			return err
 		}
 		switch {
 		case size > n.cfg.MaxMessageBytes:
@@ -64,7 +61,7 @@ func (n *Node) validateSend(req *clientpb.SendRequest) error {
 		case proto.Size(m) > transport.MaxEncodedMessage(n.maxWire()):
 			// Its delivery would not fit a frame of its own: many short
 			// properties cost more on the wire than their text.
-			return fmt.Errorf("%w: message %s is %d bytes encoded, with its %d properties; this node delivers messages of at most %d encoded bytes", transport.ErrMessageTooLarge, what, proto.Size(m), len(m.Properties), transport.MaxEncodedMessage(n.maxWire()))
+			return fmt.Errorf("%w: message %s is %d bytes encoded, with its %d properties; this node delivers messages of at most %d encoded bytes", transport.ErrMessageTooLarge, what, proto.Size(m), len(m.Properties)+len(m.TypedProperties), transport.MaxEncodedMessage(n.maxWire()))
 		case m.Priority > fsm.MaxPriority:
 			return fmt.Errorf("%w: message %s has priority %d; priorities go from 0 to %d", transport.ErrInvalidArgument, what, m.Priority, fsm.MaxPriority)
 		case m.TtlMs < 0 || m.ExpirationUnixMs < 0:
@@ -73,6 +70,8 @@ func (n *Node) validateSend(req *clientpb.SendRequest) error {
 			return fmt.Errorf("%w: message %s has a time to live or expiration beyond the year 2200", transport.ErrInvalidArgument, what)
 		case len(m.Id) > MaxIDLength || len(m.DedupId) > MaxIDLength:
 			return fmt.Errorf("%w: message %s has an id or dedup id over %d bytes", transport.ErrInvalidArgument, what, MaxIDLength)
+		case len(m.CorrelationId) > MaxIDLength || len(m.Type) > MaxIDLength || len(m.ReplyTo) > MaxIDLength:
+			return fmt.Errorf("%w: message %s has a correlation id, type or reply-to over %d bytes", transport.ErrInvalidArgument, what, MaxIDLength)
 		}
 	}
 	return nil
@@ -122,7 +121,10 @@ func (n *Node) buildMessages(d *fsmpb.Destination, req *clientpb.SendRequest) (m
 	msgs = make([]*fsmpb.Message, len(req.Messages))
 	idempotent = true
 	for i, m := range req.Messages {
-		fm := &fsmpb.Message{Id: m.Id, Body: m.Body, Properties: m.Properties, Priority: DefaultPriority, DedupId: m.DedupId}
+		fm := &fsmpb.Message{
+			Id: m.Id, Body: m.Body, Properties: m.Properties, Priority: DefaultPriority, DedupId: m.DedupId,
+			TypedProperties: frontend.StoredProperties(m.TypedProperties), CorrelationId: m.CorrelationId, Type: m.Type, ReplyTo: m.ReplyTo,
+		}
 		if fm.Id == "" {
 			fm.Id = "ID:" + newID(16)
 		}

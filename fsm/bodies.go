@@ -224,7 +224,8 @@ func (m *Member) bodyRemoved(r ref, rec *record) {
 }
 
 // WithBody returns a copy of msg with body in place of its own; the copy
-// shares msg's properties, which the state never modifies.
+// shares msg's properties, which the state never modifies. A field added to
+// Message is copied by setWithBody too (TestWithBody_CopiesEveryOtherField).
 func WithBody(msg *fsmpb.Message, body []byte) *fsmpb.Message {
 	out := new(fsmpb.Message)
 	setWithBody(out, msg, body)
@@ -247,4 +248,8 @@ func setWithBody(dst, msg *fsmpb.Message, body []byte) {
 	dst.EnqueuedAt = msg.EnqueuedAt
 	dst.DeliveryCount = msg.DeliveryCount
 	dst.Redelivered = msg.Redelivered
+	dst.TypedProperties = msg.TypedProperties
+	dst.CorrelationId = msg.CorrelationId
+	dst.Type = msg.Type
+	dst.ReplyTo = msg.ReplyTo
 }

@@ -24,6 +24,9 @@ func TestWithBody_CopiesEveryOtherField(t *testing.T) {
 	for i := range fields.Len() {
 		fd := fields.Get(i)
 		switch {
+		case fd.IsMap() && fd.MapValue().Kind() == protoreflect.MessageKind:
+			v := &fsmpb.PropertyValue{Value: &fsmpb.PropertyValue_Int{Int: 5}}
+			r.Mutable(fd).Map().Set(protoreflect.ValueOfString("k").MapKey(), protoreflect.ValueOfMessage(v.ProtoReflect()))
 		case fd.IsMap():
 			r.Mutable(fd).Map().Set(protoreflect.ValueOfString("k").MapKey(), protoreflect.ValueOfString("v"))
 		case fd.Kind() == protoreflect.StringKind:

@@ -158,11 +158,15 @@ func (m *Member) Apply(index uint64, data []byte) ([]Result, error) {
 func (m *Member) Applied() uint64 { return m.applied }
 
 // MessageSize is what a message counts against a member's byte limit: its
-// body and properties.
+// body, its properties (a typed value as 8 bytes) and the headers its
+// sender set.
 func MessageSize(msg *fsmpb.Message) int64 {
-	n := int64(len(msg.Body))
+	n := int64(len(msg.Body) + len(msg.CorrelationId) + len(msg.Type) + len(msg.ReplyTo))
 	for k, v := range msg.Properties {
 		n += int64(len(k) + len(v))
+	}
+	for k := range msg.TypedProperties {
+		n += int64(len(k) + 8)
 	}
 	return n
 }

@@ -131,6 +131,32 @@ func (m *Member) ScanPending(now int64, fn func(id []byte) bool) {
 	}
 }
 
+// ScanPendingMessages is ScanPending for a caller that reads the messages
+// (a selector): fn gets each message, lent as the id is (valid until fn
+// returns; its body may be put away), and must not modify it.
+func (m *Member) ScanPendingMessages(now int64, fn func(msg *fsmpb.Message) bool) {
+	var inline fsmpb.Message // the messages records hold alone, one at a time
+	for p := MaxPriority; p >= 0; p-- {
+		more := true
+		m.pending[p].Ascend(func(it item) bool {
+			rec := m.rec(it.r)
+			if rec.expiredAt(now) {
+				return true
+			}
+			if rec.has(flagFull) {
+				more = fn(m.full(it.r))
+			} else {
+				setFromRecord(&inline, rec)
+				more = fn(&inline)
+			}
+			return more
+		})
+		if !more {
+			return
+		}
+	}
+}
+
 // ExpiredBy lists up to limit ids of messages whose expiration is at or
 // before now, earliest first.
 func (m *Member) ExpiredBy(now int64, limit int) []string {

@@ -297,7 +297,8 @@ func (m *Member) unindex(r ref) {
 // empty, or the dedup id its id, and the id fits.
 func holdsWhole(msg *fsmpb.Message) bool {
 	return len(msg.Id) <= maxInlineID && len(msg.Body) == 0 && len(msg.Properties) == 0 && (msg.DedupId == "" || msg.DedupId == msg.Id) &&
-		msg.DeliveryCount == 0 && !msg.Redelivered && len(msg.ProtoReflect().GetUnknown()) == 0
+		msg.DeliveryCount == 0 && !msg.Redelivered && len(msg.TypedProperties) == 0 &&
+		msg.CorrelationId == "" && msg.Type == "" && msg.ReplyTo == "" && len(msg.ProtoReflect().GetUnknown()) == 0
 }
 
 // newRecord stores msg in a new record with sequence seq, indexed by id,

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/cairnmq/cairn/fsm/selector"
+
 	"github.com/cairnmq/cairn/fsm"
 )
 
@@ -13,6 +15,9 @@ type Consumer struct {
 	// ID is unique among the member's consumers.
 	ID      string
 	Session string
+	// Selector, if set, keeps from the consumer the messages it does not
+	// select: they wait for another consumer.
+	Selector *selector.Selector
 	// Push hands committed deliveries to the consumer's connection, in order.
 	// It must not block. It returns false if the consumer is gone; the
 	// deliveries then go back to pending, marked redelivered.

@@ -46,6 +46,10 @@ type dealer struct {
 	room  []int
 	want  int // room left in all
 	k     int
+	// selective: a consumer with room has a selector, so each message is
+	// read (fields) to choose who may take it.
+	selective bool
+	fields    fsm.MessageFields
 }
 
 // newDealerLocked returns nil when no consumer has credit. r.mu is held.
@@ -59,6 +63,7 @@ func (r *Replica) newDealerLocked() *dealer {
 			d.picks = append(d.picks, pick{c: c})
 			d.room = append(d.room, room)
 			d.want += room
+			d.selective = d.selective || c.Selector != nil
 		}
 	}
 	if len(d.picks) == 0 {
@@ -68,17 +73,27 @@ func (r *Replica) newDealerLocked() *dealer {
 	return d
 }
 
-// deal gives id to the next consumer with room; it reports whether any
-// room is left.
-func (d *dealer) deal(id string) bool {
-	for d.room[d.k%len(d.picks)] == 0 {
-		d.k++
+// deal gives the message id to the next consumer with room that selects
+// it (none may: it then stays pending); it reports whether any room is
+// left. msg is the message, read only by a selective dealer (nil else).
+func (d *dealer) deal(id string, msg *fsmpb.Message) bool {
+	if d.selective {
+		d.fields.Reset(msg)
 	}
-	i := d.k % len(d.picks)
-	d.picks[i].ids = append(d.picks[i].ids, id)
-	d.room[i]--
-	d.want--
-	d.k++
+	for j := range len(d.picks) {
+		i := (d.k + j) % len(d.picks)
+		if d.room[i] == 0 {
+			continue
+		}
+		if sel := d.picks[i].c.Selector; sel != nil && !sel.Match(d.fields.Get) {
+			continue
+		}
+		d.picks[i].ids = append(d.picks[i].ids, id)
+		d.room[i]--
+		d.want--
+		d.k = i + 1
+		break
+	}
 	return d.want > 0
 }
 
@@ -124,11 +139,20 @@ func (r *Replica) dispatchOnce() bool {
 		return false
 	}
 	r.host.fsm.read(r.key, func(m *fsm.Member) {
+		if d.selective {
+			m.ScanPendingMessages(now, func(msg *fsmpb.Message) bool {
+				if _, busy := r.reserved[msg.Id]; busy {
+					return true
+				}
+				return d.deal(msg.Id, msg)
+			})
+			return
+		}
 		m.ScanPending(now, func(id []byte) bool {
 			if _, busy := r.reserved[string(id)]; busy {
 				return true
 			}
-			return d.deal(string(id))
+			return d.deal(string(id), nil)
 		})
 	})
 	picks := r.reserveLocked(d)
@@ -212,14 +236,15 @@ func (r *Replica) dealLocked(c *fsmpb.Enqueue) (picks []pick, left []*fsmpb.Mess
 			for _, u := range r.undealt {
 				for _, m := range u.msgs {
 					if d.want > 0 && int(m.Priority) == p && free(m) {
-						d.deal(m.Id)
+						d.deal(m.Id, m)
 					}
 				}
 			}
 			for i, m := range c.Messages {
 				if d.want > 0 && int(m.Priority) == p && free(m) {
-					d.deal(m.Id)
-					dealt[i] = true
+					before := d.want
+					d.deal(m.Id, m)
+					dealt[i] = d.want < before
 				}
 			}
 		}

@@ -232,6 +232,32 @@ func TestCLITour(t *testing.T) {
 	}
 }
 
+// TestCLISelectors sends typed properties with --property and receives
+// with --selector: only the selected messages come, with their properties
+// in --json by type; the others stay pending.
+func TestCLISelectors(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	s.start()
+	s.ok("send", "orders", "--body", "heavy blue", "--property", "color=blue", "--property", "weight:int=3000", "--property", "rush:bool=true", "--property", "ratio:float=0.5")
+	s.ok("send", "orders", "--body", "light blue", "--property", "color=blue", "--property", "weight:int=10")
+	s.ok("send", "orders", "--body", "plain")
+	r := s.ok("receive", "orders", "--selector", "color = 'blue' AND weight > 2500", "--count", "3", "--timeout", "2s", "--json")
+	lines := jsonLines(t, r.stdout)
+	if len(lines) != 1 || lines[0]["body"] != "heavy blue" {
+		t.Fatalf("receive --selector: %d lines, want the heavy blue one only:\n%s", len(lines), r.stdout)
+	}
+	want := map[string]any{"color": "blue", "weight": float64(3000), "rush": true, "ratio": 0.5}
+	if got, _ := lines[0]["properties"].(map[string]any); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("properties %v, want %v", lines[0]["properties"], want)
+	}
+	s.showJSON("orders", 2, 0)
+	r = s.ok("receive", "orders", "--selector", "weight IS NULL", "--timeout", "5s", "--json")
+	if lines := jsonLines(t, r.stdout); len(lines) != 1 || lines[0]["body"] != "plain" || lines[0]["properties"] != nil {
+		t.Fatalf("receive --selector 'weight IS NULL': want the plain message, without properties:\n%s", r.stdout)
+	}
+}
+
 func decodeArray(t *testing.T, out string) []any {
 	t.Helper()
 	v := jsonValue(t, out)
@@ -272,6 +298,10 @@ func TestCLIErrors(t *testing.T) {
 		{"update without a change", []string{"queue", "update", "orders"}, "--replicas"},
 		{"update to 0 replicas", []string{"queue", "update", "orders", "--replicas", "0"}, "at least 1"},
 		{"more replicas than nodes", []string{"queue", "update", "orders", "--replicas", "3"}, "live nodes"},
+		{"property without a value", []string{"send", "orders", "--property", "color"}, "key=value"},
+		{"property of an unknown type", []string{"send", "orders", "--property", "n:long=5"}, `unknown type "long"`},
+		{"property not of its type", []string{"send", "orders", "--property", "n:int=five"}, "is not an int"},
+		{"malformed selector", []string{"receive", "orders", "--selector", "color = ", "--timeout", "10s"}, "invalid selector at position 9"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			line, _ := mustFail(t, nil, append([]string{"--server", s.addrs.client}, c.args...)...)

@@ -28,6 +28,9 @@ var (
 	ErrMessageTooLarge = errors.New("cairn: message too large")
 	// ErrInvalidArgument: a field is out of range (priority over 9, negative ttl).
 	ErrInvalidArgument = errors.New("cairn: invalid argument")
+	// ErrInvalidSelector: a message selector does not parse; the text names
+	// the position. It is an ErrInvalidArgument.
+	ErrInvalidSelector = fmt.Errorf("%w: invalid selector", ErrInvalidArgument)
 	// ErrMalformed: a request lacks what it needs or makes no sense.
 	ErrMalformed = errors.New("cairn: malformed request")
 	// ErrDestinationFull: the destination holds its maximum size.
@@ -72,6 +75,8 @@ var reasons = []struct {
 	{ErrDestinationExists, "DESTINATION_EXISTS", codes.AlreadyExists},
 	{ErrInvalidName, "INVALID_NAME", codes.InvalidArgument},
 	{ErrMessageTooLarge, "MESSAGE_TOO_LARGE", codes.InvalidArgument},
+	// Before ErrInvalidArgument, which it wraps.
+	{ErrInvalidSelector, "INVALID_SELECTOR", codes.InvalidArgument},
 	{ErrInvalidArgument, "INVALID_ARGUMENT", codes.InvalidArgument},
 	{ErrMalformed, "MALFORMED_REQUEST", codes.InvalidArgument},
 	{ErrDestinationFull, "DESTINATION_FULL", codes.ResourceExhausted},

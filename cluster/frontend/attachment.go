@@ -285,7 +285,7 @@ func (l localLink) Close()      { l.r.RemoveConsumer(l.id) }
 
 func (a *attachment) attachLocal(r *member.Replica, gen uint64, credit int, pushed uint64) (Link, error) {
 	to := linkOf{a, gen}
-	c := &member.Consumer{ID: a.k.id, Session: a.session, Push: to.Push, Gone: to.Ended}
+	c := &member.Consumer{ID: a.k.id, Session: a.session, Selector: a.k.selector, Push: to.Push, Gone: to.Ended}
 	if err := r.AttachConsumer(c, credit, pushed); err != nil {
 		return nil, err
 	}
@@ -297,6 +297,7 @@ func (a *attachment) attachLocal(r *member.Replica, gen uint64, credit int, push
 func (a *attachment) attachRemote(node string, gen uint64, credit int, pushed uint64) (Link, error) {
 	return a.n.AttachRemote(node, &peerpb.Attach{
 		Member: a.member, Consumer: a.k.id, Session: a.session, Credit: uint32(max(credit, 0)), PushedUpTo: pushed,
+		Selector: a.k.selector.String(),
 	}, linkOf{a, gen})
 }
 

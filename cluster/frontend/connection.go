@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cairnmq/cairn/fsm/selector"
+
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 	"github.com/cairnmq/cairn/transport"
@@ -89,6 +91,9 @@ type consumer struct {
 	member  string
 	att     *attachment
 	closed  bool
+	// selector, if set, keeps from the consumer the messages it does not
+	// select; its host evaluates it.
+	selector *selector.Selector
 }
 
 // detach stops deliveries to the consumer; c.mu is held.

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cairnmq/cairn/fsm/selector"
+
 	"github.com/cairnmq/cairn/destination"
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
@@ -33,6 +35,11 @@ func (c *connection) createConsumer(requestID uint64, op *clientpb.CreateConsume
 	if prefetch == 0 {
 		prefetch = DefaultPrefetch
 	}
+	sel, err := selector.Parse(op.Selector)
+	if err != nil {
+		c.reply(requestID, fmt.Errorf("%w: %v", transport.ErrInvalidSelector, err), nil)
+		return
+	}
 	c.mu.Lock()
 	s, err := c.session(op.Session)
 	switch {
@@ -44,7 +51,7 @@ func (c *connection) createConsumer(requestID uint64, op *clientpb.CreateConsume
 	}
 	var k *consumer
 	if err == nil {
-		k = &consumer{no: op.Consumer, id: fmt.Sprintf("%s/c%d", c.id, op.Consumer), session: s}
+		k = &consumer{no: op.Consumer, id: fmt.Sprintf("%s/c%d", c.id, op.Consumer), session: s, selector: sel}
 		s.consumers[k.no] = k
 		c.consumers[k.no] = k
 	}
@@ -116,12 +123,7 @@ func (c *connection) push(k *consumer, ds []fsm.Delivery) bool {
 	msgs := make([]*clientpb.Delivery, len(ds))
 	dest, _, _ := fsm.ParseAddress(k.member)
 	for i, d := range ds {
-		m := d.Message
-		msgs[i] = &clientpb.Delivery{
-			Member: k.member, DeliveryId: d.DeliveryID, Id: m.Id, Body: m.Body, Properties: m.Properties,
-			Priority: m.Priority, ExpirationUnixMs: nsToMs(m.Expiration), Redelivered: d.Redelivered,
-			DeliveryCount: d.DeliveryCount, TimestampUnixMs: nsToMs(m.EnqueuedAt), Destination: dest,
-		}
+		msgs[i] = delivery(k.member, dest, d)
 	}
 	runs := transport.Batches(msgs, c.n.MaxWire())
 	frames := make([]*clientpb.ServerFrame, len(runs))

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 
+	"github.com/cairnmq/cairn/fsm/selector"
+
 	"github.com/cairnmq/cairn/destination"
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/member"
@@ -26,6 +28,7 @@ var clientErrors = []struct{ from, to error }{
 	{fsm.ErrInvalidSettings, transport.ErrInvalidArgument},
 	{fsm.ErrDuplicateMessageID, transport.ErrInvalidArgument},
 	{fsm.ErrMalformed, transport.ErrMalformed},
+	{selector.ErrInvalid, transport.ErrInvalidSelector},
 	{fsm.ErrUnknownSession, transport.ErrLostServer},
 	{fsm.ErrSessionOwned, transport.ErrLostServer},
 	{destination.ErrNotSent, transport.ErrUnavailable}, // member.ErrNotLeader, member.ErrBusy

@@ -13,13 +13,13 @@ import (
 
 // receiveLine is one line of `cairn receive --json`.
 type receiveLine struct {
-	ID            string            `json:"id"`
-	Member        string            `json:"member"`
-	Body          string            `json:"body"`
-	Redelivered   bool              `json:"redelivered"`
-	DeliveryCount int               `json:"delivery_count"`
-	Priority      int               `json:"priority"`
-	Properties    map[string]string `json:"properties,omitempty"`
+	ID            string         `json:"id"`
+	Member        string         `json:"member"`
+	Body          string         `json:"body"`
+	Redelivered   bool           `json:"redelivered"`
+	DeliveryCount int            `json:"delivery_count"`
+	Priority      int            `json:"priority"`
+	Properties    map[string]any `json:"properties,omitempty"`
 }
 
 func receiveCmd() *cobra.Command {
@@ -28,6 +28,7 @@ func receiveCmd() *cobra.Command {
 		ack       string
 		timeout   time.Duration
 		asJSON    bool
+		selector  string
 		reconnect *string
 	)
 	cmd := &cobra.Command{
@@ -42,8 +43,15 @@ An error that reconnecting cannot get past ends it at once, with status 1.
 --ack none     never acknowledge: on exit the messages return to the queue,
                marked redelivered
 
+--selector takes a JMS message selector: only the messages it selects are
+received (the member's host chooses them), for example
+  --selector "color = 'blue' AND weight > 2500"
+  --selector "JMSPriority >= 7 OR region IN ('eu', 'us')"
+It reads the properties and the headers JMSPriority, JMSMessageID,
+JMSTimestamp, JMSCorrelationID, JMSType and JMSDeliveryMode.
+
 With --json each message prints one line:
-  {"id":"...","member":"orders#0","body":"...","redelivered":false,"delivery_count":1,"priority":4}
+  {"id":"...","member":"orders#0","body":"...","redelivered":false,"delivery_count":1,"priority":4,"properties":{"color":"blue","weight":3000}}
 
 When its node is lost, receive reconnects to another node and goes on
 (--reconnect all, the default). Messages it held unacknowledged then come
@@ -82,7 +90,7 @@ reconnect reports that on stderr, and receive goes on.`,
 			if err != nil {
 				return err
 			}
-			k, err := s.Consumer(ctx, args[0], client.WithLimit(count))
+			k, err := s.Consumer(ctx, args[0], client.WithLimit(count), client.WithSelector(selector))
 			if err != nil {
 				return err
 			}
@@ -128,6 +136,7 @@ reconnect reports that on stderr, and receive goes on.`,
 	f.StringVar(&ack, "ack", "auto", "auto, client or none")
 	f.DurationVar(&timeout, "timeout", 0, "bound on the whole command, e.g. 5s (0: wait for --count messages)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON line per message")
+	f.StringVar(&selector, "selector", "", "receive only the messages this JMS selector selects, e.g. \"color = 'blue'\"")
 	reconnect = reconnectFlag(cmd, client.ReconnectAll)
 	return cmd
 }

@@ -43,6 +43,7 @@ func sendCmd() *cobra.Command {
 		idempotent bool
 		asJSON     bool
 		reconnect  *string
+		property   *[]string
 	)
 	cmd := &cobra.Command{
 		Use:   "send DEST",
@@ -51,7 +52,9 @@ func sendCmd() *cobra.Command {
 quorum of its member's replicas. The body is --body, or --size bytes of
 filler, or "message N" when neither is given. With --dedup-id and --count
 over 1, message N gets the dedup id ID-N. With --idempotent every message
-without one gets its message id as its dedup id.
+without one gets its message id as its dedup id. Each --property sets a
+property on every message: key=value is a string, key:int=5, key:float=2.5
+and key:bool=true are typed (consumers' selectors compare them as such).
 
 With --json each message prints one line:
   {"id":"...","member":"orders#0","outcome":"ok|unknown|error","error":""}
@@ -74,6 +77,10 @@ otherwise.`,
 			}
 			if size < 0 {
 				return fmt.Errorf("--size %d is negative", size)
+			}
+			props, err := parseProperties(*property)
+			if err != nil {
+				return err
 			}
 			ctx := cmd.Context()
 			opts, err := dialOptions(*reconnect)
@@ -103,7 +110,7 @@ otherwise.`,
 			out := newJSONLines(cmd.OutOrStdout())
 			members := map[string]int{}
 			for i := 1; i <= count; i++ {
-				m := &client.Message{Body: messageBody(cmd, body, size, i)}
+				m := &client.Message{Body: messageBody(cmd, body, size, i), Properties: props}
 				if dedupID != "" {
 					m.DedupID = dedupID
 					if count > 1 {
@@ -152,6 +159,7 @@ otherwise.`,
 	f.IntVar(&priority, "priority", 4, "priority, 0 (lowest) to 9 (highest)")
 	f.StringVar(&dedupID, "dedup-id", "", "duplicate-detection id")
 	f.BoolVar(&idempotent, "idempotent", false, "give each message without --dedup-id its message id as dedup id, so a send of unknown outcome is resent safely")
+	property = propertyFlag(cmd)
 	reconnect = reconnectFlag(cmd, client.ReconnectProducer)
 	f.BoolVar(&asJSON, "json", false, "print one JSON line per message")
 	return cmd

@@ -434,6 +434,14 @@ type Message struct {
 	// message from a producer has neither.
 	DeliveryCount uint32 `protobuf:"varint,8,opt,name=delivery_count,json=deliveryCount,proto3" json:"delivery_count,omitempty"`
 	Redelivered   bool   `protobuf:"varint,9,opt,name=redelivered,proto3" json:"redelivered,omitempty"`
+	// typed_properties are the properties of another type than string
+	// (those are in properties); a name is in one map or the other.
+	TypedProperties map[string]*PropertyValue `protobuf:"bytes,10,rep,name=typed_properties,json=typedProperties,proto3" json:"typed_properties,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The JMS headers a sender sets: JMSCorrelationID, JMSType, JMSReplyTo
+	// (a destination's name).
+	CorrelationId string `protobuf:"bytes,11,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
+	Type          string `protobuf:"bytes,12,opt,name=type,proto3" json:"type,omitempty"`
+	ReplyTo       string `protobuf:"bytes,13,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -531,6 +539,133 @@ func (x *Message) GetRedelivered() bool {
 	return false
 }
 
+func (x *Message) GetTypedProperties() map[string]*PropertyValue {
+	if x != nil {
+		return x.TypedProperties
+	}
+	return nil
+}
+
+func (x *Message) GetCorrelationId() string {
+	if x != nil {
+		return x.CorrelationId
+	}
+	return ""
+}
+
+func (x *Message) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *Message) GetReplyTo() string {
+	if x != nil {
+		return x.ReplyTo
+	}
+	return ""
+}
+
+// PropertyValue is the value of a property that is not a string.
+type PropertyValue struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Value:
+	//
+	//	*PropertyValue_Int
+	//	*PropertyValue_Float
+	//	*PropertyValue_Bool
+	Value         isPropertyValue_Value `protobuf_oneof:"value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PropertyValue) Reset() {
+	*x = PropertyValue{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PropertyValue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PropertyValue) ProtoMessage() {}
+
+func (x *PropertyValue) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PropertyValue.ProtoReflect.Descriptor instead.
+func (*PropertyValue) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PropertyValue) GetValue() isPropertyValue_Value {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *PropertyValue) GetInt() int64 {
+	if x != nil {
+		if x, ok := x.Value.(*PropertyValue_Int); ok {
+			return x.Int
+		}
+	}
+	return 0
+}
+
+func (x *PropertyValue) GetFloat() float64 {
+	if x != nil {
+		if x, ok := x.Value.(*PropertyValue_Float); ok {
+			return x.Float
+		}
+	}
+	return 0
+}
+
+func (x *PropertyValue) GetBool() bool {
+	if x != nil {
+		if x, ok := x.Value.(*PropertyValue_Bool); ok {
+			return x.Bool
+		}
+	}
+	return false
+}
+
+type isPropertyValue_Value interface {
+	isPropertyValue_Value()
+}
+
+type PropertyValue_Int struct {
+	Int int64 `protobuf:"varint,1,opt,name=int,proto3,oneof"`
+}
+
+type PropertyValue_Float struct {
+	Float float64 `protobuf:"fixed64,2,opt,name=float,proto3,oneof"`
+}
+
+type PropertyValue_Bool struct {
+	Bool bool `protobuf:"varint,3,opt,name=bool,proto3,oneof"`
+}
+
+func (*PropertyValue_Int) isPropertyValue_Value() {}
+
+func (*PropertyValue_Float) isPropertyValue_Value() {}
+
+func (*PropertyValue_Bool) isPropertyValue_Value() {}
+
 // Enqueue appends messages to the member. now (Unix ns, leader's clock) ages
 // the duplicate-detection window.
 type Enqueue struct {
@@ -543,7 +678,7 @@ type Enqueue struct {
 
 func (x *Enqueue) Reset() {
 	*x = Enqueue{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -555,7 +690,7 @@ func (x *Enqueue) String() string {
 func (*Enqueue) ProtoMessage() {}
 
 func (x *Enqueue) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -568,7 +703,7 @@ func (x *Enqueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Enqueue.ProtoReflect.Descriptor instead.
 func (*Enqueue) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{5}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Enqueue) GetNow() int64 {
@@ -598,7 +733,7 @@ type Deliver struct {
 
 func (x *Deliver) Reset() {
 	*x = Deliver{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -610,7 +745,7 @@ func (x *Deliver) String() string {
 func (*Deliver) ProtoMessage() {}
 
 func (x *Deliver) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -623,7 +758,7 @@ func (x *Deliver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deliver.ProtoReflect.Descriptor instead.
 func (*Deliver) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Deliver) GetSession() string {
@@ -660,7 +795,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -672,7 +807,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -685,7 +820,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Ack) GetSession() string {
@@ -730,7 +865,7 @@ type Recover struct {
 
 func (x *Recover) Reset() {
 	*x = Recover{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -742,7 +877,7 @@ func (x *Recover) String() string {
 func (*Recover) ProtoMessage() {}
 
 func (x *Recover) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -755,7 +890,7 @@ func (x *Recover) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Recover.ProtoReflect.Descriptor instead.
 func (*Recover) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Recover) GetSession() string {
@@ -791,7 +926,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -803,7 +938,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -816,7 +951,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Release) GetSession() string {
@@ -854,7 +989,7 @@ type Return struct {
 
 func (x *Return) Reset() {
 	*x = Return{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -866,7 +1001,7 @@ func (x *Return) String() string {
 func (*Return) ProtoMessage() {}
 
 func (x *Return) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -879,7 +1014,7 @@ func (x *Return) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Return.ProtoReflect.Descriptor instead.
 func (*Return) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Return) GetSession() string {
@@ -930,7 +1065,7 @@ type Move struct {
 
 func (x *Move) Reset() {
 	*x = Move{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -942,7 +1077,7 @@ func (x *Move) String() string {
 func (*Move) ProtoMessage() {}
 
 func (x *Move) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -955,7 +1090,7 @@ func (x *Move) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Move.ProtoReflect.Descriptor instead.
 func (*Move) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Move) GetTarget() string {
@@ -989,7 +1124,7 @@ type Moved struct {
 
 func (x *Moved) Reset() {
 	*x = Moved{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1136,7 @@ func (x *Moved) String() string {
 func (*Moved) ProtoMessage() {}
 
 func (x *Moved) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1149,7 @@ func (x *Moved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Moved.ProtoReflect.Descriptor instead.
 func (*Moved) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Moved) GetMessageIds() []string {
@@ -1037,7 +1172,7 @@ type Seal struct {
 
 func (x *Seal) Reset() {
 	*x = Seal{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1049,7 +1184,7 @@ func (x *Seal) String() string {
 func (*Seal) ProtoMessage() {}
 
 func (x *Seal) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1062,7 +1197,7 @@ func (x *Seal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Seal.ProtoReflect.Descriptor instead.
 func (*Seal) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Seal) GetSealed() bool {
@@ -1083,7 +1218,7 @@ type Wake struct {
 
 func (x *Wake) Reset() {
 	*x = Wake{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1230,7 @@ func (x *Wake) String() string {
 func (*Wake) ProtoMessage() {}
 
 func (x *Wake) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1243,7 @@ func (x *Wake) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Wake.ProtoReflect.Descriptor instead.
 func (*Wake) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Wake) GetNow() int64 {
@@ -1130,7 +1265,7 @@ type Expire struct {
 
 func (x *Expire) Reset() {
 	*x = Expire{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1142,7 +1277,7 @@ func (x *Expire) String() string {
 func (*Expire) ProtoMessage() {}
 
 func (x *Expire) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1155,7 +1290,7 @@ func (x *Expire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Expire.ProtoReflect.Descriptor instead.
 func (*Expire) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Expire) GetNow() int64 {
@@ -1181,7 +1316,7 @@ type Purge struct {
 
 func (x *Purge) Reset() {
 	*x = Purge{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1193,7 +1328,7 @@ func (x *Purge) String() string {
 func (*Purge) ProtoMessage() {}
 
 func (x *Purge) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1206,7 +1341,7 @@ func (x *Purge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Purge.ProtoReflect.Descriptor instead.
 func (*Purge) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 // OpenSession registers a session before anything is delivered to it.
@@ -1222,7 +1357,7 @@ type OpenSession struct {
 
 func (x *OpenSession) Reset() {
 	*x = OpenSession{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1234,7 +1369,7 @@ func (x *OpenSession) String() string {
 func (*OpenSession) ProtoMessage() {}
 
 func (x *OpenSession) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1247,7 +1382,7 @@ func (x *OpenSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSession.ProtoReflect.Descriptor instead.
 func (*OpenSession) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *OpenSession) GetSession() string {
@@ -1279,7 +1414,7 @@ type Configure struct {
 
 func (x *Configure) Reset() {
 	*x = Configure{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1291,7 +1426,7 @@ func (x *Configure) String() string {
 func (*Configure) ProtoMessage() {}
 
 func (x *Configure) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1304,7 +1439,7 @@ func (x *Configure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Configure.ProtoReflect.Descriptor instead.
 func (*Configure) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Configure) GetSettings() *MemberSettings {
@@ -1348,7 +1483,7 @@ type MemberSettings struct {
 
 func (x *MemberSettings) Reset() {
 	*x = MemberSettings{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1360,7 +1495,7 @@ func (x *MemberSettings) String() string {
 func (*MemberSettings) ProtoMessage() {}
 
 func (x *MemberSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1373,7 +1508,7 @@ func (x *MemberSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberSettings.ProtoReflect.Descriptor instead.
 func (*MemberSettings) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *MemberSettings) GetMaxBytes() int64 {
@@ -1460,7 +1595,7 @@ type MemberPlacement struct {
 
 func (x *MemberPlacement) Reset() {
 	*x = MemberPlacement{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1472,7 +1607,7 @@ func (x *MemberPlacement) String() string {
 func (*MemberPlacement) ProtoMessage() {}
 
 func (x *MemberPlacement) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1485,7 +1620,7 @@ func (x *MemberPlacement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberPlacement.ProtoReflect.Descriptor instead.
 func (*MemberPlacement) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MemberPlacement) GetIndex() uint32 {
@@ -1590,7 +1725,7 @@ type Destination struct {
 
 func (x *Destination) Reset() {
 	*x = Destination{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1602,7 +1737,7 @@ func (x *Destination) String() string {
 func (*Destination) ProtoMessage() {}
 
 func (x *Destination) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1615,7 +1750,7 @@ func (x *Destination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Destination.ProtoReflect.Descriptor instead.
 func (*Destination) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Destination) GetName() string {
@@ -1746,7 +1881,7 @@ type CreateDestination struct {
 
 func (x *CreateDestination) Reset() {
 	*x = CreateDestination{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1758,7 +1893,7 @@ func (x *CreateDestination) String() string {
 func (*CreateDestination) ProtoMessage() {}
 
 func (x *CreateDestination) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1771,7 +1906,7 @@ func (x *CreateDestination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDestination.ProtoReflect.Descriptor instead.
 func (*CreateDestination) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CreateDestination) GetDestination() *Destination {
@@ -1790,7 +1925,7 @@ type DeleteDestination struct {
 
 func (x *DeleteDestination) Reset() {
 	*x = DeleteDestination{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1802,7 +1937,7 @@ func (x *DeleteDestination) String() string {
 func (*DeleteDestination) ProtoMessage() {}
 
 func (x *DeleteDestination) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1815,7 +1950,7 @@ func (x *DeleteDestination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDestination.ProtoReflect.Descriptor instead.
 func (*DeleteDestination) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeleteDestination) GetName() string {
@@ -1842,7 +1977,7 @@ type ResizeDestination struct {
 
 func (x *ResizeDestination) Reset() {
 	*x = ResizeDestination{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1854,7 +1989,7 @@ func (x *ResizeDestination) String() string {
 func (*ResizeDestination) ProtoMessage() {}
 
 func (x *ResizeDestination) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1867,7 +2002,7 @@ func (x *ResizeDestination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeDestination.ProtoReflect.Descriptor instead.
 func (*ResizeDestination) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ResizeDestination) GetName() string {
@@ -1910,7 +2045,7 @@ type SetReplicas struct {
 
 func (x *SetReplicas) Reset() {
 	*x = SetReplicas{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1922,7 +2057,7 @@ func (x *SetReplicas) String() string {
 func (*SetReplicas) ProtoMessage() {}
 
 func (x *SetReplicas) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1935,7 +2070,7 @@ func (x *SetReplicas) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetReplicas.ProtoReflect.Descriptor instead.
 func (*SetReplicas) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SetReplicas) GetName() string {
@@ -1971,7 +2106,7 @@ type RenewMember struct {
 
 func (x *RenewMember) Reset() {
 	*x = RenewMember{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1983,7 +2118,7 @@ func (x *RenewMember) String() string {
 func (*RenewMember) ProtoMessage() {}
 
 func (x *RenewMember) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1996,7 +2131,7 @@ func (x *RenewMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewMember.ProtoReflect.Descriptor instead.
 func (*RenewMember) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RenewMember) GetName() string {
@@ -2039,7 +2174,7 @@ type RemoveMember struct {
 
 func (x *RemoveMember) Reset() {
 	*x = RemoveMember{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2051,7 +2186,7 @@ func (x *RemoveMember) String() string {
 func (*RemoveMember) ProtoMessage() {}
 
 func (x *RemoveMember) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2064,7 +2199,7 @@ func (x *RemoveMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMember.ProtoReflect.Descriptor instead.
 func (*RemoveMember) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RemoveMember) GetName() string {
@@ -2099,7 +2234,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2111,7 +2246,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2124,7 +2259,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Node) GetId() string {
@@ -2188,7 +2323,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2200,7 +2335,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2213,7 +2348,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RegisterNode) GetNode() *Node {
@@ -2234,7 +2369,7 @@ type RemoveNode struct {
 
 func (x *RemoveNode) Reset() {
 	*x = RemoveNode{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2246,7 +2381,7 @@ func (x *RemoveNode) String() string {
 func (*RemoveNode) ProtoMessage() {}
 
 func (x *RemoveNode) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2259,7 +2394,7 @@ func (x *RemoveNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNode.ProtoReflect.Descriptor instead.
 func (*RemoveNode) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RemoveNode) GetId() string {
@@ -2281,7 +2416,7 @@ type DecommissionNode struct {
 
 func (x *DecommissionNode) Reset() {
 	*x = DecommissionNode{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2293,7 +2428,7 @@ func (x *DecommissionNode) String() string {
 func (*DecommissionNode) ProtoMessage() {}
 
 func (x *DecommissionNode) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2306,7 +2441,7 @@ func (x *DecommissionNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNode.ProtoReflect.Descriptor instead.
 func (*DecommissionNode) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DecommissionNode) GetId() string {
@@ -2335,7 +2470,7 @@ type ReplaceReplica struct {
 
 func (x *ReplaceReplica) Reset() {
 	*x = ReplaceReplica{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2347,7 +2482,7 @@ func (x *ReplaceReplica) String() string {
 func (*ReplaceReplica) ProtoMessage() {}
 
 func (x *ReplaceReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2360,7 +2495,7 @@ func (x *ReplaceReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceReplica.ProtoReflect.Descriptor instead.
 func (*ReplaceReplica) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReplaceReplica) GetDestination() string {
@@ -2412,7 +2547,7 @@ type AddReplica struct {
 
 func (x *AddReplica) Reset() {
 	*x = AddReplica{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2424,7 +2559,7 @@ func (x *AddReplica) String() string {
 func (*AddReplica) ProtoMessage() {}
 
 func (x *AddReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2437,7 +2572,7 @@ func (x *AddReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddReplica.ProtoReflect.Descriptor instead.
 func (*AddReplica) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AddReplica) GetDestination() string {
@@ -2475,7 +2610,7 @@ type PreferReplica struct {
 
 func (x *PreferReplica) Reset() {
 	*x = PreferReplica{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2487,7 +2622,7 @@ func (x *PreferReplica) String() string {
 func (*PreferReplica) ProtoMessage() {}
 
 func (x *PreferReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2500,7 +2635,7 @@ func (x *PreferReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreferReplica.ProtoReflect.Descriptor instead.
 func (*PreferReplica) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PreferReplica) GetDestination() string {
@@ -2536,7 +2671,7 @@ type ReplicaCaughtUp struct {
 
 func (x *ReplicaCaughtUp) Reset() {
 	*x = ReplicaCaughtUp{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2548,7 +2683,7 @@ func (x *ReplicaCaughtUp) String() string {
 func (*ReplicaCaughtUp) ProtoMessage() {}
 
 func (x *ReplicaCaughtUp) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2561,7 +2696,7 @@ func (x *ReplicaCaughtUp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaCaughtUp.ProtoReflect.Descriptor instead.
 func (*ReplicaCaughtUp) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReplicaCaughtUp) GetNode() string {
@@ -2590,7 +2725,7 @@ type Rejoining struct {
 
 func (x *Rejoining) Reset() {
 	*x = Rejoining{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2602,7 +2737,7 @@ func (x *Rejoining) String() string {
 func (*Rejoining) ProtoMessage() {}
 
 func (x *Rejoining) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2615,7 +2750,7 @@ func (x *Rejoining) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rejoining.ProtoReflect.Descriptor instead.
 func (*Rejoining) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Rejoining) GetNode() string {
@@ -2655,7 +2790,7 @@ type TxPrepare struct {
 
 func (x *TxPrepare) Reset() {
 	*x = TxPrepare{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2667,7 +2802,7 @@ func (x *TxPrepare) String() string {
 func (*TxPrepare) ProtoMessage() {}
 
 func (x *TxPrepare) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2680,7 +2815,7 @@ func (x *TxPrepare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxPrepare.ProtoReflect.Descriptor instead.
 func (*TxPrepare) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *TxPrepare) GetTx() string {
@@ -2748,7 +2883,7 @@ type TxDecide struct {
 
 func (x *TxDecide) Reset() {
 	*x = TxDecide{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2760,7 +2895,7 @@ func (x *TxDecide) String() string {
 func (*TxDecide) ProtoMessage() {}
 
 func (x *TxDecide) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2773,7 +2908,7 @@ func (x *TxDecide) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxDecide.ProtoReflect.Descriptor instead.
 func (*TxDecide) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *TxDecide) GetTx() string {
@@ -2824,7 +2959,7 @@ type StoredMessage struct {
 
 func (x *StoredMessage) Reset() {
 	*x = StoredMessage{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2836,7 +2971,7 @@ func (x *StoredMessage) String() string {
 func (*StoredMessage) ProtoMessage() {}
 
 func (x *StoredMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2849,7 +2984,7 @@ func (x *StoredMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredMessage.ProtoReflect.Descriptor instead.
 func (*StoredMessage) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StoredMessage) GetMessage() *Message {
@@ -2928,7 +3063,7 @@ type StoredSession struct {
 
 func (x *StoredSession) Reset() {
 	*x = StoredSession{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[40]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2940,7 +3075,7 @@ func (x *StoredSession) String() string {
 func (*StoredSession) ProtoMessage() {}
 
 func (x *StoredSession) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[40]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2953,7 +3088,7 @@ func (x *StoredSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredSession.ProtoReflect.Descriptor instead.
 func (*StoredSession) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{40}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StoredSession) GetId() string {
@@ -2997,7 +3132,7 @@ type DedupRecord struct {
 
 func (x *DedupRecord) Reset() {
 	*x = DedupRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[41]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3009,7 +3144,7 @@ func (x *DedupRecord) String() string {
 func (*DedupRecord) ProtoMessage() {}
 
 func (x *DedupRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[41]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3022,7 +3157,7 @@ func (x *DedupRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupRecord.ProtoReflect.Descriptor instead.
 func (*DedupRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{41}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DedupRecord) GetDedupId() string {
@@ -3068,7 +3203,7 @@ type MemberSnapshot struct {
 
 func (x *MemberSnapshot) Reset() {
 	*x = MemberSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[42]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3080,7 +3215,7 @@ func (x *MemberSnapshot) String() string {
 func (*MemberSnapshot) ProtoMessage() {}
 
 func (x *MemberSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[42]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3093,7 +3228,7 @@ func (x *MemberSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberSnapshot.ProtoReflect.Descriptor instead.
 func (*MemberSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{42}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *MemberSnapshot) GetApplied() uint64 {
@@ -3191,7 +3326,7 @@ type StoredTx struct {
 
 func (x *StoredTx) Reset() {
 	*x = StoredTx{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[43]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3203,7 +3338,7 @@ func (x *StoredTx) String() string {
 func (*StoredTx) ProtoMessage() {}
 
 func (x *StoredTx) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[43]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3216,7 +3351,7 @@ func (x *StoredTx) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredTx.ProtoReflect.Descriptor instead.
 func (*StoredTx) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{43}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *StoredTx) GetTx() string {
@@ -3280,7 +3415,7 @@ type TxDecision struct {
 
 func (x *TxDecision) Reset() {
 	*x = TxDecision{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[44]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3292,7 +3427,7 @@ func (x *TxDecision) String() string {
 func (*TxDecision) ProtoMessage() {}
 
 func (x *TxDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[44]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3305,7 +3440,7 @@ func (x *TxDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxDecision.ProtoReflect.Descriptor instead.
 func (*TxDecision) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{44}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TxDecision) GetTx() string {
@@ -3341,7 +3476,7 @@ type GroupSnapshot struct {
 
 func (x *GroupSnapshot) Reset() {
 	*x = GroupSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[45]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3353,7 +3488,7 @@ func (x *GroupSnapshot) String() string {
 func (*GroupSnapshot) ProtoMessage() {}
 
 func (x *GroupSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[45]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3366,7 +3501,7 @@ func (x *GroupSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupSnapshot.ProtoReflect.Descriptor instead.
 func (*GroupSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{45}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GroupSnapshot) GetApplied() uint64 {
@@ -3400,7 +3535,7 @@ type MetaSnapshot struct {
 
 func (x *MetaSnapshot) Reset() {
 	*x = MetaSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[46]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3412,7 +3547,7 @@ func (x *MetaSnapshot) String() string {
 func (*MetaSnapshot) ProtoMessage() {}
 
 func (x *MetaSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[46]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3425,7 +3560,7 @@ func (x *MetaSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaSnapshot.ProtoReflect.Descriptor instead.
 func (*MetaSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{46}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *MetaSnapshot) GetApplied() uint64 {
@@ -3491,7 +3626,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x06member\x18\x03 \x01(\tR\x06member\"\v\n" +
 	"\tAddMember\"\f\n" +
 	"\n" +
-	"DropMember\"\xf4\x02\n" +
+	"DropMember\"\x82\x05\n" +
 	"\aMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04body\x18\x02 \x01(\fR\x04body\x12E\n" +
@@ -3506,10 +3641,23 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\venqueued_at\x18\a \x01(\x03R\n" +
 	"enqueuedAt\x12%\n" +
 	"\x0edelivery_count\x18\b \x01(\rR\rdeliveryCount\x12 \n" +
-	"\vredelivered\x18\t \x01(\bR\vredelivered\x1a=\n" +
+	"\vredelivered\x18\t \x01(\bR\vredelivered\x12U\n" +
+	"\x10typed_properties\x18\n" +
+	" \x03(\v2*.cairn.fsm.v1.Message.TypedPropertiesEntryR\x0ftypedProperties\x12%\n" +
+	"\x0ecorrelation_id\x18\v \x01(\tR\rcorrelationId\x12\x12\n" +
+	"\x04type\x18\f \x01(\tR\x04type\x12\x19\n" +
+	"\breply_to\x18\r \x01(\tR\areplyTo\x1a=\n" +
 	"\x0fPropertiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"N\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a_\n" +
+	"\x14TypedPropertiesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x121\n" +
+	"\x05value\x18\x02 \x01(\v2\x1b.cairn.fsm.v1.PropertyValueR\x05value:\x028\x01\"Z\n" +
+	"\rPropertyValue\x12\x12\n" +
+	"\x03int\x18\x01 \x01(\x03H\x00R\x03int\x12\x16\n" +
+	"\x05float\x18\x02 \x01(\x01H\x00R\x05float\x12\x14\n" +
+	"\x04bool\x18\x03 \x01(\bH\x00R\x04boolB\a\n" +
+	"\x05value\"N\n" +
 	"\aEnqueue\x12\x10\n" +
 	"\x03now\x18\x01 \x01(\x03R\x03now\x121\n" +
 	"\bmessages\x18\x02 \x03(\v2\x15.cairn.fsm.v1.MessageR\bmessages\"V\n" +
@@ -3780,7 +3928,7 @@ func file_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_fsm_fsmpb_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(CommandType)(0),          // 0: cairn.fsm.v1.CommandType
 	(DestinationKind)(0),      // 1: cairn.fsm.v1.DestinationKind
@@ -3789,80 +3937,84 @@ var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*AddMember)(nil),         // 4: cairn.fsm.v1.AddMember
 	(*DropMember)(nil),        // 5: cairn.fsm.v1.DropMember
 	(*Message)(nil),           // 6: cairn.fsm.v1.Message
-	(*Enqueue)(nil),           // 7: cairn.fsm.v1.Enqueue
-	(*Deliver)(nil),           // 8: cairn.fsm.v1.Deliver
-	(*Ack)(nil),               // 9: cairn.fsm.v1.Ack
-	(*Recover)(nil),           // 10: cairn.fsm.v1.Recover
-	(*Release)(nil),           // 11: cairn.fsm.v1.Release
-	(*Return)(nil),            // 12: cairn.fsm.v1.Return
-	(*Move)(nil),              // 13: cairn.fsm.v1.Move
-	(*Moved)(nil),             // 14: cairn.fsm.v1.Moved
-	(*Seal)(nil),              // 15: cairn.fsm.v1.Seal
-	(*Wake)(nil),              // 16: cairn.fsm.v1.Wake
-	(*Expire)(nil),            // 17: cairn.fsm.v1.Expire
-	(*Purge)(nil),             // 18: cairn.fsm.v1.Purge
-	(*OpenSession)(nil),       // 19: cairn.fsm.v1.OpenSession
-	(*Configure)(nil),         // 20: cairn.fsm.v1.Configure
-	(*MemberSettings)(nil),    // 21: cairn.fsm.v1.MemberSettings
-	(*MemberPlacement)(nil),   // 22: cairn.fsm.v1.MemberPlacement
-	(*Destination)(nil),       // 23: cairn.fsm.v1.Destination
-	(*CreateDestination)(nil), // 24: cairn.fsm.v1.CreateDestination
-	(*DeleteDestination)(nil), // 25: cairn.fsm.v1.DeleteDestination
-	(*ResizeDestination)(nil), // 26: cairn.fsm.v1.ResizeDestination
-	(*SetReplicas)(nil),       // 27: cairn.fsm.v1.SetReplicas
-	(*RenewMember)(nil),       // 28: cairn.fsm.v1.RenewMember
-	(*RemoveMember)(nil),      // 29: cairn.fsm.v1.RemoveMember
-	(*Node)(nil),              // 30: cairn.fsm.v1.Node
-	(*RegisterNode)(nil),      // 31: cairn.fsm.v1.RegisterNode
-	(*RemoveNode)(nil),        // 32: cairn.fsm.v1.RemoveNode
-	(*DecommissionNode)(nil),  // 33: cairn.fsm.v1.DecommissionNode
-	(*ReplaceReplica)(nil),    // 34: cairn.fsm.v1.ReplaceReplica
-	(*AddReplica)(nil),        // 35: cairn.fsm.v1.AddReplica
-	(*PreferReplica)(nil),     // 36: cairn.fsm.v1.PreferReplica
-	(*ReplicaCaughtUp)(nil),   // 37: cairn.fsm.v1.ReplicaCaughtUp
-	(*Rejoining)(nil),         // 38: cairn.fsm.v1.Rejoining
-	(*TxPrepare)(nil),         // 39: cairn.fsm.v1.TxPrepare
-	(*TxDecide)(nil),          // 40: cairn.fsm.v1.TxDecide
-	(*StoredMessage)(nil),     // 41: cairn.fsm.v1.StoredMessage
-	(*StoredSession)(nil),     // 42: cairn.fsm.v1.StoredSession
-	(*DedupRecord)(nil),       // 43: cairn.fsm.v1.DedupRecord
-	(*MemberSnapshot)(nil),    // 44: cairn.fsm.v1.MemberSnapshot
-	(*StoredTx)(nil),          // 45: cairn.fsm.v1.StoredTx
-	(*TxDecision)(nil),        // 46: cairn.fsm.v1.TxDecision
-	(*GroupSnapshot)(nil),     // 47: cairn.fsm.v1.GroupSnapshot
-	(*MetaSnapshot)(nil),      // 48: cairn.fsm.v1.MetaSnapshot
-	nil,                       // 49: cairn.fsm.v1.Message.PropertiesEntry
-	nil,                       // 50: cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntry
+	(*PropertyValue)(nil),     // 7: cairn.fsm.v1.PropertyValue
+	(*Enqueue)(nil),           // 8: cairn.fsm.v1.Enqueue
+	(*Deliver)(nil),           // 9: cairn.fsm.v1.Deliver
+	(*Ack)(nil),               // 10: cairn.fsm.v1.Ack
+	(*Recover)(nil),           // 11: cairn.fsm.v1.Recover
+	(*Release)(nil),           // 12: cairn.fsm.v1.Release
+	(*Return)(nil),            // 13: cairn.fsm.v1.Return
+	(*Move)(nil),              // 14: cairn.fsm.v1.Move
+	(*Moved)(nil),             // 15: cairn.fsm.v1.Moved
+	(*Seal)(nil),              // 16: cairn.fsm.v1.Seal
+	(*Wake)(nil),              // 17: cairn.fsm.v1.Wake
+	(*Expire)(nil),            // 18: cairn.fsm.v1.Expire
+	(*Purge)(nil),             // 19: cairn.fsm.v1.Purge
+	(*OpenSession)(nil),       // 20: cairn.fsm.v1.OpenSession
+	(*Configure)(nil),         // 21: cairn.fsm.v1.Configure
+	(*MemberSettings)(nil),    // 22: cairn.fsm.v1.MemberSettings
+	(*MemberPlacement)(nil),   // 23: cairn.fsm.v1.MemberPlacement
+	(*Destination)(nil),       // 24: cairn.fsm.v1.Destination
+	(*CreateDestination)(nil), // 25: cairn.fsm.v1.CreateDestination
+	(*DeleteDestination)(nil), // 26: cairn.fsm.v1.DeleteDestination
+	(*ResizeDestination)(nil), // 27: cairn.fsm.v1.ResizeDestination
+	(*SetReplicas)(nil),       // 28: cairn.fsm.v1.SetReplicas
+	(*RenewMember)(nil),       // 29: cairn.fsm.v1.RenewMember
+	(*RemoveMember)(nil),      // 30: cairn.fsm.v1.RemoveMember
+	(*Node)(nil),              // 31: cairn.fsm.v1.Node
+	(*RegisterNode)(nil),      // 32: cairn.fsm.v1.RegisterNode
+	(*RemoveNode)(nil),        // 33: cairn.fsm.v1.RemoveNode
+	(*DecommissionNode)(nil),  // 34: cairn.fsm.v1.DecommissionNode
+	(*ReplaceReplica)(nil),    // 35: cairn.fsm.v1.ReplaceReplica
+	(*AddReplica)(nil),        // 36: cairn.fsm.v1.AddReplica
+	(*PreferReplica)(nil),     // 37: cairn.fsm.v1.PreferReplica
+	(*ReplicaCaughtUp)(nil),   // 38: cairn.fsm.v1.ReplicaCaughtUp
+	(*Rejoining)(nil),         // 39: cairn.fsm.v1.Rejoining
+	(*TxPrepare)(nil),         // 40: cairn.fsm.v1.TxPrepare
+	(*TxDecide)(nil),          // 41: cairn.fsm.v1.TxDecide
+	(*StoredMessage)(nil),     // 42: cairn.fsm.v1.StoredMessage
+	(*StoredSession)(nil),     // 43: cairn.fsm.v1.StoredSession
+	(*DedupRecord)(nil),       // 44: cairn.fsm.v1.DedupRecord
+	(*MemberSnapshot)(nil),    // 45: cairn.fsm.v1.MemberSnapshot
+	(*StoredTx)(nil),          // 46: cairn.fsm.v1.StoredTx
+	(*TxDecision)(nil),        // 47: cairn.fsm.v1.TxDecision
+	(*GroupSnapshot)(nil),     // 48: cairn.fsm.v1.GroupSnapshot
+	(*MetaSnapshot)(nil),      // 49: cairn.fsm.v1.MetaSnapshot
+	nil,                       // 50: cairn.fsm.v1.Message.PropertiesEntry
+	nil,                       // 51: cairn.fsm.v1.Message.TypedPropertiesEntry
+	nil,                       // 52: cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntry
 }
 var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	3,  // 0: cairn.fsm.v1.Entry.commands:type_name -> cairn.fsm.v1.Command
 	0,  // 1: cairn.fsm.v1.Command.type:type_name -> cairn.fsm.v1.CommandType
-	49, // 2: cairn.fsm.v1.Message.properties:type_name -> cairn.fsm.v1.Message.PropertiesEntry
-	6,  // 3: cairn.fsm.v1.Enqueue.messages:type_name -> cairn.fsm.v1.Message
-	21, // 4: cairn.fsm.v1.Configure.settings:type_name -> cairn.fsm.v1.MemberSettings
-	1,  // 5: cairn.fsm.v1.Destination.kind:type_name -> cairn.fsm.v1.DestinationKind
-	22, // 6: cairn.fsm.v1.Destination.members:type_name -> cairn.fsm.v1.MemberPlacement
-	23, // 7: cairn.fsm.v1.CreateDestination.destination:type_name -> cairn.fsm.v1.Destination
-	22, // 8: cairn.fsm.v1.ResizeDestination.add:type_name -> cairn.fsm.v1.MemberPlacement
-	22, // 9: cairn.fsm.v1.RenewMember.placement:type_name -> cairn.fsm.v1.MemberPlacement
-	30, // 10: cairn.fsm.v1.RegisterNode.node:type_name -> cairn.fsm.v1.Node
-	6,  // 11: cairn.fsm.v1.TxPrepare.messages:type_name -> cairn.fsm.v1.Message
-	6,  // 12: cairn.fsm.v1.StoredMessage.message:type_name -> cairn.fsm.v1.Message
-	21, // 13: cairn.fsm.v1.MemberSnapshot.settings:type_name -> cairn.fsm.v1.MemberSettings
-	42, // 14: cairn.fsm.v1.MemberSnapshot.sessions:type_name -> cairn.fsm.v1.StoredSession
-	43, // 15: cairn.fsm.v1.MemberSnapshot.dedup:type_name -> cairn.fsm.v1.DedupRecord
-	45, // 16: cairn.fsm.v1.MemberSnapshot.txs:type_name -> cairn.fsm.v1.StoredTx
-	46, // 17: cairn.fsm.v1.MemberSnapshot.decisions:type_name -> cairn.fsm.v1.TxDecision
-	6,  // 18: cairn.fsm.v1.StoredTx.messages:type_name -> cairn.fsm.v1.Message
-	23, // 19: cairn.fsm.v1.MetaSnapshot.destinations:type_name -> cairn.fsm.v1.Destination
-	30, // 20: cairn.fsm.v1.MetaSnapshot.nodes:type_name -> cairn.fsm.v1.Node
-	38, // 21: cairn.fsm.v1.MetaSnapshot.rejoining:type_name -> cairn.fsm.v1.Rejoining
-	50, // 22: cairn.fsm.v1.MetaSnapshot.removed_incarnations:type_name -> cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntry
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	50, // 2: cairn.fsm.v1.Message.properties:type_name -> cairn.fsm.v1.Message.PropertiesEntry
+	51, // 3: cairn.fsm.v1.Message.typed_properties:type_name -> cairn.fsm.v1.Message.TypedPropertiesEntry
+	6,  // 4: cairn.fsm.v1.Enqueue.messages:type_name -> cairn.fsm.v1.Message
+	22, // 5: cairn.fsm.v1.Configure.settings:type_name -> cairn.fsm.v1.MemberSettings
+	1,  // 6: cairn.fsm.v1.Destination.kind:type_name -> cairn.fsm.v1.DestinationKind
+	23, // 7: cairn.fsm.v1.Destination.members:type_name -> cairn.fsm.v1.MemberPlacement
+	24, // 8: cairn.fsm.v1.CreateDestination.destination:type_name -> cairn.fsm.v1.Destination
+	23, // 9: cairn.fsm.v1.ResizeDestination.add:type_name -> cairn.fsm.v1.MemberPlacement
+	23, // 10: cairn.fsm.v1.RenewMember.placement:type_name -> cairn.fsm.v1.MemberPlacement
+	31, // 11: cairn.fsm.v1.RegisterNode.node:type_name -> cairn.fsm.v1.Node
+	6,  // 12: cairn.fsm.v1.TxPrepare.messages:type_name -> cairn.fsm.v1.Message
+	6,  // 13: cairn.fsm.v1.StoredMessage.message:type_name -> cairn.fsm.v1.Message
+	22, // 14: cairn.fsm.v1.MemberSnapshot.settings:type_name -> cairn.fsm.v1.MemberSettings
+	43, // 15: cairn.fsm.v1.MemberSnapshot.sessions:type_name -> cairn.fsm.v1.StoredSession
+	44, // 16: cairn.fsm.v1.MemberSnapshot.dedup:type_name -> cairn.fsm.v1.DedupRecord
+	46, // 17: cairn.fsm.v1.MemberSnapshot.txs:type_name -> cairn.fsm.v1.StoredTx
+	47, // 18: cairn.fsm.v1.MemberSnapshot.decisions:type_name -> cairn.fsm.v1.TxDecision
+	6,  // 19: cairn.fsm.v1.StoredTx.messages:type_name -> cairn.fsm.v1.Message
+	24, // 20: cairn.fsm.v1.MetaSnapshot.destinations:type_name -> cairn.fsm.v1.Destination
+	31, // 21: cairn.fsm.v1.MetaSnapshot.nodes:type_name -> cairn.fsm.v1.Node
+	39, // 22: cairn.fsm.v1.MetaSnapshot.rejoining:type_name -> cairn.fsm.v1.Rejoining
+	52, // 23: cairn.fsm.v1.MetaSnapshot.removed_incarnations:type_name -> cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntry
+	7,  // 24: cairn.fsm.v1.Message.TypedPropertiesEntry.value:type_name -> cairn.fsm.v1.PropertyValue
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_fsm_fsmpb_fsm_proto_init() }
@@ -3870,13 +4022,18 @@ func file_fsm_fsmpb_fsm_proto_init() {
 	if File_fsm_fsmpb_fsm_proto != nil {
 		return
 	}
+	file_fsm_fsmpb_fsm_proto_msgTypes[5].OneofWrappers = []any{
+		(*PropertyValue_Int)(nil),
+		(*PropertyValue_Float)(nil),
+		(*PropertyValue_Bool)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_fsmpb_fsm_proto_rawDesc), len(file_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   49,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

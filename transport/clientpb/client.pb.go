@@ -1697,7 +1697,15 @@ type Message struct {
 	TtlMs            int64  `protobuf:"varint,6,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	DedupId          string `protobuf:"bytes,7,opt,name=dedup_id,json=dedupId,proto3" json:"dedup_id,omitempty"`
 	// priority_set distinguishes priority 0 from "use the default (4)".
-	PrioritySet   bool `protobuf:"varint,8,opt,name=priority_set,json=prioritySet,proto3" json:"priority_set,omitempty"`
+	PrioritySet bool `protobuf:"varint,8,opt,name=priority_set,json=prioritySet,proto3" json:"priority_set,omitempty"`
+	// typed_properties are the properties of another type than string
+	// (those are in properties); a name is in one map or the other.
+	TypedProperties map[string]*PropertyValue `protobuf:"bytes,9,rep,name=typed_properties,json=typedProperties,proto3" json:"typed_properties,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The JMS headers JMSCorrelationID, JMSType and JMSReplyTo (a
+	// destination's name).
+	CorrelationId string `protobuf:"bytes,10,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
+	Type          string `protobuf:"bytes,11,opt,name=type,proto3" json:"type,omitempty"`
+	ReplyTo       string `protobuf:"bytes,12,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1788,6 +1796,133 @@ func (x *Message) GetPrioritySet() bool {
 	return false
 }
 
+func (x *Message) GetTypedProperties() map[string]*PropertyValue {
+	if x != nil {
+		return x.TypedProperties
+	}
+	return nil
+}
+
+func (x *Message) GetCorrelationId() string {
+	if x != nil {
+		return x.CorrelationId
+	}
+	return ""
+}
+
+func (x *Message) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *Message) GetReplyTo() string {
+	if x != nil {
+		return x.ReplyTo
+	}
+	return ""
+}
+
+// PropertyValue is the value of a property that is not a string.
+type PropertyValue struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Value:
+	//
+	//	*PropertyValue_Int
+	//	*PropertyValue_Float
+	//	*PropertyValue_Bool
+	Value         isPropertyValue_Value `protobuf_oneof:"value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PropertyValue) Reset() {
+	*x = PropertyValue{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PropertyValue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PropertyValue) ProtoMessage() {}
+
+func (x *PropertyValue) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PropertyValue.ProtoReflect.Descriptor instead.
+func (*PropertyValue) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *PropertyValue) GetValue() isPropertyValue_Value {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *PropertyValue) GetInt() int64 {
+	if x != nil {
+		if x, ok := x.Value.(*PropertyValue_Int); ok {
+			return x.Int
+		}
+	}
+	return 0
+}
+
+func (x *PropertyValue) GetFloat() float64 {
+	if x != nil {
+		if x, ok := x.Value.(*PropertyValue_Float); ok {
+			return x.Float
+		}
+	}
+	return 0
+}
+
+func (x *PropertyValue) GetBool() bool {
+	if x != nil {
+		if x, ok := x.Value.(*PropertyValue_Bool); ok {
+			return x.Bool
+		}
+	}
+	return false
+}
+
+type isPropertyValue_Value interface {
+	isPropertyValue_Value()
+}
+
+type PropertyValue_Int struct {
+	Int int64 `protobuf:"varint,1,opt,name=int,proto3,oneof"`
+}
+
+type PropertyValue_Float struct {
+	Float float64 `protobuf:"fixed64,2,opt,name=float,proto3,oneof"`
+}
+
+type PropertyValue_Bool struct {
+	Bool bool `protobuf:"varint,3,opt,name=bool,proto3,oneof"`
+}
+
+func (*PropertyValue_Int) isPropertyValue_Value() {}
+
+func (*PropertyValue_Float) isPropertyValue_Value() {}
+
+func (*PropertyValue_Bool) isPropertyValue_Value() {}
+
 type SendRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// destination is a name, or NAME#I for member I.
@@ -1806,7 +1941,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[25]
+	mi := &file_transport_clientpb_client_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1818,7 +1953,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[25]
+	mi := &file_transport_clientpb_client_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1831,7 +1966,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{25}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SendRequest) GetDestination() string {
@@ -1868,7 +2003,7 @@ type SendResult struct {
 
 func (x *SendResult) Reset() {
 	*x = SendResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[26]
+	mi := &file_transport_clientpb_client_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1880,7 +2015,7 @@ func (x *SendResult) String() string {
 func (*SendResult) ProtoMessage() {}
 
 func (x *SendResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[26]
+	mi := &file_transport_clientpb_client_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1893,7 +2028,7 @@ func (x *SendResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResult.ProtoReflect.Descriptor instead.
 func (*SendResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{26}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SendResult) GetId() string {
@@ -1934,7 +2069,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[27]
+	mi := &file_transport_clientpb_client_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1946,7 +2081,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[27]
+	mi := &file_transport_clientpb_client_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1959,7 +2094,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{27}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SendResponse) GetResults() []*SendResult {
@@ -2010,7 +2145,7 @@ type ClientFrame struct {
 
 func (x *ClientFrame) Reset() {
 	*x = ClientFrame{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[28]
+	mi := &file_transport_clientpb_client_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2022,7 +2157,7 @@ func (x *ClientFrame) String() string {
 func (*ClientFrame) ProtoMessage() {}
 
 func (x *ClientFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[28]
+	mi := &file_transport_clientpb_client_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2035,7 +2170,7 @@ func (x *ClientFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientFrame.ProtoReflect.Descriptor instead.
 func (*ClientFrame) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{28}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ClientFrame) GetRequestId() uint64 {
@@ -2282,7 +2417,7 @@ type Send struct {
 
 func (x *Send) Reset() {
 	*x = Send{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[29]
+	mi := &file_transport_clientpb_client_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2294,7 +2429,7 @@ func (x *Send) String() string {
 func (*Send) ProtoMessage() {}
 
 func (x *Send) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[29]
+	mi := &file_transport_clientpb_client_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2307,7 +2442,7 @@ func (x *Send) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Send.ProtoReflect.Descriptor instead.
 func (*Send) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{29}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Send) GetRequest() *SendRequest {
@@ -2337,7 +2472,7 @@ type TxSend struct {
 
 func (x *TxSend) Reset() {
 	*x = TxSend{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[30]
+	mi := &file_transport_clientpb_client_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2349,7 +2484,7 @@ func (x *TxSend) String() string {
 func (*TxSend) ProtoMessage() {}
 
 func (x *TxSend) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[30]
+	mi := &file_transport_clientpb_client_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2362,7 +2497,7 @@ func (x *TxSend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxSend.ProtoReflect.Descriptor instead.
 func (*TxSend) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{30}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TxSend) GetSession() uint64 {
@@ -2403,7 +2538,7 @@ type Commit struct {
 
 func (x *Commit) Reset() {
 	*x = Commit{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[31]
+	mi := &file_transport_clientpb_client_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2415,7 +2550,7 @@ func (x *Commit) String() string {
 func (*Commit) ProtoMessage() {}
 
 func (x *Commit) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[31]
+	mi := &file_transport_clientpb_client_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2428,7 +2563,7 @@ func (x *Commit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Commit.ProtoReflect.Descriptor instead.
 func (*Commit) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{31}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Commit) GetSession() uint64 {
@@ -2477,7 +2612,7 @@ type Rollback struct {
 
 func (x *Rollback) Reset() {
 	*x = Rollback{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[32]
+	mi := &file_transport_clientpb_client_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2489,7 +2624,7 @@ func (x *Rollback) String() string {
 func (*Rollback) ProtoMessage() {}
 
 func (x *Rollback) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[32]
+	mi := &file_transport_clientpb_client_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2502,7 +2637,7 @@ func (x *Rollback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rollback.ProtoReflect.Descriptor instead.
 func (*Rollback) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{32}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Rollback) GetSession() uint64 {
@@ -2524,7 +2659,7 @@ type TxOutcome struct {
 
 func (x *TxOutcome) Reset() {
 	*x = TxOutcome{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[33]
+	mi := &file_transport_clientpb_client_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2536,7 +2671,7 @@ func (x *TxOutcome) String() string {
 func (*TxOutcome) ProtoMessage() {}
 
 func (x *TxOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[33]
+	mi := &file_transport_clientpb_client_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2549,7 +2684,7 @@ func (x *TxOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxOutcome.ProtoReflect.Descriptor instead.
 func (*TxOutcome) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{33}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TxOutcome) GetTx() string {
@@ -2575,7 +2710,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[34]
+	mi := &file_transport_clientpb_client_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2587,7 +2722,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[34]
+	mi := &file_transport_clientpb_client_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2600,7 +2735,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{34}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Hello) GetClientId() string {
@@ -2620,7 +2755,7 @@ type OpenSession struct {
 
 func (x *OpenSession) Reset() {
 	*x = OpenSession{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[35]
+	mi := &file_transport_clientpb_client_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2632,7 +2767,7 @@ func (x *OpenSession) String() string {
 func (*OpenSession) ProtoMessage() {}
 
 func (x *OpenSession) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[35]
+	mi := &file_transport_clientpb_client_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2645,7 +2780,7 @@ func (x *OpenSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSession.ProtoReflect.Descriptor instead.
 func (*OpenSession) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{35}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *OpenSession) GetSession() uint64 {
@@ -2671,7 +2806,7 @@ type CloseSession struct {
 
 func (x *CloseSession) Reset() {
 	*x = CloseSession{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[36]
+	mi := &file_transport_clientpb_client_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2683,7 +2818,7 @@ func (x *CloseSession) String() string {
 func (*CloseSession) ProtoMessage() {}
 
 func (x *CloseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[36]
+	mi := &file_transport_clientpb_client_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2696,7 +2831,7 @@ func (x *CloseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSession.ProtoReflect.Descriptor instead.
 func (*CloseSession) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{36}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CloseSession) GetSession() uint64 {
@@ -2710,18 +2845,22 @@ func (x *CloseSession) GetSession() uint64 {
 // default, 64; at most 10,000): the server pushes at most that many ahead
 // of the room the client makes again with Credit.
 type CreateConsumer struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
-	Consumer      uint64                 `protobuf:"varint,2,opt,name=consumer,proto3" json:"consumer,omitempty"`
-	Destination   string                 `protobuf:"bytes,3,opt,name=destination,proto3" json:"destination,omitempty"`
-	Prefetch      uint32                 `protobuf:"varint,4,opt,name=prefetch,proto3" json:"prefetch,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Session     uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
+	Consumer    uint64                 `protobuf:"varint,2,opt,name=consumer,proto3" json:"consumer,omitempty"`
+	Destination string                 `protobuf:"bytes,3,opt,name=destination,proto3" json:"destination,omitempty"`
+	Prefetch    uint32                 `protobuf:"varint,4,opt,name=prefetch,proto3" json:"prefetch,omitempty"`
+	// selector is a JMS message selector: the consumer receives only the
+	// messages it selects ("": every message). A malformed one is refused
+	// (invalid_selector) and no consumer is made.
+	Selector      string `protobuf:"bytes,5,opt,name=selector,proto3" json:"selector,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateConsumer) Reset() {
 	*x = CreateConsumer{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[37]
+	mi := &file_transport_clientpb_client_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2733,7 +2872,7 @@ func (x *CreateConsumer) String() string {
 func (*CreateConsumer) ProtoMessage() {}
 
 func (x *CreateConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[37]
+	mi := &file_transport_clientpb_client_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2746,7 +2885,7 @@ func (x *CreateConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConsumer.ProtoReflect.Descriptor instead.
 func (*CreateConsumer) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{37}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CreateConsumer) GetSession() uint64 {
@@ -2777,6 +2916,13 @@ func (x *CreateConsumer) GetPrefetch() uint32 {
 	return 0
 }
 
+func (x *CreateConsumer) GetSelector() string {
+	if x != nil {
+		return x.Selector
+	}
+	return ""
+}
+
 // CloseConsumer stops deliveries to a consumer. Its reply comes after every
 // delivery the server pushed to that consumer, so the client then knows
 // which messages it holds unconsumed and returns them with ReturnDeliveries.
@@ -2789,7 +2935,7 @@ type CloseConsumer struct {
 
 func (x *CloseConsumer) Reset() {
 	*x = CloseConsumer{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[38]
+	mi := &file_transport_clientpb_client_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2801,7 +2947,7 @@ func (x *CloseConsumer) String() string {
 func (*CloseConsumer) ProtoMessage() {}
 
 func (x *CloseConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[38]
+	mi := &file_transport_clientpb_client_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2814,7 +2960,7 @@ func (x *CloseConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseConsumer.ProtoReflect.Descriptor instead.
 func (*CloseConsumer) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{38}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CloseConsumer) GetConsumer() uint64 {
@@ -2837,7 +2983,7 @@ type ReturnDeliveries struct {
 
 func (x *ReturnDeliveries) Reset() {
 	*x = ReturnDeliveries{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[39]
+	mi := &file_transport_clientpb_client_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2849,7 +2995,7 @@ func (x *ReturnDeliveries) String() string {
 func (*ReturnDeliveries) ProtoMessage() {}
 
 func (x *ReturnDeliveries) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[39]
+	mi := &file_transport_clientpb_client_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2862,7 +3008,7 @@ func (x *ReturnDeliveries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnDeliveries.ProtoReflect.Descriptor instead.
 func (*ReturnDeliveries) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{39}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReturnDeliveries) GetSession() uint64 {
@@ -2892,7 +3038,7 @@ type Credit struct {
 
 func (x *Credit) Reset() {
 	*x = Credit{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[40]
+	mi := &file_transport_clientpb_client_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2904,7 +3050,7 @@ func (x *Credit) String() string {
 func (*Credit) ProtoMessage() {}
 
 func (x *Credit) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[40]
+	mi := &file_transport_clientpb_client_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2917,7 +3063,7 @@ func (x *Credit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credit.ProtoReflect.Descriptor instead.
 func (*Credit) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{40}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Credit) GetConsumer() uint64 {
@@ -2944,7 +3090,7 @@ type DeliveryRef struct {
 
 func (x *DeliveryRef) Reset() {
 	*x = DeliveryRef{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[41]
+	mi := &file_transport_clientpb_client_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2956,7 +3102,7 @@ func (x *DeliveryRef) String() string {
 func (*DeliveryRef) ProtoMessage() {}
 
 func (x *DeliveryRef) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[41]
+	mi := &file_transport_clientpb_client_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2969,7 +3115,7 @@ func (x *DeliveryRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliveryRef.ProtoReflect.Descriptor instead.
 func (*DeliveryRef) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{41}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DeliveryRef) GetMember() string {
@@ -2996,7 +3142,7 @@ type Acknowledge struct {
 
 func (x *Acknowledge) Reset() {
 	*x = Acknowledge{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[42]
+	mi := &file_transport_clientpb_client_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3008,7 +3154,7 @@ func (x *Acknowledge) String() string {
 func (*Acknowledge) ProtoMessage() {}
 
 func (x *Acknowledge) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[42]
+	mi := &file_transport_clientpb_client_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3021,7 +3167,7 @@ func (x *Acknowledge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Acknowledge.ProtoReflect.Descriptor instead.
 func (*Acknowledge) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{42}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Acknowledge) GetSession() uint64 {
@@ -3047,7 +3193,7 @@ type RecoverSession struct {
 
 func (x *RecoverSession) Reset() {
 	*x = RecoverSession{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[43]
+	mi := &file_transport_clientpb_client_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3059,7 +3205,7 @@ func (x *RecoverSession) String() string {
 func (*RecoverSession) ProtoMessage() {}
 
 func (x *RecoverSession) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[43]
+	mi := &file_transport_clientpb_client_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3072,7 +3218,7 @@ func (x *RecoverSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverSession.ProtoReflect.Descriptor instead.
 func (*RecoverSession) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{43}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RecoverSession) GetSession() uint64 {
@@ -3098,7 +3244,7 @@ type ServerFrame struct {
 
 func (x *ServerFrame) Reset() {
 	*x = ServerFrame{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[44]
+	mi := &file_transport_clientpb_client_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3110,7 +3256,7 @@ func (x *ServerFrame) String() string {
 func (*ServerFrame) ProtoMessage() {}
 
 func (x *ServerFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[44]
+	mi := &file_transport_clientpb_client_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3123,7 +3269,7 @@ func (x *ServerFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerFrame.ProtoReflect.Descriptor instead.
 func (*ServerFrame) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{44}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ServerFrame) GetFrame() isServerFrame_Frame {
@@ -3228,7 +3374,7 @@ type Goodbye struct {
 
 func (x *Goodbye) Reset() {
 	*x = Goodbye{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[45]
+	mi := &file_transport_clientpb_client_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3240,7 +3386,7 @@ func (x *Goodbye) String() string {
 func (*Goodbye) ProtoMessage() {}
 
 func (x *Goodbye) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[45]
+	mi := &file_transport_clientpb_client_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3253,7 +3399,7 @@ func (x *Goodbye) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Goodbye.ProtoReflect.Descriptor instead.
 func (*Goodbye) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{45}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Goodbye) GetDestroyed() bool {
@@ -3278,7 +3424,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[46]
+	mi := &file_transport_clientpb_client_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3290,7 +3436,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[46]
+	mi := &file_transport_clientpb_client_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3303,7 +3449,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{46}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{47}
 }
 
 type Reply struct {
@@ -3326,7 +3472,7 @@ type Reply struct {
 
 func (x *Reply) Reset() {
 	*x = Reply{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[47]
+	mi := &file_transport_clientpb_client_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3338,7 +3484,7 @@ func (x *Reply) String() string {
 func (*Reply) ProtoMessage() {}
 
 func (x *Reply) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[47]
+	mi := &file_transport_clientpb_client_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3351,7 +3497,7 @@ func (x *Reply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reply.ProtoReflect.Descriptor instead.
 func (*Reply) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{47}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Reply) GetRequestId() uint64 {
@@ -3493,7 +3639,7 @@ type CommitResult struct {
 
 func (x *CommitResult) Reset() {
 	*x = CommitResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[48]
+	mi := &file_transport_clientpb_client_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3505,7 +3651,7 @@ func (x *CommitResult) String() string {
 func (*CommitResult) ProtoMessage() {}
 
 func (x *CommitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[48]
+	mi := &file_transport_clientpb_client_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3518,7 +3664,7 @@ func (x *CommitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitResult.ProtoReflect.Descriptor instead.
 func (*CommitResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{48}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CommitResult) GetCommitted() bool {
@@ -3548,7 +3694,7 @@ type HelloResult struct {
 
 func (x *HelloResult) Reset() {
 	*x = HelloResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[49]
+	mi := &file_transport_clientpb_client_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3560,7 +3706,7 @@ func (x *HelloResult) String() string {
 func (*HelloResult) ProtoMessage() {}
 
 func (x *HelloResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[49]
+	mi := &file_transport_clientpb_client_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3573,7 +3719,7 @@ func (x *HelloResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloResult.ProtoReflect.Descriptor instead.
 func (*HelloResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{49}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *HelloResult) GetConnectionId() string {
@@ -3614,7 +3760,7 @@ type CreateConsumerResult struct {
 
 func (x *CreateConsumerResult) Reset() {
 	*x = CreateConsumerResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[50]
+	mi := &file_transport_clientpb_client_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3626,7 +3772,7 @@ func (x *CreateConsumerResult) String() string {
 func (*CreateConsumerResult) ProtoMessage() {}
 
 func (x *CreateConsumerResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[50]
+	mi := &file_transport_clientpb_client_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3639,7 +3785,7 @@ func (x *CreateConsumerResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConsumerResult.ProtoReflect.Descriptor instead.
 func (*CreateConsumerResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{50}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CreateConsumerResult) GetMember() string {
@@ -3661,7 +3807,7 @@ type Watermark struct {
 
 func (x *Watermark) Reset() {
 	*x = Watermark{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[51]
+	mi := &file_transport_clientpb_client_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3673,7 +3819,7 @@ func (x *Watermark) String() string {
 func (*Watermark) ProtoMessage() {}
 
 func (x *Watermark) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[51]
+	mi := &file_transport_clientpb_client_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3686,7 +3832,7 @@ func (x *Watermark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Watermark.ProtoReflect.Descriptor instead.
 func (*Watermark) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{51}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Watermark) GetMember() string {
@@ -3712,7 +3858,7 @@ type RecoverResult struct {
 
 func (x *RecoverResult) Reset() {
 	*x = RecoverResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[52]
+	mi := &file_transport_clientpb_client_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3724,7 +3870,7 @@ func (x *RecoverResult) String() string {
 func (*RecoverResult) ProtoMessage() {}
 
 func (x *RecoverResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[52]
+	mi := &file_transport_clientpb_client_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3737,7 +3883,7 @@ func (x *RecoverResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResult.ProtoReflect.Descriptor instead.
 func (*RecoverResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{52}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RecoverResult) GetWatermarks() []*Watermark {
@@ -3757,7 +3903,7 @@ type AcknowledgeResult struct {
 
 func (x *AcknowledgeResult) Reset() {
 	*x = AcknowledgeResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[53]
+	mi := &file_transport_clientpb_client_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3769,7 +3915,7 @@ func (x *AcknowledgeResult) String() string {
 func (*AcknowledgeResult) ProtoMessage() {}
 
 func (x *AcknowledgeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[53]
+	mi := &file_transport_clientpb_client_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3782,7 +3928,7 @@ func (x *AcknowledgeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeResult.ProtoReflect.Descriptor instead.
 func (*AcknowledgeResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{53}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *AcknowledgeResult) GetRejected() []*DeliveryRef {
@@ -3793,25 +3939,29 @@ func (x *AcknowledgeResult) GetRejected() []*DeliveryRef {
 }
 
 type Delivery struct {
-	state            protoimpl.MessageState `protogen:"open.v1"`
-	Member           string                 `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
-	DeliveryId       uint64                 `protobuf:"varint,2,opt,name=delivery_id,json=deliveryId,proto3" json:"delivery_id,omitempty"`
-	Id               string                 `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
-	Body             []byte                 `protobuf:"bytes,4,opt,name=body,proto3" json:"body,omitempty"`
-	Properties       map[string]string      `protobuf:"bytes,5,rep,name=properties,proto3" json:"properties,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Priority         uint32                 `protobuf:"varint,6,opt,name=priority,proto3" json:"priority,omitempty"`
-	ExpirationUnixMs int64                  `protobuf:"varint,7,opt,name=expiration_unix_ms,json=expirationUnixMs,proto3" json:"expiration_unix_ms,omitempty"`
-	Redelivered      bool                   `protobuf:"varint,8,opt,name=redelivered,proto3" json:"redelivered,omitempty"`
-	DeliveryCount    uint32                 `protobuf:"varint,9,opt,name=delivery_count,json=deliveryCount,proto3" json:"delivery_count,omitempty"`
-	TimestampUnixMs  int64                  `protobuf:"varint,10,opt,name=timestamp_unix_ms,json=timestampUnixMs,proto3" json:"timestamp_unix_ms,omitempty"`
-	Destination      string                 `protobuf:"bytes,11,opt,name=destination,proto3" json:"destination,omitempty"`
+	state            protoimpl.MessageState    `protogen:"open.v1"`
+	Member           string                    `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	DeliveryId       uint64                    `protobuf:"varint,2,opt,name=delivery_id,json=deliveryId,proto3" json:"delivery_id,omitempty"`
+	Id               string                    `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
+	Body             []byte                    `protobuf:"bytes,4,opt,name=body,proto3" json:"body,omitempty"`
+	Properties       map[string]string         `protobuf:"bytes,5,rep,name=properties,proto3" json:"properties,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Priority         uint32                    `protobuf:"varint,6,opt,name=priority,proto3" json:"priority,omitempty"`
+	ExpirationUnixMs int64                     `protobuf:"varint,7,opt,name=expiration_unix_ms,json=expirationUnixMs,proto3" json:"expiration_unix_ms,omitempty"`
+	Redelivered      bool                      `protobuf:"varint,8,opt,name=redelivered,proto3" json:"redelivered,omitempty"`
+	DeliveryCount    uint32                    `protobuf:"varint,9,opt,name=delivery_count,json=deliveryCount,proto3" json:"delivery_count,omitempty"`
+	TimestampUnixMs  int64                     `protobuf:"varint,10,opt,name=timestamp_unix_ms,json=timestampUnixMs,proto3" json:"timestamp_unix_ms,omitempty"`
+	Destination      string                    `protobuf:"bytes,11,opt,name=destination,proto3" json:"destination,omitempty"`
+	TypedProperties  map[string]*PropertyValue `protobuf:"bytes,12,rep,name=typed_properties,json=typedProperties,proto3" json:"typed_properties,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	CorrelationId    string                    `protobuf:"bytes,13,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
+	Type             string                    `protobuf:"bytes,14,opt,name=type,proto3" json:"type,omitempty"`
+	ReplyTo          string                    `protobuf:"bytes,15,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[54]
+	mi := &file_transport_clientpb_client_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3823,7 +3973,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[54]
+	mi := &file_transport_clientpb_client_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3836,7 +3986,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{54}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *Delivery) GetMember() string {
@@ -3916,6 +4066,34 @@ func (x *Delivery) GetDestination() string {
 	return ""
 }
 
+func (x *Delivery) GetTypedProperties() map[string]*PropertyValue {
+	if x != nil {
+		return x.TypedProperties
+	}
+	return nil
+}
+
+func (x *Delivery) GetCorrelationId() string {
+	if x != nil {
+		return x.CorrelationId
+	}
+	return ""
+}
+
+func (x *Delivery) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *Delivery) GetReplyTo() string {
+	if x != nil {
+		return x.ReplyTo
+	}
+	return ""
+}
+
 type Deliveries struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Consumer      uint64                 `protobuf:"varint,1,opt,name=consumer,proto3" json:"consumer,omitempty"`
@@ -3926,7 +4104,7 @@ type Deliveries struct {
 
 func (x *Deliveries) Reset() {
 	*x = Deliveries{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[55]
+	mi := &file_transport_clientpb_client_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3938,7 +4116,7 @@ func (x *Deliveries) String() string {
 func (*Deliveries) ProtoMessage() {}
 
 func (x *Deliveries) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[55]
+	mi := &file_transport_clientpb_client_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3951,7 +4129,7 @@ func (x *Deliveries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deliveries.ProtoReflect.Descriptor instead.
 func (*Deliveries) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{55}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *Deliveries) GetConsumer() uint64 {
@@ -3978,7 +4156,7 @@ type ConsumerClosed struct {
 
 func (x *ConsumerClosed) Reset() {
 	*x = ConsumerClosed{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[56]
+	mi := &file_transport_clientpb_client_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3990,7 +4168,7 @@ func (x *ConsumerClosed) String() string {
 func (*ConsumerClosed) ProtoMessage() {}
 
 func (x *ConsumerClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[56]
+	mi := &file_transport_clientpb_client_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4003,7 +4181,7 @@ func (x *ConsumerClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerClosed.ProtoReflect.Descriptor instead.
 func (*ConsumerClosed) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{56}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ConsumerClosed) GetConsumer() uint64 {
@@ -4028,7 +4206,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[57]
+	mi := &file_transport_clientpb_client_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4040,7 +4218,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[57]
+	mi := &file_transport_clientpb_client_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4053,7 +4231,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{57}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{58}
 }
 
 type NodeStatus struct {
@@ -4081,7 +4259,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[58]
+	mi := &file_transport_clientpb_client_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4093,7 +4271,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[58]
+	mi := &file_transport_clientpb_client_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4106,7 +4284,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{58}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *NodeStatus) GetId() string {
@@ -4198,7 +4376,7 @@ type ReplicaStatus struct {
 
 func (x *ReplicaStatus) Reset() {
 	*x = ReplicaStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[59]
+	mi := &file_transport_clientpb_client_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4210,7 +4388,7 @@ func (x *ReplicaStatus) String() string {
 func (*ReplicaStatus) ProtoMessage() {}
 
 func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[59]
+	mi := &file_transport_clientpb_client_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4223,7 +4401,7 @@ func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStatus.ProtoReflect.Descriptor instead.
 func (*ReplicaStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{59}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ReplicaStatus) GetNode() string {
@@ -4284,7 +4462,7 @@ type GroupStatus struct {
 
 func (x *GroupStatus) Reset() {
 	*x = GroupStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[60]
+	mi := &file_transport_clientpb_client_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4296,7 +4474,7 @@ func (x *GroupStatus) String() string {
 func (*GroupStatus) ProtoMessage() {}
 
 func (x *GroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[60]
+	mi := &file_transport_clientpb_client_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4309,7 +4487,7 @@ func (x *GroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
 func (*GroupStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{60}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *GroupStatus) GetName() string {
@@ -4371,7 +4549,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[61]
+	mi := &file_transport_clientpb_client_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4383,7 +4561,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[61]
+	mi := &file_transport_clientpb_client_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4396,7 +4574,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{61}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ClusterStatusResponse) GetAnsweredBy() string {
@@ -4549,7 +4727,7 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x10forward_delay_ms\x18\x11 \x01(\x03R\x0eforwardDelayMs\x12&\n" +
 	"\x0fdedup_window_ms\x18\x12 \x01(\x03R\rdedupWindowMs\x12\"\n" +
 	"\rdedup_max_ids\x18\x13 \x01(\rR\vdedupMaxIds\x12\x1a\n" +
-	"\bprepared\x18\x14 \x01(\x04R\bprepared\"\xd5\x02\n" +
+	"\bprepared\x18\x14 \x01(\x04R\bprepared\"\xe9\x04\n" +
 	"\aMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04body\x18\x02 \x01(\fR\x04body\x12H\n" +
@@ -4560,10 +4738,23 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x12expiration_unix_ms\x18\x05 \x01(\x03R\x10expirationUnixMs\x12\x15\n" +
 	"\x06ttl_ms\x18\x06 \x01(\x03R\x05ttlMs\x12\x19\n" +
 	"\bdedup_id\x18\a \x01(\tR\adedupId\x12!\n" +
-	"\fpriority_set\x18\b \x01(\bR\vprioritySet\x1a=\n" +
+	"\fpriority_set\x18\b \x01(\bR\vprioritySet\x12X\n" +
+	"\x10typed_properties\x18\t \x03(\v2-.cairn.client.v1.Message.TypedPropertiesEntryR\x0ftypedProperties\x12%\n" +
+	"\x0ecorrelation_id\x18\n" +
+	" \x01(\tR\rcorrelationId\x12\x12\n" +
+	"\x04type\x18\v \x01(\tR\x04type\x12\x19\n" +
+	"\breply_to\x18\f \x01(\tR\areplyTo\x1a=\n" +
 	"\x0fPropertiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"}\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1ab\n" +
+	"\x14TypedPropertiesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x124\n" +
+	"\x05value\x18\x02 \x01(\v2\x1e.cairn.client.v1.PropertyValueR\x05value:\x028\x01\"Z\n" +
+	"\rPropertyValue\x12\x12\n" +
+	"\x03int\x18\x01 \x01(\x03H\x00R\x03int\x12\x16\n" +
+	"\x05float\x18\x02 \x01(\x01H\x00R\x05float\x12\x14\n" +
+	"\x04bool\x18\x03 \x01(\bH\x00R\x04boolB\a\n" +
+	"\x05value\"}\n" +
 	"\vSendRequest\x12 \n" +
 	"\vdestination\x18\x01 \x01(\tR\vdestination\x124\n" +
 	"\bmessages\x18\x02 \x03(\v2\x18.cairn.client.v1.MessageR\bmessages\x12\x16\n" +
@@ -4624,12 +4815,13 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\asession\x18\x01 \x01(\x04R\asession\x123\n" +
 	"\back_mode\x18\x02 \x01(\x0e2\x18.cairn.client.v1.AckModeR\aackMode\"(\n" +
 	"\fCloseSession\x12\x18\n" +
-	"\asession\x18\x01 \x01(\x04R\asession\"\x84\x01\n" +
+	"\asession\x18\x01 \x01(\x04R\asession\"\xa0\x01\n" +
 	"\x0eCreateConsumer\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x1a\n" +
 	"\bconsumer\x18\x02 \x01(\x04R\bconsumer\x12 \n" +
 	"\vdestination\x18\x03 \x01(\tR\vdestination\x12\x1a\n" +
-	"\bprefetch\x18\x04 \x01(\rR\bprefetch\"+\n" +
+	"\bprefetch\x18\x04 \x01(\rR\bprefetch\x12\x1a\n" +
+	"\bselector\x18\x05 \x01(\tR\bselector\"+\n" +
 	"\rCloseConsumer\x12\x1a\n" +
 	"\bconsumer\x18\x01 \x01(\x04R\bconsumer\"j\n" +
 	"\x10ReturnDeliveries\x12\x18\n" +
@@ -4695,7 +4887,7 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"watermarks\x18\x01 \x03(\v2\x1a.cairn.client.v1.WatermarkR\n" +
 	"watermarks\"M\n" +
 	"\x11AcknowledgeResult\x128\n" +
-	"\brejected\x18\x01 \x03(\v2\x1c.cairn.client.v1.DeliveryRefR\brejected\"\xd2\x03\n" +
+	"\brejected\x18\x01 \x03(\v2\x1c.cairn.client.v1.DeliveryRefR\brejected\"\xe7\x05\n" +
 	"\bDelivery\x12\x16\n" +
 	"\x06member\x18\x01 \x01(\tR\x06member\x12\x1f\n" +
 	"\vdelivery_id\x18\x02 \x01(\x04R\n" +
@@ -4711,10 +4903,17 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x0edelivery_count\x18\t \x01(\rR\rdeliveryCount\x12*\n" +
 	"\x11timestamp_unix_ms\x18\n" +
 	" \x01(\x03R\x0ftimestampUnixMs\x12 \n" +
-	"\vdestination\x18\v \x01(\tR\vdestination\x1a=\n" +
+	"\vdestination\x18\v \x01(\tR\vdestination\x12Y\n" +
+	"\x10typed_properties\x18\f \x03(\v2..cairn.client.v1.Delivery.TypedPropertiesEntryR\x0ftypedProperties\x12%\n" +
+	"\x0ecorrelation_id\x18\r \x01(\tR\rcorrelationId\x12\x12\n" +
+	"\x04type\x18\x0e \x01(\tR\x04type\x12\x19\n" +
+	"\breply_to\x18\x0f \x01(\tR\areplyTo\x1a=\n" +
 	"\x0fPropertiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"_\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1ab\n" +
+	"\x14TypedPropertiesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x124\n" +
+	"\x05value\x18\x02 \x01(\v2\x1e.cairn.client.v1.PropertyValueR\x05value:\x028\x01\"_\n" +
 	"\n" +
 	"Deliveries\x12\x1a\n" +
 	"\bconsumer\x18\x01 \x01(\x04R\bconsumer\x125\n" +
@@ -4803,7 +5002,7 @@ func file_transport_clientpb_client_proto_rawDescGZIP() []byte {
 }
 
 var file_transport_clientpb_client_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_transport_clientpb_client_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_transport_clientpb_client_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_transport_clientpb_client_proto_goTypes = []any{
 	(DestinationKind)(0),              // 0: cairn.client.v1.DestinationKind
 	(AckMode)(0),                      // 1: cairn.client.v1.AckMode
@@ -4832,45 +5031,48 @@ var file_transport_clientpb_client_proto_goTypes = []any{
 	(*MemberInfo)(nil),                // 24: cairn.client.v1.MemberInfo
 	(*DestinationInfo)(nil),           // 25: cairn.client.v1.DestinationInfo
 	(*Message)(nil),                   // 26: cairn.client.v1.Message
-	(*SendRequest)(nil),               // 27: cairn.client.v1.SendRequest
-	(*SendResult)(nil),                // 28: cairn.client.v1.SendResult
-	(*SendResponse)(nil),              // 29: cairn.client.v1.SendResponse
-	(*ClientFrame)(nil),               // 30: cairn.client.v1.ClientFrame
-	(*Send)(nil),                      // 31: cairn.client.v1.Send
-	(*TxSend)(nil),                    // 32: cairn.client.v1.TxSend
-	(*Commit)(nil),                    // 33: cairn.client.v1.Commit
-	(*Rollback)(nil),                  // 34: cairn.client.v1.Rollback
-	(*TxOutcome)(nil),                 // 35: cairn.client.v1.TxOutcome
-	(*Hello)(nil),                     // 36: cairn.client.v1.Hello
-	(*OpenSession)(nil),               // 37: cairn.client.v1.OpenSession
-	(*CloseSession)(nil),              // 38: cairn.client.v1.CloseSession
-	(*CreateConsumer)(nil),            // 39: cairn.client.v1.CreateConsumer
-	(*CloseConsumer)(nil),             // 40: cairn.client.v1.CloseConsumer
-	(*ReturnDeliveries)(nil),          // 41: cairn.client.v1.ReturnDeliveries
-	(*Credit)(nil),                    // 42: cairn.client.v1.Credit
-	(*DeliveryRef)(nil),               // 43: cairn.client.v1.DeliveryRef
-	(*Acknowledge)(nil),               // 44: cairn.client.v1.Acknowledge
-	(*RecoverSession)(nil),            // 45: cairn.client.v1.RecoverSession
-	(*ServerFrame)(nil),               // 46: cairn.client.v1.ServerFrame
-	(*Goodbye)(nil),                   // 47: cairn.client.v1.Goodbye
-	(*Heartbeat)(nil),                 // 48: cairn.client.v1.Heartbeat
-	(*Reply)(nil),                     // 49: cairn.client.v1.Reply
-	(*CommitResult)(nil),              // 50: cairn.client.v1.CommitResult
-	(*HelloResult)(nil),               // 51: cairn.client.v1.HelloResult
-	(*CreateConsumerResult)(nil),      // 52: cairn.client.v1.CreateConsumerResult
-	(*Watermark)(nil),                 // 53: cairn.client.v1.Watermark
-	(*RecoverResult)(nil),             // 54: cairn.client.v1.RecoverResult
-	(*AcknowledgeResult)(nil),         // 55: cairn.client.v1.AcknowledgeResult
-	(*Delivery)(nil),                  // 56: cairn.client.v1.Delivery
-	(*Deliveries)(nil),                // 57: cairn.client.v1.Deliveries
-	(*ConsumerClosed)(nil),            // 58: cairn.client.v1.ConsumerClosed
-	(*ClusterStatusRequest)(nil),      // 59: cairn.client.v1.ClusterStatusRequest
-	(*NodeStatus)(nil),                // 60: cairn.client.v1.NodeStatus
-	(*ReplicaStatus)(nil),             // 61: cairn.client.v1.ReplicaStatus
-	(*GroupStatus)(nil),               // 62: cairn.client.v1.GroupStatus
-	(*ClusterStatusResponse)(nil),     // 63: cairn.client.v1.ClusterStatusResponse
-	nil,                               // 64: cairn.client.v1.Message.PropertiesEntry
-	nil,                               // 65: cairn.client.v1.Delivery.PropertiesEntry
+	(*PropertyValue)(nil),             // 27: cairn.client.v1.PropertyValue
+	(*SendRequest)(nil),               // 28: cairn.client.v1.SendRequest
+	(*SendResult)(nil),                // 29: cairn.client.v1.SendResult
+	(*SendResponse)(nil),              // 30: cairn.client.v1.SendResponse
+	(*ClientFrame)(nil),               // 31: cairn.client.v1.ClientFrame
+	(*Send)(nil),                      // 32: cairn.client.v1.Send
+	(*TxSend)(nil),                    // 33: cairn.client.v1.TxSend
+	(*Commit)(nil),                    // 34: cairn.client.v1.Commit
+	(*Rollback)(nil),                  // 35: cairn.client.v1.Rollback
+	(*TxOutcome)(nil),                 // 36: cairn.client.v1.TxOutcome
+	(*Hello)(nil),                     // 37: cairn.client.v1.Hello
+	(*OpenSession)(nil),               // 38: cairn.client.v1.OpenSession
+	(*CloseSession)(nil),              // 39: cairn.client.v1.CloseSession
+	(*CreateConsumer)(nil),            // 40: cairn.client.v1.CreateConsumer
+	(*CloseConsumer)(nil),             // 41: cairn.client.v1.CloseConsumer
+	(*ReturnDeliveries)(nil),          // 42: cairn.client.v1.ReturnDeliveries
+	(*Credit)(nil),                    // 43: cairn.client.v1.Credit
+	(*DeliveryRef)(nil),               // 44: cairn.client.v1.DeliveryRef
+	(*Acknowledge)(nil),               // 45: cairn.client.v1.Acknowledge
+	(*RecoverSession)(nil),            // 46: cairn.client.v1.RecoverSession
+	(*ServerFrame)(nil),               // 47: cairn.client.v1.ServerFrame
+	(*Goodbye)(nil),                   // 48: cairn.client.v1.Goodbye
+	(*Heartbeat)(nil),                 // 49: cairn.client.v1.Heartbeat
+	(*Reply)(nil),                     // 50: cairn.client.v1.Reply
+	(*CommitResult)(nil),              // 51: cairn.client.v1.CommitResult
+	(*HelloResult)(nil),               // 52: cairn.client.v1.HelloResult
+	(*CreateConsumerResult)(nil),      // 53: cairn.client.v1.CreateConsumerResult
+	(*Watermark)(nil),                 // 54: cairn.client.v1.Watermark
+	(*RecoverResult)(nil),             // 55: cairn.client.v1.RecoverResult
+	(*AcknowledgeResult)(nil),         // 56: cairn.client.v1.AcknowledgeResult
+	(*Delivery)(nil),                  // 57: cairn.client.v1.Delivery
+	(*Deliveries)(nil),                // 58: cairn.client.v1.Deliveries
+	(*ConsumerClosed)(nil),            // 59: cairn.client.v1.ConsumerClosed
+	(*ClusterStatusRequest)(nil),      // 60: cairn.client.v1.ClusterStatusRequest
+	(*NodeStatus)(nil),                // 61: cairn.client.v1.NodeStatus
+	(*ReplicaStatus)(nil),             // 62: cairn.client.v1.ReplicaStatus
+	(*GroupStatus)(nil),               // 63: cairn.client.v1.GroupStatus
+	(*ClusterStatusResponse)(nil),     // 64: cairn.client.v1.ClusterStatusResponse
+	nil,                               // 65: cairn.client.v1.Message.PropertiesEntry
+	nil,                               // 66: cairn.client.v1.Message.TypedPropertiesEntry
+	nil,                               // 67: cairn.client.v1.Delivery.PropertiesEntry
+	nil,                               // 68: cairn.client.v1.Delivery.TypedPropertiesEntry
 }
 var file_transport_clientpb_client_proto_depIdxs = []int32{
 	3,  // 0: cairn.client.v1.ListConnectionsResponse.connections:type_name -> cairn.client.v1.ConnectionInfo
@@ -4879,83 +5081,87 @@ var file_transport_clientpb_client_proto_depIdxs = []int32{
 	25, // 3: cairn.client.v1.ListDestinationsResponse.destinations:type_name -> cairn.client.v1.DestinationInfo
 	0,  // 4: cairn.client.v1.DestinationInfo.kind:type_name -> cairn.client.v1.DestinationKind
 	24, // 5: cairn.client.v1.DestinationInfo.members:type_name -> cairn.client.v1.MemberInfo
-	64, // 6: cairn.client.v1.Message.properties:type_name -> cairn.client.v1.Message.PropertiesEntry
-	26, // 7: cairn.client.v1.SendRequest.messages:type_name -> cairn.client.v1.Message
-	28, // 8: cairn.client.v1.SendResponse.results:type_name -> cairn.client.v1.SendResult
-	36, // 9: cairn.client.v1.ClientFrame.hello:type_name -> cairn.client.v1.Hello
-	37, // 10: cairn.client.v1.ClientFrame.open_session:type_name -> cairn.client.v1.OpenSession
-	38, // 11: cairn.client.v1.ClientFrame.close_session:type_name -> cairn.client.v1.CloseSession
-	39, // 12: cairn.client.v1.ClientFrame.create_consumer:type_name -> cairn.client.v1.CreateConsumer
-	40, // 13: cairn.client.v1.ClientFrame.close_consumer:type_name -> cairn.client.v1.CloseConsumer
-	42, // 14: cairn.client.v1.ClientFrame.credit:type_name -> cairn.client.v1.Credit
-	44, // 15: cairn.client.v1.ClientFrame.acknowledge:type_name -> cairn.client.v1.Acknowledge
-	45, // 16: cairn.client.v1.ClientFrame.recover:type_name -> cairn.client.v1.RecoverSession
-	41, // 17: cairn.client.v1.ClientFrame.return_deliveries:type_name -> cairn.client.v1.ReturnDeliveries
-	32, // 18: cairn.client.v1.ClientFrame.tx_send:type_name -> cairn.client.v1.TxSend
-	33, // 19: cairn.client.v1.ClientFrame.commit:type_name -> cairn.client.v1.Commit
-	34, // 20: cairn.client.v1.ClientFrame.rollback:type_name -> cairn.client.v1.Rollback
-	35, // 21: cairn.client.v1.ClientFrame.tx_outcome:type_name -> cairn.client.v1.TxOutcome
-	31, // 22: cairn.client.v1.ClientFrame.send:type_name -> cairn.client.v1.Send
-	27, // 23: cairn.client.v1.Send.request:type_name -> cairn.client.v1.SendRequest
-	27, // 24: cairn.client.v1.TxSend.send:type_name -> cairn.client.v1.SendRequest
-	43, // 25: cairn.client.v1.Commit.deliveries:type_name -> cairn.client.v1.DeliveryRef
-	1,  // 26: cairn.client.v1.OpenSession.ack_mode:type_name -> cairn.client.v1.AckMode
-	43, // 27: cairn.client.v1.ReturnDeliveries.deliveries:type_name -> cairn.client.v1.DeliveryRef
-	43, // 28: cairn.client.v1.Acknowledge.deliveries:type_name -> cairn.client.v1.DeliveryRef
-	49, // 29: cairn.client.v1.ServerFrame.reply:type_name -> cairn.client.v1.Reply
-	57, // 30: cairn.client.v1.ServerFrame.deliveries:type_name -> cairn.client.v1.Deliveries
-	58, // 31: cairn.client.v1.ServerFrame.consumer_closed:type_name -> cairn.client.v1.ConsumerClosed
-	48, // 32: cairn.client.v1.ServerFrame.heartbeat:type_name -> cairn.client.v1.Heartbeat
-	47, // 33: cairn.client.v1.ServerFrame.goodbye:type_name -> cairn.client.v1.Goodbye
-	14, // 34: cairn.client.v1.Reply.error:type_name -> cairn.client.v1.Error
-	51, // 35: cairn.client.v1.Reply.hello:type_name -> cairn.client.v1.HelloResult
-	52, // 36: cairn.client.v1.Reply.create_consumer:type_name -> cairn.client.v1.CreateConsumerResult
-	54, // 37: cairn.client.v1.Reply.recover:type_name -> cairn.client.v1.RecoverResult
-	55, // 38: cairn.client.v1.Reply.acknowledge:type_name -> cairn.client.v1.AcknowledgeResult
-	29, // 39: cairn.client.v1.Reply.tx_send:type_name -> cairn.client.v1.SendResponse
-	50, // 40: cairn.client.v1.Reply.commit:type_name -> cairn.client.v1.CommitResult
-	29, // 41: cairn.client.v1.Reply.send:type_name -> cairn.client.v1.SendResponse
-	53, // 42: cairn.client.v1.RecoverResult.watermarks:type_name -> cairn.client.v1.Watermark
-	43, // 43: cairn.client.v1.AcknowledgeResult.rejected:type_name -> cairn.client.v1.DeliveryRef
-	65, // 44: cairn.client.v1.Delivery.properties:type_name -> cairn.client.v1.Delivery.PropertiesEntry
-	56, // 45: cairn.client.v1.Deliveries.messages:type_name -> cairn.client.v1.Delivery
-	14, // 46: cairn.client.v1.ConsumerClosed.error:type_name -> cairn.client.v1.Error
-	61, // 47: cairn.client.v1.GroupStatus.replicas:type_name -> cairn.client.v1.ReplicaStatus
-	60, // 48: cairn.client.v1.ClusterStatusResponse.nodes:type_name -> cairn.client.v1.NodeStatus
-	62, // 49: cairn.client.v1.ClusterStatusResponse.groups:type_name -> cairn.client.v1.GroupStatus
-	15, // 50: cairn.client.v1.ClientService.CreateDestination:input_type -> cairn.client.v1.CreateDestinationRequest
-	17, // 51: cairn.client.v1.ClientService.DeleteDestination:input_type -> cairn.client.v1.DeleteDestinationRequest
-	19, // 52: cairn.client.v1.ClientService.ListDestinations:input_type -> cairn.client.v1.ListDestinationsRequest
-	21, // 53: cairn.client.v1.ClientService.ShowDestination:input_type -> cairn.client.v1.ShowDestinationRequest
-	22, // 54: cairn.client.v1.ClientService.PurgeDestination:input_type -> cairn.client.v1.PurgeDestinationRequest
-	16, // 55: cairn.client.v1.ClientService.UpdateDestination:input_type -> cairn.client.v1.UpdateDestinationRequest
-	27, // 56: cairn.client.v1.ClientService.Send:input_type -> cairn.client.v1.SendRequest
-	30, // 57: cairn.client.v1.ClientService.Connect:input_type -> cairn.client.v1.ClientFrame
-	59, // 58: cairn.client.v1.ClientService.ClusterStatus:input_type -> cairn.client.v1.ClusterStatusRequest
-	7,  // 59: cairn.client.v1.ClientService.RemoveNode:input_type -> cairn.client.v1.RemoveNodeRequest
-	9,  // 60: cairn.client.v1.ClientService.LeaveNode:input_type -> cairn.client.v1.LeaveNodeRequest
-	11, // 61: cairn.client.v1.ClientService.Rebalance:input_type -> cairn.client.v1.RebalanceRequest
-	2,  // 62: cairn.client.v1.ClientService.ListConnections:input_type -> cairn.client.v1.ListConnectionsRequest
-	5,  // 63: cairn.client.v1.ClientService.DestroyConnection:input_type -> cairn.client.v1.DestroyConnectionRequest
-	25, // 64: cairn.client.v1.ClientService.CreateDestination:output_type -> cairn.client.v1.DestinationInfo
-	18, // 65: cairn.client.v1.ClientService.DeleteDestination:output_type -> cairn.client.v1.DeleteDestinationResponse
-	20, // 66: cairn.client.v1.ClientService.ListDestinations:output_type -> cairn.client.v1.ListDestinationsResponse
-	25, // 67: cairn.client.v1.ClientService.ShowDestination:output_type -> cairn.client.v1.DestinationInfo
-	23, // 68: cairn.client.v1.ClientService.PurgeDestination:output_type -> cairn.client.v1.PurgeDestinationResponse
-	25, // 69: cairn.client.v1.ClientService.UpdateDestination:output_type -> cairn.client.v1.DestinationInfo
-	29, // 70: cairn.client.v1.ClientService.Send:output_type -> cairn.client.v1.SendResponse
-	46, // 71: cairn.client.v1.ClientService.Connect:output_type -> cairn.client.v1.ServerFrame
-	63, // 72: cairn.client.v1.ClientService.ClusterStatus:output_type -> cairn.client.v1.ClusterStatusResponse
-	8,  // 73: cairn.client.v1.ClientService.RemoveNode:output_type -> cairn.client.v1.RemoveNodeResponse
-	10, // 74: cairn.client.v1.ClientService.LeaveNode:output_type -> cairn.client.v1.LeaveNodeResponse
-	13, // 75: cairn.client.v1.ClientService.Rebalance:output_type -> cairn.client.v1.RebalanceResponse
-	4,  // 76: cairn.client.v1.ClientService.ListConnections:output_type -> cairn.client.v1.ListConnectionsResponse
-	6,  // 77: cairn.client.v1.ClientService.DestroyConnection:output_type -> cairn.client.v1.DestroyConnectionResponse
-	64, // [64:78] is the sub-list for method output_type
-	50, // [50:64] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	65, // 6: cairn.client.v1.Message.properties:type_name -> cairn.client.v1.Message.PropertiesEntry
+	66, // 7: cairn.client.v1.Message.typed_properties:type_name -> cairn.client.v1.Message.TypedPropertiesEntry
+	26, // 8: cairn.client.v1.SendRequest.messages:type_name -> cairn.client.v1.Message
+	29, // 9: cairn.client.v1.SendResponse.results:type_name -> cairn.client.v1.SendResult
+	37, // 10: cairn.client.v1.ClientFrame.hello:type_name -> cairn.client.v1.Hello
+	38, // 11: cairn.client.v1.ClientFrame.open_session:type_name -> cairn.client.v1.OpenSession
+	39, // 12: cairn.client.v1.ClientFrame.close_session:type_name -> cairn.client.v1.CloseSession
+	40, // 13: cairn.client.v1.ClientFrame.create_consumer:type_name -> cairn.client.v1.CreateConsumer
+	41, // 14: cairn.client.v1.ClientFrame.close_consumer:type_name -> cairn.client.v1.CloseConsumer
+	43, // 15: cairn.client.v1.ClientFrame.credit:type_name -> cairn.client.v1.Credit
+	45, // 16: cairn.client.v1.ClientFrame.acknowledge:type_name -> cairn.client.v1.Acknowledge
+	46, // 17: cairn.client.v1.ClientFrame.recover:type_name -> cairn.client.v1.RecoverSession
+	42, // 18: cairn.client.v1.ClientFrame.return_deliveries:type_name -> cairn.client.v1.ReturnDeliveries
+	33, // 19: cairn.client.v1.ClientFrame.tx_send:type_name -> cairn.client.v1.TxSend
+	34, // 20: cairn.client.v1.ClientFrame.commit:type_name -> cairn.client.v1.Commit
+	35, // 21: cairn.client.v1.ClientFrame.rollback:type_name -> cairn.client.v1.Rollback
+	36, // 22: cairn.client.v1.ClientFrame.tx_outcome:type_name -> cairn.client.v1.TxOutcome
+	32, // 23: cairn.client.v1.ClientFrame.send:type_name -> cairn.client.v1.Send
+	28, // 24: cairn.client.v1.Send.request:type_name -> cairn.client.v1.SendRequest
+	28, // 25: cairn.client.v1.TxSend.send:type_name -> cairn.client.v1.SendRequest
+	44, // 26: cairn.client.v1.Commit.deliveries:type_name -> cairn.client.v1.DeliveryRef
+	1,  // 27: cairn.client.v1.OpenSession.ack_mode:type_name -> cairn.client.v1.AckMode
+	44, // 28: cairn.client.v1.ReturnDeliveries.deliveries:type_name -> cairn.client.v1.DeliveryRef
+	44, // 29: cairn.client.v1.Acknowledge.deliveries:type_name -> cairn.client.v1.DeliveryRef
+	50, // 30: cairn.client.v1.ServerFrame.reply:type_name -> cairn.client.v1.Reply
+	58, // 31: cairn.client.v1.ServerFrame.deliveries:type_name -> cairn.client.v1.Deliveries
+	59, // 32: cairn.client.v1.ServerFrame.consumer_closed:type_name -> cairn.client.v1.ConsumerClosed
+	49, // 33: cairn.client.v1.ServerFrame.heartbeat:type_name -> cairn.client.v1.Heartbeat
+	48, // 34: cairn.client.v1.ServerFrame.goodbye:type_name -> cairn.client.v1.Goodbye
+	14, // 35: cairn.client.v1.Reply.error:type_name -> cairn.client.v1.Error
+	52, // 36: cairn.client.v1.Reply.hello:type_name -> cairn.client.v1.HelloResult
+	53, // 37: cairn.client.v1.Reply.create_consumer:type_name -> cairn.client.v1.CreateConsumerResult
+	55, // 38: cairn.client.v1.Reply.recover:type_name -> cairn.client.v1.RecoverResult
+	56, // 39: cairn.client.v1.Reply.acknowledge:type_name -> cairn.client.v1.AcknowledgeResult
+	30, // 40: cairn.client.v1.Reply.tx_send:type_name -> cairn.client.v1.SendResponse
+	51, // 41: cairn.client.v1.Reply.commit:type_name -> cairn.client.v1.CommitResult
+	30, // 42: cairn.client.v1.Reply.send:type_name -> cairn.client.v1.SendResponse
+	54, // 43: cairn.client.v1.RecoverResult.watermarks:type_name -> cairn.client.v1.Watermark
+	44, // 44: cairn.client.v1.AcknowledgeResult.rejected:type_name -> cairn.client.v1.DeliveryRef
+	67, // 45: cairn.client.v1.Delivery.properties:type_name -> cairn.client.v1.Delivery.PropertiesEntry
+	68, // 46: cairn.client.v1.Delivery.typed_properties:type_name -> cairn.client.v1.Delivery.TypedPropertiesEntry
+	57, // 47: cairn.client.v1.Deliveries.messages:type_name -> cairn.client.v1.Delivery
+	14, // 48: cairn.client.v1.ConsumerClosed.error:type_name -> cairn.client.v1.Error
+	62, // 49: cairn.client.v1.GroupStatus.replicas:type_name -> cairn.client.v1.ReplicaStatus
+	61, // 50: cairn.client.v1.ClusterStatusResponse.nodes:type_name -> cairn.client.v1.NodeStatus
+	63, // 51: cairn.client.v1.ClusterStatusResponse.groups:type_name -> cairn.client.v1.GroupStatus
+	27, // 52: cairn.client.v1.Message.TypedPropertiesEntry.value:type_name -> cairn.client.v1.PropertyValue
+	27, // 53: cairn.client.v1.Delivery.TypedPropertiesEntry.value:type_name -> cairn.client.v1.PropertyValue
+	15, // 54: cairn.client.v1.ClientService.CreateDestination:input_type -> cairn.client.v1.CreateDestinationRequest
+	17, // 55: cairn.client.v1.ClientService.DeleteDestination:input_type -> cairn.client.v1.DeleteDestinationRequest
+	19, // 56: cairn.client.v1.ClientService.ListDestinations:input_type -> cairn.client.v1.ListDestinationsRequest
+	21, // 57: cairn.client.v1.ClientService.ShowDestination:input_type -> cairn.client.v1.ShowDestinationRequest
+	22, // 58: cairn.client.v1.ClientService.PurgeDestination:input_type -> cairn.client.v1.PurgeDestinationRequest
+	16, // 59: cairn.client.v1.ClientService.UpdateDestination:input_type -> cairn.client.v1.UpdateDestinationRequest
+	28, // 60: cairn.client.v1.ClientService.Send:input_type -> cairn.client.v1.SendRequest
+	31, // 61: cairn.client.v1.ClientService.Connect:input_type -> cairn.client.v1.ClientFrame
+	60, // 62: cairn.client.v1.ClientService.ClusterStatus:input_type -> cairn.client.v1.ClusterStatusRequest
+	7,  // 63: cairn.client.v1.ClientService.RemoveNode:input_type -> cairn.client.v1.RemoveNodeRequest
+	9,  // 64: cairn.client.v1.ClientService.LeaveNode:input_type -> cairn.client.v1.LeaveNodeRequest
+	11, // 65: cairn.client.v1.ClientService.Rebalance:input_type -> cairn.client.v1.RebalanceRequest
+	2,  // 66: cairn.client.v1.ClientService.ListConnections:input_type -> cairn.client.v1.ListConnectionsRequest
+	5,  // 67: cairn.client.v1.ClientService.DestroyConnection:input_type -> cairn.client.v1.DestroyConnectionRequest
+	25, // 68: cairn.client.v1.ClientService.CreateDestination:output_type -> cairn.client.v1.DestinationInfo
+	18, // 69: cairn.client.v1.ClientService.DeleteDestination:output_type -> cairn.client.v1.DeleteDestinationResponse
+	20, // 70: cairn.client.v1.ClientService.ListDestinations:output_type -> cairn.client.v1.ListDestinationsResponse
+	25, // 71: cairn.client.v1.ClientService.ShowDestination:output_type -> cairn.client.v1.DestinationInfo
+	23, // 72: cairn.client.v1.ClientService.PurgeDestination:output_type -> cairn.client.v1.PurgeDestinationResponse
+	25, // 73: cairn.client.v1.ClientService.UpdateDestination:output_type -> cairn.client.v1.DestinationInfo
+	30, // 74: cairn.client.v1.ClientService.Send:output_type -> cairn.client.v1.SendResponse
+	47, // 75: cairn.client.v1.ClientService.Connect:output_type -> cairn.client.v1.ServerFrame
+	64, // 76: cairn.client.v1.ClientService.ClusterStatus:output_type -> cairn.client.v1.ClusterStatusResponse
+	8,  // 77: cairn.client.v1.ClientService.RemoveNode:output_type -> cairn.client.v1.RemoveNodeResponse
+	10, // 78: cairn.client.v1.ClientService.LeaveNode:output_type -> cairn.client.v1.LeaveNodeResponse
+	13, // 79: cairn.client.v1.ClientService.Rebalance:output_type -> cairn.client.v1.RebalanceResponse
+	4,  // 80: cairn.client.v1.ClientService.ListConnections:output_type -> cairn.client.v1.ListConnectionsResponse
+	6,  // 81: cairn.client.v1.ClientService.DestroyConnection:output_type -> cairn.client.v1.DestroyConnectionResponse
+	68, // [68:82] is the sub-list for method output_type
+	54, // [54:68] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_transport_clientpb_client_proto_init() }
@@ -4963,7 +5169,12 @@ func file_transport_clientpb_client_proto_init() {
 	if File_transport_clientpb_client_proto != nil {
 		return
 	}
-	file_transport_clientpb_client_proto_msgTypes[28].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[25].OneofWrappers = []any{
+		(*PropertyValue_Int)(nil),
+		(*PropertyValue_Float)(nil),
+		(*PropertyValue_Bool)(nil),
+	}
+	file_transport_clientpb_client_proto_msgTypes[29].OneofWrappers = []any{
 		(*ClientFrame_Hello)(nil),
 		(*ClientFrame_OpenSession)(nil),
 		(*ClientFrame_CloseSession)(nil),
@@ -4979,15 +5190,15 @@ func file_transport_clientpb_client_proto_init() {
 		(*ClientFrame_TxOutcome)(nil),
 		(*ClientFrame_Send)(nil),
 	}
-	file_transport_clientpb_client_proto_msgTypes[31].OneofWrappers = []any{}
-	file_transport_clientpb_client_proto_msgTypes[44].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[32].OneofWrappers = []any{}
+	file_transport_clientpb_client_proto_msgTypes[45].OneofWrappers = []any{
 		(*ServerFrame_Reply)(nil),
 		(*ServerFrame_Deliveries)(nil),
 		(*ServerFrame_ConsumerClosed)(nil),
 		(*ServerFrame_Heartbeat)(nil),
 		(*ServerFrame_Goodbye)(nil),
 	}
-	file_transport_clientpb_client_proto_msgTypes[47].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[48].OneofWrappers = []any{
 		(*Reply_Hello)(nil),
 		(*Reply_CreateConsumer)(nil),
 		(*Reply_Recover)(nil),
@@ -5002,7 +5213,7 @@ func file_transport_clientpb_client_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_clientpb_client_proto_rawDesc), len(file_transport_clientpb_client_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   64,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -461,12 +461,15 @@ func (*ConsumeRequest_Credit) isConsumeRequest_Op() {}
 // id above pushed_up_to were made but never reached it (a host failed
 // between committing and pushing them) and are pushed first.
 type Attach struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Member        string                 `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
-	Consumer      string                 `protobuf:"bytes,2,opt,name=consumer,proto3" json:"consumer,omitempty"`
-	Session       string                 `protobuf:"bytes,3,opt,name=session,proto3" json:"session,omitempty"`
-	Credit        uint32                 `protobuf:"varint,4,opt,name=credit,proto3" json:"credit,omitempty"`
-	PushedUpTo    uint64                 `protobuf:"varint,5,opt,name=pushed_up_to,json=pushedUpTo,proto3" json:"pushed_up_to,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Member     string                 `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	Consumer   string                 `protobuf:"bytes,2,opt,name=consumer,proto3" json:"consumer,omitempty"`
+	Session    string                 `protobuf:"bytes,3,opt,name=session,proto3" json:"session,omitempty"`
+	Credit     uint32                 `protobuf:"varint,4,opt,name=credit,proto3" json:"credit,omitempty"`
+	PushedUpTo uint64                 `protobuf:"varint,5,opt,name=pushed_up_to,json=pushedUpTo,proto3" json:"pushed_up_to,omitempty"`
+	// selector: the host delivers only the messages it selects ("": all).
+	// The front-end parsed it; a host that cannot refuses the attachment.
+	Selector      string `protobuf:"bytes,6,opt,name=selector,proto3" json:"selector,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -534,6 +537,13 @@ func (x *Attach) GetPushedUpTo() uint64 {
 		return x.PushedUpTo
 	}
 	return 0
+}
+
+func (x *Attach) GetSelector() string {
+	if x != nil {
+		return x.Selector
+	}
+	return ""
 }
 
 type Delivery struct {
@@ -1241,14 +1251,15 @@ const file_transport_peerpb_peer_proto_rawDesc = "" +
 	"\x0eConsumeRequest\x12/\n" +
 	"\x06attach\x18\x01 \x01(\v2\x15.cairn.peer.v1.AttachH\x00R\x06attach\x12\x18\n" +
 	"\x06credit\x18\x02 \x01(\rH\x00R\x06creditB\x04\n" +
-	"\x02op\"\x90\x01\n" +
+	"\x02op\"\xac\x01\n" +
 	"\x06Attach\x12\x16\n" +
 	"\x06member\x18\x01 \x01(\tR\x06member\x12\x1a\n" +
 	"\bconsumer\x18\x02 \x01(\tR\bconsumer\x12\x18\n" +
 	"\asession\x18\x03 \x01(\tR\asession\x12\x16\n" +
 	"\x06credit\x18\x04 \x01(\rR\x06credit\x12 \n" +
 	"\fpushed_up_to\x18\x05 \x01(\x04R\n" +
-	"pushedUpTo\"\xa5\x01\n" +
+	"pushedUpTo\x12\x1a\n" +
+	"\bselector\x18\x06 \x01(\tR\bselector\"\xa5\x01\n" +
 	"\bDelivery\x12\x1f\n" +
 	"\vdelivery_id\x18\x01 \x01(\x04R\n" +
 	"deliveryId\x12/\n" +
