@@ -281,6 +281,37 @@ func (a *Admin) PurgeQueue(ctx context.Context, name string) (uint64, error) {
 	return n, err
 }
 
+// BrowseOptions choose what BrowseQueue shows.
+type BrowseOptions struct {
+	// Selector, a JMS message selector, shows only the messages it selects.
+	Selector string
+	// Count is the most messages shown (0: 100; at most 10,000).
+	Count int
+}
+
+// BrowseQueue shows a queue's pending messages (or one member's, NAME#I)
+// without consuming them or changing any count, as a JMS QueueBrowser:
+// member after member, in delivery order within each. The messages cannot
+// be acknowledged; one delivered or expiring meanwhile may still show.
+func (a *Admin) BrowseQueue(ctx context.Context, name string, o BrowseOptions) ([]*Message, error) {
+	if o.Count < 0 {
+		return nil, fmt.Errorf("%w: browse count %d is negative", ErrInvalidArgument, o.Count)
+	}
+	var out []*Message
+	err := a.call(ctx, func(api clientpb.ClientServiceClient) error {
+		resp, err := api.BrowseDestination(ctx, &clientpb.BrowseDestinationRequest{Name: name, Selector: o.Selector, Count: uint32(o.Count)})
+		if err != nil {
+			return err
+		}
+		out = make([]*Message, len(resp.Messages))
+		for i, d := range resp.Messages {
+			out[i] = fromDelivery(d, nil, 0)
+		}
+		return nil
+	})
+	return out, err
+}
+
 // DeleteQueue deletes a queue and every message in it.
 func (a *Admin) DeleteQueue(ctx context.Context, name string) error {
 	return a.call(ctx, func(api clientpb.ClientServiceClient) error {

@@ -9,6 +9,7 @@ import (
 	"github.com/cairnmq/cairn/destination"
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
+	"github.com/cairnmq/cairn/fsm/selector"
 	"github.com/cairnmq/cairn/member"
 	"github.com/cairnmq/cairn/transport/clientpb"
 )
@@ -90,6 +91,10 @@ func (a adminAPI) Destinations() []*fsmpb.Destination { return a.n.destinations(
 
 func (a adminAPI) DestinationInfo(ctx context.Context, d *fsmpb.Destination) *clientpb.DestinationInfo {
 	return a.n.destinationInfo(ctx, d)
+}
+
+func (a adminAPI) Browse(ctx context.Context, member string, sel *selector.Selector, limit int) ([]fsm.MessageState, error) {
+	return a.n.browse(ctx, member, sel, limit)
 }
 
 func (a adminAPI) Purge(ctx context.Context, addr string) (uint64, error) {

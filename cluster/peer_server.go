@@ -6,6 +6,7 @@ import (
 	"io"
 	"sync"
 
+	"github.com/cairnmq/cairn/cluster/frontend"
 	"github.com/cairnmq/cairn/fsm/selector"
 
 	"github.com/cairnmq/cairn/destination"
@@ -207,10 +208,26 @@ func (s *peerService) Member(ctx context.Context, req *peerpb.MemberRequest) (*p
 	}
 	_, leader := r.Raft().LeaderWithID()
 	resp := &peerpb.MemberResponse{Leader: string(leader), Hosting: r.Leading()}
-	if resp.Hosting {
-		st := hostStats(s.n.cfg.NodeID, r)
-		resp.Pending, resp.Delivered, resp.Bytes, resp.Consumers = uint64(st.pending), uint64(st.delivered), st.bytes, uint32(st.consumers)
-		resp.Delayed, resp.Moving, resp.DeadLettered, resp.Prepared = uint64(st.delayed), uint64(st.moving), uint64(st.deadLettered), uint64(st.prepared)
+	if !resp.Hosting {
+		return resp, nil
+	}
+	st := hostStats(s.n.cfg.NodeID, r)
+	resp.Pending, resp.Delivered, resp.Bytes, resp.Consumers = uint64(st.pending), uint64(st.delivered), st.bytes, uint32(st.consumers)
+	resp.Delayed, resp.Moving, resp.DeadLettered, resp.Prepared = uint64(st.delayed), uint64(st.moving), uint64(st.deadLettered), uint64(st.prepared)
+	if req.Browse == 0 {
+		return resp, nil
+	}
+	sel, err := selector.Parse(req.Selector)
+	var sts []fsm.MessageState
+	if err == nil {
+		sts, err = r.Browse(sel, int(min(req.Browse, frontend.MaxBrowse)))
+	}
+	if err != nil {
+		resp.Error = &peerpb.Error{Code: codeUnavailable, Message: err.Error()}
+		return resp, nil
+	}
+	for _, m := range sts {
+		resp.Browsed = append(resp.Browsed, &peerpb.Delivery{Message: m.Message, Redelivered: m.Redelivered, DeliveryCount: m.DeliveryCount})
 	}
 	return resp, nil
 }

@@ -7,13 +7,16 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/cairnmq/cairn/destination"
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
+	"github.com/cairnmq/cairn/fsm/selector"
 	"github.com/cairnmq/cairn/member"
+	"github.com/cairnmq/cairn/transport"
 	"github.com/cairnmq/cairn/transport/peerpb"
 )
 
@@ -107,6 +110,36 @@ func hostStats(host string, r *member.Replica) memberStats {
 		delayed: int64(st.Delayed), moving: int64(st.Moving), deadLettered: int64(st.DeadLettered), prepared: int64(st.Prepared), consumers: r.Consumers()}
 }
 
+// askHost asks the member's host on another node (node, as this node
+// knows it) and returns its answer; a cached host may have moved on, and
+// its answer names the new one. It returns nil when no host answered.
+func (n *Node) askHost(ctx context.Context, node string, req *peerpb.MemberRequest) (*peerpb.MemberResponse, string) {
+	for try := 0; node != "" && try < 2; try++ {
+		c, err := n.peers.client(node)
+		if err != nil {
+			break
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		resp, err := c.Member(cctx, req)
+		cancel()
+		if err != nil {
+			n.hostCache.set(req.Member, "")
+			break
+		}
+		if resp.Hosting {
+			return resp, node
+		}
+		if resp.Leader == "" || resp.Leader == node {
+			break
+		}
+		node = resp.Leader
+		if _, local := n.groups.replica(req.Member); !local {
+			n.hostCache.set(req.Member, node)
+		}
+	}
+	return nil, ""
+}
+
 // memberInfo asks the member's host for its counts; without a host it
 // reports what this node's replica has applied, and no host.
 func (n *Node) memberInfo(ctx context.Context, name string) memberStats {
@@ -114,31 +147,10 @@ func (n *Node) memberInfo(ctx context.Context, name string) memberStats {
 	if r != nil {
 		return hostStats(n.cfg.NodeID, r)
 	}
-	// A cached host may have moved on: its answer names the new one.
-	for try := 0; node != "" && try < 2; try++ {
-		c, err := n.peers.client(node)
-		if err != nil {
-			break
-		}
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		resp, err := c.Member(cctx, &peerpb.MemberRequest{Member: name})
-		cancel()
-		if err != nil {
-			n.hostCache.set(name, "")
-			break
-		}
-		if resp.Hosting {
-			return memberStats{host: node, pending: int64(resp.Pending), delivered: int64(resp.Delivered), bytes: resp.Bytes,
-				delayed: int64(resp.Delayed), moving: int64(resp.Moving), deadLettered: int64(resp.DeadLettered), prepared: int64(resp.Prepared),
-				consumers: int(resp.Consumers)}
-		}
-		if resp.Leader == "" || resp.Leader == node {
-			break
-		}
-		node = resp.Leader
-		if _, local := n.groups.replica(name); !local {
-			n.hostCache.set(name, node)
-		}
+	if resp, node := n.askHost(ctx, node, &peerpb.MemberRequest{Member: name}); resp != nil {
+		return memberStats{host: node, pending: int64(resp.Pending), delivered: int64(resp.Delivered), bytes: resp.Bytes,
+			delayed: int64(resp.Delayed), moving: int64(resp.Moving), deadLettered: int64(resp.DeadLettered), prepared: int64(resp.Prepared),
+			consumers: int(resp.Consumers)}
 	}
 	if r, ok := n.groups.replica(name); ok {
 		st := hostStats("", r)
@@ -233,4 +245,25 @@ func (l *loads) get(n *Node, name string) memberStats {
 		}()
 	}
 	return e.st
+}
+
+// browse asks the member's host for up to limit of its pending messages
+// that sel selects, in delivery order; it changes nothing.
+func (n *Node) browse(ctx context.Context, name string, sel *selector.Selector, limit int) ([]fsm.MessageState, error) {
+	r, node := n.host(name)
+	if r != nil {
+		return r.Browse(sel, limit)
+	}
+	resp, _ := n.askHost(ctx, node, &peerpb.MemberRequest{Member: name, Browse: uint32(limit), Selector: sel.String()})
+	if resp == nil {
+		return nil, fmt.Errorf("%w: member %s has no host that answers now; try again once it has one (cairn cluster status)", transport.ErrUnavailable, name)
+	}
+	if e := resp.GetError(); e != nil {
+		return nil, fmt.Errorf("%w: browsing member %s: %s", transport.ErrUnavailable, name, e.Message)
+	}
+	out := make([]fsm.MessageState, len(resp.Browsed))
+	for i, d := range resp.Browsed {
+		out[i] = fsm.MessageState{Message: d.Message, Pending: true, Redelivered: d.Redelivered, DeliveryCount: d.DeliveryCount}
+	}
+	return out, nil
 }

@@ -1,6 +1,7 @@
 package fsm_test
 
 import (
+	"fmt"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -66,7 +67,7 @@ func TestMessageFields_HeadersAndProperties(t *testing.T) {
 	}
 	for sel, want := range map[string]bool{
 		"JMSType = 'order' AND color = 'blue' AND weight > 2500": true,
-		"rush AND ratio < 0.5 AND JMSPriority BETWEEN 5 AND 9":    true,
+		"rush AND ratio < 0.5 AND JMSPriority BETWEEN 5 AND 9":   true,
 		"weight / 0 > 1 OR missing IS NOT NULL":                  false,
 	} {
 		s, err := selector.Parse(sel)
@@ -79,5 +80,42 @@ func TestMessageFields_HeadersAndProperties(t *testing.T) {
 	}
 	if !fsm.Selects(nil, m) {
 		t.Error("no selector selects every message")
+	}
+}
+
+// Browse lists pending messages in delivery order (priority, then
+// arrival), only those the selector selects, skipping delivered and
+// expired ones, up to its limit.
+func TestMember_Browse(t *testing.T) {
+	f := newMember(t)
+	f.open("s")
+	low, high, gone, held := typedMessage("low"), typedMessage("high"), typedMessage("gone"), typedMessage("held")
+	low.Priority, high.Priority, gone.Expiration = 1, 9, 50
+	plain := &fsmpb.Message{Id: "plain", Priority: 4}
+	f.enqueue(10, low, plain, gone, held, high)
+	f.deliver("s", 20, "held")
+	ids := func(sts []fsm.MessageState) (out []string) {
+		for _, st := range sts {
+			out = append(out, st.Message.Id)
+		}
+		return out
+	}
+	check := func(sel string, limit int, want ...string) {
+		t.Helper()
+		s, err := selector.Parse(sel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ids(f.m.Browse(100, s, limit)); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("Browse(%q, %d) = %v, want %v", sel, limit, got, want)
+		}
+	}
+	check("", 10, "high", "plain", "low")
+	check("", 2, "high", "plain")
+	check("color = 'blue'", 10, "high", "low")
+	check("JMSPriority < 5", 1, "plain")
+	check("", 0)
+	if st := f.m.Stats(); st.Pending != 4 || st.Delivered != 1 {
+		t.Fatalf("browsing changed the member: %+v", st)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/cairnmq/cairn/fsm/fsmpb"
+	"github.com/cairnmq/cairn/fsm/selector"
 )
 
 // Stats counts what a member holds.
@@ -224,6 +225,27 @@ func (m *Member) Lookup(id string) (MessageState, bool) {
 	if r == 0 {
 		return MessageState{}, false
 	}
+	return m.stateOf(r), true
+}
+
+// Browse lists up to limit pending messages that sel selects (nil: every
+// one) in delivery order, skipping those expired at now. It changes
+// nothing.
+func (m *Member) Browse(now int64, sel *selector.Selector, limit int) []MessageState {
+	var out []MessageState
+	m.ScanPendingMessages(now, func(msg *fsmpb.Message) bool {
+		if len(out) >= limit {
+			return false
+		}
+		if Selects(sel, msg) {
+			out = append(out, m.stateOf(m.find(msg.Id)))
+		}
+		return len(out) < limit
+	})
+	return out
+}
+
+func (m *Member) stateOf(r ref) MessageState {
 	rec := m.rec(r)
 	st := MessageState{Message: m.message(r), Body: rec.away, Pending: rec.waiting(), AvailableAt: rec.availableAt, Dead: rec.has(flagDead),
 		MovingTo: m.targetOf(rec), DeliveryID: rec.deliveryID, Redelivered: rec.has(flagRedelivered), DeliveryCount: rec.count}
@@ -233,7 +255,7 @@ func (m *Member) Lookup(id string) (MessageState, bool) {
 	if rec.has(flagHeld) {
 		st.Tx = m.holder(r)
 	}
-	return st, true
+	return st
 }
 
 // DeliveriesAfter lists the deliveries a session holds with an id above

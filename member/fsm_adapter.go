@@ -14,6 +14,7 @@ import (
 
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
+	"github.com/cairnmq/cairn/fsm/selector"
 )
 
 // memberFSM adapts the pure state machine of a group to hashicorp/raft:
@@ -249,6 +250,34 @@ func (a *memberFSM) deliveriesWithBodies(key string, ds []fsm.Delivery) []fsm.De
 		out[i].Message, out[i].Body = fsm.WithBody(out[i].Message, bodies[k]), fsm.BodyRef{}
 	}
 	return out
+}
+
+// browse is Member.Browse with every body read back from where it was put
+// away.
+func (a *memberFSM) browse(key string, now int64, sel *selector.Selector, limit int) ([]fsm.MessageState, error) {
+	a.mu.RLock()
+	sts := a.memberLocked(key).Browse(now, sel, limit)
+	var refs []fsm.BodyRef
+	var at []int
+	for i, st := range sts {
+		if st.Body.Away() {
+			refs, at = append(refs, st.Body), append(at, i)
+		}
+	}
+	unpin := a.bodies.pin()
+	a.mu.RUnlock()
+	defer unpin()
+	if len(refs) == 0 {
+		return sts, nil
+	}
+	bodies, err := a.bodies.readAll(refs)
+	if err != nil {
+		return nil, fmt.Errorf("reading the bodies of %d messages put away on disk: %w", len(refs), err)
+	}
+	for k, i := range at {
+		sts[i].Message, sts[i].Body = fsm.WithBody(sts[i].Message, bodies[k]), fsm.BodyRef{}
+	}
+	return sts, nil
 }
 
 func (a *memberFSM) Snapshot() (raft.FSMSnapshot, error) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
+	"github.com/cairnmq/cairn/fsm/selector"
 )
 
 // ErrStopped is returned by a replica that has been closed.
@@ -555,6 +556,13 @@ func (r *Replica) Stats() (s fsm.Stats) {
 // Read runs fn on the replica's state, held against applies; fn must not
 // keep the state or block.
 func (r *Replica) Read(fn func(m *fsm.Member)) { r.host.fsm.read(r.key, fn) }
+
+// Browse returns up to limit of the member's pending messages that sel
+// selects (nil: every one), in delivery order, with their bodies, as this
+// replica has applied them. It changes nothing.
+func (r *Replica) Browse(sel *selector.Selector, limit int) ([]fsm.MessageState, error) {
+	return r.host.fsm.browse(r.key, r.now().UnixNano(), sel, limit)
+}
 
 // Close stops the replica; its data stays for the next start.
 func (r *Replica) Close() error {

@@ -252,6 +252,19 @@ func TestCLISelectors(t *testing.T) {
 		t.Errorf("properties %v, want %v", lines[0]["properties"], want)
 	}
 	s.showJSON("orders", 2, 0)
+	// Browsing shows the two left, in order, and changes nothing.
+	r = s.ok("queue", "browse", "orders", "--json")
+	if lines := jsonLines(t, r.stdout); len(lines) != 2 || lines[0]["body"] != "light blue" || lines[1]["body"] != "plain" {
+		t.Fatalf("queue browse --json: want light blue, then plain:\n%s", r.stdout)
+	}
+	r = s.ok("queue", "browse", "orders", "--selector", "weight < 100")
+	if !strings.Contains(r.stdout, "light blue") || strings.Contains(r.stdout, "plain") {
+		t.Fatalf("queue browse --selector 'weight < 100': want light blue only:\n%s", r.stdout)
+	}
+	if r := s.ok("queue", "browse", "orders", "--selector", "weight > 1e6"); !strings.Contains(r.stdout, "no pending messages in orders that the selector selects") {
+		t.Fatalf("queue browse selecting nothing printed %q", r.stdout)
+	}
+	s.showJSON("orders", 2, 0)
 	r = s.ok("receive", "orders", "--selector", "weight IS NULL", "--timeout", "5s", "--json")
 	if lines := jsonLines(t, r.stdout); len(lines) != 1 || lines[0]["body"] != "plain" || lines[0]["properties"] != nil {
 		t.Fatalf("receive --selector 'weight IS NULL': want the plain message, without properties:\n%s", r.stdout)

@@ -2,8 +2,11 @@ package frontend
 
 import (
 	"context"
+	"fmt"
 
+	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
+	"github.com/cairnmq/cairn/fsm/selector"
 	"github.com/cairnmq/cairn/transport"
 	"github.com/cairnmq/cairn/transport/clientpb"
 )
@@ -20,6 +23,9 @@ type Admin interface {
 	// Purge removes the pending messages of addr (a destination or one
 	// member), and says how many.
 	Purge(ctx context.Context, addr string) (uint64, error)
+	// Browse lists up to limit pending messages of a member that sel
+	// selects, in delivery order, without changing anything.
+	Browse(ctx context.Context, member string, sel *selector.Selector, limit int) ([]fsm.MessageState, error)
 	ClusterStatus(ctx context.Context) *clientpb.ClusterStatusResponse
 	RemoveNode(ctx context.Context, id string) error
 	Leave(ctx context.Context) error
@@ -90,6 +96,48 @@ func (s *clientService) PurgeDestination(ctx context.Context, req *clientpb.Purg
 		return nil, transport.Status(err)
 	}
 	return &clientpb.PurgeDestinationResponse{Purged: n}, nil
+}
+
+// DefaultBrowse and MaxBrowse bound how many messages a browse returns.
+const (
+	DefaultBrowse = 100
+	MaxBrowse     = 10_000
+)
+
+func (s *clientService) BrowseDestination(ctx context.Context, req *clientpb.BrowseDestinationRequest) (*clientpb.BrowseDestinationResponse, error) {
+	count := int(req.Count)
+	switch {
+	case count == 0:
+		count = DefaultBrowse
+	case count > MaxBrowse:
+		return nil, transport.Status(fmt.Errorf("%w: a browse returns at most %d messages, not %d", transport.ErrInvalidArgument, MaxBrowse, count))
+	}
+	sel, err := selector.Parse(req.Selector)
+	if err != nil {
+		return nil, transport.Status(fmt.Errorf("%w: %v", transport.ErrInvalidSelector, err))
+	}
+	d, idx, err := s.n.MemberOf(ctx, req.Name, false)
+	if err != nil {
+		return nil, transport.Status(err)
+	}
+	resp := &clientpb.BrowseDestinationResponse{}
+	for i := range d.Members {
+		if idx >= 0 && i != idx {
+			continue
+		}
+		name := fsm.MemberName(d.Name, uint32(i))
+		sts, err := s.a.Browse(ctx, name, sel, count-len(resp.Messages))
+		if err != nil {
+			return nil, transport.Status(WireError(err))
+		}
+		for _, st := range sts {
+			resp.Messages = append(resp.Messages, delivery(name, d.Name, fsm.Delivery{Message: st.Message, Redelivered: st.Redelivered, DeliveryCount: st.DeliveryCount}))
+		}
+		if len(resp.Messages) >= count {
+			break
+		}
+	}
+	return resp, nil
 }
 
 func (s *clientService) Send(ctx context.Context, req *clientpb.SendRequest) (*clientpb.SendResponse, error) {

@@ -27,7 +27,7 @@ func withAdmin(cmd *cobra.Command, fn func(ctx context.Context, a *client.Admin)
 
 func queueCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "queue", Short: "Create, inspect, purge and delete queues"}
-	cmd.AddCommand(queueCreateCmd(), queueShowCmd(), queueListCmd(), queueUpdateCmd(), queuePurgeCmd(), queueDeleteCmd())
+	cmd.AddCommand(queueCreateCmd(), queueShowCmd(), queueListCmd(), queueUpdateCmd(), queuePurgeCmd(), queueDeleteCmd(), queueBrowseCmd())
 	return cmd
 }
 
@@ -230,6 +230,63 @@ Delivered messages, not yet acknowledged, stay with their consumers.`,
 			})
 		},
 	}
+}
+
+func queueBrowseCmd() *cobra.Command {
+	var (
+		sel    string
+		count  int
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "browse NAME",
+		Short: "Show a queue's pending messages without consuming them",
+		Long: `Show up to --count pending messages of a queue (or of member NAME#I),
+member after member and in delivery order within each, without consuming
+them or changing any count. --selector shows only those a JMS selector
+selects (cairn receive --help has examples). Messages in consumers' hands
+are not shown.
+
+With --json each message prints one line, as cairn receive --json does:
+  {"id":"...","member":"orders#0","body":"...","redelivered":false,"delivery_count":0,"priority":4,"properties":{...}}`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if count < 1 {
+				return fmt.Errorf("--count %d: browse at least one message", count)
+			}
+			return withAdmin(cmd, func(ctx context.Context, a *client.Admin) error {
+				ms, err := a.BrowseQueue(ctx, args[0], client.BrowseOptions{Selector: sel, Count: count})
+				if err != nil {
+					return err
+				}
+				out := newJSONLines(cmd.OutOrStdout())
+				for _, m := range ms {
+					if asJSON {
+						err = out.write(receivedLine(m))
+					} else {
+						_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s  %s  priority=%d delivery_count=%d redelivered=%v  %s\n",
+							m.ID, m.Member, m.Priority, m.DeliveryCount, m.Redelivered, m.Body)
+					}
+					if err != nil {
+						return err
+					}
+				}
+				if !asJSON && len(ms) == 0 {
+					what := "no pending messages in " + args[0]
+					if sel != "" {
+						what += " that the selector selects"
+					}
+					fmt.Fprintln(cmd.OutOrStdout(), what)
+				}
+				return nil
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&sel, "selector", "", "show only the messages this JMS selector selects")
+	f.IntVar(&count, "count", 100, "most messages to show (up to 10000)")
+	f.BoolVar(&asJSON, "json", false, "print one JSON line per message")
+	return cmd
 }
 
 func queueDeleteCmd() *cobra.Command {

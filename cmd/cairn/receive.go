@@ -22,6 +22,11 @@ type receiveLine struct {
 	Properties    map[string]any `json:"properties,omitempty"`
 }
 
+func receivedLine(m *client.Message) receiveLine {
+	return receiveLine{ID: m.ID, Member: m.Member, Body: string(m.Body), Redelivered: m.Redelivered,
+		DeliveryCount: m.DeliveryCount, Priority: m.Priority, Properties: m.Properties}
+}
+
 func receiveCmd() *cobra.Command {
 	var (
 		count     int
@@ -104,8 +109,7 @@ reconnect reports that on stderr, and receive goes on.`,
 					return err
 				}
 				if asJSON {
-					err = out.write(receiveLine{ID: m.ID, Member: m.Member, Body: string(m.Body), Redelivered: m.Redelivered,
-						DeliveryCount: m.DeliveryCount, Priority: m.Priority, Properties: m.Properties})
+					err = out.write(receivedLine(m))
 				} else {
 					_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s  %s  priority=%d delivery_count=%d redelivered=%v  %s\n",
 						m.ID, m.Member, m.Priority, m.DeliveryCount, m.Redelivered, m.Body)

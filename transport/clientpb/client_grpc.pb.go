@@ -29,6 +29,7 @@ const (
 	ClientService_ListDestinations_FullMethodName  = "/cairn.client.v1.ClientService/ListDestinations"
 	ClientService_ShowDestination_FullMethodName   = "/cairn.client.v1.ClientService/ShowDestination"
 	ClientService_PurgeDestination_FullMethodName  = "/cairn.client.v1.ClientService/PurgeDestination"
+	ClientService_BrowseDestination_FullMethodName = "/cairn.client.v1.ClientService/BrowseDestination"
 	ClientService_UpdateDestination_FullMethodName = "/cairn.client.v1.ClientService/UpdateDestination"
 	ClientService_Send_FullMethodName              = "/cairn.client.v1.ClientService/Send"
 	ClientService_Connect_FullMethodName           = "/cairn.client.v1.ClientService/Connect"
@@ -50,6 +51,9 @@ type ClientServiceClient interface {
 	ListDestinations(ctx context.Context, in *ListDestinationsRequest, opts ...grpc.CallOption) (*ListDestinationsResponse, error)
 	ShowDestination(ctx context.Context, in *ShowDestinationRequest, opts ...grpc.CallOption) (*DestinationInfo, error)
 	PurgeDestination(ctx context.Context, in *PurgeDestinationRequest, opts ...grpc.CallOption) (*PurgeDestinationResponse, error)
+	// BrowseDestination shows pending messages without consuming them or
+	// changing any count (JMS QueueBrowser).
+	BrowseDestination(ctx context.Context, in *BrowseDestinationRequest, opts ...grpc.CallOption) (*BrowseDestinationResponse, error)
 	// UpdateDestination changes a destination's number of members: new ones
 	// take sends at once; removed ones first drain to the others.
 	UpdateDestination(ctx context.Context, in *UpdateDestinationRequest, opts ...grpc.CallOption) (*DestinationInfo, error)
@@ -129,6 +133,16 @@ func (c *clientServiceClient) PurgeDestination(ctx context.Context, in *PurgeDes
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(PurgeDestinationResponse)
 	err := c.cc.Invoke(ctx, ClientService_PurgeDestination_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clientServiceClient) BrowseDestination(ctx context.Context, in *BrowseDestinationRequest, opts ...grpc.CallOption) (*BrowseDestinationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BrowseDestinationResponse)
+	err := c.cc.Invoke(ctx, ClientService_BrowseDestination_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -238,6 +252,9 @@ type ClientServiceServer interface {
 	ListDestinations(context.Context, *ListDestinationsRequest) (*ListDestinationsResponse, error)
 	ShowDestination(context.Context, *ShowDestinationRequest) (*DestinationInfo, error)
 	PurgeDestination(context.Context, *PurgeDestinationRequest) (*PurgeDestinationResponse, error)
+	// BrowseDestination shows pending messages without consuming them or
+	// changing any count (JMS QueueBrowser).
+	BrowseDestination(context.Context, *BrowseDestinationRequest) (*BrowseDestinationResponse, error)
 	// UpdateDestination changes a destination's number of members: new ones
 	// take sends at once; removed ones first drain to the others.
 	UpdateDestination(context.Context, *UpdateDestinationRequest) (*DestinationInfo, error)
@@ -287,6 +304,9 @@ func (UnimplementedClientServiceServer) ShowDestination(context.Context, *ShowDe
 }
 func (UnimplementedClientServiceServer) PurgeDestination(context.Context, *PurgeDestinationRequest) (*PurgeDestinationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PurgeDestination not implemented")
+}
+func (UnimplementedClientServiceServer) BrowseDestination(context.Context, *BrowseDestinationRequest) (*BrowseDestinationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BrowseDestination not implemented")
 }
 func (UnimplementedClientServiceServer) UpdateDestination(context.Context, *UpdateDestinationRequest) (*DestinationInfo, error) {
 	return nil, status.Error(codes.Unimplemented, "method UpdateDestination not implemented")
@@ -422,6 +442,24 @@ func _ClientService_PurgeDestination_Handler(srv interface{}, ctx context.Contex
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ClientServiceServer).PurgeDestination(ctx, req.(*PurgeDestinationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClientService_BrowseDestination_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BrowseDestinationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClientServiceServer).BrowseDestination(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClientService_BrowseDestination_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClientServiceServer).BrowseDestination(ctx, req.(*BrowseDestinationRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -603,6 +641,10 @@ var ClientService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PurgeDestination",
 			Handler:    _ClientService_PurgeDestination_Handler,
+		},
+		{
+			MethodName: "BrowseDestination",
+			Handler:    _ClientService_BrowseDestination_Handler,
 		},
 		{
 			MethodName: "UpdateDestination",

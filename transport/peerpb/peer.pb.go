@@ -867,8 +867,13 @@ func (x *MetaApplyResponse) GetIndex() uint64 {
 }
 
 type MemberRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Member        string                 `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Member string                 `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	// browse, when above 0, asks the host for up to that many pending
+	// messages that selector selects ("": all), in delivery order
+	// (MemberResponse.browsed).
+	Browse        uint32 `protobuf:"varint,2,opt,name=browse,proto3" json:"browse,omitempty"`
+	Selector      string `protobuf:"bytes,3,opt,name=selector,proto3" json:"selector,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -910,19 +915,35 @@ func (x *MemberRequest) GetMember() string {
 	return ""
 }
 
+func (x *MemberRequest) GetBrowse() uint32 {
+	if x != nil {
+		return x.Browse
+	}
+	return 0
+}
+
+func (x *MemberRequest) GetSelector() string {
+	if x != nil {
+		return x.Selector
+	}
+	return ""
+}
+
 type MemberResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
-	Leader        string                 `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
-	Hosting       bool                   `protobuf:"varint,3,opt,name=hosting,proto3" json:"hosting,omitempty"`
-	Pending       uint64                 `protobuf:"varint,4,opt,name=pending,proto3" json:"pending,omitempty"`
-	Delivered     uint64                 `protobuf:"varint,5,opt,name=delivered,proto3" json:"delivered,omitempty"`
-	Consumers     uint32                 `protobuf:"varint,6,opt,name=consumers,proto3" json:"consumers,omitempty"`
-	Bytes         int64                  `protobuf:"varint,7,opt,name=bytes,proto3" json:"bytes,omitempty"`
-	Delayed       uint64                 `protobuf:"varint,8,opt,name=delayed,proto3" json:"delayed,omitempty"`
-	Moving        uint64                 `protobuf:"varint,9,opt,name=moving,proto3" json:"moving,omitempty"`
-	DeadLettered  uint64                 `protobuf:"varint,10,opt,name=dead_lettered,json=deadLettered,proto3" json:"dead_lettered,omitempty"`
-	Prepared      uint64                 `protobuf:"varint,11,opt,name=prepared,proto3" json:"prepared,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Error        *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Leader       string                 `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
+	Hosting      bool                   `protobuf:"varint,3,opt,name=hosting,proto3" json:"hosting,omitempty"`
+	Pending      uint64                 `protobuf:"varint,4,opt,name=pending,proto3" json:"pending,omitempty"`
+	Delivered    uint64                 `protobuf:"varint,5,opt,name=delivered,proto3" json:"delivered,omitempty"`
+	Consumers    uint32                 `protobuf:"varint,6,opt,name=consumers,proto3" json:"consumers,omitempty"`
+	Bytes        int64                  `protobuf:"varint,7,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Delayed      uint64                 `protobuf:"varint,8,opt,name=delayed,proto3" json:"delayed,omitempty"`
+	Moving       uint64                 `protobuf:"varint,9,opt,name=moving,proto3" json:"moving,omitempty"`
+	DeadLettered uint64                 `protobuf:"varint,10,opt,name=dead_lettered,json=deadLettered,proto3" json:"dead_lettered,omitempty"`
+	Prepared     uint64                 `protobuf:"varint,11,opt,name=prepared,proto3" json:"prepared,omitempty"`
+	// browsed answers MemberRequest.browse (delivery_id 0).
+	Browsed       []*Delivery `protobuf:"bytes,12,rep,name=browsed,proto3" json:"browsed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1032,6 +1053,13 @@ func (x *MemberResponse) GetPrepared() uint64 {
 		return x.Prepared
 	}
 	return 0
+}
+
+func (x *MemberResponse) GetBrowsed() []*Delivery {
+	if x != nil {
+		return x.Browsed
+	}
+	return nil
 }
 
 type GroupsRequest struct {
@@ -1283,9 +1311,11 @@ const file_transport_peerpb_peer_proto_rawDesc = "" +
 	"\x11MetaApplyResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.cairn.peer.v1.ErrorR\x05error\x12-\n" +
 	"\x06result\x18\x02 \x01(\v2\x15.cairn.peer.v1.ResultR\x06result\x12\x14\n" +
-	"\x05index\x18\x03 \x01(\x04R\x05index\"'\n" +
+	"\x05index\x18\x03 \x01(\x04R\x05index\"[\n" +
 	"\rMemberRequest\x12\x16\n" +
-	"\x06member\x18\x01 \x01(\tR\x06member\"\xcd\x02\n" +
+	"\x06member\x18\x01 \x01(\tR\x06member\x12\x16\n" +
+	"\x06browse\x18\x02 \x01(\rR\x06browse\x12\x1a\n" +
+	"\bselector\x18\x03 \x01(\tR\bselector\"\x80\x03\n" +
 	"\x0eMemberResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.cairn.peer.v1.ErrorR\x05error\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x18\n" +
@@ -1298,7 +1328,8 @@ const file_transport_peerpb_peer_proto_rawDesc = "" +
 	"\x06moving\x18\t \x01(\x04R\x06moving\x12#\n" +
 	"\rdead_lettered\x18\n" +
 	" \x01(\x04R\fdeadLettered\x12\x1a\n" +
-	"\bprepared\x18\v \x01(\x04R\bprepared\"\x0f\n" +
+	"\bprepared\x18\v \x01(\x04R\bprepared\x121\n" +
+	"\abrowsed\x18\f \x03(\v2\x17.cairn.peer.v1.DeliveryR\abrowsed\"\x0f\n" +
 	"\rGroupsRequest\"\xd9\x01\n" +
 	"\fGroupReplica\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
@@ -1367,22 +1398,23 @@ var file_transport_peerpb_peer_proto_depIdxs = []int32{
 	0,  // 10: cairn.peer.v1.MetaApplyResponse.error:type_name -> cairn.peer.v1.Error
 	3,  // 11: cairn.peer.v1.MetaApplyResponse.result:type_name -> cairn.peer.v1.Result
 	0,  // 12: cairn.peer.v1.MemberResponse.error:type_name -> cairn.peer.v1.Error
-	15, // 13: cairn.peer.v1.GroupsResponse.groups:type_name -> cairn.peer.v1.GroupReplica
-	1,  // 14: cairn.peer.v1.PeerService.Propose:input_type -> cairn.peer.v1.ProposeRequest
-	5,  // 15: cairn.peer.v1.PeerService.Consume:input_type -> cairn.peer.v1.ConsumeRequest
-	10, // 16: cairn.peer.v1.PeerService.MetaApply:input_type -> cairn.peer.v1.MetaApplyRequest
-	12, // 17: cairn.peer.v1.PeerService.Member:input_type -> cairn.peer.v1.MemberRequest
-	14, // 18: cairn.peer.v1.PeerService.Groups:input_type -> cairn.peer.v1.GroupsRequest
-	4,  // 19: cairn.peer.v1.PeerService.Propose:output_type -> cairn.peer.v1.ProposeResponse
-	8,  // 20: cairn.peer.v1.PeerService.Consume:output_type -> cairn.peer.v1.ConsumeEvent
-	11, // 21: cairn.peer.v1.PeerService.MetaApply:output_type -> cairn.peer.v1.MetaApplyResponse
-	13, // 22: cairn.peer.v1.PeerService.Member:output_type -> cairn.peer.v1.MemberResponse
-	16, // 23: cairn.peer.v1.PeerService.Groups:output_type -> cairn.peer.v1.GroupsResponse
-	19, // [19:24] is the sub-list for method output_type
-	14, // [14:19] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	7,  // 13: cairn.peer.v1.MemberResponse.browsed:type_name -> cairn.peer.v1.Delivery
+	15, // 14: cairn.peer.v1.GroupsResponse.groups:type_name -> cairn.peer.v1.GroupReplica
+	1,  // 15: cairn.peer.v1.PeerService.Propose:input_type -> cairn.peer.v1.ProposeRequest
+	5,  // 16: cairn.peer.v1.PeerService.Consume:input_type -> cairn.peer.v1.ConsumeRequest
+	10, // 17: cairn.peer.v1.PeerService.MetaApply:input_type -> cairn.peer.v1.MetaApplyRequest
+	12, // 18: cairn.peer.v1.PeerService.Member:input_type -> cairn.peer.v1.MemberRequest
+	14, // 19: cairn.peer.v1.PeerService.Groups:input_type -> cairn.peer.v1.GroupsRequest
+	4,  // 20: cairn.peer.v1.PeerService.Propose:output_type -> cairn.peer.v1.ProposeResponse
+	8,  // 21: cairn.peer.v1.PeerService.Consume:output_type -> cairn.peer.v1.ConsumeEvent
+	11, // 22: cairn.peer.v1.PeerService.MetaApply:output_type -> cairn.peer.v1.MetaApplyResponse
+	13, // 23: cairn.peer.v1.PeerService.Member:output_type -> cairn.peer.v1.MemberResponse
+	16, // 24: cairn.peer.v1.PeerService.Groups:output_type -> cairn.peer.v1.GroupsResponse
+	20, // [20:25] is the sub-list for method output_type
+	15, // [15:20] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_transport_peerpb_peer_proto_init() }
