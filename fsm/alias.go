@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"errors"
+	"math"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -109,11 +110,57 @@ func decodeMessageByHand(b []byte, msg *fsmpb.Message) bool {
 			msg.DeliveryCount = uint32(v)
 		case num == 9 && isVarint:
 			msg.Redelivered = protowire.DecodeBool(v)
+		case num == 10 && isBytes && addTypedPropertyByHand(b, msg):
+		case num == 11 && isBytes && utf8.Valid(b):
+			msg.CorrelationId = string(b)
+		case num == 12 && isBytes && utf8.Valid(b):
+			msg.Type = string(b)
+		case num == 13 && isBytes && utf8.Valid(b):
+			msg.ReplyTo = string(b)
 		default:
 			return errNotPlain
 		}
 		return nil
 	}) == nil
+}
+
+// addTypedPropertyByHand adds the map entry b to msg's typed properties.
+// A value that appears twice is merged, as protobuf does: the last of its
+// oneof's fields wins.
+func addTypedPropertyByHand(b []byte, msg *fsmpb.Message) bool {
+	var key string
+	value := new(fsmpb.PropertyValue)
+	err := eachField(b, func(num protowire.Number, typ protowire.Type, _ uint64, b []byte) error {
+		switch {
+		case num == 1 && typ == protowire.BytesType && utf8.Valid(b):
+			key = string(b)
+		case num == 2 && typ == protowire.BytesType:
+			return eachField(b, func(num protowire.Number, typ protowire.Type, v uint64, _ []byte) error {
+				switch {
+				case num == 1 && typ == protowire.VarintType:
+					value.Value = &fsmpb.PropertyValue_Int{Int: int64(v)}
+				case num == 2 && typ == protowire.Fixed64Type:
+					value.Value = &fsmpb.PropertyValue_Float{Float: math.Float64frombits(v)}
+				case num == 3 && typ == protowire.VarintType:
+					value.Value = &fsmpb.PropertyValue_Bool{Bool: protowire.DecodeBool(v)}
+				default:
+					return errNotPlain
+				}
+				return nil
+			})
+		default:
+			return errNotPlain
+		}
+		return nil
+	})
+	if err != nil {
+		return false
+	}
+	if msg.TypedProperties == nil {
+		msg.TypedProperties = make(map[string]*fsmpb.PropertyValue)
+	}
+	msg.TypedProperties[key] = value
+	return true
 }
 
 // addPropertyByHand adds the map entry b to msg's properties.

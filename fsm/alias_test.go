@@ -339,6 +339,10 @@ func setEveryField(t *testing.T, m protoreflect.Message) {
 		switch {
 		case fd.IsList():
 			t.Fatalf("%s is repeated, which this test cannot set", fd.FullName())
+		case fd.IsMap() && fd.MapValue().Kind() == protoreflect.MessageKind:
+			pv := &fsmpb.PropertyValue{Value: &fsmpb.PropertyValue_Float{Float: 2.5}}
+			m.Mutable(fd).Map().Set(protoreflect.ValueOfString("k").MapKey(), protoreflect.ValueOfMessage(pv.ProtoReflect()))
+			continue
 		case fd.IsMap():
 			m.Mutable(fd).Map().Set(protoreflect.ValueOfString("k").MapKey(), protoreflect.ValueOfString("v"))
 			continue

@@ -201,6 +201,8 @@ func commandTypeOf(body proto.Message) (fsmpb.CommandType, bool) {
 		return fsmpb.CommandType_COMMAND_TYPE_SET_REPLICAS, true
 	case *fsmpb.RenewMember:
 		return fsmpb.CommandType_COMMAND_TYPE_RENEW_MEMBER, true
+	case *fsmpb.Publish:
+		return fsmpb.CommandType_COMMAND_TYPE_PUBLISH, true
 	}
 	return 0, false
 }
@@ -280,6 +282,8 @@ func eachField(data []byte, f func(num protowire.Number, typ protowire.Type, v u
 			v, n = protowire.ConsumeVarint(data)
 		case protowire.BytesType:
 			b, n = protowire.ConsumeBytes(data)
+		case protowire.Fixed64Type:
+			v, n = protowire.ConsumeFixed64(data)
 		default:
 			n = protowire.ConsumeFieldValue(num, typ, data)
 		}
