@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairnmq/cairn/fsm/fsmpb"
+	"github.com/cairnmq/cairn/fsm/selector"
 )
 
 // Group is the state machine of a Raft group shared by several members, of
@@ -35,6 +36,17 @@ type Group struct {
 	bytes   int64
 	// dirty names the members touched since the last DroppedBodies.
 	dirty map[string]bool
+	// subs are the subscriptions' members by the topic member they
+	// subscribe to, rebuilt from the members' settings when stale.
+	subs      map[string][]subscriber
+	subsStale bool
+}
+
+// subscriber is a subscription's member in the group.
+type subscriber struct {
+	key string
+	m   *Member
+	sel *selector.Selector
 }
 
 // NewGroup returns a group that holds no member.
@@ -47,6 +59,7 @@ var groupHandlers = func() map[fsmpb.CommandType]handler[*Group] {
 	// The handlers' apply is unused: Group.Apply needs the command's member.
 	on(t, fsmpb.CommandType_COMMAND_TYPE_ADD_MEMBER, func() *fsmpb.AddMember { return new(fsmpb.AddMember) }, nil)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_DROP_MEMBER, func() *fsmpb.DropMember { return new(fsmpb.DropMember) }, nil)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_PUBLISH, func() *fsmpb.Publish { return new(fsmpb.Publish) }, nil)
 	return t
 }()
 
@@ -128,7 +141,15 @@ func (g *Group) Apply(index uint64, data []byte) ([]Result, error) {
 				touch(c.Member, m)
 				g.dropped = append(g.dropped, m.bodiesAway()...)
 				delete(g.members, c.Member)
+				g.subsStale = true
 			}
+		case fsmpb.CommandType_COMMAND_TYPE_PUBLISH:
+			t := g.members[c.Member]
+			if t == nil {
+				results[i] = Result{Err: fmt.Errorf("%w: %s", ErrUnknownMember, c.Member)}
+				continue
+			}
+			results[i] = g.publish(c.Member, t, bodies[i].(*fsmpb.Publish), index, touch)
 		default:
 			m := g.members[c.Member]
 			if m == nil {
@@ -138,6 +159,7 @@ func (g *Group) Apply(index uint64, data []byte) ([]Result, error) {
 			touch(c.Member, m)
 			results[i] = members[c.Type].apply(m, bodies[i])
 			m.applied = index
+			g.subsStale = g.subsStale || c.Type == fsmpb.CommandType_COMMAND_TYPE_CONFIGURE
 		}
 	}
 	for _, name := range g.touched {
@@ -180,4 +202,72 @@ func (g *Group) DroppedBodies() []BodyRef {
 	out = append(out, g.dropped...)
 	g.dropped = nil
 	return out
+}
+
+// publish applies messages published to the topic member key (t): the
+// topic member's duplicate detection decides which are new, and each
+// subscription's member stores the new ones its selector selects. Every
+// subscription takes them or none does: each one's admission is checked
+// before anything changes. The result is the topic member's: one
+// outcome per message.
+func (g *Group) publish(key string, t *Member, c *fsmpb.Publish, index uint64, touch func(string, *Member)) Result {
+	out, _, err := t.admit(c.Messages, c.Now)
+	if err != nil {
+		return Result{Err: err}
+	}
+	subs := g.subscribers(key)
+	takes := make([][]*fsmpb.Message, len(subs))
+	outs := make([][]Enqueued, len(subs))
+	var f MessageFields
+	for j, s := range subs {
+		for k, msg := range c.Messages {
+			if !out[k].Duplicate {
+				if f.Reset(msg); s.sel == nil || s.sel.Match(f.Get) {
+					takes[j] = append(takes[j], msg)
+				}
+			}
+		}
+		if len(takes[j]) == 0 {
+			continue
+		}
+		if outs[j], _, err = s.m.admit(takes[j], c.Now); err != nil {
+			return Result{Err: fmt.Errorf("subscription member %s: %w", s.key, err)}
+		}
+	}
+	touch(key, t)
+	t.dedup.evict(c.Now, t.settings.DedupWindowNs)
+	for k, msg := range c.Messages {
+		if !out[k].Duplicate && msg.DedupId != "" {
+			t.dedup.add(msg.DedupId, msg.Id, c.Now, int(t.settings.DedupMaxIds))
+		}
+	}
+	t.applied = index
+	for j, s := range subs {
+		if len(takes[j]) > 0 {
+			touch(s.key, s.m)
+			s.m.store(takes[j], outs[j], c.Now, false)
+			s.m.applied = index
+		}
+	}
+	return Result{Enqueued: out}
+}
+
+// subscribers are the members subscribed to the topic member key, in key
+// order.
+func (g *Group) subscribers(key string) []subscriber {
+	if g.subsStale || g.subs == nil {
+		g.subs = make(map[string][]subscriber)
+		for _, k := range g.Members() {
+			m := g.members[k]
+			st := m.Settings()
+			if st.GetSubscribes() == "" {
+				continue
+			}
+			// configure refused a selector that does not parse.
+			sel, _ := selector.Parse(st.Selector)
+			g.subs[st.Subscribes] = append(g.subs[st.Subscribes], subscriber{key: k, m: m, sel: sel})
+		}
+		g.subsStale = false
+	}
+	return g.subs[key]
 }

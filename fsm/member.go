@@ -8,6 +8,7 @@ import (
 	"github.com/google/btree"
 
 	"github.com/cairnmq/cairn/fsm/fsmpb"
+	"github.com/cairnmq/cairn/fsm/selector"
 )
 
 // MaxPriority is the highest message priority; 0 is the lowest and 4 the
@@ -565,6 +566,9 @@ func (m *Member) configure(c *fsmpb.Configure) Result {
 	st := c.Settings
 	if st == nil || st.MaxBytes < 0 || st.DedupWindowNs < 0 || st.RedeliveryDelayNs < 0 || st.RedeliveryMaxDelayNs < 0 {
 		return Result{Err: fmt.Errorf("%w: limits must be present and not negative", ErrInvalidSettings)}
+	}
+	if _, err := selector.Parse(st.Selector); err != nil {
+		return Result{Err: fmt.Errorf("%w: %v", ErrInvalidSettings, err)}
 	}
 	m.settings = st
 	m.dedup.trim(int(st.DedupMaxIds))

@@ -92,9 +92,14 @@ func validateDestination(d *fsmpb.Destination) error {
 	if err := ValidateName(d.Name); err != nil {
 		return err
 	}
+	subscription := d.Kind == fsmpb.DestinationKind_DESTINATION_KIND_SUBSCRIPTION
 	switch {
-	case d.Kind != fsmpb.DestinationKind_DESTINATION_KIND_QUEUE && d.Kind != fsmpb.DestinationKind_DESTINATION_KIND_TOPIC:
+	case d.Kind != fsmpb.DestinationKind_DESTINATION_KIND_QUEUE && d.Kind != fsmpb.DestinationKind_DESTINATION_KIND_TOPIC && !subscription:
 		return fmt.Errorf("%w: kind %v", ErrInvalidSettings, d.Kind)
+	case subscription != (TopicOf(d.Name) != ""):
+		return fmt.Errorf("%w: %q: only a topic's subscription has %q in its name", ErrInvalidName, d.Name, SubscriptionSep)
+	case subscription != (d.Subscription != nil) || subscription && d.Subscription.Topic != TopicOf(d.Name):
+		return fmt.Errorf("%w: subscription %s does not say its topic", ErrInvalidSettings, d.Name)
 	case len(d.Members) == 0 || len(d.Members) > MaxMembers:
 		return fmt.Errorf("%w: %d members; a destination has 1 to %d", ErrInvalidSettings, len(d.Members), MaxMembers)
 	case d.Replicas == 0:
@@ -128,15 +133,72 @@ func (m *Meta) createDestination(c *fsmpb.CreateDestination) Result {
 	if err := m.checkGroups(c.Destination.Members); err != nil {
 		return Result{Err: err}
 	}
+	if err := m.checkTopicMembers(c.Destination); err != nil {
+		return Result{Err: err}
+	}
 	m.destinations[c.Destination.Name] = c.Destination
 	return Result{}
 }
 
+// checkTopicMembers checks that a topic's members are in shared groups and
+// that a subscription's member I is in the group of its topic's member I,
+// where its publishes are applied.
+func (m *Meta) checkTopicMembers(d *fsmpb.Destination) error {
+	switch d.Kind {
+	case fsmpb.DestinationKind_DESTINATION_KIND_TOPIC:
+		for _, p := range d.Members {
+			if p.Group == "" {
+				return fmt.Errorf("%w: topic member %s needs a shared group", ErrInvalidSettings, MemberName(d.Name, p.Index))
+			}
+		}
+	case fsmpb.DestinationKind_DESTINATION_KIND_SUBSCRIPTION:
+		s := d.Subscription
+		t, ok := m.destinations[s.Topic]
+		switch {
+		case !ok || t.Kind != fsmpb.DestinationKind_DESTINATION_KIND_TOPIC || t.Uid != s.TopicUid:
+			return fmt.Errorf("%w: topic %s of subscription %s", ErrUnknownDestination, s.Topic, d.Name)
+		case len(t.Members) != len(d.Members):
+			return fmt.Errorf("%w: subscription %s has %d members, its topic %d", ErrInvalidSettings, d.Name, len(d.Members), len(t.Members))
+		}
+		for i, p := range d.Members {
+			if q := t.Members[i]; p.Group != q.Group || !slices.Equal(p.Replicas, q.Replicas) {
+				return fmt.Errorf("%w: member %s is not placed with its topic's member %s", ErrInvalidSettings, MemberName(d.Name, p.Index), MemberName(t.Name, q.Index))
+			}
+		}
+	}
+	return nil
+}
+
+// MembersFixed reports whether d's members are fixed: a topic's or a
+// subscription's, since a subscription's members live in its topic's
+// members' groups. Their groups' replicas move whole, as any group's; the
+// members are never resized nor renewed.
+func MembersFixed(d *fsmpb.Destination) bool {
+	return d.Kind == fsmpb.DestinationKind_DESTINATION_KIND_TOPIC || d.Kind == fsmpb.DestinationKind_DESTINATION_KIND_SUBSCRIPTION
+}
+
+func fixedMembers(d *fsmpb.Destination) error {
+	if MembersFixed(d) {
+		return fmt.Errorf("%w: %s: a topic's members and its subscriptions' are fixed when it is made", ErrInvalidSettings, d.Name)
+	}
+	return nil
+}
+
+// deleteDestination deletes a destination; a topic's subscriptions go with
+// it.
 func (m *Meta) deleteDestination(c *fsmpb.DeleteDestination) Result {
-	if _, ok := m.destinations[c.Name]; !ok {
+	d, ok := m.destinations[c.Name]
+	if !ok {
 		return Result{Err: fmt.Errorf("%w: %s", ErrUnknownDestination, c.Name)}
 	}
 	delete(m.destinations, c.Name)
+	if d.Kind == fsmpb.DestinationKind_DESTINATION_KIND_TOPIC {
+		for name, s := range m.destinations {
+			if s.Subscription.GetTopic() == d.Name {
+				delete(m.destinations, name)
+			}
+		}
+	}
 	return Result{}
 }
 
@@ -146,6 +208,9 @@ func (m *Meta) resizeDestination(c *fsmpb.ResizeDestination) Result {
 	d, ok := m.destinations[c.Name]
 	if !ok {
 		return Result{Err: fmt.Errorf("%w: %s", ErrUnknownDestination, c.Name)}
+	}
+	if err := fixedMembers(d); err != nil {
+		return Result{Err: err}
 	}
 	nd := proto.Clone(d).(*fsmpb.Destination)
 	nd.Members = append(nd.Members, c.Add...)

@@ -54,6 +54,9 @@ func (m *Meta) setReplicas(c *fsmpb.SetReplicas) Result {
 	case c.Replicas == 0:
 		return Result{Err: fmt.Errorf("%w: replication factor 0", ErrInvalidSettings)}
 	}
+	if err := fixedMembers(d); err != nil {
+		return Result{Err: err}
+	}
 	nd := proto.Clone(d).(*fsmpb.Destination)
 	nd.Replicas = c.Replicas
 	m.destinations[c.Name] = nd
@@ -62,6 +65,9 @@ func (m *Meta) setReplicas(c *fsmpb.SetReplicas) Result {
 
 func (m *Meta) renewMember(c *fsmpb.RenewMember) Result {
 	d, p, err := m.placement(c.Name, c.Index)
+	if err == nil {
+		err = fixedMembers(d)
+	}
 	if err != nil {
 		return Result{Err: err}
 	}

@@ -85,6 +85,7 @@ func TestCreateDestination_StoresDefinition(t *testing.T) {
 	f.ok(&fsmpb.CreateDestination{Destination: q})
 	topic := dest("events.all", 1, 1)
 	topic.Kind = fsmpb.DestinationKind_DESTINATION_KIND_TOPIC
+	topic.Members[0].Group = "events"
 	topic.TtlNs, topic.MaxBytes = 1e9, 1<<30
 	f.ok(&fsmpb.CreateDestination{Destination: topic})
 	got, ok := f.m.Destination("orders")

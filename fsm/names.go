@@ -9,10 +9,35 @@ import (
 // MaxNameLength bounds a destination name.
 const MaxNameLength = 200
 
+// SubscriptionSep joins a topic's name and a subscription's id into the
+// subscription's destination name: TOPIC::ID.
+const SubscriptionSep = "::"
+
 // ValidateName checks a destination name: 1 to 200 characters of letters,
 // digits, '.', '_' and '-', not starting with '.' or '-'. '#' is reserved for
-// member addresses (NAME#I).
+// member addresses (NAME#I); a subscription's name is two such names joined
+// by "::" (TOPIC::ID), which only topics' subscriptions have.
 func ValidateName(name string) error {
+	if topic, id, ok := strings.Cut(name, SubscriptionSep); ok && len(name) <= MaxNameLength {
+		if err := validatePart(topic); err != nil {
+			return err
+		}
+		return validatePart(id)
+	}
+	return validatePart(name)
+}
+
+// TopicOf is the topic of a subscription's destination name, "" for any
+// other name.
+func TopicOf(name string) string {
+	topic, _, _ := strings.Cut(name, SubscriptionSep)
+	if topic == name {
+		return ""
+	}
+	return topic
+}
+
+func validatePart(name string) error {
 	if name == "" {
 		return fmt.Errorf("%w: the name is empty", ErrInvalidName)
 	}

@@ -417,6 +417,9 @@ func newMetaWithState(t *testing.T) *fsm.Meta {
 	f.ok(&fsmpb.CreateDestination{Destination: dest("orders", 3, 3)})
 	topic := dest("events", 2, 1)
 	topic.Kind, topic.TtlNs = fsmpb.DestinationKind_DESTINATION_KIND_TOPIC, 5e9
+	for _, p := range topic.Members {
+		p.Group = fmt.Sprint("events-", p.Index)
+	}
 	f.ok(&fsmpb.CreateDestination{Destination: topic})
 	f.ok(&fsmpb.CreateDestination{Destination: dest("gone", 1, 1)})
 	f.ok(&fsmpb.DeleteDestination{Name: "gone"})

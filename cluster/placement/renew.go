@@ -109,7 +109,7 @@ func rehomeOne(dests []*fsmpb.Destination, used map[string]bool, from, to string
 	var fallback *fsmpb.RenewMember
 	for _, d := range dests {
 		busy := d.Spare || slices.ContainsFunc(d.Members, func(p *fsmpb.MemberPlacement) bool { return p.Draining || fsm.NeedsRenewal(d, p) })
-		if used[d.Name] || len(d.Members) < 2 || busy {
+		if used[d.Name] || len(d.Members) < 2 || busy || fsm.MembersFixed(d) {
 			continue
 		}
 		on := slices.ContainsFunc(d.Members, func(p *fsmpb.MemberPlacement) bool { return p.Replicas[0] == to })

@@ -73,6 +73,10 @@ const (
 	// members are renewed one at a time to match it.
 	CommandType_COMMAND_TYPE_SET_REPLICAS CommandType = 30
 	CommandType_COMMAND_TYPE_RENEW_MEMBER CommandType = 31
+	// A shared group command: messages published to a topic member (the
+	// command's member), stored by each of its subscriptions' members in the
+	// group that select them (Publish).
+	CommandType_COMMAND_TYPE_PUBLISH CommandType = 32
 )
 
 // Enum value maps for CommandType.
@@ -110,6 +114,7 @@ var (
 		29: "COMMAND_TYPE_DECOMMISSION_NODE",
 		30: "COMMAND_TYPE_SET_REPLICAS",
 		31: "COMMAND_TYPE_RENEW_MEMBER",
+		32: "COMMAND_TYPE_PUBLISH",
 	}
 	CommandType_value = map[string]int32{
 		"COMMAND_TYPE_UNKNOWN":            0,
@@ -144,6 +149,7 @@ var (
 		"COMMAND_TYPE_DECOMMISSION_NODE":  29,
 		"COMMAND_TYPE_SET_REPLICAS":       30,
 		"COMMAND_TYPE_RENEW_MEMBER":       31,
+		"COMMAND_TYPE_PUBLISH":            32,
 	}
 )
 
@@ -180,6 +186,10 @@ const (
 	DestinationKind_DESTINATION_KIND_UNKNOWN DestinationKind = 0
 	DestinationKind_DESTINATION_KIND_QUEUE   DestinationKind = 1
 	DestinationKind_DESTINATION_KIND_TOPIC   DestinationKind = 2
+	// A topic's subscription: a destination named TOPIC::ID whose member I
+	// shares the Raft group of the topic's member I and stores what is
+	// published there.
+	DestinationKind_DESTINATION_KIND_SUBSCRIPTION DestinationKind = 3
 )
 
 // Enum value maps for DestinationKind.
@@ -188,11 +198,13 @@ var (
 		0: "DESTINATION_KIND_UNKNOWN",
 		1: "DESTINATION_KIND_QUEUE",
 		2: "DESTINATION_KIND_TOPIC",
+		3: "DESTINATION_KIND_SUBSCRIPTION",
 	}
 	DestinationKind_value = map[string]int32{
-		"DESTINATION_KIND_UNKNOWN": 0,
-		"DESTINATION_KIND_QUEUE":   1,
-		"DESTINATION_KIND_TOPIC":   2,
+		"DESTINATION_KIND_UNKNOWN":      0,
+		"DESTINATION_KIND_QUEUE":        1,
+		"DESTINATION_KIND_TOPIC":        2,
+		"DESTINATION_KIND_SUBSCRIPTION": 3,
 	}
 )
 
@@ -720,6 +732,60 @@ func (x *Enqueue) GetMessages() []*Message {
 	return nil
 }
 
+// Publish is an Enqueue to a topic member (COMMAND_TYPE_PUBLISH): the
+// same fields, the same encoding.
+type Publish struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Now           int64                  `protobuf:"varint,1,opt,name=now,proto3" json:"now,omitempty"`
+	Messages      []*Message             `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Publish) Reset() {
+	*x = Publish{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Publish) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Publish) ProtoMessage() {}
+
+func (x *Publish) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Publish.ProtoReflect.Descriptor instead.
+func (*Publish) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Publish) GetNow() int64 {
+	if x != nil {
+		return x.Now
+	}
+	return 0
+}
+
+func (x *Publish) GetMessages() []*Message {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
 // Deliver hands pending messages to a session. Ids that are no longer
 // pending (acked, expired, delivered meanwhile) are skipped, not rejected.
 type Deliver struct {
@@ -733,7 +799,7 @@ type Deliver struct {
 
 func (x *Deliver) Reset() {
 	*x = Deliver{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -745,7 +811,7 @@ func (x *Deliver) String() string {
 func (*Deliver) ProtoMessage() {}
 
 func (x *Deliver) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -758,7 +824,7 @@ func (x *Deliver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deliver.ProtoReflect.Descriptor instead.
 func (*Deliver) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Deliver) GetSession() string {
@@ -795,7 +861,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -807,7 +873,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -820,7 +886,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Ack) GetSession() string {
@@ -865,7 +931,7 @@ type Recover struct {
 
 func (x *Recover) Reset() {
 	*x = Recover{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -877,7 +943,7 @@ func (x *Recover) String() string {
 func (*Recover) ProtoMessage() {}
 
 func (x *Recover) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -890,7 +956,7 @@ func (x *Recover) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Recover.ProtoReflect.Descriptor instead.
 func (*Recover) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Recover) GetSession() string {
@@ -926,7 +992,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -938,7 +1004,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -951,7 +1017,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Release) GetSession() string {
@@ -989,7 +1055,7 @@ type Return struct {
 
 func (x *Return) Reset() {
 	*x = Return{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1067,7 @@ func (x *Return) String() string {
 func (*Return) ProtoMessage() {}
 
 func (x *Return) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1080,7 @@ func (x *Return) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Return.ProtoReflect.Descriptor instead.
 func (*Return) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Return) GetSession() string {
@@ -1065,7 +1131,7 @@ type Move struct {
 
 func (x *Move) Reset() {
 	*x = Move{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1077,7 +1143,7 @@ func (x *Move) String() string {
 func (*Move) ProtoMessage() {}
 
 func (x *Move) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1090,7 +1156,7 @@ func (x *Move) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Move.ProtoReflect.Descriptor instead.
 func (*Move) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Move) GetTarget() string {
@@ -1124,7 +1190,7 @@ type Moved struct {
 
 func (x *Moved) Reset() {
 	*x = Moved{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1136,7 +1202,7 @@ func (x *Moved) String() string {
 func (*Moved) ProtoMessage() {}
 
 func (x *Moved) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1149,7 +1215,7 @@ func (x *Moved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Moved.ProtoReflect.Descriptor instead.
 func (*Moved) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Moved) GetMessageIds() []string {
@@ -1172,7 +1238,7 @@ type Seal struct {
 
 func (x *Seal) Reset() {
 	*x = Seal{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1184,7 +1250,7 @@ func (x *Seal) String() string {
 func (*Seal) ProtoMessage() {}
 
 func (x *Seal) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1197,7 +1263,7 @@ func (x *Seal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Seal.ProtoReflect.Descriptor instead.
 func (*Seal) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Seal) GetSealed() bool {
@@ -1218,7 +1284,7 @@ type Wake struct {
 
 func (x *Wake) Reset() {
 	*x = Wake{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1230,7 +1296,7 @@ func (x *Wake) String() string {
 func (*Wake) ProtoMessage() {}
 
 func (x *Wake) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1243,7 +1309,7 @@ func (x *Wake) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Wake.ProtoReflect.Descriptor instead.
 func (*Wake) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Wake) GetNow() int64 {
@@ -1265,7 +1331,7 @@ type Expire struct {
 
 func (x *Expire) Reset() {
 	*x = Expire{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1277,7 +1343,7 @@ func (x *Expire) String() string {
 func (*Expire) ProtoMessage() {}
 
 func (x *Expire) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1290,7 +1356,7 @@ func (x *Expire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Expire.ProtoReflect.Descriptor instead.
 func (*Expire) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Expire) GetNow() int64 {
@@ -1316,7 +1382,7 @@ type Purge struct {
 
 func (x *Purge) Reset() {
 	*x = Purge{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1328,7 +1394,7 @@ func (x *Purge) String() string {
 func (*Purge) ProtoMessage() {}
 
 func (x *Purge) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1341,7 +1407,7 @@ func (x *Purge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Purge.ProtoReflect.Descriptor instead.
 func (*Purge) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 // OpenSession registers a session before anything is delivered to it.
@@ -1357,7 +1423,7 @@ type OpenSession struct {
 
 func (x *OpenSession) Reset() {
 	*x = OpenSession{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1369,7 +1435,7 @@ func (x *OpenSession) String() string {
 func (*OpenSession) ProtoMessage() {}
 
 func (x *OpenSession) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1382,7 +1448,7 @@ func (x *OpenSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSession.ProtoReflect.Descriptor instead.
 func (*OpenSession) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *OpenSession) GetSession() string {
@@ -1414,7 +1480,7 @@ type Configure struct {
 
 func (x *Configure) Reset() {
 	*x = Configure{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1426,7 +1492,7 @@ func (x *Configure) String() string {
 func (*Configure) ProtoMessage() {}
 
 func (x *Configure) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1439,7 +1505,7 @@ func (x *Configure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Configure.ProtoReflect.Descriptor instead.
 func (*Configure) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Configure) GetSettings() *MemberSettings {
@@ -1477,13 +1543,18 @@ type MemberSettings struct {
 	RedeliveryDelayNs    int64  `protobuf:"varint,5,opt,name=redelivery_delay_ns,json=redeliveryDelayNs,proto3" json:"redelivery_delay_ns,omitempty"`
 	RedeliveryBackoff    uint32 `protobuf:"varint,6,opt,name=redelivery_backoff,json=redeliveryBackoff,proto3" json:"redelivery_backoff,omitempty"`
 	RedeliveryMaxDelayNs int64  `protobuf:"varint,7,opt,name=redelivery_max_delay_ns,json=redeliveryMaxDelayNs,proto3" json:"redelivery_max_delay_ns,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// subscribes names, for a subscription's member, the topic member (its
+	// key in the shared group) whose publishes it stores, those selector
+	// selects ("": every one). Empty for a queue's or a topic's member.
+	Subscribes    string `protobuf:"bytes,8,opt,name=subscribes,proto3" json:"subscribes,omitempty"`
+	Selector      string `protobuf:"bytes,9,opt,name=selector,proto3" json:"selector,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MemberSettings) Reset() {
 	*x = MemberSettings{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1495,7 +1566,7 @@ func (x *MemberSettings) String() string {
 func (*MemberSettings) ProtoMessage() {}
 
 func (x *MemberSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1508,7 +1579,7 @@ func (x *MemberSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberSettings.ProtoReflect.Descriptor instead.
 func (*MemberSettings) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MemberSettings) GetMaxBytes() int64 {
@@ -1560,6 +1631,117 @@ func (x *MemberSettings) GetRedeliveryMaxDelayNs() int64 {
 	return 0
 }
 
+func (x *MemberSettings) GetSubscribes() string {
+	if x != nil {
+		return x.Subscribes
+	}
+	return ""
+}
+
+func (x *MemberSettings) GetSelector() string {
+	if x != nil {
+		return x.Selector
+	}
+	return ""
+}
+
+// Subscription says whose a subscription is (Destination.subscription).
+type Subscription struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Topic string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// topic_uid is the topic's uid when the subscription was made: a topic
+	// deleted and made again does not inherit it.
+	TopicUid string `protobuf:"bytes,2,opt,name=topic_uid,json=topicUid,proto3" json:"topic_uid,omitempty"`
+	// name is the subscription's name ("" for a non-durable unshared one);
+	// client_id the client id that scopes it ("": none, a shared one).
+	Name          string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	ClientId      string `protobuf:"bytes,4,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Durable       bool   `protobuf:"varint,5,opt,name=durable,proto3" json:"durable,omitempty"`
+	Shared        bool   `protobuf:"varint,6,opt,name=shared,proto3" json:"shared,omitempty"`
+	Selector      string `protobuf:"bytes,7,opt,name=selector,proto3" json:"selector,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Subscription) Reset() {
+	*x = Subscription{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Subscription) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Subscription) ProtoMessage() {}
+
+func (x *Subscription) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Subscription.ProtoReflect.Descriptor instead.
+func (*Subscription) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *Subscription) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *Subscription) GetTopicUid() string {
+	if x != nil {
+		return x.TopicUid
+	}
+	return ""
+}
+
+func (x *Subscription) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Subscription) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *Subscription) GetDurable() bool {
+	if x != nil {
+		return x.Durable
+	}
+	return false
+}
+
+func (x *Subscription) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
+}
+
+func (x *Subscription) GetSelector() string {
+	if x != nil {
+		return x.Selector
+	}
+	return ""
+}
+
 type MemberPlacement struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Index uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
@@ -1595,7 +1777,7 @@ type MemberPlacement struct {
 
 func (x *MemberPlacement) Reset() {
 	*x = MemberPlacement{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1789,7 @@ func (x *MemberPlacement) String() string {
 func (*MemberPlacement) ProtoMessage() {}
 
 func (x *MemberPlacement) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1802,7 @@ func (x *MemberPlacement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberPlacement.ProtoReflect.Descriptor instead.
 func (*MemberPlacement) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *MemberPlacement) GetIndex() uint32 {
@@ -1718,14 +1900,16 @@ type Destination struct {
 	// spare: the last member was added to take the messages of the only
 	// other one while it is renewed; it drains away once no member is left
 	// to renew.
-	Spare         bool `protobuf:"varint,17,opt,name=spare,proto3" json:"spare,omitempty"`
+	Spare bool `protobuf:"varint,17,opt,name=spare,proto3" json:"spare,omitempty"`
+	// subscription: set for kind SUBSCRIPTION.
+	Subscription  *Subscription `protobuf:"bytes,18,opt,name=subscription,proto3" json:"subscription,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Destination) Reset() {
 	*x = Destination{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1737,7 +1921,7 @@ func (x *Destination) String() string {
 func (*Destination) ProtoMessage() {}
 
 func (x *Destination) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1750,7 +1934,7 @@ func (x *Destination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Destination.ProtoReflect.Descriptor instead.
 func (*Destination) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Destination) GetName() string {
@@ -1872,6 +2056,13 @@ func (x *Destination) GetSpare() bool {
 	return false
 }
 
+func (x *Destination) GetSubscription() *Subscription {
+	if x != nil {
+		return x.Subscription
+	}
+	return nil
+}
+
 type CreateDestination struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Destination   *Destination           `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
@@ -1881,7 +2072,7 @@ type CreateDestination struct {
 
 func (x *CreateDestination) Reset() {
 	*x = CreateDestination{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1893,7 +2084,7 @@ func (x *CreateDestination) String() string {
 func (*CreateDestination) ProtoMessage() {}
 
 func (x *CreateDestination) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1906,7 +2097,7 @@ func (x *CreateDestination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDestination.ProtoReflect.Descriptor instead.
 func (*CreateDestination) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CreateDestination) GetDestination() *Destination {
@@ -1925,7 +2116,7 @@ type DeleteDestination struct {
 
 func (x *DeleteDestination) Reset() {
 	*x = DeleteDestination{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1937,7 +2128,7 @@ func (x *DeleteDestination) String() string {
 func (*DeleteDestination) ProtoMessage() {}
 
 func (x *DeleteDestination) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1950,7 +2141,7 @@ func (x *DeleteDestination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDestination.ProtoReflect.Descriptor instead.
 func (*DeleteDestination) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DeleteDestination) GetName() string {
@@ -1977,7 +2168,7 @@ type ResizeDestination struct {
 
 func (x *ResizeDestination) Reset() {
 	*x = ResizeDestination{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1989,7 +2180,7 @@ func (x *ResizeDestination) String() string {
 func (*ResizeDestination) ProtoMessage() {}
 
 func (x *ResizeDestination) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2002,7 +2193,7 @@ func (x *ResizeDestination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeDestination.ProtoReflect.Descriptor instead.
 func (*ResizeDestination) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ResizeDestination) GetName() string {
@@ -2045,7 +2236,7 @@ type SetReplicas struct {
 
 func (x *SetReplicas) Reset() {
 	*x = SetReplicas{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2057,7 +2248,7 @@ func (x *SetReplicas) String() string {
 func (*SetReplicas) ProtoMessage() {}
 
 func (x *SetReplicas) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2070,7 +2261,7 @@ func (x *SetReplicas) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetReplicas.ProtoReflect.Descriptor instead.
 func (*SetReplicas) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SetReplicas) GetName() string {
@@ -2106,7 +2297,7 @@ type RenewMember struct {
 
 func (x *RenewMember) Reset() {
 	*x = RenewMember{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2118,7 +2309,7 @@ func (x *RenewMember) String() string {
 func (*RenewMember) ProtoMessage() {}
 
 func (x *RenewMember) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2131,7 +2322,7 @@ func (x *RenewMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewMember.ProtoReflect.Descriptor instead.
 func (*RenewMember) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RenewMember) GetName() string {
@@ -2174,7 +2365,7 @@ type RemoveMember struct {
 
 func (x *RemoveMember) Reset() {
 	*x = RemoveMember{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2186,7 +2377,7 @@ func (x *RemoveMember) String() string {
 func (*RemoveMember) ProtoMessage() {}
 
 func (x *RemoveMember) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2199,7 +2390,7 @@ func (x *RemoveMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMember.ProtoReflect.Descriptor instead.
 func (*RemoveMember) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RemoveMember) GetName() string {
@@ -2234,7 +2425,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2246,7 +2437,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2259,7 +2450,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Node) GetId() string {
@@ -2323,7 +2514,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2335,7 +2526,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2348,7 +2539,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RegisterNode) GetNode() *Node {
@@ -2369,7 +2560,7 @@ type RemoveNode struct {
 
 func (x *RemoveNode) Reset() {
 	*x = RemoveNode{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2381,7 +2572,7 @@ func (x *RemoveNode) String() string {
 func (*RemoveNode) ProtoMessage() {}
 
 func (x *RemoveNode) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2394,7 +2585,7 @@ func (x *RemoveNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNode.ProtoReflect.Descriptor instead.
 func (*RemoveNode) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RemoveNode) GetId() string {
@@ -2416,7 +2607,7 @@ type DecommissionNode struct {
 
 func (x *DecommissionNode) Reset() {
 	*x = DecommissionNode{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2428,7 +2619,7 @@ func (x *DecommissionNode) String() string {
 func (*DecommissionNode) ProtoMessage() {}
 
 func (x *DecommissionNode) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2441,7 +2632,7 @@ func (x *DecommissionNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNode.ProtoReflect.Descriptor instead.
 func (*DecommissionNode) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DecommissionNode) GetId() string {
@@ -2470,7 +2661,7 @@ type ReplaceReplica struct {
 
 func (x *ReplaceReplica) Reset() {
 	*x = ReplaceReplica{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2482,7 +2673,7 @@ func (x *ReplaceReplica) String() string {
 func (*ReplaceReplica) ProtoMessage() {}
 
 func (x *ReplaceReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2495,7 +2686,7 @@ func (x *ReplaceReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceReplica.ProtoReflect.Descriptor instead.
 func (*ReplaceReplica) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReplaceReplica) GetDestination() string {
@@ -2547,7 +2738,7 @@ type AddReplica struct {
 
 func (x *AddReplica) Reset() {
 	*x = AddReplica{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2559,7 +2750,7 @@ func (x *AddReplica) String() string {
 func (*AddReplica) ProtoMessage() {}
 
 func (x *AddReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2572,7 +2763,7 @@ func (x *AddReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddReplica.ProtoReflect.Descriptor instead.
 func (*AddReplica) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AddReplica) GetDestination() string {
@@ -2610,7 +2801,7 @@ type PreferReplica struct {
 
 func (x *PreferReplica) Reset() {
 	*x = PreferReplica{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2622,7 +2813,7 @@ func (x *PreferReplica) String() string {
 func (*PreferReplica) ProtoMessage() {}
 
 func (x *PreferReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2635,7 +2826,7 @@ func (x *PreferReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreferReplica.ProtoReflect.Descriptor instead.
 func (*PreferReplica) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PreferReplica) GetDestination() string {
@@ -2671,7 +2862,7 @@ type ReplicaCaughtUp struct {
 
 func (x *ReplicaCaughtUp) Reset() {
 	*x = ReplicaCaughtUp{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2683,7 +2874,7 @@ func (x *ReplicaCaughtUp) String() string {
 func (*ReplicaCaughtUp) ProtoMessage() {}
 
 func (x *ReplicaCaughtUp) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2696,7 +2887,7 @@ func (x *ReplicaCaughtUp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaCaughtUp.ProtoReflect.Descriptor instead.
 func (*ReplicaCaughtUp) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReplicaCaughtUp) GetNode() string {
@@ -2725,7 +2916,7 @@ type Rejoining struct {
 
 func (x *Rejoining) Reset() {
 	*x = Rejoining{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2737,7 +2928,7 @@ func (x *Rejoining) String() string {
 func (*Rejoining) ProtoMessage() {}
 
 func (x *Rejoining) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2750,7 +2941,7 @@ func (x *Rejoining) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rejoining.ProtoReflect.Descriptor instead.
 func (*Rejoining) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Rejoining) GetNode() string {
@@ -2790,7 +2981,7 @@ type TxPrepare struct {
 
 func (x *TxPrepare) Reset() {
 	*x = TxPrepare{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2802,7 +2993,7 @@ func (x *TxPrepare) String() string {
 func (*TxPrepare) ProtoMessage() {}
 
 func (x *TxPrepare) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2815,7 +3006,7 @@ func (x *TxPrepare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxPrepare.ProtoReflect.Descriptor instead.
 func (*TxPrepare) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *TxPrepare) GetTx() string {
@@ -2883,7 +3074,7 @@ type TxDecide struct {
 
 func (x *TxDecide) Reset() {
 	*x = TxDecide{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2895,7 +3086,7 @@ func (x *TxDecide) String() string {
 func (*TxDecide) ProtoMessage() {}
 
 func (x *TxDecide) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2908,7 +3099,7 @@ func (x *TxDecide) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxDecide.ProtoReflect.Descriptor instead.
 func (*TxDecide) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *TxDecide) GetTx() string {
@@ -2959,7 +3150,7 @@ type StoredMessage struct {
 
 func (x *StoredMessage) Reset() {
 	*x = StoredMessage{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[40]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2971,7 +3162,7 @@ func (x *StoredMessage) String() string {
 func (*StoredMessage) ProtoMessage() {}
 
 func (x *StoredMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[40]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2984,7 +3175,7 @@ func (x *StoredMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredMessage.ProtoReflect.Descriptor instead.
 func (*StoredMessage) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{40}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *StoredMessage) GetMessage() *Message {
@@ -3063,7 +3254,7 @@ type StoredSession struct {
 
 func (x *StoredSession) Reset() {
 	*x = StoredSession{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[41]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3075,7 +3266,7 @@ func (x *StoredSession) String() string {
 func (*StoredSession) ProtoMessage() {}
 
 func (x *StoredSession) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[41]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3088,7 +3279,7 @@ func (x *StoredSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredSession.ProtoReflect.Descriptor instead.
 func (*StoredSession) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{41}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *StoredSession) GetId() string {
@@ -3132,7 +3323,7 @@ type DedupRecord struct {
 
 func (x *DedupRecord) Reset() {
 	*x = DedupRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[42]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3144,7 +3335,7 @@ func (x *DedupRecord) String() string {
 func (*DedupRecord) ProtoMessage() {}
 
 func (x *DedupRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[42]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3157,7 +3348,7 @@ func (x *DedupRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupRecord.ProtoReflect.Descriptor instead.
 func (*DedupRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{42}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DedupRecord) GetDedupId() string {
@@ -3203,7 +3394,7 @@ type MemberSnapshot struct {
 
 func (x *MemberSnapshot) Reset() {
 	*x = MemberSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[43]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3215,7 +3406,7 @@ func (x *MemberSnapshot) String() string {
 func (*MemberSnapshot) ProtoMessage() {}
 
 func (x *MemberSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[43]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3228,7 +3419,7 @@ func (x *MemberSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberSnapshot.ProtoReflect.Descriptor instead.
 func (*MemberSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{43}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *MemberSnapshot) GetApplied() uint64 {
@@ -3326,7 +3517,7 @@ type StoredTx struct {
 
 func (x *StoredTx) Reset() {
 	*x = StoredTx{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[44]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3338,7 +3529,7 @@ func (x *StoredTx) String() string {
 func (*StoredTx) ProtoMessage() {}
 
 func (x *StoredTx) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[44]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3351,7 +3542,7 @@ func (x *StoredTx) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredTx.ProtoReflect.Descriptor instead.
 func (*StoredTx) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{44}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *StoredTx) GetTx() string {
@@ -3415,7 +3606,7 @@ type TxDecision struct {
 
 func (x *TxDecision) Reset() {
 	*x = TxDecision{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[45]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3427,7 +3618,7 @@ func (x *TxDecision) String() string {
 func (*TxDecision) ProtoMessage() {}
 
 func (x *TxDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[45]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3440,7 +3631,7 @@ func (x *TxDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxDecision.ProtoReflect.Descriptor instead.
 func (*TxDecision) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{45}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TxDecision) GetTx() string {
@@ -3476,7 +3667,7 @@ type GroupSnapshot struct {
 
 func (x *GroupSnapshot) Reset() {
 	*x = GroupSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[46]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3488,7 +3679,7 @@ func (x *GroupSnapshot) String() string {
 func (*GroupSnapshot) ProtoMessage() {}
 
 func (x *GroupSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[46]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3501,7 +3692,7 @@ func (x *GroupSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupSnapshot.ProtoReflect.Descriptor instead.
 func (*GroupSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{46}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GroupSnapshot) GetApplied() uint64 {
@@ -3535,7 +3726,7 @@ type MetaSnapshot struct {
 
 func (x *MetaSnapshot) Reset() {
 	*x = MetaSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[47]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3547,7 +3738,7 @@ func (x *MetaSnapshot) String() string {
 func (*MetaSnapshot) ProtoMessage() {}
 
 func (x *MetaSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[47]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3560,7 +3751,7 @@ func (x *MetaSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaSnapshot.ProtoReflect.Descriptor instead.
 func (*MetaSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{47}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *MetaSnapshot) GetApplied() uint64 {
@@ -3660,6 +3851,9 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05value\"N\n" +
 	"\aEnqueue\x12\x10\n" +
 	"\x03now\x18\x01 \x01(\x03R\x03now\x121\n" +
+	"\bmessages\x18\x02 \x03(\v2\x15.cairn.fsm.v1.MessageR\bmessages\"N\n" +
+	"\aPublish\x12\x10\n" +
+	"\x03now\x18\x01 \x01(\x03R\x03now\x121\n" +
 	"\bmessages\x18\x02 \x03(\v2\x15.cairn.fsm.v1.MessageR\bmessages\"V\n" +
 	"\aDeliver\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x10\n" +
@@ -3704,7 +3898,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\"q\n" +
 	"\tConfigure\x128\n" +
 	"\bsettings\x18\x01 \x01(\v2\x1c.cairn.fsm.v1.MemberSettingsR\bsettings\x12*\n" +
-	"\x11first_delivery_id\x18\x02 \x01(\x04R\x0ffirstDeliveryId\"\xb6\x02\n" +
+	"\x11first_delivery_id\x18\x02 \x01(\x04R\x0ffirstDeliveryId\"\xf2\x02\n" +
 	"\x0eMemberSettings\x12\x1b\n" +
 	"\tmax_bytes\x18\x01 \x01(\x03R\bmaxBytes\x12&\n" +
 	"\x0fdedup_window_ns\x18\x02 \x01(\x03R\rdedupWindowNs\x12\"\n" +
@@ -3712,7 +3906,19 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x0emax_deliveries\x18\x04 \x01(\rR\rmaxDeliveries\x12.\n" +
 	"\x13redelivery_delay_ns\x18\x05 \x01(\x03R\x11redeliveryDelayNs\x12-\n" +
 	"\x12redelivery_backoff\x18\x06 \x01(\rR\x11redeliveryBackoff\x125\n" +
-	"\x17redelivery_max_delay_ns\x18\a \x01(\x03R\x14redeliveryMaxDelayNs\"\x84\x02\n" +
+	"\x17redelivery_max_delay_ns\x18\a \x01(\x03R\x14redeliveryMaxDelayNs\x12\x1e\n" +
+	"\n" +
+	"subscribes\x18\b \x01(\tR\n" +
+	"subscribes\x12\x1a\n" +
+	"\bselector\x18\t \x01(\tR\bselector\"\xc0\x01\n" +
+	"\fSubscription\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1b\n" +
+	"\ttopic_uid\x18\x02 \x01(\tR\btopicUid\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1b\n" +
+	"\tclient_id\x18\x04 \x01(\tR\bclientId\x12\x18\n" +
+	"\adurable\x18\x05 \x01(\bR\adurable\x12\x16\n" +
+	"\x06shared\x18\x06 \x01(\bR\x06shared\x12\x1a\n" +
+	"\bselector\x18\a \x01(\tR\bselector\"\x84\x02\n" +
 	"\x0fMemberPlacement\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x1a\n" +
 	"\breplicas\x18\x02 \x03(\tR\breplicas\x12\x18\n" +
@@ -3722,7 +3928,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05group\x18\x06 \x01(\tR\x05group\x12\x1a\n" +
 	"\brenewing\x18\a \x01(\bR\brenewing\x12*\n" +
 	"\x11first_delivery_id\x18\b \x01(\x04R\x0ffirstDeliveryId\x12\x19\n" +
-	"\brenew_on\x18\t \x01(\tR\arenewOn\"\x83\x05\n" +
+	"\brenew_on\x18\t \x01(\tR\arenewOn\"\xc3\x05\n" +
 	"\vDestination\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1d.cairn.fsm.v1.DestinationKindR\x04kind\x12\x1a\n" +
@@ -3742,7 +3948,8 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x10forward_delay_ns\x18\x0e \x01(\x03R\x0eforwardDelayNs\x12&\n" +
 	"\x0fdedup_window_ns\x18\x0f \x01(\x03R\rdedupWindowNs\x12\"\n" +
 	"\rdedup_max_ids\x18\x10 \x01(\rR\vdedupMaxIds\x12\x14\n" +
-	"\x05spare\x18\x11 \x01(\bR\x05spare\"P\n" +
+	"\x05spare\x18\x11 \x01(\bR\x05spare\x12>\n" +
+	"\fsubscription\x18\x12 \x01(\v2\x1a.cairn.fsm.v1.SubscriptionR\fsubscription\"P\n" +
 	"\x11CreateDestination\x12;\n" +
 	"\vdestination\x18\x01 \x01(\v2\x19.cairn.fsm.v1.DestinationR\vdestination\"'\n" +
 	"\x11DeleteDestination\x12\x12\n" +
@@ -3875,7 +4082,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x14removed_incarnations\x18\a \x03(\v23.cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntryR\x13removedIncarnations\x1aF\n" +
 	"\x18RemovedIncarnationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xaf\a\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xc9\a\n" +
 	"\vCommandType\x12\x18\n" +
 	"\x14COMMAND_TYPE_UNKNOWN\x10\x00\x12\x18\n" +
 	"\x14COMMAND_TYPE_ENQUEUE\x10\x01\x12\x18\n" +
@@ -3909,11 +4116,13 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x1eCOMMAND_TYPE_REPLICA_CAUGHT_UP\x10\x1c\x12\"\n" +
 	"\x1eCOMMAND_TYPE_DECOMMISSION_NODE\x10\x1d\x12\x1d\n" +
 	"\x19COMMAND_TYPE_SET_REPLICAS\x10\x1e\x12\x1d\n" +
-	"\x19COMMAND_TYPE_RENEW_MEMBER\x10\x1f*g\n" +
+	"\x19COMMAND_TYPE_RENEW_MEMBER\x10\x1f\x12\x18\n" +
+	"\x14COMMAND_TYPE_PUBLISH\x10 *\x8a\x01\n" +
 	"\x0fDestinationKind\x12\x1c\n" +
 	"\x18DESTINATION_KIND_UNKNOWN\x10\x00\x12\x1a\n" +
 	"\x16DESTINATION_KIND_QUEUE\x10\x01\x12\x1a\n" +
-	"\x16DESTINATION_KIND_TOPIC\x10\x02B$Z\"github.com/cairnmq/cairn/fsm/fsmpbb\x06proto3"
+	"\x16DESTINATION_KIND_TOPIC\x10\x02\x12!\n" +
+	"\x1dDESTINATION_KIND_SUBSCRIPTION\x10\x03B$Z\"github.com/cairnmq/cairn/fsm/fsmpbb\x06proto3"
 
 var (
 	file_fsm_fsmpb_fsm_proto_rawDescOnce sync.Once
@@ -3928,7 +4137,7 @@ func file_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_fsm_fsmpb_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(CommandType)(0),          // 0: cairn.fsm.v1.CommandType
 	(DestinationKind)(0),      // 1: cairn.fsm.v1.DestinationKind
@@ -3939,82 +4148,86 @@ var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*Message)(nil),           // 6: cairn.fsm.v1.Message
 	(*PropertyValue)(nil),     // 7: cairn.fsm.v1.PropertyValue
 	(*Enqueue)(nil),           // 8: cairn.fsm.v1.Enqueue
-	(*Deliver)(nil),           // 9: cairn.fsm.v1.Deliver
-	(*Ack)(nil),               // 10: cairn.fsm.v1.Ack
-	(*Recover)(nil),           // 11: cairn.fsm.v1.Recover
-	(*Release)(nil),           // 12: cairn.fsm.v1.Release
-	(*Return)(nil),            // 13: cairn.fsm.v1.Return
-	(*Move)(nil),              // 14: cairn.fsm.v1.Move
-	(*Moved)(nil),             // 15: cairn.fsm.v1.Moved
-	(*Seal)(nil),              // 16: cairn.fsm.v1.Seal
-	(*Wake)(nil),              // 17: cairn.fsm.v1.Wake
-	(*Expire)(nil),            // 18: cairn.fsm.v1.Expire
-	(*Purge)(nil),             // 19: cairn.fsm.v1.Purge
-	(*OpenSession)(nil),       // 20: cairn.fsm.v1.OpenSession
-	(*Configure)(nil),         // 21: cairn.fsm.v1.Configure
-	(*MemberSettings)(nil),    // 22: cairn.fsm.v1.MemberSettings
-	(*MemberPlacement)(nil),   // 23: cairn.fsm.v1.MemberPlacement
-	(*Destination)(nil),       // 24: cairn.fsm.v1.Destination
-	(*CreateDestination)(nil), // 25: cairn.fsm.v1.CreateDestination
-	(*DeleteDestination)(nil), // 26: cairn.fsm.v1.DeleteDestination
-	(*ResizeDestination)(nil), // 27: cairn.fsm.v1.ResizeDestination
-	(*SetReplicas)(nil),       // 28: cairn.fsm.v1.SetReplicas
-	(*RenewMember)(nil),       // 29: cairn.fsm.v1.RenewMember
-	(*RemoveMember)(nil),      // 30: cairn.fsm.v1.RemoveMember
-	(*Node)(nil),              // 31: cairn.fsm.v1.Node
-	(*RegisterNode)(nil),      // 32: cairn.fsm.v1.RegisterNode
-	(*RemoveNode)(nil),        // 33: cairn.fsm.v1.RemoveNode
-	(*DecommissionNode)(nil),  // 34: cairn.fsm.v1.DecommissionNode
-	(*ReplaceReplica)(nil),    // 35: cairn.fsm.v1.ReplaceReplica
-	(*AddReplica)(nil),        // 36: cairn.fsm.v1.AddReplica
-	(*PreferReplica)(nil),     // 37: cairn.fsm.v1.PreferReplica
-	(*ReplicaCaughtUp)(nil),   // 38: cairn.fsm.v1.ReplicaCaughtUp
-	(*Rejoining)(nil),         // 39: cairn.fsm.v1.Rejoining
-	(*TxPrepare)(nil),         // 40: cairn.fsm.v1.TxPrepare
-	(*TxDecide)(nil),          // 41: cairn.fsm.v1.TxDecide
-	(*StoredMessage)(nil),     // 42: cairn.fsm.v1.StoredMessage
-	(*StoredSession)(nil),     // 43: cairn.fsm.v1.StoredSession
-	(*DedupRecord)(nil),       // 44: cairn.fsm.v1.DedupRecord
-	(*MemberSnapshot)(nil),    // 45: cairn.fsm.v1.MemberSnapshot
-	(*StoredTx)(nil),          // 46: cairn.fsm.v1.StoredTx
-	(*TxDecision)(nil),        // 47: cairn.fsm.v1.TxDecision
-	(*GroupSnapshot)(nil),     // 48: cairn.fsm.v1.GroupSnapshot
-	(*MetaSnapshot)(nil),      // 49: cairn.fsm.v1.MetaSnapshot
-	nil,                       // 50: cairn.fsm.v1.Message.PropertiesEntry
-	nil,                       // 51: cairn.fsm.v1.Message.TypedPropertiesEntry
-	nil,                       // 52: cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntry
+	(*Publish)(nil),           // 9: cairn.fsm.v1.Publish
+	(*Deliver)(nil),           // 10: cairn.fsm.v1.Deliver
+	(*Ack)(nil),               // 11: cairn.fsm.v1.Ack
+	(*Recover)(nil),           // 12: cairn.fsm.v1.Recover
+	(*Release)(nil),           // 13: cairn.fsm.v1.Release
+	(*Return)(nil),            // 14: cairn.fsm.v1.Return
+	(*Move)(nil),              // 15: cairn.fsm.v1.Move
+	(*Moved)(nil),             // 16: cairn.fsm.v1.Moved
+	(*Seal)(nil),              // 17: cairn.fsm.v1.Seal
+	(*Wake)(nil),              // 18: cairn.fsm.v1.Wake
+	(*Expire)(nil),            // 19: cairn.fsm.v1.Expire
+	(*Purge)(nil),             // 20: cairn.fsm.v1.Purge
+	(*OpenSession)(nil),       // 21: cairn.fsm.v1.OpenSession
+	(*Configure)(nil),         // 22: cairn.fsm.v1.Configure
+	(*MemberSettings)(nil),    // 23: cairn.fsm.v1.MemberSettings
+	(*Subscription)(nil),      // 24: cairn.fsm.v1.Subscription
+	(*MemberPlacement)(nil),   // 25: cairn.fsm.v1.MemberPlacement
+	(*Destination)(nil),       // 26: cairn.fsm.v1.Destination
+	(*CreateDestination)(nil), // 27: cairn.fsm.v1.CreateDestination
+	(*DeleteDestination)(nil), // 28: cairn.fsm.v1.DeleteDestination
+	(*ResizeDestination)(nil), // 29: cairn.fsm.v1.ResizeDestination
+	(*SetReplicas)(nil),       // 30: cairn.fsm.v1.SetReplicas
+	(*RenewMember)(nil),       // 31: cairn.fsm.v1.RenewMember
+	(*RemoveMember)(nil),      // 32: cairn.fsm.v1.RemoveMember
+	(*Node)(nil),              // 33: cairn.fsm.v1.Node
+	(*RegisterNode)(nil),      // 34: cairn.fsm.v1.RegisterNode
+	(*RemoveNode)(nil),        // 35: cairn.fsm.v1.RemoveNode
+	(*DecommissionNode)(nil),  // 36: cairn.fsm.v1.DecommissionNode
+	(*ReplaceReplica)(nil),    // 37: cairn.fsm.v1.ReplaceReplica
+	(*AddReplica)(nil),        // 38: cairn.fsm.v1.AddReplica
+	(*PreferReplica)(nil),     // 39: cairn.fsm.v1.PreferReplica
+	(*ReplicaCaughtUp)(nil),   // 40: cairn.fsm.v1.ReplicaCaughtUp
+	(*Rejoining)(nil),         // 41: cairn.fsm.v1.Rejoining
+	(*TxPrepare)(nil),         // 42: cairn.fsm.v1.TxPrepare
+	(*TxDecide)(nil),          // 43: cairn.fsm.v1.TxDecide
+	(*StoredMessage)(nil),     // 44: cairn.fsm.v1.StoredMessage
+	(*StoredSession)(nil),     // 45: cairn.fsm.v1.StoredSession
+	(*DedupRecord)(nil),       // 46: cairn.fsm.v1.DedupRecord
+	(*MemberSnapshot)(nil),    // 47: cairn.fsm.v1.MemberSnapshot
+	(*StoredTx)(nil),          // 48: cairn.fsm.v1.StoredTx
+	(*TxDecision)(nil),        // 49: cairn.fsm.v1.TxDecision
+	(*GroupSnapshot)(nil),     // 50: cairn.fsm.v1.GroupSnapshot
+	(*MetaSnapshot)(nil),      // 51: cairn.fsm.v1.MetaSnapshot
+	nil,                       // 52: cairn.fsm.v1.Message.PropertiesEntry
+	nil,                       // 53: cairn.fsm.v1.Message.TypedPropertiesEntry
+	nil,                       // 54: cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntry
 }
 var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	3,  // 0: cairn.fsm.v1.Entry.commands:type_name -> cairn.fsm.v1.Command
 	0,  // 1: cairn.fsm.v1.Command.type:type_name -> cairn.fsm.v1.CommandType
-	50, // 2: cairn.fsm.v1.Message.properties:type_name -> cairn.fsm.v1.Message.PropertiesEntry
-	51, // 3: cairn.fsm.v1.Message.typed_properties:type_name -> cairn.fsm.v1.Message.TypedPropertiesEntry
+	52, // 2: cairn.fsm.v1.Message.properties:type_name -> cairn.fsm.v1.Message.PropertiesEntry
+	53, // 3: cairn.fsm.v1.Message.typed_properties:type_name -> cairn.fsm.v1.Message.TypedPropertiesEntry
 	6,  // 4: cairn.fsm.v1.Enqueue.messages:type_name -> cairn.fsm.v1.Message
-	22, // 5: cairn.fsm.v1.Configure.settings:type_name -> cairn.fsm.v1.MemberSettings
-	1,  // 6: cairn.fsm.v1.Destination.kind:type_name -> cairn.fsm.v1.DestinationKind
-	23, // 7: cairn.fsm.v1.Destination.members:type_name -> cairn.fsm.v1.MemberPlacement
-	24, // 8: cairn.fsm.v1.CreateDestination.destination:type_name -> cairn.fsm.v1.Destination
-	23, // 9: cairn.fsm.v1.ResizeDestination.add:type_name -> cairn.fsm.v1.MemberPlacement
-	23, // 10: cairn.fsm.v1.RenewMember.placement:type_name -> cairn.fsm.v1.MemberPlacement
-	31, // 11: cairn.fsm.v1.RegisterNode.node:type_name -> cairn.fsm.v1.Node
-	6,  // 12: cairn.fsm.v1.TxPrepare.messages:type_name -> cairn.fsm.v1.Message
-	6,  // 13: cairn.fsm.v1.StoredMessage.message:type_name -> cairn.fsm.v1.Message
-	22, // 14: cairn.fsm.v1.MemberSnapshot.settings:type_name -> cairn.fsm.v1.MemberSettings
-	43, // 15: cairn.fsm.v1.MemberSnapshot.sessions:type_name -> cairn.fsm.v1.StoredSession
-	44, // 16: cairn.fsm.v1.MemberSnapshot.dedup:type_name -> cairn.fsm.v1.DedupRecord
-	46, // 17: cairn.fsm.v1.MemberSnapshot.txs:type_name -> cairn.fsm.v1.StoredTx
-	47, // 18: cairn.fsm.v1.MemberSnapshot.decisions:type_name -> cairn.fsm.v1.TxDecision
-	6,  // 19: cairn.fsm.v1.StoredTx.messages:type_name -> cairn.fsm.v1.Message
-	24, // 20: cairn.fsm.v1.MetaSnapshot.destinations:type_name -> cairn.fsm.v1.Destination
-	31, // 21: cairn.fsm.v1.MetaSnapshot.nodes:type_name -> cairn.fsm.v1.Node
-	39, // 22: cairn.fsm.v1.MetaSnapshot.rejoining:type_name -> cairn.fsm.v1.Rejoining
-	52, // 23: cairn.fsm.v1.MetaSnapshot.removed_incarnations:type_name -> cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntry
-	7,  // 24: cairn.fsm.v1.Message.TypedPropertiesEntry.value:type_name -> cairn.fsm.v1.PropertyValue
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	6,  // 5: cairn.fsm.v1.Publish.messages:type_name -> cairn.fsm.v1.Message
+	23, // 6: cairn.fsm.v1.Configure.settings:type_name -> cairn.fsm.v1.MemberSettings
+	1,  // 7: cairn.fsm.v1.Destination.kind:type_name -> cairn.fsm.v1.DestinationKind
+	25, // 8: cairn.fsm.v1.Destination.members:type_name -> cairn.fsm.v1.MemberPlacement
+	24, // 9: cairn.fsm.v1.Destination.subscription:type_name -> cairn.fsm.v1.Subscription
+	26, // 10: cairn.fsm.v1.CreateDestination.destination:type_name -> cairn.fsm.v1.Destination
+	25, // 11: cairn.fsm.v1.ResizeDestination.add:type_name -> cairn.fsm.v1.MemberPlacement
+	25, // 12: cairn.fsm.v1.RenewMember.placement:type_name -> cairn.fsm.v1.MemberPlacement
+	33, // 13: cairn.fsm.v1.RegisterNode.node:type_name -> cairn.fsm.v1.Node
+	6,  // 14: cairn.fsm.v1.TxPrepare.messages:type_name -> cairn.fsm.v1.Message
+	6,  // 15: cairn.fsm.v1.StoredMessage.message:type_name -> cairn.fsm.v1.Message
+	23, // 16: cairn.fsm.v1.MemberSnapshot.settings:type_name -> cairn.fsm.v1.MemberSettings
+	45, // 17: cairn.fsm.v1.MemberSnapshot.sessions:type_name -> cairn.fsm.v1.StoredSession
+	46, // 18: cairn.fsm.v1.MemberSnapshot.dedup:type_name -> cairn.fsm.v1.DedupRecord
+	48, // 19: cairn.fsm.v1.MemberSnapshot.txs:type_name -> cairn.fsm.v1.StoredTx
+	49, // 20: cairn.fsm.v1.MemberSnapshot.decisions:type_name -> cairn.fsm.v1.TxDecision
+	6,  // 21: cairn.fsm.v1.StoredTx.messages:type_name -> cairn.fsm.v1.Message
+	26, // 22: cairn.fsm.v1.MetaSnapshot.destinations:type_name -> cairn.fsm.v1.Destination
+	33, // 23: cairn.fsm.v1.MetaSnapshot.nodes:type_name -> cairn.fsm.v1.Node
+	41, // 24: cairn.fsm.v1.MetaSnapshot.rejoining:type_name -> cairn.fsm.v1.Rejoining
+	54, // 25: cairn.fsm.v1.MetaSnapshot.removed_incarnations:type_name -> cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntry
+	7,  // 26: cairn.fsm.v1.Message.TypedPropertiesEntry.value:type_name -> cairn.fsm.v1.PropertyValue
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_fsm_fsmpb_fsm_proto_init() }
@@ -4033,7 +4246,7 @@ func file_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_fsmpb_fsm_proto_rawDesc), len(file_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   51,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
