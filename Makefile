@@ -62,7 +62,7 @@ raft-upstream:
 # NATS, and prints the medians with the range of the Cairn/NATS ratios (one
 # run swings by 30 %).
 bench: build
-	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./fsm/ ./member/ ./transport/
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./fsm/... ./member/ ./transport/
 	$(GO) run ./test/benchsuite --cairn $(BIN) $(BENCH_FLAGS)
 bench-compare: build
 	$(GO) run ./test/benchsuite --cairn $(BIN) --compare $(BENCH_FLAGS)

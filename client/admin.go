@@ -203,10 +203,14 @@ func (a *Admin) ShowQueue(ctx context.Context, name string) (QueueInfo, error) {
 	var info QueueInfo
 	err := a.call(ctx, func(api clientpb.ClientServiceClient) error {
 		d, err := api.ShowDestination(ctx, &clientpb.ShowDestinationRequest{Name: name})
-		if err == nil {
-			info = queueInfo(d)
+		if err != nil {
+			return err
 		}
-		return err
+		if d.Kind == clientpb.DestinationKind_DESTINATION_KIND_TOPIC {
+			return fmt.Errorf("%w: %s is a topic (cairn topic show)", ErrDestinationKind, name)
+		}
+		info = queueInfo(d)
+		return nil
 	})
 	return info, err
 }
@@ -259,7 +263,9 @@ func (a *Admin) ListQueues(ctx context.Context) ([]QueueInfo, error) {
 		}
 		out = make([]QueueInfo, 0, len(resp.Destinations))
 		for _, d := range resp.Destinations {
-			out = append(out, queueInfo(d))
+			if d.Kind != clientpb.DestinationKind_DESTINATION_KIND_TOPIC {
+				out = append(out, queueInfo(d))
+			}
 		}
 		return nil
 	})

@@ -19,7 +19,10 @@ type Consumer struct {
 	no       uint64
 	dest     string
 	selector string
-	prefetch int
+	// subscribe names the subscription of a topic's subscriber (nil for a
+	// queue's consumer).
+	subscribe *clientpb.Subscribe
+	prefetch  int
 	// limit, when set, caps the messages the consumer asks for in all;
 	// granted counts what it asked for, taken what it handed out.
 	limit   int

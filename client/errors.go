@@ -30,6 +30,12 @@ var (
 	// ErrInvalidSelector: a consumer's message selector does not parse; the
 	// error names the position. It is an ErrInvalidArgument too.
 	ErrInvalidSelector = transport.ErrInvalidSelector
+	// ErrDestinationKind: a send to a topic, a publish to a queue, or a
+	// subscription to a queue.
+	ErrDestinationKind = transport.ErrDestinationKind
+	// ErrSubscriptionInUse: a second consumer of an unshared durable
+	// subscription, or deleting a subscription a consumer uses.
+	ErrSubscriptionInUse = transport.ErrSubscriptionInUse
 	// ErrMalformed: the server could not make sense of a request.
 	ErrMalformed = transport.ErrMalformed
 	// ErrDestinationFull: the destination holds its maximum size.

@@ -29,7 +29,9 @@ type Producer struct {
 	priority   int
 	ttl        time.Duration
 	idempotent bool
-	async      asyncSends
+	// publish: dest is a topic (Session.Publisher).
+	publish bool
+	async   asyncSends
 }
 
 // asyncSends are the sends of SendAsync not yet on their way, and whether a
@@ -216,7 +218,7 @@ func (p *Producer) SendBatch(ctx context.Context, ms []*Message) ([]Receipt, err
 // its id as dedup id) if it has none; idempotent says every message
 // carries a dedup id. A property of a type the wire has not is refused.
 func (p *Producer) request(ms []*Message) (req *clientpb.SendRequest, idempotent bool, err error) {
-	req = &clientpb.SendRequest{Destination: p.dest, Messages: make([]*clientpb.Message, len(ms))}
+	req = &clientpb.SendRequest{Destination: p.dest, Messages: make([]*clientpb.Message, len(ms)), Publish: p.publish}
 	idempotent = true
 	for i, m := range ms {
 		if m.ID == "" {

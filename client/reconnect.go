@@ -223,7 +223,7 @@ func (c *Connection) restore(ctx context.Context, l *link) error {
 			continue // closed, or it has all it will ever ask for
 		}
 		reply, err := l.request(rctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_CreateConsumer{CreateConsumer: &clientpb.CreateConsumer{
-			Session: k.s.no, Consumer: k.no, Destination: k.dest, Prefetch: uint32(prefetch), Selector: k.selector,
+			Session: k.s.no, Consumer: k.no, Destination: k.dest, Prefetch: uint32(prefetch), Selector: k.selector, Subscribe: k.subscribe,
 		}}})
 		switch {
 		case err == nil:

@@ -113,6 +113,22 @@ func (s *Session) Producer(dest string) (*Producer, error) {
 	return &Producer{s: s, dest: dest, priority: defaultPriority}, nil
 }
 
+// Publisher creates a producer that publishes to topic (a name, or NAME#I
+// for member I): every subscription of the topic gets each message it
+// selects. It sends as Producer does, with the same rules for outcomes,
+// dedup ids and idempotent sends; a transacted session cannot publish.
+func (s *Session) Publisher(topic string) (*Producer, error) {
+	p, err := s.Producer(topic)
+	if err != nil {
+		return nil, err
+	}
+	if s.mode == Transacted {
+		return nil, fmt.Errorf("%w: a transacted session cannot publish to a topic yet", ErrInvalidArgument)
+	}
+	p.publish = true
+	return p, nil
+}
+
 // ConsumerOption sets an option of a new consumer.
 type ConsumerOption func(*consumerOptions)
 
@@ -135,9 +151,43 @@ func WithLimit(n int) ConsumerOption { return func(o *consumerOptions) { o.limit
 // fails Consumer with ErrInvalidSelector, naming the position.
 func WithSelector(s string) ConsumerOption { return func(o *consumerOptions) { o.selector = s } }
 
-// Consumer creates a consumer of dest. A consumer of a plain name is pinned
-// to one member, which Consumer.Member names; NAME#I consumes member I.
+// Consumer creates a consumer of dest, a queue. A consumer of a plain name
+// is pinned to one member, which Consumer.Member names; NAME#I consumes
+// member I.
 func (s *Session) Consumer(ctx context.Context, dest string, opts ...ConsumerOption) (*Consumer, error) {
+	return s.consumer(ctx, dest, nil, opts)
+}
+
+// Subscription names a topic subscriber's subscription, as JMS 2.0 has
+// them:
+//   - the zero Subscription is non-durable: it lives as long as its
+//     consumer, and receives what is published meanwhile;
+//   - Durable with a Name is kept across disconnects, restarts and node
+//     loss, and receives everything published since it was made; an
+//     unshared one belongs to the connection's client id (which it
+//     needs), one consumer at a time (ErrSubscriptionInUse);
+//   - Shared with a Name is shared by all its consumers, each message to
+//     one of them; a non-durable shared one goes once it has had no
+//     consumer for a while.
+//
+// A subscription's selector (WithSelector) is set when it is made.
+type Subscription struct {
+	Name    string
+	Durable bool
+	Shared  bool
+}
+
+// Subscribe creates a consumer of a subscription to topic, making the
+// subscription if it does not exist. The consumer's Member is a member of
+// the subscription (TOPIC::ID#I); its messages' Destination is the topic.
+// After a reconnect (ReconnectAll) a durable or shared subscriber carries
+// on where it was; a non-durable one is subscribed anew and misses what was
+// published in between.
+func (s *Session) Subscribe(ctx context.Context, topic string, sub Subscription, opts ...ConsumerOption) (*Consumer, error) {
+	return s.consumer(ctx, topic, &clientpb.Subscribe{Name: sub.Name, Durable: sub.Durable, Shared: sub.Shared}, opts)
+}
+
+func (s *Session) consumer(ctx context.Context, dest string, sub *clientpb.Subscribe, opts []ConsumerOption) (*Consumer, error) {
 	o := consumerOptions{prefetch: s.conn.opts.Prefetch}
 	for _, f := range opts {
 		f(&o)
@@ -159,14 +209,14 @@ func (s *Session) Consumer(ctx context.Context, dest string, opts ...ConsumerOpt
 		c.mu.Lock()
 		c.nextConsumer++
 		k = newConsumer(s, c.nextConsumer, dest, o.prefetch, o.limit, l.gen)
-		k.selector = o.selector
+		k.selector, k.subscribe = o.selector, sub
 		// Registered before asking, so deliveries that overtake the reply land.
 		c.consumers[k.no] = k
 		c.mu.Unlock()
 		s.consumers[k.no] = k
 		s.mu.Unlock()
 		reply, err := l.request(ctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_CreateConsumer{CreateConsumer: &clientpb.CreateConsumer{
-			Session: s.no, Consumer: k.no, Destination: dest, Prefetch: uint32(o.prefetch), Selector: o.selector,
+			Session: s.no, Consumer: k.no, Destination: dest, Prefetch: uint32(o.prefetch), Selector: o.selector, Subscribe: sub,
 		}}})
 		if err != nil {
 			if reply == nil && !l.isDown() {

@@ -23,10 +23,7 @@ func (n *Node) resolve(ctx context.Context, name string) (*fsmpb.Destination, er
 	if d, ok := n.meta.Destination(name); ok {
 		return d, nil
 	}
-	if n.cfg.NoAutoCreate {
-		return nil, fmt.Errorf("%w: %q does not exist and this node does not create destinations on first use (--no-auto-create); create it with: cairn queue create %s", transport.ErrUnknownDestination, name, name)
-	}
-	return n.ensure(ctx, name)
+	return n.resolveKind(ctx, name, fsmpb.DestinationKind_DESTINATION_KIND_QUEUE)
 }
 
 // ensure returns the destination name, creating it with the defaults if it
@@ -45,8 +42,21 @@ func (n *Node) ensure(ctx context.Context, name string) (*fsmpb.Destination, err
 }
 
 // memberOf resolves an address (NAME or NAME#I) to its destination and, for
-// NAME#I, the member index (-1 for a plain name).
+// NAME#I, the member index (-1 for a plain name). With create it must be a
+// queue, made with the defaults if missing (resolve).
 func (n *Node) memberOf(ctx context.Context, addr string, create bool) (*fsmpb.Destination, int, error) {
+	k := fsmpb.DestinationKind_DESTINATION_KIND_UNKNOWN
+	if create {
+		k = fsmpb.DestinationKind_DESTINATION_KIND_QUEUE
+	}
+	return n.memberOfKind(ctx, addr, k)
+}
+
+// memberOfKind is memberOf for an address that must be a destination of
+// kind k, made if missing when k is a queue or a topic (any existing one
+// for UNKNOWN).
+func (n *Node) memberOfKind(ctx context.Context, addr string, k fsmpb.DestinationKind) (*fsmpb.Destination, int, error) {
+	create := k == fsmpb.DestinationKind_DESTINATION_KIND_QUEUE || k == fsmpb.DestinationKind_DESTINATION_KIND_TOPIC
 	name, idx, err := fsm.ParseAddress(addr)
 	if err != nil {
 		return nil, 0, frontend.WireError(err)
@@ -60,9 +70,12 @@ func (n *Node) memberOf(ctx context.Context, addr string, create bool) (*fsmpb.D
 		}
 	}
 	if create {
-		d, err = n.resolve(ctx, name)
+		d, err = n.resolveKind(ctx, name, k)
 	} else if dd, ok := n.meta.Destination(name); ok {
 		d = dd
+		if k != fsmpb.DestinationKind_DESTINATION_KIND_UNKNOWN && d.Kind != k {
+			err = wrongKind(d, k)
+		}
 	} else {
 		err = fmt.Errorf("%w: %q", transport.ErrUnknownDestination, name)
 	}
@@ -78,7 +91,11 @@ func (n *Node) memberOf(ctx context.Context, addr string, create bool) (*fsmpb.D
 
 // pinConsumer chooses the member a new consumer of addr is pinned to.
 func (n *Node) pinConsumer(ctx context.Context, addr string) (string, error) {
-	d, idx, err := n.memberOf(ctx, addr, true)
+	k := fsmpb.DestinationKind_DESTINATION_KIND_QUEUE
+	if fsm.TopicOf(addr) != "" {
+		k = fsmpb.DestinationKind_DESTINATION_KIND_SUBSCRIPTION
+	}
+	d, idx, err := n.memberOfKind(ctx, addr, k)
 	if err != nil {
 		return "", err
 	}

@@ -42,6 +42,20 @@ func (b clientAPI) ChooseMember(d *fsmpb.Destination) int {
 	return destination.ForSendAny(b.n.candidates(d), b.n.rotation.Add(1))
 }
 
+func (b clientAPI) Subscribe(ctx context.Context, topic string, sub *clientpb.Subscribe, clientID, selector string) (string, error) {
+	d, err := b.n.subscribe(ctx, topic, sub, clientID, selector)
+	if err != nil {
+		return "", err
+	}
+	return d.Name, nil
+}
+
+func (b clientAPI) DropSubscription(name string) { b.n.dropSubscription(name) }
+
+func (a adminAPI) DeleteSubscription(ctx context.Context, topic, name, clientID string) error {
+	return a.n.deleteSubscription(ctx, topic, name, clientID)
+}
+
 func (b clientAPI) PinConsumer(ctx context.Context, addr string) (string, error) {
 	return b.n.pinConsumer(ctx, addr)
 }

@@ -24,10 +24,9 @@ func (n *Node) createDestination(ctx context.Context, req *clientpb.CreateDestin
 	if err := fsm.ValidateName(req.Name); err != nil {
 		return nil, frontend.WireError(err)
 	}
-	switch req.Kind {
-	case clientpb.DestinationKind_DESTINATION_KIND_QUEUE, clientpb.DestinationKind_DESTINATION_KIND_UNKNOWN:
-	default:
-		return nil, fmt.Errorf("%w: only queues are supported by this server version", transport.ErrInvalidArgument)
+	kind, err := createdKind(req)
+	if err != nil {
+		return nil, err
 	}
 	if req.TtlMs < 0 || req.MaxBytes < 0 {
 		return nil, fmt.Errorf("%w: --ttl and --max-size must not be negative", transport.ErrInvalidArgument)
@@ -60,7 +59,7 @@ func (n *Node) createDestination(ctx context.Context, req *clientpb.CreateDestin
 	var offset int
 	n.meta.Read(func(m *fsm.Meta) { offset = len(m.Destinations()) })
 	d := &fsmpb.Destination{
-		Name: req.Name, Kind: fsmpb.DestinationKind_DESTINATION_KIND_QUEUE, Replicas: uint32(replicas),
+		Name: req.Name, Kind: kind, Replicas: uint32(replicas),
 		TtlNs: req.TtlMs * int64(time.Millisecond), MaxBytes: req.MaxBytes, CreatedAt: n.cfg.Clock().UnixNano(), Uid: newID(8),
 	}
 	poison(d)
@@ -72,7 +71,12 @@ func (n *Node) createDestination(ctx context.Context, req *clientpb.CreateDestin
 	for attempt := 1; ; attempt++ {
 		d.Members = nil
 		for i := range members {
-			d.Members = append(d.Members, n.placeMember(uint32(i), nodes, offset+i, replicas, false))
+			p := n.placeMember(uint32(i), nodes, offset+i, replicas, false)
+			if kind == fsmpb.DestinationKind_DESTINATION_KIND_TOPIC && p.Group == "" {
+				// Its subscriptions' members live in its members' groups.
+				n.meta.Read(func(m *fsm.Meta) { placement.JoinSharedGroup(m, p, false, newID(4)) })
+			}
+			d.Members = append(d.Members, p)
 		}
 		_, err := n.meta.Apply(ctx, &fsmpb.CreateDestination{Destination: d})
 		if err == nil {
@@ -92,6 +96,21 @@ func (n *Node) createDestination(ctx context.Context, req *clientpb.CreateDestin
 		}
 	}
 	return d, nil
+}
+
+// createdKind is the kind of destination req makes: a queue or a topic;
+// subscriptions are made by subscribing.
+func createdKind(req *clientpb.CreateDestinationRequest) (fsmpb.DestinationKind, error) {
+	if fsm.TopicOf(req.Name) != "" {
+		return 0, fmt.Errorf("%w: %q: names with %q are a topic's subscriptions'", transport.ErrInvalidName, req.Name, fsm.SubscriptionSep)
+	}
+	switch req.Kind {
+	case clientpb.DestinationKind_DESTINATION_KIND_QUEUE, clientpb.DestinationKind_DESTINATION_KIND_UNKNOWN:
+		return fsmpb.DestinationKind_DESTINATION_KIND_QUEUE, nil
+	case clientpb.DestinationKind_DESTINATION_KIND_TOPIC:
+		return fsmpb.DestinationKind_DESTINATION_KIND_TOPIC, nil
+	}
+	return 0, fmt.Errorf("%w: create queues and topics; a subscription is made by subscribing", transport.ErrInvalidArgument)
 }
 
 // forwardDelay is how long d's stranded messages wait before they move; 0
@@ -337,6 +356,16 @@ func (n *Node) destinationInfo(ctx context.Context, d *fsmpb.Destination) *clien
 		info.Prepared += mi.Prepared
 		info.Consumers += mi.Consumers
 		info.Members = append(info.Members, mi)
+	}
+	if s := d.Subscription; s != nil {
+		info.Subscription = &clientpb.SubscriptionInfo{Topic: s.Topic, Name: s.Name, ClientId: s.ClientId, Durable: s.Durable, Shared: s.Shared, Selector: s.Selector}
+	}
+	if d.Kind == fsmpb.DestinationKind_DESTINATION_KIND_TOPIC {
+		for _, sd := range n.destinations() {
+			if sd.Subscription.GetTopic() == d.Name {
+				info.Subscriptions = append(info.Subscriptions, n.destinationInfo(ctx, sd))
+			}
+		}
 	}
 	return info
 }

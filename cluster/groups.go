@@ -297,6 +297,9 @@ func (gs *groups) open(id string, p placed, nodes map[string]*fsmpb.Node) (*memb
 	cfg := gs.n.replicaConfig()
 	cfg.Name = fsm.MemberName(p.dest.Name, p.place.Index)
 	cfg.Settings, cfg.FirstDeliveryID = memberSettings(p.dest), p.place.FirstDeliveryId
+	if s := p.dest.Subscription; s != nil {
+		cfg.Settings.Subscribes, cfg.Settings.Selector = subscribedKey(s, p.place.Index), s.Selector
+	}
 	cfg.Mover = mover{n: gs.n, group: id}
 	cfg.ForwardDelay = forwardDelay(p.dest)
 	// A new leader checks at once whether the preferred host should lead.
@@ -414,7 +417,7 @@ func (gs *groups) closeUnused(want map[string]placed) {
 // memberSettings splits the destination's limits among its members.
 func memberSettings(d *fsmpb.Destination) *fsmpb.MemberSettings {
 	s := fsm.DefaultSettings()
-	if d.MaxBytes > 0 {
+	if d.MaxBytes > 0 && d.Kind != fsmpb.DestinationKind_DESTINATION_KIND_TOPIC { // a topic's members hold nothing; its subscriptions' do
 		n := int64(len(d.Members))
 		s.MaxBytes = (d.MaxBytes + n - 1) / n
 	}

@@ -82,7 +82,7 @@ func (m metaNode) Forward(ctx context.Context, leader string, cmd *fsmpb.Command
 	return toResult(resp.Result), resp.Index, nil
 }
 
-// Lead runs the meta leader's placement and renewals.
+// Lead runs the meta leader's placement, renewals and sweep of idle subscriptions.
 func (m metaNode) Lead(ctx context.Context) {
 	if err := m.placeReplicas(ctx); err != nil {
 		m.n.log.Warn("placing replicas", "err", err)
@@ -90,6 +90,7 @@ func (m metaNode) Lead(ctx context.Context) {
 	if err := m.renewMembers(ctx); err != nil {
 		m.n.log.Warn("renewing members", "err", err)
 	}
+	m.n.sweepSubscriptions(ctx)
 }
 
 // namedRaft is a Raft group under its name, as a raftMember.

@@ -43,6 +43,8 @@ import (
 type Node struct {
 	cfg Config
 	log *slog.Logger
+	// subSweep: the meta leader's sweep of idle non-durable subscriptions.
+	subSweep subscriptionSweep
 	// boot identifies this run of the node; sessions opened here are owned
 	// by id/boot, so a restarted node's old sessions are known dead.
 	boot string

@@ -82,7 +82,11 @@ func (n *Node) send(ctx context.Context, req *clientpb.SendRequest) (*clientpb.S
 	if err := n.validateSend(req); err != nil {
 		return nil, err
 	}
-	d, idx, err := n.memberOf(ctx, req.Destination, true)
+	k := fsmpb.DestinationKind_DESTINATION_KIND_QUEUE
+	if req.Publish {
+		k = fsmpb.DestinationKind_DESTINATION_KIND_TOPIC
+	}
+	d, idx, err := n.memberOfKind(ctx, req.Destination, k)
 	if err != nil {
 		return nil, err
 	}
@@ -152,6 +156,10 @@ func (n *Node) enqueue(ctx context.Context, d *fsmpb.Destination, idx int, cmd *
 	if idx >= 0 && d.Members[idx].Draining {
 		return fsm.MemberName(d.Name, uint32(idx)), fsm.Result{}, fmt.Errorf("%w: member %s is draining (an update is removing it); send to %s", transport.ErrUnavailable, fsm.MemberName(d.Name, uint32(idx)), d.Name)
 	}
+	var body proto.Message = cmd
+	if d.Kind == fsmpb.DestinationKind_DESTINATION_KIND_TOPIC {
+		body = &fsmpb.Publish{Messages: cmd.Messages}
+	}
 	deadline := time.Now().Add(window)
 	cands := n.candidates(d)
 	plan := destination.PlanSend(cands, idx, idempotent, cmd.Messages[0].DedupId)
@@ -162,7 +170,7 @@ func (n *Node) enqueue(ctx context.Context, d *fsmpb.Destination, idx int, cmd *
 		if !patient {
 			try = time.Now() // one try: another member may take it at once
 		}
-		res, tried := n.submitBy(ctx, name, cmd, try)
+		res, tried := n.submitBy(ctx, name, body, try)
 		step, err := plan.After(tried, ctx.Err() != nil || !time.Now().Before(deadline))
 		switch step {
 		case destination.Done:

@@ -373,6 +373,8 @@ func DecodeMemberCommand(c *fsmpb.Command) (proto.Message, error) {
 		fsmpb.CommandType_COMMAND_TYPE_MOVE, fsmpb.CommandType_COMMAND_TYPE_MOVED, fsmpb.CommandType_COMMAND_TYPE_WAKE,
 		fsmpb.CommandType_COMMAND_TYPE_SEAL:
 		return nil, fmt.Errorf("%w: %v is made by a member's leader, not forwarded to it", ErrMalformed, c.GetType())
+	case fsmpb.CommandType_COMMAND_TYPE_PUBLISH:
+		return decodeBody(groupHandlers, c)
 	}
 	return decodeBody(memberHandlers, c)
 }

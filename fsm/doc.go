@@ -1,7 +1,9 @@
 // Package fsm holds Cairn's deterministic state machines: the member state
 // machine (one member of a destination: messages, pending order, deliveries,
 // acknowledgements, expiry, duplicate detection), the group state machine
-// (several members sharing one Raft group), and the meta state machine
+// (several members sharing one Raft group, where a message published to a
+// topic's member is stored by its subscriptions' members: Publish), and the
+// meta state machine
 // (destinations, their members' placement, the node registry), with the
 // commands that change them and their snapshots.
 //

@@ -116,51 +116,8 @@ func (g *Group) Apply(index uint64, data []byte) ([]Result, error) {
 	results := make([]Result, len(bodies))
 	g.touched = g.touched[:0]
 	clear(g.in)
-	touch := func(name string, m *Member) {
-		if !g.in[name] {
-			g.in[name], g.dirty[name] = true, true
-			g.touched = append(g.touched, name)
-			g.bytes -= m.bytes
-		}
-	}
 	for i, c := range e.Commands {
-		switch c.Type {
-		case fsmpb.CommandType_COMMAND_TYPE_ADD_MEMBER:
-			// Adding a member held already changes nothing: two leaders in
-			// turn may each have proposed it.
-			if g.members[c.Member] == nil {
-				m := NewMember()
-				if g.track {
-					m.TrackBodies()
-				}
-				g.members[c.Member] = m
-				touch(c.Member, m)
-			}
-		case fsmpb.CommandType_COMMAND_TYPE_DROP_MEMBER:
-			if m := g.members[c.Member]; m != nil {
-				touch(c.Member, m)
-				g.dropped = append(g.dropped, m.bodiesAway()...)
-				delete(g.members, c.Member)
-				g.subsStale = true
-			}
-		case fsmpb.CommandType_COMMAND_TYPE_PUBLISH:
-			t := g.members[c.Member]
-			if t == nil {
-				results[i] = Result{Err: fmt.Errorf("%w: %s", ErrUnknownMember, c.Member)}
-				continue
-			}
-			results[i] = g.publish(c.Member, t, bodies[i].(*fsmpb.Publish), index, touch)
-		default:
-			m := g.members[c.Member]
-			if m == nil {
-				results[i] = Result{Err: fmt.Errorf("%w: %s", ErrUnknownMember, c.Member)}
-				continue
-			}
-			touch(c.Member, m)
-			results[i] = members[c.Type].apply(m, bodies[i])
-			m.applied = index
-			g.subsStale = g.subsStale || c.Type == fsmpb.CommandType_COMMAND_TYPE_CONFIGURE
-		}
+		results[i] = g.applyOne(c, bodies[i], index, members)
 	}
 	for _, name := range g.touched {
 		if m := g.members[name]; m != nil {
@@ -169,6 +126,53 @@ func (g *Group) Apply(index uint64, data []byte) ([]Result, error) {
 	}
 	g.applied = index
 	return results, nil
+}
+
+// applyOne applies one decoded command of the entry at index.
+func (g *Group) applyOne(c *fsmpb.Command, body proto.Message, index uint64, members map[fsmpb.CommandType]handler[*Member]) Result {
+	switch c.Type {
+	case fsmpb.CommandType_COMMAND_TYPE_ADD_MEMBER:
+		// Adding a member held already changes nothing: two leaders in
+		// turn may each have proposed it.
+		if g.members[c.Member] == nil {
+			m := NewMember()
+			if g.track {
+				m.TrackBodies()
+			}
+			g.members[c.Member] = m
+			g.touch(c.Member, m)
+		}
+		return Result{}
+	case fsmpb.CommandType_COMMAND_TYPE_DROP_MEMBER:
+		if m := g.members[c.Member]; m != nil {
+			g.touch(c.Member, m)
+			g.dropped = append(g.dropped, m.bodiesAway()...)
+			delete(g.members, c.Member)
+			g.subsStale = true
+		}
+		return Result{}
+	}
+	m := g.members[c.Member]
+	if m == nil {
+		return Result{Err: fmt.Errorf("%w: %s", ErrUnknownMember, c.Member)}
+	}
+	if c.Type == fsmpb.CommandType_COMMAND_TYPE_PUBLISH {
+		return g.publish(c.Member, m, body.(*fsmpb.Publish), index)
+	}
+	g.touch(c.Member, m)
+	res := members[c.Type].apply(m, body)
+	m.applied = index
+	g.subsStale = g.subsStale || c.Type == fsmpb.CommandType_COMMAND_TYPE_CONFIGURE
+	return res
+}
+
+// touch records that the entry being applied changed member name, m.
+func (g *Group) touch(name string, m *Member) {
+	if !g.in[name] {
+		g.in[name], g.dirty[name] = true, true
+		g.touched = append(g.touched, name)
+		g.bytes -= m.bytes
+	}
 }
 
 // Applied is the index of the last entry applied.
@@ -210,7 +214,7 @@ func (g *Group) DroppedBodies() []BodyRef {
 // subscription takes them or none does: each one's admission is checked
 // before anything changes. The result is the topic member's: one
 // outcome per message.
-func (g *Group) publish(key string, t *Member, c *fsmpb.Publish, index uint64, touch func(string, *Member)) Result {
+func (g *Group) publish(key string, t *Member, c *fsmpb.Publish, index uint64) Result {
 	out, _, err := t.admit(c.Messages, c.Now)
 	if err != nil {
 		return Result{Err: err}
@@ -234,7 +238,7 @@ func (g *Group) publish(key string, t *Member, c *fsmpb.Publish, index uint64, t
 			return Result{Err: fmt.Errorf("subscription member %s: %w", s.key, err)}
 		}
 	}
-	touch(key, t)
+	g.touch(key, t)
 	t.dedup.evict(c.Now, t.settings.DedupWindowNs)
 	for k, msg := range c.Messages {
 		if !out[k].Duplicate && msg.DedupId != "" {
@@ -244,7 +248,7 @@ func (g *Group) publish(key string, t *Member, c *fsmpb.Publish, index uint64, t
 	t.applied = index
 	for j, s := range subs {
 		if len(takes[j]) > 0 {
-			touch(s.key, s.m)
+			g.touch(s.key, s.m)
 			s.m.store(takes[j], outs[j], c.Now, false)
 			s.m.applied = index
 		}

@@ -42,12 +42,17 @@ func TestMeta_TopicsAndSubscriptions(t *testing.T) {
 		want error
 	}{
 		{"a topic member in a group of its own", topicDest("solo", "u2", "g0", ""), fsm.ErrInvalidSettings},
-		{"a queue named like a subscription", func() *fsmpb.Destination { d := topicDest("a::b", "u3", "g0"); d.Kind = fsmpb.DestinationKind_DESTINATION_KIND_QUEUE; return d }(), fsm.ErrInvalidName},
+		{"a queue named like a subscription", func() *fsmpb.Destination {
+			d := topicDest("a::b", "u3", "g0")
+			d.Kind = fsmpb.DestinationKind_DESTINATION_KIND_QUEUE
+			return d
+		}(), fsm.ErrInvalidName},
 		{"a subscription without its topic", func() *fsmpb.Destination { d := subscriptionDest(tp, "x"); d.Subscription = nil; return d }(), fsm.ErrInvalidSettings},
 		{"a subscription of an unknown topic", subscriptionDest(topicDest("gone", "u4", "g0"), "x"), fsm.ErrUnknownDestination},
 		{"a subscription of an earlier topic of that name", subscriptionDest(topicDest("news", "old", "g0", "g1"), "x"), fsm.ErrUnknownDestination},
 		{"a subscription placed apart from its topic", subscriptionDest(topicDest("news", "u1", "g0", "g9"), "x"), fsm.ErrInvalidSettings},
 		{"a subscription with a member too few", subscriptionDest(topicDest("news", "u1", "g0"), "x"), fsm.ErrInvalidSettings},
+		{"a second subscription of the same name", func() *fsmpb.Destination { d := subscriptionDest(tp, "other"); d.Subscription.Name = "audit"; return d }(), fsm.ErrDestinationExists},
 	} {
 		if r := f.do(&fsmpb.CreateDestination{Destination: c.d}); !errors.Is(r.Err, c.want) {
 			t.Errorf("%s: %v, want %v", c.what, r.Err, c.want)

@@ -111,25 +111,13 @@ func (m *Member) NextDeliveryID() uint64 { return m.nextDelivery }
 // already handed out (`fsm/DESIGN.md`).
 func (m *Member) ScanPending(now int64, fn func(id []byte) bool) {
 	var copied []byte // the ids records do not hold, one buffer for all
-	for p := MaxPriority; p >= 0; p-- {
-		more := true
-		m.pending[p].Ascend(func(it item) bool {
-			rec := m.rec(it.r)
-			if rec.expiredAt(now) {
-				return true
-			}
-			if rec.has(flagFull) {
-				copied = append(copied[:0], m.full(it.r).Id...)
-				more = fn(copied)
-			} else {
-				more = fn(rec.id[:rec.idLen])
-			}
-			return more
-		})
-		if !more {
-			return
+	m.scanPending(now, func(r ref, rec *record) bool {
+		if rec.has(flagFull) {
+			copied = append(copied[:0], m.full(r).Id...)
+			return fn(copied)
 		}
-	}
+		return fn(rec.id[:rec.idLen])
+	})
 }
 
 // ScanPendingMessages is ScanPending for a caller that reads the messages
@@ -137,6 +125,18 @@ func (m *Member) ScanPending(now int64, fn func(id []byte) bool) {
 // returns; its body may be put away), and must not modify it.
 func (m *Member) ScanPendingMessages(now int64, fn func(msg *fsmpb.Message) bool) {
 	var inline fsmpb.Message // the messages records hold alone, one at a time
+	m.scanPending(now, func(r ref, rec *record) bool {
+		if rec.has(flagFull) {
+			return fn(m.full(r))
+		}
+		setFromRecord(&inline, rec)
+		return fn(&inline)
+	})
+}
+
+// scanPending calls fn with the pending records not expired at now, in
+// delivery order, until fn returns false.
+func (m *Member) scanPending(now int64, fn func(r ref, rec *record) bool) {
 	for p := MaxPriority; p >= 0; p-- {
 		more := true
 		m.pending[p].Ascend(func(it item) bool {
@@ -144,12 +144,7 @@ func (m *Member) ScanPendingMessages(now int64, fn func(msg *fsmpb.Message) bool
 			if rec.expiredAt(now) {
 				return true
 			}
-			if rec.has(flagFull) {
-				more = fn(m.full(it.r))
-			} else {
-				setFromRecord(&inline, rec)
-				more = fn(&inline)
-			}
+			more = fn(it.r, rec)
 			return more
 		})
 		if !more {

@@ -389,7 +389,7 @@ func barrier(rf *raft.Raft, stop <-chan struct{}) error {
 // caller's goroutine, inside Submit: done must not call Submit itself.
 //
 // Commands that need the time are stamped here with the leader's: an
-// Enqueue for the dedup window and the messages' arrival; a Recover,
+// Enqueue or a Publish for the dedup window and the messages' arrival; a Recover,
 // Release or Return for the redelivery delay.
 func (r *Replica) Submit(body proto.Message, done func(fsm.Result, error)) {
 	select {
@@ -410,6 +410,13 @@ func (r *Replica) Submit(body proto.Message, done func(fsm.Result, error)) {
 		}
 		r.submitEnqueue(c, done)
 		return
+	case *fsmpb.Publish:
+		c.Now = now
+		for _, m := range c.Messages {
+			if m.EnqueuedAt == 0 {
+				m.EnqueuedAt = now
+			}
+		}
 	case *fsmpb.Recover:
 		c.Now = now
 	case *fsmpb.Release:

@@ -271,6 +271,73 @@ func TestCLISelectors(t *testing.T) {
 	}
 }
 
+// TestCLITopics drives topics through the real binary: create, a durable
+// subscription made by subscribing, publish, topic show's counts,
+// receiving what was published while nobody consumed, and the errors of
+// kinds and of a durable subscription without a client id.
+func TestCLITopics(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	s.start()
+	if r := s.ok("topic", "create", "news"); !strings.Contains(r.stdout, "created topic news") {
+		t.Errorf("topic create printed %q", r.stdout)
+	}
+	sub := []string{"subscribe", "news", "--subscription", "audit", "--durable", "--client-id", "c1"}
+	if r := s.ok(append(sub, "--timeout", "1s")...); r.stdout != "" {
+		t.Errorf("subscribing with nothing published printed %q", r.stdout)
+	}
+	lines := jsonLines(t, s.ok("publish", "news", "--count", "3", "--property", "n:int=5", "--json").stdout)
+	if len(lines) != 3 || lines[0]["outcome"] != "ok" {
+		t.Fatalf("publish --count 3 --json: %v", lines)
+	}
+	show := jsonObject(t, s.ok("topic", "show", "news", "--json").stdout)
+	requireFields(t, "topic show", show, "name:string", "members:array", "subscriptions:array")
+	subs, _ := show["subscriptions"].([]any)
+	if len(subs) != 1 {
+		t.Fatalf("topic show: %v", show)
+	}
+	sj, _ := subs[0].(map[string]any)
+	requireFields(t, "topic show subscription", sj, "name:string", "client_id:string", "durable:bool", "shared:bool", "pending:number", "delivered:number", "consumers:number")
+	if sj["name"] != "audit" || sj["client_id"] != "c1" || sj["durable"] != true || sj["pending"] != float64(3) {
+		t.Fatalf("topic show subscription: %v; want audit of c1, durable, 3 pending", sj)
+	}
+	got := jsonLines(t, s.ok(append(sub, "--count", "3", "--timeout", "10s", "--json")...).stdout)
+	if len(got) != 3 {
+		t.Fatalf("subscribe --count 3: %d lines", len(got))
+	}
+	for _, l := range got {
+		requireFields(t, "subscribe line", l, "id:string", "member:string", "subscription:string", "body:string", "redelivered:bool", "delivery_count:number", "priority:number")
+		if p, _ := l["properties"].(map[string]any); l["subscription"] != "audit" || p["n"] != float64(5) {
+			t.Errorf("subscribe line %v; want subscription audit and property n 5", l)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"send", "news"}, "news is a topic"},
+		{[]string{"queue", "show", "news"}, "is a topic"},
+		{[]string{"subscribe", "news", "--subscription", "x", "--durable"}, "client id"},
+		{[]string{"subscription", "delete", "news", "nope"}, "no subscription"},
+	} {
+		if line, _ := s.fails(c.args...); !strings.Contains(line, c.says) {
+			t.Errorf("cairn %s: %q does not say %q", strings.Join(c.args, " "), line, c.says)
+		}
+	}
+	s.ok("queue", "create", "jobs")
+	if line, _ := s.fails("publish", "jobs"); !strings.Contains(line, "jobs is a queue") {
+		t.Errorf("publish to a queue: %q", line)
+	}
+	s.ok("subscription", "delete", "news", "audit", "--client-id", "c1")
+	if subs, _ := jsonObject(t, s.ok("topic", "show", "news", "--json").stdout)["subscriptions"].([]any); len(subs) != 0 {
+		t.Errorf("after subscription delete: %v", subs)
+	}
+	if r := s.ok("topic", "list"); !strings.Contains(r.stdout, "news") {
+		t.Errorf("topic list:\n%s", r.stdout)
+	}
+	s.ok("topic", "delete", "news")
+}
+
 func decodeArray(t *testing.T, out string) []any {
 	t.Helper()
 	v := jsonValue(t, out)

@@ -31,6 +31,12 @@ var (
 	// ErrInvalidSelector: a message selector does not parse; the text names
 	// the position. It is an ErrInvalidArgument.
 	ErrInvalidSelector = fmt.Errorf("%w: invalid selector", ErrInvalidArgument)
+	// ErrDestinationKind: a send to a topic, a publish to a queue, a
+	// subscription to a queue, or a send to a subscription.
+	ErrDestinationKind = errors.New("cairn: wrong kind of destination")
+	// ErrSubscriptionInUse: a second consumer of an unshared durable
+	// subscription, or the deletion of a subscription a consumer uses.
+	ErrSubscriptionInUse = errors.New("cairn: subscription in use")
 	// ErrMalformed: a request lacks what it needs or makes no sense.
 	ErrMalformed = errors.New("cairn: malformed request")
 	// ErrDestinationFull: the destination holds its maximum size.
@@ -79,6 +85,8 @@ var reasons = []struct {
 	{ErrInvalidSelector, "INVALID_SELECTOR", codes.InvalidArgument},
 	{ErrInvalidArgument, "INVALID_ARGUMENT", codes.InvalidArgument},
 	{ErrMalformed, "MALFORMED_REQUEST", codes.InvalidArgument},
+	{ErrDestinationKind, "WRONG_DESTINATION_KIND", codes.FailedPrecondition},
+	{ErrSubscriptionInUse, "SUBSCRIPTION_IN_USE", codes.FailedPrecondition},
 	{ErrDestinationFull, "DESTINATION_FULL", codes.ResourceExhausted},
 	// Before ErrUnavailable, which it wraps.
 	{ErrNodeStopping, "NODE_STOPPING", codes.Unavailable},

@@ -94,13 +94,21 @@ type consumer struct {
 	// selector, if set, keeps from the consumer the messages it does not
 	// select; its host evaluates it.
 	selector *selector.Selector
+	// subscription is the non-durable subscription that is the consumer's
+	// own, deleted when it closes.
+	subscription string
 }
 
-// detach stops deliveries to the consumer; c.mu is held.
-func (k *consumer) detach() {
+// detach stops deliveries to the consumer, and deletes its own
+// subscription; c.mu is held.
+func (k *consumer) detach(n Node) {
 	k.closed = true
 	if k.att != nil {
 		k.att.detach()
+	}
+	if k.subscription != "" {
+		n.DropSubscription(k.subscription)
+		k.subscription = ""
 	}
 }
 
@@ -247,7 +255,7 @@ func (cs *Connections) end(c *connection) {
 		sessions[s.id] = membersOf(s)
 	}
 	for _, k := range c.consumers {
-		k.detach()
+		k.detach(c.n)
 	}
 	// Closed, the connection pushes nothing more: what its outbox holds
 	// never reached the client.
@@ -542,7 +550,7 @@ func (c *connection) closeSession(requestID, no uint64) {
 	}
 	delete(c.sessions, no)
 	for _, k := range s.consumers {
-		k.detach()
+		k.detach(c.n)
 		delete(c.consumers, k.no)
 	}
 	members := membersOf(s)

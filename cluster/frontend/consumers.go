@@ -23,7 +23,7 @@ func (c *connection) consumerGone(k *consumer, err error) {
 	if k.closed {
 		return
 	}
-	k.detach()
+	k.detach(c.n)
 	c.out.Push(&clientpb.ServerFrame{Frame: &clientpb.ServerFrame_ConsumerClosed{ConsumerClosed: &clientpb.ConsumerClosed{Consumer: k.no, Error: transport.ToProto(err)}}})
 }
 
@@ -39,6 +39,9 @@ func (c *connection) createConsumer(requestID uint64, op *clientpb.CreateConsume
 	if err != nil {
 		c.reply(requestID, fmt.Errorf("%w: %v", transport.ErrInvalidSelector, err), nil)
 		return
+	}
+	if op.Subscribe != nil {
+		sel = nil // the subscription's selector chooses what it stores
 	}
 	c.mu.Lock()
 	s, err := c.session(op.Session)
@@ -61,19 +64,51 @@ func (c *connection) createConsumer(requestID uint64, op *clientpb.CreateConsume
 		return
 	}
 	go func() {
-		err := c.attach(k, op.Destination, prefetch)
+		dest, err := op.Destination, error(nil)
+		if op.Subscribe != nil {
+			dest, err = c.subscribe(k, op)
+		}
+		if err == nil {
+			err = c.attach(k, dest, prefetch)
+		}
 		if err != nil {
 			c.mu.Lock()
 			if c.consumers[k.no] == k {
 				delete(c.consumers, k.no)
 			}
 			delete(k.session.consumers, k.no)
+			if k.subscription != "" {
+				c.n.DropSubscription(k.subscription)
+				k.subscription = ""
+			}
 			c.mu.Unlock()
 			c.reply(requestID, err, nil)
 			return
 		}
 		c.reply(requestID, nil, &clientpb.Reply{Result: &clientpb.Reply_CreateConsumer{CreateConsumer: &clientpb.CreateConsumerResult{Member: k.member}}})
 	}()
+}
+
+// subscribe finds or makes the consumer's subscription; a non-durable
+// unshared one is the consumer's, deleted when it closes.
+func (c *connection) subscribe(k *consumer, op *clientpb.CreateConsumer) (string, error) {
+	ctx, cancel := context.WithTimeout(c.ctx, 30*time.Second)
+	defer cancel()
+	name, err := c.n.Subscribe(ctx, op.Destination, op.Subscribe, c.clientID, op.Selector)
+	if err != nil {
+		return "", err
+	}
+	if !op.Subscribe.Durable && !op.Subscribe.Shared {
+		c.mu.Lock()
+		k.subscription = name
+		closed := k.closed
+		c.mu.Unlock()
+		if closed {
+			c.n.DropSubscription(name)
+			return "", fmt.Errorf("%w: consumer %d was closed while it was being created", transport.ErrUnknownSession, k.no)
+		}
+	}
+	return name, nil
 }
 
 func (c *connection) attach(k *consumer, dest string, prefetch int) error {
@@ -122,6 +157,9 @@ func (c *connection) attach(k *consumer, dest string, prefetch int) error {
 func (c *connection) push(k *consumer, ds []fsm.Delivery) bool {
 	msgs := make([]*clientpb.Delivery, len(ds))
 	dest, _, _ := fsm.ParseAddress(k.member)
+	if topic := fsm.TopicOf(dest); topic != "" {
+		dest = topic // a subscriber's messages come from its topic, as JMSDestination says
+	}
 	for i, d := range ds {
 		msgs[i] = delivery(k.member, dest, d)
 	}
@@ -149,7 +187,7 @@ func (c *connection) closeConsumer(requestID uint64, op *clientpb.CloseConsumer)
 	c.mu.Lock()
 	k, ok := c.consumers[op.Consumer]
 	if ok {
-		k.detach()
+		k.detach(c.n)
 		delete(c.consumers, k.no)
 		delete(k.session.consumers, k.no)
 	}

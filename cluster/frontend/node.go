@@ -44,6 +44,12 @@ type Node interface {
 	ChooseMember(d *fsmpb.Destination) int
 	// PinConsumer is the member a new consumer of addr is pinned to.
 	PinConsumer(ctx context.Context, addr string) (string, error)
+	// Subscribe finds or makes the subscription to topic a consumer asks
+	// for and returns its name (TOPIC::ID) once it takes the topic's
+	// publishes; DropSubscription deletes a non-durable one whose consumer
+	// closed, in the background.
+	Subscribe(ctx context.Context, topic string, sub *clientpb.Subscribe, clientID, selector string) (string, error)
+	DropSubscription(name string)
 	// MemberGroup is the Raft group of member name ("" if none): it
 	// changes when the member is renewed.
 	MemberGroup(name string) string

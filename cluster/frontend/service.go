@@ -23,6 +23,9 @@ type Admin interface {
 	// Purge removes the pending messages of addr (a destination or one
 	// member), and says how many.
 	Purge(ctx context.Context, addr string) (uint64, error)
+	// DeleteSubscription deletes topic's subscription of that name for
+	// clientID, refused while a consumer uses it.
+	DeleteSubscription(ctx context.Context, topic, name, clientID string) error
 	// Browse lists up to limit pending messages of a member that sel
 	// selects, in delivery order, without changing anything.
 	Browse(ctx context.Context, member string, sel *selector.Selector, limit int) ([]fsm.MessageState, error)
@@ -77,6 +80,9 @@ func (s *clientService) DeleteDestination(ctx context.Context, req *clientpb.Del
 func (s *clientService) ListDestinations(ctx context.Context, req *clientpb.ListDestinationsRequest) (*clientpb.ListDestinationsResponse, error) {
 	resp := &clientpb.ListDestinationsResponse{}
 	for _, d := range s.a.Destinations() {
+		if d.Subscription != nil {
+			continue // listed under its topic
+		}
 		resp.Destinations = append(resp.Destinations, s.a.DestinationInfo(ctx, d))
 	}
 	return resp, nil
@@ -96,6 +102,13 @@ func (s *clientService) PurgeDestination(ctx context.Context, req *clientpb.Purg
 		return nil, transport.Status(err)
 	}
 	return &clientpb.PurgeDestinationResponse{Purged: n}, nil
+}
+
+func (s *clientService) DeleteSubscription(ctx context.Context, req *clientpb.DeleteSubscriptionRequest) (*clientpb.DeleteSubscriptionResponse, error) {
+	if err := s.a.DeleteSubscription(ctx, req.Topic, req.Name, req.ClientId); err != nil {
+		return nil, transport.Status(WireError(err))
+	}
+	return &clientpb.DeleteSubscriptionResponse{}, nil
 }
 
 // DefaultBrowse and MaxBrowse bound how many messages a browse returns.

@@ -57,8 +57,9 @@ func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "cairn",
 		Short: "Cairn: a clustered message broker with JMS semantics on Raft",
-		Long: `Cairn is a clustered message broker: queues with acknowledge, recover and
-redelivery, every message and acknowledgement replicated with Raft.
+		Long: `Cairn is a clustered message broker: queues and topics with acknowledge,
+recover and redelivery, every message and acknowledgement replicated with
+Raft.
 
 Start a node with 'cairn server', then talk to it with the other commands.
 They reach the server given by --server (or $CAIRN_SERVER), 127.0.0.1:7650
@@ -71,7 +72,7 @@ by default.`,
 	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
 		return envFlags(cmd.Root().PersistentFlags(), "server")
 	}
-	root.AddCommand(serverCmd(), queueCmd(), sendCmd(), receiveCmd(), clusterCmd(), nodeCmd(), connectionCmd(), healthCmd(), verifyCmd(), benchCmd())
+	root.AddCommand(serverCmd(), queueCmd(), topicCmd(), sendCmd(), receiveCmd(), publishCmd(), subscribeCmd(), subscriptionCmd(), clusterCmd(), nodeCmd(), connectionCmd(), healthCmd(), verifyCmd(), benchCmd())
 	return root
 }
 

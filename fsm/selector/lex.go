@@ -71,107 +71,141 @@ func lex(src string) ([]token, error) {
 		}
 		pos++
 	}
-	var toks []token
-	pos = 1 // character position of src[i]
-	for i := 0; i < len(src); {
-		r, w := utf8.DecodeRuneInString(src[i:])
-		start, startPos := i, pos
-		advance := func(n int) { // n bytes of ASCII
-			i += n
-			pos += n
-		}
+	l := &lexer{src: src, pos: 1}
+	for l.i < len(src) {
+		r, w := utf8.DecodeRuneInString(src[l.i:])
+		var err error
 		switch {
 		case unicode.IsSpace(r):
-			i += w
-			pos++
-			continue
+			l.i += w
+			l.pos++
 		case r == '\'':
-			var b strings.Builder
-			i++
-			pos++
-			for {
-				if i >= len(src) {
-					return nil, &Error{Pos: startPos, Msg: "the string that starts here is not closed with '"}
-				}
-				c, cw := utf8.DecodeRuneInString(src[i:])
-				i += cw
-				pos++
-				if c == '\'' {
-					if i < len(src) && src[i] == '\'' {
-						i++
-						pos++
-						b.WriteByte('\'')
-						continue
-					}
-					break
-				}
-				b.WriteRune(c)
-			}
-			toks = append(toks, token{kind: tString, text: b.String(), pos: startPos})
-			continue
-		case r >= '0' && r <= '9' || r == '.' && i+1 < len(src) && isDigit(src[i+1]):
-			kind := tInt
-			for i < len(src) && isDigit(src[i]) {
-				advance(1)
-			}
-			if i < len(src) && src[i] == '.' {
-				kind = tFloat
-				advance(1)
-				for i < len(src) && isDigit(src[i]) {
-					advance(1)
-				}
-			}
-			if i < len(src) && (src[i] == 'e' || src[i] == 'E') {
-				j := i + 1
-				if j < len(src) && (src[j] == '+' || src[j] == '-') {
-					j++
-				}
-				if j < len(src) && isDigit(src[j]) {
-					kind = tFloat
-					advance(j - i)
-					for i < len(src) && isDigit(src[i]) {
-						advance(1)
-					}
-				}
-			}
-			if i < len(src) {
-				if c, _ := utf8.DecodeRuneInString(src[i:]); isIdentPart(c) {
-					return nil, &Error{Pos: startPos, Msg: fmt.Sprintf("%q is not a number", src[start:i]+string(c))}
-				}
-			}
-			toks = append(toks, token{kind: kind, text: src[start:i], pos: startPos})
-			continue
+			err = l.quoted()
+		case r >= '0' && r <= '9' || r == '.' && l.i+1 < len(src) && isDigit(src[l.i+1]):
+			err = l.number()
 		case isIdentStart(r):
-			for i < len(src) {
-				c, cw := utf8.DecodeRuneInString(src[i:])
-				if !isIdentPart(c) {
-					break
-				}
-				i += cw
-				pos++
-			}
-			word := src[start:i]
-			if up := strings.ToUpper(word); keywords[up] {
-				toks = append(toks, token{kind: tKeyword, text: up, pos: startPos})
-			} else {
-				toks = append(toks, token{kind: tIdent, text: word, pos: startPos})
-			}
-			continue
-		}
-		switch {
-		case strings.HasPrefix(src[i:], "<>"), strings.HasPrefix(src[i:], "<="), strings.HasPrefix(src[i:], ">="):
-			toks = append(toks, token{kind: tOp, text: src[i : i+2], pos: startPos})
-			advance(2)
-		case strings.ContainsRune("=<>+-*/(),", r):
-			toks = append(toks, token{kind: tOp, text: string(r), pos: startPos})
-			advance(1)
-		case r == '!' && strings.HasPrefix(src[i:], "!="):
-			return nil, &Error{Pos: pos, Msg: `"!=" is not a selector operator: use "<>"`}
+			l.word()
 		default:
-			return nil, &Error{Pos: pos, Msg: fmt.Sprintf("unexpected character %q", r)}
+			err = l.operator(r)
+		}
+		if err != nil {
+			return nil, err
 		}
 	}
-	return append(toks, token{kind: tEOF, pos: utf8.RuneCountInString(src) + 1}), nil
+	return append(l.toks, token{kind: tEOF, pos: l.pos}), nil
+}
+
+// lexer is lex's place in src: byte i, character pos (1-based).
+type lexer struct {
+	src  string
+	i    int
+	pos  int
+	toks []token
+}
+
+// ascii advances over n bytes of ASCII.
+func (l *lexer) ascii(n int) {
+	l.i += n
+	l.pos += n
+}
+
+// quoted reads a string literal, ” standing for a quote.
+func (l *lexer) quoted() error {
+	var b strings.Builder
+	start := l.pos
+	l.ascii(1)
+	for {
+		if l.i >= len(l.src) {
+			return &Error{Pos: start, Msg: "the string that starts here is not closed with '"}
+		}
+		c, cw := utf8.DecodeRuneInString(l.src[l.i:])
+		l.i += cw
+		l.pos++
+		if c == '\'' {
+			if l.i < len(l.src) && l.src[l.i] == '\'' {
+				l.ascii(1)
+				b.WriteByte('\'')
+				continue
+			}
+			break
+		}
+		b.WriteRune(c)
+	}
+	l.toks = append(l.toks, token{kind: tString, text: b.String(), pos: start})
+	return nil
+}
+
+// number reads an exact (digits) or approximate (a point or an exponent)
+// numeric literal.
+func (l *lexer) number() error {
+	start, startPos := l.i, l.pos
+	digits := func() {
+		for l.i < len(l.src) && isDigit(l.src[l.i]) {
+			l.ascii(1)
+		}
+	}
+	kind := tInt
+	digits()
+	if l.i < len(l.src) && l.src[l.i] == '.' {
+		kind = tFloat
+		l.ascii(1)
+		digits()
+	}
+	if l.i < len(l.src) && (l.src[l.i] == 'e' || l.src[l.i] == 'E') {
+		j := l.i + 1
+		if j < len(l.src) && (l.src[j] == '+' || l.src[j] == '-') {
+			j++
+		}
+		if j < len(l.src) && isDigit(l.src[j]) {
+			kind = tFloat
+			l.ascii(j - l.i)
+			digits()
+		}
+	}
+	if l.i < len(l.src) {
+		if c, _ := utf8.DecodeRuneInString(l.src[l.i:]); isIdentPart(c) {
+			return &Error{Pos: startPos, Msg: fmt.Sprintf("%q is not a number", l.src[start:l.i]+string(c))}
+		}
+	}
+	l.toks = append(l.toks, token{kind: kind, text: l.src[start:l.i], pos: startPos})
+	return nil
+}
+
+// word reads an identifier or a keyword.
+func (l *lexer) word() {
+	start, startPos := l.i, l.pos
+	for l.i < len(l.src) {
+		c, cw := utf8.DecodeRuneInString(l.src[l.i:])
+		if !isIdentPart(c) {
+			break
+		}
+		l.i += cw
+		l.pos++
+	}
+	word := l.src[start:l.i]
+	if up := strings.ToUpper(word); keywords[up] {
+		l.toks = append(l.toks, token{kind: tKeyword, text: up, pos: startPos})
+		return
+	}
+	l.toks = append(l.toks, token{kind: tIdent, text: word, pos: startPos})
+}
+
+// operator reads an operator or a parenthesis, starting with r.
+func (l *lexer) operator(r rune) error {
+	rest := l.src[l.i:]
+	switch {
+	case strings.HasPrefix(rest, "<>"), strings.HasPrefix(rest, "<="), strings.HasPrefix(rest, ">="):
+		l.toks = append(l.toks, token{kind: tOp, text: rest[:2], pos: l.pos})
+		l.ascii(2)
+	case strings.ContainsRune("=<>+-*/(),", r):
+		l.toks = append(l.toks, token{kind: tOp, text: string(r), pos: l.pos})
+		l.ascii(1)
+	case strings.HasPrefix(rest, "!="):
+		return &Error{Pos: l.pos, Msg: `"!=" is not a selector operator: use "<>"`}
+	default:
+		return &Error{Pos: l.pos, Msg: fmt.Sprintf("unexpected character %q", r)}
+	}
+	return nil
 }
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }

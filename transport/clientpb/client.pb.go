@@ -29,9 +29,10 @@ const (
 type DestinationKind int32
 
 const (
-	DestinationKind_DESTINATION_KIND_UNKNOWN DestinationKind = 0
-	DestinationKind_DESTINATION_KIND_QUEUE   DestinationKind = 1
-	DestinationKind_DESTINATION_KIND_TOPIC   DestinationKind = 2
+	DestinationKind_DESTINATION_KIND_UNKNOWN      DestinationKind = 0
+	DestinationKind_DESTINATION_KIND_QUEUE        DestinationKind = 1
+	DestinationKind_DESTINATION_KIND_TOPIC        DestinationKind = 2
+	DestinationKind_DESTINATION_KIND_SUBSCRIPTION DestinationKind = 3
 )
 
 // Enum value maps for DestinationKind.
@@ -40,11 +41,13 @@ var (
 		0: "DESTINATION_KIND_UNKNOWN",
 		1: "DESTINATION_KIND_QUEUE",
 		2: "DESTINATION_KIND_TOPIC",
+		3: "DESTINATION_KIND_SUBSCRIPTION",
 	}
 	DestinationKind_value = map[string]int32{
-		"DESTINATION_KIND_UNKNOWN": 0,
-		"DESTINATION_KIND_QUEUE":   1,
-		"DESTINATION_KIND_TOPIC":   2,
+		"DESTINATION_KIND_UNKNOWN":      0,
+		"DESTINATION_KIND_QUEUE":        1,
+		"DESTINATION_KIND_TOPIC":        2,
+		"DESTINATION_KIND_SUBSCRIPTION": 3,
 	}
 )
 
@@ -1597,6 +1600,187 @@ func (x *MemberInfo) GetRenewing() bool {
 	return false
 }
 
+// SubscriptionInfo says whose a subscription is.
+type SubscriptionInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	ClientId      string                 `protobuf:"bytes,3,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Durable       bool                   `protobuf:"varint,4,opt,name=durable,proto3" json:"durable,omitempty"`
+	Shared        bool                   `protobuf:"varint,5,opt,name=shared,proto3" json:"shared,omitempty"`
+	Selector      string                 `protobuf:"bytes,6,opt,name=selector,proto3" json:"selector,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubscriptionInfo) Reset() {
+	*x = SubscriptionInfo{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubscriptionInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubscriptionInfo) ProtoMessage() {}
+
+func (x *SubscriptionInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubscriptionInfo.ProtoReflect.Descriptor instead.
+func (*SubscriptionInfo) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *SubscriptionInfo) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *SubscriptionInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SubscriptionInfo) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *SubscriptionInfo) GetDurable() bool {
+	if x != nil {
+		return x.Durable
+	}
+	return false
+}
+
+func (x *SubscriptionInfo) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
+}
+
+func (x *SubscriptionInfo) GetSelector() string {
+	if x != nil {
+		return x.Selector
+	}
+	return ""
+}
+
+type DeleteSubscriptionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	ClientId      string                 `protobuf:"bytes,3,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSubscriptionRequest) Reset() {
+	*x = DeleteSubscriptionRequest{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSubscriptionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSubscriptionRequest) ProtoMessage() {}
+
+func (x *DeleteSubscriptionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSubscriptionRequest.ProtoReflect.Descriptor instead.
+func (*DeleteSubscriptionRequest) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *DeleteSubscriptionRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *DeleteSubscriptionRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DeleteSubscriptionRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+type DeleteSubscriptionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSubscriptionResponse) Reset() {
+	*x = DeleteSubscriptionResponse{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSubscriptionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSubscriptionResponse) ProtoMessage() {}
+
+func (x *DeleteSubscriptionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSubscriptionResponse.ProtoReflect.Descriptor instead.
+func (*DeleteSubscriptionResponse) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{27}
+}
+
 type DestinationInfo struct {
 	state                protoimpl.MessageState `protogen:"open.v1"`
 	Name                 string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1620,13 +1804,17 @@ type DestinationInfo struct {
 	DedupWindowMs  int64  `protobuf:"varint,18,opt,name=dedup_window_ms,json=dedupWindowMs,proto3" json:"dedup_window_ms,omitempty"`
 	DedupMaxIds    uint32 `protobuf:"varint,19,opt,name=dedup_max_ids,json=dedupMaxIds,proto3" json:"dedup_max_ids,omitempty"`
 	Prepared       uint64 `protobuf:"varint,20,opt,name=prepared,proto3" json:"prepared,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// subscriptions: a topic's, each with its counts.
+	Subscriptions []*DestinationInfo `protobuf:"bytes,21,rep,name=subscriptions,proto3" json:"subscriptions,omitempty"`
+	// subscription: set for a subscription (kind SUBSCRIPTION).
+	Subscription  *SubscriptionInfo `protobuf:"bytes,22,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DestinationInfo) Reset() {
 	*x = DestinationInfo{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[25]
+	mi := &file_transport_clientpb_client_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1638,7 +1826,7 @@ func (x *DestinationInfo) String() string {
 func (*DestinationInfo) ProtoMessage() {}
 
 func (x *DestinationInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[25]
+	mi := &file_transport_clientpb_client_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1651,7 +1839,7 @@ func (x *DestinationInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestinationInfo.ProtoReflect.Descriptor instead.
 func (*DestinationInfo) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{25}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DestinationInfo) GetName() string {
@@ -1794,6 +1982,20 @@ func (x *DestinationInfo) GetPrepared() uint64 {
 	return 0
 }
 
+func (x *DestinationInfo) GetSubscriptions() []*DestinationInfo {
+	if x != nil {
+		return x.Subscriptions
+	}
+	return nil
+}
+
+func (x *DestinationInfo) GetSubscription() *SubscriptionInfo {
+	if x != nil {
+		return x.Subscription
+	}
+	return nil
+}
+
 type Message struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Id         string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1820,7 +2022,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[26]
+	mi := &file_transport_clientpb_client_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1832,7 +2034,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[26]
+	mi := &file_transport_clientpb_client_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1845,7 +2047,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{26}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Message) GetId() string {
@@ -1947,7 +2149,7 @@ type PropertyValue struct {
 
 func (x *PropertyValue) Reset() {
 	*x = PropertyValue{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[27]
+	mi := &file_transport_clientpb_client_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1959,7 +2161,7 @@ func (x *PropertyValue) String() string {
 func (*PropertyValue) ProtoMessage() {}
 
 func (x *PropertyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[27]
+	mi := &file_transport_clientpb_client_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1972,7 +2174,7 @@ func (x *PropertyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PropertyValue.ProtoReflect.Descriptor instead.
 func (*PropertyValue) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{27}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PropertyValue) GetValue() isPropertyValue_Value {
@@ -2042,14 +2244,17 @@ type SendRequest struct {
 	// busy), an unknown outcome without resending a message with a dedup id.
 	// The client's own node, which it falls back to, is the one that waits
 	// for an election and resends.
-	Direct        bool `protobuf:"varint,3,opt,name=direct,proto3" json:"direct,omitempty"`
+	Direct bool `protobuf:"varint,3,opt,name=direct,proto3" json:"direct,omitempty"`
+	// publish: destination is a topic (a send to a topic, or a publish to a
+	// queue, is refused: wrong_destination_kind).
+	Publish       bool `protobuf:"varint,4,opt,name=publish,proto3" json:"publish,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[28]
+	mi := &file_transport_clientpb_client_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2061,7 +2266,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[28]
+	mi := &file_transport_clientpb_client_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2074,7 +2279,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{28}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SendRequest) GetDestination() string {
@@ -2098,6 +2303,13 @@ func (x *SendRequest) GetDirect() bool {
 	return false
 }
 
+func (x *SendRequest) GetPublish() bool {
+	if x != nil {
+		return x.Publish
+	}
+	return false
+}
+
 type SendResult struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Id     string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2111,7 +2323,7 @@ type SendResult struct {
 
 func (x *SendResult) Reset() {
 	*x = SendResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[29]
+	mi := &file_transport_clientpb_client_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2123,7 +2335,7 @@ func (x *SendResult) String() string {
 func (*SendResult) ProtoMessage() {}
 
 func (x *SendResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[29]
+	mi := &file_transport_clientpb_client_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2136,7 +2348,7 @@ func (x *SendResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResult.ProtoReflect.Descriptor instead.
 func (*SendResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{29}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SendResult) GetId() string {
@@ -2177,7 +2389,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[30]
+	mi := &file_transport_clientpb_client_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2189,7 +2401,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[30]
+	mi := &file_transport_clientpb_client_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2202,7 +2414,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{30}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SendResponse) GetResults() []*SendResult {
@@ -2253,7 +2465,7 @@ type ClientFrame struct {
 
 func (x *ClientFrame) Reset() {
 	*x = ClientFrame{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[31]
+	mi := &file_transport_clientpb_client_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2265,7 +2477,7 @@ func (x *ClientFrame) String() string {
 func (*ClientFrame) ProtoMessage() {}
 
 func (x *ClientFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[31]
+	mi := &file_transport_clientpb_client_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2278,7 +2490,7 @@ func (x *ClientFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientFrame.ProtoReflect.Descriptor instead.
 func (*ClientFrame) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{31}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ClientFrame) GetRequestId() uint64 {
@@ -2525,7 +2737,7 @@ type Send struct {
 
 func (x *Send) Reset() {
 	*x = Send{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[32]
+	mi := &file_transport_clientpb_client_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2537,7 +2749,7 @@ func (x *Send) String() string {
 func (*Send) ProtoMessage() {}
 
 func (x *Send) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[32]
+	mi := &file_transport_clientpb_client_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2550,7 +2762,7 @@ func (x *Send) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Send.ProtoReflect.Descriptor instead.
 func (*Send) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{32}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Send) GetRequest() *SendRequest {
@@ -2580,7 +2792,7 @@ type TxSend struct {
 
 func (x *TxSend) Reset() {
 	*x = TxSend{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[33]
+	mi := &file_transport_clientpb_client_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2592,7 +2804,7 @@ func (x *TxSend) String() string {
 func (*TxSend) ProtoMessage() {}
 
 func (x *TxSend) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[33]
+	mi := &file_transport_clientpb_client_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2605,7 +2817,7 @@ func (x *TxSend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxSend.ProtoReflect.Descriptor instead.
 func (*TxSend) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{33}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TxSend) GetSession() uint64 {
@@ -2646,7 +2858,7 @@ type Commit struct {
 
 func (x *Commit) Reset() {
 	*x = Commit{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[34]
+	mi := &file_transport_clientpb_client_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2658,7 +2870,7 @@ func (x *Commit) String() string {
 func (*Commit) ProtoMessage() {}
 
 func (x *Commit) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[34]
+	mi := &file_transport_clientpb_client_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2671,7 +2883,7 @@ func (x *Commit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Commit.ProtoReflect.Descriptor instead.
 func (*Commit) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{34}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Commit) GetSession() uint64 {
@@ -2720,7 +2932,7 @@ type Rollback struct {
 
 func (x *Rollback) Reset() {
 	*x = Rollback{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[35]
+	mi := &file_transport_clientpb_client_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2732,7 +2944,7 @@ func (x *Rollback) String() string {
 func (*Rollback) ProtoMessage() {}
 
 func (x *Rollback) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[35]
+	mi := &file_transport_clientpb_client_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2745,7 +2957,7 @@ func (x *Rollback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rollback.ProtoReflect.Descriptor instead.
 func (*Rollback) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{35}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Rollback) GetSession() uint64 {
@@ -2767,7 +2979,7 @@ type TxOutcome struct {
 
 func (x *TxOutcome) Reset() {
 	*x = TxOutcome{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[36]
+	mi := &file_transport_clientpb_client_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2779,7 +2991,7 @@ func (x *TxOutcome) String() string {
 func (*TxOutcome) ProtoMessage() {}
 
 func (x *TxOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[36]
+	mi := &file_transport_clientpb_client_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2792,7 +3004,7 @@ func (x *TxOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxOutcome.ProtoReflect.Descriptor instead.
 func (*TxOutcome) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{36}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *TxOutcome) GetTx() string {
@@ -2818,7 +3030,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[37]
+	mi := &file_transport_clientpb_client_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2830,7 +3042,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[37]
+	mi := &file_transport_clientpb_client_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2843,7 +3055,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{37}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Hello) GetClientId() string {
@@ -2863,7 +3075,7 @@ type OpenSession struct {
 
 func (x *OpenSession) Reset() {
 	*x = OpenSession{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[38]
+	mi := &file_transport_clientpb_client_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2875,7 +3087,7 @@ func (x *OpenSession) String() string {
 func (*OpenSession) ProtoMessage() {}
 
 func (x *OpenSession) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[38]
+	mi := &file_transport_clientpb_client_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2888,7 +3100,7 @@ func (x *OpenSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSession.ProtoReflect.Descriptor instead.
 func (*OpenSession) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{38}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *OpenSession) GetSession() uint64 {
@@ -2914,7 +3126,7 @@ type CloseSession struct {
 
 func (x *CloseSession) Reset() {
 	*x = CloseSession{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[39]
+	mi := &file_transport_clientpb_client_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2926,7 +3138,7 @@ func (x *CloseSession) String() string {
 func (*CloseSession) ProtoMessage() {}
 
 func (x *CloseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[39]
+	mi := &file_transport_clientpb_client_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2939,7 +3151,7 @@ func (x *CloseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSession.ProtoReflect.Descriptor instead.
 func (*CloseSession) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{39}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CloseSession) GetSession() uint64 {
@@ -2961,14 +3173,17 @@ type CreateConsumer struct {
 	// selector is a JMS message selector: the consumer receives only the
 	// messages it selects ("": every message). A malformed one is refused
 	// (invalid_selector) and no consumer is made.
-	Selector      string `protobuf:"bytes,5,opt,name=selector,proto3" json:"selector,omitempty"`
+	Selector string `protobuf:"bytes,5,opt,name=selector,proto3" json:"selector,omitempty"`
+	// subscribe, when set, makes destination a topic and the consumer one of
+	// a subscription to it: made if it does not exist.
+	Subscribe     *Subscribe `protobuf:"bytes,6,opt,name=subscribe,proto3" json:"subscribe,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateConsumer) Reset() {
 	*x = CreateConsumer{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[40]
+	mi := &file_transport_clientpb_client_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2980,7 +3195,7 @@ func (x *CreateConsumer) String() string {
 func (*CreateConsumer) ProtoMessage() {}
 
 func (x *CreateConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[40]
+	mi := &file_transport_clientpb_client_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2993,7 +3208,7 @@ func (x *CreateConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConsumer.ProtoReflect.Descriptor instead.
 func (*CreateConsumer) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{40}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CreateConsumer) GetSession() uint64 {
@@ -3031,6 +3246,77 @@ func (x *CreateConsumer) GetSelector() string {
 	return ""
 }
 
+func (x *CreateConsumer) GetSubscribe() *Subscribe {
+	if x != nil {
+		return x.Subscribe
+	}
+	return nil
+}
+
+// Subscribe names a consumer's subscription. A durable or shared one has a
+// name, scoped by the connection's client id when it has one (a durable
+// unshared one needs one); a non-durable unshared one has none and lives
+// as long as its consumer.
+type Subscribe struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Durable       bool                   `protobuf:"varint,2,opt,name=durable,proto3" json:"durable,omitempty"`
+	Shared        bool                   `protobuf:"varint,3,opt,name=shared,proto3" json:"shared,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Subscribe) Reset() {
+	*x = Subscribe{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Subscribe) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Subscribe) ProtoMessage() {}
+
+func (x *Subscribe) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Subscribe.ProtoReflect.Descriptor instead.
+func (*Subscribe) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *Subscribe) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Subscribe) GetDurable() bool {
+	if x != nil {
+		return x.Durable
+	}
+	return false
+}
+
+func (x *Subscribe) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
+}
+
 // CloseConsumer stops deliveries to a consumer. Its reply comes after every
 // delivery the server pushed to that consumer, so the client then knows
 // which messages it holds unconsumed and returns them with ReturnDeliveries.
@@ -3043,7 +3329,7 @@ type CloseConsumer struct {
 
 func (x *CloseConsumer) Reset() {
 	*x = CloseConsumer{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[41]
+	mi := &file_transport_clientpb_client_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3055,7 +3341,7 @@ func (x *CloseConsumer) String() string {
 func (*CloseConsumer) ProtoMessage() {}
 
 func (x *CloseConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[41]
+	mi := &file_transport_clientpb_client_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3068,7 +3354,7 @@ func (x *CloseConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseConsumer.ProtoReflect.Descriptor instead.
 func (*CloseConsumer) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{41}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CloseConsumer) GetConsumer() uint64 {
@@ -3091,7 +3377,7 @@ type ReturnDeliveries struct {
 
 func (x *ReturnDeliveries) Reset() {
 	*x = ReturnDeliveries{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[42]
+	mi := &file_transport_clientpb_client_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3103,7 +3389,7 @@ func (x *ReturnDeliveries) String() string {
 func (*ReturnDeliveries) ProtoMessage() {}
 
 func (x *ReturnDeliveries) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[42]
+	mi := &file_transport_clientpb_client_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3116,7 +3402,7 @@ func (x *ReturnDeliveries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnDeliveries.ProtoReflect.Descriptor instead.
 func (*ReturnDeliveries) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{42}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReturnDeliveries) GetSession() uint64 {
@@ -3146,7 +3432,7 @@ type Credit struct {
 
 func (x *Credit) Reset() {
 	*x = Credit{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[43]
+	mi := &file_transport_clientpb_client_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3158,7 +3444,7 @@ func (x *Credit) String() string {
 func (*Credit) ProtoMessage() {}
 
 func (x *Credit) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[43]
+	mi := &file_transport_clientpb_client_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3171,7 +3457,7 @@ func (x *Credit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credit.ProtoReflect.Descriptor instead.
 func (*Credit) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{43}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Credit) GetConsumer() uint64 {
@@ -3198,7 +3484,7 @@ type DeliveryRef struct {
 
 func (x *DeliveryRef) Reset() {
 	*x = DeliveryRef{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[44]
+	mi := &file_transport_clientpb_client_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3210,7 +3496,7 @@ func (x *DeliveryRef) String() string {
 func (*DeliveryRef) ProtoMessage() {}
 
 func (x *DeliveryRef) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[44]
+	mi := &file_transport_clientpb_client_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3223,7 +3509,7 @@ func (x *DeliveryRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliveryRef.ProtoReflect.Descriptor instead.
 func (*DeliveryRef) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{44}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DeliveryRef) GetMember() string {
@@ -3250,7 +3536,7 @@ type Acknowledge struct {
 
 func (x *Acknowledge) Reset() {
 	*x = Acknowledge{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[45]
+	mi := &file_transport_clientpb_client_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3262,7 +3548,7 @@ func (x *Acknowledge) String() string {
 func (*Acknowledge) ProtoMessage() {}
 
 func (x *Acknowledge) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[45]
+	mi := &file_transport_clientpb_client_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3275,7 +3561,7 @@ func (x *Acknowledge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Acknowledge.ProtoReflect.Descriptor instead.
 func (*Acknowledge) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{45}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Acknowledge) GetSession() uint64 {
@@ -3301,7 +3587,7 @@ type RecoverSession struct {
 
 func (x *RecoverSession) Reset() {
 	*x = RecoverSession{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[46]
+	mi := &file_transport_clientpb_client_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3313,7 +3599,7 @@ func (x *RecoverSession) String() string {
 func (*RecoverSession) ProtoMessage() {}
 
 func (x *RecoverSession) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[46]
+	mi := &file_transport_clientpb_client_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3326,7 +3612,7 @@ func (x *RecoverSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverSession.ProtoReflect.Descriptor instead.
 func (*RecoverSession) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{46}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RecoverSession) GetSession() uint64 {
@@ -3352,7 +3638,7 @@ type ServerFrame struct {
 
 func (x *ServerFrame) Reset() {
 	*x = ServerFrame{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[47]
+	mi := &file_transport_clientpb_client_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3364,7 +3650,7 @@ func (x *ServerFrame) String() string {
 func (*ServerFrame) ProtoMessage() {}
 
 func (x *ServerFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[47]
+	mi := &file_transport_clientpb_client_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3377,7 +3663,7 @@ func (x *ServerFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerFrame.ProtoReflect.Descriptor instead.
 func (*ServerFrame) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{47}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ServerFrame) GetFrame() isServerFrame_Frame {
@@ -3482,7 +3768,7 @@ type Goodbye struct {
 
 func (x *Goodbye) Reset() {
 	*x = Goodbye{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[48]
+	mi := &file_transport_clientpb_client_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3494,7 +3780,7 @@ func (x *Goodbye) String() string {
 func (*Goodbye) ProtoMessage() {}
 
 func (x *Goodbye) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[48]
+	mi := &file_transport_clientpb_client_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3507,7 +3793,7 @@ func (x *Goodbye) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Goodbye.ProtoReflect.Descriptor instead.
 func (*Goodbye) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{48}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Goodbye) GetDestroyed() bool {
@@ -3532,7 +3818,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[49]
+	mi := &file_transport_clientpb_client_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3544,7 +3830,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[49]
+	mi := &file_transport_clientpb_client_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3557,7 +3843,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{49}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{53}
 }
 
 type Reply struct {
@@ -3580,7 +3866,7 @@ type Reply struct {
 
 func (x *Reply) Reset() {
 	*x = Reply{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[50]
+	mi := &file_transport_clientpb_client_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3592,7 +3878,7 @@ func (x *Reply) String() string {
 func (*Reply) ProtoMessage() {}
 
 func (x *Reply) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[50]
+	mi := &file_transport_clientpb_client_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3605,7 +3891,7 @@ func (x *Reply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reply.ProtoReflect.Descriptor instead.
 func (*Reply) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{50}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Reply) GetRequestId() uint64 {
@@ -3747,7 +4033,7 @@ type CommitResult struct {
 
 func (x *CommitResult) Reset() {
 	*x = CommitResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[51]
+	mi := &file_transport_clientpb_client_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3759,7 +4045,7 @@ func (x *CommitResult) String() string {
 func (*CommitResult) ProtoMessage() {}
 
 func (x *CommitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[51]
+	mi := &file_transport_clientpb_client_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3772,7 +4058,7 @@ func (x *CommitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitResult.ProtoReflect.Descriptor instead.
 func (*CommitResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{51}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *CommitResult) GetCommitted() bool {
@@ -3802,7 +4088,7 @@ type HelloResult struct {
 
 func (x *HelloResult) Reset() {
 	*x = HelloResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[52]
+	mi := &file_transport_clientpb_client_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3814,7 +4100,7 @@ func (x *HelloResult) String() string {
 func (*HelloResult) ProtoMessage() {}
 
 func (x *HelloResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[52]
+	mi := &file_transport_clientpb_client_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3827,7 +4113,7 @@ func (x *HelloResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloResult.ProtoReflect.Descriptor instead.
 func (*HelloResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{52}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *HelloResult) GetConnectionId() string {
@@ -3868,7 +4154,7 @@ type CreateConsumerResult struct {
 
 func (x *CreateConsumerResult) Reset() {
 	*x = CreateConsumerResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[53]
+	mi := &file_transport_clientpb_client_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3880,7 +4166,7 @@ func (x *CreateConsumerResult) String() string {
 func (*CreateConsumerResult) ProtoMessage() {}
 
 func (x *CreateConsumerResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[53]
+	mi := &file_transport_clientpb_client_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3893,7 +4179,7 @@ func (x *CreateConsumerResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConsumerResult.ProtoReflect.Descriptor instead.
 func (*CreateConsumerResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{53}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *CreateConsumerResult) GetMember() string {
@@ -3915,7 +4201,7 @@ type Watermark struct {
 
 func (x *Watermark) Reset() {
 	*x = Watermark{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[54]
+	mi := &file_transport_clientpb_client_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3927,7 +4213,7 @@ func (x *Watermark) String() string {
 func (*Watermark) ProtoMessage() {}
 
 func (x *Watermark) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[54]
+	mi := &file_transport_clientpb_client_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3940,7 +4226,7 @@ func (x *Watermark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Watermark.ProtoReflect.Descriptor instead.
 func (*Watermark) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{54}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *Watermark) GetMember() string {
@@ -3966,7 +4252,7 @@ type RecoverResult struct {
 
 func (x *RecoverResult) Reset() {
 	*x = RecoverResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[55]
+	mi := &file_transport_clientpb_client_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3978,7 +4264,7 @@ func (x *RecoverResult) String() string {
 func (*RecoverResult) ProtoMessage() {}
 
 func (x *RecoverResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[55]
+	mi := &file_transport_clientpb_client_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3991,7 +4277,7 @@ func (x *RecoverResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResult.ProtoReflect.Descriptor instead.
 func (*RecoverResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{55}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *RecoverResult) GetWatermarks() []*Watermark {
@@ -4011,7 +4297,7 @@ type AcknowledgeResult struct {
 
 func (x *AcknowledgeResult) Reset() {
 	*x = AcknowledgeResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[56]
+	mi := &file_transport_clientpb_client_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4023,7 +4309,7 @@ func (x *AcknowledgeResult) String() string {
 func (*AcknowledgeResult) ProtoMessage() {}
 
 func (x *AcknowledgeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[56]
+	mi := &file_transport_clientpb_client_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4036,7 +4322,7 @@ func (x *AcknowledgeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeResult.ProtoReflect.Descriptor instead.
 func (*AcknowledgeResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{56}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *AcknowledgeResult) GetRejected() []*DeliveryRef {
@@ -4069,7 +4355,7 @@ type Delivery struct {
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[57]
+	mi := &file_transport_clientpb_client_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4081,7 +4367,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[57]
+	mi := &file_transport_clientpb_client_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4094,7 +4380,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{57}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *Delivery) GetMember() string {
@@ -4212,7 +4498,7 @@ type Deliveries struct {
 
 func (x *Deliveries) Reset() {
 	*x = Deliveries{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[58]
+	mi := &file_transport_clientpb_client_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4224,7 +4510,7 @@ func (x *Deliveries) String() string {
 func (*Deliveries) ProtoMessage() {}
 
 func (x *Deliveries) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[58]
+	mi := &file_transport_clientpb_client_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4237,7 +4523,7 @@ func (x *Deliveries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deliveries.ProtoReflect.Descriptor instead.
 func (*Deliveries) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{58}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *Deliveries) GetConsumer() uint64 {
@@ -4264,7 +4550,7 @@ type ConsumerClosed struct {
 
 func (x *ConsumerClosed) Reset() {
 	*x = ConsumerClosed{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[59]
+	mi := &file_transport_clientpb_client_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4276,7 +4562,7 @@ func (x *ConsumerClosed) String() string {
 func (*ConsumerClosed) ProtoMessage() {}
 
 func (x *ConsumerClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[59]
+	mi := &file_transport_clientpb_client_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4289,7 +4575,7 @@ func (x *ConsumerClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerClosed.ProtoReflect.Descriptor instead.
 func (*ConsumerClosed) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{59}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ConsumerClosed) GetConsumer() uint64 {
@@ -4314,7 +4600,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[60]
+	mi := &file_transport_clientpb_client_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4326,7 +4612,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[60]
+	mi := &file_transport_clientpb_client_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4339,7 +4625,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{60}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{64}
 }
 
 type NodeStatus struct {
@@ -4367,7 +4653,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[61]
+	mi := &file_transport_clientpb_client_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4379,7 +4665,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[61]
+	mi := &file_transport_clientpb_client_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4392,7 +4678,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{61}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *NodeStatus) GetId() string {
@@ -4484,7 +4770,7 @@ type ReplicaStatus struct {
 
 func (x *ReplicaStatus) Reset() {
 	*x = ReplicaStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[62]
+	mi := &file_transport_clientpb_client_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4496,7 +4782,7 @@ func (x *ReplicaStatus) String() string {
 func (*ReplicaStatus) ProtoMessage() {}
 
 func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[62]
+	mi := &file_transport_clientpb_client_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4509,7 +4795,7 @@ func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStatus.ProtoReflect.Descriptor instead.
 func (*ReplicaStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{62}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ReplicaStatus) GetNode() string {
@@ -4570,7 +4856,7 @@ type GroupStatus struct {
 
 func (x *GroupStatus) Reset() {
 	*x = GroupStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[63]
+	mi := &file_transport_clientpb_client_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4582,7 +4868,7 @@ func (x *GroupStatus) String() string {
 func (*GroupStatus) ProtoMessage() {}
 
 func (x *GroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[63]
+	mi := &file_transport_clientpb_client_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4595,7 +4881,7 @@ func (x *GroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
 func (*GroupStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{63}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *GroupStatus) GetName() string {
@@ -4657,7 +4943,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[64]
+	mi := &file_transport_clientpb_client_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4669,7 +4955,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[64]
+	mi := &file_transport_clientpb_client_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4682,7 +4968,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{64}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ClusterStatusResponse) GetAnsweredBy() string {
@@ -4819,7 +5105,19 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\bdraining\x18\v \x01(\bR\bdraining\x12\x1a\n" +
 	"\bprepared\x18\f \x01(\x04R\bprepared\x12\x1b\n" +
 	"\thost_addr\x18\r \x01(\tR\bhostAddr\x12\x1a\n" +
-	"\brenewing\x18\x0e \x01(\bR\brenewing\"\xf2\x05\n" +
+	"\brenewing\x18\x0e \x01(\bR\brenewing\"\xa7\x01\n" +
+	"\x10SubscriptionInfo\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
+	"\tclient_id\x18\x03 \x01(\tR\bclientId\x12\x18\n" +
+	"\adurable\x18\x04 \x01(\bR\adurable\x12\x16\n" +
+	"\x06shared\x18\x05 \x01(\bR\x06shared\x12\x1a\n" +
+	"\bselector\x18\x06 \x01(\tR\bselector\"b\n" +
+	"\x19DeleteSubscriptionRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
+	"\tclient_id\x18\x03 \x01(\tR\bclientId\"\x1c\n" +
+	"\x1aDeleteSubscriptionResponse\"\x81\a\n" +
 	"\x0fDestinationInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x124\n" +
 	"\x04kind\x18\x02 \x01(\x0e2 .cairn.client.v1.DestinationKindR\x04kind\x12\x18\n" +
@@ -4841,7 +5139,9 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x10forward_delay_ms\x18\x11 \x01(\x03R\x0eforwardDelayMs\x12&\n" +
 	"\x0fdedup_window_ms\x18\x12 \x01(\x03R\rdedupWindowMs\x12\"\n" +
 	"\rdedup_max_ids\x18\x13 \x01(\rR\vdedupMaxIds\x12\x1a\n" +
-	"\bprepared\x18\x14 \x01(\x04R\bprepared\"\xe9\x04\n" +
+	"\bprepared\x18\x14 \x01(\x04R\bprepared\x12F\n" +
+	"\rsubscriptions\x18\x15 \x03(\v2 .cairn.client.v1.DestinationInfoR\rsubscriptions\x12E\n" +
+	"\fsubscription\x18\x16 \x01(\v2!.cairn.client.v1.SubscriptionInfoR\fsubscription\"\xe9\x04\n" +
 	"\aMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04body\x18\x02 \x01(\fR\x04body\x12H\n" +
@@ -4868,11 +5168,12 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x03int\x18\x01 \x01(\x03H\x00R\x03int\x12\x16\n" +
 	"\x05float\x18\x02 \x01(\x01H\x00R\x05float\x12\x14\n" +
 	"\x04bool\x18\x03 \x01(\bH\x00R\x04boolB\a\n" +
-	"\x05value\"}\n" +
+	"\x05value\"\x97\x01\n" +
 	"\vSendRequest\x12 \n" +
 	"\vdestination\x18\x01 \x01(\tR\vdestination\x124\n" +
 	"\bmessages\x18\x02 \x03(\v2\x18.cairn.client.v1.MessageR\bmessages\x12\x16\n" +
-	"\x06direct\x18\x03 \x01(\bR\x06direct\"R\n" +
+	"\x06direct\x18\x03 \x01(\bR\x06direct\x12\x18\n" +
+	"\apublish\x18\x04 \x01(\bR\apublish\"R\n" +
 	"\n" +
 	"SendResult\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
@@ -4929,13 +5230,18 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\asession\x18\x01 \x01(\x04R\asession\x123\n" +
 	"\back_mode\x18\x02 \x01(\x0e2\x18.cairn.client.v1.AckModeR\aackMode\"(\n" +
 	"\fCloseSession\x12\x18\n" +
-	"\asession\x18\x01 \x01(\x04R\asession\"\xa0\x01\n" +
+	"\asession\x18\x01 \x01(\x04R\asession\"\xda\x01\n" +
 	"\x0eCreateConsumer\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x1a\n" +
 	"\bconsumer\x18\x02 \x01(\x04R\bconsumer\x12 \n" +
 	"\vdestination\x18\x03 \x01(\tR\vdestination\x12\x1a\n" +
 	"\bprefetch\x18\x04 \x01(\rR\bprefetch\x12\x1a\n" +
-	"\bselector\x18\x05 \x01(\tR\bselector\"+\n" +
+	"\bselector\x18\x05 \x01(\tR\bselector\x128\n" +
+	"\tsubscribe\x18\x06 \x01(\v2\x1a.cairn.client.v1.SubscribeR\tsubscribe\"Q\n" +
+	"\tSubscribe\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\adurable\x18\x02 \x01(\bR\adurable\x12\x16\n" +
+	"\x06shared\x18\x03 \x01(\bR\x06shared\"+\n" +
 	"\rCloseConsumer\x12\x1a\n" +
 	"\bconsumer\x18\x01 \x01(\x04R\bconsumer\"j\n" +
 	"\x10ReturnDeliveries\x12\x18\n" +
@@ -5073,25 +5379,27 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x05nodes\x18\x02 \x03(\v2\x1b.cairn.client.v1.NodeStatusR\x05nodes\x124\n" +
 	"\x06groups\x18\x03 \x03(\v2\x1c.cairn.client.v1.GroupStatusR\x06groups\x12)\n" +
 	"\x10under_replicated\x18\x04 \x01(\rR\x0funderReplicated\x12\x16\n" +
-	"\x06moving\x18\x05 \x01(\rR\x06moving*g\n" +
+	"\x06moving\x18\x05 \x01(\rR\x06moving*\x8a\x01\n" +
 	"\x0fDestinationKind\x12\x1c\n" +
 	"\x18DESTINATION_KIND_UNKNOWN\x10\x00\x12\x1a\n" +
 	"\x16DESTINATION_KIND_QUEUE\x10\x01\x12\x1a\n" +
-	"\x16DESTINATION_KIND_TOPIC\x10\x02*\x8f\x01\n" +
+	"\x16DESTINATION_KIND_TOPIC\x10\x02\x12!\n" +
+	"\x1dDESTINATION_KIND_SUBSCRIPTION\x10\x03*\x8f\x01\n" +
 	"\aAckMode\x12\x14\n" +
 	"\x10ACK_MODE_UNKNOWN\x10\x00\x12\x11\n" +
 	"\rACK_MODE_AUTO\x10\x01\x12\x13\n" +
 	"\x0fACK_MODE_CLIENT\x10\x02\x12\x14\n" +
 	"\x10ACK_MODE_DUPS_OK\x10\x03\x12\x17\n" +
 	"\x13ACK_MODE_INDIVIDUAL\x10\x04\x12\x17\n" +
-	"\x13ACK_MODE_TRANSACTED\x10\x052\x9c\v\n" +
+	"\x13ACK_MODE_TRANSACTED\x10\x052\x8b\f\n" +
 	"\rClientService\x12`\n" +
 	"\x11CreateDestination\x12).cairn.client.v1.CreateDestinationRequest\x1a .cairn.client.v1.DestinationInfo\x12j\n" +
 	"\x11DeleteDestination\x12).cairn.client.v1.DeleteDestinationRequest\x1a*.cairn.client.v1.DeleteDestinationResponse\x12g\n" +
 	"\x10ListDestinations\x12(.cairn.client.v1.ListDestinationsRequest\x1a).cairn.client.v1.ListDestinationsResponse\x12\\\n" +
 	"\x0fShowDestination\x12'.cairn.client.v1.ShowDestinationRequest\x1a .cairn.client.v1.DestinationInfo\x12g\n" +
 	"\x10PurgeDestination\x12(.cairn.client.v1.PurgeDestinationRequest\x1a).cairn.client.v1.PurgeDestinationResponse\x12j\n" +
-	"\x11BrowseDestination\x12).cairn.client.v1.BrowseDestinationRequest\x1a*.cairn.client.v1.BrowseDestinationResponse\x12`\n" +
+	"\x11BrowseDestination\x12).cairn.client.v1.BrowseDestinationRequest\x1a*.cairn.client.v1.BrowseDestinationResponse\x12m\n" +
+	"\x12DeleteSubscription\x12*.cairn.client.v1.DeleteSubscriptionRequest\x1a+.cairn.client.v1.DeleteSubscriptionResponse\x12`\n" +
 	"\x11UpdateDestination\x12).cairn.client.v1.UpdateDestinationRequest\x1a .cairn.client.v1.DestinationInfo\x12C\n" +
 	"\x04Send\x12\x1c.cairn.client.v1.SendRequest\x1a\x1d.cairn.client.v1.SendResponse\x12I\n" +
 	"\aConnect\x12\x1c.cairn.client.v1.ClientFrame\x1a\x1c.cairn.client.v1.ServerFrame(\x010\x01\x12^\n" +
@@ -5116,171 +5424,180 @@ func file_transport_clientpb_client_proto_rawDescGZIP() []byte {
 }
 
 var file_transport_clientpb_client_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_transport_clientpb_client_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
+var file_transport_clientpb_client_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
 var file_transport_clientpb_client_proto_goTypes = []any{
-	(DestinationKind)(0),              // 0: cairn.client.v1.DestinationKind
-	(AckMode)(0),                      // 1: cairn.client.v1.AckMode
-	(*ListConnectionsRequest)(nil),    // 2: cairn.client.v1.ListConnectionsRequest
-	(*ConnectionInfo)(nil),            // 3: cairn.client.v1.ConnectionInfo
-	(*ListConnectionsResponse)(nil),   // 4: cairn.client.v1.ListConnectionsResponse
-	(*DestroyConnectionRequest)(nil),  // 5: cairn.client.v1.DestroyConnectionRequest
-	(*DestroyConnectionResponse)(nil), // 6: cairn.client.v1.DestroyConnectionResponse
-	(*RemoveNodeRequest)(nil),         // 7: cairn.client.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),        // 8: cairn.client.v1.RemoveNodeResponse
-	(*LeaveNodeRequest)(nil),          // 9: cairn.client.v1.LeaveNodeRequest
-	(*LeaveNodeResponse)(nil),         // 10: cairn.client.v1.LeaveNodeResponse
-	(*RebalanceRequest)(nil),          // 11: cairn.client.v1.RebalanceRequest
-	(*PlacementMove)(nil),             // 12: cairn.client.v1.PlacementMove
-	(*RebalanceResponse)(nil),         // 13: cairn.client.v1.RebalanceResponse
-	(*Error)(nil),                     // 14: cairn.client.v1.Error
-	(*CreateDestinationRequest)(nil),  // 15: cairn.client.v1.CreateDestinationRequest
-	(*UpdateDestinationRequest)(nil),  // 16: cairn.client.v1.UpdateDestinationRequest
-	(*DeleteDestinationRequest)(nil),  // 17: cairn.client.v1.DeleteDestinationRequest
-	(*DeleteDestinationResponse)(nil), // 18: cairn.client.v1.DeleteDestinationResponse
-	(*ListDestinationsRequest)(nil),   // 19: cairn.client.v1.ListDestinationsRequest
-	(*ListDestinationsResponse)(nil),  // 20: cairn.client.v1.ListDestinationsResponse
-	(*ShowDestinationRequest)(nil),    // 21: cairn.client.v1.ShowDestinationRequest
-	(*PurgeDestinationRequest)(nil),   // 22: cairn.client.v1.PurgeDestinationRequest
-	(*PurgeDestinationResponse)(nil),  // 23: cairn.client.v1.PurgeDestinationResponse
-	(*BrowseDestinationRequest)(nil),  // 24: cairn.client.v1.BrowseDestinationRequest
-	(*BrowseDestinationResponse)(nil), // 25: cairn.client.v1.BrowseDestinationResponse
-	(*MemberInfo)(nil),                // 26: cairn.client.v1.MemberInfo
-	(*DestinationInfo)(nil),           // 27: cairn.client.v1.DestinationInfo
-	(*Message)(nil),                   // 28: cairn.client.v1.Message
-	(*PropertyValue)(nil),             // 29: cairn.client.v1.PropertyValue
-	(*SendRequest)(nil),               // 30: cairn.client.v1.SendRequest
-	(*SendResult)(nil),                // 31: cairn.client.v1.SendResult
-	(*SendResponse)(nil),              // 32: cairn.client.v1.SendResponse
-	(*ClientFrame)(nil),               // 33: cairn.client.v1.ClientFrame
-	(*Send)(nil),                      // 34: cairn.client.v1.Send
-	(*TxSend)(nil),                    // 35: cairn.client.v1.TxSend
-	(*Commit)(nil),                    // 36: cairn.client.v1.Commit
-	(*Rollback)(nil),                  // 37: cairn.client.v1.Rollback
-	(*TxOutcome)(nil),                 // 38: cairn.client.v1.TxOutcome
-	(*Hello)(nil),                     // 39: cairn.client.v1.Hello
-	(*OpenSession)(nil),               // 40: cairn.client.v1.OpenSession
-	(*CloseSession)(nil),              // 41: cairn.client.v1.CloseSession
-	(*CreateConsumer)(nil),            // 42: cairn.client.v1.CreateConsumer
-	(*CloseConsumer)(nil),             // 43: cairn.client.v1.CloseConsumer
-	(*ReturnDeliveries)(nil),          // 44: cairn.client.v1.ReturnDeliveries
-	(*Credit)(nil),                    // 45: cairn.client.v1.Credit
-	(*DeliveryRef)(nil),               // 46: cairn.client.v1.DeliveryRef
-	(*Acknowledge)(nil),               // 47: cairn.client.v1.Acknowledge
-	(*RecoverSession)(nil),            // 48: cairn.client.v1.RecoverSession
-	(*ServerFrame)(nil),               // 49: cairn.client.v1.ServerFrame
-	(*Goodbye)(nil),                   // 50: cairn.client.v1.Goodbye
-	(*Heartbeat)(nil),                 // 51: cairn.client.v1.Heartbeat
-	(*Reply)(nil),                     // 52: cairn.client.v1.Reply
-	(*CommitResult)(nil),              // 53: cairn.client.v1.CommitResult
-	(*HelloResult)(nil),               // 54: cairn.client.v1.HelloResult
-	(*CreateConsumerResult)(nil),      // 55: cairn.client.v1.CreateConsumerResult
-	(*Watermark)(nil),                 // 56: cairn.client.v1.Watermark
-	(*RecoverResult)(nil),             // 57: cairn.client.v1.RecoverResult
-	(*AcknowledgeResult)(nil),         // 58: cairn.client.v1.AcknowledgeResult
-	(*Delivery)(nil),                  // 59: cairn.client.v1.Delivery
-	(*Deliveries)(nil),                // 60: cairn.client.v1.Deliveries
-	(*ConsumerClosed)(nil),            // 61: cairn.client.v1.ConsumerClosed
-	(*ClusterStatusRequest)(nil),      // 62: cairn.client.v1.ClusterStatusRequest
-	(*NodeStatus)(nil),                // 63: cairn.client.v1.NodeStatus
-	(*ReplicaStatus)(nil),             // 64: cairn.client.v1.ReplicaStatus
-	(*GroupStatus)(nil),               // 65: cairn.client.v1.GroupStatus
-	(*ClusterStatusResponse)(nil),     // 66: cairn.client.v1.ClusterStatusResponse
-	nil,                               // 67: cairn.client.v1.Message.PropertiesEntry
-	nil,                               // 68: cairn.client.v1.Message.TypedPropertiesEntry
-	nil,                               // 69: cairn.client.v1.Delivery.PropertiesEntry
-	nil,                               // 70: cairn.client.v1.Delivery.TypedPropertiesEntry
+	(DestinationKind)(0),               // 0: cairn.client.v1.DestinationKind
+	(AckMode)(0),                       // 1: cairn.client.v1.AckMode
+	(*ListConnectionsRequest)(nil),     // 2: cairn.client.v1.ListConnectionsRequest
+	(*ConnectionInfo)(nil),             // 3: cairn.client.v1.ConnectionInfo
+	(*ListConnectionsResponse)(nil),    // 4: cairn.client.v1.ListConnectionsResponse
+	(*DestroyConnectionRequest)(nil),   // 5: cairn.client.v1.DestroyConnectionRequest
+	(*DestroyConnectionResponse)(nil),  // 6: cairn.client.v1.DestroyConnectionResponse
+	(*RemoveNodeRequest)(nil),          // 7: cairn.client.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),         // 8: cairn.client.v1.RemoveNodeResponse
+	(*LeaveNodeRequest)(nil),           // 9: cairn.client.v1.LeaveNodeRequest
+	(*LeaveNodeResponse)(nil),          // 10: cairn.client.v1.LeaveNodeResponse
+	(*RebalanceRequest)(nil),           // 11: cairn.client.v1.RebalanceRequest
+	(*PlacementMove)(nil),              // 12: cairn.client.v1.PlacementMove
+	(*RebalanceResponse)(nil),          // 13: cairn.client.v1.RebalanceResponse
+	(*Error)(nil),                      // 14: cairn.client.v1.Error
+	(*CreateDestinationRequest)(nil),   // 15: cairn.client.v1.CreateDestinationRequest
+	(*UpdateDestinationRequest)(nil),   // 16: cairn.client.v1.UpdateDestinationRequest
+	(*DeleteDestinationRequest)(nil),   // 17: cairn.client.v1.DeleteDestinationRequest
+	(*DeleteDestinationResponse)(nil),  // 18: cairn.client.v1.DeleteDestinationResponse
+	(*ListDestinationsRequest)(nil),    // 19: cairn.client.v1.ListDestinationsRequest
+	(*ListDestinationsResponse)(nil),   // 20: cairn.client.v1.ListDestinationsResponse
+	(*ShowDestinationRequest)(nil),     // 21: cairn.client.v1.ShowDestinationRequest
+	(*PurgeDestinationRequest)(nil),    // 22: cairn.client.v1.PurgeDestinationRequest
+	(*PurgeDestinationResponse)(nil),   // 23: cairn.client.v1.PurgeDestinationResponse
+	(*BrowseDestinationRequest)(nil),   // 24: cairn.client.v1.BrowseDestinationRequest
+	(*BrowseDestinationResponse)(nil),  // 25: cairn.client.v1.BrowseDestinationResponse
+	(*MemberInfo)(nil),                 // 26: cairn.client.v1.MemberInfo
+	(*SubscriptionInfo)(nil),           // 27: cairn.client.v1.SubscriptionInfo
+	(*DeleteSubscriptionRequest)(nil),  // 28: cairn.client.v1.DeleteSubscriptionRequest
+	(*DeleteSubscriptionResponse)(nil), // 29: cairn.client.v1.DeleteSubscriptionResponse
+	(*DestinationInfo)(nil),            // 30: cairn.client.v1.DestinationInfo
+	(*Message)(nil),                    // 31: cairn.client.v1.Message
+	(*PropertyValue)(nil),              // 32: cairn.client.v1.PropertyValue
+	(*SendRequest)(nil),                // 33: cairn.client.v1.SendRequest
+	(*SendResult)(nil),                 // 34: cairn.client.v1.SendResult
+	(*SendResponse)(nil),               // 35: cairn.client.v1.SendResponse
+	(*ClientFrame)(nil),                // 36: cairn.client.v1.ClientFrame
+	(*Send)(nil),                       // 37: cairn.client.v1.Send
+	(*TxSend)(nil),                     // 38: cairn.client.v1.TxSend
+	(*Commit)(nil),                     // 39: cairn.client.v1.Commit
+	(*Rollback)(nil),                   // 40: cairn.client.v1.Rollback
+	(*TxOutcome)(nil),                  // 41: cairn.client.v1.TxOutcome
+	(*Hello)(nil),                      // 42: cairn.client.v1.Hello
+	(*OpenSession)(nil),                // 43: cairn.client.v1.OpenSession
+	(*CloseSession)(nil),               // 44: cairn.client.v1.CloseSession
+	(*CreateConsumer)(nil),             // 45: cairn.client.v1.CreateConsumer
+	(*Subscribe)(nil),                  // 46: cairn.client.v1.Subscribe
+	(*CloseConsumer)(nil),              // 47: cairn.client.v1.CloseConsumer
+	(*ReturnDeliveries)(nil),           // 48: cairn.client.v1.ReturnDeliveries
+	(*Credit)(nil),                     // 49: cairn.client.v1.Credit
+	(*DeliveryRef)(nil),                // 50: cairn.client.v1.DeliveryRef
+	(*Acknowledge)(nil),                // 51: cairn.client.v1.Acknowledge
+	(*RecoverSession)(nil),             // 52: cairn.client.v1.RecoverSession
+	(*ServerFrame)(nil),                // 53: cairn.client.v1.ServerFrame
+	(*Goodbye)(nil),                    // 54: cairn.client.v1.Goodbye
+	(*Heartbeat)(nil),                  // 55: cairn.client.v1.Heartbeat
+	(*Reply)(nil),                      // 56: cairn.client.v1.Reply
+	(*CommitResult)(nil),               // 57: cairn.client.v1.CommitResult
+	(*HelloResult)(nil),                // 58: cairn.client.v1.HelloResult
+	(*CreateConsumerResult)(nil),       // 59: cairn.client.v1.CreateConsumerResult
+	(*Watermark)(nil),                  // 60: cairn.client.v1.Watermark
+	(*RecoverResult)(nil),              // 61: cairn.client.v1.RecoverResult
+	(*AcknowledgeResult)(nil),          // 62: cairn.client.v1.AcknowledgeResult
+	(*Delivery)(nil),                   // 63: cairn.client.v1.Delivery
+	(*Deliveries)(nil),                 // 64: cairn.client.v1.Deliveries
+	(*ConsumerClosed)(nil),             // 65: cairn.client.v1.ConsumerClosed
+	(*ClusterStatusRequest)(nil),       // 66: cairn.client.v1.ClusterStatusRequest
+	(*NodeStatus)(nil),                 // 67: cairn.client.v1.NodeStatus
+	(*ReplicaStatus)(nil),              // 68: cairn.client.v1.ReplicaStatus
+	(*GroupStatus)(nil),                // 69: cairn.client.v1.GroupStatus
+	(*ClusterStatusResponse)(nil),      // 70: cairn.client.v1.ClusterStatusResponse
+	nil,                                // 71: cairn.client.v1.Message.PropertiesEntry
+	nil,                                // 72: cairn.client.v1.Message.TypedPropertiesEntry
+	nil,                                // 73: cairn.client.v1.Delivery.PropertiesEntry
+	nil,                                // 74: cairn.client.v1.Delivery.TypedPropertiesEntry
 }
 var file_transport_clientpb_client_proto_depIdxs = []int32{
 	3,  // 0: cairn.client.v1.ListConnectionsResponse.connections:type_name -> cairn.client.v1.ConnectionInfo
 	12, // 1: cairn.client.v1.RebalanceResponse.moves:type_name -> cairn.client.v1.PlacementMove
 	0,  // 2: cairn.client.v1.CreateDestinationRequest.kind:type_name -> cairn.client.v1.DestinationKind
-	27, // 3: cairn.client.v1.ListDestinationsResponse.destinations:type_name -> cairn.client.v1.DestinationInfo
-	59, // 4: cairn.client.v1.BrowseDestinationResponse.messages:type_name -> cairn.client.v1.Delivery
+	30, // 3: cairn.client.v1.ListDestinationsResponse.destinations:type_name -> cairn.client.v1.DestinationInfo
+	63, // 4: cairn.client.v1.BrowseDestinationResponse.messages:type_name -> cairn.client.v1.Delivery
 	0,  // 5: cairn.client.v1.DestinationInfo.kind:type_name -> cairn.client.v1.DestinationKind
 	26, // 6: cairn.client.v1.DestinationInfo.members:type_name -> cairn.client.v1.MemberInfo
-	67, // 7: cairn.client.v1.Message.properties:type_name -> cairn.client.v1.Message.PropertiesEntry
-	68, // 8: cairn.client.v1.Message.typed_properties:type_name -> cairn.client.v1.Message.TypedPropertiesEntry
-	28, // 9: cairn.client.v1.SendRequest.messages:type_name -> cairn.client.v1.Message
-	31, // 10: cairn.client.v1.SendResponse.results:type_name -> cairn.client.v1.SendResult
-	39, // 11: cairn.client.v1.ClientFrame.hello:type_name -> cairn.client.v1.Hello
-	40, // 12: cairn.client.v1.ClientFrame.open_session:type_name -> cairn.client.v1.OpenSession
-	41, // 13: cairn.client.v1.ClientFrame.close_session:type_name -> cairn.client.v1.CloseSession
-	42, // 14: cairn.client.v1.ClientFrame.create_consumer:type_name -> cairn.client.v1.CreateConsumer
-	43, // 15: cairn.client.v1.ClientFrame.close_consumer:type_name -> cairn.client.v1.CloseConsumer
-	45, // 16: cairn.client.v1.ClientFrame.credit:type_name -> cairn.client.v1.Credit
-	47, // 17: cairn.client.v1.ClientFrame.acknowledge:type_name -> cairn.client.v1.Acknowledge
-	48, // 18: cairn.client.v1.ClientFrame.recover:type_name -> cairn.client.v1.RecoverSession
-	44, // 19: cairn.client.v1.ClientFrame.return_deliveries:type_name -> cairn.client.v1.ReturnDeliveries
-	35, // 20: cairn.client.v1.ClientFrame.tx_send:type_name -> cairn.client.v1.TxSend
-	36, // 21: cairn.client.v1.ClientFrame.commit:type_name -> cairn.client.v1.Commit
-	37, // 22: cairn.client.v1.ClientFrame.rollback:type_name -> cairn.client.v1.Rollback
-	38, // 23: cairn.client.v1.ClientFrame.tx_outcome:type_name -> cairn.client.v1.TxOutcome
-	34, // 24: cairn.client.v1.ClientFrame.send:type_name -> cairn.client.v1.Send
-	30, // 25: cairn.client.v1.Send.request:type_name -> cairn.client.v1.SendRequest
-	30, // 26: cairn.client.v1.TxSend.send:type_name -> cairn.client.v1.SendRequest
-	46, // 27: cairn.client.v1.Commit.deliveries:type_name -> cairn.client.v1.DeliveryRef
-	1,  // 28: cairn.client.v1.OpenSession.ack_mode:type_name -> cairn.client.v1.AckMode
-	46, // 29: cairn.client.v1.ReturnDeliveries.deliveries:type_name -> cairn.client.v1.DeliveryRef
-	46, // 30: cairn.client.v1.Acknowledge.deliveries:type_name -> cairn.client.v1.DeliveryRef
-	52, // 31: cairn.client.v1.ServerFrame.reply:type_name -> cairn.client.v1.Reply
-	60, // 32: cairn.client.v1.ServerFrame.deliveries:type_name -> cairn.client.v1.Deliveries
-	61, // 33: cairn.client.v1.ServerFrame.consumer_closed:type_name -> cairn.client.v1.ConsumerClosed
-	51, // 34: cairn.client.v1.ServerFrame.heartbeat:type_name -> cairn.client.v1.Heartbeat
-	50, // 35: cairn.client.v1.ServerFrame.goodbye:type_name -> cairn.client.v1.Goodbye
-	14, // 36: cairn.client.v1.Reply.error:type_name -> cairn.client.v1.Error
-	54, // 37: cairn.client.v1.Reply.hello:type_name -> cairn.client.v1.HelloResult
-	55, // 38: cairn.client.v1.Reply.create_consumer:type_name -> cairn.client.v1.CreateConsumerResult
-	57, // 39: cairn.client.v1.Reply.recover:type_name -> cairn.client.v1.RecoverResult
-	58, // 40: cairn.client.v1.Reply.acknowledge:type_name -> cairn.client.v1.AcknowledgeResult
-	32, // 41: cairn.client.v1.Reply.tx_send:type_name -> cairn.client.v1.SendResponse
-	53, // 42: cairn.client.v1.Reply.commit:type_name -> cairn.client.v1.CommitResult
-	32, // 43: cairn.client.v1.Reply.send:type_name -> cairn.client.v1.SendResponse
-	56, // 44: cairn.client.v1.RecoverResult.watermarks:type_name -> cairn.client.v1.Watermark
-	46, // 45: cairn.client.v1.AcknowledgeResult.rejected:type_name -> cairn.client.v1.DeliveryRef
-	69, // 46: cairn.client.v1.Delivery.properties:type_name -> cairn.client.v1.Delivery.PropertiesEntry
-	70, // 47: cairn.client.v1.Delivery.typed_properties:type_name -> cairn.client.v1.Delivery.TypedPropertiesEntry
-	59, // 48: cairn.client.v1.Deliveries.messages:type_name -> cairn.client.v1.Delivery
-	14, // 49: cairn.client.v1.ConsumerClosed.error:type_name -> cairn.client.v1.Error
-	64, // 50: cairn.client.v1.GroupStatus.replicas:type_name -> cairn.client.v1.ReplicaStatus
-	63, // 51: cairn.client.v1.ClusterStatusResponse.nodes:type_name -> cairn.client.v1.NodeStatus
-	65, // 52: cairn.client.v1.ClusterStatusResponse.groups:type_name -> cairn.client.v1.GroupStatus
-	29, // 53: cairn.client.v1.Message.TypedPropertiesEntry.value:type_name -> cairn.client.v1.PropertyValue
-	29, // 54: cairn.client.v1.Delivery.TypedPropertiesEntry.value:type_name -> cairn.client.v1.PropertyValue
-	15, // 55: cairn.client.v1.ClientService.CreateDestination:input_type -> cairn.client.v1.CreateDestinationRequest
-	17, // 56: cairn.client.v1.ClientService.DeleteDestination:input_type -> cairn.client.v1.DeleteDestinationRequest
-	19, // 57: cairn.client.v1.ClientService.ListDestinations:input_type -> cairn.client.v1.ListDestinationsRequest
-	21, // 58: cairn.client.v1.ClientService.ShowDestination:input_type -> cairn.client.v1.ShowDestinationRequest
-	22, // 59: cairn.client.v1.ClientService.PurgeDestination:input_type -> cairn.client.v1.PurgeDestinationRequest
-	24, // 60: cairn.client.v1.ClientService.BrowseDestination:input_type -> cairn.client.v1.BrowseDestinationRequest
-	16, // 61: cairn.client.v1.ClientService.UpdateDestination:input_type -> cairn.client.v1.UpdateDestinationRequest
-	30, // 62: cairn.client.v1.ClientService.Send:input_type -> cairn.client.v1.SendRequest
-	33, // 63: cairn.client.v1.ClientService.Connect:input_type -> cairn.client.v1.ClientFrame
-	62, // 64: cairn.client.v1.ClientService.ClusterStatus:input_type -> cairn.client.v1.ClusterStatusRequest
-	7,  // 65: cairn.client.v1.ClientService.RemoveNode:input_type -> cairn.client.v1.RemoveNodeRequest
-	9,  // 66: cairn.client.v1.ClientService.LeaveNode:input_type -> cairn.client.v1.LeaveNodeRequest
-	11, // 67: cairn.client.v1.ClientService.Rebalance:input_type -> cairn.client.v1.RebalanceRequest
-	2,  // 68: cairn.client.v1.ClientService.ListConnections:input_type -> cairn.client.v1.ListConnectionsRequest
-	5,  // 69: cairn.client.v1.ClientService.DestroyConnection:input_type -> cairn.client.v1.DestroyConnectionRequest
-	27, // 70: cairn.client.v1.ClientService.CreateDestination:output_type -> cairn.client.v1.DestinationInfo
-	18, // 71: cairn.client.v1.ClientService.DeleteDestination:output_type -> cairn.client.v1.DeleteDestinationResponse
-	20, // 72: cairn.client.v1.ClientService.ListDestinations:output_type -> cairn.client.v1.ListDestinationsResponse
-	27, // 73: cairn.client.v1.ClientService.ShowDestination:output_type -> cairn.client.v1.DestinationInfo
-	23, // 74: cairn.client.v1.ClientService.PurgeDestination:output_type -> cairn.client.v1.PurgeDestinationResponse
-	25, // 75: cairn.client.v1.ClientService.BrowseDestination:output_type -> cairn.client.v1.BrowseDestinationResponse
-	27, // 76: cairn.client.v1.ClientService.UpdateDestination:output_type -> cairn.client.v1.DestinationInfo
-	32, // 77: cairn.client.v1.ClientService.Send:output_type -> cairn.client.v1.SendResponse
-	49, // 78: cairn.client.v1.ClientService.Connect:output_type -> cairn.client.v1.ServerFrame
-	66, // 79: cairn.client.v1.ClientService.ClusterStatus:output_type -> cairn.client.v1.ClusterStatusResponse
-	8,  // 80: cairn.client.v1.ClientService.RemoveNode:output_type -> cairn.client.v1.RemoveNodeResponse
-	10, // 81: cairn.client.v1.ClientService.LeaveNode:output_type -> cairn.client.v1.LeaveNodeResponse
-	13, // 82: cairn.client.v1.ClientService.Rebalance:output_type -> cairn.client.v1.RebalanceResponse
-	4,  // 83: cairn.client.v1.ClientService.ListConnections:output_type -> cairn.client.v1.ListConnectionsResponse
-	6,  // 84: cairn.client.v1.ClientService.DestroyConnection:output_type -> cairn.client.v1.DestroyConnectionResponse
-	70, // [70:85] is the sub-list for method output_type
-	55, // [55:70] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	30, // 7: cairn.client.v1.DestinationInfo.subscriptions:type_name -> cairn.client.v1.DestinationInfo
+	27, // 8: cairn.client.v1.DestinationInfo.subscription:type_name -> cairn.client.v1.SubscriptionInfo
+	71, // 9: cairn.client.v1.Message.properties:type_name -> cairn.client.v1.Message.PropertiesEntry
+	72, // 10: cairn.client.v1.Message.typed_properties:type_name -> cairn.client.v1.Message.TypedPropertiesEntry
+	31, // 11: cairn.client.v1.SendRequest.messages:type_name -> cairn.client.v1.Message
+	34, // 12: cairn.client.v1.SendResponse.results:type_name -> cairn.client.v1.SendResult
+	42, // 13: cairn.client.v1.ClientFrame.hello:type_name -> cairn.client.v1.Hello
+	43, // 14: cairn.client.v1.ClientFrame.open_session:type_name -> cairn.client.v1.OpenSession
+	44, // 15: cairn.client.v1.ClientFrame.close_session:type_name -> cairn.client.v1.CloseSession
+	45, // 16: cairn.client.v1.ClientFrame.create_consumer:type_name -> cairn.client.v1.CreateConsumer
+	47, // 17: cairn.client.v1.ClientFrame.close_consumer:type_name -> cairn.client.v1.CloseConsumer
+	49, // 18: cairn.client.v1.ClientFrame.credit:type_name -> cairn.client.v1.Credit
+	51, // 19: cairn.client.v1.ClientFrame.acknowledge:type_name -> cairn.client.v1.Acknowledge
+	52, // 20: cairn.client.v1.ClientFrame.recover:type_name -> cairn.client.v1.RecoverSession
+	48, // 21: cairn.client.v1.ClientFrame.return_deliveries:type_name -> cairn.client.v1.ReturnDeliveries
+	38, // 22: cairn.client.v1.ClientFrame.tx_send:type_name -> cairn.client.v1.TxSend
+	39, // 23: cairn.client.v1.ClientFrame.commit:type_name -> cairn.client.v1.Commit
+	40, // 24: cairn.client.v1.ClientFrame.rollback:type_name -> cairn.client.v1.Rollback
+	41, // 25: cairn.client.v1.ClientFrame.tx_outcome:type_name -> cairn.client.v1.TxOutcome
+	37, // 26: cairn.client.v1.ClientFrame.send:type_name -> cairn.client.v1.Send
+	33, // 27: cairn.client.v1.Send.request:type_name -> cairn.client.v1.SendRequest
+	33, // 28: cairn.client.v1.TxSend.send:type_name -> cairn.client.v1.SendRequest
+	50, // 29: cairn.client.v1.Commit.deliveries:type_name -> cairn.client.v1.DeliveryRef
+	1,  // 30: cairn.client.v1.OpenSession.ack_mode:type_name -> cairn.client.v1.AckMode
+	46, // 31: cairn.client.v1.CreateConsumer.subscribe:type_name -> cairn.client.v1.Subscribe
+	50, // 32: cairn.client.v1.ReturnDeliveries.deliveries:type_name -> cairn.client.v1.DeliveryRef
+	50, // 33: cairn.client.v1.Acknowledge.deliveries:type_name -> cairn.client.v1.DeliveryRef
+	56, // 34: cairn.client.v1.ServerFrame.reply:type_name -> cairn.client.v1.Reply
+	64, // 35: cairn.client.v1.ServerFrame.deliveries:type_name -> cairn.client.v1.Deliveries
+	65, // 36: cairn.client.v1.ServerFrame.consumer_closed:type_name -> cairn.client.v1.ConsumerClosed
+	55, // 37: cairn.client.v1.ServerFrame.heartbeat:type_name -> cairn.client.v1.Heartbeat
+	54, // 38: cairn.client.v1.ServerFrame.goodbye:type_name -> cairn.client.v1.Goodbye
+	14, // 39: cairn.client.v1.Reply.error:type_name -> cairn.client.v1.Error
+	58, // 40: cairn.client.v1.Reply.hello:type_name -> cairn.client.v1.HelloResult
+	59, // 41: cairn.client.v1.Reply.create_consumer:type_name -> cairn.client.v1.CreateConsumerResult
+	61, // 42: cairn.client.v1.Reply.recover:type_name -> cairn.client.v1.RecoverResult
+	62, // 43: cairn.client.v1.Reply.acknowledge:type_name -> cairn.client.v1.AcknowledgeResult
+	35, // 44: cairn.client.v1.Reply.tx_send:type_name -> cairn.client.v1.SendResponse
+	57, // 45: cairn.client.v1.Reply.commit:type_name -> cairn.client.v1.CommitResult
+	35, // 46: cairn.client.v1.Reply.send:type_name -> cairn.client.v1.SendResponse
+	60, // 47: cairn.client.v1.RecoverResult.watermarks:type_name -> cairn.client.v1.Watermark
+	50, // 48: cairn.client.v1.AcknowledgeResult.rejected:type_name -> cairn.client.v1.DeliveryRef
+	73, // 49: cairn.client.v1.Delivery.properties:type_name -> cairn.client.v1.Delivery.PropertiesEntry
+	74, // 50: cairn.client.v1.Delivery.typed_properties:type_name -> cairn.client.v1.Delivery.TypedPropertiesEntry
+	63, // 51: cairn.client.v1.Deliveries.messages:type_name -> cairn.client.v1.Delivery
+	14, // 52: cairn.client.v1.ConsumerClosed.error:type_name -> cairn.client.v1.Error
+	68, // 53: cairn.client.v1.GroupStatus.replicas:type_name -> cairn.client.v1.ReplicaStatus
+	67, // 54: cairn.client.v1.ClusterStatusResponse.nodes:type_name -> cairn.client.v1.NodeStatus
+	69, // 55: cairn.client.v1.ClusterStatusResponse.groups:type_name -> cairn.client.v1.GroupStatus
+	32, // 56: cairn.client.v1.Message.TypedPropertiesEntry.value:type_name -> cairn.client.v1.PropertyValue
+	32, // 57: cairn.client.v1.Delivery.TypedPropertiesEntry.value:type_name -> cairn.client.v1.PropertyValue
+	15, // 58: cairn.client.v1.ClientService.CreateDestination:input_type -> cairn.client.v1.CreateDestinationRequest
+	17, // 59: cairn.client.v1.ClientService.DeleteDestination:input_type -> cairn.client.v1.DeleteDestinationRequest
+	19, // 60: cairn.client.v1.ClientService.ListDestinations:input_type -> cairn.client.v1.ListDestinationsRequest
+	21, // 61: cairn.client.v1.ClientService.ShowDestination:input_type -> cairn.client.v1.ShowDestinationRequest
+	22, // 62: cairn.client.v1.ClientService.PurgeDestination:input_type -> cairn.client.v1.PurgeDestinationRequest
+	24, // 63: cairn.client.v1.ClientService.BrowseDestination:input_type -> cairn.client.v1.BrowseDestinationRequest
+	28, // 64: cairn.client.v1.ClientService.DeleteSubscription:input_type -> cairn.client.v1.DeleteSubscriptionRequest
+	16, // 65: cairn.client.v1.ClientService.UpdateDestination:input_type -> cairn.client.v1.UpdateDestinationRequest
+	33, // 66: cairn.client.v1.ClientService.Send:input_type -> cairn.client.v1.SendRequest
+	36, // 67: cairn.client.v1.ClientService.Connect:input_type -> cairn.client.v1.ClientFrame
+	66, // 68: cairn.client.v1.ClientService.ClusterStatus:input_type -> cairn.client.v1.ClusterStatusRequest
+	7,  // 69: cairn.client.v1.ClientService.RemoveNode:input_type -> cairn.client.v1.RemoveNodeRequest
+	9,  // 70: cairn.client.v1.ClientService.LeaveNode:input_type -> cairn.client.v1.LeaveNodeRequest
+	11, // 71: cairn.client.v1.ClientService.Rebalance:input_type -> cairn.client.v1.RebalanceRequest
+	2,  // 72: cairn.client.v1.ClientService.ListConnections:input_type -> cairn.client.v1.ListConnectionsRequest
+	5,  // 73: cairn.client.v1.ClientService.DestroyConnection:input_type -> cairn.client.v1.DestroyConnectionRequest
+	30, // 74: cairn.client.v1.ClientService.CreateDestination:output_type -> cairn.client.v1.DestinationInfo
+	18, // 75: cairn.client.v1.ClientService.DeleteDestination:output_type -> cairn.client.v1.DeleteDestinationResponse
+	20, // 76: cairn.client.v1.ClientService.ListDestinations:output_type -> cairn.client.v1.ListDestinationsResponse
+	30, // 77: cairn.client.v1.ClientService.ShowDestination:output_type -> cairn.client.v1.DestinationInfo
+	23, // 78: cairn.client.v1.ClientService.PurgeDestination:output_type -> cairn.client.v1.PurgeDestinationResponse
+	25, // 79: cairn.client.v1.ClientService.BrowseDestination:output_type -> cairn.client.v1.BrowseDestinationResponse
+	29, // 80: cairn.client.v1.ClientService.DeleteSubscription:output_type -> cairn.client.v1.DeleteSubscriptionResponse
+	30, // 81: cairn.client.v1.ClientService.UpdateDestination:output_type -> cairn.client.v1.DestinationInfo
+	35, // 82: cairn.client.v1.ClientService.Send:output_type -> cairn.client.v1.SendResponse
+	53, // 83: cairn.client.v1.ClientService.Connect:output_type -> cairn.client.v1.ServerFrame
+	70, // 84: cairn.client.v1.ClientService.ClusterStatus:output_type -> cairn.client.v1.ClusterStatusResponse
+	8,  // 85: cairn.client.v1.ClientService.RemoveNode:output_type -> cairn.client.v1.RemoveNodeResponse
+	10, // 86: cairn.client.v1.ClientService.LeaveNode:output_type -> cairn.client.v1.LeaveNodeResponse
+	13, // 87: cairn.client.v1.ClientService.Rebalance:output_type -> cairn.client.v1.RebalanceResponse
+	4,  // 88: cairn.client.v1.ClientService.ListConnections:output_type -> cairn.client.v1.ListConnectionsResponse
+	6,  // 89: cairn.client.v1.ClientService.DestroyConnection:output_type -> cairn.client.v1.DestroyConnectionResponse
+	74, // [74:90] is the sub-list for method output_type
+	58, // [58:74] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_transport_clientpb_client_proto_init() }
@@ -5288,12 +5605,12 @@ func file_transport_clientpb_client_proto_init() {
 	if File_transport_clientpb_client_proto != nil {
 		return
 	}
-	file_transport_clientpb_client_proto_msgTypes[27].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[30].OneofWrappers = []any{
 		(*PropertyValue_Int)(nil),
 		(*PropertyValue_Float)(nil),
 		(*PropertyValue_Bool)(nil),
 	}
-	file_transport_clientpb_client_proto_msgTypes[31].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[34].OneofWrappers = []any{
 		(*ClientFrame_Hello)(nil),
 		(*ClientFrame_OpenSession)(nil),
 		(*ClientFrame_CloseSession)(nil),
@@ -5309,15 +5626,15 @@ func file_transport_clientpb_client_proto_init() {
 		(*ClientFrame_TxOutcome)(nil),
 		(*ClientFrame_Send)(nil),
 	}
-	file_transport_clientpb_client_proto_msgTypes[34].OneofWrappers = []any{}
-	file_transport_clientpb_client_proto_msgTypes[47].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[37].OneofWrappers = []any{}
+	file_transport_clientpb_client_proto_msgTypes[51].OneofWrappers = []any{
 		(*ServerFrame_Reply)(nil),
 		(*ServerFrame_Deliveries)(nil),
 		(*ServerFrame_ConsumerClosed)(nil),
 		(*ServerFrame_Heartbeat)(nil),
 		(*ServerFrame_Goodbye)(nil),
 	}
-	file_transport_clientpb_client_proto_msgTypes[50].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[54].OneofWrappers = []any{
 		(*Reply_Hello)(nil),
 		(*Reply_CreateConsumer)(nil),
 		(*Reply_Recover)(nil),
@@ -5332,7 +5649,7 @@ func file_transport_clientpb_client_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_clientpb_client_proto_rawDesc), len(file_transport_clientpb_client_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   69,
+			NumMessages:   73,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,21 +24,22 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ClientService_CreateDestination_FullMethodName = "/cairn.client.v1.ClientService/CreateDestination"
-	ClientService_DeleteDestination_FullMethodName = "/cairn.client.v1.ClientService/DeleteDestination"
-	ClientService_ListDestinations_FullMethodName  = "/cairn.client.v1.ClientService/ListDestinations"
-	ClientService_ShowDestination_FullMethodName   = "/cairn.client.v1.ClientService/ShowDestination"
-	ClientService_PurgeDestination_FullMethodName  = "/cairn.client.v1.ClientService/PurgeDestination"
-	ClientService_BrowseDestination_FullMethodName = "/cairn.client.v1.ClientService/BrowseDestination"
-	ClientService_UpdateDestination_FullMethodName = "/cairn.client.v1.ClientService/UpdateDestination"
-	ClientService_Send_FullMethodName              = "/cairn.client.v1.ClientService/Send"
-	ClientService_Connect_FullMethodName           = "/cairn.client.v1.ClientService/Connect"
-	ClientService_ClusterStatus_FullMethodName     = "/cairn.client.v1.ClientService/ClusterStatus"
-	ClientService_RemoveNode_FullMethodName        = "/cairn.client.v1.ClientService/RemoveNode"
-	ClientService_LeaveNode_FullMethodName         = "/cairn.client.v1.ClientService/LeaveNode"
-	ClientService_Rebalance_FullMethodName         = "/cairn.client.v1.ClientService/Rebalance"
-	ClientService_ListConnections_FullMethodName   = "/cairn.client.v1.ClientService/ListConnections"
-	ClientService_DestroyConnection_FullMethodName = "/cairn.client.v1.ClientService/DestroyConnection"
+	ClientService_CreateDestination_FullMethodName  = "/cairn.client.v1.ClientService/CreateDestination"
+	ClientService_DeleteDestination_FullMethodName  = "/cairn.client.v1.ClientService/DeleteDestination"
+	ClientService_ListDestinations_FullMethodName   = "/cairn.client.v1.ClientService/ListDestinations"
+	ClientService_ShowDestination_FullMethodName    = "/cairn.client.v1.ClientService/ShowDestination"
+	ClientService_PurgeDestination_FullMethodName   = "/cairn.client.v1.ClientService/PurgeDestination"
+	ClientService_BrowseDestination_FullMethodName  = "/cairn.client.v1.ClientService/BrowseDestination"
+	ClientService_DeleteSubscription_FullMethodName = "/cairn.client.v1.ClientService/DeleteSubscription"
+	ClientService_UpdateDestination_FullMethodName  = "/cairn.client.v1.ClientService/UpdateDestination"
+	ClientService_Send_FullMethodName               = "/cairn.client.v1.ClientService/Send"
+	ClientService_Connect_FullMethodName            = "/cairn.client.v1.ClientService/Connect"
+	ClientService_ClusterStatus_FullMethodName      = "/cairn.client.v1.ClientService/ClusterStatus"
+	ClientService_RemoveNode_FullMethodName         = "/cairn.client.v1.ClientService/RemoveNode"
+	ClientService_LeaveNode_FullMethodName          = "/cairn.client.v1.ClientService/LeaveNode"
+	ClientService_Rebalance_FullMethodName          = "/cairn.client.v1.ClientService/Rebalance"
+	ClientService_ListConnections_FullMethodName    = "/cairn.client.v1.ClientService/ListConnections"
+	ClientService_DestroyConnection_FullMethodName  = "/cairn.client.v1.ClientService/DestroyConnection"
 )
 
 // ClientServiceClient is the client API for ClientService service.
@@ -54,6 +55,9 @@ type ClientServiceClient interface {
 	// BrowseDestination shows pending messages without consuming them or
 	// changing any count (JMS QueueBrowser).
 	BrowseDestination(ctx context.Context, in *BrowseDestinationRequest, opts ...grpc.CallOption) (*BrowseDestinationResponse, error)
+	// DeleteSubscription deletes a topic's durable or shared subscription
+	// and what it holds; refused while a consumer uses it.
+	DeleteSubscription(ctx context.Context, in *DeleteSubscriptionRequest, opts ...grpc.CallOption) (*DeleteSubscriptionResponse, error)
 	// UpdateDestination changes a destination's number of members: new ones
 	// take sends at once; removed ones first drain to the others.
 	UpdateDestination(ctx context.Context, in *UpdateDestinationRequest, opts ...grpc.CallOption) (*DestinationInfo, error)
@@ -143,6 +147,16 @@ func (c *clientServiceClient) BrowseDestination(ctx context.Context, in *BrowseD
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(BrowseDestinationResponse)
 	err := c.cc.Invoke(ctx, ClientService_BrowseDestination_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clientServiceClient) DeleteSubscription(ctx context.Context, in *DeleteSubscriptionRequest, opts ...grpc.CallOption) (*DeleteSubscriptionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteSubscriptionResponse)
+	err := c.cc.Invoke(ctx, ClientService_DeleteSubscription_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -255,6 +269,9 @@ type ClientServiceServer interface {
 	// BrowseDestination shows pending messages without consuming them or
 	// changing any count (JMS QueueBrowser).
 	BrowseDestination(context.Context, *BrowseDestinationRequest) (*BrowseDestinationResponse, error)
+	// DeleteSubscription deletes a topic's durable or shared subscription
+	// and what it holds; refused while a consumer uses it.
+	DeleteSubscription(context.Context, *DeleteSubscriptionRequest) (*DeleteSubscriptionResponse, error)
 	// UpdateDestination changes a destination's number of members: new ones
 	// take sends at once; removed ones first drain to the others.
 	UpdateDestination(context.Context, *UpdateDestinationRequest) (*DestinationInfo, error)
@@ -307,6 +324,9 @@ func (UnimplementedClientServiceServer) PurgeDestination(context.Context, *Purge
 }
 func (UnimplementedClientServiceServer) BrowseDestination(context.Context, *BrowseDestinationRequest) (*BrowseDestinationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method BrowseDestination not implemented")
+}
+func (UnimplementedClientServiceServer) DeleteSubscription(context.Context, *DeleteSubscriptionRequest) (*DeleteSubscriptionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteSubscription not implemented")
 }
 func (UnimplementedClientServiceServer) UpdateDestination(context.Context, *UpdateDestinationRequest) (*DestinationInfo, error) {
 	return nil, status.Error(codes.Unimplemented, "method UpdateDestination not implemented")
@@ -460,6 +480,24 @@ func _ClientService_BrowseDestination_Handler(srv interface{}, ctx context.Conte
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ClientServiceServer).BrowseDestination(ctx, req.(*BrowseDestinationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClientService_DeleteSubscription_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteSubscriptionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClientServiceServer).DeleteSubscription(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClientService_DeleteSubscription_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClientServiceServer).DeleteSubscription(ctx, req.(*DeleteSubscriptionRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -645,6 +683,10 @@ var ClientService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "BrowseDestination",
 			Handler:    _ClientService_BrowseDestination_Handler,
+		},
+		{
+			MethodName: "DeleteSubscription",
+			Handler:    _ClientService_DeleteSubscription_Handler,
 		},
 		{
 			MethodName: "UpdateDestination",

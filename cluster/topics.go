@@ -1,0 +1,338 @@
+package cluster
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cairnmq/cairn/cluster/frontend"
+	"github.com/cairnmq/cairn/fsm"
+	"github.com/cairnmq/cairn/fsm/fsmpb"
+	"github.com/cairnmq/cairn/transport"
+	"github.com/cairnmq/cairn/transport/clientpb"
+	"github.com/cairnmq/cairn/transport/peerpb"
+)
+
+// A topic's subscription is a destination of its own (TOPIC::ID) whose
+// member I lives in the shared group of the topic's member I: a publish
+// there is stored by it (fsm.Group), and from then on it is a queue's
+// member in every way: consumers, acknowledgements, recover, redelivery,
+// dead letters, forwarding to the member its consumers use. cluster/DESIGN.md
+// says why.
+
+// maxClientID bounds a client id and a subscription's name.
+const maxClientID = 256
+
+// subscriptionForwardDelay is how long a subscription's member without a
+// consumer keeps what was published to it before it moves it to a member
+// with one, unless its topic says otherwise: a subscriber is pinned to one
+// member, and waits for what is published to the others no longer than
+// this and a move.
+const subscriptionForwardDelay = 100 * time.Millisecond
+
+// resolveKind is resolve for an address that must be a destination of
+// kind k, created with the defaults (auto-create allowing) when missing.
+func (n *Node) resolveKind(ctx context.Context, name string, k fsmpb.DestinationKind) (*fsmpb.Destination, error) {
+	d, ok := n.meta.Destination(name)
+	if !ok {
+		if n.cfg.NoAutoCreate {
+			return nil, fmt.Errorf("%w: %q does not exist and this node does not create destinations on first use (--no-auto-create); create it with: cairn %s create %s", transport.ErrUnknownDestination, name, kindWord(k), name)
+		}
+		var err error
+		d, err = n.createDestination(ctx, &clientpb.CreateDestinationRequest{Name: name, Kind: clientpb.DestinationKind(k)})
+		if errors.Is(err, transport.ErrDestinationExists) {
+			d, ok = n.meta.Destination(name)
+			err = nil
+			if !ok {
+				err = fmt.Errorf("%w: %q was deleted as it was made", transport.ErrUnknownDestination, name)
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if d.Kind != k {
+		return nil, wrongKind(d, k)
+	}
+	return d, nil
+}
+
+func kindWord(k fsmpb.DestinationKind) string {
+	switch k {
+	case fsmpb.DestinationKind_DESTINATION_KIND_TOPIC:
+		return "topic"
+	case fsmpb.DestinationKind_DESTINATION_KIND_SUBSCRIPTION:
+		return "subscription"
+	}
+	return "queue"
+}
+
+// wrongKind is the error for d used as a destination of kind k.
+func wrongKind(d *fsmpb.Destination, k fsmpb.DestinationKind) error {
+	hint := map[fsmpb.DestinationKind]string{
+		fsmpb.DestinationKind_DESTINATION_KIND_QUEUE:        "send to it and receive from it",
+		fsmpb.DestinationKind_DESTINATION_KIND_TOPIC:        "publish to it and subscribe to it",
+		fsmpb.DestinationKind_DESTINATION_KIND_SUBSCRIPTION: "receive from it; publish to its topic",
+	}[d.Kind]
+	return fmt.Errorf("%w: %s is a %s, not a %s: %s", transport.ErrDestinationKind, d.Name, kindWord(d.Kind), kindWord(k), hint)
+}
+
+// subscribe finds the subscription a consumer asks for, or makes it, and
+// returns it once each of its members is hosted and takes the topic's
+// publishes: a consumer made then misses nothing published after.
+func (n *Node) subscribe(ctx context.Context, topic string, sub *clientpb.Subscribe, clientID, sel string) (*fsmpb.Destination, error) {
+	named := sub.Durable || sub.Shared
+	switch {
+	case named && sub.Name == "":
+		return nil, fmt.Errorf("%w: a durable or shared subscription needs a name", transport.ErrInvalidArgument)
+	case !named && sub.Name != "":
+		return nil, fmt.Errorf("%w: subscription %q is neither durable nor shared: only those have names", transport.ErrInvalidArgument, sub.Name)
+	case sub.Durable && !sub.Shared && clientID == "":
+		return nil, fmt.Errorf("%w: an unshared durable subscription is its client's: set a client id on the connection (client.Options.ClientID, cairn subscribe --client-id)", transport.ErrInvalidArgument)
+	case len(sub.Name) > maxClientID || len(clientID) > maxClientID:
+		return nil, fmt.Errorf("%w: a subscription's name and a client id have at most %d bytes", transport.ErrInvalidArgument, maxClientID)
+	}
+	if !sub.Shared && !sub.Durable {
+		clientID = "" // a non-durable unshared subscription is nobody's to find again
+	}
+	for attempt := 1; ; attempt++ {
+		t, err := n.resolveKind(ctx, topic, fsmpb.DestinationKind_DESTINATION_KIND_TOPIC)
+		if err != nil {
+			return nil, err
+		}
+		var d *fsmpb.Destination
+		if named {
+			n.meta.Read(func(m *fsm.Meta) { d = m.Subscription(t.Name, sub.Name, clientID) })
+		}
+		if d != nil {
+			if err := sameSubscription(d, sub, sel); err != nil {
+				return nil, err
+			}
+			if sub.Durable && !sub.Shared {
+				if k := n.consumersOf(ctx, d); k > 0 {
+					return nil, fmt.Errorf("%w: the durable subscription %q of %s for client id %q has a consumer already; an unshared subscription has one at a time", transport.ErrSubscriptionInUse, sub.Name, t.Name, clientID)
+				}
+			}
+			return d, n.waitSubscribed(ctx, d)
+		}
+		d = newSubscription(t, sub, clientID, sel, n.cfg.Clock())
+		if err = n.createSubscription(ctx, d); err == nil {
+			n.groups.poke()
+			n.log.Info("subscription created", "subscription", d.Name, "topic", t.Name, "name", sub.Name, "client_id", clientID, "durable", sub.Durable, "shared", sub.Shared)
+			return d, n.waitSubscribed(ctx, d)
+		}
+		// Made meanwhile by another consumer, or the topic's groups moved
+		// between the read and the create: read again.
+		if attempt == 3 || !errors.Is(err, fsm.ErrDestinationExists) && !errors.Is(err, fsm.ErrInvalidSettings) {
+			return nil, frontend.WireError(err)
+		}
+	}
+}
+
+// createSubscription commits d in the meta group, trying again while the
+// meta group has no leader to answer (its leader's node died): a try that
+// was applied though its answer was lost shows as d itself existing.
+func (n *Node) createSubscription(ctx context.Context, d *fsmpb.Destination) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		_, err := n.meta.Apply(ctx, &fsmpb.CreateDestination{Destination: d})
+		if errors.Is(err, fsm.ErrDestinationExists) {
+			if got, ok := n.meta.Destination(d.Name); ok && got.Uid == d.Uid {
+				return nil
+			}
+		}
+		if err == nil || !errors.Is(err, transport.ErrUnavailable) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// sameSubscription checks that an existing subscription is the one asked
+// for, as JMS has it: a subscription's kind and selector are its own.
+func sameSubscription(d *fsmpb.Destination, sub *clientpb.Subscribe, sel string) error {
+	s := d.Subscription
+	switch {
+	case s.Durable != sub.Durable || s.Shared != sub.Shared:
+		return fmt.Errorf("%w: subscription %q of %s exists as %s; delete it first (cairn subscription delete)", transport.ErrInvalidArgument, s.Name, s.Topic, describe(s))
+	case s.Selector != sel:
+		return fmt.Errorf("%w: subscription %q of %s exists with selector %q; delete it first to change it (cairn subscription delete)", transport.ErrInvalidArgument, s.Name, s.Topic, s.Selector)
+	}
+	return nil
+}
+
+func describe(s *fsmpb.Subscription) string {
+	switch {
+	case s.Durable && s.Shared:
+		return "a shared durable subscription"
+	case s.Durable:
+		return "an unshared durable subscription"
+	case s.Shared:
+		return "a shared non-durable subscription"
+	}
+	return "a non-durable subscription"
+}
+
+// newSubscription is a subscription of topic t: its members placed with
+// the topic's, its messages' settings the topic's.
+func newSubscription(t *fsmpb.Destination, sub *clientpb.Subscribe, clientID, sel string, now time.Time) *fsmpb.Destination {
+	id := newID(8)
+	d := &fsmpb.Destination{
+		Name: t.Name + fsm.SubscriptionSep + id, Kind: fsmpb.DestinationKind_DESTINATION_KIND_SUBSCRIPTION, Replicas: t.Replicas,
+		TtlNs: t.TtlNs, MaxBytes: t.MaxBytes, CreatedAt: now.UnixNano(), Uid: id,
+		MaxDeliveries: t.MaxDeliveries, RedeliveryDelayNs: t.RedeliveryDelayNs, RedeliveryBackoff: t.RedeliveryBackoff,
+		RedeliveryMaxDelayNs: t.RedeliveryMaxDelayNs, DeadLetterQueue: deadLetterQueue(t), ForwardDelayNs: cmp.Or(t.ForwardDelayNs, int64(subscriptionForwardDelay)),
+		DedupWindowNs: t.DedupWindowNs, DedupMaxIds: t.DedupMaxIds,
+		Subscription: &fsmpb.Subscription{Topic: t.Name, TopicUid: t.Uid, Name: sub.Name, ClientId: clientID,
+			Durable: sub.Durable, Shared: sub.Shared, Selector: sel},
+	}
+	for _, p := range t.Members {
+		d.Members = append(d.Members, &fsmpb.MemberPlacement{Index: p.Index, Replicas: p.Replicas, Initial: p.Initial, Group: p.Group})
+	}
+	return d
+}
+
+// subscribedKey is the key, in its shared group, of the topic member a
+// subscription's member index stores the publishes of.
+func subscribedKey(s *fsmpb.Subscription, index uint32) string {
+	return fsm.MemberName(s.Topic, index) + "@" + s.TopicUid
+}
+
+// waitSubscribed waits until every member of subscription d is hosted:
+// its host added it to its group and configured what it subscribes to.
+func (n *Node) waitSubscribed(ctx context.Context, d *fsmpb.Destination) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for _, p := range d.Members {
+		name := fsm.MemberName(d.Name, p.Index)
+		for !n.hosted(ctx, name) {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%w: subscription member %s has no host yet (is a majority of its replicas up?)", transport.ErrUnavailable, name)
+			case <-time.After(20 * time.Millisecond):
+				n.groups.poke()
+			}
+		}
+	}
+	return nil
+}
+
+// hosted reports whether a member's host has taken it over.
+func (n *Node) hosted(ctx context.Context, name string) bool {
+	r, node := n.host(name)
+	if r != nil {
+		return true
+	}
+	if node == "" {
+		node = n.discoverLeader(name)
+	}
+	resp, _ := n.askHost(ctx, node, &peerpb.MemberRequest{Member: name})
+	return resp != nil
+}
+
+// deleteSubscription deletes a durable or shared subscription, refused
+// while a consumer uses it.
+func (n *Node) deleteSubscription(ctx context.Context, topic, name, clientID string) error {
+	var d *fsmpb.Destination
+	n.meta.Read(func(m *fsm.Meta) { d = m.Subscription(topic, name, clientID) })
+	if d == nil {
+		who := ""
+		if clientID != "" {
+			who = " for client id " + clientID
+		}
+		return fmt.Errorf("%w: topic %s has no subscription %q%s", transport.ErrUnknownDestination, topic, name, who)
+	}
+	if k := n.consumersOf(ctx, d); k > 0 {
+		return fmt.Errorf("%w: subscription %q of %s has %d consumers; close them first", transport.ErrSubscriptionInUse, name, topic, k)
+	}
+	return n.deleteDestination(ctx, d.Name)
+}
+
+// consumersOf counts the consumers of d's members, as their hosts say.
+func (n *Node) consumersOf(ctx context.Context, d *fsmpb.Destination) int {
+	k := 0
+	for _, p := range d.Members {
+		k += n.memberInfo(ctx, fsm.MemberName(d.Name, p.Index)).consumers
+	}
+	return k
+}
+
+// dropSubscription deletes the non-durable subscription name, whose
+// consumer closed, in the background; if it fails, the meta leader's sweep
+// deletes it later (sweepSubscriptions).
+func (n *Node) dropSubscription(name string) {
+	n.bg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := n.deleteDestination(ctx, name); err != nil && !errors.Is(err, transport.ErrUnknownDestination) {
+			n.log.Info("deleting a non-durable subscription whose consumer closed; the meta leader will", "subscription", name, "err", err)
+		}
+	})
+}
+
+// subscriptionIdle is how long a non-durable subscription lives without a
+// consumer: one whose consumer's node died, or a shared one whose last
+// consumer closed. A consumer re-created after a reconnect makes a new one.
+const subscriptionIdle = 30 * time.Second
+
+// subscriptionSweep is the meta leader's memory of idle non-durable
+// subscriptions.
+type subscriptionSweep struct {
+	mu   sync.Mutex
+	last time.Time
+	idle map[string]time.Time // since when each has had no consumer
+}
+
+// sweepSubscriptions deletes, on the meta leader, the non-durable
+// subscriptions that have had no consumer for subscriptionIdle. It looks
+// every few seconds.
+func (n *Node) sweepSubscriptions(ctx context.Context) {
+	sw := &n.subSweep
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	now := time.Now()
+	if now.Sub(sw.last) < subscriptionIdle/10 {
+		return
+	}
+	sw.last = now
+	if sw.idle == nil {
+		sw.idle = make(map[string]time.Time)
+	}
+	seen := make(map[string]bool)
+	for _, d := range n.destinations() {
+		s := d.Subscription
+		if s == nil || s.Durable || time.Since(time.Unix(0, d.CreatedAt)) < subscriptionIdle {
+			continue
+		}
+		seen[d.Name] = true
+		if n.consumersOf(ctx, d) > 0 {
+			delete(sw.idle, d.Name)
+			continue
+		}
+		since, ok := sw.idle[d.Name]
+		if !ok {
+			sw.idle[d.Name] = now
+			continue
+		}
+		if now.Sub(since) >= subscriptionIdle {
+			if err := n.deleteDestination(ctx, d.Name); err != nil {
+				n.log.Warn("deleting an idle non-durable subscription", "subscription", d.Name, "err", err)
+				continue
+			}
+			n.log.Info("deleted a non-durable subscription without a consumer", "subscription", d.Name, "idle", now.Sub(since).Round(time.Second))
+		}
+	}
+	for name := range sw.idle {
+		if !seen[name] {
+			delete(sw.idle, name)
+		}
+	}
+}
