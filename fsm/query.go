@@ -109,15 +109,30 @@ func (m *Member) NextDeliveryID() uint64 { return m.nextDelivery }
 // returns, and fn copies it (string(id)) to keep it. Lending spares the
 // dispatcher a string per message it passes over, most of them messages
 // already handed out (`fsm/DESIGN.md`).
+//
+// Its loop is scanPending's, written out: a second closure call per
+// message made BenchmarkMember_ScanPending 30 % slower (1.41 to 1.86 µs).
 func (m *Member) ScanPending(now int64, fn func(id []byte) bool) {
 	var copied []byte // the ids records do not hold, one buffer for all
-	m.scanPending(now, func(r ref, rec *record) bool {
-		if rec.has(flagFull) {
-			copied = append(copied[:0], m.full(r).Id...)
-			return fn(copied)
+	for p := MaxPriority; p >= 0; p-- {
+		more := true
+		m.pending[p].Ascend(func(it item) bool {
+			rec := m.rec(it.r)
+			if rec.expiredAt(now) {
+				return true
+			}
+			if rec.has(flagFull) {
+				copied = append(copied[:0], m.full(it.r).Id...)
+				more = fn(copied)
+			} else {
+				more = fn(rec.id[:rec.idLen])
+			}
+			return more
+		})
+		if !more {
+			return
 		}
-		return fn(rec.id[:rec.idLen])
-	})
+	}
 }
 
 // ScanPendingMessages is ScanPending for a caller that reads the messages
