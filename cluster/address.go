@@ -26,17 +26,24 @@ func (n *Node) resolve(ctx context.Context, name string) (*fsmpb.Destination, er
 	return n.resolveKind(ctx, name, fsmpb.DestinationKind_DESTINATION_KIND_QUEUE)
 }
 
-// ensure returns the destination name, creating it with the defaults if it
-// does not exist.
+// ensure returns the queue name, creating it with the defaults if it does
+// not exist, whatever --no-auto-create says (a dead-letter queue).
 func (n *Node) ensure(ctx context.Context, name string) (*fsmpb.Destination, error) {
+	return n.ensureKind(ctx, name, fsmpb.DestinationKind_DESTINATION_KIND_QUEUE)
+}
+
+// ensureKind returns the destination name, creating it of kind k with the
+// defaults if it does not exist.
+func (n *Node) ensureKind(ctx context.Context, name string, k fsmpb.DestinationKind) (*fsmpb.Destination, error) {
 	if d, ok := n.meta.Destination(name); ok {
 		return d, nil
 	}
-	d, err := n.createDestination(ctx, &clientpb.CreateDestinationRequest{Name: name})
+	d, err := n.createDestination(ctx, &clientpb.CreateDestinationRequest{Name: name, Kind: clientpb.DestinationKind(k)})
 	if errors.Is(err, transport.ErrDestinationExists) {
 		if d, ok := n.meta.Destination(name); ok {
 			return d, nil
 		}
+		return nil, fmt.Errorf("%w: %q was deleted as it was made", transport.ErrUnknownDestination, name)
 	}
 	return d, err
 }

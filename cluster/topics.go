@@ -36,23 +36,12 @@ const subscriptionForwardDelay = 100 * time.Millisecond
 // resolveKind is resolve for an address that must be a destination of
 // kind k, created with the defaults (auto-create allowing) when missing.
 func (n *Node) resolveKind(ctx context.Context, name string, k fsmpb.DestinationKind) (*fsmpb.Destination, error) {
-	d, ok := n.meta.Destination(name)
-	if !ok {
-		if n.cfg.NoAutoCreate {
-			return nil, fmt.Errorf("%w: %q does not exist and this node does not create destinations on first use (--no-auto-create); create it with: cairn %s create %s", transport.ErrUnknownDestination, name, kindWord(k), name)
-		}
-		var err error
-		d, err = n.createDestination(ctx, &clientpb.CreateDestinationRequest{Name: name, Kind: clientpb.DestinationKind(k)})
-		if errors.Is(err, transport.ErrDestinationExists) {
-			d, ok = n.meta.Destination(name)
-			err = nil
-			if !ok {
-				err = fmt.Errorf("%w: %q was deleted as it was made", transport.ErrUnknownDestination, name)
-			}
-		}
-		if err != nil {
-			return nil, err
-		}
+	if _, ok := n.meta.Destination(name); !ok && n.cfg.NoAutoCreate {
+		return nil, fmt.Errorf("%w: %q does not exist and this node does not create destinations on first use (--no-auto-create); create it with: cairn %s create %s", transport.ErrUnknownDestination, name, kindWord(k), name)
+	}
+	d, err := n.ensureKind(ctx, name, k)
+	if err != nil {
+		return nil, err
 	}
 	if d.Kind != k {
 		return nil, wrongKind(d, k)
