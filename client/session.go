@@ -113,6 +113,20 @@ func (s *Session) Producer(dest string) (*Producer, error) {
 	return &Producer{s: s, dest: dest, priority: defaultPriority}, nil
 }
 
+// CreateTemporaryQueue makes a queue that lives as long as the session's
+// connection (JMS TemporaryQueue), for replies: any client may send to
+// it, only this connection consume from it. It goes when the connection
+// closes or its node is lost, so a reconnect ends it too: a requester
+// makes a new one afterwards. It returns the queue's name, which a request
+// carries as its ReplyTo.
+func (s *Session) CreateTemporaryQueue(ctx context.Context) (string, error) {
+	reply, err := s.conn.request(ctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_CreateTemporaryQueue{CreateTemporaryQueue: &clientpb.CreateTemporaryQueue{}}})
+	if err != nil {
+		return "", err
+	}
+	return reply.GetTemporaryQueue().GetName(), nil
+}
+
 // Publisher creates a producer that publishes to topic (a name, or NAME#I
 // for member I): every subscription of the topic gets each message it
 // selects. It sends as Producer does, with the same rules for outcomes,

@@ -50,7 +50,13 @@ func (b clientAPI) Subscribe(ctx context.Context, topic string, sub *clientpb.Su
 	return d.Name, nil
 }
 
-func (b clientAPI) DropSubscription(name string) { b.n.dropSubscription(name) }
+func (b clientAPI) DropDestination(name string) { b.n.dropDestination(name) }
+
+func (b clientAPI) CreateTemporaryQueue(ctx context.Context, conn string) (string, error) {
+	return b.n.createTemporaryQueue(ctx, conn)
+}
+
+func (b clientAPI) TemporaryOwner(addr string) string { return b.n.temporaryOwner(addr) }
 
 func (a adminAPI) DeleteSubscription(ctx context.Context, topic, name, clientID string) error {
 	return a.n.deleteSubscription(ctx, topic, name, clientID)

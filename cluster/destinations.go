@@ -21,6 +21,12 @@ import (
 // createDestination places a new destination's members on the registered,
 // live nodes and commits it in the meta group.
 func (n *Node) createDestination(ctx context.Context, req *clientpb.CreateDestinationRequest) (*fsmpb.Destination, error) {
+	return n.createDestinationOf(ctx, req, "")
+}
+
+// createDestinationOf is createDestination for a temporary queue when
+// temporary names its connection (fsmpb.Destination.temporary).
+func (n *Node) createDestinationOf(ctx context.Context, req *clientpb.CreateDestinationRequest, temporary string) (*fsmpb.Destination, error) {
 	if err := fsm.ValidateName(req.Name); err != nil {
 		return nil, frontend.WireError(err)
 	}
@@ -63,6 +69,7 @@ func (n *Node) createDestination(ctx context.Context, req *clientpb.CreateDestin
 		TtlNs: req.TtlMs * int64(time.Millisecond), MaxBytes: req.MaxBytes, CreatedAt: n.cfg.Clock().UnixNano(), Uid: newID(8),
 	}
 	poison(d)
+	d.Temporary = temporary
 	// Preferred hosts go round the nodes, starting at a different node for
 	// each destination, so hosts spread over the cluster. A shared group's
 	// replicas may change between the placement and the create (spreading

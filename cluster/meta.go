@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -82,15 +83,21 @@ func (m metaNode) Forward(ctx context.Context, leader string, cmd *fsmpb.Command
 	return toResult(resp.Result), resp.Index, nil
 }
 
-// Lead runs the meta leader's placement, renewals and sweep of idle subscriptions.
+// Lead runs the meta leader's sweeps of idle subscriptions and of
+// temporary queues whose node run is gone, then its placement and
+// renewals. The sweeps have a context of their own: placement may spend
+// all of ctx waiting on a node that died.
 func (m metaNode) Lead(ctx context.Context) {
+	sweep, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	m.n.sweepTemporaryQueues(sweep)
+	m.n.sweepSubscriptions(sweep)
+	cancel()
 	if err := m.placeReplicas(ctx); err != nil {
 		m.n.log.Warn("placing replicas", "err", err)
 	}
 	if err := m.renewMembers(ctx); err != nil {
 		m.n.log.Warn("renewing members", "err", err)
 	}
-	m.n.sweepSubscriptions(ctx)
 }
 
 // namedRaft is a Raft group under its name, as a raftMember.

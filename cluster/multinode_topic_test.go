@@ -278,3 +278,54 @@ func expectNothingBut(t *testing.T, k *client.Consumer, allowed map[string]bool,
 		}
 	}
 }
+
+// Request/reply as JMS does it: a requester makes a temporary queue and
+// sends requests carrying it as ReplyTo with a correlation id; a responder
+// on another node answers there. Only the requester's connection consumes
+// from it; it goes when that connection closes, and when its node dies.
+func TestCluster_TemporaryQueuesForRequestReply(t *testing.T) {
+	tc := NewTestCluster(t, 3)
+	ctx := testCtx(t)
+	requester := mustSession(t, tc.Dial("n1"), client.AutoAck)
+	replies, err := requester.CreateTemporaryQueue(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mustProducer(t, requester, "requests").Send(ctx, &client.Message{Body: []byte("ping"), ReplyTo: replies, CorrelationID: "c-1"}); err != nil {
+		t.Fatal(err)
+	}
+	responder := mustSession(t, tc.Dial("n2"), client.AutoAck)
+	req := recv(t, mustConsumer(t, ctx, responder, "requests"))
+	if req.ReplyTo != replies || req.CorrelationID != "c-1" {
+		t.Fatalf("request carries ReplyTo %q, correlation id %q", req.ReplyTo, req.CorrelationID)
+	}
+	if _, err := mustProducer(t, responder, req.ReplyTo).Send(ctx, &client.Message{Body: []byte("pong"), CorrelationID: req.CorrelationID}); err != nil {
+		t.Fatal(err)
+	}
+	if m := recv(t, mustConsumer(t, ctx, requester, replies)); string(m.Body) != "pong" || m.CorrelationID != "c-1" {
+		t.Fatalf("reply %q with correlation id %q", m.Body, m.CorrelationID)
+	}
+	_, err = responder.Consumer(ctx, replies)
+	wantErr(t, "another connection's consumer of a temporary queue", err, client.ErrInvalidArgument)
+
+	a := tc.Admin("n3")
+	gone := func(name string) func() bool {
+		return func() bool {
+			_, err := a.ShowQueue(ctx, name)
+			return errors.Is(err, client.ErrUnknownDestination)
+		}
+	}
+	c2 := tc.Dial("n2")
+	second, err := mustSession(t, c2, client.AutoAck).CreateTemporaryQueue(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 10*time.Second, "the temporary queue of a closed connection deleted", gone(second))
+	// A crash deletes nothing by itself: the meta leader does, once the
+	// node run is gone.
+	tc.Crash("n1")
+	wait.For(t, 30*time.Second, "the temporary queue of a dead node's connection deleted", gone(replies))
+}

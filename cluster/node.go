@@ -43,8 +43,9 @@ import (
 type Node struct {
 	cfg Config
 	log *slog.Logger
-	// subSweep: the meta leader's sweep of idle non-durable subscriptions.
-	subSweep subscriptionSweep
+	// sweeps: the meta leader's sweeps of idle non-durable subscriptions
+	// and of temporary queues.
+	sweeps leaderSweeps
 	// boot identifies this run of the node; sessions opened here are owned
 	// by id/boot, so a restarted node's old sessions are known dead.
 	boot string

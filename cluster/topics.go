@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -254,15 +255,27 @@ func (n *Node) consumersOf(ctx context.Context, d *fsmpb.Destination) int {
 	return k
 }
 
-// dropSubscription deletes the non-durable subscription name, whose
-// consumer closed, in the background; if it fails, the meta leader's sweep
-// deletes it later (sweepSubscriptions).
-func (n *Node) dropSubscription(name string) {
+// dropDestination deletes, in the background, a non-durable subscription
+// whose consumer closed or a temporary queue whose connection ended; if it
+// cannot within a minute (no meta leader), the meta leader's sweeps do
+// once this node run is gone, or, for a subscription, has been idle.
+func (n *Node) dropDestination(name string) {
 	n.bg.Go(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := n.deleteDestination(ctx, name); err != nil && !errors.Is(err, transport.ErrUnknownDestination) {
-			n.log.Info("deleting a non-durable subscription whose consumer closed; the meta leader will", "subscription", name, "err", err)
+		for {
+			err := n.deleteDestination(ctx, name)
+			if err == nil || errors.Is(err, transport.ErrUnknownDestination) {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				n.log.Warn("deleting a destination whose consumer or connection ended", "destination", name, "err", err)
+				return
+			case <-n.stopped:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
 		}
 	})
 }
@@ -272,19 +285,25 @@ func (n *Node) dropSubscription(name string) {
 // consumer closed. A consumer re-created after a reconnect makes a new one.
 const subscriptionIdle = 30 * time.Second
 
-// subscriptionSweep is the meta leader's memory of idle non-durable
-// subscriptions.
-type subscriptionSweep struct {
+// leaderSweeps is the meta leader's memory of idle non-durable
+// subscriptions and of temporary queues whose node run looks gone.
+type leaderSweeps struct {
 	mu   sync.Mutex
 	last time.Time
 	idle map[string]time.Time // since when each has had no consumer
+	// orphaned: since when each temporary queue's node run has looked
+	// gone; a queue goes once it has for orphanGrace (a meta leader new
+	// in its term may not have heard of every node yet).
+	orphaned map[string]time.Time
 }
+
+const orphanGrace = 10 * time.Second
 
 // sweepSubscriptions deletes, on the meta leader, the non-durable
 // subscriptions that have had no consumer for subscriptionIdle. It looks
 // every few seconds.
 func (n *Node) sweepSubscriptions(ctx context.Context) {
-	sw := &n.subSweep
+	sw := &n.sweeps
 	sw.mu.Lock()
 	defer sw.mu.Unlock()
 	now := time.Now()
@@ -322,6 +341,68 @@ func (n *Node) sweepSubscriptions(ctx context.Context) {
 	for name := range sw.idle {
 		if !seen[name] {
 			delete(sw.idle, name)
+		}
+	}
+}
+
+// createTemporaryQueue makes a queue of one member for the connection conn
+// of this node's front-end; it goes when the connection ends (the
+// front-end deletes it) or this run of the node is gone (the meta leader's
+// sweep).
+func (n *Node) createTemporaryQueue(ctx context.Context, conn string) (string, error) {
+	name := "tmp." + conn + "." + newID(4)
+	if _, err := n.createDestinationOf(ctx, &clientpb.CreateDestinationRequest{Name: name, Members: 1}, n.owner()+"/"+conn); err != nil {
+		return "", err
+	}
+	return name, nil
+}
+
+// temporaryOwner is the connection (NODE/BOOT/CONNECTION) a temporary
+// queue lives as long as, "" for any other destination.
+func (n *Node) temporaryOwner(addr string) string {
+	name, _, _ := strings.Cut(addr, "#")
+	if d, ok := n.meta.Destination(name); ok {
+		return d.Temporary
+	}
+	return ""
+}
+
+// sweepTemporaryQueues deletes, on the meta leader, the temporary queues
+// of node runs that are gone.
+func (n *Node) sweepTemporaryQueues(ctx context.Context) {
+	sw := &n.sweeps
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	if sw.orphaned == nil {
+		sw.orphaned = make(map[string]time.Time)
+	}
+	seen := make(map[string]bool)
+	for _, d := range n.destinations() {
+		if d.Temporary == "" {
+			continue
+		}
+		node, rest, _ := strings.Cut(d.Temporary, "/")
+		boot, _, _ := strings.Cut(rest, "/")
+		if n.ownerLive(node + "/" + boot) {
+			continue
+		}
+		seen[d.Name] = true
+		since, ok := sw.orphaned[d.Name]
+		if !ok {
+			sw.orphaned[d.Name] = time.Now()
+		}
+		if !ok || time.Since(since) < orphanGrace {
+			continue
+		}
+		if err := n.deleteDestination(ctx, d.Name); err != nil {
+			n.log.Warn("deleting a temporary queue of a node run that is gone", "queue", d.Name, "err", err)
+			continue
+		}
+		n.log.Info("deleted a temporary queue: its connection's node run is gone", "queue", d.Name, "owner", d.Temporary)
+	}
+	for name := range sw.orphaned {
+		if !seen[name] {
+			delete(sw.orphaned, name)
 		}
 	}
 }

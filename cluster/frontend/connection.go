@@ -65,6 +65,9 @@ type connection struct {
 	closed    bool
 	// abandoned connections end without releasing their sessions (Crash).
 	abandoned bool
+	// temporary are the temporary queues the connection made, deleted when
+	// it ends.
+	temporary []string
 }
 
 type session struct {
@@ -107,7 +110,7 @@ func (k *consumer) detach(n Node) {
 		k.att.detach()
 	}
 	if k.subscription != "" {
-		n.DropSubscription(k.subscription)
+		n.DropDestination(k.subscription)
 		k.subscription = ""
 	}
 }
@@ -255,7 +258,15 @@ func (cs *Connections) end(c *connection) {
 		sessions[s.id] = membersOf(s)
 	}
 	for _, k := range c.consumers {
+		if c.abandoned {
+			k.subscription = "" // a crash deletes nothing: the sweeps do
+		}
 		k.detach(c.n)
+	}
+	if !c.abandoned {
+		for _, name := range c.temporary {
+			c.n.DropDestination(name)
+		}
 	}
 	// Closed, the connection pushes nothing more: what its outbox holds
 	// never reached the client.
@@ -436,6 +447,8 @@ func (c *connection) handle(f *clientpb.ClientFrame) {
 		c.txOutcome(f.RequestId, op.TxOutcome)
 	case *clientpb.ClientFrame_Send:
 		c.send(f.RequestId, op.Send)
+	case *clientpb.ClientFrame_CreateTemporaryQueue:
+		go c.createTemporaryQueue(f.RequestId)
 	case *clientpb.ClientFrame_Hello:
 		c.reply(f.RequestId, fmt.Errorf("%w: Hello was already sent", transport.ErrMalformed), nil)
 	default:

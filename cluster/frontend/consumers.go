@@ -43,6 +43,10 @@ func (c *connection) createConsumer(requestID uint64, op *clientpb.CreateConsume
 	if op.Subscribe != nil {
 		sel = nil // the subscription's selector chooses what it stores
 	}
+	if owner := c.n.TemporaryOwner(op.Destination); owner != "" && owner != c.n.Owner()+"/"+c.id {
+		c.reply(requestID, fmt.Errorf("%w: %s is another connection's temporary queue; only that connection consumes from it", transport.ErrInvalidArgument, op.Destination), nil)
+		return
+	}
 	c.mu.Lock()
 	s, err := c.session(op.Session)
 	switch {
@@ -78,7 +82,7 @@ func (c *connection) createConsumer(requestID uint64, op *clientpb.CreateConsume
 			}
 			delete(k.session.consumers, k.no)
 			if k.subscription != "" {
-				c.n.DropSubscription(k.subscription)
+				c.n.DropDestination(k.subscription)
 				k.subscription = ""
 			}
 			c.mu.Unlock()
@@ -87,6 +91,29 @@ func (c *connection) createConsumer(requestID uint64, op *clientpb.CreateConsume
 		}
 		c.reply(requestID, nil, &clientpb.Reply{Result: &clientpb.Reply_CreateConsumer{CreateConsumer: &clientpb.CreateConsumerResult{Member: k.member}}})
 	}()
+}
+
+// createTemporaryQueue makes a temporary queue that lives as long as the
+// connection.
+func (c *connection) createTemporaryQueue(requestID uint64) {
+	ctx, cancel := context.WithTimeout(c.ctx, 30*time.Second)
+	defer cancel()
+	name, err := c.n.CreateTemporaryQueue(ctx, c.id)
+	if err != nil {
+		c.reply(requestID, err, nil)
+		return
+	}
+	c.mu.Lock()
+	closed := c.closed
+	if !closed {
+		c.temporary = append(c.temporary, name)
+	}
+	c.mu.Unlock()
+	if closed {
+		c.n.DropDestination(name)
+		return
+	}
+	c.reply(requestID, nil, &clientpb.Reply{Result: &clientpb.Reply_TemporaryQueue{TemporaryQueue: &clientpb.TemporaryQueueResult{Name: name}}})
 }
 
 // subscribe finds or makes the consumer's subscription; a non-durable
@@ -104,7 +131,7 @@ func (c *connection) subscribe(k *consumer, op *clientpb.CreateConsumer) (string
 		closed := k.closed
 		c.mu.Unlock()
 		if closed {
-			c.n.DropSubscription(name)
+			c.n.DropDestination(name)
 			return "", fmt.Errorf("%w: consumer %d was closed while it was being created", transport.ErrUnknownSession, k.no)
 		}
 	}

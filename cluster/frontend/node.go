@@ -46,10 +46,16 @@ type Node interface {
 	PinConsumer(ctx context.Context, addr string) (string, error)
 	// Subscribe finds or makes the subscription to topic a consumer asks
 	// for and returns its name (TOPIC::ID) once it takes the topic's
-	// publishes; DropSubscription deletes a non-durable one whose consumer
-	// closed, in the background.
+	// publishes. DropDestination deletes, in the background, a destination
+	// whose life ended with its consumer's (a non-durable subscription) or
+	// its connection's (a temporary queue).
 	Subscribe(ctx context.Context, topic string, sub *clientpb.Subscribe, clientID, selector string) (string, error)
-	DropSubscription(name string)
+	DropDestination(name string)
+	// CreateTemporaryQueue makes a temporary queue for the connection of
+	// that id; TemporaryOwner names the connection (Owner()/id) a
+	// temporary queue belongs to, "" for any other destination.
+	CreateTemporaryQueue(ctx context.Context, conn string) (string, error)
+	TemporaryOwner(addr string) string
 	// MemberGroup is the Raft group of member name ("" if none): it
 	// changes when the member is renewed.
 	MemberGroup(name string) string

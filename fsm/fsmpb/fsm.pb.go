@@ -1902,7 +1902,10 @@ type Destination struct {
 	// to renew.
 	Spare bool `protobuf:"varint,17,opt,name=spare,proto3" json:"spare,omitempty"`
 	// subscription: set for kind SUBSCRIPTION.
-	Subscription  *Subscription `protobuf:"bytes,18,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	Subscription *Subscription `protobuf:"bytes,18,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	// temporary names the connection a temporary queue lives as long as:
+	// NODE/BOOT/CONNECTION, its front-end's run and its id ("": none).
+	Temporary     string `protobuf:"bytes,19,opt,name=temporary,proto3" json:"temporary,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2061,6 +2064,13 @@ func (x *Destination) GetSubscription() *Subscription {
 		return x.Subscription
 	}
 	return nil
+}
+
+func (x *Destination) GetTemporary() string {
+	if x != nil {
+		return x.Temporary
+	}
+	return ""
 }
 
 type CreateDestination struct {
@@ -3928,7 +3938,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05group\x18\x06 \x01(\tR\x05group\x12\x1a\n" +
 	"\brenewing\x18\a \x01(\bR\brenewing\x12*\n" +
 	"\x11first_delivery_id\x18\b \x01(\x04R\x0ffirstDeliveryId\x12\x19\n" +
-	"\brenew_on\x18\t \x01(\tR\arenewOn\"\xc3\x05\n" +
+	"\brenew_on\x18\t \x01(\tR\arenewOn\"\xe1\x05\n" +
 	"\vDestination\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1d.cairn.fsm.v1.DestinationKindR\x04kind\x12\x1a\n" +
@@ -3949,7 +3959,8 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x0fdedup_window_ns\x18\x0f \x01(\x03R\rdedupWindowNs\x12\"\n" +
 	"\rdedup_max_ids\x18\x10 \x01(\rR\vdedupMaxIds\x12\x14\n" +
 	"\x05spare\x18\x11 \x01(\bR\x05spare\x12>\n" +
-	"\fsubscription\x18\x12 \x01(\v2\x1a.cairn.fsm.v1.SubscriptionR\fsubscription\"P\n" +
+	"\fsubscription\x18\x12 \x01(\v2\x1a.cairn.fsm.v1.SubscriptionR\fsubscription\x12\x1c\n" +
+	"\ttemporary\x18\x13 \x01(\tR\ttemporary\"P\n" +
 	"\x11CreateDestination\x12;\n" +
 	"\vdestination\x18\x01 \x01(\v2\x19.cairn.fsm.v1.DestinationR\vdestination\"'\n" +
 	"\x11DeleteDestination\x12\x12\n" +

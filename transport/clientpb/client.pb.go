@@ -2458,6 +2458,7 @@ type ClientFrame struct {
 	//	*ClientFrame_Rollback
 	//	*ClientFrame_TxOutcome
 	//	*ClientFrame_Send
+	//	*ClientFrame_CreateTemporaryQueue
 	Op            isClientFrame_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2633,6 +2634,15 @@ func (x *ClientFrame) GetSend() *Send {
 	return nil
 }
 
+func (x *ClientFrame) GetCreateTemporaryQueue() *CreateTemporaryQueue {
+	if x != nil {
+		if x, ok := x.Op.(*ClientFrame_CreateTemporaryQueue); ok {
+			return x.CreateTemporaryQueue
+		}
+	}
+	return nil
+}
+
 type isClientFrame_Op interface {
 	isClientFrame_Op()
 }
@@ -2693,6 +2703,10 @@ type ClientFrame_Send struct {
 	Send *Send `protobuf:"bytes,23,opt,name=send,proto3,oneof"`
 }
 
+type ClientFrame_CreateTemporaryQueue struct {
+	CreateTemporaryQueue *CreateTemporaryQueue `protobuf:"bytes,24,opt,name=create_temporary_queue,json=createTemporaryQueue,proto3,oneof"`
+}
+
 func (*ClientFrame_Hello) isClientFrame_Op() {}
 
 func (*ClientFrame_OpenSession) isClientFrame_Op() {}
@@ -2721,6 +2735,92 @@ func (*ClientFrame_TxOutcome) isClientFrame_Op() {}
 
 func (*ClientFrame_Send) isClientFrame_Op() {}
 
+func (*ClientFrame_CreateTemporaryQueue) isClientFrame_Op() {}
+
+// CreateTemporaryQueue makes a queue of one member that lives as long as
+// the connection: anyone may send to it, only this connection consume
+// from it (JMS TemporaryQueue). The reply names it
+// (Reply.temporary_queue).
+type CreateTemporaryQueue struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateTemporaryQueue) Reset() {
+	*x = CreateTemporaryQueue{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateTemporaryQueue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateTemporaryQueue) ProtoMessage() {}
+
+func (x *CreateTemporaryQueue) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateTemporaryQueue.ProtoReflect.Descriptor instead.
+func (*CreateTemporaryQueue) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{35}
+}
+
+type TemporaryQueueResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TemporaryQueueResult) Reset() {
+	*x = TemporaryQueueResult{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TemporaryQueueResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TemporaryQueueResult) ProtoMessage() {}
+
+func (x *TemporaryQueueResult) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TemporaryQueueResult.ProtoReflect.Descriptor instead.
+func (*TemporaryQueueResult) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *TemporaryQueueResult) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
 // Send is the unary Send carried on the connection: the same request, the
 // same checks and the same answer (Reply.send), without a call of its own.
 // Clients use it only when the Hello answer gives max_frame_bytes, and only
@@ -2737,7 +2837,7 @@ type Send struct {
 
 func (x *Send) Reset() {
 	*x = Send{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[35]
+	mi := &file_transport_clientpb_client_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2749,7 +2849,7 @@ func (x *Send) String() string {
 func (*Send) ProtoMessage() {}
 
 func (x *Send) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[35]
+	mi := &file_transport_clientpb_client_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2762,7 +2862,7 @@ func (x *Send) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Send.ProtoReflect.Descriptor instead.
 func (*Send) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{35}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Send) GetRequest() *SendRequest {
@@ -2792,7 +2892,7 @@ type TxSend struct {
 
 func (x *TxSend) Reset() {
 	*x = TxSend{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[36]
+	mi := &file_transport_clientpb_client_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2804,7 +2904,7 @@ func (x *TxSend) String() string {
 func (*TxSend) ProtoMessage() {}
 
 func (x *TxSend) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[36]
+	mi := &file_transport_clientpb_client_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2817,7 +2917,7 @@ func (x *TxSend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxSend.ProtoReflect.Descriptor instead.
 func (*TxSend) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{36}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *TxSend) GetSession() uint64 {
@@ -2858,7 +2958,7 @@ type Commit struct {
 
 func (x *Commit) Reset() {
 	*x = Commit{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[37]
+	mi := &file_transport_clientpb_client_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2870,7 +2970,7 @@ func (x *Commit) String() string {
 func (*Commit) ProtoMessage() {}
 
 func (x *Commit) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[37]
+	mi := &file_transport_clientpb_client_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2883,7 +2983,7 @@ func (x *Commit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Commit.ProtoReflect.Descriptor instead.
 func (*Commit) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{37}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Commit) GetSession() uint64 {
@@ -2932,7 +3032,7 @@ type Rollback struct {
 
 func (x *Rollback) Reset() {
 	*x = Rollback{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[38]
+	mi := &file_transport_clientpb_client_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2944,7 +3044,7 @@ func (x *Rollback) String() string {
 func (*Rollback) ProtoMessage() {}
 
 func (x *Rollback) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[38]
+	mi := &file_transport_clientpb_client_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2957,7 +3057,7 @@ func (x *Rollback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rollback.ProtoReflect.Descriptor instead.
 func (*Rollback) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{38}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Rollback) GetSession() uint64 {
@@ -2979,7 +3079,7 @@ type TxOutcome struct {
 
 func (x *TxOutcome) Reset() {
 	*x = TxOutcome{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[39]
+	mi := &file_transport_clientpb_client_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2991,7 +3091,7 @@ func (x *TxOutcome) String() string {
 func (*TxOutcome) ProtoMessage() {}
 
 func (x *TxOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[39]
+	mi := &file_transport_clientpb_client_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3004,7 +3104,7 @@ func (x *TxOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxOutcome.ProtoReflect.Descriptor instead.
 func (*TxOutcome) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{39}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *TxOutcome) GetTx() string {
@@ -3030,7 +3130,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[40]
+	mi := &file_transport_clientpb_client_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3042,7 +3142,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[40]
+	mi := &file_transport_clientpb_client_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3055,7 +3155,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{40}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Hello) GetClientId() string {
@@ -3075,7 +3175,7 @@ type OpenSession struct {
 
 func (x *OpenSession) Reset() {
 	*x = OpenSession{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[41]
+	mi := &file_transport_clientpb_client_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3087,7 +3187,7 @@ func (x *OpenSession) String() string {
 func (*OpenSession) ProtoMessage() {}
 
 func (x *OpenSession) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[41]
+	mi := &file_transport_clientpb_client_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3100,7 +3200,7 @@ func (x *OpenSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSession.ProtoReflect.Descriptor instead.
 func (*OpenSession) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{41}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *OpenSession) GetSession() uint64 {
@@ -3126,7 +3226,7 @@ type CloseSession struct {
 
 func (x *CloseSession) Reset() {
 	*x = CloseSession{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[42]
+	mi := &file_transport_clientpb_client_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3138,7 +3238,7 @@ func (x *CloseSession) String() string {
 func (*CloseSession) ProtoMessage() {}
 
 func (x *CloseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[42]
+	mi := &file_transport_clientpb_client_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3151,7 +3251,7 @@ func (x *CloseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSession.ProtoReflect.Descriptor instead.
 func (*CloseSession) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{42}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CloseSession) GetSession() uint64 {
@@ -3183,7 +3283,7 @@ type CreateConsumer struct {
 
 func (x *CreateConsumer) Reset() {
 	*x = CreateConsumer{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[43]
+	mi := &file_transport_clientpb_client_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3195,7 +3295,7 @@ func (x *CreateConsumer) String() string {
 func (*CreateConsumer) ProtoMessage() {}
 
 func (x *CreateConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[43]
+	mi := &file_transport_clientpb_client_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3208,7 +3308,7 @@ func (x *CreateConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConsumer.ProtoReflect.Descriptor instead.
 func (*CreateConsumer) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{43}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CreateConsumer) GetSession() uint64 {
@@ -3268,7 +3368,7 @@ type Subscribe struct {
 
 func (x *Subscribe) Reset() {
 	*x = Subscribe{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[44]
+	mi := &file_transport_clientpb_client_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3280,7 +3380,7 @@ func (x *Subscribe) String() string {
 func (*Subscribe) ProtoMessage() {}
 
 func (x *Subscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[44]
+	mi := &file_transport_clientpb_client_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3293,7 +3393,7 @@ func (x *Subscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subscribe.ProtoReflect.Descriptor instead.
 func (*Subscribe) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{44}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Subscribe) GetName() string {
@@ -3329,7 +3429,7 @@ type CloseConsumer struct {
 
 func (x *CloseConsumer) Reset() {
 	*x = CloseConsumer{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[45]
+	mi := &file_transport_clientpb_client_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3341,7 +3441,7 @@ func (x *CloseConsumer) String() string {
 func (*CloseConsumer) ProtoMessage() {}
 
 func (x *CloseConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[45]
+	mi := &file_transport_clientpb_client_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3354,7 +3454,7 @@ func (x *CloseConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseConsumer.ProtoReflect.Descriptor instead.
 func (*CloseConsumer) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{45}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CloseConsumer) GetConsumer() uint64 {
@@ -3377,7 +3477,7 @@ type ReturnDeliveries struct {
 
 func (x *ReturnDeliveries) Reset() {
 	*x = ReturnDeliveries{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[46]
+	mi := &file_transport_clientpb_client_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3389,7 +3489,7 @@ func (x *ReturnDeliveries) String() string {
 func (*ReturnDeliveries) ProtoMessage() {}
 
 func (x *ReturnDeliveries) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[46]
+	mi := &file_transport_clientpb_client_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3402,7 +3502,7 @@ func (x *ReturnDeliveries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnDeliveries.ProtoReflect.Descriptor instead.
 func (*ReturnDeliveries) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{46}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ReturnDeliveries) GetSession() uint64 {
@@ -3432,7 +3532,7 @@ type Credit struct {
 
 func (x *Credit) Reset() {
 	*x = Credit{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[47]
+	mi := &file_transport_clientpb_client_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3444,7 +3544,7 @@ func (x *Credit) String() string {
 func (*Credit) ProtoMessage() {}
 
 func (x *Credit) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[47]
+	mi := &file_transport_clientpb_client_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3457,7 +3557,7 @@ func (x *Credit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credit.ProtoReflect.Descriptor instead.
 func (*Credit) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{47}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Credit) GetConsumer() uint64 {
@@ -3484,7 +3584,7 @@ type DeliveryRef struct {
 
 func (x *DeliveryRef) Reset() {
 	*x = DeliveryRef{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[48]
+	mi := &file_transport_clientpb_client_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3496,7 +3596,7 @@ func (x *DeliveryRef) String() string {
 func (*DeliveryRef) ProtoMessage() {}
 
 func (x *DeliveryRef) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[48]
+	mi := &file_transport_clientpb_client_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3509,7 +3609,7 @@ func (x *DeliveryRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliveryRef.ProtoReflect.Descriptor instead.
 func (*DeliveryRef) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{48}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *DeliveryRef) GetMember() string {
@@ -3536,7 +3636,7 @@ type Acknowledge struct {
 
 func (x *Acknowledge) Reset() {
 	*x = Acknowledge{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[49]
+	mi := &file_transport_clientpb_client_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3548,7 +3648,7 @@ func (x *Acknowledge) String() string {
 func (*Acknowledge) ProtoMessage() {}
 
 func (x *Acknowledge) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[49]
+	mi := &file_transport_clientpb_client_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3561,7 +3661,7 @@ func (x *Acknowledge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Acknowledge.ProtoReflect.Descriptor instead.
 func (*Acknowledge) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{49}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Acknowledge) GetSession() uint64 {
@@ -3587,7 +3687,7 @@ type RecoverSession struct {
 
 func (x *RecoverSession) Reset() {
 	*x = RecoverSession{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[50]
+	mi := &file_transport_clientpb_client_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3599,7 +3699,7 @@ func (x *RecoverSession) String() string {
 func (*RecoverSession) ProtoMessage() {}
 
 func (x *RecoverSession) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[50]
+	mi := &file_transport_clientpb_client_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3612,7 +3712,7 @@ func (x *RecoverSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverSession.ProtoReflect.Descriptor instead.
 func (*RecoverSession) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{50}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RecoverSession) GetSession() uint64 {
@@ -3638,7 +3738,7 @@ type ServerFrame struct {
 
 func (x *ServerFrame) Reset() {
 	*x = ServerFrame{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[51]
+	mi := &file_transport_clientpb_client_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3650,7 +3750,7 @@ func (x *ServerFrame) String() string {
 func (*ServerFrame) ProtoMessage() {}
 
 func (x *ServerFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[51]
+	mi := &file_transport_clientpb_client_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3663,7 +3763,7 @@ func (x *ServerFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerFrame.ProtoReflect.Descriptor instead.
 func (*ServerFrame) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{51}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ServerFrame) GetFrame() isServerFrame_Frame {
@@ -3768,7 +3868,7 @@ type Goodbye struct {
 
 func (x *Goodbye) Reset() {
 	*x = Goodbye{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[52]
+	mi := &file_transport_clientpb_client_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3780,7 +3880,7 @@ func (x *Goodbye) String() string {
 func (*Goodbye) ProtoMessage() {}
 
 func (x *Goodbye) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[52]
+	mi := &file_transport_clientpb_client_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3793,7 +3893,7 @@ func (x *Goodbye) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Goodbye.ProtoReflect.Descriptor instead.
 func (*Goodbye) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{52}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Goodbye) GetDestroyed() bool {
@@ -3818,7 +3918,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[53]
+	mi := &file_transport_clientpb_client_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3830,7 +3930,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[53]
+	mi := &file_transport_clientpb_client_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3843,7 +3943,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{53}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{55}
 }
 
 type Reply struct {
@@ -3859,6 +3959,7 @@ type Reply struct {
 	//	*Reply_TxSend
 	//	*Reply_Commit
 	//	*Reply_Send
+	//	*Reply_TemporaryQueue
 	Result        isReply_Result `protobuf_oneof:"result"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3866,7 +3967,7 @@ type Reply struct {
 
 func (x *Reply) Reset() {
 	*x = Reply{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[54]
+	mi := &file_transport_clientpb_client_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3878,7 +3979,7 @@ func (x *Reply) String() string {
 func (*Reply) ProtoMessage() {}
 
 func (x *Reply) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[54]
+	mi := &file_transport_clientpb_client_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3891,7 +3992,7 @@ func (x *Reply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reply.ProtoReflect.Descriptor instead.
 func (*Reply) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{54}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *Reply) GetRequestId() uint64 {
@@ -3978,6 +4079,15 @@ func (x *Reply) GetSend() *SendResponse {
 	return nil
 }
 
+func (x *Reply) GetTemporaryQueue() *TemporaryQueueResult {
+	if x != nil {
+		if x, ok := x.Result.(*Reply_TemporaryQueue); ok {
+			return x.TemporaryQueue
+		}
+	}
+	return nil
+}
+
 type isReply_Result interface {
 	isReply_Result()
 }
@@ -4010,6 +4120,10 @@ type Reply_Send struct {
 	Send *SendResponse `protobuf:"bytes,16,opt,name=send,proto3,oneof"`
 }
 
+type Reply_TemporaryQueue struct {
+	TemporaryQueue *TemporaryQueueResult `protobuf:"bytes,17,opt,name=temporary_queue,json=temporaryQueue,proto3,oneof"`
+}
+
 func (*Reply_Hello) isReply_Result() {}
 
 func (*Reply_CreateConsumer) isReply_Result() {}
@@ -4024,6 +4138,8 @@ func (*Reply_Commit) isReply_Result() {}
 
 func (*Reply_Send) isReply_Result() {}
 
+func (*Reply_TemporaryQueue) isReply_Result() {}
+
 type CommitResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Committed     bool                   `protobuf:"varint,1,opt,name=committed,proto3" json:"committed,omitempty"`
@@ -4033,7 +4149,7 @@ type CommitResult struct {
 
 func (x *CommitResult) Reset() {
 	*x = CommitResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[55]
+	mi := &file_transport_clientpb_client_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4045,7 +4161,7 @@ func (x *CommitResult) String() string {
 func (*CommitResult) ProtoMessage() {}
 
 func (x *CommitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[55]
+	mi := &file_transport_clientpb_client_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4058,7 +4174,7 @@ func (x *CommitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitResult.ProtoReflect.Descriptor instead.
 func (*CommitResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{55}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *CommitResult) GetCommitted() bool {
@@ -4088,7 +4204,7 @@ type HelloResult struct {
 
 func (x *HelloResult) Reset() {
 	*x = HelloResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[56]
+	mi := &file_transport_clientpb_client_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4100,7 +4216,7 @@ func (x *HelloResult) String() string {
 func (*HelloResult) ProtoMessage() {}
 
 func (x *HelloResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[56]
+	mi := &file_transport_clientpb_client_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4113,7 +4229,7 @@ func (x *HelloResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloResult.ProtoReflect.Descriptor instead.
 func (*HelloResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{56}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *HelloResult) GetConnectionId() string {
@@ -4154,7 +4270,7 @@ type CreateConsumerResult struct {
 
 func (x *CreateConsumerResult) Reset() {
 	*x = CreateConsumerResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[57]
+	mi := &file_transport_clientpb_client_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4166,7 +4282,7 @@ func (x *CreateConsumerResult) String() string {
 func (*CreateConsumerResult) ProtoMessage() {}
 
 func (x *CreateConsumerResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[57]
+	mi := &file_transport_clientpb_client_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4179,7 +4295,7 @@ func (x *CreateConsumerResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConsumerResult.ProtoReflect.Descriptor instead.
 func (*CreateConsumerResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{57}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *CreateConsumerResult) GetMember() string {
@@ -4201,7 +4317,7 @@ type Watermark struct {
 
 func (x *Watermark) Reset() {
 	*x = Watermark{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[58]
+	mi := &file_transport_clientpb_client_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4213,7 +4329,7 @@ func (x *Watermark) String() string {
 func (*Watermark) ProtoMessage() {}
 
 func (x *Watermark) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[58]
+	mi := &file_transport_clientpb_client_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4226,7 +4342,7 @@ func (x *Watermark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Watermark.ProtoReflect.Descriptor instead.
 func (*Watermark) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{58}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *Watermark) GetMember() string {
@@ -4252,7 +4368,7 @@ type RecoverResult struct {
 
 func (x *RecoverResult) Reset() {
 	*x = RecoverResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[59]
+	mi := &file_transport_clientpb_client_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4264,7 +4380,7 @@ func (x *RecoverResult) String() string {
 func (*RecoverResult) ProtoMessage() {}
 
 func (x *RecoverResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[59]
+	mi := &file_transport_clientpb_client_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4277,7 +4393,7 @@ func (x *RecoverResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResult.ProtoReflect.Descriptor instead.
 func (*RecoverResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{59}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RecoverResult) GetWatermarks() []*Watermark {
@@ -4297,7 +4413,7 @@ type AcknowledgeResult struct {
 
 func (x *AcknowledgeResult) Reset() {
 	*x = AcknowledgeResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[60]
+	mi := &file_transport_clientpb_client_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4309,7 +4425,7 @@ func (x *AcknowledgeResult) String() string {
 func (*AcknowledgeResult) ProtoMessage() {}
 
 func (x *AcknowledgeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[60]
+	mi := &file_transport_clientpb_client_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4322,7 +4438,7 @@ func (x *AcknowledgeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeResult.ProtoReflect.Descriptor instead.
 func (*AcknowledgeResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{60}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *AcknowledgeResult) GetRejected() []*DeliveryRef {
@@ -4355,7 +4471,7 @@ type Delivery struct {
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[61]
+	mi := &file_transport_clientpb_client_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4367,7 +4483,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[61]
+	mi := &file_transport_clientpb_client_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4380,7 +4496,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{61}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *Delivery) GetMember() string {
@@ -4498,7 +4614,7 @@ type Deliveries struct {
 
 func (x *Deliveries) Reset() {
 	*x = Deliveries{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[62]
+	mi := &file_transport_clientpb_client_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4510,7 +4626,7 @@ func (x *Deliveries) String() string {
 func (*Deliveries) ProtoMessage() {}
 
 func (x *Deliveries) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[62]
+	mi := &file_transport_clientpb_client_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4523,7 +4639,7 @@ func (x *Deliveries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deliveries.ProtoReflect.Descriptor instead.
 func (*Deliveries) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{62}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *Deliveries) GetConsumer() uint64 {
@@ -4550,7 +4666,7 @@ type ConsumerClosed struct {
 
 func (x *ConsumerClosed) Reset() {
 	*x = ConsumerClosed{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[63]
+	mi := &file_transport_clientpb_client_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4562,7 +4678,7 @@ func (x *ConsumerClosed) String() string {
 func (*ConsumerClosed) ProtoMessage() {}
 
 func (x *ConsumerClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[63]
+	mi := &file_transport_clientpb_client_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4575,7 +4691,7 @@ func (x *ConsumerClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerClosed.ProtoReflect.Descriptor instead.
 func (*ConsumerClosed) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{63}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ConsumerClosed) GetConsumer() uint64 {
@@ -4600,7 +4716,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[64]
+	mi := &file_transport_clientpb_client_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4612,7 +4728,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[64]
+	mi := &file_transport_clientpb_client_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4625,7 +4741,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{64}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{66}
 }
 
 type NodeStatus struct {
@@ -4653,7 +4769,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[65]
+	mi := &file_transport_clientpb_client_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4665,7 +4781,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[65]
+	mi := &file_transport_clientpb_client_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4678,7 +4794,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{65}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *NodeStatus) GetId() string {
@@ -4770,7 +4886,7 @@ type ReplicaStatus struct {
 
 func (x *ReplicaStatus) Reset() {
 	*x = ReplicaStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[66]
+	mi := &file_transport_clientpb_client_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4782,7 +4898,7 @@ func (x *ReplicaStatus) String() string {
 func (*ReplicaStatus) ProtoMessage() {}
 
 func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[66]
+	mi := &file_transport_clientpb_client_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4795,7 +4911,7 @@ func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStatus.ProtoReflect.Descriptor instead.
 func (*ReplicaStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{66}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ReplicaStatus) GetNode() string {
@@ -4856,7 +4972,7 @@ type GroupStatus struct {
 
 func (x *GroupStatus) Reset() {
 	*x = GroupStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[67]
+	mi := &file_transport_clientpb_client_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4868,7 +4984,7 @@ func (x *GroupStatus) String() string {
 func (*GroupStatus) ProtoMessage() {}
 
 func (x *GroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[67]
+	mi := &file_transport_clientpb_client_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4881,7 +4997,7 @@ func (x *GroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
 func (*GroupStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{67}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *GroupStatus) GetName() string {
@@ -4943,7 +5059,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[68]
+	mi := &file_transport_clientpb_client_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4955,7 +5071,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[68]
+	mi := &file_transport_clientpb_client_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4968,7 +5084,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{68}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ClusterStatusResponse) GetAnsweredBy() string {
@@ -5182,7 +5298,7 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\fSendResponse\x125\n" +
 	"\aresults\x18\x01 \x03(\v2\x1b.cairn.client.v1.SendResultR\aresults\x12\x1b\n" +
 	"\thost_addr\x18\x02 \x01(\tR\bhostAddr\x12\x1b\n" +
-	"\thost_node\x18\x03 \x01(\tR\bhostNode\"\x8e\a\n" +
+	"\thost_node\x18\x03 \x01(\tR\bhostNode\"\xed\a\n" +
 	"\vClientFrame\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12.\n" +
@@ -5201,8 +5317,12 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\brollback\x18\x15 \x01(\v2\x19.cairn.client.v1.RollbackH\x00R\brollback\x12;\n" +
 	"\n" +
 	"tx_outcome\x18\x16 \x01(\v2\x1a.cairn.client.v1.TxOutcomeH\x00R\ttxOutcome\x12+\n" +
-	"\x04send\x18\x17 \x01(\v2\x15.cairn.client.v1.SendH\x00R\x04sendB\x04\n" +
-	"\x02op\"]\n" +
+	"\x04send\x18\x17 \x01(\v2\x15.cairn.client.v1.SendH\x00R\x04send\x12]\n" +
+	"\x16create_temporary_queue\x18\x18 \x01(\v2%.cairn.client.v1.CreateTemporaryQueueH\x00R\x14createTemporaryQueueB\x04\n" +
+	"\x02op\"\x16\n" +
+	"\x14CreateTemporaryQueue\"*\n" +
+	"\x14TemporaryQueueResult\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"]\n" +
 	"\x04Send\x126\n" +
 	"\arequest\x18\x01 \x01(\v2\x1c.cairn.client.v1.SendRequestR\arequest\x12\x1d\n" +
 	"\n" +
@@ -5275,7 +5395,7 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\aGoodbye\x12\x1c\n" +
 	"\tdestroyed\x18\x01 \x01(\bR\tdestroyed\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\v\n" +
-	"\tHeartbeat\"\x92\x04\n" +
+	"\tHeartbeat\"\xe4\x04\n" +
 	"\x05Reply\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12,\n" +
@@ -5287,7 +5407,8 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\vacknowledge\x18\r \x01(\v2\".cairn.client.v1.AcknowledgeResultH\x00R\vacknowledge\x128\n" +
 	"\atx_send\x18\x0e \x01(\v2\x1d.cairn.client.v1.SendResponseH\x00R\x06txSend\x127\n" +
 	"\x06commit\x18\x0f \x01(\v2\x1d.cairn.client.v1.CommitResultH\x00R\x06commit\x123\n" +
-	"\x04send\x18\x10 \x01(\v2\x1d.cairn.client.v1.SendResponseH\x00R\x04sendB\b\n" +
+	"\x04send\x18\x10 \x01(\v2\x1d.cairn.client.v1.SendResponseH\x00R\x04send\x12P\n" +
+	"\x0ftemporary_queue\x18\x11 \x01(\v2%.cairn.client.v1.TemporaryQueueResultH\x00R\x0etemporaryQueueB\b\n" +
 	"\x06result\",\n" +
 	"\fCommitResult\x12\x1c\n" +
 	"\tcommitted\x18\x01 \x01(\bR\tcommitted\"\x96\x01\n" +
@@ -5424,7 +5545,7 @@ func file_transport_clientpb_client_proto_rawDescGZIP() []byte {
 }
 
 var file_transport_clientpb_client_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_transport_clientpb_client_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
+var file_transport_clientpb_client_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
 var file_transport_clientpb_client_proto_goTypes = []any{
 	(DestinationKind)(0),               // 0: cairn.client.v1.DestinationKind
 	(AckMode)(0),                       // 1: cairn.client.v1.AckMode
@@ -5463,141 +5584,145 @@ var file_transport_clientpb_client_proto_goTypes = []any{
 	(*SendResult)(nil),                 // 34: cairn.client.v1.SendResult
 	(*SendResponse)(nil),               // 35: cairn.client.v1.SendResponse
 	(*ClientFrame)(nil),                // 36: cairn.client.v1.ClientFrame
-	(*Send)(nil),                       // 37: cairn.client.v1.Send
-	(*TxSend)(nil),                     // 38: cairn.client.v1.TxSend
-	(*Commit)(nil),                     // 39: cairn.client.v1.Commit
-	(*Rollback)(nil),                   // 40: cairn.client.v1.Rollback
-	(*TxOutcome)(nil),                  // 41: cairn.client.v1.TxOutcome
-	(*Hello)(nil),                      // 42: cairn.client.v1.Hello
-	(*OpenSession)(nil),                // 43: cairn.client.v1.OpenSession
-	(*CloseSession)(nil),               // 44: cairn.client.v1.CloseSession
-	(*CreateConsumer)(nil),             // 45: cairn.client.v1.CreateConsumer
-	(*Subscribe)(nil),                  // 46: cairn.client.v1.Subscribe
-	(*CloseConsumer)(nil),              // 47: cairn.client.v1.CloseConsumer
-	(*ReturnDeliveries)(nil),           // 48: cairn.client.v1.ReturnDeliveries
-	(*Credit)(nil),                     // 49: cairn.client.v1.Credit
-	(*DeliveryRef)(nil),                // 50: cairn.client.v1.DeliveryRef
-	(*Acknowledge)(nil),                // 51: cairn.client.v1.Acknowledge
-	(*RecoverSession)(nil),             // 52: cairn.client.v1.RecoverSession
-	(*ServerFrame)(nil),                // 53: cairn.client.v1.ServerFrame
-	(*Goodbye)(nil),                    // 54: cairn.client.v1.Goodbye
-	(*Heartbeat)(nil),                  // 55: cairn.client.v1.Heartbeat
-	(*Reply)(nil),                      // 56: cairn.client.v1.Reply
-	(*CommitResult)(nil),               // 57: cairn.client.v1.CommitResult
-	(*HelloResult)(nil),                // 58: cairn.client.v1.HelloResult
-	(*CreateConsumerResult)(nil),       // 59: cairn.client.v1.CreateConsumerResult
-	(*Watermark)(nil),                  // 60: cairn.client.v1.Watermark
-	(*RecoverResult)(nil),              // 61: cairn.client.v1.RecoverResult
-	(*AcknowledgeResult)(nil),          // 62: cairn.client.v1.AcknowledgeResult
-	(*Delivery)(nil),                   // 63: cairn.client.v1.Delivery
-	(*Deliveries)(nil),                 // 64: cairn.client.v1.Deliveries
-	(*ConsumerClosed)(nil),             // 65: cairn.client.v1.ConsumerClosed
-	(*ClusterStatusRequest)(nil),       // 66: cairn.client.v1.ClusterStatusRequest
-	(*NodeStatus)(nil),                 // 67: cairn.client.v1.NodeStatus
-	(*ReplicaStatus)(nil),              // 68: cairn.client.v1.ReplicaStatus
-	(*GroupStatus)(nil),                // 69: cairn.client.v1.GroupStatus
-	(*ClusterStatusResponse)(nil),      // 70: cairn.client.v1.ClusterStatusResponse
-	nil,                                // 71: cairn.client.v1.Message.PropertiesEntry
-	nil,                                // 72: cairn.client.v1.Message.TypedPropertiesEntry
-	nil,                                // 73: cairn.client.v1.Delivery.PropertiesEntry
-	nil,                                // 74: cairn.client.v1.Delivery.TypedPropertiesEntry
+	(*CreateTemporaryQueue)(nil),       // 37: cairn.client.v1.CreateTemporaryQueue
+	(*TemporaryQueueResult)(nil),       // 38: cairn.client.v1.TemporaryQueueResult
+	(*Send)(nil),                       // 39: cairn.client.v1.Send
+	(*TxSend)(nil),                     // 40: cairn.client.v1.TxSend
+	(*Commit)(nil),                     // 41: cairn.client.v1.Commit
+	(*Rollback)(nil),                   // 42: cairn.client.v1.Rollback
+	(*TxOutcome)(nil),                  // 43: cairn.client.v1.TxOutcome
+	(*Hello)(nil),                      // 44: cairn.client.v1.Hello
+	(*OpenSession)(nil),                // 45: cairn.client.v1.OpenSession
+	(*CloseSession)(nil),               // 46: cairn.client.v1.CloseSession
+	(*CreateConsumer)(nil),             // 47: cairn.client.v1.CreateConsumer
+	(*Subscribe)(nil),                  // 48: cairn.client.v1.Subscribe
+	(*CloseConsumer)(nil),              // 49: cairn.client.v1.CloseConsumer
+	(*ReturnDeliveries)(nil),           // 50: cairn.client.v1.ReturnDeliveries
+	(*Credit)(nil),                     // 51: cairn.client.v1.Credit
+	(*DeliveryRef)(nil),                // 52: cairn.client.v1.DeliveryRef
+	(*Acknowledge)(nil),                // 53: cairn.client.v1.Acknowledge
+	(*RecoverSession)(nil),             // 54: cairn.client.v1.RecoverSession
+	(*ServerFrame)(nil),                // 55: cairn.client.v1.ServerFrame
+	(*Goodbye)(nil),                    // 56: cairn.client.v1.Goodbye
+	(*Heartbeat)(nil),                  // 57: cairn.client.v1.Heartbeat
+	(*Reply)(nil),                      // 58: cairn.client.v1.Reply
+	(*CommitResult)(nil),               // 59: cairn.client.v1.CommitResult
+	(*HelloResult)(nil),                // 60: cairn.client.v1.HelloResult
+	(*CreateConsumerResult)(nil),       // 61: cairn.client.v1.CreateConsumerResult
+	(*Watermark)(nil),                  // 62: cairn.client.v1.Watermark
+	(*RecoverResult)(nil),              // 63: cairn.client.v1.RecoverResult
+	(*AcknowledgeResult)(nil),          // 64: cairn.client.v1.AcknowledgeResult
+	(*Delivery)(nil),                   // 65: cairn.client.v1.Delivery
+	(*Deliveries)(nil),                 // 66: cairn.client.v1.Deliveries
+	(*ConsumerClosed)(nil),             // 67: cairn.client.v1.ConsumerClosed
+	(*ClusterStatusRequest)(nil),       // 68: cairn.client.v1.ClusterStatusRequest
+	(*NodeStatus)(nil),                 // 69: cairn.client.v1.NodeStatus
+	(*ReplicaStatus)(nil),              // 70: cairn.client.v1.ReplicaStatus
+	(*GroupStatus)(nil),                // 71: cairn.client.v1.GroupStatus
+	(*ClusterStatusResponse)(nil),      // 72: cairn.client.v1.ClusterStatusResponse
+	nil,                                // 73: cairn.client.v1.Message.PropertiesEntry
+	nil,                                // 74: cairn.client.v1.Message.TypedPropertiesEntry
+	nil,                                // 75: cairn.client.v1.Delivery.PropertiesEntry
+	nil,                                // 76: cairn.client.v1.Delivery.TypedPropertiesEntry
 }
 var file_transport_clientpb_client_proto_depIdxs = []int32{
 	3,  // 0: cairn.client.v1.ListConnectionsResponse.connections:type_name -> cairn.client.v1.ConnectionInfo
 	12, // 1: cairn.client.v1.RebalanceResponse.moves:type_name -> cairn.client.v1.PlacementMove
 	0,  // 2: cairn.client.v1.CreateDestinationRequest.kind:type_name -> cairn.client.v1.DestinationKind
 	30, // 3: cairn.client.v1.ListDestinationsResponse.destinations:type_name -> cairn.client.v1.DestinationInfo
-	63, // 4: cairn.client.v1.BrowseDestinationResponse.messages:type_name -> cairn.client.v1.Delivery
+	65, // 4: cairn.client.v1.BrowseDestinationResponse.messages:type_name -> cairn.client.v1.Delivery
 	0,  // 5: cairn.client.v1.DestinationInfo.kind:type_name -> cairn.client.v1.DestinationKind
 	26, // 6: cairn.client.v1.DestinationInfo.members:type_name -> cairn.client.v1.MemberInfo
 	30, // 7: cairn.client.v1.DestinationInfo.subscriptions:type_name -> cairn.client.v1.DestinationInfo
 	27, // 8: cairn.client.v1.DestinationInfo.subscription:type_name -> cairn.client.v1.SubscriptionInfo
-	71, // 9: cairn.client.v1.Message.properties:type_name -> cairn.client.v1.Message.PropertiesEntry
-	72, // 10: cairn.client.v1.Message.typed_properties:type_name -> cairn.client.v1.Message.TypedPropertiesEntry
+	73, // 9: cairn.client.v1.Message.properties:type_name -> cairn.client.v1.Message.PropertiesEntry
+	74, // 10: cairn.client.v1.Message.typed_properties:type_name -> cairn.client.v1.Message.TypedPropertiesEntry
 	31, // 11: cairn.client.v1.SendRequest.messages:type_name -> cairn.client.v1.Message
 	34, // 12: cairn.client.v1.SendResponse.results:type_name -> cairn.client.v1.SendResult
-	42, // 13: cairn.client.v1.ClientFrame.hello:type_name -> cairn.client.v1.Hello
-	43, // 14: cairn.client.v1.ClientFrame.open_session:type_name -> cairn.client.v1.OpenSession
-	44, // 15: cairn.client.v1.ClientFrame.close_session:type_name -> cairn.client.v1.CloseSession
-	45, // 16: cairn.client.v1.ClientFrame.create_consumer:type_name -> cairn.client.v1.CreateConsumer
-	47, // 17: cairn.client.v1.ClientFrame.close_consumer:type_name -> cairn.client.v1.CloseConsumer
-	49, // 18: cairn.client.v1.ClientFrame.credit:type_name -> cairn.client.v1.Credit
-	51, // 19: cairn.client.v1.ClientFrame.acknowledge:type_name -> cairn.client.v1.Acknowledge
-	52, // 20: cairn.client.v1.ClientFrame.recover:type_name -> cairn.client.v1.RecoverSession
-	48, // 21: cairn.client.v1.ClientFrame.return_deliveries:type_name -> cairn.client.v1.ReturnDeliveries
-	38, // 22: cairn.client.v1.ClientFrame.tx_send:type_name -> cairn.client.v1.TxSend
-	39, // 23: cairn.client.v1.ClientFrame.commit:type_name -> cairn.client.v1.Commit
-	40, // 24: cairn.client.v1.ClientFrame.rollback:type_name -> cairn.client.v1.Rollback
-	41, // 25: cairn.client.v1.ClientFrame.tx_outcome:type_name -> cairn.client.v1.TxOutcome
-	37, // 26: cairn.client.v1.ClientFrame.send:type_name -> cairn.client.v1.Send
-	33, // 27: cairn.client.v1.Send.request:type_name -> cairn.client.v1.SendRequest
-	33, // 28: cairn.client.v1.TxSend.send:type_name -> cairn.client.v1.SendRequest
-	50, // 29: cairn.client.v1.Commit.deliveries:type_name -> cairn.client.v1.DeliveryRef
-	1,  // 30: cairn.client.v1.OpenSession.ack_mode:type_name -> cairn.client.v1.AckMode
-	46, // 31: cairn.client.v1.CreateConsumer.subscribe:type_name -> cairn.client.v1.Subscribe
-	50, // 32: cairn.client.v1.ReturnDeliveries.deliveries:type_name -> cairn.client.v1.DeliveryRef
-	50, // 33: cairn.client.v1.Acknowledge.deliveries:type_name -> cairn.client.v1.DeliveryRef
-	56, // 34: cairn.client.v1.ServerFrame.reply:type_name -> cairn.client.v1.Reply
-	64, // 35: cairn.client.v1.ServerFrame.deliveries:type_name -> cairn.client.v1.Deliveries
-	65, // 36: cairn.client.v1.ServerFrame.consumer_closed:type_name -> cairn.client.v1.ConsumerClosed
-	55, // 37: cairn.client.v1.ServerFrame.heartbeat:type_name -> cairn.client.v1.Heartbeat
-	54, // 38: cairn.client.v1.ServerFrame.goodbye:type_name -> cairn.client.v1.Goodbye
-	14, // 39: cairn.client.v1.Reply.error:type_name -> cairn.client.v1.Error
-	58, // 40: cairn.client.v1.Reply.hello:type_name -> cairn.client.v1.HelloResult
-	59, // 41: cairn.client.v1.Reply.create_consumer:type_name -> cairn.client.v1.CreateConsumerResult
-	61, // 42: cairn.client.v1.Reply.recover:type_name -> cairn.client.v1.RecoverResult
-	62, // 43: cairn.client.v1.Reply.acknowledge:type_name -> cairn.client.v1.AcknowledgeResult
-	35, // 44: cairn.client.v1.Reply.tx_send:type_name -> cairn.client.v1.SendResponse
-	57, // 45: cairn.client.v1.Reply.commit:type_name -> cairn.client.v1.CommitResult
-	35, // 46: cairn.client.v1.Reply.send:type_name -> cairn.client.v1.SendResponse
-	60, // 47: cairn.client.v1.RecoverResult.watermarks:type_name -> cairn.client.v1.Watermark
-	50, // 48: cairn.client.v1.AcknowledgeResult.rejected:type_name -> cairn.client.v1.DeliveryRef
-	73, // 49: cairn.client.v1.Delivery.properties:type_name -> cairn.client.v1.Delivery.PropertiesEntry
-	74, // 50: cairn.client.v1.Delivery.typed_properties:type_name -> cairn.client.v1.Delivery.TypedPropertiesEntry
-	63, // 51: cairn.client.v1.Deliveries.messages:type_name -> cairn.client.v1.Delivery
-	14, // 52: cairn.client.v1.ConsumerClosed.error:type_name -> cairn.client.v1.Error
-	68, // 53: cairn.client.v1.GroupStatus.replicas:type_name -> cairn.client.v1.ReplicaStatus
-	67, // 54: cairn.client.v1.ClusterStatusResponse.nodes:type_name -> cairn.client.v1.NodeStatus
-	69, // 55: cairn.client.v1.ClusterStatusResponse.groups:type_name -> cairn.client.v1.GroupStatus
-	32, // 56: cairn.client.v1.Message.TypedPropertiesEntry.value:type_name -> cairn.client.v1.PropertyValue
-	32, // 57: cairn.client.v1.Delivery.TypedPropertiesEntry.value:type_name -> cairn.client.v1.PropertyValue
-	15, // 58: cairn.client.v1.ClientService.CreateDestination:input_type -> cairn.client.v1.CreateDestinationRequest
-	17, // 59: cairn.client.v1.ClientService.DeleteDestination:input_type -> cairn.client.v1.DeleteDestinationRequest
-	19, // 60: cairn.client.v1.ClientService.ListDestinations:input_type -> cairn.client.v1.ListDestinationsRequest
-	21, // 61: cairn.client.v1.ClientService.ShowDestination:input_type -> cairn.client.v1.ShowDestinationRequest
-	22, // 62: cairn.client.v1.ClientService.PurgeDestination:input_type -> cairn.client.v1.PurgeDestinationRequest
-	24, // 63: cairn.client.v1.ClientService.BrowseDestination:input_type -> cairn.client.v1.BrowseDestinationRequest
-	28, // 64: cairn.client.v1.ClientService.DeleteSubscription:input_type -> cairn.client.v1.DeleteSubscriptionRequest
-	16, // 65: cairn.client.v1.ClientService.UpdateDestination:input_type -> cairn.client.v1.UpdateDestinationRequest
-	33, // 66: cairn.client.v1.ClientService.Send:input_type -> cairn.client.v1.SendRequest
-	36, // 67: cairn.client.v1.ClientService.Connect:input_type -> cairn.client.v1.ClientFrame
-	66, // 68: cairn.client.v1.ClientService.ClusterStatus:input_type -> cairn.client.v1.ClusterStatusRequest
-	7,  // 69: cairn.client.v1.ClientService.RemoveNode:input_type -> cairn.client.v1.RemoveNodeRequest
-	9,  // 70: cairn.client.v1.ClientService.LeaveNode:input_type -> cairn.client.v1.LeaveNodeRequest
-	11, // 71: cairn.client.v1.ClientService.Rebalance:input_type -> cairn.client.v1.RebalanceRequest
-	2,  // 72: cairn.client.v1.ClientService.ListConnections:input_type -> cairn.client.v1.ListConnectionsRequest
-	5,  // 73: cairn.client.v1.ClientService.DestroyConnection:input_type -> cairn.client.v1.DestroyConnectionRequest
-	30, // 74: cairn.client.v1.ClientService.CreateDestination:output_type -> cairn.client.v1.DestinationInfo
-	18, // 75: cairn.client.v1.ClientService.DeleteDestination:output_type -> cairn.client.v1.DeleteDestinationResponse
-	20, // 76: cairn.client.v1.ClientService.ListDestinations:output_type -> cairn.client.v1.ListDestinationsResponse
-	30, // 77: cairn.client.v1.ClientService.ShowDestination:output_type -> cairn.client.v1.DestinationInfo
-	23, // 78: cairn.client.v1.ClientService.PurgeDestination:output_type -> cairn.client.v1.PurgeDestinationResponse
-	25, // 79: cairn.client.v1.ClientService.BrowseDestination:output_type -> cairn.client.v1.BrowseDestinationResponse
-	29, // 80: cairn.client.v1.ClientService.DeleteSubscription:output_type -> cairn.client.v1.DeleteSubscriptionResponse
-	30, // 81: cairn.client.v1.ClientService.UpdateDestination:output_type -> cairn.client.v1.DestinationInfo
-	35, // 82: cairn.client.v1.ClientService.Send:output_type -> cairn.client.v1.SendResponse
-	53, // 83: cairn.client.v1.ClientService.Connect:output_type -> cairn.client.v1.ServerFrame
-	70, // 84: cairn.client.v1.ClientService.ClusterStatus:output_type -> cairn.client.v1.ClusterStatusResponse
-	8,  // 85: cairn.client.v1.ClientService.RemoveNode:output_type -> cairn.client.v1.RemoveNodeResponse
-	10, // 86: cairn.client.v1.ClientService.LeaveNode:output_type -> cairn.client.v1.LeaveNodeResponse
-	13, // 87: cairn.client.v1.ClientService.Rebalance:output_type -> cairn.client.v1.RebalanceResponse
-	4,  // 88: cairn.client.v1.ClientService.ListConnections:output_type -> cairn.client.v1.ListConnectionsResponse
-	6,  // 89: cairn.client.v1.ClientService.DestroyConnection:output_type -> cairn.client.v1.DestroyConnectionResponse
-	74, // [74:90] is the sub-list for method output_type
-	58, // [58:74] is the sub-list for method input_type
-	58, // [58:58] is the sub-list for extension type_name
-	58, // [58:58] is the sub-list for extension extendee
-	0,  // [0:58] is the sub-list for field type_name
+	44, // 13: cairn.client.v1.ClientFrame.hello:type_name -> cairn.client.v1.Hello
+	45, // 14: cairn.client.v1.ClientFrame.open_session:type_name -> cairn.client.v1.OpenSession
+	46, // 15: cairn.client.v1.ClientFrame.close_session:type_name -> cairn.client.v1.CloseSession
+	47, // 16: cairn.client.v1.ClientFrame.create_consumer:type_name -> cairn.client.v1.CreateConsumer
+	49, // 17: cairn.client.v1.ClientFrame.close_consumer:type_name -> cairn.client.v1.CloseConsumer
+	51, // 18: cairn.client.v1.ClientFrame.credit:type_name -> cairn.client.v1.Credit
+	53, // 19: cairn.client.v1.ClientFrame.acknowledge:type_name -> cairn.client.v1.Acknowledge
+	54, // 20: cairn.client.v1.ClientFrame.recover:type_name -> cairn.client.v1.RecoverSession
+	50, // 21: cairn.client.v1.ClientFrame.return_deliveries:type_name -> cairn.client.v1.ReturnDeliveries
+	40, // 22: cairn.client.v1.ClientFrame.tx_send:type_name -> cairn.client.v1.TxSend
+	41, // 23: cairn.client.v1.ClientFrame.commit:type_name -> cairn.client.v1.Commit
+	42, // 24: cairn.client.v1.ClientFrame.rollback:type_name -> cairn.client.v1.Rollback
+	43, // 25: cairn.client.v1.ClientFrame.tx_outcome:type_name -> cairn.client.v1.TxOutcome
+	39, // 26: cairn.client.v1.ClientFrame.send:type_name -> cairn.client.v1.Send
+	37, // 27: cairn.client.v1.ClientFrame.create_temporary_queue:type_name -> cairn.client.v1.CreateTemporaryQueue
+	33, // 28: cairn.client.v1.Send.request:type_name -> cairn.client.v1.SendRequest
+	33, // 29: cairn.client.v1.TxSend.send:type_name -> cairn.client.v1.SendRequest
+	52, // 30: cairn.client.v1.Commit.deliveries:type_name -> cairn.client.v1.DeliveryRef
+	1,  // 31: cairn.client.v1.OpenSession.ack_mode:type_name -> cairn.client.v1.AckMode
+	48, // 32: cairn.client.v1.CreateConsumer.subscribe:type_name -> cairn.client.v1.Subscribe
+	52, // 33: cairn.client.v1.ReturnDeliveries.deliveries:type_name -> cairn.client.v1.DeliveryRef
+	52, // 34: cairn.client.v1.Acknowledge.deliveries:type_name -> cairn.client.v1.DeliveryRef
+	58, // 35: cairn.client.v1.ServerFrame.reply:type_name -> cairn.client.v1.Reply
+	66, // 36: cairn.client.v1.ServerFrame.deliveries:type_name -> cairn.client.v1.Deliveries
+	67, // 37: cairn.client.v1.ServerFrame.consumer_closed:type_name -> cairn.client.v1.ConsumerClosed
+	57, // 38: cairn.client.v1.ServerFrame.heartbeat:type_name -> cairn.client.v1.Heartbeat
+	56, // 39: cairn.client.v1.ServerFrame.goodbye:type_name -> cairn.client.v1.Goodbye
+	14, // 40: cairn.client.v1.Reply.error:type_name -> cairn.client.v1.Error
+	60, // 41: cairn.client.v1.Reply.hello:type_name -> cairn.client.v1.HelloResult
+	61, // 42: cairn.client.v1.Reply.create_consumer:type_name -> cairn.client.v1.CreateConsumerResult
+	63, // 43: cairn.client.v1.Reply.recover:type_name -> cairn.client.v1.RecoverResult
+	64, // 44: cairn.client.v1.Reply.acknowledge:type_name -> cairn.client.v1.AcknowledgeResult
+	35, // 45: cairn.client.v1.Reply.tx_send:type_name -> cairn.client.v1.SendResponse
+	59, // 46: cairn.client.v1.Reply.commit:type_name -> cairn.client.v1.CommitResult
+	35, // 47: cairn.client.v1.Reply.send:type_name -> cairn.client.v1.SendResponse
+	38, // 48: cairn.client.v1.Reply.temporary_queue:type_name -> cairn.client.v1.TemporaryQueueResult
+	62, // 49: cairn.client.v1.RecoverResult.watermarks:type_name -> cairn.client.v1.Watermark
+	52, // 50: cairn.client.v1.AcknowledgeResult.rejected:type_name -> cairn.client.v1.DeliveryRef
+	75, // 51: cairn.client.v1.Delivery.properties:type_name -> cairn.client.v1.Delivery.PropertiesEntry
+	76, // 52: cairn.client.v1.Delivery.typed_properties:type_name -> cairn.client.v1.Delivery.TypedPropertiesEntry
+	65, // 53: cairn.client.v1.Deliveries.messages:type_name -> cairn.client.v1.Delivery
+	14, // 54: cairn.client.v1.ConsumerClosed.error:type_name -> cairn.client.v1.Error
+	70, // 55: cairn.client.v1.GroupStatus.replicas:type_name -> cairn.client.v1.ReplicaStatus
+	69, // 56: cairn.client.v1.ClusterStatusResponse.nodes:type_name -> cairn.client.v1.NodeStatus
+	71, // 57: cairn.client.v1.ClusterStatusResponse.groups:type_name -> cairn.client.v1.GroupStatus
+	32, // 58: cairn.client.v1.Message.TypedPropertiesEntry.value:type_name -> cairn.client.v1.PropertyValue
+	32, // 59: cairn.client.v1.Delivery.TypedPropertiesEntry.value:type_name -> cairn.client.v1.PropertyValue
+	15, // 60: cairn.client.v1.ClientService.CreateDestination:input_type -> cairn.client.v1.CreateDestinationRequest
+	17, // 61: cairn.client.v1.ClientService.DeleteDestination:input_type -> cairn.client.v1.DeleteDestinationRequest
+	19, // 62: cairn.client.v1.ClientService.ListDestinations:input_type -> cairn.client.v1.ListDestinationsRequest
+	21, // 63: cairn.client.v1.ClientService.ShowDestination:input_type -> cairn.client.v1.ShowDestinationRequest
+	22, // 64: cairn.client.v1.ClientService.PurgeDestination:input_type -> cairn.client.v1.PurgeDestinationRequest
+	24, // 65: cairn.client.v1.ClientService.BrowseDestination:input_type -> cairn.client.v1.BrowseDestinationRequest
+	28, // 66: cairn.client.v1.ClientService.DeleteSubscription:input_type -> cairn.client.v1.DeleteSubscriptionRequest
+	16, // 67: cairn.client.v1.ClientService.UpdateDestination:input_type -> cairn.client.v1.UpdateDestinationRequest
+	33, // 68: cairn.client.v1.ClientService.Send:input_type -> cairn.client.v1.SendRequest
+	36, // 69: cairn.client.v1.ClientService.Connect:input_type -> cairn.client.v1.ClientFrame
+	68, // 70: cairn.client.v1.ClientService.ClusterStatus:input_type -> cairn.client.v1.ClusterStatusRequest
+	7,  // 71: cairn.client.v1.ClientService.RemoveNode:input_type -> cairn.client.v1.RemoveNodeRequest
+	9,  // 72: cairn.client.v1.ClientService.LeaveNode:input_type -> cairn.client.v1.LeaveNodeRequest
+	11, // 73: cairn.client.v1.ClientService.Rebalance:input_type -> cairn.client.v1.RebalanceRequest
+	2,  // 74: cairn.client.v1.ClientService.ListConnections:input_type -> cairn.client.v1.ListConnectionsRequest
+	5,  // 75: cairn.client.v1.ClientService.DestroyConnection:input_type -> cairn.client.v1.DestroyConnectionRequest
+	30, // 76: cairn.client.v1.ClientService.CreateDestination:output_type -> cairn.client.v1.DestinationInfo
+	18, // 77: cairn.client.v1.ClientService.DeleteDestination:output_type -> cairn.client.v1.DeleteDestinationResponse
+	20, // 78: cairn.client.v1.ClientService.ListDestinations:output_type -> cairn.client.v1.ListDestinationsResponse
+	30, // 79: cairn.client.v1.ClientService.ShowDestination:output_type -> cairn.client.v1.DestinationInfo
+	23, // 80: cairn.client.v1.ClientService.PurgeDestination:output_type -> cairn.client.v1.PurgeDestinationResponse
+	25, // 81: cairn.client.v1.ClientService.BrowseDestination:output_type -> cairn.client.v1.BrowseDestinationResponse
+	29, // 82: cairn.client.v1.ClientService.DeleteSubscription:output_type -> cairn.client.v1.DeleteSubscriptionResponse
+	30, // 83: cairn.client.v1.ClientService.UpdateDestination:output_type -> cairn.client.v1.DestinationInfo
+	35, // 84: cairn.client.v1.ClientService.Send:output_type -> cairn.client.v1.SendResponse
+	55, // 85: cairn.client.v1.ClientService.Connect:output_type -> cairn.client.v1.ServerFrame
+	72, // 86: cairn.client.v1.ClientService.ClusterStatus:output_type -> cairn.client.v1.ClusterStatusResponse
+	8,  // 87: cairn.client.v1.ClientService.RemoveNode:output_type -> cairn.client.v1.RemoveNodeResponse
+	10, // 88: cairn.client.v1.ClientService.LeaveNode:output_type -> cairn.client.v1.LeaveNodeResponse
+	13, // 89: cairn.client.v1.ClientService.Rebalance:output_type -> cairn.client.v1.RebalanceResponse
+	4,  // 90: cairn.client.v1.ClientService.ListConnections:output_type -> cairn.client.v1.ListConnectionsResponse
+	6,  // 91: cairn.client.v1.ClientService.DestroyConnection:output_type -> cairn.client.v1.DestroyConnectionResponse
+	76, // [76:92] is the sub-list for method output_type
+	60, // [60:76] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_transport_clientpb_client_proto_init() }
@@ -5625,16 +5750,17 @@ func file_transport_clientpb_client_proto_init() {
 		(*ClientFrame_Rollback)(nil),
 		(*ClientFrame_TxOutcome)(nil),
 		(*ClientFrame_Send)(nil),
+		(*ClientFrame_CreateTemporaryQueue)(nil),
 	}
-	file_transport_clientpb_client_proto_msgTypes[37].OneofWrappers = []any{}
-	file_transport_clientpb_client_proto_msgTypes[51].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[39].OneofWrappers = []any{}
+	file_transport_clientpb_client_proto_msgTypes[53].OneofWrappers = []any{
 		(*ServerFrame_Reply)(nil),
 		(*ServerFrame_Deliveries)(nil),
 		(*ServerFrame_ConsumerClosed)(nil),
 		(*ServerFrame_Heartbeat)(nil),
 		(*ServerFrame_Goodbye)(nil),
 	}
-	file_transport_clientpb_client_proto_msgTypes[54].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[56].OneofWrappers = []any{
 		(*Reply_Hello)(nil),
 		(*Reply_CreateConsumer)(nil),
 		(*Reply_Recover)(nil),
@@ -5642,6 +5768,7 @@ func file_transport_clientpb_client_proto_init() {
 		(*Reply_TxSend)(nil),
 		(*Reply_Commit)(nil),
 		(*Reply_Send)(nil),
+		(*Reply_TemporaryQueue)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -5649,7 +5776,7 @@ func file_transport_clientpb_client_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_clientpb_client_proto_rawDesc), len(file_transport_clientpb_client_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   73,
+			NumMessages:   75,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
