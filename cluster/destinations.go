@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cairnmq/cairn/cluster/frontend"
@@ -27,6 +28,11 @@ func (n *Node) createDestination(ctx context.Context, req *clientpb.CreateDestin
 // createDestinationOf is createDestination for a temporary queue when
 // temporary names its connection (fsmpb.Destination.temporary).
 func (n *Node) createDestinationOf(ctx context.Context, req *clientpb.CreateDestinationRequest, temporary string) (*fsmpb.Destination, error) {
+	if strings.HasPrefix(req.Name, temporaryPrefix) && temporary == "" {
+		// Not even on first use: a consumer of a temporary queue that
+		// went would make an ordinary one in its place.
+		return nil, fmt.Errorf("%w: %q: names starting with %q are kept for temporary queues (Session.CreateTemporaryQueue)", transport.ErrInvalidName, req.Name, temporaryPrefix)
+	}
 	if err := fsm.ValidateName(req.Name); err != nil {
 		return nil, frontend.WireError(err)
 	}

@@ -85,8 +85,8 @@ func (m metaNode) Forward(ctx context.Context, leader string, cmd *fsmpb.Command
 
 // Lead runs the meta leader's sweeps of idle subscriptions and of
 // temporary queues whose node run is gone, then its placement and
-// renewals. The sweeps have a context of their own: placement may spend
-// all of ctx waiting on a node that died.
+// renewals. The sweeps have a context of their own, so that placement's
+// calls to a node that died cannot use up theirs.
 func (m metaNode) Lead(ctx context.Context) {
 	sweep, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	m.n.sweepTemporaryQueues(sweep)

@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -298,7 +299,14 @@ func (tc *TestCluster) crashAndRemove(op *client.Admin, victim string) {
 		}
 		return false
 	})
-	if err := op.RemoveNode(stepCtx(tc.t, 20*time.Second), victim); err != nil {
+	// The node answering may hear of the death a moment after the one
+	// asked above: "alive" is asked again.
+	var err error
+	wait.For(tc.t, 20*time.Second, "the removal of crashed "+victim, func() bool {
+		err = op.RemoveNode(stepCtx(tc.t, 10*time.Second), victim)
+		return err == nil || !strings.Contains(err.Error(), "is alive")
+	})
+	if err != nil {
 		tc.t.Fatalf("remove crashed %s: %v", victim, err)
 	}
 }

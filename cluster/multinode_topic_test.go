@@ -311,7 +311,9 @@ func TestCluster_TemporaryQueuesForRequestReply(t *testing.T) {
 	a := tc.Admin("n3")
 	gone := func(name string) func() bool {
 		return func() bool {
-			_, err := a.ShowQueue(ctx, name)
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // beyond the test's ctx
+			defer cancel()
+			_, err := a.ShowQueue(sctx, name)
 			return errors.Is(err, client.ErrUnknownDestination)
 		}
 	}
@@ -324,8 +326,14 @@ func TestCluster_TemporaryQueuesForRequestReply(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait.For(t, 10*time.Second, "the temporary queue of a closed connection deleted", gone(second))
+	// Its name is not made again, as an ordinary queue, by a consumer.
+	_, err = mustSession(t, tc.Dial("n3"), client.AutoAck).Consumer(ctx, second)
+	wantErr(t, "a consumer of a temporary queue that went", err, client.ErrInvalidName)
+	_, err = a.CreateQueue(ctx, "tmp.mine", client.QueueOptions{})
+	wantErr(t, "a queue named like a temporary one", err, client.ErrInvalidName)
 	// A crash deletes nothing by itself: the meta leader does, once the
-	// node run is gone.
+	// node run has looked gone for 10 s (each of its rounds may first wait
+	// out placement's calls to the dead node).
 	tc.Crash("n1")
-	wait.For(t, 30*time.Second, "the temporary queue of a dead node's connection deleted", gone(replies))
+	wait.For(t, 60*time.Second, "the temporary queue of a dead node's connection deleted", gone(replies))
 }

@@ -345,12 +345,15 @@ func (n *Node) sweepSubscriptions(ctx context.Context) {
 	}
 }
 
+// temporaryPrefix starts every temporary queue's name, and no other's.
+const temporaryPrefix = "tmp."
+
 // createTemporaryQueue makes a queue of one member for the connection conn
 // of this node's front-end; it goes when the connection ends (the
 // front-end deletes it) or this run of the node is gone (the meta leader's
 // sweep).
 func (n *Node) createTemporaryQueue(ctx context.Context, conn string) (string, error) {
-	name := "tmp." + conn + "." + newID(4)
+	name := temporaryPrefix + conn + "." + newID(4)
 	if _, err := n.createDestinationOf(ctx, &clientpb.CreateDestinationRequest{Name: name, Members: 1}, n.owner()+"/"+conn); err != nil {
 		return "", err
 	}
