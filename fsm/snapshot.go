@@ -3,6 +3,7 @@ package fsm
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -99,16 +100,6 @@ func (m *Member) Capture() *MemberImage {
 	return img
 }
 
-func cmpUint64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
 // WriteTo writes the image as a length-delimited header followed by one
 // length-delimited record per message, in sequence order. One goroutine at
 // a time may call it.
@@ -148,7 +139,7 @@ func (img *MemberImage) WriteTo(w io.Writer) (int64, error) {
 			}
 		}
 	}
-	slices.SortFunc(order, func(a, b slot) int { return cmpUint64(a.seq, b.seq) })
+	slices.SortFunc(order, func(a, b slot) int { return cmp.Compare(a.seq, b.seq) })
 	var sm fsmpb.StoredMessage
 	// withBody and alone are reused for every message whose body was put
 	// away or that its record holds alone: a million of them would

@@ -1,6 +1,7 @@
 package selector
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 )
@@ -146,22 +147,22 @@ func compare(o op, a, b Value) Value {
 	switch {
 	case a.numeric() && b.numeric():
 		if a.kind == Int && b.kind == Int {
-			c = cmpOrdered(a.i, b.i)
+			c = cmp.Compare(a.i, b.i)
 		} else {
 			x, y := a.asFloat(), b.asFloat()
 			if x != x || y != y { // NaN equals nothing and orders with nothing
 				return truth(o == opNe)
 			}
-			c = cmpOrdered(x, y)
+			c = cmp.Compare(x, y)
 		}
 	case a.kind != b.kind:
 		return truth(false)
 	case o != opEq && o != opNe:
 		return truth(false)
 	case a.kind == String:
-		c = cmpOrdered(a.s, b.s)
+		c = cmp.Compare(a.s, b.s)
 	default:
-		c = cmpOrdered(a.i, b.i)
+		c = cmp.Compare(a.i, b.i)
 	}
 	switch o {
 	case opEq:
@@ -176,14 +177,4 @@ func compare(o op, a, b Value) Value {
 		return truth(c > 0)
 	}
 	return truth(c >= 0)
-}
-
-func cmpOrdered[T int64 | float64 | string](a, b T) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
