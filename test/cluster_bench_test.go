@@ -22,6 +22,8 @@ type benchResult struct {
 	Duplicates  int64              `json:"duplicates"`
 	Unexpected  int64              `json:"unexpected"`
 	SendErrors  int64              `json:"send_errors"`
+	// Subscriptions: a --topic run's.
+	Subscriptions int `json:"subscriptions"`
 }
 
 // `cairn bench` against three real nodes, in every send and acknowledge
@@ -67,9 +69,35 @@ func TestCluster3_Bench_EveryModeConsumesEveryMessageOnce(t *testing.T) {
 			}
 		}
 	}
+	// A topic: every subscription receives every message once; the
+	// consumed count is every subscription's.
+	for _, args := range [][]string{
+		{"--count", "300", "--producers", "2", "--subscriptions", "3", "--consumers", "3"},
+		{"--count", "600", "--producers", "2", "--subscriptions", "2", "--consumers", "6", "--members", "0", "--consume-after", "--mode", "async", "--window", "20"},
+	} {
+		r := mustOK(t, env, append([]string{"bench", "--json", "--topic"}, args...)...)
+		var res benchResult
+		if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+			t.Fatalf("bench --topic %v: %v\n%s", args, err, r.stdout)
+		}
+		t.Logf("bench --topic %v: %s", args, strings.TrimSpace(r.stdout))
+		if res.Subscriptions < 2 || res.Sent == 0 || res.Consumed != res.Sent*int64(res.Subscriptions) || res.Lost+res.Duplicates+res.Unexpected+res.SendErrors != 0 {
+			t.Errorf("bench --topic %v: %d subscriptions, sent %d consumed %d lost %d duplicates %d unexpected %d send errors %d",
+				args, res.Subscriptions, res.Sent, res.Consumed, res.Lost, res.Duplicates, res.Unexpected, res.SendErrors)
+		}
+	}
+	// A named topic is kept, the run's subscriptions are not.
+	mustOK(t, env, "bench", "--topic", "--dest", "kept-topic", "--subscriptions", "2", "--consumers", "2", "--count", "50")
+	var topic struct {
+		Subscriptions []json.RawMessage `json:"subscriptions"`
+	}
+	if show := mustOK(t, env, "topic", "show", "kept-topic", "--json"); json.Unmarshal([]byte(show.stdout), &topic) != nil || len(topic.Subscriptions) != 0 {
+		t.Errorf("topic kept after bench --topic --dest kept-topic: want it without subscriptions: %s", show.stdout)
+	}
 	list := mustOK(t, env, "queue", "list")
-	if strings.Contains(list.stdout, "bench-") {
-		t.Errorf("bench left its queues behind:\n%s", list.stdout)
+	topics := mustOK(t, env, "topic", "list")
+	if strings.Contains(list.stdout+topics.stdout, "bench-") {
+		t.Errorf("bench left its queues or topics behind:\n%s%s", list.stdout, topics.stdout)
 	}
 	// A named --dest is created with --members and kept.
 	mustOK(t, env, "bench", "--dest", "kept", "--members", "2", "--count", "50", "--consumers", "2")

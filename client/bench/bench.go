@@ -1,6 +1,7 @@
 // Package bench is the workload behind `cairn bench`: producers and
-// consumers on one queue of any cluster, measured with HDR histograms, and
-// checked at the end. Every message carries its producer, its sequence
+// consumers on one queue of any cluster, or publishers and the subscribers
+// of a topic's subscriptions, measured with HDR histograms, and checked at
+// the end. Every message carries its producer, its sequence
 // number and its send time in the first 20 bytes of its body, so the run
 // knows which messages were sent, which came, and how long each took from
 // send to receipt; a run that lost a message, or consumed one twice, says
@@ -82,6 +83,12 @@ type Config struct {
 	// ConsumeAfter starts the consumers only when every send is done, so
 	// the consume rate is that of a backlog, not bounded by the producers.
 	ConsumeAfter bool
+	// Topic runs against a topic (Dest, or a fresh one): the producers
+	// publish, and each of Subscriptions durable shared subscriptions,
+	// made by the run and deleted at its end, is to receive every message;
+	// the Consumers are dealt over the subscriptions in turn.
+	Topic         bool
+	Subscriptions int
 	// DrainTimeout is how long consumers wait for the next message once the
 	// producers are done, before the missing ones count as lost (default
 	// 30 s).
@@ -114,17 +121,21 @@ type Result struct {
 	// NoDirectSends: every send went through its connection's node.
 	NoDirectSends bool `json:"no_direct_sends,omitempty"`
 	// ConsumersOnHost: each consumer connected to its member's host.
-	ConsumersOnHost bool    `json:"consumers_on_host,omitempty"`
-	SendRate        float64 `json:"send_rate"`
-	ConsumeRate     float64 `json:"consume_rate"`
-	SendMiBs        float64 `json:"send_mib_s"`
-	ConsumeMiBs     float64 `json:"consume_mib_s"`
-	SendLatency     Latency `json:"send_latency_ms"`
-	E2ELatency      Latency `json:"e2e_latency_ms"`
-	Sent            int64   `json:"sent"`
-	Consumed        int64   `json:"consumed"`
-	Lost            int64   `json:"lost"`
-	Duplicates      int64   `json:"duplicates"`
+	ConsumersOnHost bool `json:"consumers_on_host,omitempty"`
+	// Topic: Dest is a topic; Consumed counts every subscription's
+	// receipts, so a message reaching four subscriptions counts four times.
+	Topic         bool    `json:"topic,omitempty"`
+	Subscriptions int     `json:"subscriptions,omitempty"`
+	SendRate      float64 `json:"send_rate"`
+	ConsumeRate   float64 `json:"consume_rate"`
+	SendMiBs      float64 `json:"send_mib_s"`
+	ConsumeMiBs   float64 `json:"consume_mib_s"`
+	SendLatency   Latency `json:"send_latency_ms"`
+	E2ELatency    Latency `json:"e2e_latency_ms"`
+	Sent          int64   `json:"sent"`
+	Consumed      int64   `json:"consumed"`
+	Lost          int64   `json:"lost"`
+	Duplicates    int64   `json:"duplicates"`
 	// SendErrors are sends that failed or whose outcome is unknown; their
 	// messages are not counted as sent, nor as lost or unexpected.
 	SendErrors int64 `json:"send_errors"`
@@ -174,7 +185,17 @@ func (c *Config) check() error {
 		return fmt.Errorf("%w: --rate must not be negative", ErrConfig)
 	case c.Members < 0:
 		return fmt.Errorf("%w: --members must not be negative", ErrConfig)
-	case c.Consumers > 0 && c.Consumers < c.Members:
+	case c.Subscriptions < 0:
+		return fmt.Errorf("%w: --subscriptions must not be negative", ErrConfig)
+	case c.Subscriptions > 0 && !c.Topic:
+		return fmt.Errorf("%w: --subscriptions %d needs --topic: a queue has no subscriptions", ErrConfig, c.Subscriptions)
+	case c.Topic && c.Subscriptions == 0:
+		return fmt.Errorf("%w: --topic needs --subscriptions N (1 or more): a topic keeps nothing that no subscription takes", ErrConfig)
+	case c.Topic && c.Transacted > 0:
+		return fmt.Errorf("%w: --transacted: publishing to a topic in a transaction is not supported yet", ErrConfig)
+	case c.Topic && c.Consumers > 0 && c.Consumers < c.Subscriptions:
+		return fmt.Errorf("%w: each of the %d subscriptions needs a consumer; use --consumers %d or more", ErrConfig, c.Subscriptions, c.Subscriptions)
+	case !c.Topic && c.Consumers > 0 && c.Consumers < c.Members:
 		return errTooFewConsumers(c.Members)
 	}
 	if c.Window < 1 {
@@ -188,9 +209,11 @@ func (c *Config) check() error {
 
 // run is the state of one run.
 type run struct {
-	cfg     Config
-	members []string // what consumer i consumes: members[i%len]
-	t       *tracker
+	cfg  Config
+	dest target
+	// members of a queue: what consumer i consumes is members[i%len].
+	members []string
+	t       trackers
 	// histograms in microseconds, one per worker, merged at the end.
 	histMu   sync.Mutex
 	sendHist *hdrhistogram.Histogram
@@ -218,33 +241,32 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (Result, erro
 		return Result{}, err
 	}
 	defer a.Close()
-	q, created, err := prepareQueue(ctx, a, cfg.Dest, cfg.Members)
+	tg, err := prepare(ctx, a, cfg)
 	if err != nil {
 		return Result{}, err
 	}
-	members := len(q.Members)
-	tooFew := cfg.Consumers > 0 && cfg.Consumers < members
-	if cfg.Dest == "" || (created && tooFew) {
-		defer func() {
-			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			_ = a.DeleteQueue(dctx, q.Name)
-		}()
-	}
+	members := tg.members
+	tooFew := !tg.topic && cfg.Consumers > 0 && cfg.Consumers < members
+	defer tg.remove(a, cfg.Dest != "" && !(tg.created && tooFew))
 	if tooFew {
 		return Result{}, errTooFewConsumers(members)
 	}
-	r := &run{cfg: cfg, t: newTracker(cfg.Producers), sendHist: newHist(), e2eHist: newHist(),
+	r := &run{cfg: cfg, dest: tg, t: newTrackers(cfg.Subscriptions, cfg.Producers), sendHist: newHist(), e2eHist: newHist(),
 		producersDone: make(chan struct{}), stopConsumers: make(chan struct{})}
 	if members <= 1 || cfg.Consumers == 0 {
-		r.members = []string{q.Name}
+		r.members = []string{tg.name}
 	} else {
 		for i := range members {
-			r.members = append(r.members, fmt.Sprintf("%s#%d", q.Name, i))
+			r.members = append(r.members, fmt.Sprintf("%s#%d", tg.name, i))
 		}
 	}
 	d := &dialer{cfg: cfg}
 	defer d.close()
+	if tg.topic {
+		if err := r.subscribe(ctx, d, tg); err != nil {
+			return Result{}, err
+		}
+	}
 
 	// Unless they are to meet a backlog, consumers attach before the first
 	// send, so end-to-end latency is not a queue's backlog.
@@ -255,7 +277,7 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (Result, erro
 			return Result{}, err
 		}
 	}
-	psessions, producers, err := openProducers(ctx, d, q.Name)
+	psessions, producers, err := openProducers(ctx, d, tg)
 	if err != nil {
 		return Result{}, err
 	}
@@ -281,7 +303,7 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (Result, erro
 	close(r.stopConsumers)
 	cwg.Wait()
 	d.closeSessions()
-	res := r.result(q.Name, members, time.Duration(sendEnd.Load()-start.UnixNano()))
+	res := r.result(tg.name, members, time.Duration(sendEnd.Load()-start.UnixNano()))
 	if err := ctx.Err(); err != nil {
 		return res, err
 	}
@@ -322,14 +344,13 @@ func (d *dialer) close() {
 	}
 }
 
-// startConsumers attaches the run's consumers, consumer i to
-// r.members[i%len], each consuming on a goroutine of wg.
+// startConsumers attaches the run's consumers (attach says to what), each
+// consuming on a goroutine of wg.
 func (r *run) startConsumers(ctx context.Context, d *dialer, wg *sync.WaitGroup) error {
 	for i := range r.cfg.Consumers {
-		dest := r.members[i%len(r.members)]
 		preferHost := ""
 		if r.cfg.ConsumersOnHost {
-			preferHost = dest
+			preferHost = r.members[i%len(r.members)]
 		}
 		conn, err := d.dial(ctx, i, preferHost)
 		if err != nil {
@@ -339,19 +360,19 @@ func (r *run) startConsumers(ctx context.Context, d *dialer, wg *sync.WaitGroup)
 		if err != nil {
 			return err
 		}
-		k, err := s.Consumer(ctx, dest)
+		k, t, err := r.attach(ctx, s, i)
 		if err != nil {
-			return fmt.Errorf("consumer on %s: %w", dest, err)
+			return err
 		}
 		d.sessions = append(d.sessions, s)
-		wg.Go(func() { r.consume(ctx, s, k) })
+		wg.Go(func() { r.consume(ctx, s, k, t) })
 	}
 	return nil
 }
 
-// openProducers opens the run's producers of queue, each on a connection
-// and session of its own.
-func openProducers(ctx context.Context, d *dialer, queue string) ([]*client.Session, []*client.Producer, error) {
+// openProducers opens the run's producers (publishers of a topic), each on
+// a connection and session of its own.
+func openProducers(ctx context.Context, d *dialer, tg target) ([]*client.Session, []*client.Producer, error) {
 	var sessions []*client.Session
 	var producers []*client.Producer
 	for i := range d.cfg.Producers {
@@ -367,7 +388,10 @@ func openProducers(ctx context.Context, d *dialer, queue string) ([]*client.Sess
 		if err != nil {
 			return nil, nil, err
 		}
-		p, err := s.Producer(queue)
+		p, err := s.Producer(tg.name)
+		if tg.topic {
+			p, err = s.Publisher(tg.name)
+		}
 		if err != nil {
 			return nil, nil, err
 		}
@@ -382,6 +406,7 @@ func (r *run) result(queue string, members int, sending time.Duration) Result {
 	cfg := r.cfg
 	res := Result{Dest: queue, Members: members, Producers: cfg.Producers, Consumers: cfg.Consumers, Size: cfg.Size,
 		Mode: cfg.Mode, Ack: cfg.Ack, Transacted: cfg.Transacted, Rate: cfg.Rate, ConsumeAfter: cfg.ConsumeAfter, NoDirectSends: cfg.NoDirectSends, ConsumersOnHost: cfg.ConsumersOnHost,
+		Topic: cfg.Topic, Subscriptions: cfg.Subscriptions,
 		Sent: r.sent.Load(), Consumed: r.consumed.Load(), SendErrors: r.sendErrors.Load()}
 	if cfg.Mode == Async {
 		res.Window = cfg.Window

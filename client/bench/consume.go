@@ -13,7 +13,7 @@ import (
 
 // consume receives until told to stop; in a transacted run it commits every
 // Transacted messages (and what it holds when the receiving pauses).
-func (r *run) consume(ctx context.Context, s *client.Session, k *client.Consumer) {
+func (r *run) consume(ctx context.Context, s *client.Session, k *client.Consumer, t *tracker) {
 	hist := newHist()
 	defer func() {
 		r.histMu.Lock()
@@ -26,6 +26,7 @@ func (r *run) consume(ctx context.Context, s *client.Session, k *client.Consumer
 		ack:         func(last *client.Message) error { return last.Ack() },
 		commit:      func() error { return s.Commit(ctx) },
 		now:         time.Now,
+		t:           t,
 	}, hist)
 }
 
@@ -38,6 +39,8 @@ type consumer struct {
 	ack    func(last *client.Message) error
 	commit func() error
 	now    func() time.Time
+	// t tracks the subscription (or queue) this consumer receives.
+	t *tracker
 }
 
 // settlement is what became of the messages an acknowledgement or a commit
@@ -103,11 +106,11 @@ func (r *run) consumeWith(ctx context.Context, c consumer, hist *hdrhistogram.Hi
 		switch how {
 		case settledOK:
 			for _, h := range held {
-				r.received(h, hist)
+				r.received(c.t, h, hist)
 			}
 		case settledUnknown:
 			for _, h := range held {
-				r.maybeReceived(h.m)
+				r.maybeReceived(c.t, h.m)
 			}
 		case settledKept:
 			return
@@ -166,14 +169,14 @@ const clientAckBatch = 1024
 
 // received counts one message consumed, now, and its end-to-end latency:
 // from its send to the moment it was taken.
-func (r *run) received(t taken, hist *hdrhistogram.Histogram) {
+func (r *run) received(tr *tracker, t taken, hist *hdrhistogram.Histogram) {
 	now := time.Now()
 	sentAt, no, seq, ok := stamp(t.m)
 	if !ok {
-		r.t.unexpected.Add(1)
+		tr.unexpected.Add(1)
 		return
 	}
-	if !r.t.consumed(no, seq) {
+	if !tr.consumed(no, seq) {
 		return
 	}
 	r.consumed.Add(1)
@@ -190,9 +193,9 @@ func (r *run) received(t taken, hist *hdrhistogram.Histogram) {
 
 // maybeReceived records a message whose acknowledgement or commit may or
 // may not have happened.
-func (r *run) maybeReceived(m *client.Message) {
+func (r *run) maybeReceived(tr *tracker, m *client.Message) {
 	if _, no, seq, ok := stamp(m); ok {
-		r.t.maybeConsumed(no, seq)
+		tr.maybeConsumed(no, seq)
 	}
 }
 

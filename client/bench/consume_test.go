@@ -66,7 +66,7 @@ func (sc *script) consumer() consumer {
 // those messages.
 func benchRun(cfg Config, n int, sentAt time.Time) (*run, []*client.Message) {
 	cfg.Size = HeaderBytes
-	r := &run{cfg: cfg, t: newTracker(1), stopConsumers: make(chan struct{})}
+	r := &run{cfg: cfg, t: newTrackers(1, 1), stopConsumers: make(chan struct{})}
 	msgs := make([]*client.Message, n)
 	for i := range msgs {
 		r.t.sending(0, uint64(i))
@@ -84,7 +84,9 @@ func TestConsume_EndToEndEndsWhenTaken(t *testing.T) {
 		r, msgs := benchRun(cfg, 2, sentAt)
 		sc := &script{arrivals: [][]*client.Message{msgs}, clock: sentAt.Add(5 * time.Millisecond), settleTakes: 50 * time.Millisecond}
 		hist := newHist()
-		r.consumeWith(context.Background(), sc.consumer(), hist)
+		c := sc.consumer()
+		c.t = r.t[0]
+		r.consumeWith(context.Background(), c, hist)
 		if hist.TotalCount() != 2 || hist.Max() < 4900 || hist.Max() > 5100 {
 			t.Errorf("%+v: %d latencies, the largest %d µs; want 2 of 5,000: from the send to the take, not to the settling", cfg, hist.TotalCount(), hist.Max())
 		}
@@ -120,7 +122,9 @@ func TestConsume_FailedSettlements(t *testing.T) {
 		if c.again {
 			sc.arrivals = append(sc.arrivals, msgs)
 		}
-		r.consumeWith(context.Background(), sc.consumer(), newHist())
+		k := sc.consumer()
+		k.t = r.t[0]
+		r.consumeWith(context.Background(), k, newHist())
 		lost, dups, unexpected := r.t.verdict()
 		if r.consumed.Load() != c.consumed || lost+dups+unexpected != 0 || !r.t.allConsumed() {
 			t.Errorf("%s: consumed %d (want %d), lost %d, duplicates %d, unexpected %d, all consumed %v after %d settlements",

@@ -144,3 +144,53 @@ func (t *tracker) verdict() (lost, duplicates, unexpected int64) {
 	}
 	return lost, duplicates, t.unexpected.Load()
 }
+
+// trackers are a run's trackers, one per subscription of a topic (one for a
+// queue): every subscription is to receive every message, so each send is
+// recorded in all of them, each receipt in its subscription's.
+type trackers []*tracker
+
+func newTrackers(subscriptions, producers int) trackers {
+	ts := make(trackers, max(subscriptions, 1))
+	for i := range ts {
+		ts[i] = newTracker(producers)
+	}
+	return ts
+}
+
+func (ts trackers) sending(no int, seq uint64) {
+	for _, t := range ts {
+		t.sending(no, seq)
+	}
+}
+
+func (ts trackers) sent(no int, seq uint64, ok bool) {
+	for _, t := range ts {
+		t.sent(no, seq, ok)
+	}
+}
+
+func (ts trackers) notSent(no int, seq uint64) {
+	for _, t := range ts {
+		t.notSent(no, seq)
+	}
+}
+
+func (ts trackers) allConsumed() bool {
+	for _, t := range ts {
+		if !t.allConsumed() {
+			return false
+		}
+	}
+	return true
+}
+
+// verdict sums the trackers' verdicts: a message one subscription missed
+// is lost once.
+func (ts trackers) verdict() (lost, duplicates, unexpected int64) {
+	for _, t := range ts {
+		l, d, u := t.verdict()
+		lost, duplicates, unexpected = lost+l, duplicates+d, unexpected+u
+	}
+	return lost, duplicates, unexpected
+}

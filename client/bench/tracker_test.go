@@ -75,15 +75,20 @@ func TestTracker_MaybeConsumed(t *testing.T) {
 func TestConfig_Refused(t *testing.T) {
 	ok := Config{Producers: 1, Size: 1024, Count: 1, Mode: Sync, Ack: AckClient}
 	for name, mutate := range map[string]func(*Config){
-		"small size":      func(c *Config) { c.Size = HeaderBytes - 1 },
-		"no producers":    func(c *Config) { c.Producers = 0 },
-		"no end":          func(c *Config) { c.Count = 0 },
-		"mode":            func(c *Config) { c.Mode = "fast" },
-		"ack":             func(c *Config) { c.Ack = "never" },
-		"async tx":        func(c *Config) { c.Mode = Async; c.Window = 5; c.Transacted = 2 },
-		"window":          func(c *Config) { c.Mode = Async; c.Window = 0 },
-		"negative rate":   func(c *Config) { c.Rate = -1 },
-		"too few members": func(c *Config) { c.Members = 3; c.Consumers = 2 },
+		"small size":               func(c *Config) { c.Size = HeaderBytes - 1 },
+		"no producers":             func(c *Config) { c.Producers = 0 },
+		"no end":                   func(c *Config) { c.Count = 0 },
+		"mode":                     func(c *Config) { c.Mode = "fast" },
+		"ack":                      func(c *Config) { c.Ack = "never" },
+		"async tx":                 func(c *Config) { c.Mode = Async; c.Window = 5; c.Transacted = 2 },
+		"window":                   func(c *Config) { c.Mode = Async; c.Window = 0 },
+		"negative rate":            func(c *Config) { c.Rate = -1 },
+		"too few members":          func(c *Config) { c.Members = 3; c.Consumers = 2 },
+		"subscriptions of a queue": func(c *Config) { c.Subscriptions = 2 },
+		"topic, no subscription":   func(c *Config) { c.Topic = true },
+		"topic, transacted":        func(c *Config) { c.Topic, c.Subscriptions, c.Transacted = true, 1, 2 },
+		"topic, too few consumers": func(c *Config) { c.Topic, c.Subscriptions, c.Consumers = true, 3, 2 },
+		"negative subscriptions":   func(c *Config) { c.Topic, c.Subscriptions = true, -1 },
 	} {
 		c := ok
 		mutate(&c)

@@ -29,7 +29,13 @@ that lost, duplicated or invented a message prints what it found and exits 1,
 since a benchmark that loses messages has no result.
 
 Without --dest it creates a fresh queue and deletes it afterwards; a named
---dest is created if missing (with --members) and kept. Each message carries
+--dest is created if missing (with --members) and kept.
+
+With --topic the destination is a topic: the producers publish, the run makes
+--subscriptions durable shared subscriptions (deleted at the end) and deals
+the consumers over them in turn; every subscription must receive every
+message, and "consumed" counts each receipt, so the consume rate is what the
+topic delivered in all. Each message carries
 its send time in its body, so end-to-end latency across machines needs their
 clocks in step.
 
@@ -37,6 +43,7 @@ clocks in step.
   cairn bench --duration 30s --producers 16 --consumers 0
   cairn bench --duration 30s --rate 5000 --json     # latency at a fixed load
   cairn bench --duration 30s --rate 5000 --consumers-on-host   # consumers served by the host itself
+  cairn bench --topic --subscriptions 4 --consumers 4 --count 50000 --mode async
 
 --json prints one object: {"send_rate","consume_rate" (msgs/s),
 "send_mib_s","consume_mib_s","send_latency_ms","e2e_latency_ms" (each
@@ -44,7 +51,7 @@ clocks in step.
 "unexpected","send_errors","send_seconds","consume_seconds", and the
 configuration: "dest","members","producers","consumers","size","mode",
 "window","ack","transacted","rate","consume_after","no_direct_sends",
-"consumers_on_host"}.`,
+"consumers_on_host","topic","subscriptions"}.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.Flags().Changed("count") && cmd.Flags().Changed("duration") {
@@ -80,8 +87,8 @@ configuration: "dest","members","producers","consumers","size","mode",
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.Dest, "dest", "", "queue to use (default: a fresh queue, deleted afterwards)")
-	f.IntVar(&cfg.Members, "members", 1, "members of a queue the run creates (0: one per node)")
+	f.StringVar(&cfg.Dest, "dest", "", "queue (or topic) to use (default: a fresh one, deleted afterwards)")
+	f.IntVar(&cfg.Members, "members", 1, "members of a queue or topic the run creates (0: one per node)")
 	f.IntVar(&cfg.Producers, "producers", 1, "producers, each on its own connection")
 	f.IntVar(&cfg.Consumers, "consumers", 1, "consumers, each on its own connection (0: send only)")
 	f.IntVar(&cfg.Size, "size", 1024, fmt.Sprintf("message body size in bytes (at least %d)", bench.HeaderBytes))
@@ -96,6 +103,8 @@ configuration: "dest","members","producers","consumers","size","mode",
 	f.BoolVar(&cfg.NoDirectSends, "no-direct-sends", false, "send through each connection's node only, not straight to the member's host")
 	f.BoolVar(&cfg.ConsumersOnHost, "consumers-on-host", false, "connect each consumer to its member's host instead of spreading the connections over the nodes (its deliveries then skip a relaying node)")
 	f.BoolVar(&cfg.ConsumeAfter, "consume-after", false, "start the consumers when every send is done: the consume rate of a backlog")
+	f.BoolVar(&cfg.Topic, "topic", false, "publish to a topic (--dest, or a fresh one) instead of sending to a queue; needs --subscriptions")
+	f.IntVar(&cfg.Subscriptions, "subscriptions", 0, "with --topic: durable subscriptions to make, each to receive every message")
 	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", 30*time.Second, "after the sends, how long to wait for the next message before the missing ones count as lost")
 	f.BoolVar(&asJSON, "json", false, "print the result as one JSON object")
 	return cmd
@@ -117,14 +126,22 @@ func drawProgress(w io.Writer, p bench.Progress) {
 }
 
 func printBench(w io.Writer, r bench.Result) {
-	fmt.Fprintf(w, "queue %s (%d members): %d producers (%s", r.Dest, r.Members, r.Producers, r.Mode)
+	kind := "queue"
+	if r.Topic {
+		kind = "topic"
+	}
+	fmt.Fprintf(w, "%s %s (%d members): %d producers (%s", kind, r.Dest, r.Members, r.Producers, r.Mode)
 	if r.Window > 0 {
 		fmt.Fprintf(w, ", window %d", r.Window)
 	}
 	if r.Transacted > 0 {
 		fmt.Fprintf(w, ", transactions of %d", r.Transacted)
 	}
-	fmt.Fprintf(w, "), %d consumers (ack %s), %d-byte messages", r.Consumers, r.Ack, r.Size)
+	fmt.Fprintf(w, "), %d consumers (ack %s)", r.Consumers, r.Ack)
+	if r.Topic {
+		fmt.Fprintf(w, " over %d subscriptions", r.Subscriptions)
+	}
+	fmt.Fprintf(w, ", %d-byte messages", r.Size)
 	if r.Rate > 0 {
 		fmt.Fprintf(w, ", offered %d msgs/s", r.Rate)
 	}
@@ -142,7 +159,10 @@ func printBench(w io.Writer, r bench.Result) {
 	if r.SendErrors > 0 {
 		fmt.Fprintf(w, "%d sends failed or ended unknown (not counted as sent)\n", r.SendErrors)
 	}
-	if r.Consumers > 0 && r.OK() {
+	switch {
+	case r.Consumers > 0 && r.OK() && r.Topic:
+		fmt.Fprintln(w, "verified: every subscription consumed every message sent exactly once")
+	case r.Consumers > 0 && r.OK():
 		fmt.Fprintln(w, "verified: every message sent was consumed exactly once")
 	}
 }

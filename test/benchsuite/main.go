@@ -49,6 +49,11 @@ type row struct {
 	metric string // "send", "consume" or "e2e"
 	// natsPreload fills the stream first (consume rows).
 	natsPreload bool
+	// natsFanOut, when positive, runs that many `nats bench js consume`
+	// at once, each with a durable consumer of its own reading every
+	// message of the stream: JetStream's fan-out to that many
+	// subscriptions. The rate is what they delivered in all, per second.
+	natsFanOut int
 	// size is the message body in bytes (0: 1 KiB).
 	size int
 }
@@ -117,6 +122,21 @@ var rows = []row{
 	{name: "consume a backlog, 1 MiB, 4 consumers, each message acked", size: 1 << 20, count: 1000, metric: "consume", natsPreload: true,
 		cairn: []string{"--mode", "async", "--window", "4", "--producers", "4", "--consumers", "4", "--consume-after", "--ack", "client", "--prefetch", "4", "--consumers-on-host"},
 		nats:  []string{"consume", "--clients", "4", "--acks", "explicit", "--batch", "4"}},
+	// Fan-out: a topic with four durable subscriptions, every message
+	// acknowledged, against one R3 stream with four durable consumers each
+	// reading every message. The rate is messages delivered in all: four
+	// per message published. In the first row the topic has one member, one
+	// group as the stream is, and each subscription one consumer. In the
+	// second it has a member per node, as `cairn topic create` makes it,
+	// and each subscription three consumers, one per node (a consumer takes
+	// its node's member first), so that no member waits for forwarding;
+	// NATS gets three clients per durable consumer there too.
+	{name: "fan-out of a backlog to 4 subscriptions, each message acked", count: 50000, metric: "consume", natsPreload: true, natsFanOut: 4,
+		cairn: []string{"--topic", "--subscriptions", "4", "--mode", "async", "--window", "500", "--producers", "4", "--consumers", "4", "--consume-after", "--ack", "client", "--prefetch", "500", "--consumers-on-host"},
+		nats:  []string{"consume", "--clients", "1", "--acks", "explicit", "--batch", "500"}},
+	{name: "fan-out of a backlog to 4 subscriptions, each message acked, a member per node", count: 50000, metric: "consume", natsPreload: true, natsFanOut: 4,
+		cairn: []string{"--topic", "--subscriptions", "4", "--mode", "async", "--window", "500", "--producers", "4", "--consumers", "12", "--consume-after", "--ack", "client", "--prefetch", "500", "--members", "0"},
+		nats:  []string{"consume", "--clients", "3", "--acks", "explicit", "--batch", "500"}},
 }
 
 func main() {
@@ -413,6 +433,9 @@ func natsRow(c *cluster, natsBin string, r row, n int) (figure, error) {
 		}
 	}
 	args := append(append([]string{}, r.nats...), count...)
+	if r.natsFanOut > 0 {
+		return natsFanOut(c, natsBin, r, args)
+	}
 	if args[0] == "pub" {
 		// The subject comes after the sub-command; a fresh stream per row.
 		args = append([]string{args[0], args[1], "bench.x", "--create", "--purge"}, args[2:]...)
