@@ -11,8 +11,9 @@ import (
 
 // `cairn verify` is a product feature: pointed at a cluster while a node is
 // killed, it runs its workload through the failover, drains the queue and
-// finds no violation; plain, and with transactions and dedup ids. Its
-// history file holds a line per event.
+// finds no violation; plain, with transactions and dedup ids, and on a
+// topic (--topics: each subscription's history checked, a durable one
+// receiving every publish). Its history file holds a line per event.
 func TestCluster3_Verify_FindsNoViolationThroughAKill(t *testing.T) {
 	c := newCluster(t)
 	c.startAll()
@@ -21,6 +22,7 @@ func TestCluster3_Verify_FindsNoViolationThroughAKill(t *testing.T) {
 	for i, args := range [][]string{
 		{"--producers", "2", "--consumers", "2"},
 		{"--producers", "2", "--consumers", "2", "--transactions", "--dedup"},
+		{"--producers", "2", "--consumers", "2", "--topics", "--dedup"},
 	} {
 		hist := filepath.Join(t.TempDir(), "history.jsonl")
 		done := make(chan cliResult, 1)
@@ -29,21 +31,39 @@ func TestCluster3_Verify_FindsNoViolationThroughAKill(t *testing.T) {
 		}()
 		// Kill once the workload is well under way.
 		waitWorkload(t, hist)
-		victim := c.nodes[i+1]
+		victim := c.nodes[1+i%2]
 		victim.kill()
 		t.Logf("verify %v: killed %s", args, victim.nodeID)
 		r := <-done
+		type report struct {
+			Subscription string         `json:"subscription"`
+			SentOK       int            `json:"sent_ok"`
+			Received     int            `json:"received"`
+			Violations   map[string]int `json:"violations"`
+			Examples     []string       `json:"examples"`
+			OK           bool           `json:"ok"`
+		}
 		var rep struct {
-			SentOK     int            `json:"sent_ok"`
-			Received   int            `json:"received"`
-			Violations map[string]int `json:"violations"`
-			Examples   []string       `json:"examples"`
-			OK         bool           `json:"ok"`
+			report
+			Subscriptions []report `json:"subscriptions"` // --topics
 		}
 		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
 			t.Fatalf("verify %v: exit %d, output %q: %v\nstderr: %s", args, r.code, r.stdout, err, r.stderr)
 		}
 		t.Logf("verify %v: %s", args, strings.TrimSpace(r.stdout))
+		if len(rep.Subscriptions) > 0 {
+			kinds := ""
+			for _, s := range rep.Subscriptions {
+				kinds += s.Subscription + " "
+				if !s.OK || s.SentOK == 0 || s.Received == 0 || (s.Subscription != "non-durable" && s.Received < s.SentOK) {
+					t.Errorf("verify %v: subscription %+v", args, s)
+				}
+			}
+			if kinds != "durable shared non-durable " {
+				t.Errorf("verify %v: subscriptions %q, want durable, shared, non-durable", args, kinds)
+			}
+			rep.SentOK, rep.Received = rep.Subscriptions[0].SentOK, rep.Subscriptions[0].Received
+		}
 		if r.code != 0 || !rep.OK || rep.SentOK == 0 || rep.Received == 0 {
 			t.Fatalf("verify %v: exit %d, report %+v\nstderr: %s", args, r.code, rep, r.stderr)
 		}

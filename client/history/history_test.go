@@ -124,3 +124,34 @@ func TestReport_GroupsByKindWithExamples(t *testing.T) {
 		t.Fatalf("report:\n%s\nwant:\n%s", b.String(), want)
 	}
 }
+
+// A non-durable subscriber's history: a message that never came, or came
+// and went with the subscription unacknowledged, is not lost; a second copy
+// that comes unmarked is still a duplicate.
+func TestCheck_NonDurableMayMissButNeverGetsAnUnmarkedCopy(t *testing.T) {
+	msg := func(id string, redelivered bool, count int) *client.Message {
+		return &client.Message{ID: id, Redelivered: redelivered, DeliveryCount: count}
+	}
+	for _, durable := range []bool{true, false} {
+		h := New()
+		h.NonDurable = !durable
+		for _, id := range []string{"missed", "held", "twice"} {
+			h.Sending(id)
+			h.Sent(id, nil)
+		}
+		h.Received("p1", msg("held", false, 1))
+		h.Acked(h.Received("p1", msg("twice", false, 1)), nil)
+		h.Received("p2", msg("twice", false, 1))
+		var got []string
+		for _, v := range h.Check() {
+			got = append(got, v.Kind+" "+v.ID)
+		}
+		want := "[wrong-count twice duplicated twice acked-redelivered twice wrongly-marked twice]"
+		if durable {
+			want = "[lost held lost missed wrong-count twice duplicated twice acked-redelivered twice wrongly-marked twice lost twice]"
+		}
+		if fmt.Sprint(got) != want {
+			t.Errorf("durable %v: violations %v, want %s", durable, got, want)
+		}
+	}
+}

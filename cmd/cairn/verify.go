@@ -19,17 +19,20 @@ import (
 
 // verifyReport is what `cairn verify --json` prints.
 type verifyReport struct {
-	Queue       string         `json:"queue"`
-	Duration    string         `json:"duration"`
-	SentOK      int            `json:"sent_ok"`
-	SendUnknown int            `json:"send_unknown"`
-	SendFailed  int            `json:"send_failed"`
-	Received    int            `json:"received"`
-	Redelivered int            `json:"redelivered"`
-	Acked       int            `json:"acked"`
-	Violations  map[string]int `json:"violations"`
-	Examples    []string       `json:"examples"`
-	OK          bool           `json:"ok"`
+	Queue string `json:"queue"`
+	// Subscription is the kind of a --topics subscription: durable,
+	// shared or non-durable; Queue is its destination (TOPIC::ID).
+	Subscription string         `json:"subscription,omitempty"`
+	Duration     string         `json:"duration"`
+	SentOK       int            `json:"sent_ok"`
+	SendUnknown  int            `json:"send_unknown"`
+	SendFailed   int            `json:"send_failed"`
+	Received     int            `json:"received"`
+	Redelivered  int            `json:"redelivered"`
+	Acked        int            `json:"acked"`
+	Violations   map[string]int `json:"violations"`
+	Examples     []string       `json:"examples"`
+	OK           bool           `json:"ok"`
 }
 
 // event is one line of `cairn verify --history FILE`.
@@ -75,8 +78,11 @@ type verifyConfig struct {
 	duration                      time.Duration
 	producers, consumers, members int
 	dedup, transactions, asJSON   bool
-	historyFile, queue            string
-	servers                       []string
+	// topics: the workload publishes to a topic (queue names it) with
+	// durable, shared and non-durable subscribers.
+	topics             bool
+	historyFile, queue string
+	servers            []string
 }
 
 func verifyCmd() *cobra.Command {
@@ -106,11 +112,24 @@ there is any. --json prints one object: {"queue","duration","sent_ok",
 "send_unknown","send_failed","received","redelivered","acked","violations":
 {kind: count},"examples":[...],"ok"}. --history FILE writes every event as a
 JSON line: {"time","op","id","tx","phase","outcome","error","redelivered",
-"delivery_count"}.`,
+"delivery_count"}.
+
+--topics publishes to a new topic instead, with three subscriptions made
+before the first publish: an unshared durable one (one consumer, on a
+connection with a client id), a shared durable one (--consumers consumers)
+and a non-durable one. It drains the durable two and checks each
+subscription's history with the rules above, except that the non-durable
+subscriber may miss messages (it is subscribed anew after a reconnect): it
+must still get no unmarked copy. --json then prints {"topic","duration",
+"subscriptions":[one object as above, with "subscription": durable, shared
+or non-durable],"ok"}.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cfg.producers < 1 || cfg.consumers < 1 || cfg.duration <= 0 {
 				return fmt.Errorf("--producers and --consumers must be at least 1 and --duration positive")
+			}
+			if cfg.topics && cfg.transactions {
+				return fmt.Errorf("--topics --transactions: publishing to a topic in a transaction is not supported yet")
 			}
 			cfg.servers = servers(cmd)
 			if cfg.queue == "" {
@@ -125,31 +144,37 @@ JSON line: {"time","op","id","tx","phase","outcome","error","redelivered",
 				defer f.Close()
 				rec = &recorder{enc: json.NewEncoder(f)}
 			}
-			rep, err := runVerify(cmd.Context(), cmd.ErrOrStderr(), cfg, rec)
-			if err != nil {
-				return err
-			}
-			if cfg.asJSON {
-				if err := printJSON(cmd, rep); err != nil {
+			var reps []verifyReport
+			var out any
+			if cfg.topics {
+				rep, err := runVerifyTopics(cmd.Context(), cmd.ErrOrStderr(), cfg, rec)
+				if err != nil {
 					return err
 				}
+				reps, out = rep.Subscriptions, rep
 			} else {
-				w := cmd.OutOrStdout()
-				fmt.Fprintf(w, "queue %s, %s: sends %d ok, %d unknown, %d failed; %d received (%d redelivered), %d acknowledged\n",
-					rep.Queue, rep.Duration, rep.SentOK, rep.SendUnknown, rep.SendFailed, rep.Received, rep.Redelivered, rep.Acked)
-				if rep.OK {
-					fmt.Fprintln(w, "no violation: nothing lost, duplicated, redelivered after its ack, unexpected, wrongly marked or partly committed")
+				rep, err := runVerify(cmd.Context(), cmd.ErrOrStderr(), cfg, rec)
+				if err != nil {
+					return err
 				}
-				for _, e := range rep.Examples {
-					fmt.Fprintln(w, e)
+				reps, out = []verifyReport{rep}, rep
+			}
+			if cfg.asJSON {
+				if err := printJSON(cmd, out); err != nil {
+					return err
 				}
 			}
-			if !rep.OK {
-				n := 0
+			n := 0
+			for _, rep := range reps {
+				if !cfg.asJSON {
+					printVerify(cmd.OutOrStdout(), rep)
+				}
 				for _, c := range rep.Violations {
 					n += c
 				}
-				return &exitError{code: 1, err: fmt.Errorf("verify: %d violations in queue %s", n, rep.Queue)}
+			}
+			if n > 0 {
+				return &exitError{code: 1, err: fmt.Errorf("verify: %d violations in %s", n, cfg.queue)}
 			}
 			return nil
 		},
@@ -162,9 +187,29 @@ JSON line: {"time","op","id","tx","phase","outcome","error","redelivered",
 	f.BoolVar(&cfg.dedup, "dedup", false, "idempotent sends: every message carries a dedup id")
 	f.BoolVar(&cfg.transactions, "transactions", false, "send and consume in transactions of 1 to 3 messages")
 	f.StringVar(&cfg.historyFile, "history", "", "write every event to this file, one JSON line each")
-	f.StringVar(&cfg.queue, "queue", "", "queue to create and use (default: verify-<random>)")
+	f.StringVar(&cfg.queue, "queue", "", "queue (with --topics, topic) to create and use (default: verify-<random>)")
+	f.BoolVar(&cfg.topics, "topics", false, "publish to a topic with a durable, a shared durable (--consumers) and a non-durable subscriber, and check each")
 	f.BoolVar(&cfg.asJSON, "json", false, "print the report as JSON")
 	return cmd
+}
+
+// printVerify prints one report: its counts, then its verdict or its
+// examples.
+func printVerify(w io.Writer, rep verifyReport) {
+	what := "queue " + rep.Queue
+	if rep.Subscription != "" {
+		what = rep.Subscription + " subscription " + rep.Queue
+	}
+	fmt.Fprintf(w, "%s, %s: sends %d ok, %d unknown, %d failed; %d received (%d redelivered), %d acknowledged\n",
+		what, rep.Duration, rep.SentOK, rep.SendUnknown, rep.SendFailed, rep.Received, rep.Redelivered, rep.Acked)
+	if rep.OK && rep.Subscription == "non-durable" {
+		fmt.Fprintln(w, "no violation: nothing duplicated, redelivered after its ack, unexpected or wrongly marked (a non-durable subscriber may miss what was published while it reconnected)")
+	} else if rep.OK {
+		fmt.Fprintln(w, "no violation: nothing lost, duplicated, redelivered after its ack, unexpected, wrongly marked or partly committed")
+	}
+	for _, e := range rep.Examples {
+		fmt.Fprintln(w, e)
+	}
 }
 
 func runVerify(ctx context.Context, logw io.Writer, cfg verifyConfig, rec *recorder) (verifyReport, error) {
@@ -181,70 +226,33 @@ func runVerify(ctx context.Context, logw io.Writer, cfg verifyConfig, rec *recor
 	}
 	h := history.New()
 	start := time.Now()
-	wctx, stop := context.WithTimeout(ctx, cfg.duration)
-	defer stop()
-	var wg sync.WaitGroup
-	var conns []*client.Connection
-	var connMu sync.Mutex
-	dial := func(i int, policy client.ReconnectPolicy) (*client.Connection, error) {
-		// Each starts on another node, so the load spreads.
-		addrs := append(append([]string{}, cfg.servers[i%len(cfg.servers):]...), cfg.servers[:i%len(cfg.servers)]...)
-		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		c, err := client.Dial(dctx, addrs, client.Options{ReconnectPolicy: policy, ReconnectBlockingTime: 30 * time.Second})
-		if err == nil {
-			connMu.Lock()
-			conns = append(conns, c)
-			connMu.Unlock()
-		}
-		return c, err
-	}
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	for i := range cfg.producers {
-		conn, err := dial(i, client.ReconnectProducer)
-		if err != nil {
-			return verifyReport{}, err
-		}
-		wg.Go(func() { produce(wctx, conn, cfg, h, rec, i) })
-	}
-	var sessions []*client.Session
+	w := newWorkload(ctx, cfg)
+	defer w.close()
+	open := func(s *client.Session) (*client.Consumer, error) { return s.Consumer(w.ctx, cfg.queue) }
 	for i := range cfg.consumers {
-		conn, err := dial(i, client.ReconnectAll)
-		if err != nil {
+		if err := w.startConsumer(ctx, "", open, h, rec, fmt.Sprintf("c%d", i)); err != nil {
 			return verifyReport{}, err
 		}
-		mode := client.ClientAck
-		if cfg.transactions {
-			mode = client.Transacted
-		}
-		s, err := conn.Session(mode)
-		if err != nil {
-			return verifyReport{}, err
-		}
-		sessions = append(sessions, s)
-		wg.Go(func() { consume(wctx, s, cfg, h, rec, i) })
 	}
-	wg.Wait()
-	for _, s := range sessions {
-		_ = s.Close() // what a consumer held returns, marked redelivered
-	}
-	fmt.Fprintf(logw, "cairn verify: workload done after %v; draining %s\n", time.Since(start).Round(time.Millisecond), cfg.queue)
-	if err := drainVerify(ctx, cfg, len(q.Members), h, rec); err != nil {
+	if err := w.startProducers(ctx, h, rec); err != nil {
 		return verifyReport{}, err
 	}
-	return report(cfg, h), nil
+	w.finish()
+	fmt.Fprintf(logw, "cairn verify: workload done after %v; draining %s\n", time.Since(start).Round(time.Millisecond), cfg.queue)
+	holds := func(ctx context.Context) (client.QueueInfo, error) { return a.ShowQueue(ctx, cfg.queue) }
+	if err := drainVerify(ctx, cfg.servers, cfg.queue, len(q.Members), h, rec, holds); err != nil {
+		return verifyReport{}, err
+	}
+	return report(cfg.queue, cfg, h), nil
 }
 
-// report is what the history h says of the run: its counts, and each kind
-// of violation with up to ten examples.
-func report(cfg verifyConfig, h *history.History) verifyReport {
+// report is what the history h of dest (the queue, or a subscription) says
+// of the run: its counts, and each kind of violation with up to ten
+// examples.
+func report(dest string, cfg verifyConfig, h *history.History) verifyReport {
 	st := h.Stats()
 	vs := h.Check()
-	rep := verifyReport{Queue: cfg.queue, Duration: cfg.duration.String(), SentOK: st.SentOK, SendUnknown: st.SendUnknown, SendFailed: st.SendFailed,
+	rep := verifyReport{Queue: dest, Duration: cfg.duration.String(), SentOK: st.SentOK, SendUnknown: st.SendUnknown, SendFailed: st.SendFailed,
 		Acked: st.Acked, Violations: map[string]int{}, Examples: []string{}, OK: len(vs) == 0}
 	for p, n := range st.Receipts {
 		rep.Received += n
@@ -261,9 +269,17 @@ func report(cfg verifyConfig, h *history.History) verifyReport {
 	return rep
 }
 
-// produce sends until ctx ends: one message at a time, or transactions of
-// one to three.
-func produce(ctx context.Context, conn *client.Connection, cfg verifyConfig, h *history.History, rec *recorder, i int) {
+// sendLog records sends: a queue's history, or every subscription's.
+type sendLog interface {
+	Sending(id string)
+	Sent(id string, err error)
+	SentInTx(txID, id string)
+	Committed(txID string, err error)
+}
+
+// produce sends (publishes, with --topics) until ctx ends: one message at
+// a time, or transactions of one to three.
+func produce(ctx context.Context, conn *client.Connection, cfg verifyConfig, h sendLog, rec *recorder, i int) {
 	mode := client.AutoAck
 	if cfg.transactions {
 		mode = client.Transacted
@@ -273,6 +289,9 @@ func produce(ctx context.Context, conn *client.Connection, cfg verifyConfig, h *
 		return
 	}
 	p, err := s.Producer(cfg.queue)
+	if cfg.topics {
+		p, err = s.Publisher(cfg.queue)
+	}
 	if err != nil {
 		return
 	}
@@ -319,26 +338,32 @@ func produce(ctx context.Context, conn *client.Connection, cfg verifyConfig, h *
 	}
 }
 
-// consume receives and acknowledges (or commits) until ctx ends.
-func consume(ctx context.Context, s *client.Session, cfg verifyConfig, h *history.History, rec *recorder, i int) {
-	k, err := s.Consumer(ctx, cfg.queue)
-	if err != nil {
-		return
-	}
-	phase := fmt.Sprintf("c%d", i)
+// consume receives with k and acknowledges (or commits) until ctx ends. A
+// subscriber refused after a reconnect because its subscription still
+// counts its consumer from before (ErrSubscriptionInUse) is made again with
+// open a moment later, as an application would.
+func consume(ctx context.Context, s *client.Session, k *client.Consumer, open func(*client.Session) (*client.Consumer, error), cfg verifyConfig, h *history.History, rec *recorder, phase string) {
 	for n := 0; ctx.Err() == nil; n++ {
 		tx := ""
 		size := 1
 		if cfg.transactions {
-			tx = fmt.Sprintf("c%d-tx%d", i, n)
+			tx = fmt.Sprintf("%s-tx%d", phase, n)
 			size = 1 + rand.IntN(3)
 		}
 		var got []*history.Receipt
 		for range size {
 			m, err := k.ReceiveTimeout(200 * time.Millisecond)
 			if m == nil {
-				if errors.Is(err, client.ErrClosed) || errors.Is(err, client.ErrDestinationDeleted) {
+				switch {
+				case errors.Is(err, client.ErrClosed) || errors.Is(err, client.ErrDestinationDeleted):
 					return
+				case errors.Is(err, client.ErrSubscriptionInUse):
+					_ = k.Close()
+					if k = reopen(ctx, s, open); k == nil {
+						return
+					}
+				case err != nil:
+					sleepCtx(ctx, 100*time.Millisecond) // a reconnect: no busy loop
 				}
 				break
 			}
@@ -362,10 +387,11 @@ func consume(ctx context.Context, s *client.Session, cfg verifyConfig, h *histor
 	}
 }
 
-// drainVerify consumes every member of the queue until it holds nothing and
-// nothing came for a while, recording each message in the drain phase.
-func drainVerify(ctx context.Context, cfg verifyConfig, members int, h *history.History, rec *recorder) error {
-	conn, err := client.Dial(ctx, cfg.servers, client.Options{ReconnectPolicy: client.ReconnectAll})
+// drainVerify consumes every member of dest (a queue, or a subscription
+// TOPIC::ID) until holds says it holds nothing and nothing came for a
+// while, recording each message in the drain phase.
+func drainVerify(ctx context.Context, servers []string, dest string, members int, h *history.History, rec *recorder, holds func(context.Context) (client.QueueInfo, error)) error {
+	conn, err := client.Dial(ctx, servers, client.Options{ReconnectPolicy: client.ReconnectAll})
 	if err != nil {
 		return err
 	}
@@ -380,22 +406,17 @@ func drainVerify(ctx context.Context, cfg verifyConfig, members int, h *history.
 		// A cluster just healed may still be electing the member's leader or
 		// replacing a broken stream: a failed create is tried again.
 		for {
-			k, err := s.Consumer(ctx, fmt.Sprintf("%s#%d", cfg.queue, i))
+			k, err := s.Consumer(ctx, fmt.Sprintf("%s#%d", dest, i))
 			if err == nil {
 				ks = append(ks, k)
 				break
 			}
 			if time.Now().After(deadline) || ctx.Err() != nil {
-				return fmt.Errorf("verify: consumer of %s#%d for the drain: %w", cfg.queue, i, err)
+				return fmt.Errorf("verify: consumer of %s#%d for the drain: %w", dest, i, err)
 			}
 			time.Sleep(500 * time.Millisecond)
 		}
 	}
-	a, err := client.NewAdmin(cfg.servers)
-	if err != nil {
-		return err
-	}
-	defer a.Close()
 	lastGot := time.Now()
 	var left *client.QueueInfo
 	var showErr error
@@ -428,7 +449,7 @@ func drainVerify(ctx context.Context, cfg verifyConfig, members int, h *history.
 			continue
 		}
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		q, err := a.ShowQueue(sctx, cfg.queue)
+		q, err := holds(sctx)
 		cancel()
 		if err == nil && q.Pending == 0 && q.Delivered == 0 && q.Prepared == 0 && q.Delayed == 0 {
 			return nil
@@ -437,10 +458,35 @@ func drainVerify(ctx context.Context, cfg verifyConfig, members int, h *history.
 	}
 	switch {
 	case left == nil:
-		return fmt.Errorf("verify: queue %s: messages still came after draining for 2 minutes", cfg.queue)
+		return fmt.Errorf("verify: %s: messages still came after draining for 2 minutes", dest)
 	case showErr != nil:
-		return fmt.Errorf("verify: draining queue %s for 2 minutes: asking what it holds failed: %w", cfg.queue, showErr)
+		return fmt.Errorf("verify: draining %s for 2 minutes: asking what it holds failed: %w", dest, showErr)
 	}
-	return fmt.Errorf("verify: queue %s still held messages after draining for 2 minutes: %d pending, %d delivered and not acknowledged, %d prepared, %d delayed (cairn queue show %s tells which member)",
-		cfg.queue, left.Pending, left.Delivered, left.Prepared, left.Delayed, cfg.queue)
+	return fmt.Errorf("verify: %s still held messages after draining for 2 minutes: %d pending, %d delivered and not acknowledged, %d prepared, %d delayed (cairn queue show, for a subscription cairn topic show, tells which member)",
+		dest, left.Pending, left.Delivered, left.Prepared, left.Delayed)
+}
+
+// reopen makes a consumer again with open, trying every second until it
+// is made or ctx ends (nil).
+func reopen(ctx context.Context, s *client.Session, open func(*client.Session) (*client.Consumer, error)) *client.Consumer {
+	for {
+		if k, err := open(s); err == nil {
+			return k
+		}
+		if !sleepCtx(ctx, time.Second) {
+			return nil
+		}
+	}
+}
+
+// sleepCtx waits d, or until ctx ends; false if it ended.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

@@ -1,7 +1,8 @@
 // Package chaos is Cairn's chaos suite: a nemesis runs fault schedules
 // against a three-node cluster while `cairn verify` runs a workload through
-// them, and every scenario ends with all faults healed and the checker's
-// verdict. The schedules are written once, against a target, and run on two:
+// them (in the first scenario `cairn verify --topics` beside it, a topic's
+// durable, shared and non-durable subscriptions), and every scenario ends
+// with all faults healed and the checker's verdict. The schedules are written once, against a target, and run on two:
 //
 //   - the compose cluster (deploy/compose.yaml): docker kill, docker pause,
 //     docker network disconnect, docker restart;
@@ -33,6 +34,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -206,25 +208,28 @@ func nodeIndex(id string) int {
 // scenario is a nemesis schedule: it applies faults until end and returns
 // with some of them possibly still in place (heal undoes them).
 type scenario struct {
-	name    string
-	verify  []string
+	name   string
+	verify []string
+	// topics, when not nil, runs `cairn verify --topics` with these flags
+	// beside the queue's verify.
+	topics  []string
 	nemesis func(t *testing.T, tg target, end time.Time)
 }
 
 var scenarios = []scenario{
-	{"kill the member host or the meta leader every 10-20 s", []string{"--dedup"},
+	{"kill the member host or the meta leader every 10-20 s", []string{"--dedup"}, []string{"--dedup"},
 		faultEvery(10*time.Second, 20*time.Second, 3*time.Second, func(n int) bool { return n%2 == 1 }, "kill", target.kill, target.start)},
-	{"pause a node for 5 s", nil,
+	{"pause a node for 5 s", nil, nil,
 		faultEvery(5*time.Second, 10*time.Second, 5*time.Second, func(int) bool { return false }, "pause", target.pause, target.resume)},
-	{"isolate a node from the network for 10 s", []string{"--transactions"},
+	{"isolate a node from the network for 10 s", []string{"--transactions"}, nil,
 		faultEvery(5*time.Second, 10*time.Second, 10*time.Second, func(int) bool { return true }, "isolate", target.isolate, target.reconnect)},
-	{"restart the whole cluster", nil, func(t *testing.T, tg target, end time.Time) {
+	{"restart the whole cluster", nil, nil, func(t *testing.T, tg target, end time.Time) {
 		if sleepUntil(time.Until(end)/3, end) {
 			t.Logf("nemesis: restart of all three nodes at once")
 			tg.restartAll(t)
 		}
 	}},
-	{"kill a node and start it with an empty data directory, once repaired", nil, func(t *testing.T, tg target, end time.Time) {
+	{"kill a node and start it with an empty data directory, once repaired", nil, nil, func(t *testing.T, tg target, end time.Time) {
 		for n := 0; sleepUntil(between(5*time.Second, 10*time.Second), end); n++ {
 			i := victim(t, tg, n%2 == 1)
 			t.Logf("nemesis: kill %s, empty its data directory, start it", tg.describe(i))
@@ -241,7 +246,7 @@ var scenarios = []scenario{
 			t.Logf("nemesis: repaired %v after %s started empty", time.Since(start).Round(100*time.Millisecond), tg.describe(i))
 		}
 	}},
-	{"rolling restart", nil, func(t *testing.T, tg target, end time.Time) {
+	{"rolling restart", nil, nil, func(t *testing.T, tg target, end time.Time) {
 		sleepUntil(time.Until(end)/4, end)
 		for i := range 3 {
 			t.Logf("nemesis: restart %s", tg.describe(i))
@@ -294,9 +299,16 @@ func runScenarios(t *testing.T, tg target) {
 				}
 			})
 			v := startVerify(t, tg, d, sc.verify...)
+			var topics *verifyRun
+			if sc.topics != nil {
+				topics = startVerify(t, tg, d, append([]string{"--topics"}, sc.topics...)...)
+			}
 			sc.nemesis(t, tg, time.Now().Add(d))
 			tg.heal(t)
 			v.wait(t)
+			if topics != nil {
+				topics.wait(t)
+			}
 		})
 	}
 	checkIdle(t, tg, idle, time.Minute)
@@ -318,7 +330,11 @@ func startVerify(t *testing.T, tg target, d time.Duration, extra ...string) *ver
 	t.Helper()
 	v := &verifyRun{args: extra}
 	args := append([]string{"--server", tg.clientAddrs(), "verify", "--duration", d.String(), "--producers", "2", "--consumers", "2", "--json"}, extra...)
-	if path := keptPath(t, ".jsonl"); path != "" {
+	kind := "" // the files of a topics verify beside a queue's are apart
+	if slices.Contains(extra, "--topics") {
+		kind = ".topics"
+	}
+	if path := keptPath(t, kind+".jsonl"); path != "" {
 		args = append(args, "--history", path)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d+5*time.Minute)
@@ -335,7 +351,7 @@ func startVerify(t *testing.T, tg target, d time.Duration, extra ...string) *ver
 			cancel()
 			_ = v.cmd.Wait()
 		}
-		if path := keptPath(t, ".stderr"); path != "" {
+		if path := keptPath(t, kind+".stderr"); path != "" {
 			if err := os.WriteFile(path, v.stderr.Bytes(), 0o644); err != nil {
 				t.Errorf("keeping verify's stderr: %v", err)
 			}
