@@ -62,6 +62,10 @@ func (m AckMode) wire() clientpb.AckMode {
 // another one as its ReconnectPolicy says (see the package documentation).
 type Connection struct {
 	opts Options
+	// instance names this Connection to the cluster, the same across its
+	// reconnects: a reconnect takes its client id over from the connection
+	// it replaces, while any other connection is refused it.
+	instance string
 
 	// objects is held shared while the application creates or closes a
 	// session or consumer, and exclusively while a reconnect re-creates
@@ -108,7 +112,7 @@ func Dial(ctx context.Context, addrs []string, opts Options) (*Connection, error
 		return nil, fmt.Errorf("%w: no server address", ErrUnavailable)
 	}
 	c := &Connection{
-		opts: opts, addrs: addrs, changed: make(chan struct{}),
+		opts: opts, instance: NewMessageID(), addrs: addrs, changed: make(chan struct{}),
 		sessions: make(map[uint64]*Session), consumers: make(map[uint64]*Consumer), done: make(chan struct{}), closed: make(chan struct{}),
 		credits: make(map[creditKey]uint32), creditWake: make(chan struct{}, 1),
 		direct: sendLinks{routes: make(map[string]route), byAddr: make(map[string]*sendLink), held: make(map[string]*holdBack)},

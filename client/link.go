@@ -119,7 +119,7 @@ func (c *Connection) openLink(ctx context.Context, addr string, gen uint64, clie
 	l.lastHeard.Store(time.Now().UnixNano())
 	go l.readLoop()
 	go l.watchSilence()
-	reply, err := l.request(dctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_Hello{Hello: &clientpb.Hello{ClientId: clientID}}})
+	reply, err := l.request(dctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_Hello{Hello: &clientpb.Hello{ClientId: clientID, ClientInstance: c.instance}}})
 	if err != nil {
 		unanswered()
 		l.close(err)

@@ -7,7 +7,9 @@ import (
 
 // Options configure a connection.
 type Options struct {
-	// ClientID names the connection; at most one connection per id.
+	// ClientID names the connection; at most one connection of the
+	// cluster holds an id at a time (ErrClientIDInUse), whichever node it
+	// connects to. The connection keeps it across its reconnects.
 	ClientID string
 	// Prefetch is how many messages a consumer may hold unconsumed
 	// (default 64).

@@ -58,6 +58,14 @@ func (b clientAPI) CreateTemporaryQueue(ctx context.Context, conn string) (strin
 
 func (b clientAPI) TemporaryOwner(addr string) string { return b.n.temporaryOwner(addr) }
 
+func (b clientAPI) ClaimClientID(ctx context.Context, clientID, conn, instance string) error {
+	return b.n.claimClientID(ctx, clientID, conn, instance)
+}
+
+func (b clientAPI) ReleaseClientID(clientID, conn string, first func(error)) {
+	b.n.releaseClientID(clientID, conn, first)
+}
+
 func (a adminAPI) DeleteSubscription(ctx context.Context, topic, name, clientID string) error {
 	return a.n.deleteSubscription(ctx, topic, name, clientID)
 }

@@ -83,13 +83,14 @@ func (m metaNode) Forward(ctx context.Context, leader string, cmd *fsmpb.Command
 	return toResult(resp.Result), resp.Index, nil
 }
 
-// Lead runs the meta leader's sweeps of idle subscriptions and of
-// temporary queues whose node run is gone, then its placement and
-// renewals. The sweeps have a context of their own, so that placement's
-// calls to a node that died cannot use up theirs.
+// Lead runs the meta leader's sweeps of idle subscriptions and of the
+// temporary queues and client ids of node runs that are gone, then its
+// placement and renewals. The sweeps have a context of their own, so that
+// placement's calls to a node that died cannot use up theirs.
 func (m metaNode) Lead(ctx context.Context) {
 	sweep, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	m.n.sweepTemporaryQueues(sweep)
+	m.n.sweepClientIDs(sweep)
 	m.n.sweepSubscriptions(sweep)
 	cancel()
 	if err := m.placeReplicas(ctx); err != nil {

@@ -113,9 +113,15 @@ func TestCluster_TopicFansOutToEverySubscription(t *testing.T) {
 		t.Fatalf("topic show: %+v, %v; want 3 members and 4 subscriptions", info, err)
 	}
 
-	// An unshared durable subscription has one consumer at a time; it is
-	// not deleted while one uses it.
-	_, err = mustSession(t, tc.Dial("n3", withClientID("c1")), client.AutoAck).Subscribe(ctx, "news", client.Subscription{Name: "audit", Durable: true})
+	// A client id is the cluster's: another connection with c1 is refused,
+	// whichever node it connects to. An unshared durable subscription has
+	// one consumer at a time; it is not deleted while one uses it.
+	c, err := client.Dial(ctx, []string{tc.Node("n3").Addrs().Client}, client.Options{ClientID: "c1"})
+	if err == nil {
+		c.Close()
+	}
+	wantErr(t, "a second connection with client id c1, on another node", err, client.ErrClientIDInUse)
+	_, err = mustSession(t, c1, client.AutoAck).Subscribe(ctx, "news", client.Subscription{Name: "audit", Durable: true})
 	wantErr(t, "a second consumer of an unshared durable subscription", err, client.ErrSubscriptionInUse)
 	wantErr(t, "deleting a subscription in use", a.DeleteSubscription(ctx, "news", "audit", "c1"), client.ErrSubscriptionInUse)
 	if err := audit.Close(); err != nil {

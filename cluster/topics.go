@@ -291,13 +291,53 @@ type leaderSweeps struct {
 	mu   sync.Mutex
 	last time.Time
 	idle map[string]time.Time // since when each has had no consumer
-	// orphaned: since when each temporary queue's node run has looked
-	// gone; a queue goes once it has for orphanGrace (a meta leader new
-	// in its term may not have heard of every node yet).
-	orphaned map[string]time.Time
+	// The temporary queues and the client ids whose connection's node run
+	// looks gone.
+	temporary, clientIDs orphans
+}
+
+// orphans remembers since when things owned by a connection
+// (NODE/BOOT/CONNECTION) have looked to outlive its node run; they go once
+// they have for orphanGrace (a meta leader new in its term may not have
+// heard of every node yet). One sweep is begin, gone for each, end.
+type orphans struct {
+	since map[string]time.Time
+	seen  map[string]bool
 }
 
 const orphanGrace = 10 * time.Second
+
+func (o *orphans) begin() {
+	if o.since == nil {
+		o.since = make(map[string]time.Time)
+	}
+	o.seen = make(map[string]bool)
+}
+
+// gone reports whether key's owner's node run has looked gone for
+// orphanGrace.
+func (o *orphans) gone(n *Node, key, owner string) bool {
+	node, rest, _ := strings.Cut(owner, "/")
+	boot, _, _ := strings.Cut(rest, "/")
+	if n.ownerLive(node + "/" + boot) {
+		return false
+	}
+	o.seen[key] = true
+	since, ok := o.since[key]
+	if !ok {
+		o.since[key] = time.Now()
+	}
+	return ok && time.Since(since) >= orphanGrace
+}
+
+// end forgets what this sweep did not see gone.
+func (o *orphans) end() {
+	for key := range o.since {
+		if !o.seen[key] {
+			delete(o.since, key)
+		}
+	}
+}
 
 // sweepSubscriptions deletes, on the meta leader, the non-durable
 // subscriptions that have had no consumer for subscriptionIdle. It looks
@@ -376,25 +416,10 @@ func (n *Node) sweepTemporaryQueues(ctx context.Context) {
 	sw := &n.sweeps
 	sw.mu.Lock()
 	defer sw.mu.Unlock()
-	if sw.orphaned == nil {
-		sw.orphaned = make(map[string]time.Time)
-	}
-	seen := make(map[string]bool)
+	sw.temporary.begin()
+	defer sw.temporary.end()
 	for _, d := range n.destinations() {
-		if d.Temporary == "" {
-			continue
-		}
-		node, rest, _ := strings.Cut(d.Temporary, "/")
-		boot, _, _ := strings.Cut(rest, "/")
-		if n.ownerLive(node + "/" + boot) {
-			continue
-		}
-		seen[d.Name] = true
-		since, ok := sw.orphaned[d.Name]
-		if !ok {
-			sw.orphaned[d.Name] = time.Now()
-		}
-		if !ok || time.Since(since) < orphanGrace {
+		if d.Temporary == "" || !sw.temporary.gone(n, d.Name, d.Temporary) {
 			continue
 		}
 		if err := n.deleteDestination(ctx, d.Name); err != nil {
@@ -402,10 +427,5 @@ func (n *Node) sweepTemporaryQueues(ctx context.Context) {
 			continue
 		}
 		n.log.Info("deleted a temporary queue: its connection's node run is gone", "queue", d.Name, "owner", d.Temporary)
-	}
-	for name := range sw.orphaned {
-		if !seen[name] {
-			delete(sw.orphaned, name)
-		}
 	}
 }

@@ -203,6 +203,10 @@ func commandTypeOf(body proto.Message) (fsmpb.CommandType, bool) {
 		return fsmpb.CommandType_COMMAND_TYPE_RENEW_MEMBER, true
 	case *fsmpb.Publish:
 		return fsmpb.CommandType_COMMAND_TYPE_PUBLISH, true
+	case *fsmpb.ClaimClientId:
+		return fsmpb.CommandType_COMMAND_TYPE_CLAIM_CLIENT_ID, true
+	case *fsmpb.ReleaseClientId:
+		return fsmpb.CommandType_COMMAND_TYPE_RELEASE_CLIENT_ID, true
 	}
 	return 0, false
 }
@@ -403,16 +407,22 @@ var rejections = []error{
 	ErrTxRefused,
 	ErrUnknownSession, ErrSessionOwned, ErrDuplicateMessageID, ErrMemberFull, ErrSealed, ErrInvalidMessage,
 	ErrMalformed, ErrInvalidName, ErrInvalidSettings, ErrDestinationExists, ErrUnknownDestination, ErrUnknownMember,
+	ErrClientIDInUse,
 }
 
-// RejectionCode names a rejection for the wire ("" if err is none).
+// RejectionCode names a rejection for the wire ("" if err is none). An
+// error that is none of the rejections travels as a malformed command's,
+// never as no error at all.
 func RejectionCode(err error) string {
+	if err == nil {
+		return ""
+	}
 	for _, r := range rejections {
 		if errors.Is(err, r) {
 			return r.Error()
 		}
 	}
-	return ""
+	return ErrMalformed.Error()
 }
 
 // Rejection turns a code and message back into a rejection that matches

@@ -11,16 +11,23 @@ import (
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 )
 
+// A rejection crosses the wire keeping its sentinel and text; an error
+// that is none of them still arrives as an error (a malformed command's),
+// since a code of "" reads as success on the other side.
 func TestRejection_RoundTripKeepsSentinelAndText(t *testing.T) {
-	for _, sentinel := range []error{fsm.ErrUnknownSession, fsm.ErrMemberFull, fsm.ErrDuplicateMessageID, fsm.ErrUnknownDestination} {
+	for _, sentinel := range []error{fsm.ErrUnknownSession, fsm.ErrMemberFull, fsm.ErrDuplicateMessageID, fsm.ErrUnknownDestination, fsm.ErrClientIDInUse} {
 		err := fmt.Errorf("%w: detail", sentinel)
 		back := fsm.Rejection(fsm.RejectionCode(err), err.Error())
 		if !errors.Is(back, sentinel) || back.Error() != err.Error() {
 			t.Errorf("%v came back as %v", err, back)
 		}
 	}
-	if fsm.RejectionCode(errors.New("other")) != "" {
-		t.Error("an error that is no rejection got a code")
+	if fsm.RejectionCode(nil) != "" {
+		t.Error("no error got a code")
+	}
+	other := errors.New("other")
+	if back := fsm.Rejection(fsm.RejectionCode(other), other.Error()); !errors.Is(back, fsm.ErrMalformed) || back.Error() != "other" {
+		t.Errorf("an error that is no rejection came back as %v", back)
 	}
 }
 

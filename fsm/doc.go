@@ -3,9 +3,9 @@
 // acknowledgements, expiry, duplicate detection), the group state machine
 // (several members sharing one Raft group, where a message published to a
 // topic's member is stored by its subscriptions' members: Publish), and the
-// meta state machine
-// (destinations, their members' placement, the node registry), with the
-// commands that change them and their snapshots.
+// meta state machine (destinations, their members' placement, the node
+// registry, the client ids connections hold), with the commands that change
+// them and their snapshots.
 //
 // The contract, which every change here keeps:
 //

@@ -36,6 +36,8 @@ var (
 	// ErrUnknownMember: a shared group holds no member of that name (not
 	// added yet, or dropped).
 	ErrUnknownMember = errors.New("no such member in this group")
+	// ErrClientIDInUse: another connection holds the client id.
+	ErrClientIDInUse = errors.New("client id in use")
 )
 
 // ErrCorrupt marks an entry that cannot be applied at all: it does not

@@ -33,11 +33,14 @@ type Meta struct {
 	// decommissioning are live nodes leaving for good: their replicas move
 	// to other nodes, and nothing new is placed on them.
 	decommissioning map[string]bool
+	// clientIDs are the client ids connections hold (meta_clientid.go).
+	clientIDs map[string]*fsmpb.ClientIdClaim
 }
 
 // NewMeta returns an empty meta state machine.
 func NewMeta() *Meta {
-	return &Meta{destinations: make(map[string]*fsmpb.Destination), nodes: make(map[string]*fsmpb.Node), removed: make(map[string]string), rejoining: make(map[string]map[string]bool), decommissioning: make(map[string]bool)}
+	return &Meta{destinations: make(map[string]*fsmpb.Destination), nodes: make(map[string]*fsmpb.Node), removed: make(map[string]string), rejoining: make(map[string]map[string]bool), decommissioning: make(map[string]bool),
+		clientIDs: make(map[string]*fsmpb.ClientIdClaim)}
 }
 
 var metaHandlers = func() map[fsmpb.CommandType]handler[*Meta] {
@@ -55,6 +58,8 @@ var metaHandlers = func() map[fsmpb.CommandType]handler[*Meta] {
 	on(t, fsmpb.CommandType_COMMAND_TYPE_REMOVE_MEMBER, func() *fsmpb.RemoveMember { return new(fsmpb.RemoveMember) }, (*Meta).removeMember)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_SET_REPLICAS, func() *fsmpb.SetReplicas { return new(fsmpb.SetReplicas) }, (*Meta).setReplicas)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_RENEW_MEMBER, func() *fsmpb.RenewMember { return new(fsmpb.RenewMember) }, (*Meta).renewMember)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_CLAIM_CLIENT_ID, func() *fsmpb.ClaimClientId { return new(fsmpb.ClaimClientId) }, (*Meta).claimClientID)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_RELEASE_CLIENT_ID, func() *fsmpb.ReleaseClientId { return new(fsmpb.ReleaseClientId) }, (*Meta).releaseClientID)
 	return t
 }()
 
@@ -531,7 +536,7 @@ func (m *Meta) Nodes() []*fsmpb.Node {
 
 // Snapshot returns the whole meta state; it is small.
 func (m *Meta) Snapshot() *fsmpb.MetaSnapshot {
-	s := &fsmpb.MetaSnapshot{Applied: m.applied, Destinations: m.Destinations(), Nodes: m.Nodes()}
+	s := &fsmpb.MetaSnapshot{Applied: m.applied, Destinations: m.Destinations(), Nodes: m.Nodes(), ClientIds: m.ClientIDs()}
 	for id, inc := range m.removed {
 		s.Removed = append(s.Removed, id)
 		if inc != "" {
@@ -579,6 +584,9 @@ func RestoreMeta(r io.Reader) (*Meta, error) {
 	}
 	for _, id := range s.Decommissioning {
 		m.decommissioning[id] = true
+	}
+	for _, c := range s.ClientIds {
+		m.clientIDs[c.ClientId] = c
 	}
 	for _, r := range s.Rejoining {
 		m.rejoining[r.Node] = map[string]bool{}

@@ -425,6 +425,8 @@ func newMetaWithState(t *testing.T) *fsm.Meta {
 	f.ok(&fsmpb.DeleteDestination{Name: "gone"})
 	f.ok(&fsmpb.RegisterNode{Node: &fsmpb.Node{Id: "n2", Incarnation: "a"}})
 	f.ok(&fsmpb.RegisterNode{Node: &fsmpb.Node{Id: "n2", Incarnation: "b"}}) // came back empty
+	f.ok(&fsmpb.ClaimClientId{Claim: &fsmpb.ClientIdClaim{ClientId: "billing", Owner: "n1/b1/c1", Instance: "i1"}})
+	f.ok(&fsmpb.ClaimClientId{Claim: &fsmpb.ClientIdClaim{ClientId: "audit", Owner: "n2/b2/c7"}})
 	return f.m
 }
 

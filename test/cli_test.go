@@ -1,12 +1,15 @@
 package test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cairnmq/cairn/client"
 )
 
 // queueShow checks the shape of one queue as `queue show --json` and
@@ -274,7 +277,8 @@ func TestCLISelectors(t *testing.T) {
 // TestCLITopics drives topics through the real binary: create, a durable
 // subscription made by subscribing, publish, topic show's counts,
 // receiving what was published while nobody consumed, and the errors of
-// kinds and of a durable subscription without a client id.
+// kinds, of a durable subscription without a client id and of a client id
+// in use.
 func TestCLITopics(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)
@@ -311,10 +315,19 @@ func TestCLITopics(t *testing.T) {
 			t.Errorf("subscribe line %v; want subscription audit and property n 5", l)
 		}
 	}
+	// A client id held by another connection is refused.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	held, err := client.Dial(ctx, []string{s.addrs.client}, client.Options{ClientID: "held"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
 	for _, c := range []struct {
 		args []string
 		says string
 	}{
+		{[]string{"subscribe", "news", "--subscription", "x", "--durable", "--client-id", "held"}, "client id in use"},
 		{[]string{"send", "news"}, "news is a topic"},
 		{[]string{"queue", "show", "news"}, "is a topic"},
 		{[]string{"subscribe", "news", "--subscription", "x", "--durable"}, "client id"},

@@ -28,16 +28,15 @@ const (
 
 // Connections is the front-end's registry of client connections.
 type Connections struct {
-	n         Node
-	mu        sync.Mutex
-	byID      map[string]*connection
-	clientIDs map[string]*connection
-	ending    sync.WaitGroup
+	n      Node
+	mu     sync.Mutex
+	byID   map[string]*connection
+	ending sync.WaitGroup
 }
 
 // NewConnections is the registry of the client connections node n serves.
 func NewConnections(n Node) *Connections {
-	return &Connections{n: n, byID: make(map[string]*connection), clientIDs: make(map[string]*connection)}
+	return &Connections{n: n, byID: make(map[string]*connection)}
 }
 
 // connection is one client connection (a Connect stream): its sessions and
@@ -228,19 +227,23 @@ func (c *connection) hello(stream clientpb.ClientService_ConnectServer) error {
 		return fmt.Errorf("%w: the first frame of a connection must be Hello", transport.ErrMalformed)
 	}
 	if h.ClientId != "" {
-		cs := c.conns
-		cs.mu.Lock()
-		_, taken := cs.clientIDs[h.ClientId]
-		if !taken {
-			cs.clientIDs[h.ClientId] = c
-			c.clientID = h.ClientId
+		// The client id is the cluster's: the meta group says which
+		// connection holds it.
+		var err error
+		if len(h.ClientId) > fsm.MaxClientIDLen {
+			err = fmt.Errorf("%w: a client id is at most %d bytes", transport.ErrInvalidArgument, fsm.MaxClientIDLen)
+		} else {
+			ctx, cancel := context.WithTimeout(c.ctx, helloTimeout)
+			err = c.n.ClaimClientID(ctx, h.ClientId, c.id, h.ClientInstance)
+			cancel()
 		}
-		cs.mu.Unlock()
-		if taken {
-			err := fmt.Errorf("%w: client id %q is used by another connection", transport.ErrClientIDInUse, h.ClientId)
+		if err != nil {
 			_ = stream.Send(replyFrame(f.RequestId, err, nil))
 			return err
 		}
+		c.mu.Lock()
+		c.clientID = h.ClientId
+		c.mu.Unlock()
 	}
 	return stream.Send(replyFrame(f.RequestId, nil, &clientpb.Reply{Result: &clientpb.Reply_Hello{Hello: &clientpb.HelloResult{
 		ConnectionId: c.id, NodeId: c.n.ID(), ClientAddrs: c.n.ClientAddrs(), MaxFrameBytes: uint64(c.n.MaxWire()),
@@ -263,7 +266,10 @@ func (cs *Connections) end(c *connection) {
 		}
 		k.detach(c.n)
 	}
-	if !c.abandoned {
+	clientID := c.clientID
+	if c.abandoned {
+		clientID = "" // a crash releases nothing: the meta leader's sweep does
+	} else {
 		for _, name := range c.temporary {
 			c.n.DropDestination(name)
 		}
@@ -284,8 +290,14 @@ func (cs *Connections) end(c *connection) {
 	for _, members := range sessions {
 		releases += len(members)
 	}
+	if clientID != "" {
+		releases++
+	}
 	tried := make(chan struct{})
 	f := newFanout(releases, func(error) { close(tried) })
+	if clientID != "" {
+		cs.n.ReleaseClientID(clientID, c.id, f.finish)
+	}
 	for id, members := range sessions {
 		for _, name := range members {
 			ids := unseen[id][name]
@@ -307,9 +319,6 @@ func (cs *Connections) end(c *connection) {
 	}
 	cs.mu.Lock()
 	delete(cs.byID, c.id)
-	if c.clientID != "" && cs.clientIDs[c.clientID] == c {
-		delete(cs.clientIDs, c.clientID)
-	}
 	cs.mu.Unlock()
 }
 

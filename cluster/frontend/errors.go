@@ -28,6 +28,7 @@ var clientErrors = []struct{ from, to error }{
 	{fsm.ErrInvalidSettings, transport.ErrInvalidArgument},
 	{fsm.ErrDuplicateMessageID, transport.ErrInvalidArgument},
 	{fsm.ErrMalformed, transport.ErrMalformed},
+	{fsm.ErrClientIDInUse, transport.ErrClientIDInUse},
 	{selector.ErrInvalid, transport.ErrInvalidSelector},
 	{fsm.ErrUnknownSession, transport.ErrLostServer},
 	{fsm.ErrSessionOwned, transport.ErrLostServer},

@@ -56,6 +56,13 @@ type Node interface {
 	// temporary queue belongs to, "" for any other destination.
 	CreateTemporaryQueue(ctx context.Context, conn string) (string, error)
 	TemporaryOwner(addr string) string
+	// ClaimClientID gives a client id to the connection of that id, for
+	// the client instance (the same across its reconnects): refused with
+	// ErrClientIDInUse while another connection of the cluster holds it.
+	// ReleaseClientID lets it go, calling first after the first try (in
+	// the background it tries again if that failed).
+	ClaimClientID(ctx context.Context, clientID, conn, instance string) error
+	ReleaseClientID(clientID, conn string, first func(error))
 	// MemberGroup is the Raft group of member name ("" if none): it
 	// changes when the member is renewed.
 	MemberGroup(name string) string

@@ -77,6 +77,9 @@ const (
 	// command's member), stored by each of its subscriptions' members in the
 	// group that select them (Publish).
 	CommandType_COMMAND_TYPE_PUBLISH CommandType = 32
+	// Meta commands: a connection takes a client id, and lets it go.
+	CommandType_COMMAND_TYPE_CLAIM_CLIENT_ID   CommandType = 33
+	CommandType_COMMAND_TYPE_RELEASE_CLIENT_ID CommandType = 34
 )
 
 // Enum value maps for CommandType.
@@ -115,6 +118,8 @@ var (
 		30: "COMMAND_TYPE_SET_REPLICAS",
 		31: "COMMAND_TYPE_RENEW_MEMBER",
 		32: "COMMAND_TYPE_PUBLISH",
+		33: "COMMAND_TYPE_CLAIM_CLIENT_ID",
+		34: "COMMAND_TYPE_RELEASE_CLIENT_ID",
 	}
 	CommandType_value = map[string]int32{
 		"COMMAND_TYPE_UNKNOWN":            0,
@@ -150,6 +155,8 @@ var (
 		"COMMAND_TYPE_SET_REPLICAS":       30,
 		"COMMAND_TYPE_RENEW_MEMBER":       31,
 		"COMMAND_TYPE_PUBLISH":            32,
+		"COMMAND_TYPE_CLAIM_CLIENT_ID":    33,
+		"COMMAND_TYPE_RELEASE_CLIENT_ID":  34,
 	}
 )
 
@@ -3719,6 +3726,170 @@ func (x *GroupSnapshot) GetMembers() []string {
 	return nil
 }
 
+// ClientIdClaim is a client id held by a connection: owner is the
+// connection (NODE/BOOT/CONNECTION), instance the client's connection
+// object, the same across its reconnects.
+type ClientIdClaim struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Owner         string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	Instance      string                 `protobuf:"bytes,3,opt,name=instance,proto3" json:"instance,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClientIdClaim) Reset() {
+	*x = ClientIdClaim{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientIdClaim) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientIdClaim) ProtoMessage() {}
+
+func (x *ClientIdClaim) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientIdClaim.ProtoReflect.Descriptor instead.
+func (*ClientIdClaim) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *ClientIdClaim) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *ClientIdClaim) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *ClientIdClaim) GetInstance() string {
+	if x != nil {
+		return x.Instance
+	}
+	return ""
+}
+
+// ClaimClientId (COMMAND_TYPE_CLAIM_CLIENT_ID) gives a client id to a
+// connection; refused while another connection holds it, unless that one
+// is of the same instance (the client reconnecting).
+type ClaimClientId struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Claim         *ClientIdClaim         `protobuf:"bytes,1,opt,name=claim,proto3" json:"claim,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClaimClientId) Reset() {
+	*x = ClaimClientId{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClaimClientId) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClaimClientId) ProtoMessage() {}
+
+func (x *ClaimClientId) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClaimClientId.ProtoReflect.Descriptor instead.
+func (*ClaimClientId) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *ClaimClientId) GetClaim() *ClientIdClaim {
+	if x != nil {
+		return x.Claim
+	}
+	return nil
+}
+
+// ReleaseClientId (COMMAND_TYPE_RELEASE_CLIENT_ID): the connection owner
+// lets the client id go; from any other owner it changes nothing.
+type ReleaseClientId struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Owner         string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseClientId) Reset() {
+	*x = ReleaseClientId{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseClientId) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseClientId) ProtoMessage() {}
+
+func (x *ReleaseClientId) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseClientId.ProtoReflect.Descriptor instead.
+func (*ReleaseClientId) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *ReleaseClientId) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *ReleaseClientId) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
 type MetaSnapshot struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Applied         uint64                 `protobuf:"varint,1,opt,name=applied,proto3" json:"applied,omitempty"`
@@ -3730,13 +3901,14 @@ type MetaSnapshot struct {
 	// removed_incarnations holds the incarnation each removed node had, for
 	// those that had one: the id may join again with another.
 	RemovedIncarnations map[string]string `protobuf:"bytes,7,rep,name=removed_incarnations,json=removedIncarnations,proto3" json:"removed_incarnations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	ClientIds           []*ClientIdClaim  `protobuf:"bytes,8,rep,name=client_ids,json=clientIds,proto3" json:"client_ids,omitempty"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
 
 func (x *MetaSnapshot) Reset() {
 	*x = MetaSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[49]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3748,7 +3920,7 @@ func (x *MetaSnapshot) String() string {
 func (*MetaSnapshot) ProtoMessage() {}
 
 func (x *MetaSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[49]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3761,7 +3933,7 @@ func (x *MetaSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaSnapshot.ProtoReflect.Descriptor instead.
 func (*MetaSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{49}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *MetaSnapshot) GetApplied() uint64 {
@@ -3809,6 +3981,13 @@ func (x *MetaSnapshot) GetDecommissioning() []string {
 func (x *MetaSnapshot) GetRemovedIncarnations() map[string]string {
 	if x != nil {
 		return x.RemovedIncarnations
+	}
+	return nil
+}
+
+func (x *MetaSnapshot) GetClientIds() []*ClientIdClaim {
+	if x != nil {
+		return x.ClientIds
 	}
 	return nil
 }
@@ -4082,7 +4261,16 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x02at\x18\x03 \x01(\x03R\x02at\"C\n" +
 	"\rGroupSnapshot\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\x04R\aapplied\x12\x18\n" +
-	"\amembers\x18\x02 \x03(\tR\amembers\"\xbc\x03\n" +
+	"\amembers\x18\x02 \x03(\tR\amembers\"^\n" +
+	"\rClientIdClaim\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x14\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1a\n" +
+	"\binstance\x18\x03 \x01(\tR\binstance\"B\n" +
+	"\rClaimClientId\x121\n" +
+	"\x05claim\x18\x01 \x01(\v2\x1b.cairn.fsm.v1.ClientIdClaimR\x05claim\"D\n" +
+	"\x0fReleaseClientId\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x14\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\"\xf8\x03\n" +
 	"\fMetaSnapshot\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\x04R\aapplied\x12=\n" +
 	"\fdestinations\x18\x02 \x03(\v2\x19.cairn.fsm.v1.DestinationR\fdestinations\x12(\n" +
@@ -4090,10 +4278,12 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\aremoved\x18\x04 \x03(\tR\aremoved\x125\n" +
 	"\trejoining\x18\x05 \x03(\v2\x17.cairn.fsm.v1.RejoiningR\trejoining\x12(\n" +
 	"\x0fdecommissioning\x18\x06 \x03(\tR\x0fdecommissioning\x12f\n" +
-	"\x14removed_incarnations\x18\a \x03(\v23.cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntryR\x13removedIncarnations\x1aF\n" +
+	"\x14removed_incarnations\x18\a \x03(\v23.cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntryR\x13removedIncarnations\x12:\n" +
+	"\n" +
+	"client_ids\x18\b \x03(\v2\x1b.cairn.fsm.v1.ClientIdClaimR\tclientIds\x1aF\n" +
 	"\x18RemovedIncarnationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xc9\a\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x8f\b\n" +
 	"\vCommandType\x12\x18\n" +
 	"\x14COMMAND_TYPE_UNKNOWN\x10\x00\x12\x18\n" +
 	"\x14COMMAND_TYPE_ENQUEUE\x10\x01\x12\x18\n" +
@@ -4128,7 +4318,9 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x1eCOMMAND_TYPE_DECOMMISSION_NODE\x10\x1d\x12\x1d\n" +
 	"\x19COMMAND_TYPE_SET_REPLICAS\x10\x1e\x12\x1d\n" +
 	"\x19COMMAND_TYPE_RENEW_MEMBER\x10\x1f\x12\x18\n" +
-	"\x14COMMAND_TYPE_PUBLISH\x10 *\x8a\x01\n" +
+	"\x14COMMAND_TYPE_PUBLISH\x10 \x12 \n" +
+	"\x1cCOMMAND_TYPE_CLAIM_CLIENT_ID\x10!\x12\"\n" +
+	"\x1eCOMMAND_TYPE_RELEASE_CLIENT_ID\x10\"*\x8a\x01\n" +
 	"\x0fDestinationKind\x12\x1c\n" +
 	"\x18DESTINATION_KIND_UNKNOWN\x10\x00\x12\x1a\n" +
 	"\x16DESTINATION_KIND_QUEUE\x10\x01\x12\x1a\n" +
@@ -4148,7 +4340,7 @@ func file_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_fsm_fsmpb_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(CommandType)(0),          // 0: cairn.fsm.v1.CommandType
 	(DestinationKind)(0),      // 1: cairn.fsm.v1.DestinationKind
@@ -4201,16 +4393,19 @@ var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*StoredTx)(nil),          // 48: cairn.fsm.v1.StoredTx
 	(*TxDecision)(nil),        // 49: cairn.fsm.v1.TxDecision
 	(*GroupSnapshot)(nil),     // 50: cairn.fsm.v1.GroupSnapshot
-	(*MetaSnapshot)(nil),      // 51: cairn.fsm.v1.MetaSnapshot
-	nil,                       // 52: cairn.fsm.v1.Message.PropertiesEntry
-	nil,                       // 53: cairn.fsm.v1.Message.TypedPropertiesEntry
-	nil,                       // 54: cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntry
+	(*ClientIdClaim)(nil),     // 51: cairn.fsm.v1.ClientIdClaim
+	(*ClaimClientId)(nil),     // 52: cairn.fsm.v1.ClaimClientId
+	(*ReleaseClientId)(nil),   // 53: cairn.fsm.v1.ReleaseClientId
+	(*MetaSnapshot)(nil),      // 54: cairn.fsm.v1.MetaSnapshot
+	nil,                       // 55: cairn.fsm.v1.Message.PropertiesEntry
+	nil,                       // 56: cairn.fsm.v1.Message.TypedPropertiesEntry
+	nil,                       // 57: cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntry
 }
 var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	3,  // 0: cairn.fsm.v1.Entry.commands:type_name -> cairn.fsm.v1.Command
 	0,  // 1: cairn.fsm.v1.Command.type:type_name -> cairn.fsm.v1.CommandType
-	52, // 2: cairn.fsm.v1.Message.properties:type_name -> cairn.fsm.v1.Message.PropertiesEntry
-	53, // 3: cairn.fsm.v1.Message.typed_properties:type_name -> cairn.fsm.v1.Message.TypedPropertiesEntry
+	55, // 2: cairn.fsm.v1.Message.properties:type_name -> cairn.fsm.v1.Message.PropertiesEntry
+	56, // 3: cairn.fsm.v1.Message.typed_properties:type_name -> cairn.fsm.v1.Message.TypedPropertiesEntry
 	6,  // 4: cairn.fsm.v1.Enqueue.messages:type_name -> cairn.fsm.v1.Message
 	6,  // 5: cairn.fsm.v1.Publish.messages:type_name -> cairn.fsm.v1.Message
 	23, // 6: cairn.fsm.v1.Configure.settings:type_name -> cairn.fsm.v1.MemberSettings
@@ -4229,16 +4424,18 @@ var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	48, // 19: cairn.fsm.v1.MemberSnapshot.txs:type_name -> cairn.fsm.v1.StoredTx
 	49, // 20: cairn.fsm.v1.MemberSnapshot.decisions:type_name -> cairn.fsm.v1.TxDecision
 	6,  // 21: cairn.fsm.v1.StoredTx.messages:type_name -> cairn.fsm.v1.Message
-	26, // 22: cairn.fsm.v1.MetaSnapshot.destinations:type_name -> cairn.fsm.v1.Destination
-	33, // 23: cairn.fsm.v1.MetaSnapshot.nodes:type_name -> cairn.fsm.v1.Node
-	41, // 24: cairn.fsm.v1.MetaSnapshot.rejoining:type_name -> cairn.fsm.v1.Rejoining
-	54, // 25: cairn.fsm.v1.MetaSnapshot.removed_incarnations:type_name -> cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntry
-	7,  // 26: cairn.fsm.v1.Message.TypedPropertiesEntry.value:type_name -> cairn.fsm.v1.PropertyValue
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	51, // 22: cairn.fsm.v1.ClaimClientId.claim:type_name -> cairn.fsm.v1.ClientIdClaim
+	26, // 23: cairn.fsm.v1.MetaSnapshot.destinations:type_name -> cairn.fsm.v1.Destination
+	33, // 24: cairn.fsm.v1.MetaSnapshot.nodes:type_name -> cairn.fsm.v1.Node
+	41, // 25: cairn.fsm.v1.MetaSnapshot.rejoining:type_name -> cairn.fsm.v1.Rejoining
+	57, // 26: cairn.fsm.v1.MetaSnapshot.removed_incarnations:type_name -> cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntry
+	51, // 27: cairn.fsm.v1.MetaSnapshot.client_ids:type_name -> cairn.fsm.v1.ClientIdClaim
+	7,  // 28: cairn.fsm.v1.Message.TypedPropertiesEntry.value:type_name -> cairn.fsm.v1.PropertyValue
+	29, // [29:29] is the sub-list for method output_type
+	29, // [29:29] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_fsm_fsmpb_fsm_proto_init() }
@@ -4257,7 +4454,7 @@ func file_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_fsmpb_fsm_proto_rawDesc), len(file_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   53,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -3121,11 +3121,16 @@ func (x *TxOutcome) GetPrimary() string {
 	return ""
 }
 
+// Hello opens a connection. A client id is held by one connection of the
+// cluster at a time; client_instance names the client's connection object,
+// the same across its reconnects, so that a reconnect takes the client id
+// over from the connection it replaces.
 type Hello struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	ClientId       string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	ClientInstance string                 `protobuf:"bytes,2,opt,name=client_instance,json=clientInstance,proto3" json:"client_instance,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
@@ -3161,6 +3166,13 @@ func (*Hello) Descriptor() ([]byte, []int) {
 func (x *Hello) GetClientId() string {
 	if x != nil {
 		return x.ClientId
+	}
+	return ""
+}
+
+func (x *Hello) GetClientInstance() string {
+	if x != nil {
+		return x.ClientInstance
 	}
 	return ""
 }
@@ -5343,9 +5355,10 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\asession\x18\x01 \x01(\x04R\asession\"5\n" +
 	"\tTxOutcome\x12\x0e\n" +
 	"\x02tx\x18\x01 \x01(\tR\x02tx\x12\x18\n" +
-	"\aprimary\x18\x02 \x01(\tR\aprimary\"$\n" +
+	"\aprimary\x18\x02 \x01(\tR\aprimary\"M\n" +
 	"\x05Hello\x12\x1b\n" +
-	"\tclient_id\x18\x01 \x01(\tR\bclientId\"\\\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12'\n" +
+	"\x0fclient_instance\x18\x02 \x01(\tR\x0eclientInstance\"\\\n" +
 	"\vOpenSession\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x123\n" +
 	"\back_mode\x18\x02 \x01(\x0e2\x18.cairn.client.v1.AckModeR\aackMode\"(\n" +
