@@ -130,14 +130,12 @@ func (s *Session) CreateTemporaryQueue(ctx context.Context) (string, error) {
 // Publisher creates a producer that publishes to topic (a name, or NAME#I
 // for member I): every subscription of the topic gets each message it
 // selects. It sends as Producer does, with the same rules for outcomes,
-// dedup ids and idempotent sends; a transacted session cannot publish.
+// dedup ids and idempotent sends; in a transacted session the
+// subscriptions get what it published when the transaction commits.
 func (s *Session) Publisher(topic string) (*Producer, error) {
 	p, err := s.Producer(topic)
 	if err != nil {
 		return nil, err
-	}
-	if s.mode == Transacted {
-		return nil, fmt.Errorf("%w: a transacted session cannot publish to a topic yet", ErrInvalidArgument)
 	}
 	p.publish = true
 	return p, nil

@@ -38,6 +38,10 @@ func (b clientAPI) MemberOf(ctx context.Context, addr string, create bool) (*fsm
 	return b.n.memberOf(ctx, addr, create)
 }
 
+func (b clientAPI) SendTarget(ctx context.Context, req *clientpb.SendRequest) (*fsmpb.Destination, int, error) {
+	return b.n.sendTarget(ctx, req)
+}
+
 func (b clientAPI) ChooseMember(d *fsmpb.Destination) int {
 	return destination.ForSendAny(b.n.candidates(d), b.n.rotation.Add(1))
 }

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"time"
 
 	"github.com/cairnmq/cairn/cluster/frontend"
 	"github.com/cairnmq/cairn/fsm"
@@ -24,27 +23,10 @@ func (n *Node) claimClientID(ctx context.Context, clientID, conn, instance strin
 // is gone.
 func (n *Node) releaseClientID(clientID, conn string, first func(error)) {
 	cmd := &fsmpb.ReleaseClientId{ClientId: clientID, Owner: n.owner() + "/" + conn}
-	n.bg.Go(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		for try := 0; ; try++ {
-			_, err := n.meta.Apply(ctx, cmd)
-			if try == 0 {
-				first(err)
-			}
-			if err == nil {
-				return
-			}
-			select {
-			case <-ctx.Done():
-				n.log.Warn("releasing the client id of a connection that ended", "client_id", clientID, "err", err)
-				return
-			case <-n.stopped:
-				return
-			case <-time.After(500 * time.Millisecond):
-			}
-		}
-	})
+	n.retryInBackground(func(ctx context.Context) error {
+		_, err := n.meta.Apply(ctx, cmd)
+		return err
+	}, first, "releasing the client id of a connection that ended", "client_id", clientID)
 }
 
 // sweepClientIDs releases, on the meta leader, the client ids held by

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -342,4 +343,62 @@ func TestCluster_TemporaryQueuesForRequestReply(t *testing.T) {
 	// out placement's calls to the dead node).
 	tc.Crash("n1")
 	wait.For(t, 60*time.Second, "the temporary queue of a dead node's connection deleted", gone(replies))
+}
+
+// A transacted session publishes: the subscriptions get nothing until the
+// commit, then every message once; a rolled-back publish reaches nobody;
+// and one transaction may consume from a queue and publish what it made
+// of it, on members hosted by different nodes.
+func TestCluster_TransactedPublish(t *testing.T) {
+	tc := NewTestCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	a := tc.Admin("n1")
+	if _, err := a.CreateTopic(ctx, "prices", client.TopicOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createQueues(t, ctx, a, map[string]int{"quotes": 1})
+	sub, err := mustSession(t, tc.Dial("n2"), client.AutoAck).Subscribe(ctx, "prices", client.Subscription{Name: "desk", Durable: true, Shared: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := mustSession(t, tc.Dial("n3"), client.Transacted)
+	p, err := s.Publisher("prices")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendN(t, ctx, p, "rolled-back-", 3)
+	if err := s.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sendN(t, ctx, p, "committed-", 3)
+	if m, _ := sub.ReceiveTimeout(300 * time.Millisecond); m != nil {
+		t.Fatalf("%q reached a subscription before its transaction committed", m.Body)
+	}
+	if err := s.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for body := range drain(t, sub, 3, 20*time.Second) {
+		if !strings.HasPrefix(body, "committed-") {
+			t.Fatalf("the subscription got %q", body)
+		}
+	}
+
+	// Consume a quote and publish a price in one transaction.
+	send(t, ctx, mustProducer(t, mustSession(t, tc.Dial("n1"), client.AutoAck), "quotes"), "q1")
+	k := mustConsumer(t, ctx, s, "quotes")
+	if m := recv(t, k); string(m.Body) != "q1" {
+		t.Fatalf("got %q", m.Body)
+	}
+	sendN(t, ctx, p, "from-q1-", 1)
+	if err := s.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := drain(t, sub, 1, 20*time.Second); got["from-q1-0"] == nil {
+		t.Fatalf("the subscription got %v", got)
+	}
+	checkQueue(t, a, "quotes", 0, 0)
+	if m, _ := sub.ReceiveTimeout(300 * time.Millisecond); m != nil {
+		t.Fatalf("%q came after everything committed had", m.Body)
+	}
 }

@@ -77,16 +77,22 @@ func (n *Node) validateSend(req *clientpb.SendRequest) error {
 	return nil
 }
 
+// sendTarget is the destination a send goes to, a queue made on first
+// use, or a publish, a topic; and the member it names (-1 for any).
+func (n *Node) sendTarget(ctx context.Context, req *clientpb.SendRequest) (*fsmpb.Destination, int, error) {
+	k := fsmpb.DestinationKind_DESTINATION_KIND_QUEUE
+	if req.Publish {
+		k = fsmpb.DestinationKind_DESTINATION_KIND_TOPIC
+	}
+	return n.memberOfKind(ctx, req.Destination, k)
+}
+
 // send enqueues a request's messages on one member and waits for the commit.
 func (n *Node) send(ctx context.Context, req *clientpb.SendRequest) (*clientpb.SendResponse, error) {
 	if err := n.validateSend(req); err != nil {
 		return nil, err
 	}
-	k := fsmpb.DestinationKind_DESTINATION_KIND_QUEUE
-	if req.Publish {
-		k = fsmpb.DestinationKind_DESTINATION_KIND_TOPIC
-	}
-	d, idx, err := n.memberOfKind(ctx, req.Destination, k)
+	d, idx, err := n.sendTarget(ctx, req)
 	if err != nil {
 		return nil, err
 	}

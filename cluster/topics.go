@@ -260,17 +260,33 @@ func (n *Node) consumersOf(ctx context.Context, d *fsmpb.Destination) int {
 // cannot within a minute (no meta leader), the meta leader's sweeps do
 // once this node run is gone, or, for a subscription, has been idle.
 func (n *Node) dropDestination(name string) {
+	n.retryInBackground(func(ctx context.Context) error {
+		if err := n.deleteDestination(ctx, name); !errors.Is(err, transport.ErrUnknownDestination) {
+			return err
+		}
+		return nil
+	}, nil, "deleting a destination whose consumer or connection ended", "destination", name)
+}
+
+// retryInBackground runs try on a goroutine of the node's, every 500 ms
+// for up to a minute, until it succeeds or the node stops; first, if not
+// nil, gets the first try's outcome. A try that never succeeded is logged
+// as what, with attrs.
+func (n *Node) retryInBackground(try func(context.Context) error, first func(error), what string, attrs ...any) {
 	n.bg.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		for {
-			err := n.deleteDestination(ctx, name)
-			if err == nil || errors.Is(err, transport.ErrUnknownDestination) {
+		for tries := 0; ; tries++ {
+			err := try(ctx)
+			if tries == 0 && first != nil {
+				first(err)
+			}
+			if err == nil {
 				return
 			}
 			select {
 			case <-ctx.Done():
-				n.log.Warn("deleting a destination whose consumer or connection ended", "destination", name, "err", err)
+				n.log.Warn(what, append(attrs, "err", err)...)
 				return
 			case <-n.stopped:
 				return

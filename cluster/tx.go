@@ -65,6 +65,14 @@ func (n *Node) Decision(ctx context.Context, primary, tx string) (bool, error) {
 // ErrTransactionRolledBack (nothing of it happened) or ErrCommitUnknown.
 func (n *Node) commitTx(ctx context.Context, session, tx, primary string, sends map[string][]*fsmpb.Message, acks []*clientpb.DeliveryRef) (bool, error) {
 	parts, names := txParts(session, tx, primary, n.cfg.Clock().UnixNano(), sends, acks)
+	for name, p := range parts {
+		// Sends to a topic's member were publishes (the front-end
+		// resolved them so): they go to its subscriptions at the commit.
+		dest, _, _ := fsm.ParseAddress(name)
+		if d, ok := n.meta.Destination(dest); ok && d.Kind == fsmpb.DestinationKind_DESTINATION_KIND_TOPIC {
+			p.Publish = true
+		}
+	}
 	switch {
 	case len(names) == 0:
 		return true, nil

@@ -156,8 +156,17 @@ func (g *Group) applyOne(c *fsmpb.Command, body proto.Message, index uint64, mem
 	if m == nil {
 		return Result{Err: fmt.Errorf("%w: %s", ErrUnknownMember, c.Member)}
 	}
-	if c.Type == fsmpb.CommandType_COMMAND_TYPE_PUBLISH {
+	switch c.Type {
+	case fsmpb.CommandType_COMMAND_TYPE_PUBLISH:
 		return g.publish(c.Member, m, body.(*fsmpb.Publish), index)
+	case fsmpb.CommandType_COMMAND_TYPE_TX_PREPARE, fsmpb.CommandType_COMMAND_TYPE_TX_DECIDE:
+		if p, ok := body.(*fsmpb.TxPrepare); ok && p.Publish {
+			if err := g.admitPublishTx(c.Member, m, p); err != nil {
+				return Result{Err: err}
+			}
+		}
+		m.fanOut = func(msgs []*fsmpb.Message, out []Enqueued, now int64) { g.fanOut(c.Member, msgs, out, now, index) }
+		defer func() { m.fanOut = nil }()
 	}
 	g.touch(c.Member, m)
 	res := members[c.Type].apply(m, body)
@@ -219,24 +228,9 @@ func (g *Group) publish(key string, t *Member, c *fsmpb.Publish, index uint64) R
 	if err != nil {
 		return Result{Err: err}
 	}
-	subs := g.subscribers(key)
-	takes := make([][]*fsmpb.Message, len(subs))
-	outs := make([][]Enqueued, len(subs))
-	var f MessageFields
-	for j, s := range subs {
-		for k, msg := range c.Messages {
-			if !out[k].Duplicate {
-				if f.Reset(msg); s.sel == nil || s.sel.Match(f.Get) {
-					takes[j] = append(takes[j], msg)
-				}
-			}
-		}
-		if len(takes[j]) == 0 {
-			continue
-		}
-		if outs[j], _, err = s.m.admit(takes[j], c.Now); err != nil {
-			return Result{Err: fmt.Errorf("subscription member %s: %w", s.key, err)}
-		}
+	subs, takes, outs, err := g.admitSubscribers(key, c.Messages, out, c.Now)
+	if err != nil {
+		return Result{Err: err}
 	}
 	g.touch(key, t)
 	t.dedup.evict(c.Now, t.settings.DedupWindowNs)
@@ -254,6 +248,78 @@ func (g *Group) publish(key string, t *Member, c *fsmpb.Publish, index uint64) R
 		}
 	}
 	return Result{Enqueued: out}
+}
+
+// admitSubscribers checks that every subscription of the topic member key
+// takes the messages its selector selects, but those out marks duplicate;
+// it changes nothing and returns the subscribers, what each takes and
+// their admissions.
+func (g *Group) admitSubscribers(key string, msgs []*fsmpb.Message, out []Enqueued, now int64) ([]subscriber, [][]*fsmpb.Message, [][]Enqueued, error) {
+	subs := g.subscribers(key)
+	takes := make([][]*fsmpb.Message, len(subs))
+	outs := make([][]Enqueued, len(subs))
+	var f MessageFields
+	for j, s := range subs {
+		for k, msg := range msgs {
+			if !out[k].Duplicate {
+				if f.Reset(msg); s.sel == nil || s.sel.Match(f.Get) {
+					takes[j] = append(takes[j], msg)
+				}
+			}
+		}
+		if len(takes[j]) == 0 {
+			continue
+		}
+		var err error
+		if outs[j], _, err = s.m.admit(takes[j], now); err != nil {
+			return nil, nil, nil, fmt.Errorf("subscription member %s: %w", s.key, err)
+		}
+	}
+	return subs, takes, outs, nil
+}
+
+// admitPublishTx refuses, before the topic member t prepares it, a
+// transaction publishing what a subscription would refuse now (it is
+// full, say): a commit must then store it everywhere. A transaction
+// prepared or decided already, or one the topic member refuses itself,
+// goes on to the member.
+func (g *Group) admitPublishTx(key string, t *Member, p *fsmpb.TxPrepare) error {
+	if _, decided := t.decisions.byTx[p.Tx]; decided || t.txs[p.Tx] != nil {
+		return nil
+	}
+	out, _, err := t.admit(p.Messages, p.Now)
+	if err != nil {
+		return nil
+	}
+	if _, _, _, err := g.admitSubscribers(key, p.Messages, out, p.Now); err != nil {
+		return fmt.Errorf("%w: %w", ErrTxRefused, err)
+	}
+	return nil
+}
+
+// fanOut stores a committed transaction's publish to the topic member key
+// in each subscription's member that selects them: what the topic member
+// did not drop as a duplicate, and the subscription does not hold already.
+// A decided commit is not refused: a subscription filled since the
+// prepare goes over its limit.
+func (g *Group) fanOut(key string, msgs []*fsmpb.Message, out []Enqueued, now int64, index uint64) {
+	var f MessageFields
+	for _, s := range g.subscribers(key) {
+		var take []*fsmpb.Message
+		for k, msg := range msgs {
+			if out[k].Duplicate || s.m.find(msg.Id) != 0 || s.m.txMsgIDs[msg.Id] != "" {
+				continue
+			}
+			if f.Reset(msg); s.sel == nil || s.sel.Match(f.Get) {
+				take = append(take, msg)
+			}
+		}
+		if len(take) > 0 {
+			g.touch(s.key, s.m)
+			s.m.store(take, make([]Enqueued, len(take)), now, false)
+			s.m.applied = index
+		}
+	}
 }
 
 // subscribers are the members subscribed to the topic member key, in key

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
 	"pgregory.net/rapid"
 
 	"github.com/cairnmq/cairn/fsm"
@@ -192,11 +193,13 @@ func BenchmarkGroup_PublishFanOut(b *testing.B) {
 }
 
 // TestProperty_PublishAgainstModel runs random subscriptions coming and
-// going (with selectors), publishes with and without dedup ids, and purges
-// against a model: each subscription's member holds exactly the new
-// messages published while it was subscribed that its selector selects,
-// and a restored snapshot holds the same state and applies the next
-// publish the same.
+// going (with selectors), publishes with and without dedup ids (plain, or
+// in transactions committed at once, or prepared and later committed or
+// rolled back), and purges against a model: each subscription's member
+// holds exactly the new messages that were published (committed) while it
+// was subscribed and that its selector selects, and a restored snapshot
+// holds the same state and applies the next publish and decisions the
+// same.
 func TestProperty_PublishAgainstModel(t *testing.T) {
 	selectors := []string{"", "n < 5", "n BETWEEN 3 AND 7 AND NOT odd", "tag IS NULL"}
 	subs := []string{"t::a#0", "t::b#0", "t::c#0"}
@@ -215,10 +218,22 @@ func TestProperty_PublishAgainstModel(t *testing.T) {
 		model := map[string]map[string]bool{} // subscription: ids it holds
 		selOf := map[string]*selector.Selector{}
 		seenDedup := map[string]string{}
+		// prepared are the transactions prepared and not decided, with
+		// the messages each will publish (its duplicates left out).
+		prepared := map[string][]*fsmpb.Message{}
+		var preparedOrder []string
 		next := 0
+		deliver := func(m *fsmpb.Message) {
+			for sub, held := range model {
+				if fsm.Selects(selOf[sub], m) {
+					held[m.Id] = true
+				}
+			}
+		}
 		for step := range rapid.IntRange(1, 30).Draw(t, "steps") {
 			s := rapid.SampledFrom(subs).Draw(t, "subscription")
-			switch rapid.IntRange(0, 5).Draw(t, "action") {
+			now := int64(step+1) * 1e9
+			switch rapid.IntRange(0, 6).Draw(t, "action") {
 			case 0: // subscribe
 				if model[s] == nil {
 					src := rapid.SampledFrom(selectors).Draw(t, "selector")
@@ -233,6 +248,26 @@ func TestProperty_PublishAgainstModel(t *testing.T) {
 					apply(to(s, &fsmpb.Purge{}))
 					model[s] = map[string]bool{}
 				}
+			case 6: // decide a prepared transaction
+				if len(preparedOrder) == 0 {
+					break
+				}
+				i := rapid.IntRange(0, len(preparedOrder)-1).Draw(t, "tx")
+				tx := preparedOrder[i]
+				preparedOrder = slices.Delete(preparedOrder, i, i+1)
+				commit := rapid.Bool().Draw(t, "commit")
+				if r := apply(to("t#0", &fsmpb.TxDecide{Tx: tx, Commit: commit, Record: true, Now: now}))[0]; r.Err != nil || r.Committed != commit {
+					t.Fatalf("decide %s (commit %v): %+v", tx, commit, r)
+				}
+				for _, m := range prepared[tx] {
+					switch {
+					case commit:
+						deliver(m)
+					case m.DedupId != "" && seenDedup[m.DedupId] == m.Id:
+						delete(seenDedup, m.DedupId) // a rollback forgets it
+					}
+				}
+				delete(prepared, tx)
 			default: // publish
 				var msgs []*fsmpb.Message
 				for range rapid.IntRange(1, 4).Draw(t, "messages") {
@@ -244,9 +279,15 @@ func TestProperty_PublishAgainstModel(t *testing.T) {
 					m.TypedProperties["odd"] = &fsmpb.PropertyValue{Value: &fsmpb.PropertyValue_Bool{Bool: next%2 == 1}}
 					msgs = append(msgs, m)
 				}
-				r := apply(to("t#0", &fsmpb.Publish{Now: int64(step+1) * 1e9, Messages: msgs}))[0]
+				var cmd proto.Message = &fsmpb.Publish{Now: now, Messages: msgs}
+				tx := fmt.Sprint("tx", step)
+				how := rapid.SampledFrom([]string{"publish", "one phase", "prepare"}).Draw(t, "how")
+				if how != "publish" {
+					cmd = &fsmpb.TxPrepare{Tx: tx, Primary: "t#0", Now: now, Messages: msgs, OnePhase: how == "one phase", Publish: true}
+				}
+				r := apply(to("t#0", cmd))[0]
 				if r.Err != nil {
-					t.Fatalf("publish refused: %v", r.Err)
+					t.Fatalf("%s refused: %v", how, r.Err)
 				}
 				for i, m := range msgs {
 					first, dup := seenDedup[m.DedupId]
@@ -256,14 +297,16 @@ func TestProperty_PublishAgainstModel(t *testing.T) {
 					if r.Enqueued[i].Duplicate != (dup && m.DedupId != "") || dup && m.DedupId != "" && r.Enqueued[i].ID != first {
 						t.Fatalf("message %s: result %+v; dedup id %q seen for %q", m.Id, r.Enqueued[i], m.DedupId, first)
 					}
-					if r.Enqueued[i].Duplicate {
-						continue
+					switch {
+					case r.Enqueued[i].Duplicate:
+					case how == "prepare":
+						prepared[tx] = append(prepared[tx], m)
+					default:
+						deliver(m)
 					}
-					for sub, held := range model {
-						if fsm.Selects(selOf[sub], m) {
-							held[m.Id] = true
-						}
-					}
+				}
+				if how == "prepare" {
+					preparedOrder = append(preparedOrder, tx)
 				}
 			}
 			for _, sub := range subs {
@@ -283,7 +326,11 @@ func TestProperty_PublishAgainstModel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		data := groupEntry(t, to("t#0", &fsmpb.Publish{Now: 1e12, Messages: []*fsmpb.Message{numbered("last", 4, "")}}))
+		cmds := []*fsmpb.Command{to("t#0", &fsmpb.Publish{Now: 1e12, Messages: []*fsmpb.Message{numbered("last", 4, "")}})}
+		for _, tx := range preparedOrder {
+			cmds = append(cmds, to("t#0", &fsmpb.TxDecide{Tx: tx, Commit: true, Record: true, Now: 1e12}))
+		}
+		data := groupEntry(t, cmds...)
 		idx++
 		for _, x := range []*fsm.Group{g, restored} {
 			if _, err := x.Apply(idx, data); err != nil {

@@ -86,6 +86,10 @@ type Member struct {
 	preparedSends, preparedAcks int
 	// bodies is nil until TrackBodies; replica-local (bodies.go).
 	bodies *bodyTracking
+	// fanOut, set by the member's group while it applies a transaction's
+	// command, hands a committed publish to the subscriptions' members
+	// (tx.publish); nil otherwise.
+	fanOut func(msgs []*fsmpb.Message, out []Enqueued, now int64)
 }
 
 // NewMember returns an empty member state machine.

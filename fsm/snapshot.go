@@ -83,7 +83,7 @@ func (m *Member) Capture() *MemberImage {
 	}
 	for _, p := range m.PreparedTxs() {
 		t := m.txs[p.Tx]
-		st := &fsmpb.StoredTx{Tx: t.id, Primary: t.primary, Session: t.session, PreparedAt: t.preparedAt, Messages: t.msgs}
+		st := &fsmpb.StoredTx{Tx: t.id, Primary: t.primary, Session: t.session, PreparedAt: t.preparedAt, Messages: t.msgs, Publish: t.publish}
 		for _, o := range t.out {
 			st.Duplicate = append(st.Duplicate, o.Duplicate)
 		}
@@ -406,7 +406,7 @@ func (m *Member) restoreSessionsAndDedup(h *fsmpb.MemberSnapshot) {
 // messages are: each holds sends and deliveries of them.
 func (m *Member) restoreTxs(txs []*fsmpb.StoredTx) error {
 	for _, st := range txs {
-		t := &tx{id: st.Tx, primary: st.Primary, session: st.Session, preparedAt: st.PreparedAt, msgs: st.Messages}
+		t := &tx{id: st.Tx, primary: st.Primary, session: st.Session, preparedAt: st.PreparedAt, msgs: st.Messages, publish: st.Publish}
 		if len(st.Duplicate) != len(st.Messages) {
 			return fmt.Errorf("%w: snapshot transaction %s: %d messages, %d duplicate marks", ErrCorrupt, st.Tx, len(st.Messages), len(st.Duplicate))
 		}

@@ -26,6 +26,8 @@ type tx struct {
 	bytes int64
 	// acked are the deliveries it acknowledges, held until the decision.
 	acked []ref
+	// publish: a topic member's; its sends go to the subscriptions.
+	publish bool
 }
 
 type decision struct {
@@ -60,8 +62,11 @@ func (d *decisions) record(txID string, commit bool, at int64) {
 }
 
 func (m *Member) txPrepare(c *fsmpb.TxPrepare) Result {
-	if c.Tx == "" || c.Primary == "" {
+	switch {
+	case c.Tx == "" || c.Primary == "":
 		return Result{Err: fmt.Errorf("%w: a transaction needs an id and a primary", ErrMalformed)}
+	case c.Publish && m.fanOut == nil:
+		return Result{Err: fmt.Errorf("%w: a transaction publishes to a topic's member, in its shared group", ErrMalformed)}
 	}
 	if m.txs[c.Tx] != nil {
 		return Result{Enqueued: m.txs[c.Tx].out} // the same prepare again
@@ -100,13 +105,13 @@ func (m *Member) txPrepare(c *fsmpb.TxPrepare) Result {
 		// answer learns it, and a late copy of the prepare is not applied.
 		m.decisions.prune(c.Now)
 		m.decisions.record(c.Tx, true, c.Now)
-		m.store(c.Messages, out, c.Now, true)
+		m.commitSends(c.Messages, out, c.Now, true, c.Publish)
 		for _, msg := range acked {
 			m.remove(msg)
 		}
 		return Result{Enqueued: out, Acked: len(acked), Committed: true}
 	}
-	t := &tx{id: c.Tx, primary: c.Primary, session: c.Session, preparedAt: c.Now, msgs: c.Messages, out: out, bytes: add, acked: acked}
+	t := &tx{id: c.Tx, primary: c.Primary, session: c.Session, preparedAt: c.Now, msgs: c.Messages, out: out, bytes: add, acked: acked, publish: c.Publish}
 	m.hold(t, true)
 	return Result{Enqueued: out}
 }
@@ -169,7 +174,7 @@ func (m *Member) txDecide(c *fsmpb.TxDecide) Result {
 		m.rec(r).set(flagHeld, false)
 	}
 	if commit {
-		m.store(t.msgs, t.out, c.Now, false)
+		m.commitSends(t.msgs, t.out, c.Now, false, t.publish)
 		for _, msg := range t.acked {
 			m.remove(msg)
 		}
@@ -187,6 +192,22 @@ func (m *Member) txDecide(c *fsmpb.TxDecide) Result {
 		m.requeue(r, c.Now)
 	}
 	return Result{Returned: len(t.acked)}
+}
+
+// commitSends makes a committed transaction's sends pending here or, for a
+// publish, hands them to the subscriptions (fanOut); withDedup records
+// their dedup ids here (the topic member's window, for a publish).
+func (m *Member) commitSends(msgs []*fsmpb.Message, out []Enqueued, now int64, withDedup, publish bool) {
+	if !publish || m.fanOut == nil {
+		m.store(msgs, out, now, withDedup)
+		return
+	}
+	for i, msg := range msgs {
+		if withDedup && !out[i].Duplicate && msg.DedupId != "" {
+			m.dedup.add(msg.DedupId, msg.Id, now, int(m.settings.DedupMaxIds))
+		}
+	}
+	m.fanOut(msgs, out, now)
 }
 
 // holder is the prepared transaction that acknowledges the delivery r: an

@@ -22,7 +22,7 @@ func TestCluster3_Verify_FindsNoViolationThroughAKill(t *testing.T) {
 	for i, args := range [][]string{
 		{"--producers", "2", "--consumers", "2"},
 		{"--producers", "2", "--consumers", "2", "--transactions", "--dedup"},
-		{"--producers", "2", "--consumers", "2", "--topics", "--dedup"},
+		{"--producers", "2", "--consumers", "2", "--topics", "--transactions", "--dedup"},
 	} {
 		hist := filepath.Join(t.TempDir(), "history.jsonl")
 		done := make(chan cliResult, 1)

@@ -191,8 +191,6 @@ func (c *Config) check() error {
 		return fmt.Errorf("%w: --subscriptions %d needs --topic: a queue has no subscriptions", ErrConfig, c.Subscriptions)
 	case c.Topic && c.Subscriptions == 0:
 		return fmt.Errorf("%w: --topic needs --subscriptions N (1 or more): a topic keeps nothing that no subscription takes", ErrConfig)
-	case c.Topic && c.Transacted > 0:
-		return fmt.Errorf("%w: --transacted: publishing to a topic in a transaction is not supported yet", ErrConfig)
 	case c.Topic && c.Consumers > 0 && c.Consumers < c.Subscriptions:
 		return fmt.Errorf("%w: each of the %d subscriptions needs a consumer; use --consumers %d or more", ErrConfig, c.Subscriptions, c.Subscriptions)
 	case !c.Topic && c.Consumers > 0 && c.Consumers < c.Members:

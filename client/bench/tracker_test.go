@@ -86,7 +86,6 @@ func TestConfig_Refused(t *testing.T) {
 		"too few members":          func(c *Config) { c.Members = 3; c.Consumers = 2 },
 		"subscriptions of a queue": func(c *Config) { c.Subscriptions = 2 },
 		"topic, no subscription":   func(c *Config) { c.Topic = true },
-		"topic, transacted":        func(c *Config) { c.Topic, c.Subscriptions, c.Transacted = true, 1, 2 },
 		"topic, too few consumers": func(c *Config) { c.Topic, c.Subscriptions, c.Consumers = true, 3, 2 },
 		"negative subscriptions":   func(c *Config) { c.Topic, c.Subscriptions = true, -1 },
 	} {

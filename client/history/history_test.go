@@ -126,8 +126,9 @@ func TestReport_GroupsByKindWithExamples(t *testing.T) {
 }
 
 // A non-durable subscriber's history: a message that never came, or came
-// and went with the subscription unacknowledged, is not lost; a second copy
-// that comes unmarked is still a duplicate.
+// and went with the subscription unacknowledged, is not lost, nor is a
+// transaction partly received; a second copy that comes unmarked is still
+// a duplicate.
 func TestCheck_NonDurableMayMissButNeverGetsAnUnmarkedCopy(t *testing.T) {
 	msg := func(id string, redelivered bool, count int) *client.Message {
 		return &client.Message{ID: id, Redelivered: redelivered, DeliveryCount: count}
@@ -139,6 +140,10 @@ func TestCheck_NonDurableMayMissButNeverGetsAnUnmarkedCopy(t *testing.T) {
 			h.Sending(id)
 			h.Sent(id, nil)
 		}
+		h.SentInTx("tx", "tx-got")
+		h.SentInTx("tx", "tx-missed")
+		h.Committed("tx", nil)
+		h.Acked(h.Received("p1", msg("tx-got", false, 1)), nil)
 		h.Received("p1", msg("held", false, 1))
 		h.Acked(h.Received("p1", msg("twice", false, 1)), nil)
 		h.Received("p2", msg("twice", false, 1))
@@ -148,7 +153,7 @@ func TestCheck_NonDurableMayMissButNeverGetsAnUnmarkedCopy(t *testing.T) {
 		}
 		want := "[wrong-count twice duplicated twice acked-redelivered twice wrongly-marked twice]"
 		if durable {
-			want = "[lost held lost missed wrong-count twice duplicated twice acked-redelivered twice wrongly-marked twice lost twice]"
+			want = "[lost held lost missed wrong-count twice duplicated twice acked-redelivered twice wrongly-marked twice lost twice lost tx-missed partial-transaction tx]"
 		}
 		if fmt.Sprint(got) != want {
 			t.Errorf("durable %v: violations %v, want %s", durable, got, want)

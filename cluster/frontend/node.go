@@ -39,6 +39,9 @@ type Node interface {
 	// MemberOf resolves an address (NAME or NAME#I: index -1 for a plain
 	// name), creating the destination on first use when create allows.
 	MemberOf(ctx context.Context, addr string, create bool) (*fsmpb.Destination, int, error)
+	// SendTarget is the destination a send goes to (a queue, made on
+	// first use) or a publish (a topic), and the member it names (-1: any).
+	SendTarget(ctx context.Context, req *clientpb.SendRequest) (*fsmpb.Destination, int, error)
 	// ChooseMember is the router's member for a command to d that waits
 	// for its member's host.
 	ChooseMember(d *fsmpb.Destination) int

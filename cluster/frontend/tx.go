@@ -55,7 +55,7 @@ func (c *connection) txSend(requestID uint64, op *clientpb.TxSend) {
 	go func() {
 		ctx, cancel := context.WithTimeout(c.ctx, destination.RouteWindow)
 		defer cancel()
-		d, idx, err := c.n.MemberOf(ctx, req.Destination, true)
+		d, idx, err := c.n.SendTarget(ctx, req)
 		if err != nil {
 			c.reply(requestID, err, nil)
 			return

@@ -2986,12 +2986,16 @@ type TxPrepare struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Tx    string                 `protobuf:"bytes,1,opt,name=tx,proto3" json:"tx,omitempty"`
 	// primary is the member (NAME#I) whose group records the decision.
-	Primary       string     `protobuf:"bytes,2,opt,name=primary,proto3" json:"primary,omitempty"`
-	Session       string     `protobuf:"bytes,3,opt,name=session,proto3" json:"session,omitempty"`
-	Now           int64      `protobuf:"varint,4,opt,name=now,proto3" json:"now,omitempty"`
-	Messages      []*Message `protobuf:"bytes,5,rep,name=messages,proto3" json:"messages,omitempty"`
-	DeliveryIds   []uint64   `protobuf:"varint,6,rep,packed,name=delivery_ids,json=deliveryIds,proto3" json:"delivery_ids,omitempty"`
-	OnePhase      bool       `protobuf:"varint,7,opt,name=one_phase,json=onePhase,proto3" json:"one_phase,omitempty"`
+	Primary     string     `protobuf:"bytes,2,opt,name=primary,proto3" json:"primary,omitempty"`
+	Session     string     `protobuf:"bytes,3,opt,name=session,proto3" json:"session,omitempty"`
+	Now         int64      `protobuf:"varint,4,opt,name=now,proto3" json:"now,omitempty"`
+	Messages    []*Message `protobuf:"bytes,5,rep,name=messages,proto3" json:"messages,omitempty"`
+	DeliveryIds []uint64   `protobuf:"varint,6,rep,packed,name=delivery_ids,json=deliveryIds,proto3" json:"delivery_ids,omitempty"`
+	OnePhase    bool       `protobuf:"varint,7,opt,name=one_phase,json=onePhase,proto3" json:"one_phase,omitempty"`
+	// publish: the member is a topic's, and its messages are published: at
+	// the commit they go to the subscriptions' members in its group that
+	// select them (as a Publish), not to the member itself.
+	Publish       bool `protobuf:"varint,8,opt,name=publish,proto3" json:"publish,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3071,6 +3075,13 @@ func (x *TxPrepare) GetDeliveryIds() []uint64 {
 func (x *TxPrepare) GetOnePhase() bool {
 	if x != nil {
 		return x.OnePhase
+	}
+	return false
+}
+
+func (x *TxPrepare) GetPublish() bool {
+	if x != nil {
+		return x.Publish
 	}
 	return false
 }
@@ -3528,6 +3539,7 @@ type StoredTx struct {
 	DeliveryIds []uint64               `protobuf:"varint,6,rep,packed,name=delivery_ids,json=deliveryIds,proto3" json:"delivery_ids,omitempty"`
 	// duplicate marks, per message, a send the dedup window dropped.
 	Duplicate     []bool `protobuf:"varint,7,rep,packed,name=duplicate,proto3" json:"duplicate,omitempty"`
+	Publish       bool   `protobuf:"varint,8,opt,name=publish,proto3" json:"publish,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3609,6 +3621,13 @@ func (x *StoredTx) GetDuplicate() []bool {
 		return x.Duplicate
 	}
 	return nil
+}
+
+func (x *StoredTx) GetPublish() bool {
+	if x != nil {
+		return x.Publish
+	}
+	return false
 }
 
 // TxDecision is a decision recorded by a primary.
@@ -4197,7 +4216,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05group\x18\x02 \x01(\tR\x05group\"7\n" +
 	"\tRejoining\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
-	"\x06groups\x18\x02 \x03(\tR\x06groups\"\xd4\x01\n" +
+	"\x06groups\x18\x02 \x03(\tR\x06groups\"\xee\x01\n" +
 	"\tTxPrepare\x12\x0e\n" +
 	"\x02tx\x18\x01 \x01(\tR\x02tx\x12\x18\n" +
 	"\aprimary\x18\x02 \x01(\tR\aprimary\x12\x18\n" +
@@ -4205,7 +4224,8 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x03now\x18\x04 \x01(\x03R\x03now\x121\n" +
 	"\bmessages\x18\x05 \x03(\v2\x15.cairn.fsm.v1.MessageR\bmessages\x12!\n" +
 	"\fdelivery_ids\x18\x06 \x03(\x04R\vdeliveryIds\x12\x1b\n" +
-	"\tone_phase\x18\a \x01(\bR\bonePhase\"\\\n" +
+	"\tone_phase\x18\a \x01(\bR\bonePhase\x12\x18\n" +
+	"\apublish\x18\b \x01(\bR\apublish\"\\\n" +
 	"\bTxDecide\x12\x0e\n" +
 	"\x02tx\x18\x01 \x01(\tR\x02tx\x12\x16\n" +
 	"\x06commit\x18\x02 \x01(\bR\x06commit\x12\x16\n" +
@@ -4244,7 +4264,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x06sealed\x18\t \x01(\bR\x06sealed\x12(\n" +
 	"\x03txs\x18\n" +
 	" \x03(\v2\x16.cairn.fsm.v1.StoredTxR\x03txs\x126\n" +
-	"\tdecisions\x18\v \x03(\v2\x18.cairn.fsm.v1.TxDecisionR\tdecisions\"\xe3\x01\n" +
+	"\tdecisions\x18\v \x03(\v2\x18.cairn.fsm.v1.TxDecisionR\tdecisions\"\xfd\x01\n" +
 	"\bStoredTx\x12\x0e\n" +
 	"\x02tx\x18\x01 \x01(\tR\x02tx\x12\x18\n" +
 	"\aprimary\x18\x02 \x01(\tR\aprimary\x12\x18\n" +
@@ -4253,7 +4273,8 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"preparedAt\x121\n" +
 	"\bmessages\x18\x05 \x03(\v2\x15.cairn.fsm.v1.MessageR\bmessages\x12!\n" +
 	"\fdelivery_ids\x18\x06 \x03(\x04R\vdeliveryIds\x12\x1c\n" +
-	"\tduplicate\x18\a \x03(\bR\tduplicate\"D\n" +
+	"\tduplicate\x18\a \x03(\bR\tduplicate\x12\x18\n" +
+	"\apublish\x18\b \x01(\bR\apublish\"D\n" +
 	"\n" +
 	"TxDecision\x12\x0e\n" +
 	"\x02tx\x18\x01 \x01(\tR\x02tx\x12\x16\n" +
