@@ -28,25 +28,7 @@ func (n *Node) createDestination(ctx context.Context, req *clientpb.CreateDestin
 // createDestinationOf is createDestination for a temporary queue when
 // temporary names its connection (fsmpb.Destination.temporary).
 func (n *Node) createDestinationOf(ctx context.Context, req *clientpb.CreateDestinationRequest, temporary string) (*fsmpb.Destination, error) {
-	if strings.HasPrefix(req.Name, temporaryPrefix) && temporary == "" {
-		// Not even on first use: a consumer of a temporary queue that
-		// went would make an ordinary one in its place.
-		return nil, fmt.Errorf("%w: %q: names starting with %q are kept for temporary queues (Session.CreateTemporaryQueue)", transport.ErrInvalidName, req.Name, temporaryPrefix)
-	}
-	if err := fsm.ValidateName(req.Name); err != nil {
-		return nil, frontend.WireError(err)
-	}
-	kind, err := createdKind(req)
-	if err != nil {
-		return nil, err
-	}
-	if req.TtlMs < 0 || req.MaxBytes < 0 {
-		return nil, fmt.Errorf("%w: --ttl and --max-size must not be negative", transport.ErrInvalidArgument)
-	}
-	if req.TtlMs > maxTTLMillis {
-		return nil, fmt.Errorf("%w: --ttl is over 100 years", transport.ErrInvalidArgument)
-	}
-	poison, err := poisonSettings(req)
+	kind, poison, err := checkCreate(req, temporary)
 	if err != nil {
 		return nil, err
 	}
@@ -109,6 +91,30 @@ func (n *Node) createDestinationOf(ctx context.Context, req *clientpb.CreateDest
 		}
 	}
 	return d, nil
+}
+
+// checkCreate refuses a create request that breaks a rule, and returns
+// the kind it makes and what sets its poison-message settings.
+func checkCreate(req *clientpb.CreateDestinationRequest, temporary string) (fsmpb.DestinationKind, func(*fsmpb.Destination), error) {
+	if strings.HasPrefix(req.Name, temporaryPrefix) && temporary == "" {
+		// Not even on first use: a consumer of a temporary queue that
+		// went would make an ordinary one in its place.
+		return 0, nil, fmt.Errorf("%w: %q: names starting with %q are kept for temporary queues (Session.CreateTemporaryQueue)", transport.ErrInvalidName, req.Name, temporaryPrefix)
+	}
+	if err := fsm.ValidateName(req.Name); err != nil {
+		return 0, nil, frontend.WireError(err)
+	}
+	kind, err := createdKind(req)
+	switch {
+	case err != nil:
+		return 0, nil, err
+	case req.TtlMs < 0 || req.MaxBytes < 0:
+		return 0, nil, fmt.Errorf("%w: --ttl and --max-size must not be negative", transport.ErrInvalidArgument)
+	case req.TtlMs > maxTTLMillis:
+		return 0, nil, fmt.Errorf("%w: --ttl is over 100 years", transport.ErrInvalidArgument)
+	}
+	poison, err := poisonSettings(req)
+	return kind, poison, err
 }
 
 // createdKind is the kind of destination req makes: a queue or a topic;
