@@ -25,6 +25,7 @@ var layers = map[string][]string{
 	"fsm/selector":      {},
 	"transport":         {},
 	"transport/raftmux": {},
+	"transport/certs":   {},
 	"client":            {"transport"},
 }
 

@@ -72,7 +72,7 @@ by default.`,
 	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
 		return envFlags(cmd.Root().PersistentFlags(), "server")
 	}
-	root.AddCommand(serverCmd(), queueCmd(), topicCmd(), sendCmd(), receiveCmd(), publishCmd(), subscribeCmd(), subscriptionCmd(), clusterCmd(), nodeCmd(), connectionCmd(), healthCmd(), verifyCmd(), benchCmd())
+	root.AddCommand(serverCmd(), queueCmd(), topicCmd(), sendCmd(), receiveCmd(), publishCmd(), subscribeCmd(), subscriptionCmd(), clusterCmd(), nodeCmd(), connectionCmd(), healthCmd(), verifyCmd(), benchCmd(), certCmd())
 	return root
 }
 
