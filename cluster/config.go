@@ -45,6 +45,14 @@ type Config struct {
 	// Profiling serves Go's profiles (net/http/pprof) under /debug/pprof/
 	// on the HTTP address.
 	Profiling bool
+	// GossipKey encrypts and authenticates gossip, its UDP packets and its
+	// TCP streams, with memberlist's keyring: 16, 24 or 32 bytes (AES-128,
+	// -192 or -256), the same on every node; nil gossips in clear, and a
+	// node without the cluster's key is not heard.
+	GossipKey []byte
+	// GRPCReflection registers gRPC server reflection on the client and
+	// peer APIs (for grpcurl); off, they describe nothing to a stranger.
+	GRPCReflection bool
 
 	// LogStore is where every Raft group of the node keeps its log:
 	// raftgroup.LogStoreBolt or raftgroup.LogStoreWAL. A data directory keeps
@@ -190,6 +198,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: --snapshot-rate-mib %d: use a number of MiB a second, or -1 for no limit", ErrConfig, c.SnapshotRateMiB)
 	case c.LogStore != "" && c.LogStore != raftgroup.LogStoreBolt && c.LogStore != raftgroup.LogStoreWAL:
 		return fmt.Errorf("%w: --log-store %q: use bolt or wal", ErrConfig, c.LogStore)
+	case len(c.GossipKey) != 0 && len(c.GossipKey) != 16 && len(c.GossipKey) != 24 && len(c.GossipKey) != 32:
+		return fmt.Errorf("%w: --gossip-key is %d bytes; use 16, 24 or 32 (cairn cert gossip-key makes one)", ErrConfig, len(c.GossipKey))
 	}
 	for _, a := range []struct{ flag, addr string }{
 		{"--client-addr", c.ClientAddr}, {"--peer-addr", c.PeerAddr}, {"--raft-addr", c.RaftAddr},

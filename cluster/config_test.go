@@ -32,6 +32,7 @@ func TestConfig_Validate(t *testing.T) {
 		{"--client-addr", func(c *Config) { c.ClientAddr = "7650" }},
 		{"--max-message-bytes", func(c *Config) { c.MaxMessageBytes = -1 }},
 		{"--max-message-bytes", func(c *Config) { c.MaxMessageBytes = MaxMaxMessageBytes + 1 }},
+		{"--gossip-key", func(c *Config) { c.GossipKey = []byte("short") }},
 	} {
 		c := valid()
 		bad.change(&c)

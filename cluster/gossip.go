@@ -100,6 +100,7 @@ func startGossip(n *Node, advertiseHost string) (*gossip, error) {
 	conf.AdvertiseAddr, conf.AdvertisePort = advIP, port
 	conf.Delegate = g
 	conf.Events = g
+	conf.SecretKey = n.cfg.GossipKey
 	if wrap := n.cfg.GossipTransport; wrap != nil {
 		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{host}, BindPort: port, Logger: conf.Logger})
 		if err != nil {

@@ -304,15 +304,19 @@ func (n *Node) startServers() {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: frontend.ClientKeepalive, Timeout: frontend.ClientKeepalive}))...)
 	clientpb.RegisterClientServiceServer(n.grpcClient, frontend.NewService(clientAPI{n}, adminAPI{n}, n.conns))
 	healthpb.RegisterHealthServer(n.grpcClient, n.health)
-	reflection.Register(n.grpcClient)
 
 	n.grpcPeer = grpc.NewServer(append(transport.ServerOptions(), grpc.MaxRecvMsgSize(maxPeerFrame), grpc.MaxSendMsgSize(maxPeerFrame),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: peerKeepalive / 2, PermitWithoutStream: true}))...)
 	peerpb.RegisterPeerServiceServer(n.grpcPeer, &peerService{n: n})
 	healthpb.RegisterHealthServer(n.grpcPeer, n.health)
-	reflection.Register(n.grpcPeer)
+	if n.cfg.GRPCReflection {
+		reflection.Register(n.grpcClient)
+		reflection.Register(n.grpcPeer)
+	}
 
-	n.httpSrv = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+	// A client that sends its request slowly, or holds a connection idle,
+	// holds it for a bounded time.
+	n.httpSrv = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 	serve := func(what string, f func() error) {
 		n.bg.Add(1)
 		go func() {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"strings"
 	"time"
@@ -28,7 +30,7 @@ and NAME-key.pem, an identity for user NAME. Keys are written readable by
 their owner only; an existing file is not replaced without --force. Keep
 ca-key.pem off the nodes: it signs new identities.`,
 	}
-	cmd.AddCommand(certCaCmd(), certNodeCmd(), certClientCmd())
+	cmd.AddCommand(certCaCmd(), certNodeCmd(), certClientCmd(), gossipKeyCmd())
 	return cmd
 }
 
@@ -128,4 +130,23 @@ func certClientCmd() *cobra.Command {
 		_ = client.MarkFlagRequired(f)
 	}
 	return client
+}
+
+func gossipKeyCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "gossip-key",
+		Short: "Print a new random gossip key for cairn server --gossip-key",
+		Long: `Print a new random 32-byte key, base64, for cairn server --gossip-key (or
+CAIRN_GOSSIP_KEY): every node of a cluster gossips with the same key, and
+a node without it is not heard.`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			key := make([]byte, 32)
+			if _, err := rand.Read(key); err != nil {
+				return err
+			}
+			fmt.Fprintln(c.OutOrStdout(), base64.StdEncoding.EncodeToString(key))
+			return nil
+		},
+	}
 }
