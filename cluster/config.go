@@ -50,6 +50,10 @@ type Config struct {
 	// -192 or -256), the same on every node; nil gossips in clear, and a
 	// node without the cluster's key is not heard.
 	GossipKey []byte
+	// MinFreeDiskMiB is the free space on the data directory's disk under
+	// which /readyz says the node is not ready, before its writes fail
+	// (0: DefaultMinFreeDiskMiB; -1: never).
+	MinFreeDiskMiB int64
 	// GRPCReflection registers gRPC server reflection on the client and
 	// peer APIs (for grpcurl); off, they describe nothing to a stranger.
 	GRPCReflection bool
@@ -154,6 +158,9 @@ func (c *Config) setDefaults() {
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = DefaultMaxMessageBytes
 	}
+	if c.MinFreeDiskMiB == 0 {
+		c.MinFreeDiskMiB = DefaultMinFreeDiskMiB
+	}
 	if c.Timing == (raftgroup.Timing{}) {
 		c.Timing = raftgroup.DefaultTiming
 	}
@@ -198,6 +205,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: --snapshot-rate-mib %d: use a number of MiB a second, or -1 for no limit", ErrConfig, c.SnapshotRateMiB)
 	case c.LogStore != "" && c.LogStore != raftgroup.LogStoreBolt && c.LogStore != raftgroup.LogStoreWAL:
 		return fmt.Errorf("%w: --log-store %q: use bolt or wal", ErrConfig, c.LogStore)
+	case c.MinFreeDiskMiB < -1:
+		return fmt.Errorf("%w: --min-free-disk-mib %d: use a number of MiB, or -1 to never check", ErrConfig, c.MinFreeDiskMiB)
 	case len(c.GossipKey) != 0 && len(c.GossipKey) != 16 && len(c.GossipKey) != 24 && len(c.GossipKey) != 32:
 		return fmt.Errorf("%w: --gossip-key is %d bytes; use 16, 24 or 32 (cairn cert gossip-key makes one)", ErrConfig, len(c.GossipKey))
 	}

@@ -2,8 +2,10 @@ package cluster
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/pprof"
+	"syscall"
 )
 
 // httpHandler serves the operator endpoints: /livez and /healthz answer as
@@ -17,7 +19,11 @@ func (n *Node) httpHandler() http.Handler {
 	mux.HandleFunc("GET /livez", alive)
 	mux.HandleFunc("GET /healthz", alive)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if err := n.Ready(); err != nil {
+		err := n.Ready()
+		if err == nil {
+			err = n.diskRoom()
+		}
+		if err != nil {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "node": n.cfg.NodeID, "reason": err.Error()})
 			return
 		}
@@ -39,4 +45,26 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// DefaultMinFreeDiskMiB is the free space under which a node says it is
+// not ready: room for a few snapshots and segments of logs being written.
+const DefaultMinFreeDiskMiB = 512
+
+// diskRoom says why the data directory's disk is too full to take writes
+// much longer, or nil: readiness goes before the writes fail, so that an
+// orchestrator or an operator sees it first.
+func (n *Node) diskRoom() error {
+	if n.cfg.MinFreeDiskMiB < 0 {
+		return nil
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(n.cfg.DataDir, &st); err != nil {
+		return fmt.Errorf("the data directory's disk cannot be read: %w", err)
+	}
+	free := int64(st.Bavail) * int64(st.Bsize) >> 20
+	if free < n.cfg.MinFreeDiskMiB {
+		return fmt.Errorf("the data directory's disk has %d MiB free, under --min-free-disk-mib %d: free space or grow the disk before writes fail", free, n.cfg.MinFreeDiskMiB)
+	}
+	return nil
 }
