@@ -50,6 +50,10 @@ type Config struct {
 	// -192 or -256), the same on every node; nil gossips in clear, and a
 	// node without the cluster's key is not heard.
 	GossipKey []byte
+	// MaxProperties bounds the properties of one message (0:
+	// DefaultMaxProperties): each costs memory on every replica beyond its
+	// bytes.
+	MaxProperties int
 	// MinFreeDiskMiB is the free space on the data directory's disk under
 	// which /readyz says the node is not ready, before its writes fail
 	// (0: DefaultMinFreeDiskMiB; -1: never).
@@ -123,6 +127,10 @@ const (
 	DefaultGossipAddr      = ":7653"
 	DefaultHTTPAddr        = ":7654"
 	DefaultMaxMessageBytes = 1 << 20
+	// DefaultMaxProperties is far above what applications set (JMS
+	// headers aside, a few to a few dozen), far below what costs a node
+	// memory out of proportion to a message's bytes.
+	DefaultMaxProperties = 1000
 	// MaxMaxMessageBytes is the largest --max-message-bytes: a
 	// transaction holds at least one message of the largest size.
 	MaxMaxMessageBytes = frontend.MaxTxBytes
@@ -157,6 +165,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.MaxProperties == 0 {
+		c.MaxProperties = DefaultMaxProperties
 	}
 	if c.MinFreeDiskMiB == 0 {
 		c.MinFreeDiskMiB = DefaultMinFreeDiskMiB
@@ -205,6 +216,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: --snapshot-rate-mib %d: use a number of MiB a second, or -1 for no limit", ErrConfig, c.SnapshotRateMiB)
 	case c.LogStore != "" && c.LogStore != raftgroup.LogStoreBolt && c.LogStore != raftgroup.LogStoreWAL:
 		return fmt.Errorf("%w: --log-store %q: use bolt or wal", ErrConfig, c.LogStore)
+	case c.MaxProperties < 0:
+		return fmt.Errorf("%w: --max-properties %d is negative", ErrConfig, c.MaxProperties)
 	case c.MinFreeDiskMiB < -1:
 		return fmt.Errorf("%w: --min-free-disk-mib %d: use a number of MiB, or -1 to never check", ErrConfig, c.MinFreeDiskMiB)
 	case len(c.GossipKey) != 0 && len(c.GossipKey) != 16 && len(c.GossipKey) != 24 && len(c.GossipKey) != 32:

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -257,6 +258,7 @@ func TestBadInput_MalformedSendRequests(t *testing.T) {
 		{"property both string and typed", &clientpb.SendRequest{Destination: "raw", Messages: []*clientpb.Message{{Properties: map[string]string{"n": "1"},
 			TypedProperties: map[string]*clientpb.PropertyValue{"n": {Value: &clientpb.PropertyValue_Int{Int: 1}}}}}}, client.ErrInvalidArgument},
 		{"correlation id over 256 bytes", &clientpb.SendRequest{Destination: "raw", Messages: []*clientpb.Message{{CorrelationId: strings.Repeat("c", 257)}}}, client.ErrInvalidArgument},
+		{"too many properties", &clientpb.SendRequest{Destination: "raw", Messages: []*clientpb.Message{{Properties: numbered(DefaultMaxProperties + 1)}}}, client.ErrInvalidArgument},
 	}
 	for i := range cases[8].req.Messages {
 		cases[8].req.Messages[i] = &clientpb.Message{Body: []byte("x")}
@@ -507,4 +509,13 @@ func TestBadInput_HugeTTLIsRefused(t *testing.T) {
 	if q := showQueue(t, a, "ttlq"); q.Pending != 1 {
 		t.Fatalf("send with ttl 18446744073709 ms (584 years) succeeded, but the queue holds %d messages", q.Pending)
 	}
+}
+
+// numbered is n properties named p0, p1, ...
+func numbered(n int) map[string]string {
+	props := make(map[string]string, n)
+	for i := range n {
+		props[fmt.Sprint("p", i)] = "v"
+	}
+	return props
 }

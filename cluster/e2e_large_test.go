@@ -224,7 +224,7 @@ func manyProperties(n, frame int) *clientpb.Message {
 // quarter of a million short properties cost more on the wire than as
 // text. One a few KiB smaller is accepted, and received.
 func TestLarge_MessageThatCouldNotBeDeliveredIsRefused(t *testing.T) {
-	n := startNode(t, TestConfig(t, t.TempDir()))
+	n := startNode(t, TestConfig(t, t.TempDir(), func(c *Config) { c.MaxProperties = 300_000 }))
 	ctx := testCtx(t)
 	raw := rawClient(t, n)
 	frame := n.maxWire() - 64 // within what the node reads

@@ -62,6 +62,8 @@ func (n *Node) validateSend(req *clientpb.SendRequest) error {
 			// Its delivery would not fit a frame of its own: many short
 			// properties cost more on the wire than their text.
 			return fmt.Errorf("%w: message %s is %d bytes encoded, with its %d properties; this node delivers messages of at most %d encoded bytes", transport.ErrMessageTooLarge, what, proto.Size(m), len(m.Properties)+len(m.TypedProperties), transport.MaxEncodedMessage(n.maxWire()))
+		case len(m.Properties)+len(m.TypedProperties) > n.cfg.MaxProperties:
+			return fmt.Errorf("%w: message %s has %d properties; this node accepts at most %d (--max-properties)", transport.ErrInvalidArgument, what, len(m.Properties)+len(m.TypedProperties), n.cfg.MaxProperties)
 		case m.Priority > fsm.MaxPriority:
 			return fmt.Errorf("%w: message %s has priority %d; priorities go from 0 to %d", transport.ErrInvalidArgument, what, m.Priority, fsm.MaxPriority)
 		case m.TtlMs < 0 || m.ExpirationUnixMs < 0:
