@@ -314,8 +314,7 @@ func (n *Node) startServers() {
 		reflection.Register(n.grpcPeer)
 	}
 
-	// A client that sends its request slowly, or holds a connection idle,
-	// holds it for a bounded time.
+	// A slow request or an idle connection is held for a bounded time.
 	n.httpSrv = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 	serve := func(what string, f func() error) {
 		n.bg.Add(1)
