@@ -44,6 +44,9 @@ var (
 	ErrUnavailable = transport.ErrUnavailable
 	// ErrClientIDInUse: another connection holds the client id.
 	ErrClientIDInUse = transport.ErrClientIDInUse
+	// ErrLimitReached: the request would take the connection or the node
+	// over one of its limits; nothing was done.
+	ErrLimitReached = transport.ErrLimitReached
 	// ErrDestinationDeleted: the consumer's destination was deleted.
 	ErrDestinationDeleted = transport.ErrDestinationDeleted
 	// ErrConnectionDestroyed: an operator destroyed the connection (cairn

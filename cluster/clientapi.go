@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/cairnmq/cairn/cluster/frontend"
 	"github.com/cairnmq/cairn/destination"
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
@@ -22,7 +23,10 @@ func (b clientAPI) Owner() string            { return b.n.owner() }
 func (b clientAPI) Logger() *slog.Logger     { return b.n.log }
 func (b clientAPI) Stopped() <-chan struct{} { return b.n.stopped }
 func (b clientAPI) MaxWire() int             { return b.n.maxWire() }
-func (b clientAPI) ClientAddrs() []string    { return b.n.clientAddrs() }
+func (b clientAPI) Limits() frontend.Limits {
+	return frontend.Limits{SessionsPerConnection: b.n.cfg.MaxSessions, ConsumersPerConnection: b.n.cfg.MaxConsumers}
+}
+func (b clientAPI) ClientAddrs() []string { return b.n.clientAddrs() }
 
 func (b clientAPI) Send(ctx context.Context, req *clientpb.SendRequest) (*clientpb.SendResponse, error) {
 	return b.n.send(ctx, req)

@@ -50,6 +50,9 @@ type Config struct {
 	// -192 or -256), the same on every node; nil gossips in clear, and a
 	// node without the cluster's key is not heard.
 	GossipKey []byte
+	// MaxSessions and MaxConsumers bound what one client connection holds
+	// (0: DefaultMaxSessions, DefaultMaxConsumers).
+	MaxSessions, MaxConsumers int
 	// MaxProperties bounds the properties of one message (0:
 	// DefaultMaxProperties): each costs memory on every replica beyond its
 	// bytes.
@@ -131,6 +134,11 @@ const (
 	// headers aside, a few to a few dozen), far below what costs a node
 	// memory out of proportion to a message's bytes.
 	DefaultMaxProperties = 1000
+	// DefaultMaxSessions and DefaultMaxConsumers bound one connection:
+	// far above what an application opens on one, and a few MB of a
+	// node's memory at most.
+	DefaultMaxSessions  = 1000
+	DefaultMaxConsumers = 10000
 	// MaxMaxMessageBytes is the largest --max-message-bytes: a
 	// transaction holds at least one message of the largest size.
 	MaxMaxMessageBytes = frontend.MaxTxBytes
@@ -165,6 +173,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.MaxSessions == 0 {
+		c.MaxSessions = DefaultMaxSessions
+	}
+	if c.MaxConsumers == 0 {
+		c.MaxConsumers = DefaultMaxConsumers
 	}
 	if c.MaxProperties == 0 {
 		c.MaxProperties = DefaultMaxProperties
@@ -216,6 +230,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: --snapshot-rate-mib %d: use a number of MiB a second, or -1 for no limit", ErrConfig, c.SnapshotRateMiB)
 	case c.LogStore != "" && c.LogStore != raftgroup.LogStoreBolt && c.LogStore != raftgroup.LogStoreWAL:
 		return fmt.Errorf("%w: --log-store %q: use bolt or wal", ErrConfig, c.LogStore)
+	case c.MaxSessions < 0 || c.MaxConsumers < 0:
+		return fmt.Errorf("%w: --max-sessions %d and --max-consumers %d must not be negative", ErrConfig, c.MaxSessions, c.MaxConsumers)
 	case c.MaxProperties < 0:
 		return fmt.Errorf("%w: --max-properties %d is negative", ErrConfig, c.MaxProperties)
 	case c.MinFreeDiskMiB < -1:

@@ -34,6 +34,7 @@ func TestConfig_Validate(t *testing.T) {
 		{"--max-message-bytes", func(c *Config) { c.MaxMessageBytes = MaxMaxMessageBytes + 1 }},
 		{"--gossip-key", func(c *Config) { c.GossipKey = []byte("short") }},
 		{"--min-free-disk-mib", func(c *Config) { c.MinFreeDiskMiB = -2 }},
+		{"--max-sessions", func(c *Config) { c.MaxSessions = -1 }},
 	} {
 		c := valid()
 		bad.change(&c)

@@ -519,3 +519,33 @@ func numbered(n int) map[string]string {
 	}
 	return props
 }
+
+// A connection holds at most --max-sessions sessions and --max-consumers
+// consumers: one more is refused with ErrLimitReached, changes nothing,
+// and the connection goes on; closing one makes room.
+func TestBadInput_ConnectionLimits(t *testing.T) {
+	n := startNode(t, TestConfig(t, t.TempDir(), func(c *Config) { c.MaxSessions, c.MaxConsumers = 2, 2 }))
+	ctx := testCtx(t)
+	c := dial(t, n)
+	first, second := mustSession(t, c, client.AutoAck), mustSession(t, c, client.AutoAck)
+	_, err := c.Session(client.AutoAck)
+	wantErr(t, "a third session", err, client.ErrLimitReached)
+	if err := second.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s := mustSession(t, c, client.AutoAck)
+	mustConsumer(t, ctx, first, "a")
+	k := mustConsumer(t, ctx, s, "b")
+	_, err = first.Consumer(ctx, "c")
+	wantErr(t, "a third consumer", err, client.ErrLimitReached)
+	if names := queueNames(t, admin(t, n)); len(names) != 2 {
+		t.Fatalf("a refused consumer made a queue: %v", names)
+	}
+	if err := k.Close(); err != nil {
+		t.Fatal(err)
+	}
+	send(t, ctx, mustProducer(t, first, "c"), "x")
+	if m := recv(t, mustConsumer(t, ctx, first, "c")); string(m.Body) != "x" {
+		t.Fatalf("got %q", m.Body)
+	}
+}

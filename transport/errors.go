@@ -50,6 +50,10 @@ var (
 	ErrLostServer = errors.New("cairn: lost server")
 	// ErrClientIDInUse: another connection holds this client id.
 	ErrClientIDInUse = errors.New("cairn: client id in use")
+	// ErrLimitReached: the request would take the connection or the node
+	// over one of its limits (sessions or consumers of a connection, ...);
+	// nothing was done.
+	ErrLimitReached = errors.New("cairn: limit reached")
 	// ErrDestinationDeleted: the destination was deleted under a consumer.
 	ErrDestinationDeleted = errors.New("cairn: destination deleted")
 	// ErrUnknownSession: the request names a session or consumer that this
@@ -94,6 +98,7 @@ var reasons = []struct {
 	{ErrDeliveryUnknown, "DELIVERY_UNKNOWN", codes.Unknown},
 	{ErrLostServer, "LOST_SERVER", codes.FailedPrecondition},
 	{ErrClientIDInUse, "CLIENT_ID_IN_USE", codes.AlreadyExists},
+	{ErrLimitReached, "LIMIT_REACHED", codes.ResourceExhausted},
 	{ErrDestinationDeleted, "DESTINATION_DELETED", codes.NotFound},
 	{ErrUnknownSession, "UNKNOWN_SESSION", codes.FailedPrecondition},
 	{ErrUnknownConnection, "UNKNOWN_CONNECTION", codes.NotFound},

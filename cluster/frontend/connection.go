@@ -518,6 +518,9 @@ func (c *connection) openSession(op *clientpb.OpenSession) error {
 	if _, ok := c.sessions[op.Session]; ok {
 		return fmt.Errorf("%w: session %d is already open", transport.ErrMalformed, op.Session)
 	}
+	if limit := c.n.Limits().SessionsPerConnection; len(c.sessions) >= limit {
+		return fmt.Errorf("%w: the connection has %d sessions open, the most this node allows one connection (--max-sessions); close some first", transport.ErrLimitReached, limit)
+	}
 	c.sessions[op.Session] = &session{
 		no: op.Session, id: fmt.Sprintf("%s/s%d", c.id, op.Session), mode: op.AckMode,
 		members: make(map[string]bool), consumers: make(map[uint64]*consumer),

@@ -55,6 +55,8 @@ func (c *connection) createConsumer(requestID uint64, op *clientpb.CreateConsume
 		err = fmt.Errorf("%w: prefetch %d is over %d", transport.ErrInvalidArgument, prefetch, MaxPrefetch)
 	case c.consumers[op.Consumer] != nil:
 		err = fmt.Errorf("%w: consumer %d already exists", transport.ErrMalformed, op.Consumer)
+	case len(c.consumers) >= c.n.Limits().ConsumersPerConnection:
+		err = fmt.Errorf("%w: the connection has %d consumers, the most this node allows one connection (--max-consumers); close some first", transport.ErrLimitReached, len(c.consumers))
 	}
 	var k *consumer
 	if err == nil {

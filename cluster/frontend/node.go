@@ -26,6 +26,8 @@ type Node interface {
 	Stopped() <-chan struct{}
 	// MaxWire bounds one frame on a client stream.
 	MaxWire() int
+	// Limits are what one connection may hold.
+	Limits() Limits
 	// ClientAddrs are the client addresses of the live nodes, this node's
 	// first: a client reconnects to them when it loses this node.
 	ClientAddrs() []string
@@ -105,4 +107,12 @@ type Receiver interface {
 	Push(ds []fsm.Delivery) bool
 	GiveBack(ds []fsm.Delivery)
 	Ended(err error)
+}
+
+// Limits are what one client connection may hold at once, so that one
+// client cannot take a node's memory: past them a request is refused with
+// ErrLimitReached.
+type Limits struct {
+	SessionsPerConnection  int
+	ConsumersPerConnection int
 }

@@ -98,6 +98,8 @@ SIGTERM or Ctrl-C stops the node gracefully.`,
 	f.IntVar(&cfg.SnapshotRateMiB, "snapshot-rate-mib", cluster.DefaultSnapshotRateMiB, "MiB a second this node's snapshot sends take together, so that repairs leave bandwidth to clients (-1: no limit)")
 	f.BoolVar(&cfg.Profiling, "pprof", false, "serve Go's CPU, heap and goroutine profiles under /debug/pprof/ on --http-addr")
 	f.BytesBase64Var(&cfg.GossipKey, "gossip-key", nil, "base64 key (16, 24 or 32 bytes) encrypting gossip, the same on every node; make one with cairn cert gossip-key")
+	f.IntVar(&cfg.MaxSessions, "max-sessions", cluster.DefaultMaxSessions, "most sessions one client connection may have open")
+	f.IntVar(&cfg.MaxConsumers, "max-consumers", cluster.DefaultMaxConsumers, "most consumers one client connection may have open")
 	f.IntVar(&cfg.MaxProperties, "max-properties", cluster.DefaultMaxProperties, "most properties one message may carry")
 	f.Int64Var(&cfg.MinFreeDiskMiB, "min-free-disk-mib", cluster.DefaultMinFreeDiskMiB, "free MiB on the data directory's disk under which /readyz says not ready, before writes fail (-1: never)")
 	f.BoolVar(&cfg.GRPCReflection, "grpc-reflection", false, "describe the client and peer APIs to any caller (gRPC reflection, for grpcurl)")
