@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -41,7 +42,7 @@ func TestCluster_JoiningNodeRepairsUnderReplicatedMembers(t *testing.T) {
 		return placedOn(tc, op, "rp", append(slices.Clone(two), fresh), two) == ""
 	})
 	wait.Steady(tc.t, 2*time.Second, "every member's group going on with two voters while "+fresh+" catches up", func() string {
-		return placedOn(tc, op, "rp", append(slices.Clone(two), fresh), two)
+		return betweenLeaders(placedOn(tc, op, "rp", append(slices.Clone(two), fresh), two))
 	})
 	held.Store(false)
 	want := append(slices.Clone(two), fresh)
@@ -122,7 +123,7 @@ func TestCluster_RebalanceByHandWithoutAutoRebalance(t *testing.T) {
 	fresh := tc.AddNode(func(c *Config) { c.NoAutoRebalance = true }).ID()
 	two := tc.Others(victim, fresh)
 	wait.Steady(tc.t, 3*time.Second, "every member still on two replicas", func() string {
-		return placedOn(tc, op, "rp", two, two)
+		return betweenLeaders(placedOn(tc, op, "rp", two, two))
 	})
 	if st := tc.Status(fresh); st.UnderReplicated != 3 {
 		t.Fatalf("status: %d members under-replicated, want 3", st.UnderReplicated)
@@ -142,7 +143,7 @@ func TestCluster_RebalanceByHandWithoutAutoRebalance(t *testing.T) {
 		}
 	}
 	wait.Steady(tc.t, 2*time.Second, "the dry run changed nothing", func() string {
-		return placedOn(tc, op, "rp", two, two)
+		return betweenLeaders(placedOn(tc, op, "rp", two, two))
 	})
 
 	if done, err := op.Rebalance(ctx, false); err != nil || !done.Applied || len(done.Moves) != 3 {
@@ -175,6 +176,17 @@ func TestCluster_RebalanceByHandWithoutAutoRebalance(t *testing.T) {
 	}
 	s := mustSession(t, tc.Dial(fresh), client.ClientAck)
 	sameSet(t, "received after the rebalance", drainMembers(t, s, "rp", 3, len(sent)), sent)
+}
+
+// betweenLeaders is placedOn's answer for a check that must hold
+// throughout, but for a member without a host at that moment: between two
+// leaders (a transfer, an election on a busy machine) there is no
+// configuration to read, and that is not what the check is about.
+func betweenLeaders(why string) string {
+	if strings.HasSuffix(why, " has no host") {
+		return ""
+	}
+	return why
 }
 
 // placedOn says what keeps every member of dest from being placed on
@@ -235,7 +247,7 @@ func TestCluster_NodeBackEmptyVotesOnlyOnceCaughtUp(t *testing.T) {
 		return placedOn(tc, op, "rp", all, two) == "" && slices.Equal(metaVoters(), two)
 	})
 	wait.Steady(tc.t, 2*time.Second, "every member's group going on with two voters while "+victim+" catches up", func() string {
-		return placedOn(tc, op, "rp", all, two)
+		return betweenLeaders(placedOn(tc, op, "rp", all, two))
 	})
 	wait.Until(tc.t, 10*time.Second, "status showing "+victim+" catching up", func() string {
 		st := tc.Status(meta)
