@@ -55,7 +55,7 @@ func (n *Node) host(name string) (*member.Replica, string) {
 }
 
 // knownHost is host without asking other nodes: known is false for a member
-// this node has no replica of and no leader cached for.
+// whose leader neither this node's replica nor the cache knows.
 func (n *Node) knownHost(name string) (r *member.Replica, node string, known bool) {
 	if replica, ok := n.groups.replica(name); ok {
 		if replica.Leading() {
@@ -65,7 +65,12 @@ func (n *Node) knownHost(name string) (r *member.Replica, node string, known boo
 		if string(leader) == n.cfg.NodeID {
 			return nil, "", true // leader here, takeover not finished
 		}
-		return nil, string(leader), true
+		if leader != "" {
+			return nil, string(leader), true
+		}
+		// None known here: an election, or a replica of a group this
+		// node has just left, which its leader no longer writes to; the
+		// cache or the member's replicas may know.
 	}
 	node = n.hostCache.get(name)
 	return nil, node, node != ""
