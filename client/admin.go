@@ -20,13 +20,19 @@ type Admin struct {
 }
 
 // NewAdmin prepares admin calls to the nodes at addrs; it connects lazily.
-func NewAdmin(addrs []string) (*Admin, error) {
+// Of opts, only the first is read, and of it only what says how to reach
+// and prove oneself to the nodes (TLS).
+func NewAdmin(addrs []string, opts ...Options) (*Admin, error) {
 	if len(addrs) == 0 {
 		return nil, fmt.Errorf("%w: no server address", ErrUnavailable)
 	}
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
 	a := &Admin{addrs: addrs}
 	for _, addr := range addrs {
-		cc, err := grpcDial(addr)
+		cc, err := grpcDial(addr, o.TLS)
 		if err != nil {
 			a.Close()
 			return nil, fmt.Errorf("server address %q: %w", addr, err)

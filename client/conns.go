@@ -1,6 +1,8 @@
 package client
 
 import (
+	"crypto/tls"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,6 +50,7 @@ type connPool struct {
 // under the pool's mu.
 type pooledConn struct {
 	addr   string
+	key    string // in byAddr: addr, and the TLS configuration's identity
 	cc     *grpc.ClientConn
 	refs   int
 	broken bool
@@ -71,10 +74,16 @@ func (pc *pooledConn) close() { pc.closeOnce.Do(func() { pc.cc.Close() }) }
 // acquire returns a connection to addr for one more link, made now if no
 // sound one is shared (grpc.NewClient connects lazily, on the first
 // stream).
-func (p *connPool) acquire(addr string) (*pooledConn, error) {
+// Connections made with another TLS configuration (another client
+// certificate) are not shared.
+func (p *connPool) acquire(addr string, tc *tls.Config) (*pooledConn, error) {
+	key := addr
+	if tc != nil {
+		key = fmt.Sprintf("%s tls %p", addr, tc)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if pc := p.byAddr[addr]; pc != nil {
+	if pc := p.byAddr[key]; pc != nil {
 		switch pc.cc.GetState() {
 		case connectivity.TransientFailure, connectivity.Shutdown:
 			pc.broken = true
@@ -85,21 +94,21 @@ func (p *connPool) acquire(addr string) (*pooledConn, error) {
 		}
 		p.unshareLocked(pc)
 	}
-	cc, err := grpcDial(addr)
+	cc, err := grpcDial(addr, tc)
 	if err != nil {
 		return nil, err
 	}
-	pc := &pooledConn{addr: addr, cc: cc, refs: 1}
+	pc := &pooledConn{addr: addr, key: key, cc: cc, refs: 1}
 	pc.heard() // its silence counts from now
-	p.byAddr[addr] = pc
+	p.byAddr[key] = pc
 	return pc, nil
 }
 
 // unshareLocked keeps pc from the links made from now on.
 func (p *connPool) unshareLocked(pc *pooledConn) {
 	pc.broken = true
-	if p.byAddr[pc.addr] == pc {
-		delete(p.byAddr, pc.addr)
+	if p.byAddr[pc.key] == pc {
+		delete(p.byAddr, pc.key)
 	}
 }
 

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -61,9 +63,14 @@ type link struct {
 // releases them to other sessions.
 const silenceLimit = 3 * time.Second
 
-func grpcDial(addr string) (*grpc.ClientConn, error) {
+// grpcDial connects to addr, over TLS with tc when it is set.
+func grpcDial(addr string, tc *tls.Config) (*grpc.ClientConn, error) {
+	creds := insecure.NewCredentials()
+	if tc != nil {
+		creds = credentials.NewTLS(tc)
+	}
 	return grpc.NewClient(addr, append(transport.DialOptions(),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxWireBytes), grpc.MaxCallSendMsgSize(maxWireBytes)),
 	)...)
 }
@@ -73,7 +80,7 @@ func grpcDial(addr string) (*grpc.ClientConn, error) {
 // application's requests only once it is installed (or, for a send link,
 // once direct.go holds it).
 func (c *Connection) openLink(ctx context.Context, addr string, gen uint64, clientID string) (*link, error) {
-	pc, err := nodeConns.acquire(addr)
+	pc, err := nodeConns.acquire(addr, c.opts.TLS)
 	if err != nil {
 		return nil, err
 	}

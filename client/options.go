@@ -1,6 +1,7 @@
 package client
 
 import (
+	"crypto/tls"
 	"log/slog"
 	"time"
 )
@@ -51,6 +52,10 @@ type Options struct {
 	// reconnect before it ends for good; 0 means the default, -1, which is
 	// forever.
 	TotalReconnectPeriod time.Duration
+	// TLS, if set, connects over TLS with it: its RootCAs verify the
+	// nodes (the cluster's CA), its Certificates, if any, are the client's
+	// identity. certs.ClientTLS makes one from files.
+	TLS *tls.Config
 }
 
 func (o *Options) setDefaults() {

@@ -50,6 +50,11 @@ type Config struct {
 	// -192 or -256), the same on every node; nil gossips in clear, and a
 	// node without the cluster's key is not heard.
 	GossipKey []byte
+	// TLSCert and TLSKey are this node's certificate, TLSCA the cluster's
+	// CA: together they turn TLS on for every listener (tls.go).
+	// TLSClientCA, if set, is another CA client certificates may be signed
+	// by. TLS needs GossipKey.
+	TLSCert, TLSKey, TLSCA, TLSClientCA string
 	// MaxSessions and MaxConsumers bound what one client connection holds
 	// (0: DefaultMaxSessions, DefaultMaxConsumers).
 	MaxSessions, MaxConsumers int
@@ -238,6 +243,12 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: --min-free-disk-mib %d: use a number of MiB, or -1 to never check", ErrConfig, c.MinFreeDiskMiB)
 	case len(c.GossipKey) != 0 && len(c.GossipKey) != 16 && len(c.GossipKey) != 24 && len(c.GossipKey) != 32:
 		return fmt.Errorf("%w: --gossip-key is %d bytes; use 16, 24 or 32 (cairn cert gossip-key makes one)", ErrConfig, len(c.GossipKey))
+	case (c.TLSCert == "") != (c.TLSKey == "") || (c.TLSCert == "") != (c.TLSCA == ""):
+		return fmt.Errorf("%w: --tls-cert, --tls-key and --tls-ca go together (cairn cert makes them)", ErrConfig)
+	case c.TLSClientCA != "" && c.TLSCert == "":
+		return fmt.Errorf("%w: --tls-client-ca needs --tls-cert, --tls-key and --tls-ca", ErrConfig)
+	case c.TLSCert != "" && len(c.GossipKey) == 0:
+		return fmt.Errorf("%w: with TLS on, gossip's packets need --gossip-key too (cairn cert gossip-key makes one)", ErrConfig)
 	}
 	for _, a := range []struct{ flag, addr string }{
 		{"--client-addr", c.ClientAddr}, {"--peer-addr", c.PeerAddr}, {"--raft-addr", c.RaftAddr},

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/cairnmq/cairn/transport"
 	"github.com/cairnmq/cairn/transport/clientpb"
@@ -20,8 +19,8 @@ import (
 const peerClientTimeout = 3 * time.Second
 
 // onClientAPI calls fn on another node's client API.
-func onClientAPI(ctx context.Context, addr string, fn func(context.Context, clientpb.ClientServiceClient) error) error {
-	cc, err := grpc.NewClient(addr, append(transport.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+func (n *Node) onClientAPI(ctx context.Context, addr string, fn func(context.Context, clientpb.ClientServiceClient) error) error {
+	cc, err := grpc.NewClient(addr, append(transport.DialOptions(), n.dialCreds(""))...)
 	if err != nil {
 		return err
 	}
@@ -45,7 +44,7 @@ func (a adminAPI) ListConnections(ctx context.Context, localOnly bool) *clientpb
 			}
 			wg.Go(func() {
 				var got []*clientpb.ConnectionInfo
-				err := onClientAPI(ctx, m.Meta.Client, func(ctx context.Context, api clientpb.ClientServiceClient) error {
+				err := n.onClientAPI(ctx, m.Meta.Client, func(ctx context.Context, api clientpb.ClientServiceClient) error {
 					r, err := api.ListConnections(ctx, &clientpb.ListConnectionsRequest{LocalOnly: true})
 					got = r.GetConnections()
 					return err
@@ -77,7 +76,7 @@ func (a adminAPI) DestroyConnection(ctx context.Context, id string) error {
 	if cut > 0 && id[:cut] != n.cfg.NodeID {
 		for _, m := range n.gossip.members() {
 			if m.ID == id[:cut] && m.State == "alive" {
-				return onClientAPI(ctx, m.Meta.Client, func(ctx context.Context, api clientpb.ClientServiceClient) error {
+				return n.onClientAPI(ctx, m.Meta.Client, func(ctx context.Context, api clientpb.ClientServiceClient) error {
 					_, err := api.DestroyConnection(ctx, &clientpb.DestroyConnectionRequest{Id: id})
 					return transport.FromStatus(err)
 				})

@@ -101,12 +101,19 @@ func startGossip(n *Node, advertiseHost string) (*gossip, error) {
 	conf.Delegate = g
 	conf.Events = g
 	conf.SecretKey = n.cfg.GossipKey
-	if wrap := n.cfg.GossipTransport; wrap != nil {
+	if wrap := n.cfg.GossipTransport; wrap != nil || n.tls != nil {
 		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{host}, BindPort: port, Logger: conf.Logger})
 		if err != nil {
 			return nil, fmt.Errorf("--gossip-addr %s: %w", n.cfg.GossipAddr, err)
 		}
-		conf.Transport = wrap(nt)
+		var t memberlist.NodeAwareTransport = nt
+		if n.tls != nil {
+			t = newTLSGossip(t, n.tls)
+		}
+		if wrap != nil {
+			t = wrap(t)
+		}
+		conf.Transport = t
 		conf.AdvertisePort = nt.GetAutoBindPort()
 	}
 	conf.Logger = slog.NewLogLogger(n.log.With("lib", "memberlist").Handler(), slog.LevelDebug)

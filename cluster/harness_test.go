@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cairnmq/cairn/client"
+	"github.com/cairnmq/cairn/transport/certs"
 )
 
 // startNode starts a node and waits until it is ready.
@@ -53,7 +54,7 @@ func (tc *TestCluster) Status(id string) client.ClusterStatus {
 // StatusErr asks node id for the cluster status, through an admin client
 // of its own (status is polled: no cleanup piles up).
 func (tc *TestCluster) StatusErr(id string) (client.ClusterStatus, error) {
-	a, err := client.NewAdmin([]string{tc.Node(id).Addrs().Client})
+	a, err := client.NewAdmin([]string{tc.Node(id).Addrs().Client}, clientOptions(tc.t, tc.Node(id)))
 	if err != nil {
 		return client.ClusterStatus{}, err
 	}
@@ -82,7 +83,7 @@ func (tc *TestCluster) CreateSpread(ctx context.Context, members map[string]int)
 
 func dial(t *testing.T, n *Node, opts ...func(*client.Options)) *client.Connection {
 	t.Helper()
-	var o client.Options
+	o := clientOptions(t, n)
 	for _, f := range opts {
 		f(&o)
 	}
@@ -98,10 +99,24 @@ func dial(t *testing.T, n *Node, opts ...func(*client.Options)) *client.Connecti
 
 func admin(t *testing.T, n *Node) *client.Admin {
 	t.Helper()
-	a, err := client.NewAdmin([]string{n.Addrs().Client})
+	a, err := client.NewAdmin([]string{n.Addrs().Client}, clientOptions(t, n))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
 	return a
+}
+
+// clientOptions reach n: over TLS, verifying it with its cluster's CA, when
+// it serves TLS.
+func clientOptions(t *testing.T, n *Node) client.Options {
+	t.Helper()
+	if n.cfg.TLSCA == "" {
+		return client.Options{}
+	}
+	tc, err := certs.ClientTLS(n.cfg.TLSCA, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client.Options{TLS: tc}
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 	"github.com/cairnmq/cairn/member"
 	"github.com/cairnmq/cairn/transport"
+	"github.com/cairnmq/cairn/transport/certs"
 	"github.com/cairnmq/cairn/transport/clientpb"
 	"github.com/cairnmq/cairn/transport/peerpb"
 	"github.com/cairnmq/cairn/transport/raftmux"
@@ -51,6 +52,7 @@ type Node struct {
 	boot string
 
 	addrs Addresses
+	tls   *certs.NodeTLS // nil: TLS is off
 
 	lnClient, lnPeer, lnRaft, lnHTTP net.Listener
 	mux                              *raftmux.Mux
@@ -128,6 +130,9 @@ func Start(cfg Config) (_ *Node, err error) {
 			n.closeListeners()
 		}
 	}()
+	if err := n.loadTLS(); err != nil {
+		return nil, err
+	}
 	host, err := n.listen()
 	if err != nil {
 		return nil, err
@@ -154,54 +159,6 @@ func Start(cfg Config) (_ *Node, err error) {
 	n.log.Info("cairn node started", "client", n.addrs.Client, "peer", n.addrs.Peer, "raft", n.addrs.Raft,
 		"gossip", n.addrs.Gossip, "http", n.addrs.HTTP, "data", cfg.DataDir)
 	return n, nil
-}
-
-// listen binds the node's listeners, works out the addresses it
-// advertises, and starts the Raft port's multiplexer; it returns the host
-// it advertises.
-func (n *Node) listen() (host string, err error) {
-	listen := func(flag, addr string) (net.Listener, error) {
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w (is another cairn server running? pick another port with %s)", flag, addr, err, flag)
-		}
-		return ln, nil
-	}
-	if n.lnClient, err = listen("--client-addr", n.cfg.ClientAddr); err != nil {
-		return "", err
-	}
-	if n.lnPeer, err = listen("--peer-addr", n.cfg.PeerAddr); err != nil {
-		return "", err
-	}
-	if n.lnRaft, err = listen("--raft-addr", n.cfg.RaftAddr); err != nil {
-		return "", err
-	}
-	if n.lnHTTP, err = listen("--http-addr", n.cfg.HTTPAddr); err != nil {
-		return "", err
-	}
-	if host, err = advertiseHost(n.cfg); err != nil {
-		return "", err
-	}
-	n.addrs = Addresses{
-		Client: joinHostPort(host, n.lnClient.Addr()),
-		Peer:   joinHostPort(host, n.lnPeer.Addr()),
-		Raft:   joinHostPort(host, n.lnRaft.Addr()),
-		HTTP:   joinHostPort(host, n.lnHTTP.Addr()),
-	}
-	raftAdv, err := net.ResolveTCPAddr("tcp", n.addrs.Raft)
-	if err != nil {
-		return "", fmt.Errorf("advertised raft address %s: %w", n.addrs.Raft, err)
-	}
-	var dial raftmux.Dialer
-	if d := n.cfg.Dial; d != nil {
-		dial = func(address string, timeout time.Duration) (net.Conn, error) {
-			ctx, cancel := context.WithTimeout(context.Background(), timeout)
-			defer cancel()
-			return d(ctx, "tcp", address)
-		}
-	}
-	n.mux = raftmux.New(n.lnRaft, raftAdv, dial, n.log)
-	return host, nil
 }
 
 // claimDataDir creates the data directory and records which node owns it,
@@ -262,21 +219,6 @@ func logStoreFor(cfg Config, held string) (string, error) {
 	return held, nil
 }
 
-func advertiseHost(cfg Config) (string, error) {
-	if cfg.Advertise != "" {
-		return cfg.Advertise, nil
-	}
-	host, _, _ := net.SplitHostPort(cfg.ClientAddr)
-	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
-		return host, nil
-	}
-	return privateIP()
-}
-
-func joinHostPort(host string, a net.Addr) string {
-	return net.JoinHostPort(host, fmt.Sprint(a.(*net.TCPAddr).Port))
-}
-
 func newID(bytes int) string {
 	b := make([]byte, bytes)
 	_, _ = rand.Read(b)
@@ -300,12 +242,12 @@ func (n *Node) startServers() {
 	// sessions held, within frontend.ClientKeepalive twice. A quiet client sends
 	// nothing (the heartbeats are the server's), so its connection carries
 	// that ping and its ack every frontend.ClientKeepalive.
-	n.grpcClient = grpc.NewServer(append(transport.ServerOptions(), grpc.MaxRecvMsgSize(frame), grpc.MaxSendMsgSize(math.MaxInt32),
+	n.grpcClient = grpc.NewServer(append(append(transport.ServerOptions(), n.serverCreds(false)...), grpc.MaxRecvMsgSize(frame), grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: frontend.ClientKeepalive, Timeout: frontend.ClientKeepalive}))...)
 	clientpb.RegisterClientServiceServer(n.grpcClient, frontend.NewService(clientAPI{n}, adminAPI{n}, n.conns))
 	healthpb.RegisterHealthServer(n.grpcClient, n.health)
 
-	n.grpcPeer = grpc.NewServer(append(transport.ServerOptions(), grpc.MaxRecvMsgSize(maxPeerFrame), grpc.MaxSendMsgSize(maxPeerFrame),
+	n.grpcPeer = grpc.NewServer(append(append(transport.ServerOptions(), n.serverCreds(true)...), grpc.MaxRecvMsgSize(maxPeerFrame), grpc.MaxSendMsgSize(maxPeerFrame),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: peerKeepalive / 2, PermitWithoutStream: true}))...)
 	peerpb.RegisterPeerServiceServer(n.grpcPeer, &peerService{n: n})
 	healthpb.RegisterHealthServer(n.grpcPeer, n.health)
@@ -315,7 +257,8 @@ func (n *Node) startServers() {
 	}
 
 	// A slow request or an idle connection is held for a bounded time.
-	n.httpSrv = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+	n.httpSrv = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(n.log.With("lib", "http").Handler(), slog.LevelDebug)}
 	serve := func(what string, f func() error) {
 		n.bg.Add(1)
 		go func() {
@@ -327,7 +270,7 @@ func (n *Node) startServers() {
 	}
 	serve("client gRPC", func() error { return n.grpcClient.Serve(n.lnClient) })
 	serve("peer gRPC", func() error { return n.grpcPeer.Serve(n.lnPeer) })
-	serve("HTTP", func() error { return n.httpSrv.Serve(n.lnHTTP) })
+	serve("HTTP", func() error { return n.httpSrv.Serve(n.httpListener(n.lnHTTP)) })
 }
 
 // maxWire bounds one frame (gRPC message) to and from clients: derived
@@ -560,14 +503,6 @@ func (n *Node) halt(graceful bool) {
 		n.mux.Close()
 		n.log.Info("cairn node stopped")
 	})
-}
-
-func (n *Node) closeListeners() {
-	for _, ln := range []net.Listener{n.lnClient, n.lnPeer, n.lnRaft, n.lnHTTP} {
-		if ln != nil {
-			ln.Close()
-		}
-	}
 }
 
 // bodyMemory is member.Config.BodyMemory for --body-memory-mib.

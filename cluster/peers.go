@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/proto"
 
@@ -73,7 +72,7 @@ func (p *peers) client(node string) (peerpb.PeerServiceClient, error) {
 	if !ok {
 		var err error
 		opts := append(transport.DialOptions(),
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			p.n.dialCreds(node),
 			// A peer that vanished without closing its connections (a
 			// partition, a pulled cable) is noticed in seconds, not at the
 			// operating system's TCP timeout.

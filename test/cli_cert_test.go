@@ -76,3 +76,49 @@ func TestCLICert(t *testing.T) {
 		t.Error("a refused cairn cert ca replaced ca.pem")
 	}
 }
+
+// A node started with the certificates cairn cert makes serves TLS only:
+// the CLI reaches it with --tls-ca (or CAIRN_TLS_CA), and is refused with
+// a clear error without it or with another CA; cairn health checks it over
+// HTTPS.
+func TestCLITLS(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	mustOK(t, nil, "cert", "ca", "--out", dir)
+	mustOK(t, nil, "cert", "node", "--ca", dir, "--node-id", "n1", "--hosts", "127.0.0.1,localhost", "--out", dir)
+	mustOK(t, nil, "cert", "client", "--ca", dir, "--user", "alice", "--out", dir)
+	key := strings.TrimSpace(mustOK(t, nil, "cert", "gossip-key").stdout)
+	ca := filepath.Join(dir, "ca.pem")
+	s := newServer(t)
+	s.extra["tls-cert"], s.extra["tls-key"], s.extra["tls-ca"] = filepath.Join(dir, "n1.pem"), filepath.Join(dir, "n1-key.pem"), ca
+	s.extra["gossip-key"] = key
+	s.tlsCA = ca
+	s.start()
+
+	s.ok("--tls-ca", ca, "queue", "create", "secure")
+	env := []string{"CAIRN_TLS_CA=" + ca}
+	mustOK(t, env, "--server", s.addrs.client, "send", "secure", "--count", "3", "--body", "x")
+	got := jsonLines(t, mustOK(t, nil, "--server", s.addrs.client, "--tls-ca", ca, "--tls-cert", filepath.Join(dir, "alice.pem"),
+		"--tls-key", filepath.Join(dir, "alice-key.pem"), "receive", "secure", "--count", "3", "--json").stdout)
+	if len(got) != 3 {
+		t.Errorf("received %d messages over TLS; want 3", len(got))
+	}
+	mustOK(t, append(env, "CAIRN_HTTP_ADDR="+s.addrs.http), "health")
+
+	line, _ := s.fails("queue", "list")
+	t.Logf("without --tls-ca: %s", line)
+	if !strings.Contains(line, "TLS") {
+		t.Errorf("the error without --tls-ca does not say TLS may be the cause: %s", line)
+	}
+	other := t.TempDir()
+	mustOK(t, nil, "cert", "ca", "--out", other)
+	line, _ = s.fails("--tls-ca", filepath.Join(other, "ca.pem"), "queue", "list")
+	t.Logf("with another CA: %s", line)
+	if !strings.Contains(line, "certificate") {
+		t.Errorf("the error with another CA does not name the certificate: %s", line)
+	}
+	line, _ = s.fails("--tls-cert", filepath.Join(dir, "alice.pem"), "queue", "list")
+	if !strings.Contains(line, "--tls-ca") {
+		t.Errorf("--tls-cert without --tls-ca: %s", line)
+	}
+}

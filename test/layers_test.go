@@ -14,7 +14,7 @@ import (
 var layers = map[string][]string{
 	// test/wait: the in-process harness (testing.go) waits as tests do.
 	"cluster": {"cluster/frontend", "cluster/metagroup", "cluster/placement", "cluster/raftgroup",
-		"member", "destination", "fsm", "fsm/selector", "transport", "transport/raftmux", "test/wait"},
+		"member", "destination", "fsm", "fsm/selector", "transport", "transport/raftmux", "transport/certs", "test/wait"},
 	"cluster/frontend":  {"member", "destination", "fsm", "fsm/selector", "transport"},
 	"cluster/metagroup": {"cluster/raftgroup", "destination", "fsm", "transport"},
 	"cluster/placement": {"fsm"},

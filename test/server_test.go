@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/cairnmq/cairn/client"
+	"github.com/cairnmq/cairn/transport/certs"
 )
 
 // Bounds of the waits on a server process.
@@ -154,6 +155,8 @@ type server struct {
 	viaEnv bool
 	// extra are more flags as name → value ("max-message-bytes" → "2000").
 	extra map[string]string
+	// tlsCA, if set, is the CA verifying the node's HTTPS (with TLS on).
+	tlsCA string
 	log   logBuffer
 	runs  int
 	proc  *process
@@ -230,7 +233,15 @@ func (s *server) startNoWait() {
 // readyz is the node's /readyz answer: status code and body.
 func (s *server) readyz() (int, string, error) {
 	c := http.Client{Timeout: time.Second}
-	resp, err := c.Get("http://" + s.addrs.http + "/readyz")
+	scheme := "http"
+	if s.tlsCA != "" {
+		tc, err := certs.ClientTLS(s.tlsCA, "", "")
+		if err != nil {
+			return 0, "", err
+		}
+		scheme, c.Transport = "https", &http.Transport{TLSClientConfig: tc}
+	}
+	resp, err := c.Get(scheme + "://" + s.addrs.http + "/readyz")
 	if err != nil {
 		return 0, "", err
 	}

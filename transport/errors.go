@@ -231,7 +231,12 @@ func FromStatus(err error) error {
 	case codes.DeadlineExceeded:
 		return &Error{Reason: "DEADLINE_EXCEEDED", Message: st.Message(), kind: context.DeadlineExceeded}
 	case codes.Unavailable:
-		return &Error{Reason: "UNAVAILABLE", Message: "cairn: node unreachable: " + st.Message(), kind: ErrUnavailable}
+		msg := "cairn: node unreachable: " + st.Message()
+		if strings.Contains(st.Message(), "server preface") {
+			// What a client in clear hears from a node serving TLS only.
+			msg += " (if the node serves TLS, connect over TLS with its CA: --tls-ca, or Options.TLS)"
+		}
+		return &Error{Reason: "UNAVAILABLE", Message: msg, kind: ErrUnavailable}
 	case codes.ResourceExhausted:
 		// gRPC's own limit on message size, hit before the server could look.
 		return &Error{Reason: "MESSAGE_TOO_LARGE", Message: "cairn: message too large: " + st.Message(), kind: ErrMessageTooLarge}

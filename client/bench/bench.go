@@ -10,6 +10,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"sync"
@@ -47,6 +48,8 @@ var ErrConfig = errors.New("bench: invalid configuration")
 // Config is one run.
 type Config struct {
 	Servers []string
+	// TLS, if set, reaches the nodes over TLS (client.Options.TLS).
+	TLS *tls.Config
 	// Dest is the queue; empty: a fresh queue, deleted at the end. A named
 	// queue is created when it does not exist, and kept.
 	Dest string
@@ -234,7 +237,7 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (Result, erro
 	if err := cfg.check(); err != nil {
 		return Result{}, err
 	}
-	a, err := client.NewAdmin(cfg.Servers)
+	a, err := client.NewAdmin(cfg.Servers, client.Options{TLS: cfg.TLS})
 	if err != nil {
 		return Result{}, err
 	}
@@ -323,7 +326,7 @@ func (d *dialer) dial(ctx context.Context, i int, preferHost string) (*client.Co
 	addrs := append(append([]string{}, d.cfg.Servers[i%n:]...), d.cfg.Servers[:i%n]...)
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	c, err := client.Dial(dctx, addrs, client.Options{Prefetch: d.cfg.Prefetch, ReconnectPolicy: client.ReconnectAll, NoDirectSends: d.cfg.NoDirectSends, PreferHostOf: preferHost})
+	c, err := client.Dial(dctx, addrs, client.Options{TLS: d.cfg.TLS, Prefetch: d.cfg.Prefetch, ReconnectPolicy: client.ReconnectAll, NoDirectSends: d.cfg.NoDirectSends, PreferHostOf: preferHost})
 	if err == nil {
 		d.conns = append(d.conns, c)
 	}

@@ -61,6 +61,10 @@ configuration: "dest","members","producers","consumers","size","mode",
 				cfg.Duration = 0
 			}
 			cfg.Servers = servers(cmd)
+			var err error
+			if cfg.TLS, err = clientTLS(cmd); err != nil {
+				return err
+			}
 			var progress func(bench.Progress)
 			errw := cmd.ErrOrStderr()
 			if f, ok := errw.(*os.File); ok && term.IsTerminal(int(f.Fd())) {

@@ -78,10 +78,12 @@ func reconnectFlag(cmd *cobra.Command, def client.ReconnectPolicy) *string {
 }
 
 // dialOptions are the client options of a command's connection.
-func dialOptions(reconnect string) (client.Options, error) {
+func dialOptions(cmd *cobra.Command, reconnect string) (client.Options, error) {
 	p, err := client.ParseReconnectPolicy(reconnect)
 	if err != nil {
 		return client.Options{}, fmt.Errorf("--reconnect: %w", err)
 	}
-	return client.Options{ReconnectPolicy: p}, nil
+	o, err := clientOptions(cmd)
+	o.ReconnectPolicy = p
+	return o, err
 }

@@ -32,8 +32,10 @@ func healthCmd() *cobra.Command {
 		Long: `Ask a node's /readyz (on its --http-addr) whether it is ready: it has joined
 the cluster's meta group and can serve. It prints one line and exits 0 when
 ready, 1 when not (or when the node does not answer). Container health
-checks and Kubernetes probes run it; it reads CAIRN_HTTP_ADDR like the
-server does, so it finds the node of its own container.`,
+checks and Kubernetes probes run it; it reads CAIRN_HTTP_ADDR and
+CAIRN_TLS_CA like the server does, so it finds the node of its own
+container (over HTTPS with --tls-ca: the node's certificate must name
+127.0.0.1, or the host of --http-addr).`,
 		Args: cobra.NoArgs,
 		PreRunE: func(cmd *cobra.Command, args []string) error {
 			return envFlags(cmd.Flags(), "http-addr")
@@ -41,12 +43,20 @@ server does, so it finds the node of its own container.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			url := "http://" + dialable(httpAddr) + "/readyz"
+			tc, err := clientTLS(cmd)
+			if err != nil {
+				return err
+			}
+			scheme, hc := "http", http.DefaultClient
+			if tc != nil {
+				scheme, hc = "https", &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}
+			}
+			url := scheme + "://" + dialable(httpAddr) + "/readyz"
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 			if err != nil {
 				return fmt.Errorf("--http-addr %q: %w", httpAddr, err)
 			}
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := hc.Do(req)
 			if err != nil {
 				return &exitError{code: 1, err: fmt.Errorf("no answer from %s: %w", url, err)}
 			}

@@ -69,8 +69,9 @@ by default.`,
 		SilenceUsage:  true,
 	}
 	root.PersistentFlags().String("server", "127.0.0.1:7650", "address[,address...] of the nodes to talk to (env CAIRN_SERVER)")
+	addClientSecurityFlags(root.PersistentFlags())
 	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
-		return envFlags(cmd.Root().PersistentFlags(), "server")
+		return envFlags(cmd.Root().PersistentFlags(), append([]string{"server"}, clientSecurityFlags...)...)
 	}
 	root.AddCommand(serverCmd(), queueCmd(), topicCmd(), sendCmd(), receiveCmd(), publishCmd(), subscribeCmd(), subscriptionCmd(), clusterCmd(), nodeCmd(), connectionCmd(), healthCmd(), verifyCmd(), benchCmd(), certCmd())
 	return root

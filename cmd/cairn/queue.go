@@ -15,7 +15,11 @@ const adminTimeout = 30 * time.Second
 
 // withAdmin runs fn with an admin client of --server.
 func withAdmin(cmd *cobra.Command, fn func(ctx context.Context, a *client.Admin) error) error {
-	a, err := client.NewAdmin(servers(cmd))
+	o, err := clientOptions(cmd)
+	if err != nil {
+		return err
+	}
+	a, err := client.NewAdmin(servers(cmd), o)
 	if err != nil {
 		return err
 	}

@@ -104,7 +104,7 @@ reconnect reports that on stderr, and it goes on.`,
 
 // consumer connects and makes the consumer (or subscriber) the flags say.
 func (f *receiveFlags) consumer(ctx context.Context, cmd *cobra.Command, mode client.AckMode, dest string) (*client.Connection, *client.Consumer, error) {
-	opts, err := dialOptions(*f.reconnect)
+	opts, err := dialOptions(cmd, *f.reconnect)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -177,7 +177,7 @@ func (f *sendFlags) run(cmd *cobra.Command, dest string) error {
 
 // producer connects and makes the producer the flags say.
 func (f *sendFlags) producer(cmd *cobra.Command, dest string) (*client.Connection, *client.Producer, error) {
-	opts, err := dialOptions(*f.reconnect)
+	opts, err := dialOptions(cmd, *f.reconnect)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -29,16 +29,17 @@ func TestSendOutcome_MapsErrorsToTheJSONContract(t *testing.T) {
 
 // --reconnect takes the policy names of the client library, and nothing else.
 func TestDialOptions_ReconnectPolicies(t *testing.T) {
+	cmd := newRoot()
 	for _, c := range []struct {
 		flag string
 		want client.ReconnectPolicy
 	}{{"none", client.ReconnectNone}, {"producer", client.ReconnectProducer}, {"all", client.ReconnectAll}} {
-		o, err := dialOptions(c.flag)
+		o, err := dialOptions(cmd, c.flag)
 		if err != nil || o.ReconnectPolicy != c.want {
 			t.Errorf("--reconnect %s: %v, %v; want %v", c.flag, o.ReconnectPolicy, err, c.want)
 		}
 	}
-	if _, err := dialOptions("sometimes"); !errors.Is(err, client.ErrInvalidArgument) {
+	if _, err := dialOptions(cmd, "sometimes"); !errors.Is(err, client.ErrInvalidArgument) {
 		t.Errorf("--reconnect sometimes: %v; want ErrInvalidArgument", err)
 	}
 }

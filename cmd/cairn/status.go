@@ -196,7 +196,11 @@ the command again to wait.`,
 					return nil
 				})
 			}
-			a, err := client.NewAdmin(servers(cmd))
+			o, err := clientOptions(cmd)
+			if err != nil {
+				return err
+			}
+			a, err := client.NewAdmin(servers(cmd), o)
 			if err != nil {
 				return err
 			}

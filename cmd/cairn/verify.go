@@ -83,6 +83,8 @@ type verifyConfig struct {
 	topics             bool
 	historyFile, queue string
 	servers            []string
+	// opts is how to reach the nodes and prove oneself to them.
+	opts client.Options
 }
 
 func verifyCmd() *cobra.Command {
@@ -130,6 +132,10 @@ or non-durable],"ok"}.`,
 				return fmt.Errorf("--producers and --consumers must be at least 1 and --duration positive")
 			}
 			cfg.servers = servers(cmd)
+			var err error
+			if cfg.opts, err = clientOptions(cmd); err != nil {
+				return err
+			}
 			if cfg.queue == "" {
 				cfg.queue = "verify-" + client.NewMessageID()[3:11]
 			}
@@ -211,7 +217,7 @@ func printVerify(w io.Writer, rep verifyReport) {
 }
 
 func runVerify(ctx context.Context, logw io.Writer, cfg verifyConfig, rec *recorder) (verifyReport, error) {
-	a, err := client.NewAdmin(cfg.servers)
+	a, err := client.NewAdmin(cfg.servers, cfg.opts)
 	if err != nil {
 		return verifyReport{}, err
 	}
@@ -238,7 +244,7 @@ func runVerify(ctx context.Context, logw io.Writer, cfg verifyConfig, rec *recor
 	w.finish()
 	fmt.Fprintf(logw, "cairn verify: workload done after %v; draining %s\n", time.Since(start).Round(time.Millisecond), cfg.queue)
 	holds := func(ctx context.Context) (client.QueueInfo, error) { return a.ShowQueue(ctx, cfg.queue) }
-	if err := drainVerify(ctx, cfg.servers, cfg.queue, len(q.Members), h, rec, holds); err != nil {
+	if err := drainVerify(ctx, cfg, cfg.queue, len(q.Members), h, rec, holds); err != nil {
 		return verifyReport{}, err
 	}
 	return report(cfg.queue, cfg, h), nil
@@ -388,8 +394,10 @@ func consume(ctx context.Context, s *client.Session, k *client.Consumer, open fu
 // drainVerify consumes every member of dest (a queue, or a subscription
 // TOPIC::ID) until holds says it holds nothing and nothing came for a
 // while, recording each message in the drain phase.
-func drainVerify(ctx context.Context, servers []string, dest string, members int, h *history.History, rec *recorder, holds func(context.Context) (client.QueueInfo, error)) error {
-	conn, err := client.Dial(ctx, servers, client.Options{ReconnectPolicy: client.ReconnectAll})
+func drainVerify(ctx context.Context, cfg verifyConfig, dest string, members int, h *history.History, rec *recorder, holds func(context.Context) (client.QueueInfo, error)) error {
+	o := cfg.opts
+	o.ReconnectPolicy = client.ReconnectAll
+	conn, err := client.Dial(ctx, cfg.servers, o)
 	if err != nil {
 		return err
 	}

@@ -64,7 +64,7 @@ func (hs histories) Committed(txID string, err error) {
 // is subscribed anew after a reconnect and misses what was published
 // meanwhile).
 func runVerifyTopics(ctx context.Context, logw io.Writer, cfg verifyConfig, rec *recorder) (topicReport, error) {
-	a, err := client.NewAdmin(cfg.servers)
+	a, err := client.NewAdmin(cfg.servers, cfg.opts)
 	if err != nil {
 		return topicReport{}, err
 	}
@@ -142,5 +142,5 @@ func drainSubscription(ctx context.Context, a *client.Admin, cfg verifyConfig, v
 		si, err := find(ctx)
 		return client.QueueInfo{Name: si.Destination, Pending: si.Pending, Delivered: si.Delivered}, err
 	}
-	return si.Destination, drainVerify(ctx, cfg.servers, si.Destination, len(si.Members), vs.h, rec, holds)
+	return si.Destination, drainVerify(ctx, cfg, si.Destination, len(si.Members), vs.h, rec, holds)
 }

@@ -37,7 +37,9 @@ func (w *workload) dial(ctx context.Context, policy client.ReconnectPolicy, clie
 	addrs := append(append([]string{}, servers[i:]...), servers[:i]...)
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	c, err := client.Dial(dctx, addrs, client.Options{ReconnectPolicy: policy, ReconnectBlockingTime: 30 * time.Second, ClientID: clientID})
+	o := w.cfg.opts
+	o.ReconnectPolicy, o.ReconnectBlockingTime, o.ClientID = policy, 30*time.Second, clientID
+	c, err := client.Dial(dctx, addrs, o)
 	if err == nil {
 		w.all = append(w.all, c)
 	}

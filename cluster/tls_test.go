@@ -1,0 +1,176 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/cairnmq/cairn/client"
+	"github.com/cairnmq/cairn/fsm"
+	"github.com/cairnmq/cairn/test/wait"
+	"github.com/cairnmq/cairn/transport/certs"
+	"github.com/cairnmq/cairn/transport/peerpb"
+)
+
+// testPKI is a cluster CA in a directory, and the certificates it signed
+// there, as cairn cert writes them.
+type testPKI struct {
+	t   *testing.T
+	dir string
+	ca  certs.Pair
+	mu  sync.Mutex
+}
+
+var testGossipKey = bytes.Repeat([]byte{7}, 32)
+
+func newTestPKI(t *testing.T) *testPKI {
+	t.Helper()
+	ca, err := certs.NewCA(certs.CAValidity, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &testPKI{t: t, dir: t.TempDir(), ca: ca}
+	if _, _, err := ca.Write(p.dir, "ca", false); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// node is an option giving a node a certificate of its own id signed by
+// the CA, TLS on, and the gossip key TLS needs.
+func (p *testPKI) node(c *Config) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pair, err := certs.NewNode(p.ca, c.NodeID, []string{"127.0.0.1"}, certs.CertValidity, time.Now())
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	if c.TLSCert, c.TLSKey, err = pair.Write(p.dir, c.NodeID, true); err != nil {
+		p.t.Fatal(err)
+	}
+	c.TLSCA, c.GossipKey = filepath.Join(p.dir, "ca.pem"), testGossipKey
+}
+
+// user writes a user certificate and returns a TLS configuration showing it.
+func (p *testPKI) user(name string) *tls.Config {
+	pair, err := certs.NewUser(p.ca, name, certs.CertValidity, time.Now())
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	cert, key, err := pair.Write(p.dir, name, true)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	tc, err := certs.ClientTLS(filepath.Join(p.dir, "ca.pem"), cert, key)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return tc
+}
+
+// With TLS on, a three-node cluster forms and serves over TLS alone: a
+// queue spread over the nodes takes sends forwarded between them and
+// gives them back; a client in clear is not served, nor is HTTP in clear;
+// the peer API refuses a user's certificate; a node whose certificate
+// another CA signed is never registered, though it has the gossip key.
+func TestTLS_TheClusterSpeaksTLSOnly(t *testing.T) {
+	p := newTestPKI(t)
+	tc := NewTestCluster(t, 3, p.node)
+	ctx := testCtx(t)
+	tc.CreateSpread(ctx, map[string]int{"secure": 3})
+	s := mustSession(t, tc.Dial("n1", func(o *client.Options) { o.NoDirectSends = true }), client.AutoAck)
+	var sent []string
+	for i := range uint32(3) {
+		name := fsm.MemberName("secure", i)
+		sent = append(sent, sendN(t, ctx, mustProducer(t, s, name), name+"/", 5)...)
+	}
+	sameSet(t, "received over TLS", drainMembers(t, mustSession(t, tc.Dial("n2"), client.ClientAck), "secure", 3, len(sent)), sent)
+
+	n1 := tc.Node("n1")
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if c, err := client.Dial(dctx, []string{n1.Addrs().Client}, client.Options{}); err == nil {
+		c.Close()
+		t.Error("a client in clear was served")
+	}
+	if resp, err := http.Get("http://" + n1.Addrs().HTTP + "/healthz"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Error("HTTP in clear answered /healthz")
+		}
+	}
+	https := &http.Client{Transport: &http.Transport{TLSClientConfig: clientOptions(t, n1).TLS}}
+	resp, err := https.Get("https://" + n1.Addrs().HTTP + "/healthz")
+	if err != nil {
+		t.Fatalf("/healthz over TLS: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/healthz over TLS: %s", resp.Status)
+	}
+
+	for what, creds := range map[string]grpc.DialOption{
+		"a user's certificate": grpc.WithTransportCredentials(credentials.NewTLS(p.user("alice"))),
+		"no TLS":               grpc.WithTransportCredentials(insecure.NewCredentials()),
+	} {
+		cc, err := grpc.NewClient(n1.Addrs().Peer, creds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = peerpb.NewPeerServiceClient(cc).Member(stepCtx(t, 5*time.Second), &peerpb.MemberRequest{Member: "secure#0"})
+		cc.Close()
+		if err == nil {
+			t.Errorf("the peer API answered a caller with %s", what)
+		}
+	}
+
+	other := newTestPKI(t)
+	stranger, err := Start(TestConfig(t, t.TempDir(), func(c *Config) {
+		c.NodeID, c.BootstrapExpect, c.Join = "n9", 0, []string{tc.cfgs[0].GossipAddr}
+		other.node(c)
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer haltNode(stranger, false, 20*time.Second)
+	wait.Holds(t, 3*time.Second, "a node of another CA stays out", func() bool {
+		var known bool
+		n1.meta.Read(func(m *fsm.Meta) { _, known = m.Node("n9") })
+		return !known && !n1.gossip.alive("n9")
+	})
+}
+
+// A node started with another node's certificate, or without the gossip
+// key TLS needs, is refused before it binds anything.
+func TestTLS_ConfigRefusals(t *testing.T) {
+	p := newTestPKI(t)
+	for what, c := range map[string]func(*Config){
+		"another node's certificate": func(c *Config) {
+			p.node(c)
+			c.NodeID = "n2"
+		},
+		"no gossip key": func(c *Config) {
+			p.node(c)
+			c.GossipKey = nil
+		},
+		"a certificate without a CA": func(c *Config) {
+			p.node(c)
+			c.TLSCA = ""
+		},
+	} {
+		_, err := Start(TestConfig(t, t.TempDir(), c))
+		if !errors.Is(err, ErrConfig) {
+			t.Errorf("%s: %v; want ErrConfig", what, err)
+		}
+	}
+}
