@@ -32,7 +32,7 @@ func NewAdmin(addrs []string, opts ...Options) (*Admin, error) {
 	}
 	a := &Admin{addrs: addrs}
 	for _, addr := range addrs {
-		cc, err := grpcDial(addr, o.TLS)
+		cc, err := grpcDial(addr, &o)
 		if err != nil {
 			a.Close()
 			return nil, fmt.Errorf("server address %q: %w", addr, err)

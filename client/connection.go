@@ -128,7 +128,7 @@ func Dial(ctx context.Context, addrs []string, opts Options) (*Connection, error
 			// Lost between its Hello and now: nothing would reconnect it.
 			err = fmt.Errorf("%w: the link ended as it was opened", ErrLostServer)
 		}
-		if errors.Is(err, ErrClientIDInUse) || errors.Is(err, ErrInvalidName) || ctx.Err() != nil {
+		if errors.Is(err, ErrClientIDInUse) || errors.Is(err, ErrInvalidName) || errors.Is(err, ErrNotAuthenticated) || errors.Is(err, ErrNotAuthorised) || errors.Is(err, ErrInvalidArgument) || ctx.Err() != nil {
 			return nil, err
 		}
 		errs = append(errs, fmt.Sprintf("%s: %v", addr, err))

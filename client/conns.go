@@ -1,7 +1,7 @@
 package client
 
 import (
-	"crypto/tls"
+	"crypto/sha256"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -74,12 +74,12 @@ func (pc *pooledConn) close() { pc.closeOnce.Do(func() { pc.cc.Close() }) }
 // acquire returns a connection to addr for one more link, made now if no
 // sound one is shared (grpc.NewClient connects lazily, on the first
 // stream).
-// Connections made with another TLS configuration (another client
-// certificate) are not shared.
-func (p *connPool) acquire(addr string, tc *tls.Config) (*pooledConn, error) {
+// Connections made with other credentials (another TLS configuration,
+// user or password) are not shared.
+func (p *connPool) acquire(addr string, o *Options) (*pooledConn, error) {
 	key := addr
-	if tc != nil {
-		key = fmt.Sprintf("%s tls %p", addr, tc)
+	if o.TLS != nil || o.User != "" {
+		key = fmt.Sprintf("%s tls %p user %q password %x", addr, o.TLS, o.User, sha256.Sum256([]byte(o.Password)))
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -94,7 +94,7 @@ func (p *connPool) acquire(addr string, tc *tls.Config) (*pooledConn, error) {
 		}
 		p.unshareLocked(pc)
 	}
-	cc, err := grpcDial(addr, tc)
+	cc, err := grpcDial(addr, o)
 	if err != nil {
 		return nil, err
 	}

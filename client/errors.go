@@ -62,6 +62,17 @@ var (
 	// transaction's primary could not be asked within the reconnect
 	// blocking time.
 	ErrCommitUnknown = transport.ErrCommitUnknown
+	// ErrNotAuthenticated: the node did not learn who is calling (no
+	// credentials, or wrong ones: Options.User and Password, or a client
+	// certificate); nothing was done.
+	ErrNotAuthenticated = transport.ErrNotAuthenticated
+	// ErrNotAuthorised: the caller's user may not do that; nothing was
+	// done.
+	ErrNotAuthorised = transport.ErrNotAuthorised
+	// ErrUserExists and ErrUnknownUser: a user of that name exists
+	// already, or does not.
+	ErrUserExists  = transport.ErrUserExists
+	ErrUnknownUser = transport.ErrUnknownUser
 	// ErrClosed: the connection, session, consumer or producer was closed
 	// by the application.
 	ErrClosed = errors.New("cairn: closed")

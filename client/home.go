@@ -48,7 +48,7 @@ func (c *Connection) openPreferred(ctx context.Context, addr string, gen uint64,
 	if c.opts.PreferHostOf == "" {
 		return c.openLink(ctx, addr, gen, c.opts.ClientID)
 	}
-	pc, err := nodeConns.acquire(addr, c.opts.TLS)
+	pc, err := nodeConns.acquire(addr, &c.opts)
 	if err != nil {
 		return nil, err
 	}

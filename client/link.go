@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -63,13 +62,21 @@ type link struct {
 // releases them to other sessions.
 const silenceLimit = 3 * time.Second
 
-// grpcDial connects to addr, over TLS with tc when it is set.
-func grpcDial(addr string, tc *tls.Config) (*grpc.ClientConn, error) {
-	creds := insecure.NewCredentials()
-	if tc != nil {
-		creds = credentials.NewTLS(tc)
+// grpcDial connects to addr, over TLS when o.TLS is set, with o.User's
+// password on every call when it is.
+func grpcDial(addr string, o *Options) (*grpc.ClientConn, error) {
+	if err := o.checkCredentials(); err != nil {
+		return nil, err
 	}
-	return grpc.NewClient(addr, append(transport.DialOptions(),
+	creds := insecure.NewCredentials()
+	if o.TLS != nil {
+		creds = credentials.NewTLS(o.TLS)
+	}
+	var opts []grpc.DialOption
+	if o.User != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(basicAuth{o.User, o.Password}))
+	}
+	return grpc.NewClient(addr, append(append(transport.DialOptions(), opts...),
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxWireBytes), grpc.MaxCallSendMsgSize(maxWireBytes)),
 	)...)
@@ -80,7 +87,7 @@ func grpcDial(addr string, tc *tls.Config) (*grpc.ClientConn, error) {
 // application's requests only once it is installed (or, for a send link,
 // once direct.go holds it).
 func (c *Connection) openLink(ctx context.Context, addr string, gen uint64, clientID string) (*link, error) {
-	pc, err := nodeConns.acquire(addr, c.opts.TLS)
+	pc, err := nodeConns.acquire(addr, &c.opts)
 	if err != nil {
 		return nil, err
 	}
@@ -286,6 +293,20 @@ func (l *link) send(f *clientpb.ClientFrame) error {
 	}
 	l.sendMu.Unlock()
 	if err != nil {
+		if errors.Is(err, io.EOF) {
+			// The node ended the stream (a refused Hello): why is the
+			// status its reader gets.
+			select {
+			case <-l.readDone:
+				l.mu.Lock()
+				down := l.downErr
+				l.mu.Unlock()
+				if down != nil {
+					return down
+				}
+			case <-time.After(time.Second):
+			}
+		}
 		return l.lostErr(err)
 	}
 	return nil

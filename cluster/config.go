@@ -55,6 +55,9 @@ type Config struct {
 	// TLSClientCA, if set, is another CA client certificates may be signed
 	// by. TLS needs GossipKey.
 	TLSCert, TLSKey, TLSCA, TLSClientCA string
+	// AdminPasswordFile, with TLS on, holds the password of user admin,
+	// made with every permission while the cluster has no user.
+	AdminPasswordFile string
 	// MaxSessions and MaxConsumers bound what one client connection holds
 	// (0: DefaultMaxSessions, DefaultMaxConsumers).
 	MaxSessions, MaxConsumers int
@@ -247,6 +250,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: --tls-cert, --tls-key and --tls-ca go together (cairn cert makes them)", ErrConfig)
 	case c.TLSClientCA != "" && c.TLSCert == "":
 		return fmt.Errorf("%w: --tls-client-ca needs --tls-cert, --tls-key and --tls-ca", ErrConfig)
+	case c.AdminPasswordFile != "" && c.TLSCert == "":
+		return fmt.Errorf("%w: --admin-password-file needs TLS (--tls-cert, --tls-key, --tls-ca): without it the node asks nobody for a password", ErrConfig)
 	case c.TLSCert != "" && len(c.GossipKey) == 0:
 		return fmt.Errorf("%w: with TLS on, gossip's packets need --gossip-key too (cairn cert gossip-key makes one)", ErrConfig)
 	}

@@ -107,8 +107,8 @@ func admin(t *testing.T, n *Node) *client.Admin {
 	return a
 }
 
-// clientOptions reach n: over TLS, verifying it with its cluster's CA, when
-// it serves TLS.
+// clientOptions reach n: over TLS, verifying it with its cluster's CA, as
+// user admin, when it serves TLS.
 func clientOptions(t *testing.T, n *Node) client.Options {
 	t.Helper()
 	if n.cfg.TLSCA == "" {
@@ -118,5 +118,5 @@ func clientOptions(t *testing.T, n *Node) client.Options {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return client.Options{TLS: tc}
+	return client.Options{TLS: tc, User: AdminUser, Password: testAdminPassword}
 }

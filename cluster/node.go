@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cairnmq/cairn/cluster/auth"
 	"github.com/cairnmq/cairn/cluster/frontend"
 	"github.com/cairnmq/cairn/cluster/metagroup"
 	"github.com/cairnmq/cairn/cluster/raftgroup"
@@ -52,7 +53,10 @@ type Node struct {
 	boot string
 
 	addrs Addresses
-	tls   *certs.NodeTLS // nil: TLS is off
+	tls   *certs.NodeTLS      // nil: TLS is off
+	auth  *auth.Authenticator // nil: no authentication (TLS is off)
+	// adminPassword is --admin-password-file's, read at start.
+	adminPassword string
 
 	lnClient, lnPeer, lnRaft, lnHTTP net.Listener
 	mux                              *raftmux.Mux
@@ -148,6 +152,7 @@ func Start(cfg Config) (_ *Node, err error) {
 		n.gossip.shutdown()
 		return nil, err
 	}
+	n.startAuth()
 	n.startServers()
 	n.bg.Add(3)
 	go func() {

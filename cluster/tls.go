@@ -44,11 +44,14 @@ func (n *Node) loadTLS() error {
 		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	n.tls = t
-	return nil
+	if n.cfg.AdminPasswordFile != "" {
+		n.adminPassword, err = readAdminPassword(n.cfg.AdminPasswordFile)
+	}
+	return err
 }
 
 // serverCreds are the gRPC server options of the peer API (peer) or the
-// client API.
+// client API: TLS, and on the client API authentication.
 func (n *Node) serverCreds(peer bool) []grpc.ServerOption {
 	switch {
 	case n.tls == nil:
@@ -56,7 +59,8 @@ func (n *Node) serverCreds(peer bool) []grpc.ServerOption {
 	case peer:
 		return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(n.tls.PeerServer()))}
 	}
-	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(n.tls.ClientServer()))}
+	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(n.tls.ClientServer())),
+		grpc.ChainUnaryInterceptor(n.auth.UnaryInterceptor()), grpc.ChainStreamInterceptor(n.auth.StreamInterceptor())}
 }
 
 // dialCreds are the credentials for dialing node's peer API or, with node

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -46,8 +47,11 @@ func newTestPKI(t *testing.T) *testPKI {
 	return p
 }
 
+// testAdminPassword is user admin's in a cluster of testPKI's nodes.
+const testAdminPassword = "admin-password-for-tests"
+
 // node is an option giving a node a certificate of its own id signed by
-// the CA, TLS on, and the gossip key TLS needs.
+// the CA, TLS on, the gossip key TLS needs, and user admin's password.
 func (p *testPKI) node(c *Config) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -59,6 +63,19 @@ func (p *testPKI) node(c *Config) {
 		p.t.Fatal(err)
 	}
 	c.TLSCA, c.GossipKey = filepath.Join(p.dir, "ca.pem"), testGossipKey
+	c.AdminPasswordFile = filepath.Join(p.dir, "admin-password")
+	if err := os.WriteFile(c.AdminPasswordFile, []byte(testAdminPassword+"\n"), 0o600); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// waitAdmin waits until user admin exists, as n's meta replica holds it.
+func waitAdmin(t *testing.T, n *Node) {
+	t.Helper()
+	wait.For(t, 20*time.Second, "user admin made from --admin-password-file", func() (ok bool) {
+		n.meta.Read(func(m *fsm.Meta) { _, ok = m.User(AdminUser) })
+		return ok
+	})
 }
 
 // user writes a user certificate and returns a TLS configuration showing it.
@@ -86,6 +103,9 @@ func (p *testPKI) user(name string) *tls.Config {
 func TestTLS_TheClusterSpeaksTLSOnly(t *testing.T) {
 	p := newTestPKI(t)
 	tc := NewTestCluster(t, 3, p.node)
+	for _, id := range tc.IDs() {
+		waitAdmin(t, tc.Node(id))
+	}
 	ctx := testCtx(t)
 	tc.CreateSpread(ctx, map[string]int{"secure": 3})
 	s := mustSession(t, tc.Dial("n1", func(o *client.Options) { o.NoDirectSends = true }), client.AutoAck)

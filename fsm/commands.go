@@ -207,6 +207,10 @@ func commandTypeOf(body proto.Message) (fsmpb.CommandType, bool) {
 		return fsmpb.CommandType_COMMAND_TYPE_CLAIM_CLIENT_ID, true
 	case *fsmpb.ReleaseClientId:
 		return fsmpb.CommandType_COMMAND_TYPE_RELEASE_CLIENT_ID, true
+	case *fsmpb.PutUser:
+		return fsmpb.CommandType_COMMAND_TYPE_PUT_USER, true
+	case *fsmpb.DeleteUser:
+		return fsmpb.CommandType_COMMAND_TYPE_DELETE_USER, true
 	}
 	return 0, false
 }
@@ -407,7 +411,7 @@ var rejections = []error{
 	ErrTxRefused,
 	ErrUnknownSession, ErrSessionOwned, ErrDuplicateMessageID, ErrMemberFull, ErrSealed, ErrInvalidMessage,
 	ErrMalformed, ErrInvalidName, ErrInvalidSettings, ErrDestinationExists, ErrUnknownDestination, ErrUnknownMember,
-	ErrClientIDInUse,
+	ErrClientIDInUse, ErrUserExists, ErrUnknownUser,
 }
 
 // RejectionCode names a rejection for the wire ("" if err is none). An

@@ -38,6 +38,10 @@ var (
 	ErrUnknownMember = errors.New("no such member in this group")
 	// ErrClientIDInUse: another connection holds the client id.
 	ErrClientIDInUse = errors.New("client id in use")
+	// ErrUserExists: a user of that name exists already.
+	ErrUserExists = errors.New("user already exists")
+	// ErrUnknownUser: there is no user of that name.
+	ErrUnknownUser = errors.New("unknown user")
 )
 
 // ErrCorrupt marks an entry that cannot be applied at all: it does not

@@ -1,14 +1,10 @@
 package fsm
 
 import (
-	"bufio"
 	"cmp"
 	"fmt"
-	"io"
-	"maps"
 	"slices"
 
-	"google.golang.org/protobuf/encoding/protodelim"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairnmq/cairn/fsm/fsmpb"
@@ -35,12 +31,14 @@ type Meta struct {
 	decommissioning map[string]bool
 	// clientIDs are the client ids connections hold (meta_clientid.go).
 	clientIDs map[string]*fsmpb.ClientIdClaim
+	// users are the cluster's client identities (meta_users.go).
+	users map[string]*fsmpb.User
 }
 
 // NewMeta returns an empty meta state machine.
 func NewMeta() *Meta {
 	return &Meta{destinations: make(map[string]*fsmpb.Destination), nodes: make(map[string]*fsmpb.Node), removed: make(map[string]string), rejoining: make(map[string]map[string]bool), decommissioning: make(map[string]bool),
-		clientIDs: make(map[string]*fsmpb.ClientIdClaim)}
+		clientIDs: make(map[string]*fsmpb.ClientIdClaim), users: make(map[string]*fsmpb.User)}
 }
 
 var metaHandlers = func() map[fsmpb.CommandType]handler[*Meta] {
@@ -60,6 +58,8 @@ var metaHandlers = func() map[fsmpb.CommandType]handler[*Meta] {
 	on(t, fsmpb.CommandType_COMMAND_TYPE_RENEW_MEMBER, func() *fsmpb.RenewMember { return new(fsmpb.RenewMember) }, (*Meta).renewMember)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_CLAIM_CLIENT_ID, func() *fsmpb.ClaimClientId { return new(fsmpb.ClaimClientId) }, (*Meta).claimClientID)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_RELEASE_CLIENT_ID, func() *fsmpb.ReleaseClientId { return new(fsmpb.ReleaseClientId) }, (*Meta).releaseClientID)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_PUT_USER, func() *fsmpb.PutUser { return new(fsmpb.PutUser) }, (*Meta).putUser)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_DELETE_USER, func() *fsmpb.DeleteUser { return new(fsmpb.DeleteUser) }, (*Meta).deleteUser)
 	return t
 }()
 
@@ -532,67 +532,4 @@ func (m *Meta) Nodes() []*fsmpb.Node {
 	}
 	slices.SortFunc(out, func(a, b *fsmpb.Node) int { return cmp.Compare(a.Id, b.Id) })
 	return out
-}
-
-// Snapshot returns the whole meta state; it is small.
-func (m *Meta) Snapshot() *fsmpb.MetaSnapshot {
-	s := &fsmpb.MetaSnapshot{Applied: m.applied, Destinations: m.Destinations(), Nodes: m.Nodes(), ClientIds: m.ClientIDs()}
-	for id, inc := range m.removed {
-		s.Removed = append(s.Removed, id)
-		if inc != "" {
-			if s.RemovedIncarnations == nil {
-				s.RemovedIncarnations = map[string]string{}
-			}
-			s.RemovedIncarnations[id] = inc
-		}
-	}
-	slices.Sort(s.Removed)
-	s.Decommissioning = slices.Sorted(maps.Keys(m.decommissioning))
-	for _, id := range slices.Sorted(maps.Keys(m.rejoining)) {
-		s.Rejoining = append(s.Rejoining, &fsmpb.Rejoining{Node: id, Groups: slices.Sorted(maps.Keys(m.rejoining[id]))})
-	}
-	return s
-}
-
-// WriteSnapshot writes the state for RestoreMeta, length-delimited so that
-// a stream cut short is recognised.
-func (m *Meta) WriteSnapshot(w io.Writer) error {
-	_, err := deterministic.MarshalTo(w, m.Snapshot())
-	return err
-}
-
-// RestoreMeta reads a state written by WriteSnapshot.
-func RestoreMeta(r io.Reader) (*Meta, error) {
-	var s fsmpb.MetaSnapshot
-	opts := protodelim.UnmarshalOptions{MaxSize: maxSnapshotRecord}
-	if err := opts.UnmarshalFrom(bufio.NewReader(r), &s); err != nil {
-		return nil, fmt.Errorf("%w: meta snapshot: %v", ErrCorrupt, err)
-	}
-	m := NewMeta()
-	m.applied = s.Applied
-	for _, d := range s.Destinations {
-		if err := validateDestination(d); err != nil {
-			return nil, fmt.Errorf("%w: meta snapshot: %v", ErrCorrupt, err)
-		}
-		m.destinations[d.Name] = d
-	}
-	for _, n := range s.Nodes {
-		m.nodes[n.Id] = n
-	}
-	for _, id := range s.Removed {
-		m.removed[id] = s.RemovedIncarnations[id]
-	}
-	for _, id := range s.Decommissioning {
-		m.decommissioning[id] = true
-	}
-	for _, c := range s.ClientIds {
-		m.clientIDs[c.ClientId] = c
-	}
-	for _, r := range s.Rejoining {
-		m.rejoining[r.Node] = map[string]bool{}
-		for _, g := range r.Groups {
-			m.rejoining[r.Node][g] = true
-		}
-	}
-	return m, nil
 }

@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/cairnmq/cairn/test/wait"
 )
 
 // `cairn cert` makes a CA, a node certificate valid for its hosts, for
@@ -77,10 +80,12 @@ func TestCLICert(t *testing.T) {
 	}
 }
 
-// A node started with the certificates cairn cert makes serves TLS only:
-// the CLI reaches it with --tls-ca (or CAIRN_TLS_CA), and is refused with
-// a clear error without it or with another CA; cairn health checks it over
-// HTTPS.
+// A node started with the certificates cairn cert makes and
+// --admin-password-file serves TLS only and asks who calls: the CLI
+// reaches it with --tls-ca (or CAIRN_TLS_CA) and a user's password or
+// certificate; without them it exits 3, and a user who may not do a thing
+// gets exit status 4. cairn user manages the users; cairn health checks
+// the node over HTTPS.
 func TestCLITLS(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -88,32 +93,59 @@ func TestCLITLS(t *testing.T) {
 	mustOK(t, nil, "cert", "node", "--ca", dir, "--node-id", "n1", "--hosts", "127.0.0.1,localhost", "--out", dir)
 	mustOK(t, nil, "cert", "client", "--ca", dir, "--user", "alice", "--out", dir)
 	key := strings.TrimSpace(mustOK(t, nil, "cert", "gossip-key").stdout)
+	secret := func(name, pw string) string {
+		f := filepath.Join(dir, name)
+		if err := os.WriteFile(f, []byte(pw+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
 	ca := filepath.Join(dir, "ca.pem")
 	s := newServer(t)
 	s.extra["tls-cert"], s.extra["tls-key"], s.extra["tls-ca"] = filepath.Join(dir, "n1.pem"), filepath.Join(dir, "n1-key.pem"), ca
 	s.extra["gossip-key"] = key
+	s.extra["admin-password-file"] = secret("admin-password", "the-admin-password")
 	s.tlsCA = ca
 	s.start()
 
-	s.ok("--tls-ca", ca, "queue", "create", "secure")
-	env := []string{"CAIRN_TLS_CA=" + ca}
-	mustOK(t, env, "--server", s.addrs.client, "send", "secure", "--count", "3", "--body", "x")
-	got := jsonLines(t, mustOK(t, nil, "--server", s.addrs.client, "--tls-ca", ca, "--tls-cert", filepath.Join(dir, "alice.pem"),
-		"--tls-key", filepath.Join(dir, "alice-key.pem"), "receive", "secure", "--count", "3", "--json").stdout)
-	if len(got) != 3 {
-		t.Errorf("received %d messages over TLS; want 3", len(got))
+	asAdmin := []string{"CAIRN_TLS_CA=" + ca, "CAIRN_USER=admin", "CAIRN_PASSWORD_FILE=" + filepath.Join(dir, "admin-password")}
+	srv := []string{"--server", s.addrs.client}
+	// The admin is made once the node leads its meta group.
+	wait.For(t, 20*time.Second, "user admin creating a queue", func() bool {
+		return cli(t, asAdmin, append(srv, "queue", "create", "secure")...).code == 0
+	})
+	mustOK(t, asAdmin, append(srv, "send", "secure", "--count", "3", "--body", "x")...)
+	mustOK(t, asAdmin, append(srv, "user", "create", "app", "--new-password-file", secret("app-password", "the-app-password"), "--grant", "secure=send")...)
+	mustOK(t, asAdmin, append(srv, "user", "create", "alice", "--grant", "secure=receive,browse")...)
+	users := jsonObject(t, mustOK(t, asAdmin, append(srv, "user", "list", "--json")...).stdout)
+	if list, _ := users["users"].([]any); len(list) != 3 {
+		t.Errorf("user list --json: %v; want admin, alice and app", users)
+	} else {
+		requireFields(t, "a user", list[0].(map[string]any), "name:string", "has_password:bool", "grants:array")
 	}
-	mustOK(t, append(env, "CAIRN_HTTP_ADDR="+s.addrs.http), "health")
+
+	got := jsonLines(t, mustOK(t, nil, append(srv, "--tls-ca", ca, "--tls-cert", filepath.Join(dir, "alice.pem"),
+		"--tls-key", filepath.Join(dir, "alice-key.pem"), "receive", "secure", "--count", "3", "--json")...).stdout)
+	if len(got) != 3 {
+		t.Errorf("alice received %d messages over TLS; want 3", len(got))
+	}
+	asApp := []string{"CAIRN_TLS_CA=" + ca, "CAIRN_USER=app", "CAIRN_PASSWORD=the-app-password"}
+	mustOK(t, asApp, append(srv, "send", "secure", "--body", "y")...)
+	if line, r := mustFail(t, asApp, append(srv, "queue", "purge", "secure")...); r.code != 4 || !strings.Contains(line, "not authorised") {
+		t.Errorf("app's purge: exit %d, %s; want exit 4, not authorised", r.code, line)
+	}
+	if line, r := mustFail(t, []string{"CAIRN_TLS_CA=" + ca}, append(srv, "queue", "list")...); r.code != 3 || !strings.Contains(line, "--user") {
+		t.Errorf("no credentials: exit %d, %s; want exit 3, naming --user", r.code, line)
+	}
+	mustOK(t, []string{"CAIRN_TLS_CA=" + ca, "CAIRN_HTTP_ADDR=" + s.addrs.http}, "health")
 
 	line, _ := s.fails("queue", "list")
-	t.Logf("without --tls-ca: %s", line)
 	if !strings.Contains(line, "TLS") {
 		t.Errorf("the error without --tls-ca does not say TLS may be the cause: %s", line)
 	}
 	other := t.TempDir()
 	mustOK(t, nil, "cert", "ca", "--out", other)
 	line, _ = s.fails("--tls-ca", filepath.Join(other, "ca.pem"), "queue", "list")
-	t.Logf("with another CA: %s", line)
 	if !strings.Contains(line, "certificate") {
 		t.Errorf("the error with another CA does not name the certificate: %s", line)
 	}

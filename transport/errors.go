@@ -74,6 +74,15 @@ var (
 	// ErrCommitUnknown: a commit may or may not have happened; its primary
 	// could not be asked.
 	ErrCommitUnknown = errors.New("cairn: commit outcome unknown")
+	// ErrNotAuthenticated: the node did not learn who is calling (no
+	// credentials, or wrong ones); nothing was done.
+	ErrNotAuthenticated = errors.New("cairn: not authenticated")
+	// ErrNotAuthorised: the caller may not do that; nothing was done.
+	ErrNotAuthorised = errors.New("cairn: not authorised")
+	// ErrUserExists and ErrUnknownUser: user management found the user
+	// when it should not have, or not when it should.
+	ErrUserExists  = errors.New("cairn: user already exists")
+	ErrUnknownUser = errors.New("cairn: unknown user")
 )
 
 var reasons = []struct {
@@ -105,6 +114,10 @@ var reasons = []struct {
 	{ErrConnectionDestroyed, "CONNECTION_DESTROYED", codes.Aborted},
 	{ErrTransactionRolledBack, "TRANSACTION_ROLLED_BACK", codes.Aborted},
 	{ErrCommitUnknown, "COMMIT_UNKNOWN", codes.Unknown},
+	{ErrNotAuthenticated, "NOT_AUTHENTICATED", codes.Unauthenticated},
+	{ErrNotAuthorised, "NOT_AUTHORISED", codes.PermissionDenied},
+	{ErrUserExists, "USER_EXISTS", codes.AlreadyExists},
+	{ErrUnknownUser, "UNKNOWN_USER", codes.NotFound},
 }
 
 const errorDomain = "cairnmq.io"

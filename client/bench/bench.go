@@ -10,7 +10,6 @@ package bench
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"sync"
@@ -48,8 +47,9 @@ var ErrConfig = errors.New("bench: invalid configuration")
 // Config is one run.
 type Config struct {
 	Servers []string
-	// TLS, if set, reaches the nodes over TLS (client.Options.TLS).
-	TLS *tls.Config
+	// Base is what every connection starts from: how it reaches the nodes
+	// and proves itself to them (TLS, User, Password).
+	Base client.Options
 	// Dest is the queue; empty: a fresh queue, deleted at the end. A named
 	// queue is created when it does not exist, and kept.
 	Dest string
@@ -237,7 +237,7 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (Result, erro
 	if err := cfg.check(); err != nil {
 		return Result{}, err
 	}
-	a, err := client.NewAdmin(cfg.Servers, client.Options{TLS: cfg.TLS})
+	a, err := client.NewAdmin(cfg.Servers, cfg.Base)
 	if err != nil {
 		return Result{}, err
 	}
@@ -326,7 +326,9 @@ func (d *dialer) dial(ctx context.Context, i int, preferHost string) (*client.Co
 	addrs := append(append([]string{}, d.cfg.Servers[i%n:]...), d.cfg.Servers[:i%n]...)
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	c, err := client.Dial(dctx, addrs, client.Options{TLS: d.cfg.TLS, Prefetch: d.cfg.Prefetch, ReconnectPolicy: client.ReconnectAll, NoDirectSends: d.cfg.NoDirectSends, PreferHostOf: preferHost})
+	o := d.cfg.Base
+	o.Prefetch, o.ReconnectPolicy, o.NoDirectSends, o.PreferHostOf = d.cfg.Prefetch, client.ReconnectAll, d.cfg.NoDirectSends, preferHost
+	c, err := client.Dial(dctx, addrs, o)
 	if err == nil {
 		d.conns = append(d.conns, c)
 	}

@@ -474,6 +474,10 @@ func (c *connection) send(requestID uint64, op *clientpb.Send) {
 		c.reply(requestID, fmt.Errorf("%w: Send without a request", transport.ErrMalformed), nil)
 		return
 	}
+	if err := c.n.Authorize(c.ctx, fsm.ActionSend, op.Request.Destination); err != nil {
+		c.reply(requestID, err, nil)
+		return
+	}
 	c.mu.Lock()
 	refused := c.closing
 	if refused == nil {

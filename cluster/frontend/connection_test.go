@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/test/wait"
 
 	"github.com/cairnmq/cairn/transport"
@@ -56,8 +57,10 @@ func TestConnection_GoodbyeAnswersTheSendsInFlightFirst(t *testing.T) {
 	}
 }
 
-// quietNode is a Node whose log is discarded; nothing else of it may be
-// called.
+// quietNode is a Node whose log is discarded and which authenticates
+// nobody; nothing else of it may be called.
 type quietNode struct{ Node }
 
 func (quietNode) Logger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func (quietNode) Authorize(context.Context, fsm.Action, string) error { return nil }

@@ -43,9 +43,16 @@ func (c *connection) createConsumer(requestID uint64, op *clientpb.CreateConsume
 	if op.Subscribe != nil {
 		sel = nil // the subscription's selector chooses what it stores
 	}
-	if owner := c.n.TemporaryOwner(op.Destination); owner != "" && owner != c.n.Owner()+"/"+c.id {
+	owner := c.n.TemporaryOwner(op.Destination)
+	if owner != "" && owner != c.n.Owner()+"/"+c.id {
 		c.reply(requestID, fmt.Errorf("%w: %s is another connection's temporary queue; only that connection consumes from it", transport.ErrInvalidArgument, op.Destination), nil)
 		return
+	}
+	if owner == "" {
+		if err := c.n.Authorize(c.ctx, fsm.ActionReceive, op.Destination); err != nil {
+			c.reply(requestID, err, nil)
+			return
+		}
 	}
 	c.mu.Lock()
 	s, err := c.session(op.Session)

@@ -29,6 +29,8 @@ var clientErrors = []struct{ from, to error }{
 	{fsm.ErrDuplicateMessageID, transport.ErrInvalidArgument},
 	{fsm.ErrMalformed, transport.ErrMalformed},
 	{fsm.ErrClientIDInUse, transport.ErrClientIDInUse},
+	{fsm.ErrUserExists, transport.ErrUserExists},
+	{fsm.ErrUnknownUser, transport.ErrUnknownUser},
 	{selector.ErrInvalid, transport.ErrInvalidSelector},
 	{fsm.ErrUnknownSession, transport.ErrLostServer},
 	{fsm.ErrSessionOwned, transport.ErrLostServer},

@@ -28,6 +28,10 @@ type Node interface {
 	MaxWire() int
 	// Limits are what one connection may hold.
 	Limits() Limits
+	// Authorize says whether the connection of ctx may do act on dest:
+	// ErrNotAuthorised (or ErrNotAuthenticated) if not; nil on a node
+	// without authentication.
+	Authorize(ctx context.Context, act fsm.Action, dest string) error
 	// ClientAddrs are the client addresses of the live nodes, this node's
 	// first: a client reconnects to them when it loses this node.
 	ClientAddrs() []string

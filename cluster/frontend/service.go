@@ -38,6 +38,11 @@ type Admin interface {
 	// this node's); DestroyConnection ends one, wherever it is served.
 	ListConnections(ctx context.Context, localOnly bool) *clientpb.ListConnectionsResponse
 	DestroyConnection(ctx context.Context, id string) error
+	// PutUser makes u (create) or replaces the user of its name; DeleteUser
+	// deletes one; Users lists them (they must not be changed).
+	PutUser(ctx context.Context, u *fsmpb.User, create bool) error
+	DeleteUser(ctx context.Context, name string) error
+	Users() []*fsmpb.User
 }
 
 // NewService is the client API: the admin calls go to admin, sends and
@@ -80,8 +85,8 @@ func (s *clientService) DeleteDestination(ctx context.Context, req *clientpb.Del
 func (s *clientService) ListDestinations(ctx context.Context, req *clientpb.ListDestinationsRequest) (*clientpb.ListDestinationsResponse, error) {
 	resp := &clientpb.ListDestinationsResponse{}
 	for _, d := range s.a.Destinations() {
-		if d.Subscription != nil {
-			continue // listed under its topic
+		if d.Subscription != nil || s.n.Authorize(ctx, fsm.ActionBrowse, d.Name) != nil {
+			continue // listed under its topic, or not the caller's to see
 		}
 		resp.Destinations = append(resp.Destinations, s.a.DestinationInfo(ctx, d))
 	}

@@ -45,6 +45,9 @@ func (c *connection) txSend(requestID uint64, op *clientpb.TxSend) {
 	_, err := c.transacted(op.Session)
 	c.mu.Unlock()
 	if err == nil {
+		err = c.n.Authorize(c.ctx, fsm.ActionSend, req.Destination)
+	}
+	if err == nil {
 		err = c.n.ValidateSend(req)
 	}
 	if err != nil {

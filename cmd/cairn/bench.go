@@ -62,7 +62,7 @@ configuration: "dest","members","producers","consumers","size","mode",
 			}
 			cfg.Servers = servers(cmd)
 			var err error
-			if cfg.TLS, err = clientTLS(cmd); err != nil {
+			if cfg.Base, err = clientOptions(cmd); err != nil {
 				return err
 			}
 			var progress func(bench.Progress)

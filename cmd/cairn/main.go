@@ -11,11 +11,19 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/cairnmq/cairn/client"
 	"github.com/cairnmq/cairn/transport"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
+
+// Exit statuses of a refusal, for scripts (the root command's help says
+// them).
+const (
+	exitNotAuthenticated = 3
+	exitNotAuthorised    = 4
+)
 
 // exitError carries a specific exit status.
 type exitError struct {
@@ -46,8 +54,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, msg)
 		code := 1
 		var ee *exitError
-		if errors.As(err, &ee) {
+		switch {
+		case errors.As(err, &ee):
 			code = ee.code
+		case errors.Is(err, client.ErrNotAuthenticated):
+			code = exitNotAuthenticated
+		case errors.Is(err, client.ErrNotAuthorised):
+			code = exitNotAuthorised
 		}
 		os.Exit(code)
 	}
@@ -63,7 +76,12 @@ Raft.
 
 Start a node with 'cairn server', then talk to it with the other commands.
 They reach the server given by --server (or $CAIRN_SERVER), 127.0.0.1:7650
-by default.`,
+by default; --tls-ca, --user and --password-file (or CAIRN_TLS_CA,
+CAIRN_USER, CAIRN_PASSWORD_FILE) reach a node serving TLS.
+
+A command exits 0 when it did what was asked, 3 when the node did not
+learn who is calling (not authenticated), 4 when the caller may not do
+that (not authorised), and 1 on any other error.`,
 		Version:       version,
 		SilenceErrors: true,
 		SilenceUsage:  true,
@@ -73,7 +91,7 @@ by default.`,
 	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
 		return envFlags(cmd.Root().PersistentFlags(), append([]string{"server"}, clientSecurityFlags...)...)
 	}
-	root.AddCommand(serverCmd(), queueCmd(), topicCmd(), sendCmd(), receiveCmd(), publishCmd(), subscribeCmd(), subscriptionCmd(), clusterCmd(), nodeCmd(), connectionCmd(), healthCmd(), verifyCmd(), benchCmd(), certCmd())
+	root.AddCommand(serverCmd(), queueCmd(), topicCmd(), sendCmd(), receiveCmd(), publishCmd(), subscribeCmd(), subscriptionCmd(), clusterCmd(), nodeCmd(), connectionCmd(), healthCmd(), verifyCmd(), benchCmd(), certCmd(), userCmd())
 	return root
 }
 

@@ -3,6 +3,8 @@ package main
 import (
 	"crypto/tls"
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -13,12 +15,14 @@ import (
 
 // clientSecurityFlags are the flags every client command takes to reach
 // a node over TLS and to prove who it is.
-var clientSecurityFlags = []string{"tls-ca", "tls-cert", "tls-key"}
+var clientSecurityFlags = []string{"tls-ca", "tls-cert", "tls-key", "user", "password-file"}
 
 func addClientSecurityFlags(fs *pflag.FlagSet) {
 	fs.String("tls-ca", "", "the cluster's CA certificate: connect over TLS and verify the nodes with it (env CAIRN_TLS_CA)")
 	fs.String("tls-cert", "", "a client certificate to show as this client's identity (env CAIRN_TLS_CERT)")
 	fs.String("tls-key", "", "the key of --tls-cert (env CAIRN_TLS_KEY)")
+	fs.String("user", "", "the user to authenticate as (env CAIRN_USER)")
+	fs.String("password-file", "", "file whose first line is --user's password (env CAIRN_PASSWORD_FILE; CAIRN_PASSWORD is read too)")
 }
 
 // clientTLS is the TLS configuration the flags ask for; nil without
@@ -38,5 +42,36 @@ func clientTLS(cmd *cobra.Command) (*tls.Config, error) {
 // from: how to reach the nodes and prove itself to them.
 func clientOptions(cmd *cobra.Command) (client.Options, error) {
 	t, err := clientTLS(cmd)
-	return client.Options{TLS: t}, err
+	if err != nil {
+		return client.Options{}, err
+	}
+	o := client.Options{TLS: t}
+	o.User, _ = cmd.Flags().GetString("user")
+	file, _ := cmd.Flags().GetString("password-file")
+	switch {
+	case o.User == "" && file != "":
+		return o, fmt.Errorf("%w: --password-file needs --user", client.ErrInvalidArgument)
+	case o.User == "":
+	case file != "":
+		if o.Password, err = readSecretFile("--password-file", file); err != nil {
+			return o, err
+		}
+	default:
+		pw, ok := os.LookupEnv("CAIRN_PASSWORD")
+		if !ok {
+			return o, fmt.Errorf("%w: --user %s needs a password: --password-file F, CAIRN_PASSWORD_FILE or CAIRN_PASSWORD", client.ErrInvalidArgument, o.User)
+		}
+		o.Password = pw
+	}
+	return o, nil
+}
+
+// readSecretFile reads the first line of a file holding a secret.
+func readSecretFile(flag, file string) (string, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s: %v", client.ErrInvalidArgument, flag, err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	return strings.TrimSuffix(line, "\r"), nil
 }

@@ -102,6 +102,7 @@ SIGTERM or Ctrl-C stops the node gracefully.`,
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "the key of --tls-cert")
 	f.StringVar(&cfg.TLSCA, "tls-ca", "", "the cluster's CA certificate (cairn cert ca): verifies the other nodes and client certificates")
 	f.StringVar(&cfg.TLSClientCA, "tls-client-ca", "", "another CA whose client certificates are accepted too")
+	f.StringVar(&cfg.AdminPasswordFile, "admin-password-file", "", "file whose first line is the password of user admin, made with every permission while the cluster has no user (needs TLS)")
 	f.IntVar(&cfg.MaxSessions, "max-sessions", cluster.DefaultMaxSessions, "most sessions one client connection may have open")
 	f.IntVar(&cfg.MaxConsumers, "max-consumers", cluster.DefaultMaxConsumers, "most consumers one client connection may have open")
 	f.IntVar(&cfg.MaxProperties, "max-properties", cluster.DefaultMaxProperties, "most properties one message may carry")

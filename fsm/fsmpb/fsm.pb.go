@@ -80,6 +80,9 @@ const (
 	// Meta commands: a connection takes a client id, and lets it go.
 	CommandType_COMMAND_TYPE_CLAIM_CLIENT_ID   CommandType = 33
 	CommandType_COMMAND_TYPE_RELEASE_CLIENT_ID CommandType = 34
+	// Meta commands: a user is made or changed, and deleted.
+	CommandType_COMMAND_TYPE_PUT_USER    CommandType = 35
+	CommandType_COMMAND_TYPE_DELETE_USER CommandType = 36
 )
 
 // Enum value maps for CommandType.
@@ -120,6 +123,8 @@ var (
 		32: "COMMAND_TYPE_PUBLISH",
 		33: "COMMAND_TYPE_CLAIM_CLIENT_ID",
 		34: "COMMAND_TYPE_RELEASE_CLIENT_ID",
+		35: "COMMAND_TYPE_PUT_USER",
+		36: "COMMAND_TYPE_DELETE_USER",
 	}
 	CommandType_value = map[string]int32{
 		"COMMAND_TYPE_UNKNOWN":            0,
@@ -157,6 +162,8 @@ var (
 		"COMMAND_TYPE_PUBLISH":            32,
 		"COMMAND_TYPE_CLAIM_CLIENT_ID":    33,
 		"COMMAND_TYPE_RELEASE_CLIENT_ID":  34,
+		"COMMAND_TYPE_PUT_USER":           35,
+		"COMMAND_TYPE_DELETE_USER":        36,
 	}
 )
 
@@ -3909,6 +3916,222 @@ func (x *ReleaseClientId) GetOwner() string {
 	return ""
 }
 
+// User is a client identity: by password (password_hash, bcrypt; empty
+// for a user known by certificate only) or by a client certificate naming
+// it (cairn://user/NAME), and what it may do.
+type User struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	PasswordHash  []byte                 `protobuf:"bytes,2,opt,name=password_hash,json=passwordHash,proto3" json:"password_hash,omitempty"`
+	Grants        []*Grant               `protobuf:"bytes,3,rep,name=grants,proto3" json:"grants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *User) Reset() {
+	*x = User{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *User) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*User) ProtoMessage() {}
+
+func (x *User) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use User.ProtoReflect.Descriptor instead.
+func (*User) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *User) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *User) GetPasswordHash() []byte {
+	if x != nil {
+		return x.PasswordHash
+	}
+	return nil
+}
+
+func (x *User) GetGrants() []*Grant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
+// Grant lets a user do actions (a bit set: fsm.Action) on the
+// destinations pattern names: a name, a prefix ("orders.*") or all ("*").
+type Grant struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pattern       string                 `protobuf:"bytes,1,opt,name=pattern,proto3" json:"pattern,omitempty"`
+	Actions       uint32                 `protobuf:"varint,2,opt,name=actions,proto3" json:"actions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Grant) Reset() {
+	*x = Grant{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Grant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Grant) ProtoMessage() {}
+
+func (x *Grant) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Grant.ProtoReflect.Descriptor instead.
+func (*Grant) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *Grant) GetPattern() string {
+	if x != nil {
+		return x.Pattern
+	}
+	return ""
+}
+
+func (x *Grant) GetActions() uint32 {
+	if x != nil {
+		return x.Actions
+	}
+	return 0
+}
+
+// PutUser (COMMAND_TYPE_PUT_USER) makes user (create: refused if the name
+// is taken) or replaces an existing one (refused if there is none).
+type PutUser struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	User          *User                  `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	Create        bool                   `protobuf:"varint,2,opt,name=create,proto3" json:"create,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutUser) Reset() {
+	*x = PutUser{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutUser) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutUser) ProtoMessage() {}
+
+func (x *PutUser) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutUser.ProtoReflect.Descriptor instead.
+func (*PutUser) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *PutUser) GetUser() *User {
+	if x != nil {
+		return x.User
+	}
+	return nil
+}
+
+func (x *PutUser) GetCreate() bool {
+	if x != nil {
+		return x.Create
+	}
+	return false
+}
+
+// DeleteUser (COMMAND_TYPE_DELETE_USER); refused if there is no such user.
+type DeleteUser struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteUser) Reset() {
+	*x = DeleteUser{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteUser) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteUser) ProtoMessage() {}
+
+func (x *DeleteUser) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteUser.ProtoReflect.Descriptor instead.
+func (*DeleteUser) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *DeleteUser) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
 type MetaSnapshot struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Applied         uint64                 `protobuf:"varint,1,opt,name=applied,proto3" json:"applied,omitempty"`
@@ -3921,13 +4144,14 @@ type MetaSnapshot struct {
 	// those that had one: the id may join again with another.
 	RemovedIncarnations map[string]string `protobuf:"bytes,7,rep,name=removed_incarnations,json=removedIncarnations,proto3" json:"removed_incarnations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	ClientIds           []*ClientIdClaim  `protobuf:"bytes,8,rep,name=client_ids,json=clientIds,proto3" json:"client_ids,omitempty"`
+	Users               []*User           `protobuf:"bytes,9,rep,name=users,proto3" json:"users,omitempty"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
 
 func (x *MetaSnapshot) Reset() {
 	*x = MetaSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[52]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3939,7 +4163,7 @@ func (x *MetaSnapshot) String() string {
 func (*MetaSnapshot) ProtoMessage() {}
 
 func (x *MetaSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[52]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3952,7 +4176,7 @@ func (x *MetaSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaSnapshot.ProtoReflect.Descriptor instead.
 func (*MetaSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{52}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *MetaSnapshot) GetApplied() uint64 {
@@ -4007,6 +4231,13 @@ func (x *MetaSnapshot) GetRemovedIncarnations() map[string]string {
 func (x *MetaSnapshot) GetClientIds() []*ClientIdClaim {
 	if x != nil {
 		return x.ClientIds
+	}
+	return nil
+}
+
+func (x *MetaSnapshot) GetUsers() []*User {
+	if x != nil {
+		return x.Users
 	}
 	return nil
 }
@@ -4291,7 +4522,20 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05claim\x18\x01 \x01(\v2\x1b.cairn.fsm.v1.ClientIdClaimR\x05claim\"D\n" +
 	"\x0fReleaseClientId\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x14\n" +
-	"\x05owner\x18\x02 \x01(\tR\x05owner\"\xf8\x03\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\"l\n" +
+	"\x04User\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
+	"\rpassword_hash\x18\x02 \x01(\fR\fpasswordHash\x12+\n" +
+	"\x06grants\x18\x03 \x03(\v2\x13.cairn.fsm.v1.GrantR\x06grants\";\n" +
+	"\x05Grant\x12\x18\n" +
+	"\apattern\x18\x01 \x01(\tR\apattern\x12\x18\n" +
+	"\aactions\x18\x02 \x01(\rR\aactions\"I\n" +
+	"\aPutUser\x12&\n" +
+	"\x04user\x18\x01 \x01(\v2\x12.cairn.fsm.v1.UserR\x04user\x12\x16\n" +
+	"\x06create\x18\x02 \x01(\bR\x06create\" \n" +
+	"\n" +
+	"DeleteUser\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xa2\x04\n" +
 	"\fMetaSnapshot\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\x04R\aapplied\x12=\n" +
 	"\fdestinations\x18\x02 \x03(\v2\x19.cairn.fsm.v1.DestinationR\fdestinations\x12(\n" +
@@ -4301,10 +4545,11 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x0fdecommissioning\x18\x06 \x03(\tR\x0fdecommissioning\x12f\n" +
 	"\x14removed_incarnations\x18\a \x03(\v23.cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntryR\x13removedIncarnations\x12:\n" +
 	"\n" +
-	"client_ids\x18\b \x03(\v2\x1b.cairn.fsm.v1.ClientIdClaimR\tclientIds\x1aF\n" +
+	"client_ids\x18\b \x03(\v2\x1b.cairn.fsm.v1.ClientIdClaimR\tclientIds\x12(\n" +
+	"\x05users\x18\t \x03(\v2\x12.cairn.fsm.v1.UserR\x05users\x1aF\n" +
 	"\x18RemovedIncarnationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x8f\b\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xc8\b\n" +
 	"\vCommandType\x12\x18\n" +
 	"\x14COMMAND_TYPE_UNKNOWN\x10\x00\x12\x18\n" +
 	"\x14COMMAND_TYPE_ENQUEUE\x10\x01\x12\x18\n" +
@@ -4341,7 +4586,9 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x19COMMAND_TYPE_RENEW_MEMBER\x10\x1f\x12\x18\n" +
 	"\x14COMMAND_TYPE_PUBLISH\x10 \x12 \n" +
 	"\x1cCOMMAND_TYPE_CLAIM_CLIENT_ID\x10!\x12\"\n" +
-	"\x1eCOMMAND_TYPE_RELEASE_CLIENT_ID\x10\"*\x8a\x01\n" +
+	"\x1eCOMMAND_TYPE_RELEASE_CLIENT_ID\x10\"\x12\x19\n" +
+	"\x15COMMAND_TYPE_PUT_USER\x10#\x12\x1c\n" +
+	"\x18COMMAND_TYPE_DELETE_USER\x10$*\x8a\x01\n" +
 	"\x0fDestinationKind\x12\x1c\n" +
 	"\x18DESTINATION_KIND_UNKNOWN\x10\x00\x12\x1a\n" +
 	"\x16DESTINATION_KIND_QUEUE\x10\x01\x12\x1a\n" +
@@ -4361,7 +4608,7 @@ func file_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_fsm_fsmpb_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(CommandType)(0),          // 0: cairn.fsm.v1.CommandType
 	(DestinationKind)(0),      // 1: cairn.fsm.v1.DestinationKind
@@ -4417,16 +4664,20 @@ var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*ClientIdClaim)(nil),     // 51: cairn.fsm.v1.ClientIdClaim
 	(*ClaimClientId)(nil),     // 52: cairn.fsm.v1.ClaimClientId
 	(*ReleaseClientId)(nil),   // 53: cairn.fsm.v1.ReleaseClientId
-	(*MetaSnapshot)(nil),      // 54: cairn.fsm.v1.MetaSnapshot
-	nil,                       // 55: cairn.fsm.v1.Message.PropertiesEntry
-	nil,                       // 56: cairn.fsm.v1.Message.TypedPropertiesEntry
-	nil,                       // 57: cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntry
+	(*User)(nil),              // 54: cairn.fsm.v1.User
+	(*Grant)(nil),             // 55: cairn.fsm.v1.Grant
+	(*PutUser)(nil),           // 56: cairn.fsm.v1.PutUser
+	(*DeleteUser)(nil),        // 57: cairn.fsm.v1.DeleteUser
+	(*MetaSnapshot)(nil),      // 58: cairn.fsm.v1.MetaSnapshot
+	nil,                       // 59: cairn.fsm.v1.Message.PropertiesEntry
+	nil,                       // 60: cairn.fsm.v1.Message.TypedPropertiesEntry
+	nil,                       // 61: cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntry
 }
 var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	3,  // 0: cairn.fsm.v1.Entry.commands:type_name -> cairn.fsm.v1.Command
 	0,  // 1: cairn.fsm.v1.Command.type:type_name -> cairn.fsm.v1.CommandType
-	55, // 2: cairn.fsm.v1.Message.properties:type_name -> cairn.fsm.v1.Message.PropertiesEntry
-	56, // 3: cairn.fsm.v1.Message.typed_properties:type_name -> cairn.fsm.v1.Message.TypedPropertiesEntry
+	59, // 2: cairn.fsm.v1.Message.properties:type_name -> cairn.fsm.v1.Message.PropertiesEntry
+	60, // 3: cairn.fsm.v1.Message.typed_properties:type_name -> cairn.fsm.v1.Message.TypedPropertiesEntry
 	6,  // 4: cairn.fsm.v1.Enqueue.messages:type_name -> cairn.fsm.v1.Message
 	6,  // 5: cairn.fsm.v1.Publish.messages:type_name -> cairn.fsm.v1.Message
 	23, // 6: cairn.fsm.v1.Configure.settings:type_name -> cairn.fsm.v1.MemberSettings
@@ -4446,17 +4697,20 @@ var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	49, // 20: cairn.fsm.v1.MemberSnapshot.decisions:type_name -> cairn.fsm.v1.TxDecision
 	6,  // 21: cairn.fsm.v1.StoredTx.messages:type_name -> cairn.fsm.v1.Message
 	51, // 22: cairn.fsm.v1.ClaimClientId.claim:type_name -> cairn.fsm.v1.ClientIdClaim
-	26, // 23: cairn.fsm.v1.MetaSnapshot.destinations:type_name -> cairn.fsm.v1.Destination
-	33, // 24: cairn.fsm.v1.MetaSnapshot.nodes:type_name -> cairn.fsm.v1.Node
-	41, // 25: cairn.fsm.v1.MetaSnapshot.rejoining:type_name -> cairn.fsm.v1.Rejoining
-	57, // 26: cairn.fsm.v1.MetaSnapshot.removed_incarnations:type_name -> cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntry
-	51, // 27: cairn.fsm.v1.MetaSnapshot.client_ids:type_name -> cairn.fsm.v1.ClientIdClaim
-	7,  // 28: cairn.fsm.v1.Message.TypedPropertiesEntry.value:type_name -> cairn.fsm.v1.PropertyValue
-	29, // [29:29] is the sub-list for method output_type
-	29, // [29:29] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	55, // 23: cairn.fsm.v1.User.grants:type_name -> cairn.fsm.v1.Grant
+	54, // 24: cairn.fsm.v1.PutUser.user:type_name -> cairn.fsm.v1.User
+	26, // 25: cairn.fsm.v1.MetaSnapshot.destinations:type_name -> cairn.fsm.v1.Destination
+	33, // 26: cairn.fsm.v1.MetaSnapshot.nodes:type_name -> cairn.fsm.v1.Node
+	41, // 27: cairn.fsm.v1.MetaSnapshot.rejoining:type_name -> cairn.fsm.v1.Rejoining
+	61, // 28: cairn.fsm.v1.MetaSnapshot.removed_incarnations:type_name -> cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntry
+	51, // 29: cairn.fsm.v1.MetaSnapshot.client_ids:type_name -> cairn.fsm.v1.ClientIdClaim
+	54, // 30: cairn.fsm.v1.MetaSnapshot.users:type_name -> cairn.fsm.v1.User
+	7,  // 31: cairn.fsm.v1.Message.TypedPropertiesEntry.value:type_name -> cairn.fsm.v1.PropertyValue
+	32, // [32:32] is the sub-list for method output_type
+	32, // [32:32] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_fsm_fsmpb_fsm_proto_init() }
@@ -4475,7 +4729,7 @@ func file_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_fsmpb_fsm_proto_rawDesc), len(file_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   56,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

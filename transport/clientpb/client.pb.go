@@ -136,6 +136,421 @@ func (AckMode) EnumDescriptor() ([]byte, []int) {
 	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{1}
 }
 
+// Grant lets a user do actions ("send", "receive", "browse", "manage",
+// "admin", or "all") on the destinations pattern names: a name, a prefix
+// ("orders.*") or all ("*").
+type Grant struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pattern       string                 `protobuf:"bytes,1,opt,name=pattern,proto3" json:"pattern,omitempty"`
+	Actions       []string               `protobuf:"bytes,2,rep,name=actions,proto3" json:"actions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Grant) Reset() {
+	*x = Grant{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Grant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Grant) ProtoMessage() {}
+
+func (x *Grant) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Grant.ProtoReflect.Descriptor instead.
+func (*Grant) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Grant) GetPattern() string {
+	if x != nil {
+		return x.Pattern
+	}
+	return ""
+}
+
+func (x *Grant) GetActions() []string {
+	if x != nil {
+		return x.Actions
+	}
+	return nil
+}
+
+type CreateUserRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// password is hashed by the node; empty: the user is known by its
+	// client certificate only.
+	Password      string   `protobuf:"bytes,2,opt,name=password,proto3" json:"password,omitempty"`
+	Grants        []*Grant `protobuf:"bytes,3,rep,name=grants,proto3" json:"grants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateUserRequest) Reset() {
+	*x = CreateUserRequest{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateUserRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateUserRequest) ProtoMessage() {}
+
+func (x *CreateUserRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateUserRequest.ProtoReflect.Descriptor instead.
+func (*CreateUserRequest) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CreateUserRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateUserRequest) GetPassword() string {
+	if x != nil {
+		return x.Password
+	}
+	return ""
+}
+
+func (x *CreateUserRequest) GetGrants() []*Grant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
+// UpdateUserRequest sets the password when set_password, the grants when
+// set_grants.
+type UpdateUserRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	SetPassword   bool                   `protobuf:"varint,2,opt,name=set_password,json=setPassword,proto3" json:"set_password,omitempty"`
+	Password      string                 `protobuf:"bytes,3,opt,name=password,proto3" json:"password,omitempty"`
+	SetGrants     bool                   `protobuf:"varint,4,opt,name=set_grants,json=setGrants,proto3" json:"set_grants,omitempty"`
+	Grants        []*Grant               `protobuf:"bytes,5,rep,name=grants,proto3" json:"grants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateUserRequest) Reset() {
+	*x = UpdateUserRequest{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateUserRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateUserRequest) ProtoMessage() {}
+
+func (x *UpdateUserRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateUserRequest.ProtoReflect.Descriptor instead.
+func (*UpdateUserRequest) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *UpdateUserRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UpdateUserRequest) GetSetPassword() bool {
+	if x != nil {
+		return x.SetPassword
+	}
+	return false
+}
+
+func (x *UpdateUserRequest) GetPassword() string {
+	if x != nil {
+		return x.Password
+	}
+	return ""
+}
+
+func (x *UpdateUserRequest) GetSetGrants() bool {
+	if x != nil {
+		return x.SetGrants
+	}
+	return false
+}
+
+func (x *UpdateUserRequest) GetGrants() []*Grant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
+type UserInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	HasPassword   bool                   `protobuf:"varint,2,opt,name=has_password,json=hasPassword,proto3" json:"has_password,omitempty"`
+	Grants        []*Grant               `protobuf:"bytes,3,rep,name=grants,proto3" json:"grants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UserInfo) Reset() {
+	*x = UserInfo{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UserInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UserInfo) ProtoMessage() {}
+
+func (x *UserInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UserInfo.ProtoReflect.Descriptor instead.
+func (*UserInfo) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *UserInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UserInfo) GetHasPassword() bool {
+	if x != nil {
+		return x.HasPassword
+	}
+	return false
+}
+
+func (x *UserInfo) GetGrants() []*Grant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
+type DeleteUserRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteUserRequest) Reset() {
+	*x = DeleteUserRequest{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteUserRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteUserRequest) ProtoMessage() {}
+
+func (x *DeleteUserRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteUserRequest.ProtoReflect.Descriptor instead.
+func (*DeleteUserRequest) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *DeleteUserRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteUserResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteUserResponse) Reset() {
+	*x = DeleteUserResponse{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteUserResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteUserResponse) ProtoMessage() {}
+
+func (x *DeleteUserResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteUserResponse.ProtoReflect.Descriptor instead.
+func (*DeleteUserResponse) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{5}
+}
+
+type ListUsersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListUsersRequest) Reset() {
+	*x = ListUsersRequest{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListUsersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListUsersRequest) ProtoMessage() {}
+
+func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListUsersRequest.ProtoReflect.Descriptor instead.
+func (*ListUsersRequest) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{6}
+}
+
+type ListUsersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Users         []*UserInfo            `protobuf:"bytes,1,rep,name=users,proto3" json:"users,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListUsersResponse) Reset() {
+	*x = ListUsersResponse{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListUsersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListUsersResponse) ProtoMessage() {}
+
+func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListUsersResponse.ProtoReflect.Descriptor instead.
+func (*ListUsersResponse) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ListUsersResponse) GetUsers() []*UserInfo {
+	if x != nil {
+		return x.Users
+	}
+	return nil
+}
+
 type ListConnectionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// local_only asks for the answering node's connections alone (what a node
@@ -147,7 +562,7 @@ type ListConnectionsRequest struct {
 
 func (x *ListConnectionsRequest) Reset() {
 	*x = ListConnectionsRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[0]
+	mi := &file_transport_clientpb_client_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -159,7 +574,7 @@ func (x *ListConnectionsRequest) String() string {
 func (*ListConnectionsRequest) ProtoMessage() {}
 
 func (x *ListConnectionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[0]
+	mi := &file_transport_clientpb_client_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -172,7 +587,7 @@ func (x *ListConnectionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConnectionsRequest.ProtoReflect.Descriptor instead.
 func (*ListConnectionsRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{0}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListConnectionsRequest) GetLocalOnly() bool {
@@ -197,7 +612,7 @@ type ConnectionInfo struct {
 
 func (x *ConnectionInfo) Reset() {
 	*x = ConnectionInfo{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[1]
+	mi := &file_transport_clientpb_client_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -209,7 +624,7 @@ func (x *ConnectionInfo) String() string {
 func (*ConnectionInfo) ProtoMessage() {}
 
 func (x *ConnectionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[1]
+	mi := &file_transport_clientpb_client_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -222,7 +637,7 @@ func (x *ConnectionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectionInfo.ProtoReflect.Descriptor instead.
 func (*ConnectionInfo) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{1}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ConnectionInfo) GetId() string {
@@ -285,7 +700,7 @@ type ListConnectionsResponse struct {
 
 func (x *ListConnectionsResponse) Reset() {
 	*x = ListConnectionsResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[2]
+	mi := &file_transport_clientpb_client_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -297,7 +712,7 @@ func (x *ListConnectionsResponse) String() string {
 func (*ListConnectionsResponse) ProtoMessage() {}
 
 func (x *ListConnectionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[2]
+	mi := &file_transport_clientpb_client_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -310,7 +725,7 @@ func (x *ListConnectionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConnectionsResponse.ProtoReflect.Descriptor instead.
 func (*ListConnectionsResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{2}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListConnectionsResponse) GetConnections() []*ConnectionInfo {
@@ -336,7 +751,7 @@ type DestroyConnectionRequest struct {
 
 func (x *DestroyConnectionRequest) Reset() {
 	*x = DestroyConnectionRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[3]
+	mi := &file_transport_clientpb_client_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -348,7 +763,7 @@ func (x *DestroyConnectionRequest) String() string {
 func (*DestroyConnectionRequest) ProtoMessage() {}
 
 func (x *DestroyConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[3]
+	mi := &file_transport_clientpb_client_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -361,7 +776,7 @@ func (x *DestroyConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyConnectionRequest.ProtoReflect.Descriptor instead.
 func (*DestroyConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{3}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DestroyConnectionRequest) GetId() string {
@@ -379,7 +794,7 @@ type DestroyConnectionResponse struct {
 
 func (x *DestroyConnectionResponse) Reset() {
 	*x = DestroyConnectionResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[4]
+	mi := &file_transport_clientpb_client_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -391,7 +806,7 @@ func (x *DestroyConnectionResponse) String() string {
 func (*DestroyConnectionResponse) ProtoMessage() {}
 
 func (x *DestroyConnectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[4]
+	mi := &file_transport_clientpb_client_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -404,7 +819,7 @@ func (x *DestroyConnectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyConnectionResponse.ProtoReflect.Descriptor instead.
 func (*DestroyConnectionResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{4}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{12}
 }
 
 type RemoveNodeRequest struct {
@@ -416,7 +831,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[5]
+	mi := &file_transport_clientpb_client_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -428,7 +843,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[5]
+	mi := &file_transport_clientpb_client_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -441,7 +856,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{5}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -459,7 +874,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[6]
+	mi := &file_transport_clientpb_client_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -471,7 +886,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[6]
+	mi := &file_transport_clientpb_client_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -484,7 +899,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{6}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{14}
 }
 
 type LeaveNodeRequest struct {
@@ -498,7 +913,7 @@ type LeaveNodeRequest struct {
 
 func (x *LeaveNodeRequest) Reset() {
 	*x = LeaveNodeRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[7]
+	mi := &file_transport_clientpb_client_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -510,7 +925,7 @@ func (x *LeaveNodeRequest) String() string {
 func (*LeaveNodeRequest) ProtoMessage() {}
 
 func (x *LeaveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[7]
+	mi := &file_transport_clientpb_client_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -523,7 +938,7 @@ func (x *LeaveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveNodeRequest.ProtoReflect.Descriptor instead.
 func (*LeaveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{7}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LeaveNodeRequest) GetDecommission() bool {
@@ -544,7 +959,7 @@ type LeaveNodeResponse struct {
 
 func (x *LeaveNodeResponse) Reset() {
 	*x = LeaveNodeResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[8]
+	mi := &file_transport_clientpb_client_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -556,7 +971,7 @@ func (x *LeaveNodeResponse) String() string {
 func (*LeaveNodeResponse) ProtoMessage() {}
 
 func (x *LeaveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[8]
+	mi := &file_transport_clientpb_client_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -569,7 +984,7 @@ func (x *LeaveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveNodeResponse.ProtoReflect.Descriptor instead.
 func (*LeaveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{8}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LeaveNodeResponse) GetNode() string {
@@ -595,7 +1010,7 @@ type RebalanceRequest struct {
 
 func (x *RebalanceRequest) Reset() {
 	*x = RebalanceRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[9]
+	mi := &file_transport_clientpb_client_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -607,7 +1022,7 @@ func (x *RebalanceRequest) String() string {
 func (*RebalanceRequest) ProtoMessage() {}
 
 func (x *RebalanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[9]
+	mi := &file_transport_clientpb_client_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -620,7 +1035,7 @@ func (x *RebalanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceRequest.ProtoReflect.Descriptor instead.
 func (*RebalanceRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{9}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RebalanceRequest) GetDryRun() bool {
@@ -644,7 +1059,7 @@ type PlacementMove struct {
 
 func (x *PlacementMove) Reset() {
 	*x = PlacementMove{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[10]
+	mi := &file_transport_clientpb_client_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -656,7 +1071,7 @@ func (x *PlacementMove) String() string {
 func (*PlacementMove) ProtoMessage() {}
 
 func (x *PlacementMove) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[10]
+	mi := &file_transport_clientpb_client_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -669,7 +1084,7 @@ func (x *PlacementMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementMove.ProtoReflect.Descriptor instead.
 func (*PlacementMove) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{10}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PlacementMove) GetMember() string {
@@ -714,7 +1129,7 @@ type RebalanceResponse struct {
 
 func (x *RebalanceResponse) Reset() {
 	*x = RebalanceResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[11]
+	mi := &file_transport_clientpb_client_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -726,7 +1141,7 @@ func (x *RebalanceResponse) String() string {
 func (*RebalanceResponse) ProtoMessage() {}
 
 func (x *RebalanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[11]
+	mi := &file_transport_clientpb_client_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -739,7 +1154,7 @@ func (x *RebalanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceResponse.ProtoReflect.Descriptor instead.
 func (*RebalanceResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{11}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RebalanceResponse) GetMoves() []*PlacementMove {
@@ -775,7 +1190,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[12]
+	mi := &file_transport_clientpb_client_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -787,7 +1202,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[12]
+	mi := &file_transport_clientpb_client_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -800,7 +1215,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{12}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Error) GetReason() string {
@@ -851,7 +1266,7 @@ type CreateDestinationRequest struct {
 
 func (x *CreateDestinationRequest) Reset() {
 	*x = CreateDestinationRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[13]
+	mi := &file_transport_clientpb_client_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -863,7 +1278,7 @@ func (x *CreateDestinationRequest) String() string {
 func (*CreateDestinationRequest) ProtoMessage() {}
 
 func (x *CreateDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[13]
+	mi := &file_transport_clientpb_client_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -876,7 +1291,7 @@ func (x *CreateDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDestinationRequest.ProtoReflect.Descriptor instead.
 func (*CreateDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{13}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CreateDestinationRequest) GetName() string {
@@ -991,7 +1406,7 @@ type UpdateDestinationRequest struct {
 
 func (x *UpdateDestinationRequest) Reset() {
 	*x = UpdateDestinationRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[14]
+	mi := &file_transport_clientpb_client_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1003,7 +1418,7 @@ func (x *UpdateDestinationRequest) String() string {
 func (*UpdateDestinationRequest) ProtoMessage() {}
 
 func (x *UpdateDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[14]
+	mi := &file_transport_clientpb_client_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1016,7 +1431,7 @@ func (x *UpdateDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateDestinationRequest.ProtoReflect.Descriptor instead.
 func (*UpdateDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{14}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *UpdateDestinationRequest) GetName() string {
@@ -1049,7 +1464,7 @@ type DeleteDestinationRequest struct {
 
 func (x *DeleteDestinationRequest) Reset() {
 	*x = DeleteDestinationRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[15]
+	mi := &file_transport_clientpb_client_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1061,7 +1476,7 @@ func (x *DeleteDestinationRequest) String() string {
 func (*DeleteDestinationRequest) ProtoMessage() {}
 
 func (x *DeleteDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[15]
+	mi := &file_transport_clientpb_client_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1074,7 +1489,7 @@ func (x *DeleteDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDestinationRequest.ProtoReflect.Descriptor instead.
 func (*DeleteDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{15}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeleteDestinationRequest) GetName() string {
@@ -1092,7 +1507,7 @@ type DeleteDestinationResponse struct {
 
 func (x *DeleteDestinationResponse) Reset() {
 	*x = DeleteDestinationResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[16]
+	mi := &file_transport_clientpb_client_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1104,7 +1519,7 @@ func (x *DeleteDestinationResponse) String() string {
 func (*DeleteDestinationResponse) ProtoMessage() {}
 
 func (x *DeleteDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[16]
+	mi := &file_transport_clientpb_client_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1117,7 +1532,7 @@ func (x *DeleteDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDestinationResponse.ProtoReflect.Descriptor instead.
 func (*DeleteDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{16}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{24}
 }
 
 type ListDestinationsRequest struct {
@@ -1128,7 +1543,7 @@ type ListDestinationsRequest struct {
 
 func (x *ListDestinationsRequest) Reset() {
 	*x = ListDestinationsRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[17]
+	mi := &file_transport_clientpb_client_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1140,7 +1555,7 @@ func (x *ListDestinationsRequest) String() string {
 func (*ListDestinationsRequest) ProtoMessage() {}
 
 func (x *ListDestinationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[17]
+	mi := &file_transport_clientpb_client_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1153,7 +1568,7 @@ func (x *ListDestinationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDestinationsRequest.ProtoReflect.Descriptor instead.
 func (*ListDestinationsRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{17}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{25}
 }
 
 type ListDestinationsResponse struct {
@@ -1165,7 +1580,7 @@ type ListDestinationsResponse struct {
 
 func (x *ListDestinationsResponse) Reset() {
 	*x = ListDestinationsResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[18]
+	mi := &file_transport_clientpb_client_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1177,7 +1592,7 @@ func (x *ListDestinationsResponse) String() string {
 func (*ListDestinationsResponse) ProtoMessage() {}
 
 func (x *ListDestinationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[18]
+	mi := &file_transport_clientpb_client_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1190,7 +1605,7 @@ func (x *ListDestinationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDestinationsResponse.ProtoReflect.Descriptor instead.
 func (*ListDestinationsResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{18}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListDestinationsResponse) GetDestinations() []*DestinationInfo {
@@ -1209,7 +1624,7 @@ type ShowDestinationRequest struct {
 
 func (x *ShowDestinationRequest) Reset() {
 	*x = ShowDestinationRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[19]
+	mi := &file_transport_clientpb_client_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1221,7 +1636,7 @@ func (x *ShowDestinationRequest) String() string {
 func (*ShowDestinationRequest) ProtoMessage() {}
 
 func (x *ShowDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[19]
+	mi := &file_transport_clientpb_client_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1234,7 +1649,7 @@ func (x *ShowDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowDestinationRequest.ProtoReflect.Descriptor instead.
 func (*ShowDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{19}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ShowDestinationRequest) GetName() string {
@@ -1253,7 +1668,7 @@ type PurgeDestinationRequest struct {
 
 func (x *PurgeDestinationRequest) Reset() {
 	*x = PurgeDestinationRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[20]
+	mi := &file_transport_clientpb_client_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1265,7 +1680,7 @@ func (x *PurgeDestinationRequest) String() string {
 func (*PurgeDestinationRequest) ProtoMessage() {}
 
 func (x *PurgeDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[20]
+	mi := &file_transport_clientpb_client_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1278,7 +1693,7 @@ func (x *PurgeDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDestinationRequest.ProtoReflect.Descriptor instead.
 func (*PurgeDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{20}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PurgeDestinationRequest) GetName() string {
@@ -1297,7 +1712,7 @@ type PurgeDestinationResponse struct {
 
 func (x *PurgeDestinationResponse) Reset() {
 	*x = PurgeDestinationResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[21]
+	mi := &file_transport_clientpb_client_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1309,7 +1724,7 @@ func (x *PurgeDestinationResponse) String() string {
 func (*PurgeDestinationResponse) ProtoMessage() {}
 
 func (x *PurgeDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[21]
+	mi := &file_transport_clientpb_client_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1322,7 +1737,7 @@ func (x *PurgeDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDestinationResponse.ProtoReflect.Descriptor instead.
 func (*PurgeDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{21}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PurgeDestinationResponse) GetPurged() uint64 {
@@ -1346,7 +1761,7 @@ type BrowseDestinationRequest struct {
 
 func (x *BrowseDestinationRequest) Reset() {
 	*x = BrowseDestinationRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[22]
+	mi := &file_transport_clientpb_client_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1358,7 +1773,7 @@ func (x *BrowseDestinationRequest) String() string {
 func (*BrowseDestinationRequest) ProtoMessage() {}
 
 func (x *BrowseDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[22]
+	mi := &file_transport_clientpb_client_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1371,7 +1786,7 @@ func (x *BrowseDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrowseDestinationRequest.ProtoReflect.Descriptor instead.
 func (*BrowseDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{22}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *BrowseDestinationRequest) GetName() string {
@@ -1405,7 +1820,7 @@ type BrowseDestinationResponse struct {
 
 func (x *BrowseDestinationResponse) Reset() {
 	*x = BrowseDestinationResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[23]
+	mi := &file_transport_clientpb_client_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1417,7 +1832,7 @@ func (x *BrowseDestinationResponse) String() string {
 func (*BrowseDestinationResponse) ProtoMessage() {}
 
 func (x *BrowseDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[23]
+	mi := &file_transport_clientpb_client_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1430,7 +1845,7 @@ func (x *BrowseDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrowseDestinationResponse.ProtoReflect.Descriptor instead.
 func (*BrowseDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{23}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *BrowseDestinationResponse) GetMessages() []*Delivery {
@@ -1474,7 +1889,7 @@ type MemberInfo struct {
 
 func (x *MemberInfo) Reset() {
 	*x = MemberInfo{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[24]
+	mi := &file_transport_clientpb_client_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1486,7 +1901,7 @@ func (x *MemberInfo) String() string {
 func (*MemberInfo) ProtoMessage() {}
 
 func (x *MemberInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[24]
+	mi := &file_transport_clientpb_client_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1499,7 +1914,7 @@ func (x *MemberInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberInfo.ProtoReflect.Descriptor instead.
 func (*MemberInfo) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{24}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *MemberInfo) GetName() string {
@@ -1615,7 +2030,7 @@ type SubscriptionInfo struct {
 
 func (x *SubscriptionInfo) Reset() {
 	*x = SubscriptionInfo{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[25]
+	mi := &file_transport_clientpb_client_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1627,7 +2042,7 @@ func (x *SubscriptionInfo) String() string {
 func (*SubscriptionInfo) ProtoMessage() {}
 
 func (x *SubscriptionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[25]
+	mi := &file_transport_clientpb_client_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1640,7 +2055,7 @@ func (x *SubscriptionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscriptionInfo.ProtoReflect.Descriptor instead.
 func (*SubscriptionInfo) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{25}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SubscriptionInfo) GetTopic() string {
@@ -1696,7 +2111,7 @@ type DeleteSubscriptionRequest struct {
 
 func (x *DeleteSubscriptionRequest) Reset() {
 	*x = DeleteSubscriptionRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[26]
+	mi := &file_transport_clientpb_client_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1708,7 +2123,7 @@ func (x *DeleteSubscriptionRequest) String() string {
 func (*DeleteSubscriptionRequest) ProtoMessage() {}
 
 func (x *DeleteSubscriptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[26]
+	mi := &file_transport_clientpb_client_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1721,7 +2136,7 @@ func (x *DeleteSubscriptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSubscriptionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSubscriptionRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{26}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DeleteSubscriptionRequest) GetTopic() string {
@@ -1753,7 +2168,7 @@ type DeleteSubscriptionResponse struct {
 
 func (x *DeleteSubscriptionResponse) Reset() {
 	*x = DeleteSubscriptionResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[27]
+	mi := &file_transport_clientpb_client_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1765,7 +2180,7 @@ func (x *DeleteSubscriptionResponse) String() string {
 func (*DeleteSubscriptionResponse) ProtoMessage() {}
 
 func (x *DeleteSubscriptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[27]
+	mi := &file_transport_clientpb_client_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1778,7 +2193,7 @@ func (x *DeleteSubscriptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSubscriptionResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSubscriptionResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{27}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{35}
 }
 
 type DestinationInfo struct {
@@ -1814,7 +2229,7 @@ type DestinationInfo struct {
 
 func (x *DestinationInfo) Reset() {
 	*x = DestinationInfo{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[28]
+	mi := &file_transport_clientpb_client_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1826,7 +2241,7 @@ func (x *DestinationInfo) String() string {
 func (*DestinationInfo) ProtoMessage() {}
 
 func (x *DestinationInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[28]
+	mi := &file_transport_clientpb_client_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1839,7 +2254,7 @@ func (x *DestinationInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestinationInfo.ProtoReflect.Descriptor instead.
 func (*DestinationInfo) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{28}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DestinationInfo) GetName() string {
@@ -2022,7 +2437,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[29]
+	mi := &file_transport_clientpb_client_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2034,7 +2449,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[29]
+	mi := &file_transport_clientpb_client_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2047,7 +2462,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{29}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Message) GetId() string {
@@ -2149,7 +2564,7 @@ type PropertyValue struct {
 
 func (x *PropertyValue) Reset() {
 	*x = PropertyValue{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[30]
+	mi := &file_transport_clientpb_client_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2161,7 +2576,7 @@ func (x *PropertyValue) String() string {
 func (*PropertyValue) ProtoMessage() {}
 
 func (x *PropertyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[30]
+	mi := &file_transport_clientpb_client_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2174,7 +2589,7 @@ func (x *PropertyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PropertyValue.ProtoReflect.Descriptor instead.
 func (*PropertyValue) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{30}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PropertyValue) GetValue() isPropertyValue_Value {
@@ -2254,7 +2669,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[31]
+	mi := &file_transport_clientpb_client_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2266,7 +2681,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[31]
+	mi := &file_transport_clientpb_client_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2279,7 +2694,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{31}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SendRequest) GetDestination() string {
@@ -2323,7 +2738,7 @@ type SendResult struct {
 
 func (x *SendResult) Reset() {
 	*x = SendResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[32]
+	mi := &file_transport_clientpb_client_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2335,7 +2750,7 @@ func (x *SendResult) String() string {
 func (*SendResult) ProtoMessage() {}
 
 func (x *SendResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[32]
+	mi := &file_transport_clientpb_client_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2348,7 +2763,7 @@ func (x *SendResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResult.ProtoReflect.Descriptor instead.
 func (*SendResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{32}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SendResult) GetId() string {
@@ -2389,7 +2804,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[33]
+	mi := &file_transport_clientpb_client_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2401,7 +2816,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[33]
+	mi := &file_transport_clientpb_client_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2414,7 +2829,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{33}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SendResponse) GetResults() []*SendResult {
@@ -2466,7 +2881,7 @@ type ClientFrame struct {
 
 func (x *ClientFrame) Reset() {
 	*x = ClientFrame{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[34]
+	mi := &file_transport_clientpb_client_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2478,7 +2893,7 @@ func (x *ClientFrame) String() string {
 func (*ClientFrame) ProtoMessage() {}
 
 func (x *ClientFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[34]
+	mi := &file_transport_clientpb_client_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2491,7 +2906,7 @@ func (x *ClientFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientFrame.ProtoReflect.Descriptor instead.
 func (*ClientFrame) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{34}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ClientFrame) GetRequestId() uint64 {
@@ -2749,7 +3164,7 @@ type CreateTemporaryQueue struct {
 
 func (x *CreateTemporaryQueue) Reset() {
 	*x = CreateTemporaryQueue{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[35]
+	mi := &file_transport_clientpb_client_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2761,7 +3176,7 @@ func (x *CreateTemporaryQueue) String() string {
 func (*CreateTemporaryQueue) ProtoMessage() {}
 
 func (x *CreateTemporaryQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[35]
+	mi := &file_transport_clientpb_client_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2774,7 +3189,7 @@ func (x *CreateTemporaryQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTemporaryQueue.ProtoReflect.Descriptor instead.
 func (*CreateTemporaryQueue) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{35}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{43}
 }
 
 type TemporaryQueueResult struct {
@@ -2786,7 +3201,7 @@ type TemporaryQueueResult struct {
 
 func (x *TemporaryQueueResult) Reset() {
 	*x = TemporaryQueueResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[36]
+	mi := &file_transport_clientpb_client_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2798,7 +3213,7 @@ func (x *TemporaryQueueResult) String() string {
 func (*TemporaryQueueResult) ProtoMessage() {}
 
 func (x *TemporaryQueueResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[36]
+	mi := &file_transport_clientpb_client_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2811,7 +3226,7 @@ func (x *TemporaryQueueResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemporaryQueueResult.ProtoReflect.Descriptor instead.
 func (*TemporaryQueueResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{36}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TemporaryQueueResult) GetName() string {
@@ -2837,7 +3252,7 @@ type Send struct {
 
 func (x *Send) Reset() {
 	*x = Send{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[37]
+	mi := &file_transport_clientpb_client_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2849,7 +3264,7 @@ func (x *Send) String() string {
 func (*Send) ProtoMessage() {}
 
 func (x *Send) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[37]
+	mi := &file_transport_clientpb_client_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2862,7 +3277,7 @@ func (x *Send) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Send.ProtoReflect.Descriptor instead.
 func (*Send) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{37}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Send) GetRequest() *SendRequest {
@@ -2892,7 +3307,7 @@ type TxSend struct {
 
 func (x *TxSend) Reset() {
 	*x = TxSend{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[38]
+	mi := &file_transport_clientpb_client_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2904,7 +3319,7 @@ func (x *TxSend) String() string {
 func (*TxSend) ProtoMessage() {}
 
 func (x *TxSend) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[38]
+	mi := &file_transport_clientpb_client_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2917,7 +3332,7 @@ func (x *TxSend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxSend.ProtoReflect.Descriptor instead.
 func (*TxSend) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{38}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TxSend) GetSession() uint64 {
@@ -2958,7 +3373,7 @@ type Commit struct {
 
 func (x *Commit) Reset() {
 	*x = Commit{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[39]
+	mi := &file_transport_clientpb_client_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2970,7 +3385,7 @@ func (x *Commit) String() string {
 func (*Commit) ProtoMessage() {}
 
 func (x *Commit) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[39]
+	mi := &file_transport_clientpb_client_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2983,7 +3398,7 @@ func (x *Commit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Commit.ProtoReflect.Descriptor instead.
 func (*Commit) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{39}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Commit) GetSession() uint64 {
@@ -3032,7 +3447,7 @@ type Rollback struct {
 
 func (x *Rollback) Reset() {
 	*x = Rollback{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[40]
+	mi := &file_transport_clientpb_client_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3044,7 +3459,7 @@ func (x *Rollback) String() string {
 func (*Rollback) ProtoMessage() {}
 
 func (x *Rollback) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[40]
+	mi := &file_transport_clientpb_client_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3057,7 +3472,7 @@ func (x *Rollback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rollback.ProtoReflect.Descriptor instead.
 func (*Rollback) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{40}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Rollback) GetSession() uint64 {
@@ -3079,7 +3494,7 @@ type TxOutcome struct {
 
 func (x *TxOutcome) Reset() {
 	*x = TxOutcome{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[41]
+	mi := &file_transport_clientpb_client_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3091,7 +3506,7 @@ func (x *TxOutcome) String() string {
 func (*TxOutcome) ProtoMessage() {}
 
 func (x *TxOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[41]
+	mi := &file_transport_clientpb_client_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3104,7 +3519,7 @@ func (x *TxOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxOutcome.ProtoReflect.Descriptor instead.
 func (*TxOutcome) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{41}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *TxOutcome) GetTx() string {
@@ -3135,7 +3550,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[42]
+	mi := &file_transport_clientpb_client_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3147,7 +3562,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[42]
+	mi := &file_transport_clientpb_client_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3160,7 +3575,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{42}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *Hello) GetClientId() string {
@@ -3187,7 +3602,7 @@ type OpenSession struct {
 
 func (x *OpenSession) Reset() {
 	*x = OpenSession{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[43]
+	mi := &file_transport_clientpb_client_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3199,7 +3614,7 @@ func (x *OpenSession) String() string {
 func (*OpenSession) ProtoMessage() {}
 
 func (x *OpenSession) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[43]
+	mi := &file_transport_clientpb_client_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3212,7 +3627,7 @@ func (x *OpenSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSession.ProtoReflect.Descriptor instead.
 func (*OpenSession) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{43}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *OpenSession) GetSession() uint64 {
@@ -3238,7 +3653,7 @@ type CloseSession struct {
 
 func (x *CloseSession) Reset() {
 	*x = CloseSession{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[44]
+	mi := &file_transport_clientpb_client_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3250,7 +3665,7 @@ func (x *CloseSession) String() string {
 func (*CloseSession) ProtoMessage() {}
 
 func (x *CloseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[44]
+	mi := &file_transport_clientpb_client_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3263,7 +3678,7 @@ func (x *CloseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSession.ProtoReflect.Descriptor instead.
 func (*CloseSession) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{44}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CloseSession) GetSession() uint64 {
@@ -3295,7 +3710,7 @@ type CreateConsumer struct {
 
 func (x *CreateConsumer) Reset() {
 	*x = CreateConsumer{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[45]
+	mi := &file_transport_clientpb_client_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3307,7 +3722,7 @@ func (x *CreateConsumer) String() string {
 func (*CreateConsumer) ProtoMessage() {}
 
 func (x *CreateConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[45]
+	mi := &file_transport_clientpb_client_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3320,7 +3735,7 @@ func (x *CreateConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConsumer.ProtoReflect.Descriptor instead.
 func (*CreateConsumer) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{45}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CreateConsumer) GetSession() uint64 {
@@ -3380,7 +3795,7 @@ type Subscribe struct {
 
 func (x *Subscribe) Reset() {
 	*x = Subscribe{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[46]
+	mi := &file_transport_clientpb_client_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3392,7 +3807,7 @@ func (x *Subscribe) String() string {
 func (*Subscribe) ProtoMessage() {}
 
 func (x *Subscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[46]
+	mi := &file_transport_clientpb_client_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3405,7 +3820,7 @@ func (x *Subscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subscribe.ProtoReflect.Descriptor instead.
 func (*Subscribe) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{46}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Subscribe) GetName() string {
@@ -3441,7 +3856,7 @@ type CloseConsumer struct {
 
 func (x *CloseConsumer) Reset() {
 	*x = CloseConsumer{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[47]
+	mi := &file_transport_clientpb_client_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3453,7 +3868,7 @@ func (x *CloseConsumer) String() string {
 func (*CloseConsumer) ProtoMessage() {}
 
 func (x *CloseConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[47]
+	mi := &file_transport_clientpb_client_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3466,7 +3881,7 @@ func (x *CloseConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseConsumer.ProtoReflect.Descriptor instead.
 func (*CloseConsumer) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{47}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *CloseConsumer) GetConsumer() uint64 {
@@ -3489,7 +3904,7 @@ type ReturnDeliveries struct {
 
 func (x *ReturnDeliveries) Reset() {
 	*x = ReturnDeliveries{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[48]
+	mi := &file_transport_clientpb_client_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3501,7 +3916,7 @@ func (x *ReturnDeliveries) String() string {
 func (*ReturnDeliveries) ProtoMessage() {}
 
 func (x *ReturnDeliveries) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[48]
+	mi := &file_transport_clientpb_client_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3514,7 +3929,7 @@ func (x *ReturnDeliveries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnDeliveries.ProtoReflect.Descriptor instead.
 func (*ReturnDeliveries) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{48}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ReturnDeliveries) GetSession() uint64 {
@@ -3544,7 +3959,7 @@ type Credit struct {
 
 func (x *Credit) Reset() {
 	*x = Credit{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[49]
+	mi := &file_transport_clientpb_client_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3556,7 +3971,7 @@ func (x *Credit) String() string {
 func (*Credit) ProtoMessage() {}
 
 func (x *Credit) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[49]
+	mi := &file_transport_clientpb_client_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3569,7 +3984,7 @@ func (x *Credit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credit.ProtoReflect.Descriptor instead.
 func (*Credit) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{49}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *Credit) GetConsumer() uint64 {
@@ -3596,7 +4011,7 @@ type DeliveryRef struct {
 
 func (x *DeliveryRef) Reset() {
 	*x = DeliveryRef{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[50]
+	mi := &file_transport_clientpb_client_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3608,7 +4023,7 @@ func (x *DeliveryRef) String() string {
 func (*DeliveryRef) ProtoMessage() {}
 
 func (x *DeliveryRef) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[50]
+	mi := &file_transport_clientpb_client_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3621,7 +4036,7 @@ func (x *DeliveryRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliveryRef.ProtoReflect.Descriptor instead.
 func (*DeliveryRef) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{50}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *DeliveryRef) GetMember() string {
@@ -3648,7 +4063,7 @@ type Acknowledge struct {
 
 func (x *Acknowledge) Reset() {
 	*x = Acknowledge{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[51]
+	mi := &file_transport_clientpb_client_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3660,7 +4075,7 @@ func (x *Acknowledge) String() string {
 func (*Acknowledge) ProtoMessage() {}
 
 func (x *Acknowledge) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[51]
+	mi := &file_transport_clientpb_client_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3673,7 +4088,7 @@ func (x *Acknowledge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Acknowledge.ProtoReflect.Descriptor instead.
 func (*Acknowledge) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{51}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *Acknowledge) GetSession() uint64 {
@@ -3699,7 +4114,7 @@ type RecoverSession struct {
 
 func (x *RecoverSession) Reset() {
 	*x = RecoverSession{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[52]
+	mi := &file_transport_clientpb_client_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3711,7 +4126,7 @@ func (x *RecoverSession) String() string {
 func (*RecoverSession) ProtoMessage() {}
 
 func (x *RecoverSession) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[52]
+	mi := &file_transport_clientpb_client_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3724,7 +4139,7 @@ func (x *RecoverSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverSession.ProtoReflect.Descriptor instead.
 func (*RecoverSession) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{52}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RecoverSession) GetSession() uint64 {
@@ -3750,7 +4165,7 @@ type ServerFrame struct {
 
 func (x *ServerFrame) Reset() {
 	*x = ServerFrame{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[53]
+	mi := &file_transport_clientpb_client_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3762,7 +4177,7 @@ func (x *ServerFrame) String() string {
 func (*ServerFrame) ProtoMessage() {}
 
 func (x *ServerFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[53]
+	mi := &file_transport_clientpb_client_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3775,7 +4190,7 @@ func (x *ServerFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerFrame.ProtoReflect.Descriptor instead.
 func (*ServerFrame) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{53}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ServerFrame) GetFrame() isServerFrame_Frame {
@@ -3880,7 +4295,7 @@ type Goodbye struct {
 
 func (x *Goodbye) Reset() {
 	*x = Goodbye{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[54]
+	mi := &file_transport_clientpb_client_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3892,7 +4307,7 @@ func (x *Goodbye) String() string {
 func (*Goodbye) ProtoMessage() {}
 
 func (x *Goodbye) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[54]
+	mi := &file_transport_clientpb_client_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3905,7 +4320,7 @@ func (x *Goodbye) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Goodbye.ProtoReflect.Descriptor instead.
 func (*Goodbye) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{54}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *Goodbye) GetDestroyed() bool {
@@ -3930,7 +4345,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[55]
+	mi := &file_transport_clientpb_client_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3942,7 +4357,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[55]
+	mi := &file_transport_clientpb_client_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3955,7 +4370,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{55}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{63}
 }
 
 type Reply struct {
@@ -3979,7 +4394,7 @@ type Reply struct {
 
 func (x *Reply) Reset() {
 	*x = Reply{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[56]
+	mi := &file_transport_clientpb_client_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3991,7 +4406,7 @@ func (x *Reply) String() string {
 func (*Reply) ProtoMessage() {}
 
 func (x *Reply) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[56]
+	mi := &file_transport_clientpb_client_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4004,7 +4419,7 @@ func (x *Reply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reply.ProtoReflect.Descriptor instead.
 func (*Reply) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{56}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *Reply) GetRequestId() uint64 {
@@ -4161,7 +4576,7 @@ type CommitResult struct {
 
 func (x *CommitResult) Reset() {
 	*x = CommitResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[57]
+	mi := &file_transport_clientpb_client_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4173,7 +4588,7 @@ func (x *CommitResult) String() string {
 func (*CommitResult) ProtoMessage() {}
 
 func (x *CommitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[57]
+	mi := &file_transport_clientpb_client_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4186,7 +4601,7 @@ func (x *CommitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitResult.ProtoReflect.Descriptor instead.
 func (*CommitResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{57}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *CommitResult) GetCommitted() bool {
@@ -4216,7 +4631,7 @@ type HelloResult struct {
 
 func (x *HelloResult) Reset() {
 	*x = HelloResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[58]
+	mi := &file_transport_clientpb_client_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4228,7 +4643,7 @@ func (x *HelloResult) String() string {
 func (*HelloResult) ProtoMessage() {}
 
 func (x *HelloResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[58]
+	mi := &file_transport_clientpb_client_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4241,7 +4656,7 @@ func (x *HelloResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloResult.ProtoReflect.Descriptor instead.
 func (*HelloResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{58}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *HelloResult) GetConnectionId() string {
@@ -4282,7 +4697,7 @@ type CreateConsumerResult struct {
 
 func (x *CreateConsumerResult) Reset() {
 	*x = CreateConsumerResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[59]
+	mi := &file_transport_clientpb_client_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4294,7 +4709,7 @@ func (x *CreateConsumerResult) String() string {
 func (*CreateConsumerResult) ProtoMessage() {}
 
 func (x *CreateConsumerResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[59]
+	mi := &file_transport_clientpb_client_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4307,7 +4722,7 @@ func (x *CreateConsumerResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConsumerResult.ProtoReflect.Descriptor instead.
 func (*CreateConsumerResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{59}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *CreateConsumerResult) GetMember() string {
@@ -4329,7 +4744,7 @@ type Watermark struct {
 
 func (x *Watermark) Reset() {
 	*x = Watermark{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[60]
+	mi := &file_transport_clientpb_client_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4341,7 +4756,7 @@ func (x *Watermark) String() string {
 func (*Watermark) ProtoMessage() {}
 
 func (x *Watermark) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[60]
+	mi := &file_transport_clientpb_client_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4354,7 +4769,7 @@ func (x *Watermark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Watermark.ProtoReflect.Descriptor instead.
 func (*Watermark) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{60}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *Watermark) GetMember() string {
@@ -4380,7 +4795,7 @@ type RecoverResult struct {
 
 func (x *RecoverResult) Reset() {
 	*x = RecoverResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[61]
+	mi := &file_transport_clientpb_client_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4392,7 +4807,7 @@ func (x *RecoverResult) String() string {
 func (*RecoverResult) ProtoMessage() {}
 
 func (x *RecoverResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[61]
+	mi := &file_transport_clientpb_client_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4405,7 +4820,7 @@ func (x *RecoverResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResult.ProtoReflect.Descriptor instead.
 func (*RecoverResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{61}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *RecoverResult) GetWatermarks() []*Watermark {
@@ -4425,7 +4840,7 @@ type AcknowledgeResult struct {
 
 func (x *AcknowledgeResult) Reset() {
 	*x = AcknowledgeResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[62]
+	mi := &file_transport_clientpb_client_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4437,7 +4852,7 @@ func (x *AcknowledgeResult) String() string {
 func (*AcknowledgeResult) ProtoMessage() {}
 
 func (x *AcknowledgeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[62]
+	mi := &file_transport_clientpb_client_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4450,7 +4865,7 @@ func (x *AcknowledgeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeResult.ProtoReflect.Descriptor instead.
 func (*AcknowledgeResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{62}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *AcknowledgeResult) GetRejected() []*DeliveryRef {
@@ -4483,7 +4898,7 @@ type Delivery struct {
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[63]
+	mi := &file_transport_clientpb_client_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4495,7 +4910,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[63]
+	mi := &file_transport_clientpb_client_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4508,7 +4923,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{63}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *Delivery) GetMember() string {
@@ -4626,7 +5041,7 @@ type Deliveries struct {
 
 func (x *Deliveries) Reset() {
 	*x = Deliveries{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[64]
+	mi := &file_transport_clientpb_client_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4638,7 +5053,7 @@ func (x *Deliveries) String() string {
 func (*Deliveries) ProtoMessage() {}
 
 func (x *Deliveries) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[64]
+	mi := &file_transport_clientpb_client_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4651,7 +5066,7 @@ func (x *Deliveries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deliveries.ProtoReflect.Descriptor instead.
 func (*Deliveries) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{64}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *Deliveries) GetConsumer() uint64 {
@@ -4678,7 +5093,7 @@ type ConsumerClosed struct {
 
 func (x *ConsumerClosed) Reset() {
 	*x = ConsumerClosed{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[65]
+	mi := &file_transport_clientpb_client_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4690,7 +5105,7 @@ func (x *ConsumerClosed) String() string {
 func (*ConsumerClosed) ProtoMessage() {}
 
 func (x *ConsumerClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[65]
+	mi := &file_transport_clientpb_client_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4703,7 +5118,7 @@ func (x *ConsumerClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerClosed.ProtoReflect.Descriptor instead.
 func (*ConsumerClosed) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{65}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ConsumerClosed) GetConsumer() uint64 {
@@ -4728,7 +5143,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[66]
+	mi := &file_transport_clientpb_client_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4740,7 +5155,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[66]
+	mi := &file_transport_clientpb_client_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4753,7 +5168,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{66}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{74}
 }
 
 type NodeStatus struct {
@@ -4781,7 +5196,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[67]
+	mi := &file_transport_clientpb_client_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4793,7 +5208,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[67]
+	mi := &file_transport_clientpb_client_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4806,7 +5221,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{67}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *NodeStatus) GetId() string {
@@ -4898,7 +5313,7 @@ type ReplicaStatus struct {
 
 func (x *ReplicaStatus) Reset() {
 	*x = ReplicaStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[68]
+	mi := &file_transport_clientpb_client_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4910,7 +5325,7 @@ func (x *ReplicaStatus) String() string {
 func (*ReplicaStatus) ProtoMessage() {}
 
 func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[68]
+	mi := &file_transport_clientpb_client_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4923,7 +5338,7 @@ func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStatus.ProtoReflect.Descriptor instead.
 func (*ReplicaStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{68}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ReplicaStatus) GetNode() string {
@@ -4984,7 +5399,7 @@ type GroupStatus struct {
 
 func (x *GroupStatus) Reset() {
 	*x = GroupStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[69]
+	mi := &file_transport_clientpb_client_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4996,7 +5411,7 @@ func (x *GroupStatus) String() string {
 func (*GroupStatus) ProtoMessage() {}
 
 func (x *GroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[69]
+	mi := &file_transport_clientpb_client_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5009,7 +5424,7 @@ func (x *GroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
 func (*GroupStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{69}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *GroupStatus) GetName() string {
@@ -5071,7 +5486,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[70]
+	mi := &file_transport_clientpb_client_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5083,7 +5498,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[70]
+	mi := &file_transport_clientpb_client_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5096,7 +5511,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{70}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ClusterStatusResponse) GetAnsweredBy() string {
@@ -5138,7 +5553,31 @@ var File_transport_clientpb_client_proto protoreflect.FileDescriptor
 
 const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\n" +
-	"\x1ftransport/clientpb/client.proto\x12\x0fcairn.client.v1\"7\n" +
+	"\x1ftransport/clientpb/client.proto\x12\x0fcairn.client.v1\";\n" +
+	"\x05Grant\x12\x18\n" +
+	"\apattern\x18\x01 \x01(\tR\apattern\x12\x18\n" +
+	"\aactions\x18\x02 \x03(\tR\aactions\"s\n" +
+	"\x11CreateUserRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\bpassword\x18\x02 \x01(\tR\bpassword\x12.\n" +
+	"\x06grants\x18\x03 \x03(\v2\x16.cairn.client.v1.GrantR\x06grants\"\xb5\x01\n" +
+	"\x11UpdateUserRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
+	"\fset_password\x18\x02 \x01(\bR\vsetPassword\x12\x1a\n" +
+	"\bpassword\x18\x03 \x01(\tR\bpassword\x12\x1d\n" +
+	"\n" +
+	"set_grants\x18\x04 \x01(\bR\tsetGrants\x12.\n" +
+	"\x06grants\x18\x05 \x03(\v2\x16.cairn.client.v1.GrantR\x06grants\"q\n" +
+	"\bUserInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
+	"\fhas_password\x18\x02 \x01(\bR\vhasPassword\x12.\n" +
+	"\x06grants\x18\x03 \x03(\v2\x16.cairn.client.v1.GrantR\x06grants\"'\n" +
+	"\x11DeleteUserRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x14\n" +
+	"\x12DeleteUserResponse\"\x12\n" +
+	"\x10ListUsersRequest\"D\n" +
+	"\x11ListUsersResponse\x12/\n" +
+	"\x05users\x18\x01 \x03(\v2\x19.cairn.client.v1.UserInfoR\x05users\"7\n" +
 	"\x16ListConnectionsRequest\x12\x1d\n" +
 	"\n" +
 	"local_only\x18\x01 \x01(\bR\tlocalOnly\"\xd8\x01\n" +
@@ -5525,7 +5964,7 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x0fACK_MODE_CLIENT\x10\x02\x12\x14\n" +
 	"\x10ACK_MODE_DUPS_OK\x10\x03\x12\x17\n" +
 	"\x13ACK_MODE_INDIVIDUAL\x10\x04\x12\x17\n" +
-	"\x13ACK_MODE_TRANSACTED\x10\x052\x8b\f\n" +
+	"\x13ACK_MODE_TRANSACTED\x10\x052\xd0\x0e\n" +
 	"\rClientService\x12`\n" +
 	"\x11CreateDestination\x12).cairn.client.v1.CreateDestinationRequest\x1a .cairn.client.v1.DestinationInfo\x12j\n" +
 	"\x11DeleteDestination\x12).cairn.client.v1.DeleteDestinationRequest\x1a*.cairn.client.v1.DeleteDestinationResponse\x12g\n" +
@@ -5543,7 +5982,14 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\tLeaveNode\x12!.cairn.client.v1.LeaveNodeRequest\x1a\".cairn.client.v1.LeaveNodeResponse\x12R\n" +
 	"\tRebalance\x12!.cairn.client.v1.RebalanceRequest\x1a\".cairn.client.v1.RebalanceResponse\x12d\n" +
 	"\x0fListConnections\x12'.cairn.client.v1.ListConnectionsRequest\x1a(.cairn.client.v1.ListConnectionsResponse\x12j\n" +
-	"\x11DestroyConnection\x12).cairn.client.v1.DestroyConnectionRequest\x1a*.cairn.client.v1.DestroyConnectionResponseB-Z+github.com/cairnmq/cairn/transport/clientpbb\x06proto3"
+	"\x11DestroyConnection\x12).cairn.client.v1.DestroyConnectionRequest\x1a*.cairn.client.v1.DestroyConnectionResponse\x12K\n" +
+	"\n" +
+	"CreateUser\x12\".cairn.client.v1.CreateUserRequest\x1a\x19.cairn.client.v1.UserInfo\x12K\n" +
+	"\n" +
+	"UpdateUser\x12\".cairn.client.v1.UpdateUserRequest\x1a\x19.cairn.client.v1.UserInfo\x12U\n" +
+	"\n" +
+	"DeleteUser\x12\".cairn.client.v1.DeleteUserRequest\x1a#.cairn.client.v1.DeleteUserResponse\x12R\n" +
+	"\tListUsers\x12!.cairn.client.v1.ListUsersRequest\x1a\".cairn.client.v1.ListUsersResponseB-Z+github.com/cairnmq/cairn/transport/clientpbb\x06proto3"
 
 var (
 	file_transport_clientpb_client_proto_rawDescOnce sync.Once
@@ -5558,184 +6004,204 @@ func file_transport_clientpb_client_proto_rawDescGZIP() []byte {
 }
 
 var file_transport_clientpb_client_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_transport_clientpb_client_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
+var file_transport_clientpb_client_proto_msgTypes = make([]protoimpl.MessageInfo, 83)
 var file_transport_clientpb_client_proto_goTypes = []any{
 	(DestinationKind)(0),               // 0: cairn.client.v1.DestinationKind
 	(AckMode)(0),                       // 1: cairn.client.v1.AckMode
-	(*ListConnectionsRequest)(nil),     // 2: cairn.client.v1.ListConnectionsRequest
-	(*ConnectionInfo)(nil),             // 3: cairn.client.v1.ConnectionInfo
-	(*ListConnectionsResponse)(nil),    // 4: cairn.client.v1.ListConnectionsResponse
-	(*DestroyConnectionRequest)(nil),   // 5: cairn.client.v1.DestroyConnectionRequest
-	(*DestroyConnectionResponse)(nil),  // 6: cairn.client.v1.DestroyConnectionResponse
-	(*RemoveNodeRequest)(nil),          // 7: cairn.client.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),         // 8: cairn.client.v1.RemoveNodeResponse
-	(*LeaveNodeRequest)(nil),           // 9: cairn.client.v1.LeaveNodeRequest
-	(*LeaveNodeResponse)(nil),          // 10: cairn.client.v1.LeaveNodeResponse
-	(*RebalanceRequest)(nil),           // 11: cairn.client.v1.RebalanceRequest
-	(*PlacementMove)(nil),              // 12: cairn.client.v1.PlacementMove
-	(*RebalanceResponse)(nil),          // 13: cairn.client.v1.RebalanceResponse
-	(*Error)(nil),                      // 14: cairn.client.v1.Error
-	(*CreateDestinationRequest)(nil),   // 15: cairn.client.v1.CreateDestinationRequest
-	(*UpdateDestinationRequest)(nil),   // 16: cairn.client.v1.UpdateDestinationRequest
-	(*DeleteDestinationRequest)(nil),   // 17: cairn.client.v1.DeleteDestinationRequest
-	(*DeleteDestinationResponse)(nil),  // 18: cairn.client.v1.DeleteDestinationResponse
-	(*ListDestinationsRequest)(nil),    // 19: cairn.client.v1.ListDestinationsRequest
-	(*ListDestinationsResponse)(nil),   // 20: cairn.client.v1.ListDestinationsResponse
-	(*ShowDestinationRequest)(nil),     // 21: cairn.client.v1.ShowDestinationRequest
-	(*PurgeDestinationRequest)(nil),    // 22: cairn.client.v1.PurgeDestinationRequest
-	(*PurgeDestinationResponse)(nil),   // 23: cairn.client.v1.PurgeDestinationResponse
-	(*BrowseDestinationRequest)(nil),   // 24: cairn.client.v1.BrowseDestinationRequest
-	(*BrowseDestinationResponse)(nil),  // 25: cairn.client.v1.BrowseDestinationResponse
-	(*MemberInfo)(nil),                 // 26: cairn.client.v1.MemberInfo
-	(*SubscriptionInfo)(nil),           // 27: cairn.client.v1.SubscriptionInfo
-	(*DeleteSubscriptionRequest)(nil),  // 28: cairn.client.v1.DeleteSubscriptionRequest
-	(*DeleteSubscriptionResponse)(nil), // 29: cairn.client.v1.DeleteSubscriptionResponse
-	(*DestinationInfo)(nil),            // 30: cairn.client.v1.DestinationInfo
-	(*Message)(nil),                    // 31: cairn.client.v1.Message
-	(*PropertyValue)(nil),              // 32: cairn.client.v1.PropertyValue
-	(*SendRequest)(nil),                // 33: cairn.client.v1.SendRequest
-	(*SendResult)(nil),                 // 34: cairn.client.v1.SendResult
-	(*SendResponse)(nil),               // 35: cairn.client.v1.SendResponse
-	(*ClientFrame)(nil),                // 36: cairn.client.v1.ClientFrame
-	(*CreateTemporaryQueue)(nil),       // 37: cairn.client.v1.CreateTemporaryQueue
-	(*TemporaryQueueResult)(nil),       // 38: cairn.client.v1.TemporaryQueueResult
-	(*Send)(nil),                       // 39: cairn.client.v1.Send
-	(*TxSend)(nil),                     // 40: cairn.client.v1.TxSend
-	(*Commit)(nil),                     // 41: cairn.client.v1.Commit
-	(*Rollback)(nil),                   // 42: cairn.client.v1.Rollback
-	(*TxOutcome)(nil),                  // 43: cairn.client.v1.TxOutcome
-	(*Hello)(nil),                      // 44: cairn.client.v1.Hello
-	(*OpenSession)(nil),                // 45: cairn.client.v1.OpenSession
-	(*CloseSession)(nil),               // 46: cairn.client.v1.CloseSession
-	(*CreateConsumer)(nil),             // 47: cairn.client.v1.CreateConsumer
-	(*Subscribe)(nil),                  // 48: cairn.client.v1.Subscribe
-	(*CloseConsumer)(nil),              // 49: cairn.client.v1.CloseConsumer
-	(*ReturnDeliveries)(nil),           // 50: cairn.client.v1.ReturnDeliveries
-	(*Credit)(nil),                     // 51: cairn.client.v1.Credit
-	(*DeliveryRef)(nil),                // 52: cairn.client.v1.DeliveryRef
-	(*Acknowledge)(nil),                // 53: cairn.client.v1.Acknowledge
-	(*RecoverSession)(nil),             // 54: cairn.client.v1.RecoverSession
-	(*ServerFrame)(nil),                // 55: cairn.client.v1.ServerFrame
-	(*Goodbye)(nil),                    // 56: cairn.client.v1.Goodbye
-	(*Heartbeat)(nil),                  // 57: cairn.client.v1.Heartbeat
-	(*Reply)(nil),                      // 58: cairn.client.v1.Reply
-	(*CommitResult)(nil),               // 59: cairn.client.v1.CommitResult
-	(*HelloResult)(nil),                // 60: cairn.client.v1.HelloResult
-	(*CreateConsumerResult)(nil),       // 61: cairn.client.v1.CreateConsumerResult
-	(*Watermark)(nil),                  // 62: cairn.client.v1.Watermark
-	(*RecoverResult)(nil),              // 63: cairn.client.v1.RecoverResult
-	(*AcknowledgeResult)(nil),          // 64: cairn.client.v1.AcknowledgeResult
-	(*Delivery)(nil),                   // 65: cairn.client.v1.Delivery
-	(*Deliveries)(nil),                 // 66: cairn.client.v1.Deliveries
-	(*ConsumerClosed)(nil),             // 67: cairn.client.v1.ConsumerClosed
-	(*ClusterStatusRequest)(nil),       // 68: cairn.client.v1.ClusterStatusRequest
-	(*NodeStatus)(nil),                 // 69: cairn.client.v1.NodeStatus
-	(*ReplicaStatus)(nil),              // 70: cairn.client.v1.ReplicaStatus
-	(*GroupStatus)(nil),                // 71: cairn.client.v1.GroupStatus
-	(*ClusterStatusResponse)(nil),      // 72: cairn.client.v1.ClusterStatusResponse
-	nil,                                // 73: cairn.client.v1.Message.PropertiesEntry
-	nil,                                // 74: cairn.client.v1.Message.TypedPropertiesEntry
-	nil,                                // 75: cairn.client.v1.Delivery.PropertiesEntry
-	nil,                                // 76: cairn.client.v1.Delivery.TypedPropertiesEntry
+	(*Grant)(nil),                      // 2: cairn.client.v1.Grant
+	(*CreateUserRequest)(nil),          // 3: cairn.client.v1.CreateUserRequest
+	(*UpdateUserRequest)(nil),          // 4: cairn.client.v1.UpdateUserRequest
+	(*UserInfo)(nil),                   // 5: cairn.client.v1.UserInfo
+	(*DeleteUserRequest)(nil),          // 6: cairn.client.v1.DeleteUserRequest
+	(*DeleteUserResponse)(nil),         // 7: cairn.client.v1.DeleteUserResponse
+	(*ListUsersRequest)(nil),           // 8: cairn.client.v1.ListUsersRequest
+	(*ListUsersResponse)(nil),          // 9: cairn.client.v1.ListUsersResponse
+	(*ListConnectionsRequest)(nil),     // 10: cairn.client.v1.ListConnectionsRequest
+	(*ConnectionInfo)(nil),             // 11: cairn.client.v1.ConnectionInfo
+	(*ListConnectionsResponse)(nil),    // 12: cairn.client.v1.ListConnectionsResponse
+	(*DestroyConnectionRequest)(nil),   // 13: cairn.client.v1.DestroyConnectionRequest
+	(*DestroyConnectionResponse)(nil),  // 14: cairn.client.v1.DestroyConnectionResponse
+	(*RemoveNodeRequest)(nil),          // 15: cairn.client.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),         // 16: cairn.client.v1.RemoveNodeResponse
+	(*LeaveNodeRequest)(nil),           // 17: cairn.client.v1.LeaveNodeRequest
+	(*LeaveNodeResponse)(nil),          // 18: cairn.client.v1.LeaveNodeResponse
+	(*RebalanceRequest)(nil),           // 19: cairn.client.v1.RebalanceRequest
+	(*PlacementMove)(nil),              // 20: cairn.client.v1.PlacementMove
+	(*RebalanceResponse)(nil),          // 21: cairn.client.v1.RebalanceResponse
+	(*Error)(nil),                      // 22: cairn.client.v1.Error
+	(*CreateDestinationRequest)(nil),   // 23: cairn.client.v1.CreateDestinationRequest
+	(*UpdateDestinationRequest)(nil),   // 24: cairn.client.v1.UpdateDestinationRequest
+	(*DeleteDestinationRequest)(nil),   // 25: cairn.client.v1.DeleteDestinationRequest
+	(*DeleteDestinationResponse)(nil),  // 26: cairn.client.v1.DeleteDestinationResponse
+	(*ListDestinationsRequest)(nil),    // 27: cairn.client.v1.ListDestinationsRequest
+	(*ListDestinationsResponse)(nil),   // 28: cairn.client.v1.ListDestinationsResponse
+	(*ShowDestinationRequest)(nil),     // 29: cairn.client.v1.ShowDestinationRequest
+	(*PurgeDestinationRequest)(nil),    // 30: cairn.client.v1.PurgeDestinationRequest
+	(*PurgeDestinationResponse)(nil),   // 31: cairn.client.v1.PurgeDestinationResponse
+	(*BrowseDestinationRequest)(nil),   // 32: cairn.client.v1.BrowseDestinationRequest
+	(*BrowseDestinationResponse)(nil),  // 33: cairn.client.v1.BrowseDestinationResponse
+	(*MemberInfo)(nil),                 // 34: cairn.client.v1.MemberInfo
+	(*SubscriptionInfo)(nil),           // 35: cairn.client.v1.SubscriptionInfo
+	(*DeleteSubscriptionRequest)(nil),  // 36: cairn.client.v1.DeleteSubscriptionRequest
+	(*DeleteSubscriptionResponse)(nil), // 37: cairn.client.v1.DeleteSubscriptionResponse
+	(*DestinationInfo)(nil),            // 38: cairn.client.v1.DestinationInfo
+	(*Message)(nil),                    // 39: cairn.client.v1.Message
+	(*PropertyValue)(nil),              // 40: cairn.client.v1.PropertyValue
+	(*SendRequest)(nil),                // 41: cairn.client.v1.SendRequest
+	(*SendResult)(nil),                 // 42: cairn.client.v1.SendResult
+	(*SendResponse)(nil),               // 43: cairn.client.v1.SendResponse
+	(*ClientFrame)(nil),                // 44: cairn.client.v1.ClientFrame
+	(*CreateTemporaryQueue)(nil),       // 45: cairn.client.v1.CreateTemporaryQueue
+	(*TemporaryQueueResult)(nil),       // 46: cairn.client.v1.TemporaryQueueResult
+	(*Send)(nil),                       // 47: cairn.client.v1.Send
+	(*TxSend)(nil),                     // 48: cairn.client.v1.TxSend
+	(*Commit)(nil),                     // 49: cairn.client.v1.Commit
+	(*Rollback)(nil),                   // 50: cairn.client.v1.Rollback
+	(*TxOutcome)(nil),                  // 51: cairn.client.v1.TxOutcome
+	(*Hello)(nil),                      // 52: cairn.client.v1.Hello
+	(*OpenSession)(nil),                // 53: cairn.client.v1.OpenSession
+	(*CloseSession)(nil),               // 54: cairn.client.v1.CloseSession
+	(*CreateConsumer)(nil),             // 55: cairn.client.v1.CreateConsumer
+	(*Subscribe)(nil),                  // 56: cairn.client.v1.Subscribe
+	(*CloseConsumer)(nil),              // 57: cairn.client.v1.CloseConsumer
+	(*ReturnDeliveries)(nil),           // 58: cairn.client.v1.ReturnDeliveries
+	(*Credit)(nil),                     // 59: cairn.client.v1.Credit
+	(*DeliveryRef)(nil),                // 60: cairn.client.v1.DeliveryRef
+	(*Acknowledge)(nil),                // 61: cairn.client.v1.Acknowledge
+	(*RecoverSession)(nil),             // 62: cairn.client.v1.RecoverSession
+	(*ServerFrame)(nil),                // 63: cairn.client.v1.ServerFrame
+	(*Goodbye)(nil),                    // 64: cairn.client.v1.Goodbye
+	(*Heartbeat)(nil),                  // 65: cairn.client.v1.Heartbeat
+	(*Reply)(nil),                      // 66: cairn.client.v1.Reply
+	(*CommitResult)(nil),               // 67: cairn.client.v1.CommitResult
+	(*HelloResult)(nil),                // 68: cairn.client.v1.HelloResult
+	(*CreateConsumerResult)(nil),       // 69: cairn.client.v1.CreateConsumerResult
+	(*Watermark)(nil),                  // 70: cairn.client.v1.Watermark
+	(*RecoverResult)(nil),              // 71: cairn.client.v1.RecoverResult
+	(*AcknowledgeResult)(nil),          // 72: cairn.client.v1.AcknowledgeResult
+	(*Delivery)(nil),                   // 73: cairn.client.v1.Delivery
+	(*Deliveries)(nil),                 // 74: cairn.client.v1.Deliveries
+	(*ConsumerClosed)(nil),             // 75: cairn.client.v1.ConsumerClosed
+	(*ClusterStatusRequest)(nil),       // 76: cairn.client.v1.ClusterStatusRequest
+	(*NodeStatus)(nil),                 // 77: cairn.client.v1.NodeStatus
+	(*ReplicaStatus)(nil),              // 78: cairn.client.v1.ReplicaStatus
+	(*GroupStatus)(nil),                // 79: cairn.client.v1.GroupStatus
+	(*ClusterStatusResponse)(nil),      // 80: cairn.client.v1.ClusterStatusResponse
+	nil,                                // 81: cairn.client.v1.Message.PropertiesEntry
+	nil,                                // 82: cairn.client.v1.Message.TypedPropertiesEntry
+	nil,                                // 83: cairn.client.v1.Delivery.PropertiesEntry
+	nil,                                // 84: cairn.client.v1.Delivery.TypedPropertiesEntry
 }
 var file_transport_clientpb_client_proto_depIdxs = []int32{
-	3,  // 0: cairn.client.v1.ListConnectionsResponse.connections:type_name -> cairn.client.v1.ConnectionInfo
-	12, // 1: cairn.client.v1.RebalanceResponse.moves:type_name -> cairn.client.v1.PlacementMove
-	0,  // 2: cairn.client.v1.CreateDestinationRequest.kind:type_name -> cairn.client.v1.DestinationKind
-	30, // 3: cairn.client.v1.ListDestinationsResponse.destinations:type_name -> cairn.client.v1.DestinationInfo
-	65, // 4: cairn.client.v1.BrowseDestinationResponse.messages:type_name -> cairn.client.v1.Delivery
-	0,  // 5: cairn.client.v1.DestinationInfo.kind:type_name -> cairn.client.v1.DestinationKind
-	26, // 6: cairn.client.v1.DestinationInfo.members:type_name -> cairn.client.v1.MemberInfo
-	30, // 7: cairn.client.v1.DestinationInfo.subscriptions:type_name -> cairn.client.v1.DestinationInfo
-	27, // 8: cairn.client.v1.DestinationInfo.subscription:type_name -> cairn.client.v1.SubscriptionInfo
-	73, // 9: cairn.client.v1.Message.properties:type_name -> cairn.client.v1.Message.PropertiesEntry
-	74, // 10: cairn.client.v1.Message.typed_properties:type_name -> cairn.client.v1.Message.TypedPropertiesEntry
-	31, // 11: cairn.client.v1.SendRequest.messages:type_name -> cairn.client.v1.Message
-	34, // 12: cairn.client.v1.SendResponse.results:type_name -> cairn.client.v1.SendResult
-	44, // 13: cairn.client.v1.ClientFrame.hello:type_name -> cairn.client.v1.Hello
-	45, // 14: cairn.client.v1.ClientFrame.open_session:type_name -> cairn.client.v1.OpenSession
-	46, // 15: cairn.client.v1.ClientFrame.close_session:type_name -> cairn.client.v1.CloseSession
-	47, // 16: cairn.client.v1.ClientFrame.create_consumer:type_name -> cairn.client.v1.CreateConsumer
-	49, // 17: cairn.client.v1.ClientFrame.close_consumer:type_name -> cairn.client.v1.CloseConsumer
-	51, // 18: cairn.client.v1.ClientFrame.credit:type_name -> cairn.client.v1.Credit
-	53, // 19: cairn.client.v1.ClientFrame.acknowledge:type_name -> cairn.client.v1.Acknowledge
-	54, // 20: cairn.client.v1.ClientFrame.recover:type_name -> cairn.client.v1.RecoverSession
-	50, // 21: cairn.client.v1.ClientFrame.return_deliveries:type_name -> cairn.client.v1.ReturnDeliveries
-	40, // 22: cairn.client.v1.ClientFrame.tx_send:type_name -> cairn.client.v1.TxSend
-	41, // 23: cairn.client.v1.ClientFrame.commit:type_name -> cairn.client.v1.Commit
-	42, // 24: cairn.client.v1.ClientFrame.rollback:type_name -> cairn.client.v1.Rollback
-	43, // 25: cairn.client.v1.ClientFrame.tx_outcome:type_name -> cairn.client.v1.TxOutcome
-	39, // 26: cairn.client.v1.ClientFrame.send:type_name -> cairn.client.v1.Send
-	37, // 27: cairn.client.v1.ClientFrame.create_temporary_queue:type_name -> cairn.client.v1.CreateTemporaryQueue
-	33, // 28: cairn.client.v1.Send.request:type_name -> cairn.client.v1.SendRequest
-	33, // 29: cairn.client.v1.TxSend.send:type_name -> cairn.client.v1.SendRequest
-	52, // 30: cairn.client.v1.Commit.deliveries:type_name -> cairn.client.v1.DeliveryRef
-	1,  // 31: cairn.client.v1.OpenSession.ack_mode:type_name -> cairn.client.v1.AckMode
-	48, // 32: cairn.client.v1.CreateConsumer.subscribe:type_name -> cairn.client.v1.Subscribe
-	52, // 33: cairn.client.v1.ReturnDeliveries.deliveries:type_name -> cairn.client.v1.DeliveryRef
-	52, // 34: cairn.client.v1.Acknowledge.deliveries:type_name -> cairn.client.v1.DeliveryRef
-	58, // 35: cairn.client.v1.ServerFrame.reply:type_name -> cairn.client.v1.Reply
-	66, // 36: cairn.client.v1.ServerFrame.deliveries:type_name -> cairn.client.v1.Deliveries
-	67, // 37: cairn.client.v1.ServerFrame.consumer_closed:type_name -> cairn.client.v1.ConsumerClosed
-	57, // 38: cairn.client.v1.ServerFrame.heartbeat:type_name -> cairn.client.v1.Heartbeat
-	56, // 39: cairn.client.v1.ServerFrame.goodbye:type_name -> cairn.client.v1.Goodbye
-	14, // 40: cairn.client.v1.Reply.error:type_name -> cairn.client.v1.Error
-	60, // 41: cairn.client.v1.Reply.hello:type_name -> cairn.client.v1.HelloResult
-	61, // 42: cairn.client.v1.Reply.create_consumer:type_name -> cairn.client.v1.CreateConsumerResult
-	63, // 43: cairn.client.v1.Reply.recover:type_name -> cairn.client.v1.RecoverResult
-	64, // 44: cairn.client.v1.Reply.acknowledge:type_name -> cairn.client.v1.AcknowledgeResult
-	35, // 45: cairn.client.v1.Reply.tx_send:type_name -> cairn.client.v1.SendResponse
-	59, // 46: cairn.client.v1.Reply.commit:type_name -> cairn.client.v1.CommitResult
-	35, // 47: cairn.client.v1.Reply.send:type_name -> cairn.client.v1.SendResponse
-	38, // 48: cairn.client.v1.Reply.temporary_queue:type_name -> cairn.client.v1.TemporaryQueueResult
-	62, // 49: cairn.client.v1.RecoverResult.watermarks:type_name -> cairn.client.v1.Watermark
-	52, // 50: cairn.client.v1.AcknowledgeResult.rejected:type_name -> cairn.client.v1.DeliveryRef
-	75, // 51: cairn.client.v1.Delivery.properties:type_name -> cairn.client.v1.Delivery.PropertiesEntry
-	76, // 52: cairn.client.v1.Delivery.typed_properties:type_name -> cairn.client.v1.Delivery.TypedPropertiesEntry
-	65, // 53: cairn.client.v1.Deliveries.messages:type_name -> cairn.client.v1.Delivery
-	14, // 54: cairn.client.v1.ConsumerClosed.error:type_name -> cairn.client.v1.Error
-	70, // 55: cairn.client.v1.GroupStatus.replicas:type_name -> cairn.client.v1.ReplicaStatus
-	69, // 56: cairn.client.v1.ClusterStatusResponse.nodes:type_name -> cairn.client.v1.NodeStatus
-	71, // 57: cairn.client.v1.ClusterStatusResponse.groups:type_name -> cairn.client.v1.GroupStatus
-	32, // 58: cairn.client.v1.Message.TypedPropertiesEntry.value:type_name -> cairn.client.v1.PropertyValue
-	32, // 59: cairn.client.v1.Delivery.TypedPropertiesEntry.value:type_name -> cairn.client.v1.PropertyValue
-	15, // 60: cairn.client.v1.ClientService.CreateDestination:input_type -> cairn.client.v1.CreateDestinationRequest
-	17, // 61: cairn.client.v1.ClientService.DeleteDestination:input_type -> cairn.client.v1.DeleteDestinationRequest
-	19, // 62: cairn.client.v1.ClientService.ListDestinations:input_type -> cairn.client.v1.ListDestinationsRequest
-	21, // 63: cairn.client.v1.ClientService.ShowDestination:input_type -> cairn.client.v1.ShowDestinationRequest
-	22, // 64: cairn.client.v1.ClientService.PurgeDestination:input_type -> cairn.client.v1.PurgeDestinationRequest
-	24, // 65: cairn.client.v1.ClientService.BrowseDestination:input_type -> cairn.client.v1.BrowseDestinationRequest
-	28, // 66: cairn.client.v1.ClientService.DeleteSubscription:input_type -> cairn.client.v1.DeleteSubscriptionRequest
-	16, // 67: cairn.client.v1.ClientService.UpdateDestination:input_type -> cairn.client.v1.UpdateDestinationRequest
-	33, // 68: cairn.client.v1.ClientService.Send:input_type -> cairn.client.v1.SendRequest
-	36, // 69: cairn.client.v1.ClientService.Connect:input_type -> cairn.client.v1.ClientFrame
-	68, // 70: cairn.client.v1.ClientService.ClusterStatus:input_type -> cairn.client.v1.ClusterStatusRequest
-	7,  // 71: cairn.client.v1.ClientService.RemoveNode:input_type -> cairn.client.v1.RemoveNodeRequest
-	9,  // 72: cairn.client.v1.ClientService.LeaveNode:input_type -> cairn.client.v1.LeaveNodeRequest
-	11, // 73: cairn.client.v1.ClientService.Rebalance:input_type -> cairn.client.v1.RebalanceRequest
-	2,  // 74: cairn.client.v1.ClientService.ListConnections:input_type -> cairn.client.v1.ListConnectionsRequest
-	5,  // 75: cairn.client.v1.ClientService.DestroyConnection:input_type -> cairn.client.v1.DestroyConnectionRequest
-	30, // 76: cairn.client.v1.ClientService.CreateDestination:output_type -> cairn.client.v1.DestinationInfo
-	18, // 77: cairn.client.v1.ClientService.DeleteDestination:output_type -> cairn.client.v1.DeleteDestinationResponse
-	20, // 78: cairn.client.v1.ClientService.ListDestinations:output_type -> cairn.client.v1.ListDestinationsResponse
-	30, // 79: cairn.client.v1.ClientService.ShowDestination:output_type -> cairn.client.v1.DestinationInfo
-	23, // 80: cairn.client.v1.ClientService.PurgeDestination:output_type -> cairn.client.v1.PurgeDestinationResponse
-	25, // 81: cairn.client.v1.ClientService.BrowseDestination:output_type -> cairn.client.v1.BrowseDestinationResponse
-	29, // 82: cairn.client.v1.ClientService.DeleteSubscription:output_type -> cairn.client.v1.DeleteSubscriptionResponse
-	30, // 83: cairn.client.v1.ClientService.UpdateDestination:output_type -> cairn.client.v1.DestinationInfo
-	35, // 84: cairn.client.v1.ClientService.Send:output_type -> cairn.client.v1.SendResponse
-	55, // 85: cairn.client.v1.ClientService.Connect:output_type -> cairn.client.v1.ServerFrame
-	72, // 86: cairn.client.v1.ClientService.ClusterStatus:output_type -> cairn.client.v1.ClusterStatusResponse
-	8,  // 87: cairn.client.v1.ClientService.RemoveNode:output_type -> cairn.client.v1.RemoveNodeResponse
-	10, // 88: cairn.client.v1.ClientService.LeaveNode:output_type -> cairn.client.v1.LeaveNodeResponse
-	13, // 89: cairn.client.v1.ClientService.Rebalance:output_type -> cairn.client.v1.RebalanceResponse
-	4,  // 90: cairn.client.v1.ClientService.ListConnections:output_type -> cairn.client.v1.ListConnectionsResponse
-	6,  // 91: cairn.client.v1.ClientService.DestroyConnection:output_type -> cairn.client.v1.DestroyConnectionResponse
-	76, // [76:92] is the sub-list for method output_type
-	60, // [60:76] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	2,  // 0: cairn.client.v1.CreateUserRequest.grants:type_name -> cairn.client.v1.Grant
+	2,  // 1: cairn.client.v1.UpdateUserRequest.grants:type_name -> cairn.client.v1.Grant
+	2,  // 2: cairn.client.v1.UserInfo.grants:type_name -> cairn.client.v1.Grant
+	5,  // 3: cairn.client.v1.ListUsersResponse.users:type_name -> cairn.client.v1.UserInfo
+	11, // 4: cairn.client.v1.ListConnectionsResponse.connections:type_name -> cairn.client.v1.ConnectionInfo
+	20, // 5: cairn.client.v1.RebalanceResponse.moves:type_name -> cairn.client.v1.PlacementMove
+	0,  // 6: cairn.client.v1.CreateDestinationRequest.kind:type_name -> cairn.client.v1.DestinationKind
+	38, // 7: cairn.client.v1.ListDestinationsResponse.destinations:type_name -> cairn.client.v1.DestinationInfo
+	73, // 8: cairn.client.v1.BrowseDestinationResponse.messages:type_name -> cairn.client.v1.Delivery
+	0,  // 9: cairn.client.v1.DestinationInfo.kind:type_name -> cairn.client.v1.DestinationKind
+	34, // 10: cairn.client.v1.DestinationInfo.members:type_name -> cairn.client.v1.MemberInfo
+	38, // 11: cairn.client.v1.DestinationInfo.subscriptions:type_name -> cairn.client.v1.DestinationInfo
+	35, // 12: cairn.client.v1.DestinationInfo.subscription:type_name -> cairn.client.v1.SubscriptionInfo
+	81, // 13: cairn.client.v1.Message.properties:type_name -> cairn.client.v1.Message.PropertiesEntry
+	82, // 14: cairn.client.v1.Message.typed_properties:type_name -> cairn.client.v1.Message.TypedPropertiesEntry
+	39, // 15: cairn.client.v1.SendRequest.messages:type_name -> cairn.client.v1.Message
+	42, // 16: cairn.client.v1.SendResponse.results:type_name -> cairn.client.v1.SendResult
+	52, // 17: cairn.client.v1.ClientFrame.hello:type_name -> cairn.client.v1.Hello
+	53, // 18: cairn.client.v1.ClientFrame.open_session:type_name -> cairn.client.v1.OpenSession
+	54, // 19: cairn.client.v1.ClientFrame.close_session:type_name -> cairn.client.v1.CloseSession
+	55, // 20: cairn.client.v1.ClientFrame.create_consumer:type_name -> cairn.client.v1.CreateConsumer
+	57, // 21: cairn.client.v1.ClientFrame.close_consumer:type_name -> cairn.client.v1.CloseConsumer
+	59, // 22: cairn.client.v1.ClientFrame.credit:type_name -> cairn.client.v1.Credit
+	61, // 23: cairn.client.v1.ClientFrame.acknowledge:type_name -> cairn.client.v1.Acknowledge
+	62, // 24: cairn.client.v1.ClientFrame.recover:type_name -> cairn.client.v1.RecoverSession
+	58, // 25: cairn.client.v1.ClientFrame.return_deliveries:type_name -> cairn.client.v1.ReturnDeliveries
+	48, // 26: cairn.client.v1.ClientFrame.tx_send:type_name -> cairn.client.v1.TxSend
+	49, // 27: cairn.client.v1.ClientFrame.commit:type_name -> cairn.client.v1.Commit
+	50, // 28: cairn.client.v1.ClientFrame.rollback:type_name -> cairn.client.v1.Rollback
+	51, // 29: cairn.client.v1.ClientFrame.tx_outcome:type_name -> cairn.client.v1.TxOutcome
+	47, // 30: cairn.client.v1.ClientFrame.send:type_name -> cairn.client.v1.Send
+	45, // 31: cairn.client.v1.ClientFrame.create_temporary_queue:type_name -> cairn.client.v1.CreateTemporaryQueue
+	41, // 32: cairn.client.v1.Send.request:type_name -> cairn.client.v1.SendRequest
+	41, // 33: cairn.client.v1.TxSend.send:type_name -> cairn.client.v1.SendRequest
+	60, // 34: cairn.client.v1.Commit.deliveries:type_name -> cairn.client.v1.DeliveryRef
+	1,  // 35: cairn.client.v1.OpenSession.ack_mode:type_name -> cairn.client.v1.AckMode
+	56, // 36: cairn.client.v1.CreateConsumer.subscribe:type_name -> cairn.client.v1.Subscribe
+	60, // 37: cairn.client.v1.ReturnDeliveries.deliveries:type_name -> cairn.client.v1.DeliveryRef
+	60, // 38: cairn.client.v1.Acknowledge.deliveries:type_name -> cairn.client.v1.DeliveryRef
+	66, // 39: cairn.client.v1.ServerFrame.reply:type_name -> cairn.client.v1.Reply
+	74, // 40: cairn.client.v1.ServerFrame.deliveries:type_name -> cairn.client.v1.Deliveries
+	75, // 41: cairn.client.v1.ServerFrame.consumer_closed:type_name -> cairn.client.v1.ConsumerClosed
+	65, // 42: cairn.client.v1.ServerFrame.heartbeat:type_name -> cairn.client.v1.Heartbeat
+	64, // 43: cairn.client.v1.ServerFrame.goodbye:type_name -> cairn.client.v1.Goodbye
+	22, // 44: cairn.client.v1.Reply.error:type_name -> cairn.client.v1.Error
+	68, // 45: cairn.client.v1.Reply.hello:type_name -> cairn.client.v1.HelloResult
+	69, // 46: cairn.client.v1.Reply.create_consumer:type_name -> cairn.client.v1.CreateConsumerResult
+	71, // 47: cairn.client.v1.Reply.recover:type_name -> cairn.client.v1.RecoverResult
+	72, // 48: cairn.client.v1.Reply.acknowledge:type_name -> cairn.client.v1.AcknowledgeResult
+	43, // 49: cairn.client.v1.Reply.tx_send:type_name -> cairn.client.v1.SendResponse
+	67, // 50: cairn.client.v1.Reply.commit:type_name -> cairn.client.v1.CommitResult
+	43, // 51: cairn.client.v1.Reply.send:type_name -> cairn.client.v1.SendResponse
+	46, // 52: cairn.client.v1.Reply.temporary_queue:type_name -> cairn.client.v1.TemporaryQueueResult
+	70, // 53: cairn.client.v1.RecoverResult.watermarks:type_name -> cairn.client.v1.Watermark
+	60, // 54: cairn.client.v1.AcknowledgeResult.rejected:type_name -> cairn.client.v1.DeliveryRef
+	83, // 55: cairn.client.v1.Delivery.properties:type_name -> cairn.client.v1.Delivery.PropertiesEntry
+	84, // 56: cairn.client.v1.Delivery.typed_properties:type_name -> cairn.client.v1.Delivery.TypedPropertiesEntry
+	73, // 57: cairn.client.v1.Deliveries.messages:type_name -> cairn.client.v1.Delivery
+	22, // 58: cairn.client.v1.ConsumerClosed.error:type_name -> cairn.client.v1.Error
+	78, // 59: cairn.client.v1.GroupStatus.replicas:type_name -> cairn.client.v1.ReplicaStatus
+	77, // 60: cairn.client.v1.ClusterStatusResponse.nodes:type_name -> cairn.client.v1.NodeStatus
+	79, // 61: cairn.client.v1.ClusterStatusResponse.groups:type_name -> cairn.client.v1.GroupStatus
+	40, // 62: cairn.client.v1.Message.TypedPropertiesEntry.value:type_name -> cairn.client.v1.PropertyValue
+	40, // 63: cairn.client.v1.Delivery.TypedPropertiesEntry.value:type_name -> cairn.client.v1.PropertyValue
+	23, // 64: cairn.client.v1.ClientService.CreateDestination:input_type -> cairn.client.v1.CreateDestinationRequest
+	25, // 65: cairn.client.v1.ClientService.DeleteDestination:input_type -> cairn.client.v1.DeleteDestinationRequest
+	27, // 66: cairn.client.v1.ClientService.ListDestinations:input_type -> cairn.client.v1.ListDestinationsRequest
+	29, // 67: cairn.client.v1.ClientService.ShowDestination:input_type -> cairn.client.v1.ShowDestinationRequest
+	30, // 68: cairn.client.v1.ClientService.PurgeDestination:input_type -> cairn.client.v1.PurgeDestinationRequest
+	32, // 69: cairn.client.v1.ClientService.BrowseDestination:input_type -> cairn.client.v1.BrowseDestinationRequest
+	36, // 70: cairn.client.v1.ClientService.DeleteSubscription:input_type -> cairn.client.v1.DeleteSubscriptionRequest
+	24, // 71: cairn.client.v1.ClientService.UpdateDestination:input_type -> cairn.client.v1.UpdateDestinationRequest
+	41, // 72: cairn.client.v1.ClientService.Send:input_type -> cairn.client.v1.SendRequest
+	44, // 73: cairn.client.v1.ClientService.Connect:input_type -> cairn.client.v1.ClientFrame
+	76, // 74: cairn.client.v1.ClientService.ClusterStatus:input_type -> cairn.client.v1.ClusterStatusRequest
+	15, // 75: cairn.client.v1.ClientService.RemoveNode:input_type -> cairn.client.v1.RemoveNodeRequest
+	17, // 76: cairn.client.v1.ClientService.LeaveNode:input_type -> cairn.client.v1.LeaveNodeRequest
+	19, // 77: cairn.client.v1.ClientService.Rebalance:input_type -> cairn.client.v1.RebalanceRequest
+	10, // 78: cairn.client.v1.ClientService.ListConnections:input_type -> cairn.client.v1.ListConnectionsRequest
+	13, // 79: cairn.client.v1.ClientService.DestroyConnection:input_type -> cairn.client.v1.DestroyConnectionRequest
+	3,  // 80: cairn.client.v1.ClientService.CreateUser:input_type -> cairn.client.v1.CreateUserRequest
+	4,  // 81: cairn.client.v1.ClientService.UpdateUser:input_type -> cairn.client.v1.UpdateUserRequest
+	6,  // 82: cairn.client.v1.ClientService.DeleteUser:input_type -> cairn.client.v1.DeleteUserRequest
+	8,  // 83: cairn.client.v1.ClientService.ListUsers:input_type -> cairn.client.v1.ListUsersRequest
+	38, // 84: cairn.client.v1.ClientService.CreateDestination:output_type -> cairn.client.v1.DestinationInfo
+	26, // 85: cairn.client.v1.ClientService.DeleteDestination:output_type -> cairn.client.v1.DeleteDestinationResponse
+	28, // 86: cairn.client.v1.ClientService.ListDestinations:output_type -> cairn.client.v1.ListDestinationsResponse
+	38, // 87: cairn.client.v1.ClientService.ShowDestination:output_type -> cairn.client.v1.DestinationInfo
+	31, // 88: cairn.client.v1.ClientService.PurgeDestination:output_type -> cairn.client.v1.PurgeDestinationResponse
+	33, // 89: cairn.client.v1.ClientService.BrowseDestination:output_type -> cairn.client.v1.BrowseDestinationResponse
+	37, // 90: cairn.client.v1.ClientService.DeleteSubscription:output_type -> cairn.client.v1.DeleteSubscriptionResponse
+	38, // 91: cairn.client.v1.ClientService.UpdateDestination:output_type -> cairn.client.v1.DestinationInfo
+	43, // 92: cairn.client.v1.ClientService.Send:output_type -> cairn.client.v1.SendResponse
+	63, // 93: cairn.client.v1.ClientService.Connect:output_type -> cairn.client.v1.ServerFrame
+	80, // 94: cairn.client.v1.ClientService.ClusterStatus:output_type -> cairn.client.v1.ClusterStatusResponse
+	16, // 95: cairn.client.v1.ClientService.RemoveNode:output_type -> cairn.client.v1.RemoveNodeResponse
+	18, // 96: cairn.client.v1.ClientService.LeaveNode:output_type -> cairn.client.v1.LeaveNodeResponse
+	21, // 97: cairn.client.v1.ClientService.Rebalance:output_type -> cairn.client.v1.RebalanceResponse
+	12, // 98: cairn.client.v1.ClientService.ListConnections:output_type -> cairn.client.v1.ListConnectionsResponse
+	14, // 99: cairn.client.v1.ClientService.DestroyConnection:output_type -> cairn.client.v1.DestroyConnectionResponse
+	5,  // 100: cairn.client.v1.ClientService.CreateUser:output_type -> cairn.client.v1.UserInfo
+	5,  // 101: cairn.client.v1.ClientService.UpdateUser:output_type -> cairn.client.v1.UserInfo
+	7,  // 102: cairn.client.v1.ClientService.DeleteUser:output_type -> cairn.client.v1.DeleteUserResponse
+	9,  // 103: cairn.client.v1.ClientService.ListUsers:output_type -> cairn.client.v1.ListUsersResponse
+	84, // [84:104] is the sub-list for method output_type
+	64, // [64:84] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_transport_clientpb_client_proto_init() }
@@ -5743,12 +6209,12 @@ func file_transport_clientpb_client_proto_init() {
 	if File_transport_clientpb_client_proto != nil {
 		return
 	}
-	file_transport_clientpb_client_proto_msgTypes[30].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[38].OneofWrappers = []any{
 		(*PropertyValue_Int)(nil),
 		(*PropertyValue_Float)(nil),
 		(*PropertyValue_Bool)(nil),
 	}
-	file_transport_clientpb_client_proto_msgTypes[34].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[42].OneofWrappers = []any{
 		(*ClientFrame_Hello)(nil),
 		(*ClientFrame_OpenSession)(nil),
 		(*ClientFrame_CloseSession)(nil),
@@ -5765,15 +6231,15 @@ func file_transport_clientpb_client_proto_init() {
 		(*ClientFrame_Send)(nil),
 		(*ClientFrame_CreateTemporaryQueue)(nil),
 	}
-	file_transport_clientpb_client_proto_msgTypes[39].OneofWrappers = []any{}
-	file_transport_clientpb_client_proto_msgTypes[53].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[47].OneofWrappers = []any{}
+	file_transport_clientpb_client_proto_msgTypes[61].OneofWrappers = []any{
 		(*ServerFrame_Reply)(nil),
 		(*ServerFrame_Deliveries)(nil),
 		(*ServerFrame_ConsumerClosed)(nil),
 		(*ServerFrame_Heartbeat)(nil),
 		(*ServerFrame_Goodbye)(nil),
 	}
-	file_transport_clientpb_client_proto_msgTypes[56].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[64].OneofWrappers = []any{
 		(*Reply_Hello)(nil),
 		(*Reply_CreateConsumer)(nil),
 		(*Reply_Recover)(nil),
@@ -5789,7 +6255,7 @@ func file_transport_clientpb_client_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_clientpb_client_proto_rawDesc), len(file_transport_clientpb_client_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   75,
+			NumMessages:   83,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

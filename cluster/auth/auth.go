@@ -1,0 +1,255 @@
+package auth
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+
+	"golang.org/x/crypto/bcrypt"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+
+	"github.com/cairnmq/cairn/fsm"
+	"github.com/cairnmq/cairn/fsm/fsmpb"
+	"github.com/cairnmq/cairn/transport"
+	"github.com/cairnmq/cairn/transport/certs"
+)
+
+// Identity is who a call is from: a user, or another node of the cluster
+// (which may do everything: nodes gather connections and relay destroys
+// through each other's client API).
+type Identity struct {
+	Name string
+	Node bool
+}
+
+func (id Identity) String() string {
+	if id.Node {
+		return "node " + id.Name
+	}
+	return "user " + id.Name
+}
+
+type ctxKey struct{}
+
+// FromContext is the identity a call was authenticated as.
+func FromContext(ctx context.Context) (Identity, bool) {
+	id, ok := ctx.Value(ctxKey{}).(Identity)
+	return id, ok
+}
+
+// WithIdentity is ctx of a call authenticated as id.
+func WithIdentity(ctx context.Context, id Identity) context.Context {
+	return context.WithValue(ctx, ctxKey{}, id)
+}
+
+// Users reads a user as the meta group holds it now.
+type Users func(name string) (*fsmpb.User, bool)
+
+// Authenticator authenticates and authorises a node's client API calls.
+type Authenticator struct {
+	users Users
+	// exempt says what needs no grant (a send to a temporary queue).
+	exempt func(act fsm.Action, dest string) bool
+	audit  *slog.Logger
+
+	mu sync.Mutex
+	// verified remembers, by user, a password that matched the hash the
+	// user had then (as its SHA-256), so that bcrypt runs once per node
+	// and password. A new hash (a passwd) forgets it.
+	verified map[string]verifiedPassword
+}
+
+type verifiedPassword struct {
+	hash string
+	sum  [32]byte
+}
+
+// maxVerified bounds what verified remembers; past it, it starts over.
+const maxVerified = 10_000
+
+// New is the authenticator of a node whose users reads; exempt says what
+// an authenticated caller may do without a grant; audit gets a record of
+// every administrative call and every refusal.
+func New(users Users, exempt func(act fsm.Action, dest string) bool, audit *slog.Logger) *Authenticator {
+	return &Authenticator{users: users, exempt: exempt, audit: audit, verified: make(map[string]verifiedPassword)}
+}
+
+// Password limits: bcrypt reads at most 72 bytes.
+const (
+	MinPasswordLen = 8
+	MaxPasswordLen = 72
+)
+
+// HashPassword is the hash a user's password is stored as.
+func HashPassword(password string) ([]byte, error) {
+	if len(password) < MinPasswordLen || len(password) > MaxPasswordLen {
+		return nil, fmt.Errorf("%w: a password has %d to %d bytes, not %d", transport.ErrInvalidArgument, MinPasswordLen, MaxPasswordLen, len(password))
+	}
+	return bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
+}
+
+// Authenticate says who a call is from: the user and password of its
+// "authorization: Basic" metadata, else the identity of the client
+// certificate its TLS connection verified.
+func (a *Authenticator) Authenticate(ctx context.Context) (Identity, error) {
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get("authorization"); len(v) > 0 {
+			return a.password(v[0])
+		}
+	}
+	if p, ok := peer.FromContext(ctx); ok {
+		if info, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(info.State.VerifiedChains) > 0 {
+			kind, name, ok := certs.Identity(info.State.VerifiedChains[0][0])
+			switch {
+			case ok && kind == certs.KindNode:
+				return Identity{Name: name, Node: true}, nil
+			case ok && kind == certs.KindUser:
+				if _, known := a.users(name); !known {
+					return Identity{}, fmt.Errorf("%w: the client certificate names user %q, who is not a user of this cluster (cairn user create %s)", transport.ErrNotAuthenticated, name, name)
+				}
+				return Identity{Name: name}, nil
+			}
+		}
+	}
+	return Identity{}, fmt.Errorf("%w: the node asks who is calling: give a user and password (--user, --password-file) or a client certificate (--tls-cert, --tls-key)", transport.ErrNotAuthenticated)
+}
+
+func (a *Authenticator) password(header string) (Identity, error) {
+	raw, ok := strings.CutPrefix(header, "Basic ")
+	b, err := base64.StdEncoding.DecodeString(raw)
+	user, password, found := strings.Cut(string(b), ":")
+	if !ok || err != nil || !found {
+		return Identity{}, fmt.Errorf("%w: the authorization header is not Basic user:password", transport.ErrNotAuthenticated)
+	}
+	wrong := fmt.Errorf("%w: wrong user or password for %q", transport.ErrNotAuthenticated, user)
+	u, known := a.users(user)
+	if !known || len(u.PasswordHash) == 0 {
+		return Identity{}, wrong
+	}
+	sum := sha256.Sum256([]byte(password))
+	a.mu.Lock()
+	v, seen := a.verified[user]
+	a.mu.Unlock()
+	if seen && v.hash == string(u.PasswordHash) && subtle.ConstantTimeCompare(v.sum[:], sum[:]) == 1 {
+		return Identity{Name: user}, nil
+	}
+	if bcrypt.CompareHashAndPassword(u.PasswordHash, []byte(password)) != nil {
+		return Identity{}, wrong
+	}
+	a.mu.Lock()
+	if len(a.verified) >= maxVerified {
+		clear(a.verified)
+	}
+	a.verified[user] = verifiedPassword{hash: string(u.PasswordHash), sum: sum}
+	a.mu.Unlock()
+	return Identity{Name: user}, nil
+}
+
+// Authorize says whether the call of ctx may do act on dest (act
+// fsm.ActionAdmin: dest empty), as the caller's grants are now.
+func (a *Authenticator) Authorize(ctx context.Context, act fsm.Action, dest string) error {
+	id, ok := FromContext(ctx)
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: the call was not authenticated", transport.ErrNotAuthenticated)
+	case id.Node, a.exempt != nil && a.exempt(act, dest):
+		return nil
+	}
+	u, ok := a.users(id.Name)
+	if !ok {
+		return fmt.Errorf("%w: user %q no longer exists", transport.ErrNotAuthorised, id.Name)
+	}
+	if !fsm.Allows(u.Grants, act, dest) {
+		if act == fsm.ActionAdmin {
+			return fmt.Errorf("%w: user %q may not administer the cluster (it needs the admin permission)", transport.ErrNotAuthorised, id.Name)
+		}
+		return fmt.Errorf("%w: user %q may not %s %q", transport.ErrNotAuthorised, id.Name, strings.Join(act.Names(), ","), dest)
+	}
+	return nil
+}
+
+// open reports whether a method is served to anyone: health checks, for
+// probes and load balancers.
+func open(method string) bool { return strings.HasPrefix(method, "/grpc.health.v1.Health/") }
+
+// UnaryInterceptor authenticates and authorises every unary call of the
+// client API, and writes an audit record of the administrative ones.
+func (a *Authenticator) UnaryInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if open(info.FullMethod) {
+			return handler(ctx, req)
+		}
+		method := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
+		act, target := need(method, req)
+		if target == "" {
+			target = subject(req)
+		}
+		id, err := a.Authenticate(ctx)
+		if err == nil {
+			ctx = WithIdentity(ctx, id)
+			if act == fsm.ActionAdmin {
+				err = a.Authorize(ctx, act, "")
+			} else if act != 0 {
+				err = a.Authorize(ctx, act, target)
+			}
+		}
+		if err != nil {
+			a.record(ctx, id, method, target, err)
+			return nil, transport.Status(err)
+		}
+		resp, err := handler(ctx, req)
+		if act == fsm.ActionManage || act == fsm.ActionAdmin {
+			a.record(ctx, id, method, target, err)
+		}
+		return resp, err
+	}
+}
+
+// StreamInterceptor authenticates a Connect stream as it opens; its
+// frames are authorised by the front-end.
+func (a *Authenticator) StreamInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if open(info.FullMethod) {
+			return handler(srv, ss)
+		}
+		id, err := a.Authenticate(ss.Context())
+		if err != nil {
+			return transport.Status(err)
+		}
+		return handler(srv, &identified{ServerStream: ss, ctx: WithIdentity(ss.Context(), id)})
+	}
+}
+
+type identified struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *identified) Context() context.Context { return s.ctx }
+
+// record writes the audit record of a call: every administrative one
+// (manage or admin) and every refused one. It says who, what, on what,
+// from where, and how it ended.
+func (a *Authenticator) record(ctx context.Context, id Identity, method, target string, err error) {
+	from := ""
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		from = p.Addr.String()
+	}
+	who := id.String()
+	if id.Name == "" {
+		who = "unauthenticated"
+	}
+	outcome := "done"
+	if err != nil {
+		outcome = err.Error()
+	}
+	a.audit.Info("audit", "who", who, "call", method, "target", target, "from", from, "outcome", outcome)
+}

@@ -1,0 +1,193 @@
+package cluster
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/cairnmq/cairn/client"
+	"github.com/cairnmq/cairn/test/wait"
+)
+
+// syncBuffer is a log sink tests read while the node writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// With TLS on, a caller without credentials, with a wrong password or
+// with the certificate of a user the cluster does not know is not
+// authenticated; a user may do what its grants say and nothing else, a
+// refused request changing nothing; a grant taken away or a user deleted
+// applies to open connections at once; every administrative call and
+// every refusal is in the audit log.
+func TestAuth_UsersDoWhatTheirGrantsSay(t *testing.T) {
+	p := newTestPKI(t)
+	var logs syncBuffer
+	n := startNode(t, TestConfig(t, t.TempDir(), p.node, func(c *Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	}))
+	waitAdmin(t, n)
+	ctx := testCtx(t)
+	root := admin(t, n)
+	for _, q := range []string{"orders.eu", "billing"} {
+		if _, err := root.CreateQueue(ctx, q, client.QueueOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// as is o over TLS to n, with the CA alone unless o has a TLS
+	// configuration of its own.
+	as := func(o client.Options) client.Options {
+		if o.TLS == nil {
+			o.TLS = clientOptions(t, n).TLS
+		}
+		return o
+	}
+	adminAs := func(o client.Options) *client.Admin {
+		a, err := client.NewAdmin([]string{n.Addrs().Client}, as(o))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.Close() })
+		return a
+	}
+	dialAs := func(o client.Options) (*client.Connection, error) {
+		c, err := client.Dial(stepCtx(t, 10*time.Second), []string{n.Addrs().Client}, as(o))
+		if err == nil {
+			t.Cleanup(func() { c.Close() })
+		}
+		return c, err
+	}
+
+	for what, o := range map[string]client.Options{
+		"no credentials":                {},
+		"a wrong password":              {User: AdminUser, Password: "not-the-password"},
+		"an unknown user":               {User: "nobody", Password: testAdminPassword},
+		"an unknown user's certificate": {TLS: p.user("mallory")},
+	} {
+		if _, err := adminAs(o).ListQueues(ctx); !errors.Is(err, client.ErrNotAuthenticated) {
+			t.Errorf("an admin call with %s: %v; want ErrNotAuthenticated", what, err)
+		}
+		if _, err := dialAs(o); !errors.Is(err, client.ErrNotAuthenticated) {
+			t.Errorf("a connection with %s: %v; want ErrNotAuthenticated", what, err)
+		}
+	}
+	if _, err := client.Dial(ctx, []string{n.Addrs().Client}, client.Options{User: "app", Password: "app-password"}); !errors.Is(err, client.ErrInvalidArgument) {
+		t.Errorf("a password without TLS: %v; want ErrInvalidArgument", err)
+	}
+
+	if _, err := root.CreateUser(ctx, "app", "app-password", []client.Grant{
+		{Pattern: "orders.*", Actions: []string{"send"}},
+		{Pattern: "billing", Actions: []string{"receive", "browse"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	appOpts := client.Options{User: "app", Password: "app-password"}
+	app := adminAs(appOpts)
+	conn, err := dialAs(appOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := mustSession(t, conn, client.AutoAck)
+	send(t, ctx, mustProducer(t, s, "orders.eu"), "allowed")
+	refused := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, client.ErrNotAuthorised) {
+			t.Errorf("%s: %v; want ErrNotAuthorised", what, err)
+		}
+	}
+	_, err = mustProducer(t, s, "billing").Send(ctx, &client.Message{Body: []byte("refused")})
+	refused("a send to billing", err)
+	_, err = s.Consumer(ctx, "orders.eu")
+	refused("a consumer of orders.eu", err)
+	_, err = app.PurgeQueue(ctx, "orders.eu")
+	refused("a purge of orders.eu", err)
+	_, err = app.ListUsers(ctx)
+	refused("a list of users", err)
+	_, err = app.CreateQueue(ctx, "orders.us", client.QueueOptions{})
+	refused("a create of orders.us", err)
+	if qs, err := app.ListQueues(ctx); err != nil || len(qs) != 1 || qs[0].Name != "billing" {
+		t.Errorf("app lists %v, %v; want billing alone", qs, err)
+	}
+	mustConsumer(t, ctx, s, "billing")
+	for q, want := range map[string]uint64{"orders.eu": 1, "billing": 0} {
+		if info, err := root.ShowQueue(ctx, q); err != nil || info.Pending != want {
+			t.Errorf("%s after the refusals: %+v, %v; want %d pending", q, info, err, want)
+		}
+	}
+
+	// A user known by its certificate.
+	if _, err := root.CreateUser(ctx, "alice", "", []client.Grant{{Pattern: "*", Actions: []string{"browse"}}}); err != nil {
+		t.Fatal(err)
+	}
+	alice := adminAs(client.Options{TLS: p.user("alice")})
+	if qs, err := alice.ListQueues(ctx); err != nil || len(qs) != 2 {
+		t.Errorf("alice lists %d queues, %v; want 2", len(qs), err)
+	}
+	_, err = alice.CreateQueue(ctx, "alice", client.QueueOptions{})
+	refused("alice's create", err)
+
+	// Grants taken away apply to the open connection; a deleted user is
+	// not authenticated any more.
+	if _, err := root.SetGrants(ctx, "app", nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err = mustProducer(t, s, "orders.eu").Send(ctx, &client.Message{Body: []byte("after the revoke")})
+	refused("a send after the grants were taken away", err)
+	if err := root.DeleteUser(ctx, "app"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dialAs(appOpts); !errors.Is(err, client.ErrNotAuthenticated) {
+		t.Errorf("a deleted user's connection: %v; want ErrNotAuthenticated", err)
+	}
+
+	audit := logs.String()
+	for _, want := range []string{
+		`log=audit who="user admin" call=CreateDestination target=orders.eu`,
+		`log=audit who="user app" call=PurgeDestination target=orders.eu`,
+		`log=audit who=unauthenticated call=ListDestinations`,
+		`log=audit who="user admin" call=DeleteUser target=app`,
+	} {
+		if !strings.Contains(audit, want) {
+			t.Errorf("no audit record %q in the log", want)
+		}
+	}
+}
+
+// The gRPC health service answers probes without credentials.
+func TestAuth_HealthNeedsNoCredentials(t *testing.T) {
+	p := newTestPKI(t)
+	n := startNode(t, TestConfig(t, t.TempDir(), p.node))
+	cc, err := grpc.NewClient(n.Addrs().Client, grpc.WithTransportCredentials(credentials.NewTLS(clientOptions(t, n).TLS)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	wait.Until(t, 10*time.Second, "the health service serving a caller without credentials", func() string {
+		resp, err := healthpb.NewHealthClient(cc).Check(testCtx(t), &healthpb.HealthCheckRequest{})
+		if err != nil {
+			return err.Error()
+		}
+		return map[bool]string{true: "", false: resp.Status.String()}[resp.Status == healthpb.HealthCheckResponse_SERVING]
+	})
+}
