@@ -200,14 +200,29 @@ func (n *Node) aliveNodes() map[string]bool {
 	return alive
 }
 
+// mayRemove refuses the removal of a live node, but for a decommissioned
+// node's removal of itself (by is the caller's node id, as its certificate
+// says, empty without TLS): whichever API it comes through.
+func (n *Node) mayRemove(id, by string) error {
+	if !n.aliveNodes()[id] {
+		return nil
+	}
+	var leaving bool
+	n.meta.Read(func(m *fsm.Meta) { leaving = m.Decommissioning(id) })
+	if leaving && (by == id || (by == "" && n.tls == nil)) {
+		return nil
+	}
+	return fmt.Errorf("%w: node %s is alive; stop it first (or run 'cairn node leave' against it), then remove it", transport.ErrInvalidArgument, id)
+}
+
 // removeNode takes a node out of the cluster for good, on the operator's
 // word; the meta leader then re-places its replicas and the groups drop it.
 func (n *Node) removeNode(ctx context.Context, id string) error {
 	if id == "" {
 		return fmt.Errorf("%w: which node? give its id", transport.ErrInvalidArgument)
 	}
-	if n.aliveNodes()[id] {
-		return fmt.Errorf("%w: node %s is alive; stop it first (or run 'cairn node leave' against it), then remove it", transport.ErrInvalidArgument, id)
+	if err := n.mayRemove(id, ""); err != nil {
+		return err
 	}
 	if _, err := n.meta.Apply(ctx, &fsmpb.RemoveNode{Id: id}); err != nil {
 		return frontend.WireError(err)

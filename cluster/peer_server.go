@@ -3,10 +3,12 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 
 	"github.com/cairnmq/cairn/cluster/frontend"
+	"github.com/cairnmq/cairn/fsm/fsmpb"
 	"github.com/cairnmq/cairn/fsm/selector"
 
 	"github.com/cairnmq/cairn/destination"
@@ -187,6 +189,12 @@ func deliveryEvents(ds []fsm.Delivery, limit int) []*peerpb.ConsumeEvent {
 
 func (s *peerService) MetaApply(ctx context.Context, req *peerpb.MetaApplyRequest) (*peerpb.MetaApplyResponse, error) {
 	body, err := fsm.DecodeMetaCommand(req.Command)
+	if rn, ok := body.(*fsmpb.RemoveNode); ok && err == nil {
+		// What the client API would refuse does not get in this way.
+		if err = s.n.mayRemove(rn.Id, callerNode(ctx)); err != nil {
+			err = fmt.Errorf("%w: %v", fsm.ErrInvalidSettings, err)
+		}
+	}
 	if err != nil {
 		return &peerpb.MetaApplyResponse{Result: fromResult(fsm.Result{Err: err})}, nil
 	}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/peer"
 
 	"github.com/cairnmq/cairn/transport/certs"
 	"github.com/cairnmq/cairn/transport/raftmux"
@@ -169,4 +170,21 @@ func (g *tlsGossip) DialTimeout(addr string, timeout time.Duration) (net.Conn, e
 func (g *tlsGossip) Shutdown() error {
 	close(g.stop)
 	return g.NodeAwareTransport.Shutdown()
+}
+
+// callerNode is the node a peer API call comes from, as its certificate
+// says; empty without TLS.
+func callerNode(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return ""
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.PeerCertificates) == 0 {
+		return ""
+	}
+	if kind, name, ok := certs.Identity(info.State.PeerCertificates[0]); ok && kind == certs.KindNode {
+		return name
+	}
+	return ""
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/cairnmq/cairn/client"
 	"github.com/cairnmq/cairn/fsm"
+	"github.com/cairnmq/cairn/fsm/fsmpb"
 	"github.com/cairnmq/cairn/test/wait"
 	"github.com/cairnmq/cairn/transport/certs"
 	"github.com/cairnmq/cairn/transport/peerpb"
@@ -192,5 +193,34 @@ func TestTLS_ConfigRefusals(t *testing.T) {
 		if !errors.Is(err, ErrConfig) {
 			t.Errorf("%s: %v; want ErrConfig", what, err)
 		}
+	}
+}
+
+// The peer API applies the client API's checks: the meta leader refuses a
+// RemoveNode of a live node that comes to it from another node, and the
+// node stays registered.
+func TestPeerAPI_RefusesWhatTheClientAPIRefuses(t *testing.T) {
+	tc := NewTestCluster(t, 3)
+	leader := tc.MetaLeader()
+	victim := tc.Others(leader)[0]
+	cmd, err := fsm.NewCommand(&fsmpb.RemoveNode{Id: victim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := tc.Node(tc.Others(leader)[1]).peers.client(leader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.MetaApply(testCtx(t), &peerpb.MetaApplyRequest{Command: cmd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetResult().GetReject() == "" {
+		t.Fatalf("the meta leader applied a RemoveNode of live node %s from a peer: %v", victim, resp)
+	}
+	var registered bool
+	tc.Node(leader).meta.Read(func(m *fsm.Meta) { _, registered = m.Node(victim) })
+	if !registered {
+		t.Fatalf("node %s was removed", victim)
 	}
 }
