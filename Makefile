@@ -11,7 +11,7 @@ IMAGE     ?= cairn:dev
 IMAGE_CTX := .image
 COMPOSE   ?= docker-compose
 
-.PHONY: build run test test-short bench bench-compare chaos-local lint proto clean image cluster-up cluster-down chaos chaos-long raft-upstream
+.PHONY: build run test test-short bench bench-compare chaos-local lint proto clean image certs cluster-up cluster-down chaos chaos-long raft-upstream
 
 build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/cairn
@@ -95,9 +95,14 @@ image:
 	cp deploy/Dockerfile $(IMAGE_CTX)/Dockerfile
 	docker build -q -t $(IMAGE) $(IMAGE_CTX)
 
-# cluster-up starts deploy/compose.yaml's three nodes (make image first);
-# cluster-down stops them and keeps their volumes.
-cluster-up:
+# certs makes the compose cluster's CA, node certificates, gossip key and
+# admin password in deploy/certs (once; delete the directory for new ones).
+certs: build
+	BIN=$(BIN) scripts/compose-certs.sh deploy/certs
+
+# cluster-up starts deploy/compose.yaml's three nodes, with TLS and users
+# on (make image first); cluster-down stops them and keeps their volumes.
+cluster-up: certs
 	$(COMPOSE) -f deploy/compose.yaml -p cairn up -d
 cluster-down:
 	$(COMPOSE) -f deploy/compose.yaml -p cairn down
@@ -109,9 +114,9 @@ cluster-down:
 # queues (TestChaos_KillWithAThousandQueues); chaos-local the local ones
 # alone (no Docker needed); chaos-long soaks each for 6 minutes (30 per
 # target, the two targets together, about half an hour).
-chaos: image
+chaos: image certs
 	CAIRN_CHAOS=1 $(GO) test -count=1 -timeout 40m -v ./test/chaos
 chaos-local:
 	CAIRN_CHAOS=1 $(GO) test -count=1 -timeout 30m -v -run 'TestChaos_Local|TestChaos_KillWithAThousandQueues' ./test/chaos
-chaos-long: image
+chaos-long: image certs
 	CAIRN_CHAOS=1 CAIRN_CHAOS_DURATION=6m $(GO) test -count=1 -timeout 150m -v ./test/chaos

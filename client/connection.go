@@ -118,6 +118,7 @@ func Dial(ctx context.Context, addrs []string, opts Options) (*Connection, error
 		direct: sendLinks{routes: make(map[string]route), byAddr: make(map[string]*sendLink), held: make(map[string]*holdBack)},
 	}
 	var errs []string
+	kind := ErrUnavailable
 	for _, addr := range addrs {
 		l, err := c.openPreferred(ctx, addr, 1, "")
 		if err == nil {
@@ -131,9 +132,12 @@ func Dial(ctx context.Context, addrs []string, opts Options) (*Connection, error
 		if errors.Is(err, ErrClientIDInUse) || errors.Is(err, ErrInvalidName) || errors.Is(err, ErrNotAuthenticated) || errors.Is(err, ErrNotAuthorised) || errors.Is(err, ErrInvalidArgument) || ctx.Err() != nil {
 			return nil, err
 		}
+		if errors.Is(err, ErrLimitReached) {
+			kind = ErrLimitReached // another node may have room
+		}
 		errs = append(errs, fmt.Sprintf("%s: %v", addr, err))
 	}
-	return nil, fmt.Errorf("%w: cannot connect to any server (%s)", ErrUnavailable, strings.Join(errs, "; "))
+	return nil, fmt.Errorf("%w: cannot connect to any server (%s)", kind, strings.Join(errs, "; "))
 }
 
 // install makes l the connection's link; c.mu is not held. It reports false,

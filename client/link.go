@@ -257,6 +257,9 @@ func (l *link) lostErr(cause error) error {
 	id, node := l.id, l.node
 	l.mu.Unlock()
 	if errors.As(cause, new(stuckError)) {
+		if id == "" {
+			return fmt.Errorf("cairn: connection to %s refused: %w", l.addr, cause)
+		}
 		return fmt.Errorf("cairn: connection %s to node %s failed, and a reconnect would fail the same way, so it does not reconnect: %w", id, node, cause)
 	}
 	if id == "" {

@@ -50,6 +50,9 @@ type Config struct {
 	// -192 or -256), the same on every node; nil gossips in clear, and a
 	// node without the cluster's key is not heard.
 	GossipKey []byte
+	// OldGossipKeys are keys gossip from other nodes is still read with
+	// while a new GossipKey rolls out (a rotation, docs/security.md).
+	OldGossipKeys [][]byte
 	// TLSCert and TLSKey are this node's certificate, TLSCA the cluster's
 	// CA: together they turn TLS on for every listener (tls.go).
 	// TLSClientCA, if set, is another CA client certificates may be signed
@@ -61,6 +64,9 @@ type Config struct {
 	// MaxSessions and MaxConsumers bound what one client connection holds
 	// (0: DefaultMaxSessions, DefaultMaxConsumers).
 	MaxSessions, MaxConsumers int
+	// MaxConnections bounds the client connections a node serves at once
+	// (0: DefaultMaxConnections).
+	MaxConnections int
 	// MaxProperties bounds the properties of one message (0:
 	// DefaultMaxProperties): each costs memory on every replica beyond its
 	// bytes.
@@ -147,6 +153,10 @@ const (
 	// node's memory at most.
 	DefaultMaxSessions  = 1000
 	DefaultMaxConsumers = 10000
+	// DefaultMaxConnections bounds a node's client connections: each
+	// costs a few goroutines and buffers (tens of KB), so ten thousand
+	// fit well in a node's memory.
+	DefaultMaxConnections = 10000
 	// MaxMaxMessageBytes is the largest --max-message-bytes: a
 	// transaction holds at least one message of the largest size.
 	MaxMaxMessageBytes = frontend.MaxTxBytes
@@ -181,6 +191,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.MaxConnections == 0 {
+		c.MaxConnections = DefaultMaxConnections
 	}
 	if c.MaxSessions == 0 {
 		c.MaxSessions = DefaultMaxSessions
@@ -238,6 +251,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: --snapshot-rate-mib %d: use a number of MiB a second, or -1 for no limit", ErrConfig, c.SnapshotRateMiB)
 	case c.LogStore != "" && c.LogStore != raftgroup.LogStoreBolt && c.LogStore != raftgroup.LogStoreWAL:
 		return fmt.Errorf("%w: --log-store %q: use bolt or wal", ErrConfig, c.LogStore)
+	case c.MaxConnections < 0:
+		return fmt.Errorf("%w: --max-connections %d is negative", ErrConfig, c.MaxConnections)
 	case c.MaxSessions < 0 || c.MaxConsumers < 0:
 		return fmt.Errorf("%w: --max-sessions %d and --max-consumers %d must not be negative", ErrConfig, c.MaxSessions, c.MaxConsumers)
 	case c.MaxProperties < 0:
@@ -252,6 +267,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: --tls-client-ca needs --tls-cert, --tls-key and --tls-ca", ErrConfig)
 	case c.AdminPasswordFile != "" && c.TLSCert == "":
 		return fmt.Errorf("%w: --admin-password-file needs TLS (--tls-cert, --tls-key, --tls-ca): without it the node asks nobody for a password", ErrConfig)
+	case len(c.OldGossipKeys) > 0 && len(c.GossipKey) == 0:
+		return fmt.Errorf("%w: old gossip keys without a current one", ErrConfig)
 	case c.TLSCert != "" && len(c.GossipKey) == 0:
 		return fmt.Errorf("%w: with TLS on, gossip's packets need --gossip-key too (cairn cert gossip-key makes one)", ErrConfig)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cairnmq/cairn/cluster/frontend"
+	"github.com/cairnmq/cairn/test/wait"
 
 	"google.golang.org/grpc"
 
@@ -548,4 +549,26 @@ func TestBadInput_ConnectionLimits(t *testing.T) {
 	if m := recv(t, mustConsumer(t, ctx, first, "c")); string(m.Body) != "x" {
 		t.Fatalf("got %q", m.Body)
 	}
+}
+
+// A node serves at most --max-connections client connections: one more is
+// refused with ErrLimitReached, and taken once another has closed.
+func TestBadInput_NodeConnectionLimit(t *testing.T) {
+	n := startNode(t, TestConfig(t, t.TempDir(), func(c *Config) { c.MaxConnections = 2 }))
+	first := dial(t, n)
+	dial(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := client.Dial(ctx, []string{n.Addrs().Client}, client.Options{})
+	wantErr(t, "a third connection", err, client.ErrLimitReached)
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 10*time.Second, "a connection once another closed", func() bool {
+		c, err := client.Dial(ctx, []string{n.Addrs().Client}, client.Options{})
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
 }

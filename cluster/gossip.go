@@ -101,6 +101,12 @@ func startGossip(n *Node, advertiseHost string) (*gossip, error) {
 	conf.Delegate = g
 	conf.Events = g
 	conf.SecretKey = n.cfg.GossipKey
+	if len(n.cfg.OldGossipKeys) > 0 {
+		// Encrypt with the current key; read with it and the old ones.
+		if conf.Keyring, err = memberlist.NewKeyring(n.cfg.OldGossipKeys, n.cfg.GossipKey); err != nil {
+			return nil, fmt.Errorf("%w: gossip keys: %v", ErrConfig, err)
+		}
+	}
 	if wrap := n.cfg.GossipTransport; wrap != nil || n.tls != nil {
 		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{host}, BindPort: port, Logger: conf.Logger})
 		if err != nil {

@@ -39,3 +39,18 @@ func TestGossip_KeyKeepsStrangersOut(t *testing.T) {
 		return registered("n2") && n1.gossip.alive("n2")
 	})
 }
+
+// A gossip key rotates as Consul's does, through rolling restarts: a node
+// that writes with the new key and still reads the old one gossips with a
+// node that writes with the old one and already reads the new one.
+func TestGossip_KeyRotates(t *testing.T) {
+	oldKey, newKey := bytes.Repeat([]byte{7}, 32), bytes.Repeat([]byte{9}, 32)
+	tc := NewTestCluster(t, 1, func(c *Config) { c.GossipKey, c.OldGossipKeys = oldKey, [][]byte{newKey} })
+	n1 := tc.Node("n1")
+	tc.AddNode(func(c *Config) { c.GossipKey, c.OldGossipKeys = newKey, [][]byte{oldKey} })
+	wait.For(t, 20*time.Second, "a node on the new key registered and alive", func() bool {
+		var ok bool
+		n1.meta.Read(func(m *fsm.Meta) { _, ok = m.Node("n2") })
+		return ok && n1.gossip.alive("n2")
+	})
+}

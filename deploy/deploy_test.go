@@ -12,13 +12,14 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"sigs.k8s.io/yaml"
 )
 
 // manifests decodes every object of cairn.yaml, strictly: an unknown field
 // is an error.
-func manifests(t *testing.T) (sts *appsv1.StatefulSet, svcs map[string]*corev1.Service, pdb *policyv1.PodDisruptionBudget) {
+func manifests(t *testing.T) (sts *appsv1.StatefulSet, svcs map[string]*corev1.Service, pdb *policyv1.PodDisruptionBudget, np *networkingv1.NetworkPolicy) {
 	t.Helper()
 	b, err := os.ReadFile("kubernetes/cairn.yaml")
 	if err != nil {
@@ -42,6 +43,9 @@ func manifests(t *testing.T) (sts *appsv1.StatefulSet, svcs map[string]*corev1.S
 		case "PodDisruptionBudget":
 			pdb = &policyv1.PodDisruptionBudget{}
 			obj = pdb
+		case "NetworkPolicy":
+			np = &networkingv1.NetworkPolicy{}
+			obj = np
 		default:
 			t.Fatalf("document %d: unexpected kind %q", i, head.Kind)
 		}
@@ -49,10 +53,10 @@ func manifests(t *testing.T) (sts *appsv1.StatefulSet, svcs map[string]*corev1.S
 			t.Fatalf("document %d (%s): %v", i, head.Kind, err)
 		}
 	}
-	if sts == nil || pdb == nil {
-		t.Fatal("cairn.yaml lacks the StatefulSet or the PodDisruptionBudget")
+	if sts == nil || pdb == nil || np == nil {
+		t.Fatal("cairn.yaml lacks the StatefulSet, the PodDisruptionBudget or the NetworkPolicy")
 	}
-	return sts, svcs, pdb
+	return sts, svcs, pdb, np
 }
 
 func env(c corev1.Container) map[string]string {
@@ -65,7 +69,7 @@ func env(c corev1.Container) map[string]string {
 
 // The StatefulSet keeps the properties operators rely on.
 func TestKubernetes_StatefulSet(t *testing.T) {
-	sts, svcs, pdb := manifests(t)
+	sts, svcs, pdb, _ := manifests(t)
 	spec := sts.Spec
 	if spec.Replicas == nil || *spec.Replicas != 3 {
 		t.Errorf("replicas %v; want 3", spec.Replicas)
@@ -124,7 +128,7 @@ func TestKubernetes_StatefulSet(t *testing.T) {
 // the same environment variables, node ids cairn-0..2 that are also the
 // hosts' names, advertised and joined by name, three to bootstrap.
 func TestCompose_SameFlagsAsTheStatefulSet(t *testing.T) {
-	sts, _, _ := manifests(t)
+	sts, _, _, _ := manifests(t)
 	k8s := env(sts.Spec.Template.Spec.Containers[0])
 	b, err := os.ReadFile("compose.yaml")
 	if err != nil {
@@ -177,8 +181,52 @@ func TestCompose_SameFlagsAsTheStatefulSet(t *testing.T) {
 				t.Errorf("%s publishes %q beyond 127.0.0.1", name, p)
 			}
 		}
-		if len(s.Volumes) != 1 || !strings.HasSuffix(s.Volumes[0], ":/var/lib/cairn") {
-			t.Errorf("%s: volumes %v; want one for /var/lib/cairn", name, s.Volumes)
+		if len(s.Volumes) != 2 || !strings.HasSuffix(s.Volumes[0], ":/var/lib/cairn") || s.Volumes[1] != "./certs:/etc/cairn:ro" {
+			t.Errorf("%s: volumes %v; want /var/lib/cairn and make certs' files read-only on /etc/cairn", name, s.Volumes)
+		}
+		if e["CAIRN_TLS_CERT"] != "/etc/cairn/"+name+".pem" || e["CAIRN_TLS_KEY"] != "/etc/cairn/"+name+"-key.pem" {
+			t.Errorf("%s: certificate %q, key %q; want its own", name, e["CAIRN_TLS_CERT"], e["CAIRN_TLS_KEY"])
+		}
+	}
+}
+
+// TLS and users are on in the StatefulSet: each pod serves its own
+// certificate from the Secret, the probes speak HTTPS, user admin comes
+// from the Secret, and only Cairn's pods reach the peer, Raft and gossip
+// ports.
+func TestKubernetes_SecuredByDefault(t *testing.T) {
+	sts, _, _, np := manifests(t)
+	pod := sts.Spec.Template.Spec
+	c := pod.Containers[0]
+	e := env(c)
+	for k, want := range map[string]string{
+		"CAIRN_TLS_CERT":            "/etc/cairn/$(POD_NAME).pem",
+		"CAIRN_TLS_KEY":             "/etc/cairn/$(POD_NAME)-key.pem",
+		"CAIRN_TLS_CA":              "/etc/cairn/ca.pem",
+		"CAIRN_GOSSIP_KEY_FILE":     "/etc/cairn/gossip-key",
+		"CAIRN_ADMIN_PASSWORD_FILE": "/etc/cairn/admin-password",
+	} {
+		if e[k] != want {
+			t.Errorf("%s %q; want %q", k, e[k], want)
+		}
+	}
+	if !slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool {
+		return v.Secret != nil && v.Secret.SecretName == "cairn-tls" && v.Secret.DefaultMode != nil && *v.Secret.DefaultMode&0o007 == 0
+	}) {
+		t.Errorf("volumes %+v; want the Secret cairn-tls, unreadable by others", pod.Volumes)
+	}
+	for what, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Scheme != corev1.URISchemeHTTPS {
+			t.Errorf("%s probe %+v; want HTTPS", what, p)
+		}
+	}
+	peerPorts := map[int32]bool{7651: true, 7652: true, 7653: true}
+	for _, rule := range np.Spec.Ingress {
+		nodesOnly := len(rule.From) > 0 && rule.From[0].PodSelector != nil && rule.From[0].PodSelector.MatchLabels["app.kubernetes.io/name"] == "cairn"
+		for _, p := range rule.Ports {
+			if peerPorts[p.Port.IntVal] && !nodesOnly {
+				t.Errorf("port %d is open beyond Cairn's pods", p.Port.IntVal)
+			}
 		}
 	}
 }

@@ -141,6 +141,11 @@ func (cs *Connections) Serve(stream clientpb.ClientService_ConnectServer) error 
 		return transport.Status(fmt.Errorf("%w: node %s is shutting down", transport.ErrNodeStopping, cs.n.ID()))
 	default:
 	}
+	if limit := cs.n.Limits().Connections; len(cs.byID) >= limit {
+		cs.mu.Unlock()
+		cancel()
+		return transport.Status(fmt.Errorf("%w: node %s serves %d client connections, the most it allows (--max-connections); connect to another node or close some", transport.ErrLimitReached, cs.n.ID(), limit))
+	}
 	cs.byID[c.id] = c
 	cs.ending.Add(1)
 	cs.mu.Unlock()

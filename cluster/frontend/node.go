@@ -119,4 +119,7 @@ type Receiver interface {
 type Limits struct {
 	SessionsPerConnection  int
 	ConsumersPerConnection int
+	// Connections bounds the client connections (Connect streams) the
+	// node serves at once.
+	Connections int
 }

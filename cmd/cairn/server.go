@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"log/slog"
 	"os"
@@ -24,6 +25,7 @@ func serverCmd() *cobra.Command {
 		autoRebalance bool
 		logLevel      string
 		logFormat     string
+		gossipKeyFile string
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -44,6 +46,11 @@ SIGTERM or Ctrl-C stops the node gracefully.`,
 				return err
 			}
 			cfg.Logger = log
+			if gossipKeyFile != "" {
+				if cfg.GossipKey, cfg.OldGossipKeys, err = readGossipKeys(gossipKeyFile, cfg.GossipKey); err != nil {
+					return err
+				}
+			}
 			cfg.NoAutoRebalance = !autoRebalance
 			if join != "" {
 				cfg.Join = strings.Split(join, ",")
@@ -103,6 +110,8 @@ SIGTERM or Ctrl-C stops the node gracefully.`,
 	f.StringVar(&cfg.TLSCA, "tls-ca", "", "the cluster's CA certificate (cairn cert ca): verifies the other nodes and client certificates")
 	f.StringVar(&cfg.TLSClientCA, "tls-client-ca", "", "another CA whose client certificates are accepted too")
 	f.StringVar(&cfg.AdminPasswordFile, "admin-password-file", "", "file whose first line is the password of user admin, made with every permission while the cluster has no user (needs TLS)")
+	f.StringVar(&gossipKeyFile, "gossip-key-file", "", "file holding --gossip-key instead of the flag; more lines are old keys still read during a rotation")
+	f.IntVar(&cfg.MaxConnections, "max-connections", cluster.DefaultMaxConnections, "most client connections this node serves at once")
 	f.IntVar(&cfg.MaxSessions, "max-sessions", cluster.DefaultMaxSessions, "most sessions one client connection may have open")
 	f.IntVar(&cfg.MaxConsumers, "max-consumers", cluster.DefaultMaxConsumers, "most consumers one client connection may have open")
 	f.IntVar(&cfg.MaxProperties, "max-properties", cluster.DefaultMaxProperties, "most properties one message may carry")
@@ -111,6 +120,34 @@ SIGTERM or Ctrl-C stops the node gracefully.`,
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	return cmd
+}
+
+// readGossipKeys reads --gossip-key-file: keys, base64 as cairn cert
+// gossip-key prints them, one a line; the first is the current one, the
+// others old ones still read (a rotation).
+func readGossipKeys(file string, given []byte) (key []byte, old [][]byte, err error) {
+	if given != nil {
+		return nil, nil, fmt.Errorf("give --gossip-key or --gossip-key-file, not both")
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--gossip-key-file: %w", err)
+	}
+	for i, line := range strings.Fields(string(b)) {
+		k, err := base64.StdEncoding.DecodeString(line)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--gossip-key-file %s: line %d is not base64 (cairn cert gossip-key makes a key): %v", file, i+1, err)
+		}
+		if i == 0 {
+			key = k
+		} else {
+			old = append(old, k)
+		}
+	}
+	if key == nil {
+		return nil, nil, fmt.Errorf("--gossip-key-file %s holds no key", file)
+	}
+	return key, old, nil
 }
 
 func newLogger(level, format string) (*slog.Logger, error) {

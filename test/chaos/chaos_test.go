@@ -39,6 +39,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/client"
 	"github.com/cairnmq/cairn/test/wait"
 )
 
@@ -86,6 +87,12 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// cairnArgs are the arguments of a cairn command against tg.
+func cairnArgs(t *testing.T, tg target, args ...string) []string {
+	flags, _ := tg.credentials(t)
+	return append(append([]string{"--server", tg.clientAddrs()}, flags...), args...)
+}
+
 // run runs a command bounded to two minutes and returns its output.
 func run(t *testing.T, name string, args ...string) (string, error) {
 	t.Helper()
@@ -113,6 +120,9 @@ func must(t *testing.T, name string, args ...string) string {
 type target interface {
 	// clientAddrs is the --server list for cairn commands.
 	clientAddrs() string
+	// credentials are how a client proves itself to the nodes: cairn's
+	// flags and the Go client's options (none for an open cluster).
+	credentials(t *testing.T) (flags []string, opts client.Options)
 	describe(i int) string
 	kill(t *testing.T, i int)  // SIGKILL
 	start(t *testing.T, i int) // after kill
@@ -164,7 +174,7 @@ type status struct {
 // whose loss costs the most.
 func victim(t *testing.T, tg target, metaLeader bool) int {
 	t.Helper()
-	out, err := run(t, cairnBin, "--server", tg.clientAddrs(), "cluster", "status", "--json")
+	out, err := run(t, cairnBin, cairnArgs(t, tg, "cluster", "status", "--json")...)
 	var st status
 	if err == nil && json.Unmarshal([]byte(out), &st) == nil {
 		for _, n := range st.Nodes {
@@ -184,7 +194,7 @@ func victim(t *testing.T, tg target, metaLeader bool) int {
 // repaired reports whether cluster status says every node is alive and no
 // member is short of replicas that have caught up.
 func repaired(t *testing.T, tg target) bool {
-	out, err := run(t, cairnBin, "--server", tg.clientAddrs(), "cluster", "status", "--json")
+	out, err := run(t, cairnBin, cairnArgs(t, tg, "cluster", "status", "--json")...)
 	var st status
 	if err != nil || json.Unmarshal([]byte(out), &st) != nil || st.UnderReplicated != 0 || len(st.Nodes) != 3 {
 		return false
@@ -329,7 +339,7 @@ type verifyRun struct {
 func startVerify(t *testing.T, tg target, d time.Duration, extra ...string) *verifyRun {
 	t.Helper()
 	v := &verifyRun{args: extra}
-	args := append([]string{"--server", tg.clientAddrs(), "verify", "--duration", d.String(), "--producers", "2", "--consumers", "2", "--json"}, extra...)
+	args := cairnArgs(t, tg, append([]string{"verify", "--duration", d.String(), "--producers", "2", "--consumers", "2", "--json"}, extra...)...)
 	kind := "" // the files of a topics verify beside a queue's are apart
 	if slices.Contains(extra, "--topics") {
 		kind = ".topics"

@@ -2,11 +2,15 @@ package chaos
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/client"
 	"github.com/cairnmq/cairn/test/wait"
+	"github.com/cairnmq/cairn/transport/certs"
 )
 
 const project = "cairn-chaos"
@@ -27,6 +31,22 @@ const network = project + "_cairn"
 // clientAddrs are the compose cluster's client ports on this host.
 func (composeCluster) clientAddrs() string {
 	return "127.0.0.1:7650,127.0.0.1:7660,127.0.0.1:7670"
+}
+
+// credentials are make certs' files: the CA and user admin's password.
+func (composeCluster) credentials(t *testing.T) ([]string, client.Options) {
+	dir := filepath.Join(root, "deploy", "certs")
+	ca, pwFile := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "admin-password")
+	tc, err := certs.ClientTLS(ca, "", "")
+	if err != nil {
+		t.Fatalf("the compose cluster's CA (make certs): %v", err)
+	}
+	pw, err := os.ReadFile(pwFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []string{"--tls-ca", ca, "--user", "admin", "--password-file", pwFile},
+		client.Options{TLS: tc, User: "admin", Password: strings.TrimSpace(string(pw))}
 }
 
 func (composeCluster) describe(i int) string { return "container " + container(i) }

@@ -46,7 +46,8 @@ func idleName(i int) string { return fmt.Sprintf("idle-%d", i) }
 
 func admin(t *testing.T, tg target) *client.Admin {
 	t.Helper()
-	a, err := client.NewAdmin(strings.Split(tg.clientAddrs(), ","))
+	_, o := tg.credentials(t)
+	a, err := client.NewAdmin(strings.Split(tg.clientAddrs(), ","), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,9 @@ func sendIdle(t *testing.T, tg target, addrs []string, workers int, deadline tim
 	defer cancel()
 	// Forwarded by the node the connection is on, so that a send waits for
 	// the member's new host and not for the client to find it.
-	conn, err := client.Dial(ctx, strings.Split(tg.clientAddrs(), ","), client.Options{NoDirectSends: true})
+	_, o := tg.credentials(t)
+	o.NoDirectSends = true
+	conn, err := client.Dial(ctx, strings.Split(tg.clientAddrs(), ","), o)
 	if err != nil {
 		t.Fatal(err)
 	}

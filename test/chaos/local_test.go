@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnmq/cairn/client"
 	"github.com/cairnmq/cairn/test/wait"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
@@ -287,6 +288,11 @@ func (c *localCluster) stopAll() {
 	for i := range c.nodes {
 		c.stop(i, syscall.SIGTERM, 10*time.Second)
 	}
+}
+
+// credentials: the local processes run open, as make run's do.
+func (c *localCluster) credentials(*testing.T) ([]string, client.Options) {
+	return nil, client.Options{}
 }
 
 func (c *localCluster) clientAddrs() string {
