@@ -159,7 +159,7 @@ to take a live node out, run 'cairn node leave --decommission' against it.`,
 			})
 		},
 	})
-	cmd.AddCommand(nodeLeaveCmd())
+	cmd.AddCommand(nodeLeaveCmd(), nodeRecoverMetaCmd())
 	return cmd
 }
 
