@@ -42,6 +42,7 @@ func (s *syncBuffer) String() string {
 // applies to open connections at once; every administrative call and
 // every refusal is in the audit log.
 func TestAuth_UsersDoWhatTheirGrantsSay(t *testing.T) {
+	t.Parallel() // waits more than it computes; changes no package variable
 	p := newTestPKI(t)
 	var logs syncBuffer
 	n := startNode(t, TestConfig(t, t.TempDir(), p.node, func(c *Config) {
@@ -176,6 +177,7 @@ func TestAuth_UsersDoWhatTheirGrantsSay(t *testing.T) {
 
 // The gRPC health service answers probes without credentials.
 func TestAuth_HealthNeedsNoCredentials(t *testing.T) {
+	t.Parallel() // waits more than it computes; changes no package variable
 	p := newTestPKI(t)
 	n := startNode(t, TestConfig(t, t.TempDir(), p.node))
 	cc, err := grpc.NewClient(n.Addrs().Client, grpc.WithTransportCredentials(credentials.NewTLS(clientOptions(t, n).TLS)))

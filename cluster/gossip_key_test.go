@@ -44,6 +44,7 @@ func TestGossip_KeyKeepsStrangersOut(t *testing.T) {
 // that writes with the new key and still reads the old one gossips with a
 // node that writes with the old one and already reads the new one.
 func TestGossip_KeyRotates(t *testing.T) {
+	t.Parallel() // waits more than it computes; changes no package variable
 	oldKey, newKey := bytes.Repeat([]byte{7}, 32), bytes.Repeat([]byte{9}, 32)
 	tc := NewTestCluster(t, 1, func(c *Config) { c.GossipKey, c.OldGossipKeys = oldKey, [][]byte{newKey} })
 	n1 := tc.Node("n1")

@@ -102,6 +102,7 @@ func (p *testPKI) user(name string) *tls.Config {
 // the peer API refuses a user's certificate; a node whose certificate
 // another CA signed is never registered, though it has the gossip key.
 func TestTLS_TheClusterSpeaksTLSOnly(t *testing.T) {
+	t.Parallel() // waits more than it computes; changes no package variable
 	p := newTestPKI(t)
 	tc := NewTestCluster(t, 3, p.node)
 	for _, id := range tc.IDs() {
@@ -174,6 +175,7 @@ func TestTLS_TheClusterSpeaksTLSOnly(t *testing.T) {
 // A node started with another node's certificate, or without the gossip
 // key TLS needs, is refused before it binds anything.
 func TestTLS_ConfigRefusals(t *testing.T) {
+	t.Parallel() // waits more than it computes; changes no package variable
 	p := newTestPKI(t)
 	for what, c := range map[string]func(*Config){
 		"another node's certificate": func(c *Config) {
@@ -200,6 +202,7 @@ func TestTLS_ConfigRefusals(t *testing.T) {
 // RemoveNode of a live node that comes to it from another node, and the
 // node stays registered.
 func TestPeerAPI_RefusesWhatTheClientAPIRefuses(t *testing.T) {
+	t.Parallel() // waits more than it computes; changes no package variable
 	tc := NewTestCluster(t, 3)
 	leader := tc.MetaLeader()
 	victim := tc.Others(leader)[0]

@@ -18,6 +18,8 @@ type cluster struct {
 	procs   []*exec.Cmd
 	clients []string
 	ready   []string // /readyz URLs, when the servers have them
+	// secured is what --tls adds (nil without it).
+	secured *securedCluster
 }
 
 func (c *cluster) stop() {
@@ -77,6 +79,11 @@ func startCairn(dir string) (*cluster, error) {
 		return nil, err
 	}
 	c := &cluster{}
+	if *tlsOn {
+		if c.secured, err = secure(filepath.Join(dir, "certs"), []string{"n1", "n2", "n3"}); err != nil {
+			return nil, err
+		}
+	}
 	var join []string
 	for i := range 3 {
 		join = append(join, addr(ports[i*5+3]))
@@ -85,10 +92,13 @@ func startCairn(dir string) (*cluster, error) {
 		p := ports[i*5 : i*5+5]
 		id := fmt.Sprintf("n%d", i+1)
 		c.clients = append(c.clients, addr(p[0]))
-		c.ready = append(c.ready, "http://"+addr(p[4])+"/readyz")
+		c.ready = append(c.ready, c.secured.readyURL(addr(p[4])))
 		args := append([]string{"server", "--node-id", id, "--data-dir", filepath.Join(dir, id),
 			"--bootstrap-expect", "3", "--join", strings.Join(join, ","), "--client-addr", addr(p[0]), "--peer-addr", addr(p[1]),
 			"--raft-addr", addr(p[2]), "--gossip-addr", addr(p[3]), "--http-addr", addr(p[4]), "--log-level", "warn"}, strings.Fields(*serverFlags)...)
+		if c.secured != nil {
+			args = append(args, c.secured.nodeFlags(id)...)
+		}
 		if err := c.start(filepath.Join(dir, id+".log"), *cairnBin, args...); err != nil {
 			c.stop()
 			return nil, err
@@ -97,7 +107,7 @@ func startCairn(dir string) (*cluster, error) {
 	deadline := time.Now().Add(60 * time.Second)
 	for _, u := range c.ready {
 		for {
-			resp, err := http.Get(u)
+			resp, err := c.secured.get(u)
 			if err == nil {
 				resp.Body.Close()
 				if resp.StatusCode == http.StatusOK {
@@ -110,6 +120,10 @@ func startCairn(dir string) (*cluster, error) {
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
+	}
+	if err := c.secured.waitAdmin(c.clients); err != nil {
+		c.stop()
+		return nil, err
 	}
 	return c, nil
 }

@@ -378,7 +378,11 @@ type benchJSON struct {
 }
 
 func cairnBench(c *cluster, args []string) (benchJSON, error) {
-	args = append([]string{"--server", strings.Join(c.clients, ","), "bench", "--json", "--size", "1024"}, args...) // a later --size wins
+	var auth []string
+	if c.secured != nil {
+		auth = c.secured.cliFlags
+	}
+	args = append(append(append([]string{"--server", strings.Join(c.clients, ",")}, auth...), "bench", "--json", "--size", "1024"), args...) // a later --size wins
 	out, err := exec.Command(*cairnBin, args...).Output()
 	var res benchJSON
 	if err != nil {
