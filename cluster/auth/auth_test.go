@@ -106,3 +106,29 @@ func FuzzAuthenticate(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkAuthenticate: a password's first check (bcrypt) and the ones
+// after it (remembered).
+func BenchmarkAuthenticate(b *testing.B) {
+	ctx := basic("app", "app-password")
+	b.Run("first", func(b *testing.B) {
+		a := testAuthenticator(b)
+		for b.Loop() {
+			clear(a.verified)
+			if _, err := a.Authenticate(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("remembered", func(b *testing.B) {
+		a := testAuthenticator(b)
+		if _, err := a.Authenticate(ctx); err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			if _, err := a.Authenticate(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
