@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/cairnmq/cairn/transport/clientpb"
 )
@@ -86,4 +87,20 @@ func userFromWire(u *clientpb.UserInfo) UserInfo {
 		info.Grants = append(info.Grants, Grant{Pattern: g.Pattern, Actions: g.Actions})
 	}
 	return info
+}
+
+// ChangeGrants replaces a user's grants with what change makes of them
+// (cairn user permit and revoke). Two changes of one user at once may
+// lose one: they read and write the whole list.
+func (a *Admin) ChangeGrants(ctx context.Context, name string, change func([]Grant) []Grant) (UserInfo, error) {
+	users, err := a.ListUsers(ctx)
+	if err != nil {
+		return UserInfo{}, err
+	}
+	for _, u := range users {
+		if u.Name == name {
+			return a.SetGrants(ctx, name, change(u.Grants))
+		}
+	}
+	return UserInfo{}, fmt.Errorf("%w: %q", ErrUnknownUser, name)
 }

@@ -3,6 +3,7 @@ package test
 import (
 	"crypto/x509"
 	"encoding/pem"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -115,8 +116,10 @@ func TestCLITLS(t *testing.T) {
 		return cli(t, asAdmin, append(srv, "queue", "create", "secure")...).code == 0
 	})
 	mustOK(t, asAdmin, append(srv, "send", "secure", "--count", "3", "--body", "x")...)
-	mustOK(t, asAdmin, append(srv, "user", "create", "app", "--new-password-file", secret("app-password", "the-app-password"), "--grant", "secure=send")...)
-	mustOK(t, asAdmin, append(srv, "user", "create", "alice", "--grant", "secure=receive,browse")...)
+	mustOK(t, asAdmin, append(srv, "user", "create", "app", "--password-file", secret("app-password", "the-app-password"), "--permit", "send:secure", "--permit", "manage:other")...)
+	mustOK(t, asAdmin, append(srv, "user", "create", "alice", "--permit", "receive:secure", "--permit", "browse:secure")...)
+	mustOK(t, asAdmin, append(srv, "user", "revoke", "app", "manage:other")...)
+	mustOK(t, asAdmin, append(srv, "user", "permit", "app", "browse:secure")...)
 	users := jsonObject(t, mustOK(t, asAdmin, append(srv, "user", "list", "--json")...).stdout)
 	if list, _ := users["users"].([]any); len(list) != 3 {
 		t.Errorf("user list --json: %v; want admin, alice and app", users)
@@ -131,8 +134,11 @@ func TestCLITLS(t *testing.T) {
 	}
 	asApp := []string{"CAIRN_TLS_CA=" + ca, "CAIRN_USER=app", "CAIRN_PASSWORD=the-app-password"}
 	mustOK(t, asApp, append(srv, "send", "secure", "--body", "y")...)
-	if line, r := mustFail(t, asApp, append(srv, "queue", "purge", "secure")...); r.code != 4 || !strings.Contains(line, "not authorised") {
-		t.Errorf("app's purge: exit %d, %s; want exit 4, not authorised", r.code, line)
+	if line, r := mustFail(t, asApp, append(srv, "queue", "purge", "secure")...); r.code != 4 || !strings.Contains(line, "not authorised: manage on secure") {
+		t.Errorf("app's purge: exit %d, %s; want exit 4, not authorised: manage on secure", r.code, line)
+	}
+	if app := jsonObject(t, mustOK(t, asAdmin, append(srv, "user", "list", "--json")...).stdout); !strings.Contains(fmt.Sprint(app), "[map[actions:[send browse] pattern:secure]]") {
+		t.Errorf("app after permit browse and revoke manage: %v", app)
 	}
 	if line, r := mustFail(t, []string{"CAIRN_TLS_CA=" + ca}, append(srv, "queue", "list")...); r.code != 3 || !strings.Contains(line, "--user") {
 		t.Errorf("no credentials: exit %d, %s; want exit 3, naming --user", r.code, line)

@@ -169,9 +169,9 @@ func (a *Authenticator) Authorize(ctx context.Context, act fsm.Action, dest stri
 	}
 	if !fsm.Allows(u.Grants, act, dest) {
 		if act == fsm.ActionAdmin {
-			return fmt.Errorf("%w: user %q may not administer the cluster (it needs the admin permission)", transport.ErrNotAuthorised, id.Name)
+			return fmt.Errorf("%w: admin on the cluster (user %s is not permitted it: cairn user permit %s admin:*)", transport.ErrNotAuthorised, id.Name, id.Name)
 		}
-		return fmt.Errorf("%w: user %q may not %s %q", transport.ErrNotAuthorised, id.Name, strings.Join(act.Names(), ","), dest)
+		return fmt.Errorf("%w: %s on %s (user %s is not permitted it)", transport.ErrNotAuthorised, strings.Join(act.Names(), ","), dest, id.Name)
 	}
 	return nil
 }

@@ -46,8 +46,11 @@ func clientOptions(cmd *cobra.Command) (client.Options, error) {
 		return client.Options{}, err
 	}
 	o := client.Options{TLS: t}
-	o.User, _ = cmd.Flags().GetString("user")
-	file, _ := cmd.Flags().GetString("password-file")
+	// The root's flags: cairn user create and passwd have a --password-file
+	// of their own, the new password.
+	root := cmd.Root().PersistentFlags()
+	o.User, _ = root.GetString("user")
+	file, _ := root.GetString("password-file")
 	switch {
 	case o.User == "" && file != "":
 		return o, fmt.Errorf("%w: --password-file needs --user", client.ErrInvalidArgument)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -16,59 +17,66 @@ func userCmd() *cobra.Command {
 		Short: "Create, list, change and delete the users clients authenticate as",
 		Long: `Users are the identities clients of a node serving TLS authenticate as: by
 password, or by a client certificate naming them (cairn cert client). Each
-may do what its grants say: --grant PATTERN=ACTIONS, where PATTERN is a
-destination name, a prefix such as orders.* or * for all, and ACTIONS are
-send, receive, browse, manage (create, update, purge, delete), admin (nodes,
-connections, users) or all, comma-separated. These commands need the admin
-permission: authenticate with --user and --password-file (yours, not the
-new user's, which --new-password-file gives).`,
+may do what it is permitted: ACTION:PATTERN, where ACTION is send, receive,
+browse, manage (create, update, purge, delete) or admin (nodes,
+connections, users; whatever the pattern), or all, and PATTERN is a
+destination name, a prefix ending in * (orders.*) or * for all.
+
+These commands need the admin permission. On create and passwd,
+--password-file is the user's new password: authenticate yourself with
+CAIRN_USER and CAIRN_PASSWORD_FILE (or CAIRN_PASSWORD) there.`,
 	}
-	cmd.AddCommand(userCreateCmd(), userPasswdCmd(), userGrantCmd(), userDeleteCmd(), userListCmd())
+	cmd.AddCommand(userCreateCmd(), userPasswdCmd(), userPermitCmd(true), userPermitCmd(false), userDeleteCmd(), userListCmd())
 	return cmd
 }
 
 func userCreateCmd() *cobra.Command {
 	var (
 		passwordFile string
-		grants       []string
+		permits      []string
 	)
 	create := &cobra.Command{
-		Use:   "create NAME",
-		Short: "Make a user (with --new-password-file, or known by its client certificate only)",
+		Use:   "create NAME [--password-file F] [--permit ACTION:PATTERN]...",
+		Short: "Make a user (with --password-file, or known by its client certificate only)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			gs, err := parseGrants(grants)
-			if err != nil {
-				return err
+			var gs []client.Grant
+			for _, p := range permits {
+				g, err := parsePermit(p)
+				if err != nil {
+					return err
+				}
+				gs = addPermit(gs, g)
 			}
 			password := ""
 			if passwordFile != "" {
-				if password, err = readSecretFile("--new-password-file", passwordFile); err != nil {
+				var err error
+				if password, err = readSecretFile("--password-file", passwordFile); err != nil {
 					return err
 				}
 			}
 			return withAdmin(cmd, func(ctx context.Context, a *client.Admin) error {
 				u, err := a.CreateUser(ctx, args[0], password, gs)
 				if err == nil {
-					fmt.Fprintf(cmd.OutOrStdout(), "created user %s (%s)\n", u.Name, describeGrants(u.Grants))
+					fmt.Fprintf(cmd.OutOrStdout(), "created user %s, permitted %s\n", u.Name, describeGrants(u.Grants))
 				}
 				return err
 			})
 		},
 	}
-	create.Flags().StringVar(&passwordFile, "new-password-file", "", "file whose first line is the new user's password")
-	create.Flags().StringArrayVar(&grants, "grant", nil, "PATTERN=ACTIONS the user may do (repeatable), e.g. 'orders.*=send,receive'")
+	create.Flags().StringVar(&passwordFile, "password-file", "", "file whose first line is the new user's password")
+	create.Flags().StringArrayVar(&permits, "permit", nil, "ACTION:PATTERN the user may do (repeatable), e.g. send:orders.*")
 	return create
 }
 
 func userPasswdCmd() *cobra.Command {
 	var passwordFile string
 	passwd := &cobra.Command{
-		Use:   "passwd NAME --new-password-file F",
+		Use:   "passwd NAME --password-file F",
 		Short: "Change a user's password",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			password, err := readSecretFile("--new-password-file", passwordFile)
+			password, err := readSecretFile("--password-file", passwordFile)
 			if err != nil {
 				return err
 			}
@@ -81,33 +89,40 @@ func userPasswdCmd() *cobra.Command {
 			})
 		},
 	}
-	passwd.Flags().StringVar(&passwordFile, "new-password-file", "", "file whose first line is the new password")
-	_ = passwd.MarkFlagRequired("new-password-file")
+	passwd.Flags().StringVar(&passwordFile, "password-file", "", "file whose first line is the user's new password")
+	_ = passwd.MarkFlagRequired("password-file")
 	return passwd
 }
 
-func userGrantCmd() *cobra.Command {
-	var grants []string
-	grant := &cobra.Command{
-		Use:   "grant NAME --grant PATTERN=ACTIONS...",
-		Short: "Replace what a user may do",
-		Args:  cobra.ExactArgs(1),
+// userPermitCmd is cairn user permit (add) or revoke.
+func userPermitCmd(add bool) *cobra.Command {
+	use, short, done := "revoke", "Take an action on a pattern away from a user", "revoked"
+	if add {
+		use, short, done = "permit", "Let a user do an action on a pattern", "permitted"
+	}
+	return &cobra.Command{
+		Use:   use + " NAME ACTION:PATTERN",
+		Short: short,
+		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			gs, err := parseGrants(grants)
+			g, err := parsePermit(args[1])
 			if err != nil {
 				return err
 			}
 			return withAdmin(cmd, func(ctx context.Context, a *client.Admin) error {
-				u, err := a.SetGrants(ctx, args[0], gs)
+				u, err := a.ChangeGrants(ctx, args[0], func(gs []client.Grant) []client.Grant {
+					if add {
+						return addPermit(gs, g)
+					}
+					return removePermit(gs, g)
+				})
 				if err == nil {
-					fmt.Fprintf(cmd.OutOrStdout(), "user %s may now %s\n", u.Name, describeGrants(u.Grants))
+					fmt.Fprintf(cmd.OutOrStdout(), "%s %s to user %s, now permitted %s\n", done, args[1], u.Name, describeGrants(u.Grants))
 				}
 				return err
 			})
 		},
 	}
-	grant.Flags().StringArrayVar(&grants, "grant", nil, "PATTERN=ACTIONS the user may do (repeatable); none: nothing")
-	return grant
 }
 
 func userDeleteCmd() *cobra.Command {
@@ -131,9 +146,9 @@ func userListCmd() *cobra.Command {
 	var asJSON bool
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List the users and their grants",
-		Long: `List the users and their grants. With --json it prints one object:
-{"users":[{"name","has_password","grants":[{"pattern","actions"}]}]}.`,
+		Short: "List the users and what they are permitted",
+		Long: `List the users and what they are permitted. With --json it prints one
+object: {"users":[{"name","has_password","grants":[{"pattern","actions"}]}]}.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withAdmin(cmd, func(ctx context.Context, a *client.Admin) error {
@@ -146,7 +161,7 @@ func userListCmd() *cobra.Command {
 						Users []client.UserInfo `json:"users"`
 					}{users})
 				}
-				t := newTable(cmd.OutOrStdout(), "NAME", "PASSWORD", "GRANTS")
+				t := newTable(cmd.OutOrStdout(), "NAME", "PASSWORD", "PERMITTED")
 				for _, u := range users {
 					t.row(u.Name, u.HasPassword, describeGrants(u.Grants))
 				}
@@ -158,27 +173,60 @@ func userListCmd() *cobra.Command {
 	return list
 }
 
-// parseGrants reads --grant PATTERN=ACTIONS flags; the node checks the
-// pattern and the actions' names.
-func parseGrants(flags []string) ([]client.Grant, error) {
-	out := []client.Grant{}
-	for _, f := range flags {
-		pattern, actions, ok := strings.Cut(f, "=")
-		if !ok || pattern == "" || actions == "" {
-			return nil, fmt.Errorf("%w: --grant %q: use PATTERN=ACTIONS, e.g. 'orders.*=send,receive'", client.ErrInvalidArgument, f)
-		}
-		out = append(out, client.Grant{Pattern: pattern, Actions: strings.Split(actions, ",")})
+// parsePermit reads ACTION:PATTERN; the node checks the action's name and
+// the pattern.
+func parsePermit(s string) (client.Grant, error) {
+	action, pattern, ok := strings.Cut(s, ":")
+	if !ok || action == "" || pattern == "" {
+		return client.Grant{}, fmt.Errorf("%w: %q: use ACTION:PATTERN, e.g. send:orders.*", client.ErrInvalidArgument, s)
 	}
-	return out, nil
+	return client.Grant{Pattern: pattern, Actions: []string{action}}, nil
+}
+
+// addPermit adds g's action to the grant on its pattern.
+func addPermit(gs []client.Grant, g client.Grant) []client.Grant {
+	for i := range gs {
+		if gs[i].Pattern == g.Pattern {
+			if !slices.Contains(gs[i].Actions, g.Actions[0]) {
+				gs[i].Actions = append(gs[i].Actions, g.Actions[0])
+			}
+			return gs
+		}
+	}
+	return append(gs, g)
+}
+
+// removePermit takes g's action from the grant on its pattern ("all" takes
+// every action), dropping a grant left with none.
+func removePermit(gs []client.Grant, g client.Grant) []client.Grant {
+	out := gs[:0]
+	for _, have := range gs {
+		if have.Pattern == g.Pattern {
+			if g.Actions[0] == "all" {
+				continue
+			}
+			have.Actions = slices.DeleteFunc(have.Actions, func(a string) bool { return a == g.Actions[0] })
+			if slices.Contains(have.Actions, "all") {
+				have.Actions = slices.DeleteFunc([]string{"send", "receive", "browse", "manage", "admin"}, func(a string) bool { return a == g.Actions[0] })
+			}
+			if len(have.Actions) == 0 {
+				continue
+			}
+		}
+		out = append(out, have)
+	}
+	return out
 }
 
 func describeGrants(gs []client.Grant) string {
 	if len(gs) == 0 {
 		return "nothing"
 	}
-	parts := make([]string, len(gs))
-	for i, g := range gs {
-		parts[i] = g.Pattern + "=" + strings.Join(g.Actions, ",")
+	var parts []string
+	for _, g := range gs {
+		for _, a := range g.Actions {
+			parts = append(parts, a+":"+g.Pattern)
+		}
 	}
 	return strings.Join(parts, " ")
 }
