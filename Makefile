@@ -11,7 +11,7 @@ IMAGE     ?= cairn:dev
 IMAGE_CTX := .image
 COMPOSE   ?= docker-compose
 
-.PHONY: build run test test-short bench bench-compare chaos-local lint proto clean image certs cluster-up cluster-down chaos chaos-long raft-upstream
+.PHONY: build run test test-short fuzz bench bench-compare chaos-local lint proto clean image certs cluster-up cluster-down chaos chaos-long raft-upstream
 
 build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/cairn
@@ -32,6 +32,12 @@ test:
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -p 2 -timeout 20m $(PKGS)
 	$(GO) test -count=1 -timeout 10m -run 'TestLarge_' ./cluster/
+
+# fuzz runs every fuzz target for FUZZTIME each (make test runs their seed
+# corpora only): the decoders of what comes from the network and the disk.
+FUZZTIME ?= 30s
+fuzz:
+	scripts/fuzz.sh $(FUZZTIME)
 
 test-short:
 	$(GO) test -short -count=1 $(PKGS)
