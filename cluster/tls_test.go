@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -154,6 +155,31 @@ func TestTLS_TheClusterSpeaksTLSOnly(t *testing.T) {
 		if err == nil {
 			t.Errorf("the peer API answered a caller with %s", what)
 		}
+	}
+
+	// The Raft port: a user's certificate, or a stranger in clear, gets
+	// nothing but the connection's end.
+	for what, dial := range map[string]func() (net.Conn, error){
+		"a user's certificate": func() (net.Conn, error) {
+			cfg := p.user("bob")
+			cfg.InsecureSkipVerify = true // the node is not what is tested
+			return tls.Dial("tcp", n1.Addrs().Raft, cfg)
+		},
+		"no TLS": func() (net.Conn, error) { return net.Dial("tcp", n1.Addrs().Raft) },
+	} {
+		conn, err := dial()
+		if err != nil {
+			// A TLS 1.3 client ends its handshake before the server
+			// has checked its certificate: the port must speak TLS.
+			t.Errorf("the Raft port with %s: %v", what, err)
+			continue
+		}
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		_, _ = conn.Write([]byte("\x01meta\x00\x00\x00\x00"))
+		if n, err := conn.Read(make([]byte, 64)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("the Raft port answered a caller with %s: %d bytes, %v", what, n, err)
+		}
+		conn.Close()
 	}
 
 	other := newTestPKI(t)
