@@ -127,6 +127,11 @@ func TestAuth_UsersDoWhatTheirGrantsSay(t *testing.T) {
 	refused("a list of users", err)
 	_, err = app.CreateQueue(ctx, "orders.us", client.QueueOptions{})
 	refused("a create of orders.us", err)
+	_, err = mustProducer(t, s, "orders.new").Send(ctx, &client.Message{Body: []byte("would make it")})
+	refused("a send making orders.new on first use", err)
+	if _, err := root.ShowQueue(ctx, "orders.new"); !errors.Is(err, client.ErrUnknownDestination) {
+		t.Errorf("orders.new after the refused send: %v; want ErrUnknownDestination", err)
+	}
 	if qs, err := app.ListQueues(ctx); err != nil || len(qs) != 1 || qs[0].Name != "billing" {
 		t.Errorf("app lists %v, %v; want billing alone", qs, err)
 	}

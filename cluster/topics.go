@@ -37,8 +37,14 @@ const subscriptionForwardDelay = 100 * time.Millisecond
 // resolveKind is resolve for an address that must be a destination of
 // kind k, created with the defaults (auto-create allowing) when missing.
 func (n *Node) resolveKind(ctx context.Context, name string, k fsmpb.DestinationKind) (*fsmpb.Destination, error) {
-	if _, ok := n.meta.Destination(name); !ok && n.cfg.NoAutoCreate {
-		return nil, fmt.Errorf("%w: %q does not exist and this node does not create destinations on first use (--no-auto-create); create it with: cairn %s create %s", transport.ErrUnknownDestination, name, kindWord(k), name)
+	if _, ok := n.meta.Destination(name); !ok {
+		if n.cfg.NoAutoCreate {
+			return nil, fmt.Errorf("%w: %q does not exist and this node does not create destinations on first use (--no-auto-create); create it with: cairn %s create %s", transport.ErrUnknownDestination, name, kindWord(k), name)
+		}
+		// Made on first use only for a caller that may make it.
+		if err := (clientAPI{n}).Authorize(ctx, fsm.ActionManage, name); err != nil {
+			return nil, fmt.Errorf("%w (%s does not exist, and a first use makes it only for a user permitted manage on it)", err, name)
+		}
 	}
 	d, err := n.ensureKind(ctx, name, k)
 	if err != nil {
