@@ -24,7 +24,7 @@ func (b clientAPI) Logger() *slog.Logger     { return b.n.log }
 func (b clientAPI) Stopped() <-chan struct{} { return b.n.stopped }
 func (b clientAPI) MaxWire() int             { return b.n.maxWire() }
 func (b clientAPI) Limits() frontend.Limits {
-	return frontend.Limits{SessionsPerConnection: b.n.cfg.MaxSessions, ConsumersPerConnection: b.n.cfg.MaxConsumers, Connections: b.n.cfg.MaxConnections}
+	return frontend.Limits{SessionsPerConnection: b.n.cfg.MaxSessions, ConsumersPerConnection: b.n.cfg.MaxConsumers, Connections: b.n.cfg.MaxConnections, ConnectionsPerHost: b.n.cfg.MaxConnectionsPerHost}
 }
 func (b clientAPI) ClientAddrs() []string { return b.n.clientAddrs() }
 

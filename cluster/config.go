@@ -64,9 +64,9 @@ type Config struct {
 	// MaxSessions and MaxConsumers bound what one client connection holds
 	// (0: DefaultMaxSessions, DefaultMaxConsumers).
 	MaxSessions, MaxConsumers int
-	// MaxConnections bounds the client connections a node serves at once
-	// (0: DefaultMaxConnections).
-	MaxConnections int
+	// MaxConnections bounds the client connections a node serves at once,
+	// MaxConnectionsPerHost those from one client host (0: the defaults).
+	MaxConnections, MaxConnectionsPerHost int
 	// MaxProperties bounds the properties of one message (0:
 	// DefaultMaxProperties): each costs memory on every replica beyond its
 	// bytes.
@@ -157,6 +157,10 @@ const (
 	// costs a few goroutines and buffers (tens of KB), so ten thousand
 	// fit well in a node's memory.
 	DefaultMaxConnections = 10000
+	// DefaultMaxConnectionsPerHost bounds those from one client host: an
+	// application server opens tens to hundreds; one host cannot take
+	// all the others' room.
+	DefaultMaxConnectionsPerHost = 1000
 	// MaxMaxMessageBytes is the largest --max-message-bytes: a
 	// transaction holds at least one message of the largest size.
 	MaxMaxMessageBytes = frontend.MaxTxBytes
@@ -194,6 +198,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxConnections == 0 {
 		c.MaxConnections = DefaultMaxConnections
+	}
+	if c.MaxConnectionsPerHost == 0 {
+		c.MaxConnectionsPerHost = DefaultMaxConnectionsPerHost
 	}
 	if c.MaxSessions == 0 {
 		c.MaxSessions = DefaultMaxSessions
@@ -251,8 +258,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: --snapshot-rate-mib %d: use a number of MiB a second, or -1 for no limit", ErrConfig, c.SnapshotRateMiB)
 	case c.LogStore != "" && c.LogStore != raftgroup.LogStoreBolt && c.LogStore != raftgroup.LogStoreWAL:
 		return fmt.Errorf("%w: --log-store %q: use bolt or wal", ErrConfig, c.LogStore)
-	case c.MaxConnections < 0:
-		return fmt.Errorf("%w: --max-connections %d is negative", ErrConfig, c.MaxConnections)
+	case c.MaxConnections < 0 || c.MaxConnectionsPerHost < 0:
+		return fmt.Errorf("%w: --max-connections %d and --max-connections-per-host %d must not be negative", ErrConfig, c.MaxConnections, c.MaxConnectionsPerHost)
 	case c.MaxSessions < 0 || c.MaxConsumers < 0:
 		return fmt.Errorf("%w: --max-sessions %d and --max-consumers %d must not be negative", ErrConfig, c.MaxSessions, c.MaxConsumers)
 	case c.MaxProperties < 0:

@@ -551,24 +551,35 @@ func TestBadInput_ConnectionLimits(t *testing.T) {
 	}
 }
 
-// A node serves at most --max-connections client connections: one more is
-// refused with ErrLimitReached, and taken once another has closed.
-func TestBadInput_NodeConnectionLimit(t *testing.T) {
-	n := startNode(t, TestConfig(t, t.TempDir(), func(c *Config) { c.MaxConnections = 2 }))
-	first := dial(t, n)
-	dial(t, n)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err := client.Dial(ctx, []string{n.Addrs().Client}, client.Options{})
-	wantErr(t, "a third connection", err, client.ErrLimitReached)
-	if err := first.Close(); err != nil {
-		t.Fatal(err)
+// A node serves at most --max-connections client connections, and at most
+// --max-connections-per-host from one host: one more is refused with
+// ErrLimitReached, naming the limit, and taken once another has closed.
+func TestBadInput_NodeConnectionLimits(t *testing.T) {
+	for flag, limit := range map[string]func(*Config){
+		"--max-connections":          func(c *Config) { c.MaxConnections = 2 },
+		"--max-connections-per-host": func(c *Config) { c.MaxConnectionsPerHost = 2 },
+	} {
+		t.Run(flag, func(t *testing.T) {
+			n := startNode(t, TestConfig(t, t.TempDir(), limit))
+			first := dial(t, n)
+			dial(t, n)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := client.Dial(ctx, []string{n.Addrs().Client}, client.Options{})
+			wantErr(t, "a third connection", err, client.ErrLimitReached)
+			if err != nil && !strings.Contains(err.Error(), flag+")") {
+				t.Errorf("the refusal does not name %s: %v", flag, err)
+			}
+			if err := first.Close(); err != nil {
+				t.Fatal(err)
+			}
+			wait.For(t, 10*time.Second, "a connection once another closed", func() bool {
+				c, err := client.Dial(ctx, []string{n.Addrs().Client}, client.Options{})
+				if err == nil {
+					c.Close()
+				}
+				return err == nil
+			})
+		})
 	}
-	wait.For(t, 10*time.Second, "a connection once another closed", func() bool {
-		c, err := client.Dial(ctx, []string{n.Addrs().Client}, client.Options{})
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -28,15 +29,17 @@ const (
 
 // Connections is the front-end's registry of client connections.
 type Connections struct {
-	n      Node
-	mu     sync.Mutex
-	byID   map[string]*connection
+	n    Node
+	mu   sync.Mutex
+	byID map[string]*connection
+	// byHost counts the connections from each client host.
+	byHost map[string]int
 	ending sync.WaitGroup
 }
 
 // NewConnections is the registry of the client connections node n serves.
 func NewConnections(n Node) *Connections {
-	return &Connections{n: n, byID: make(map[string]*connection)}
+	return &Connections{n: n, byID: make(map[string]*connection), byHost: make(map[string]int)}
 }
 
 // connection is one client connection (a Connect stream): its sessions and
@@ -141,12 +144,13 @@ func (cs *Connections) Serve(stream clientpb.ClientService_ConnectServer) error 
 		return transport.Status(fmt.Errorf("%w: node %s is shutting down", transport.ErrNodeStopping, cs.n.ID()))
 	default:
 	}
-	if limit := cs.n.Limits().Connections; len(cs.byID) >= limit {
+	if err := cs.roomFor(c); err != nil {
 		cs.mu.Unlock()
 		cancel()
-		return transport.Status(fmt.Errorf("%w: node %s serves %d client connections, the most it allows (--max-connections); connect to another node or close some", transport.ErrLimitReached, cs.n.ID(), limit))
+		return transport.Status(err)
 	}
 	cs.byID[c.id] = c
+	cs.byHost[c.host()]++
 	cs.ending.Add(1)
 	cs.mu.Unlock()
 	defer cs.end(c)
@@ -324,7 +328,30 @@ func (cs *Connections) end(c *connection) {
 	}
 	cs.mu.Lock()
 	delete(cs.byID, c.id)
+	if cs.byHost[c.host()]--; cs.byHost[c.host()] <= 0 {
+		delete(cs.byHost, c.host())
+	}
 	cs.mu.Unlock()
+}
+
+// roomFor refuses a connection over the node's limits; cs.mu is held.
+func (cs *Connections) roomFor(c *connection) error {
+	l := cs.n.Limits()
+	if len(cs.byID) >= l.Connections {
+		return fmt.Errorf("%w: node %s serves %d client connections, the most it allows (--max-connections); connect to another node or close some", transport.ErrLimitReached, cs.n.ID(), l.Connections)
+	}
+	if cs.byHost[c.host()] >= l.ConnectionsPerHost {
+		return fmt.Errorf("%w: node %s serves %d client connections from %s, the most it allows one host (--max-connections-per-host); close some", transport.ErrLimitReached, cs.n.ID(), l.ConnectionsPerHost, c.host())
+	}
+	return nil
+}
+
+// host is the client's address without its port.
+func (c *connection) host() string {
+	if h, _, err := net.SplitHostPort(c.remote); err == nil {
+		return h
+	}
+	return c.remote
 }
 
 // unsentDeliveries groups the deliveries of frames never sent by session

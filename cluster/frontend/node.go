@@ -120,6 +120,6 @@ type Limits struct {
 	SessionsPerConnection  int
 	ConsumersPerConnection int
 	// Connections bounds the client connections (Connect streams) the
-	// node serves at once.
-	Connections int
+	// node serves at once, ConnectionsPerHost those from one client host.
+	Connections, ConnectionsPerHost int
 }

@@ -112,6 +112,7 @@ SIGTERM or Ctrl-C stops the node gracefully.`,
 	f.StringVar(&cfg.AdminPasswordFile, "admin-password-file", "", "file whose first line is the password of user admin, made with every permission while the cluster has no user (needs TLS)")
 	f.StringVar(&gossipKeyFile, "gossip-key-file", "", "file holding --gossip-key instead of the flag; more lines are old keys still read during a rotation")
 	f.IntVar(&cfg.MaxConnections, "max-connections", cluster.DefaultMaxConnections, "most client connections this node serves at once")
+	f.IntVar(&cfg.MaxConnectionsPerHost, "max-connections-per-host", cluster.DefaultMaxConnectionsPerHost, "most client connections this node serves from one client host")
 	f.IntVar(&cfg.MaxSessions, "max-sessions", cluster.DefaultMaxSessions, "most sessions one client connection may have open")
 	f.IntVar(&cfg.MaxConsumers, "max-consumers", cluster.DefaultMaxConsumers, "most consumers one client connection may have open")
 	f.IntVar(&cfg.MaxProperties, "max-properties", cluster.DefaultMaxProperties, "most properties one message may carry")
