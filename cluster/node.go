@@ -248,7 +248,12 @@ func (n *Node) startServers() {
 	// nothing (the heartbeats are the server's), so its connection carries
 	// that ping and its ack every frontend.ClientKeepalive.
 	n.grpcClient = grpc.NewServer(append(append(transport.ServerOptions(), n.serverCreds(false)...), grpc.MaxRecvMsgSize(frame), grpc.MaxSendMsgSize(math.MaxInt32),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: frontend.ClientKeepalive, Timeout: frontend.ClientKeepalive}))...)
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: frontend.ClientKeepalive, Timeout: frontend.ClientKeepalive}),
+		// One TCP connection (a client process's, shared by its
+		// connections) carries no more streams than the node serves
+		// connections, and room for unary calls beside; it pings no more
+		// often than every 10 s.
+		grpc.MaxConcurrentStreams(uint32(n.cfg.MaxConnections)+1000), grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}))...)
 	clientpb.RegisterClientServiceServer(n.grpcClient, frontend.NewService(clientAPI{n}, adminAPI{n}, n.conns))
 	healthpb.RegisterHealthServer(n.grpcClient, n.health)
 
