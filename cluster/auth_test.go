@@ -198,3 +198,86 @@ func TestAuth_HealthNeedsNoCredentials(t *testing.T) {
 		return map[bool]string{true: "", false: resp.Status.String()}[resp.Status == healthpb.HealthCheckResponse_SERVING]
 	})
 }
+
+// Every admin call refuses a caller without credentials, with a wrong
+// password, and a user not permitted it (one permitted to send to another
+// queue), and changes nothing: the queue, the topic and the users stay.
+func TestAuth_EveryAdminCallNeedsItsPermission(t *testing.T) {
+	t.Parallel() // waits more than it computes; changes no package variable
+	p := newTestPKI(t)
+	n := startNode(t, TestConfig(t, t.TempDir(), p.node))
+	waitAdmin(t, n)
+	ctx := testCtx(t)
+	root := admin(t, n)
+	if _, err := root.CreateQueue(ctx, "q", client.QueueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.CreateTopic(ctx, "news", client.TopicOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.CreateUser(ctx, "app", "app-password", []client.Grant{{Pattern: "other", Actions: []string{"send"}}}); err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]func(a *client.Admin) error{
+		"CreateQueue": func(a *client.Admin) error { _, err := a.CreateQueue(ctx, "q2", client.QueueOptions{}); return err },
+		"ShowQueue":   func(a *client.Admin) error { _, err := a.ShowQueue(ctx, "q"); return err },
+		"UpdateQueue": func(a *client.Admin) error { _, err := a.UpdateQueue(ctx, "q", 2); return err },
+		"PurgeQueue":  func(a *client.Admin) error { _, err := a.PurgeQueue(ctx, "q"); return err },
+		"BrowseQueue": func(a *client.Admin) error { _, err := a.BrowseQueue(ctx, "q", client.BrowseOptions{}); return err },
+		"DeleteQueue": func(a *client.Admin) error { return a.DeleteQueue(ctx, "q") },
+		"CreateTopic": func(a *client.Admin) error { _, err := a.CreateTopic(ctx, "t2", client.TopicOptions{}); return err },
+		"ShowTopic":   func(a *client.Admin) error { _, err := a.ShowTopic(ctx, "news"); return err },
+		"DeleteTopic": func(a *client.Admin) error { return a.DeleteTopic(ctx, "news") },
+		"DeleteSubscription": func(a *client.Admin) error {
+			return a.DeleteSubscription(ctx, "news", "s", "")
+		},
+		"ClusterStatus":     func(a *client.Admin) error { _, err := a.ClusterStatus(ctx); return err },
+		"RemoveNode":        func(a *client.Admin) error { return a.RemoveNode(ctx, "n9") },
+		"LeaveNode":         func(a *client.Admin) error { _, err := a.LeaveNode(ctx); return err },
+		"Rebalance":         func(a *client.Admin) error { _, err := a.Rebalance(ctx, true); return err },
+		"Connections":       func(a *client.Admin) error { _, _, err := a.Connections(ctx); return err },
+		"DestroyConnection": func(a *client.Admin) error { return a.DestroyConnection(ctx, "c") },
+		"CreateUser":        func(a *client.Admin) error { _, err := a.CreateUser(ctx, "eve", "eve-password", nil); return err },
+		"SetPassword":       func(a *client.Admin) error { return a.SetPassword(ctx, "admin", "taken-over") },
+		"SetGrants": func(a *client.Admin) error {
+			_, err := a.SetGrants(ctx, "app", []client.Grant{{Pattern: "*", Actions: []string{"all"}}})
+			return err
+		},
+		"DeleteUser": func(a *client.Admin) error { return a.DeleteUser(ctx, "admin") },
+		"ListUsers":  func(a *client.Admin) error { _, err := a.ListUsers(ctx); return err },
+	}
+	tlsOnly := clientOptions(t, n)
+	tlsOnly.User, tlsOnly.Password = "", ""
+	wrong := clientOptions(t, n)
+	wrong.Password = "not-the-password"
+	app := clientOptions(t, n)
+	app.User, app.Password = "app", "app-password"
+	for who, c := range map[string]struct {
+		o    client.Options
+		want error
+	}{
+		"no credentials":   {tlsOnly, client.ErrNotAuthenticated},
+		"a wrong password": {wrong, client.ErrNotAuthenticated},
+		"user app":         {app, client.ErrNotAuthorised},
+	} {
+		a, err := client.NewAdmin([]string{n.Addrs().Client}, c.o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, call := range calls {
+			if err := call(a); !errors.Is(err, c.want) {
+				t.Errorf("%s with %s: %v; want %v", name, who, err, c.want)
+			}
+		}
+		a.Close()
+	}
+	if _, err := root.ShowQueue(ctx, "q"); err != nil {
+		t.Errorf("queue q after the refusals: %v", err)
+	}
+	if _, err := root.ShowTopic(ctx, "news"); err != nil {
+		t.Errorf("topic news after the refusals: %v", err)
+	}
+	if users, err := root.ListUsers(ctx); err != nil || len(users) != 2 || len(users[1].Grants) != 1 || users[1].Grants[0].Pattern != "other" {
+		t.Errorf("users after the refusals: %+v, %v", users, err)
+	}
+}
