@@ -33,6 +33,12 @@ func (n *Node) createDestinationOf(ctx context.Context, req *clientpb.CreateDest
 		return nil, err
 	}
 	nodes := n.placementNodes(ctx)
+	if req.Replicas == 0 {
+		// The default replication factor is taken from the live nodes:
+		// give one that is restarting a moment, or the destination keeps
+		// fewer replicas for good.
+		nodes = n.waitRestarting(ctx, nodes)
+	}
 	if len(nodes) == 0 {
 		return nil, fmt.Errorf("%w: no registered node is alive to place members on", transport.ErrUnavailable)
 	}
@@ -317,6 +323,37 @@ const registrationWait = 5 * time.Second
 // placementNodes lists the registered nodes that gossip holds alive (and not
 // leaving), first waiting, briefly, for every such node to be registered, so
 // that a queue created just after a node joined is spread over it too.
+// restartWait bounds how long a destination created with the default
+// replication factor waits for a registered node that is not alive (one
+// restarting, or not yet seen alive again by this node's gossip) before it
+// places its members on the live nodes alone; a var for tests.
+var restartWait = 3 * time.Second
+
+// waitRestarting is nodes, or the placement nodes once as many are alive as
+// are registered (up to DefaultReplicas), within restartWait.
+func (n *Node) waitRestarting(ctx context.Context, nodes []string) []string {
+	deadline := time.Now().Add(restartWait)
+	for {
+		var registered int
+		n.meta.Read(func(m *fsm.Meta) {
+			for _, nd := range m.Nodes() {
+				if !m.Decommissioning(nd.Id) {
+					registered++
+				}
+			}
+		})
+		if len(nodes) >= min(DefaultReplicas, registered) || !time.Now().Before(deadline) {
+			return nodes
+		}
+		select {
+		case <-ctx.Done():
+			return nodes
+		case <-time.After(50 * time.Millisecond):
+		}
+		nodes = n.placementNodes(ctx)
+	}
+}
+
 func (n *Node) placementNodes(ctx context.Context) []string {
 	deadline := time.Now().Add(registrationWait)
 	for {

@@ -101,3 +101,28 @@ func caughtUp(st client.ClusterStatus, id string) string {
 	}
 	return ""
 }
+
+// A queue created with the default replication factor while a node
+// restarts waits for it, and gets three replicas, not the two that were
+// alive: it would otherwise keep two for good, and lose its quorum when
+// one of them came back empty.
+func TestCluster_DefaultReplicasWaitForARestartingNode(t *testing.T) {
+	defer func(d time.Duration) { restartWait = d }(restartWait)
+	restartWait = 30 * time.Second
+	tc := NewTestCluster(t, 3)
+	tc.Stop("n3")
+	created := make(chan error, 1)
+	var info client.QueueInfo
+	go func() {
+		var err error
+		info, err = tc.Admin("n1").CreateQueue(stepCtx(t, 40*time.Second), "while-restarting", client.QueueOptions{})
+		created <- err
+	}()
+	tc.Start("n3")
+	if err := <-created; err != nil {
+		t.Fatal(err)
+	}
+	if info.Replicas != 3 {
+		t.Fatalf("replication factor %d; want 3, the restarted node included", info.Replicas)
+	}
+}

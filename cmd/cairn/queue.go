@@ -42,7 +42,9 @@ func queueCreateCmd() *cobra.Command {
 		Short: "Create a queue",
 		Long: `Create a queue. NAME has letters, digits, '.', '_' and '-'.
 --members splits the queue into members (default: one per live node);
---replicas sets how many nodes hold each member (default: 3, or fewer nodes).
+--replicas sets how many nodes hold each member (default: 3, or fewer nodes;
+a node that is restarting is waited for up to 3 s, so that the queue does
+not keep fewer replicas for good).
 
 Poison messages: with --max-deliveries N, a message delivered N times and
 given back once more (recover, consumer or session closed, client died)
