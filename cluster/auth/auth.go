@@ -188,7 +188,7 @@ func (a *Authenticator) UnaryInterceptor() grpc.UnaryServerInterceptor {
 			return handler(ctx, req)
 		}
 		method := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
-		act, target := need(method, req)
+		act, target := need(req)
 		if target == "" {
 			target = subject(req)
 		}

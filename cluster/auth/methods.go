@@ -8,7 +8,7 @@ import (
 // need is what a unary call of the client API needs: an action on a
 // destination, ActionAdmin, or nothing beyond being authenticated (0). A
 // method missing here needs admin.
-func need(method string, req any) (fsm.Action, string) {
+func need(req any) (fsm.Action, string) {
 	switch r := req.(type) {
 	case *clientpb.CreateDestinationRequest:
 		return fsm.ActionManage, r.GetName()
