@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"time"
 
@@ -214,51 +213,6 @@ func (c *connection) heartbeat(ctx context.Context) {
 	}
 }
 
-func (c *connection) hello(stream clientpb.ClientService_ConnectServer) error {
-	type recv struct {
-		f   *clientpb.ClientFrame
-		err error
-	}
-	ch := make(chan recv, 1)
-	go func() { f, err := stream.Recv(); ch <- recv{f, err} }()
-	var f *clientpb.ClientFrame
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			return r.err
-		}
-		f = r.f
-	case <-time.After(helloTimeout):
-		return fmt.Errorf("%w: no Hello within %v", transport.ErrMalformed, helloTimeout)
-	}
-	h := f.GetHello()
-	if h == nil {
-		return fmt.Errorf("%w: the first frame of a connection must be Hello", transport.ErrMalformed)
-	}
-	if h.ClientId != "" {
-		// The client id is the cluster's: the meta group says which
-		// connection holds it.
-		var err error
-		if len(h.ClientId) > fsm.MaxClientIDLen {
-			err = fmt.Errorf("%w: a client id is at most %d bytes", transport.ErrInvalidArgument, fsm.MaxClientIDLen)
-		} else {
-			ctx, cancel := context.WithTimeout(c.ctx, helloTimeout)
-			err = c.n.ClaimClientID(ctx, h.ClientId, c.id, h.ClientInstance)
-			cancel()
-		}
-		if err != nil {
-			_ = stream.Send(replyFrame(f.RequestId, err, nil))
-			return err
-		}
-		c.mu.Lock()
-		c.clientID = h.ClientId
-		c.mu.Unlock()
-	}
-	return stream.Send(replyFrame(f.RequestId, nil, &clientpb.Reply{Result: &clientpb.Reply_Hello{Hello: &clientpb.HelloResult{
-		ConnectionId: c.id, NodeId: c.n.ID(), ClientAddrs: c.n.ClientAddrs(), MaxFrameBytes: uint64(c.n.MaxWire()),
-	}}}))
-}
-
 // end detaches the connection's consumers and releases its sessions.
 func (cs *Connections) end(c *connection) {
 	defer cs.ending.Done()
@@ -332,26 +286,6 @@ func (cs *Connections) end(c *connection) {
 		delete(cs.byHost, c.host())
 	}
 	cs.mu.Unlock()
-}
-
-// roomFor refuses a connection over the node's limits; cs.mu is held.
-func (cs *Connections) roomFor(c *connection) error {
-	l := cs.n.Limits()
-	if len(cs.byID) >= l.Connections {
-		return fmt.Errorf("%w: node %s serves %d client connections, the most it allows (--max-connections); connect to another node or close some", transport.ErrLimitReached, cs.n.ID(), l.Connections)
-	}
-	if cs.byHost[c.host()] >= l.ConnectionsPerHost {
-		return fmt.Errorf("%w: node %s serves %d client connections from %s, the most it allows one host (--max-connections-per-host); close some", transport.ErrLimitReached, cs.n.ID(), l.ConnectionsPerHost, c.host())
-	}
-	return nil
-}
-
-// host is the client's address without its port.
-func (c *connection) host() string {
-	if h, _, err := net.SplitHostPort(c.remote); err == nil {
-		return h
-	}
-	return c.remote
 }
 
 // unsentDeliveries groups the deliveries of frames never sent by session

@@ -112,14 +112,3 @@ type Receiver interface {
 	GiveBack(ds []fsm.Delivery)
 	Ended(err error)
 }
-
-// Limits are what one client connection may hold at once, so that one
-// client cannot take a node's memory: past them a request is refused with
-// ErrLimitReached.
-type Limits struct {
-	SessionsPerConnection  int
-	ConsumersPerConnection int
-	// Connections bounds the client connections (Connect streams) the
-	// node serves at once, ConnectionsPerHost those from one client host.
-	Connections, ConnectionsPerHost int
-}
