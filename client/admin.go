@@ -76,7 +76,8 @@ type QueueOptions struct {
 	Replicas int
 	// TTL is the default time to live of its messages (0: forever).
 	TTL time.Duration
-	// MaxBytes bounds the message bytes the queue holds (0: unlimited).
+	// MaxBytes bounds what the messages the queue holds cost in memory,
+	// ids, headers and properties included (0: unlimited).
 	MaxBytes int64
 	// MaxDeliveries: a message delivered this many times and given back
 	// again (recover, session end) moves to the dead-letter queue with its

@@ -414,9 +414,12 @@ func (gs *groups) closeUnused(want map[string]placed) {
 	}
 }
 
-// memberSettings splits the destination's limits among its members.
+// memberSettings splits the destination's limits among its members, which
+// count what messages cost in memory (a member made by an older build
+// starts to once it is empty).
 func memberSettings(d *fsmpb.Destination) *fsmpb.MemberSettings {
 	s := fsm.DefaultSettings()
+	s.CountMemory = true
 	if d.MaxBytes > 0 && d.Kind != fsmpb.DestinationKind_DESTINATION_KIND_TOPIC { // a topic's members hold nothing; its subscriptions' do
 		n := int64(len(d.Members))
 		s.MaxBytes = (d.MaxBytes + n - 1) / n

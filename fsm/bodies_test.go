@@ -199,9 +199,13 @@ func twinRun(t *testing.T, seed uint64) {
 	keep.open(sessions...)
 	away.open(sessions...)
 	// Half the runs redeliver after a delay and take messages out after
-	// three deliveries (dead, aside), as a member with those settings does.
-	if seed%2 == 1 {
-		st := &fsmpb.MemberSettings{RedeliveryDelayNs: 30, MaxDeliveries: 3}
+	// three deliveries (dead, aside), as a member with those settings does;
+	// half count memory.
+	if seed%4 != 0 {
+		st := &fsmpb.MemberSettings{CountMemory: seed%4 >= 2}
+		if seed%2 == 1 {
+			st.RedeliveryDelayNs, st.MaxDeliveries = 30, 3
+		}
 		keep.ok(&fsmpb.Configure{Settings: st})
 		away.ok(&fsmpb.Configure{Settings: st})
 	}

@@ -28,8 +28,10 @@ import (
 //     one that places members in shared groups (an older build would give
 //     each a group of its own);
 //   - 5: one with a Configure that sets where delivery ids start (an older
-//     build would number a renewed member's deliveries from 1).
-const EntryVersion = 5
+//     build would number a renewed member's deliveries from 1);
+//   - 6: one with a Configure whose settings count memory (an older build
+//     would count bodies alone, and admit what this one refuses).
+const EntryVersion = 6
 
 // Encode wraps typed command bodies into one log entry.
 func Encode(cmds ...*fsmpb.Command) ([]byte, error) {
@@ -39,6 +41,11 @@ func Encode(cmds ...*fsmpb.Command) ([]byte, error) {
 // entryVersionOf is the oldest entry version that carries cmds.
 func entryVersionOf(cmds []*fsmpb.Command) uint32 {
 	v := uint32(1)
+	for _, c := range cmds {
+		if c.Type == fsmpb.CommandType_COMMAND_TYPE_CONFIGURE && countsMemory(c.Payload) {
+			return 6
+		}
+	}
 	for _, c := range cmds {
 		if c.Type == fsmpb.CommandType_COMMAND_TYPE_CONFIGURE && hasField(c.Payload, configureFirstDeliveryField) {
 			return 5
@@ -58,6 +65,12 @@ func entryVersionOf(cmds []*fsmpb.Command) uint32 {
 		}
 	}
 	return v
+}
+
+// countsMemory reports whether the encoded Configure b sets count_memory.
+func countsMemory(b []byte) bool {
+	var c fsmpb.Configure
+	return proto.Unmarshal(b, &c) == nil && c.GetSettings().GetCountMemory()
 }
 
 // placesInSharedGroup reports whether c creates members in shared groups

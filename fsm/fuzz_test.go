@@ -134,6 +134,7 @@ func seedEntries(t tb) [][]byte {
 			&fsmpb.Expire{Now: 500, MessageIds: []string{"h"}},
 			&fsmpb.Purge{}),
 		entry(t, &fsmpb.CreateDestination{Destination: &fsmpb.Destination{Name: "q"}}),
+		entry(t, &fsmpb.Configure{Settings: &fsmpb.MemberSettings{MaxBytes: 2000, DedupWindowNs: 100, DedupMaxIds: 3, CountMemory: true}}),
 		rawEntry(t, 2, fsm.MustCommand(&fsmpb.Purge{})),
 		rawEntry(t, 1, &fsmpb.Command{Type: 99}),
 		[]byte("garbage"),

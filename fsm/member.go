@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/google/btree"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 	"github.com/cairnmq/cairn/fsm/selector"
@@ -162,9 +163,10 @@ func (m *Member) Apply(index uint64, data []byte) ([]Result, error) {
 // Applied is the index of the last entry applied.
 func (m *Member) Applied() uint64 { return m.applied }
 
-// MessageSize is what a message counts against a member's byte limit: its
-// body, its properties (a typed value as 8 bytes) and the headers its
-// sender set.
+// MessageSize is what a message counts against the byte limit of a member
+// that does not count memory (MemberSettings.count_memory; MessageCost
+// when it does): its body, its properties (a typed value as 8 bytes) and
+// the headers its sender set.
 func MessageSize(msg *fsmpb.Message) int64 {
 	n := int64(len(msg.Body) + len(msg.CorrelationId) + len(msg.Type) + len(msg.ReplyTo))
 	for k, v := range msg.Properties {
@@ -229,7 +231,7 @@ func (m *Member) admit(msgs []*fsmpb.Message, now int64) ([]Enqueued, int64, err
 			return nil, 0, fmt.Errorf("%w: %s", ErrDuplicateMessageID, msg.Id)
 		}
 		batchIDs[msg.Id] = true
-		add += MessageSize(msg)
+		add += m.size(msg, BodyRef{})
 		out[i] = Enqueued{ID: msg.Id}
 	}
 	if m.sealed && len(batchIDs) > 0 {
@@ -573,6 +575,11 @@ func (m *Member) configure(c *fsmpb.Configure) Result {
 	}
 	if _, err := selector.Parse(st.Selector); err != nil {
 		return Result{Err: fmt.Errorf("%w: %v", ErrInvalidSettings, err)}
+	}
+	if st.CountMemory != m.settings.CountMemory && (m.records.live > 0 || len(m.txs) > 0) {
+		// What is held keeps counting as it was stored (count_memory).
+		st = proto.CloneOf(st)
+		st.CountMemory = m.settings.CountMemory
 	}
 	m.settings = st
 	m.dedup.trim(int(st.DedupMaxIds))

@@ -1031,8 +1031,7 @@ func TestDecode_RejectsCorruptAndReadsValid(t *testing.T) {
 
 // An entry is written at the oldest version that carries its commands, so
 // that an older build stops at the first entry it would apply differently
-// and applies every other: a Recover naming its attempt makes version 2, a
-// Return of unseen deliveries version 3.
+// and applies every other (EntryVersion lists what makes each version).
 func TestEncode_WritesTheOldestVersionThatCarriesTheEntry(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -1049,6 +1048,7 @@ func TestEncode_WritesTheOldestVersionThatCarriesTheEntry(t *testing.T) {
 		{"an attempt and an unseen return", []proto.Message{&fsmpb.Recover{Session: "s", Attempt: 1}, &fsmpb.Return{Session: "s", Unseen: true}}, 3},
 		{"a configure", []proto.Message{&fsmpb.Configure{Settings: fsm.DefaultSettings()}}, 1},
 		{"a configure with a first delivery id", []proto.Message{&fsmpb.Configure{Settings: fsm.DefaultSettings(), FirstDeliveryId: 9}}, 5},
+		{"a configure counting memory", []proto.Message{&fsmpb.Configure{Settings: &fsmpb.MemberSettings{CountMemory: true}, FirstDeliveryId: 9}}, 6},
 	} {
 		e, err := fsm.Decode(entry(t, c.cmds...))
 		if err != nil || e.GetVersion() != c.want {

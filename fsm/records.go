@@ -314,7 +314,7 @@ func (m *Member) newRecord(msg *fsmpb.Message, seq uint64, away BodyRef) (ref, *
 func (m *Member) newUnindexedRecord(msg *fsmpb.Message, seq uint64, away BodyRef) (ref, *record) {
 	r := m.records.alloc()
 	rec := m.rec(r)
-	*rec = record{seq: seq, size: MessageSize(msg) + int64(away.Len), expiration: msg.Expiration, enqueuedAt: msg.EnqueuedAt,
+	*rec = record{seq: seq, size: m.size(msg, away), expiration: msg.Expiration, enqueuedAt: msg.EnqueuedAt,
 		away: away, count: msg.DeliveryCount, priority: uint8(msg.Priority), flags: flagLive}
 	rec.set(flagRedelivered, msg.Redelivered)
 	m.setMessage(r, rec, msg)

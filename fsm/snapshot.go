@@ -416,7 +416,7 @@ func (m *Member) restoreTxs(txs []*fsmpb.StoredTx) error {
 			}
 			t.out = append(t.out, Enqueued{ID: msg.Id, Duplicate: st.Duplicate[i]})
 			if !st.Duplicate[i] {
-				t.bytes += MessageSize(msg)
+				t.bytes += m.size(msg, BodyRef{})
 			}
 		}
 		for _, id := range st.DeliveryIds {

@@ -1538,7 +1538,7 @@ func (x *Configure) GetFirstDeliveryId() uint64 {
 
 type MemberSettings struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// max_bytes bounds the bytes (bodies and properties) held by the member;
+	// max_bytes bounds the bytes held by the member (see count_memory);
 	// 0 is unlimited.
 	MaxBytes int64 `protobuf:"varint,1,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
 	// dedup_window_ns is how long a duplicate-detection id is remembered;
@@ -1560,8 +1560,14 @@ type MemberSettings struct {
 	// subscribes names, for a subscription's member, the topic member (its
 	// key in the shared group) whose publishes it stores, those selector
 	// selects ("": every one). Empty for a queue's or a topic's member.
-	Subscribes    string `protobuf:"bytes,8,opt,name=subscribes,proto3" json:"subscribes,omitempty"`
-	Selector      string `protobuf:"bytes,9,opt,name=selector,proto3" json:"selector,omitempty"`
+	Subscribes string `protobuf:"bytes,8,opt,name=subscribes,proto3" json:"subscribes,omitempty"`
+	Selector   string `protobuf:"bytes,9,opt,name=selector,proto3" json:"selector,omitempty"`
+	// count_memory: a message counts what the member spends on it in memory
+	// (fsm.MessageCost: ids, headers, properties and their maps, a record),
+	// not its body and properties' bytes alone (fsm.MessageSize). It changes
+	// only while the member holds nothing, so that every message counts as
+	// it did when stored.
+	CountMemory   bool `protobuf:"varint,10,opt,name=count_memory,json=countMemory,proto3" json:"count_memory,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1657,6 +1663,13 @@ func (x *MemberSettings) GetSelector() string {
 		return x.Selector
 	}
 	return ""
+}
+
+func (x *MemberSettings) GetCountMemory() bool {
+	if x != nil {
+		return x.CountMemory
+	}
+	return false
 }
 
 // Subscription says whose a subscription is (Destination.subscription).
@@ -4337,7 +4350,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\"q\n" +
 	"\tConfigure\x128\n" +
 	"\bsettings\x18\x01 \x01(\v2\x1c.cairn.fsm.v1.MemberSettingsR\bsettings\x12*\n" +
-	"\x11first_delivery_id\x18\x02 \x01(\x04R\x0ffirstDeliveryId\"\xf2\x02\n" +
+	"\x11first_delivery_id\x18\x02 \x01(\x04R\x0ffirstDeliveryId\"\x95\x03\n" +
 	"\x0eMemberSettings\x12\x1b\n" +
 	"\tmax_bytes\x18\x01 \x01(\x03R\bmaxBytes\x12&\n" +
 	"\x0fdedup_window_ns\x18\x02 \x01(\x03R\rdedupWindowNs\x12\"\n" +
@@ -4349,7 +4362,9 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
 	"subscribes\x18\b \x01(\tR\n" +
 	"subscribes\x12\x1a\n" +
-	"\bselector\x18\t \x01(\tR\bselector\"\xc0\x01\n" +
+	"\bselector\x18\t \x01(\tR\bselector\x12!\n" +
+	"\fcount_memory\x18\n" +
+	" \x01(\bR\vcountMemory\"\xc0\x01\n" +
 	"\fSubscription\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1b\n" +
 	"\ttopic_uid\x18\x02 \x01(\tR\btopicUid\x12\x12\n" +

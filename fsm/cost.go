@@ -1,0 +1,46 @@
+package fsm
+
+import "github.com/cairnmq/cairn/fsm/fsmpb"
+
+// What a member spends in memory beyond a message's bytes, as measured on
+// amd64 with Go 1.25 by BenchmarkMember_HeapPerMessage (docs/performance.md):
+// a message its record holds alone (an id and nothing else) costs about
+// 216 bytes with its indexes; any other keeps a decoded message beside its
+// record, about 470 bytes more its own; a properties map about 200 bytes,
+// a string property about 40 more than its bytes and a typed one about
+// 100. The figures round up, so that a limit is reached early rather than
+// late.
+const (
+	recordCost        = 224
+	messageCost       = 512
+	mapCost           = 208
+	propertyCost      = 48
+	typedPropertyCost = 104
+)
+
+// MessageCost is what a message counts against the byte limit of a member
+// that counts memory (MemberSettings.count_memory): what the member spends
+// on it, ids and headers included. A body the member put away (bodyAway)
+// counts as if it were held, so that a message counts the same wherever
+// its body is.
+func MessageCost(msg *fsmpb.Message, bodyAway int64) int64 {
+	if bodyAway == 0 && holdsWhole(msg) {
+		return recordCost
+	}
+	n := messageCost + bodyAway + MessageSize(msg) + int64(len(msg.Id)+len(msg.DedupId))
+	if len(msg.Properties) > 0 {
+		n += mapCost + int64(len(msg.Properties))*propertyCost
+	}
+	if len(msg.TypedProperties) > 0 {
+		n += mapCost + int64(len(msg.TypedProperties))*typedPropertyCost
+	}
+	return n
+}
+
+// size is what msg, its body at away, counts against the member's limit.
+func (m *Member) size(msg *fsmpb.Message, away BodyRef) int64 {
+	if m.settings.CountMemory {
+		return MessageCost(msg, int64(away.Len))
+	}
+	return MessageSize(msg) + int64(away.Len)
+}
