@@ -39,9 +39,11 @@ type Config struct {
 
 	// MaxMessageBytes bounds one message (body and properties).
 	MaxMessageBytes int
-	// NoAutoCreate makes sends and consumers of unknown destinations fail
-	// instead of creating them.
-	NoAutoCreate bool
+	// AutoCreate makes a send or consumer of a destination that does not
+	// exist create it with the defaults, as Artemis does. Off (the
+	// default), it fails with ErrUnknownDestination: a client's typo or a
+	// loop over names cannot fill the cluster with queues.
+	AutoCreate bool
 	// Profiling serves Go's profiles (net/http/pprof) under /debug/pprof/
 	// on the HTTP address.
 	Profiling bool

@@ -45,7 +45,7 @@ func withClock(c *testClock) func(*Config) { return func(cfg *Config) { cfg.Cloc
 func withMaxMessageBytes(n int) func(*Config) {
 	return func(cfg *Config) { cfg.MaxMessageBytes = n }
 }
-func withNoAutoCreate() func(*Config) { return func(cfg *Config) { cfg.NoAutoCreate = true } }
+func withNoAutoCreate() func(*Config) { return func(cfg *Config) { cfg.AutoCreate = false } }
 func withSnapshotThreshold(n uint64) func(*Config) {
 	return func(cfg *Config) { cfg.SnapshotThreshold = n }
 }

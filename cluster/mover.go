@@ -21,7 +21,7 @@ type mover struct {
 }
 
 // Target is, for dead messages, a member of the destination's dead-letter
-// queue (created on first use, whatever --no-auto-create says: an operator
+// queue (created on first use, whatever --auto-create says: an operator
 // who set max-deliveries asked for it); for stranded ones, the member of
 // the same destination with consumers and the fewest pending messages per
 // consumer.

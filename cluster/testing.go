@@ -459,6 +459,7 @@ func TestConfig(t *testing.T, dir string, opts ...func(*Config)) Config {
 		ClientAddr: "127.0.0.1:0", PeerAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0",
 		GossipAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		Timing: fastTiming, ExpiryInterval: 20 * time.Millisecond, SnapshotInterval: 100 * time.Millisecond,
+		AutoCreate: true,
 	}
 	for _, o := range opts {
 		o(&cfg)

@@ -38,8 +38,8 @@ const subscriptionForwardDelay = 100 * time.Millisecond
 // kind k, created with the defaults (auto-create allowing) when missing.
 func (n *Node) resolveKind(ctx context.Context, name string, k fsmpb.DestinationKind) (*fsmpb.Destination, error) {
 	if _, ok := n.meta.Destination(name); !ok {
-		if n.cfg.NoAutoCreate {
-			return nil, fmt.Errorf("%w: %q does not exist and this node does not create destinations on first use (--no-auto-create); create it with: cairn %s create %s", transport.ErrUnknownDestination, name, kindWord(k), name)
+		if !n.cfg.AutoCreate {
+			return nil, fmt.Errorf("%w: %q does not exist: create it with 'cairn %s create %s' (nodes create destinations on first use only with --auto-create)", transport.ErrUnknownDestination, name, kindWord(k), name)
 		}
 		// Made on first use only for a caller that may make it.
 		if err := (clientAPI{n}).Authorize(ctx, fsm.ActionManage, name); err != nil {

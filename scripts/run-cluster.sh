@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Starts a three-node Cairn cluster on 127.0.0.1 for `make run`: node i
 # listens on 7650+10*(i-1) .. 7654+10*(i-1), keeps its data in ./data/n<i>,
-# and all three stop on Ctrl-C.
+# creates queues on first use (--auto-create), and all three stop on Ctrl-C.
 set -euo pipefail
 BIN=${BIN:-bin/cairn}
 DATA=${DATA:-./data}
@@ -21,7 +21,7 @@ for i in 1 2 3; do
   mkdir -p "$DATA/n$i"
   "$BIN" server --node-id "n$i" --data-dir "$DATA/n$i" --bootstrap-expect 3 --join "$join" \
     --client-addr "127.0.0.1:$base" --peer-addr "127.0.0.1:$((base + 1))" --raft-addr "127.0.0.1:$((base + 2))" \
-    --gossip-addr "127.0.0.1:$((base + 3))" --http-addr "127.0.0.1:$((base + 4))" \
+    --gossip-addr "127.0.0.1:$((base + 3))" --http-addr "127.0.0.1:$((base + 4))" --auto-create \
     2> >(sed -u "s/^/[n$i] /" >&2) &
   pids+=($!)
 done

@@ -106,6 +106,7 @@ func TestCLITLS(t *testing.T) {
 	s.extra["tls-cert"], s.extra["tls-key"], s.extra["tls-ca"] = filepath.Join(dir, "n1.pem"), filepath.Join(dir, "n1-key.pem"), ca
 	s.extra["gossip-key"] = key
 	s.extra["admin-password-file"] = secret("admin-password", "the-admin-password")
+	s.extra["auto-create"] = "false" // the default
 	s.tlsCA = ca
 	s.start()
 
@@ -116,6 +117,9 @@ func TestCLITLS(t *testing.T) {
 		return cli(t, asAdmin, append(srv, "queue", "create", "secure")...).code == 0
 	})
 	mustOK(t, asAdmin, append(srv, "send", "secure", "--count", "3", "--body", "x")...)
+	if line, _ := mustFail(t, asAdmin, append(srv, "send", "secrue", "--body", "x")...); !strings.Contains(line, `"secrue" does not exist: create it with 'cairn queue create secrue'`) {
+		t.Errorf("a send to a queue that does not exist, without --auto-create: %q", line)
+	}
 	mustOK(t, asAdmin, append(srv, "user", "create", "app", "--password-file", secret("app-password", "the-app-password"), "--permit", "send:secure", "--permit", "manage:other")...)
 	mustOK(t, asAdmin, append(srv, "user", "create", "alice", "--permit", "receive:secure", "--permit", "browse:secure")...)
 	mustOK(t, asAdmin, append(srv, "user", "revoke", "app", "manage:other")...)

@@ -182,6 +182,7 @@ func (s *server) flags() map[string]string {
 		"raft-addr":        s.addrs.raft,
 		"gossip-addr":      s.addrs.gossip,
 		"http-addr":        s.addrs.http,
+		"auto-create":      "true",
 	}
 	for k, v := range s.extra {
 		f[k] = v
@@ -208,7 +209,7 @@ func (s *server) startNoWait() {
 		if s.viaEnv {
 			env = append(env, "CAIRN_"+strings.ToUpper(strings.ReplaceAll(k, "-", "_"))+"="+v)
 		} else {
-			args = append(args, "--"+k, v)
+			args = append(args, "--"+k+"="+v)
 		}
 	}
 	cmd := exec.Command(cairnBin, args...)

@@ -26,6 +26,7 @@ func serverCmd() *cobra.Command {
 		logLevel      string
 		logFormat     string
 		gossipKeyFile string
+		noAutoCreate  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -34,7 +35,7 @@ func serverCmd() *cobra.Command {
 CAIRN_<FLAG>, for example CAIRN_NODE_ID=n1 or CAIRN_DATA_DIR=/var/lib/cairn.
 
 A durable single node:     cairn server --node-id n1 --data-dir ./data/n1 --bootstrap-expect 1
-A throwaway node to try:   cairn server --dev
+A throwaway node to try:   cairn server --dev   (open, creates queues on first use)
 SIGTERM or Ctrl-C stops the node gracefully.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -52,6 +53,9 @@ SIGTERM or Ctrl-C stops the node gracefully.`,
 				}
 			}
 			cfg.NoAutoRebalance = !autoRebalance
+			if noAutoCreate && cfg.AutoCreate {
+				return fmt.Errorf("--auto-create and --no-auto-create contradict each other: give one")
+			}
 			if join != "" {
 				cfg.Join = strings.Split(join, ",")
 			}
@@ -67,6 +71,7 @@ SIGTERM or Ctrl-C stops the node gracefully.`,
 				if !cmd.Flags().Changed("bootstrap-expect") {
 					cfg.BootstrapExpect = 1
 				}
+				cfg.AutoCreate = !noAutoCreate
 				for _, a := range []struct {
 					flag string
 					addr *string
@@ -95,7 +100,8 @@ SIGTERM or Ctrl-C stops the node gracefully.`,
 	f.StringVar(&join, "join", "", "gossip address[,address...] of nodes to join")
 	f.IntVar(&cfg.BootstrapExpect, "bootstrap-expect", 0, "form a new cluster once this many nodes have joined (1: a single node)")
 	f.BoolVar(&dev, "dev", false, "one throwaway node on 127.0.0.1: temporary data dir, ready at once, deleted on exit")
-	f.BoolVar(&cfg.NoAutoCreate, "no-auto-create", false, "refuse sends and consumers of queues that do not exist, instead of creating them")
+	f.BoolVar(&cfg.AutoCreate, "auto-create", false, "create a queue or topic that does not exist on its first send or consumer, with the defaults (--dev does)")
+	f.BoolVar(&noAutoCreate, "no-auto-create", false, "refuse sends and consumers of destinations that do not exist (the default but with --dev)")
 	f.BoolVar(&autoRebalance, "auto-rebalance", true, "repair members short of replicas and spread replicas and hosts over the nodes by themselves (the meta leader's setting decides)")
 	f.IntVar(&cfg.MaxMessageBytes, "max-message-bytes", cluster.DefaultMaxMessageBytes, "largest message accepted, body and properties (at most 64 MiB); frames to clients are this plus 1 MiB")
 	f.StringVar(&cfg.LogStore, "log-store", "", "where Raft logs are kept: bolt (raft-boltdb) or wal (raft-wal, one fsync per write instead of two); default: what --data-dir holds, wal for a new one")

@@ -26,7 +26,7 @@ node), each replicated on --replicas nodes (default: 3, or fewer nodes); a
 publish goes to one member and reaches every subscription. Its members and
 replicas are fixed once it is made. --ttl is its messages' default time to
 live. Publishing or subscribing to a topic that does not exist makes one
-with the defaults, unless the node runs with --no-auto-create.`,
+with the defaults only on nodes that run with --auto-create.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withAdmin(cmd, func(ctx context.Context, a *client.Admin) error {

@@ -95,7 +95,7 @@ func startCairn(dir string) (*cluster, error) {
 		c.ready = append(c.ready, c.secured.readyURL(addr(p[4])))
 		args := append([]string{"server", "--node-id", id, "--data-dir", filepath.Join(dir, id),
 			"--bootstrap-expect", "3", "--join", strings.Join(join, ","), "--client-addr", addr(p[0]), "--peer-addr", addr(p[1]),
-			"--raft-addr", addr(p[2]), "--gossip-addr", addr(p[3]), "--http-addr", addr(p[4]), "--log-level", "warn"}, strings.Fields(*serverFlags)...)
+			"--raft-addr", addr(p[2]), "--gossip-addr", addr(p[3]), "--http-addr", addr(p[4]), "--log-level", "warn", "--auto-create"}, strings.Fields(*serverFlags)...)
 		if c.secured != nil {
 			args = append(args, c.secured.nodeFlags(id)...)
 		}

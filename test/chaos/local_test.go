@@ -213,7 +213,7 @@ func (c *localCluster) startNoWait(i int) {
 		"--bootstrap-expect", "3", "--join", c.join, "--advertise", n.adv,
 		"--client-addr", n.addr(n.listen, "client"), "--peer-addr", n.addr(n.listen, "peer"),
 		"--raft-addr", n.addr(n.listen, "raft"), "--http-addr", n.addr(n.listen, "http"),
-		"--gossip-addr", n.addr(n.adv, "gossip"), "--log-store", logStore(), "--body-memory-mib", bodyMemory())
+		"--gossip-addr", n.addr(n.adv, "gossip"), "--log-store", logStore(), "--body-memory-mib", bodyMemory(), "--auto-create")
 	n.cmd.Stdout, n.cmd.Stderr = logf, logf
 	if err := n.cmd.Start(); err != nil {
 		logf.Close()
