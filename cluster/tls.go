@@ -9,10 +9,13 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 
+	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/transport/certs"
 	"github.com/cairnmq/cairn/transport/raftmux"
 )
@@ -58,7 +61,19 @@ func (n *Node) serverCreds(peer bool) []grpc.ServerOption {
 	case n.tls == nil:
 		return nil
 	case peer:
-		return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(n.tls.PeerServer()))}
+		return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(n.tls.PeerServer())),
+			grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+				if err := n.peerCaller(ctx); err != nil {
+					return nil, err
+				}
+				return h(ctx, req)
+			}),
+			grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+				if err := n.peerCaller(ss.Context()); err != nil {
+					return err
+				}
+				return h(srv, ss)
+			})}
 	}
 	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(n.tls.ClientServer())),
 		grpc.ChainUnaryInterceptor(n.auth.UnaryInterceptor()), grpc.ChainStreamInterceptor(n.auth.StreamInterceptor())}
@@ -170,6 +185,23 @@ func (g *tlsGossip) DialTimeout(addr string, timeout time.Duration) (net.Conn, e
 func (g *tlsGossip) Shutdown() error {
 	close(g.stop)
 	return g.NodeAwareTransport.Shutdown()
+}
+
+// peerCaller refuses a peer API call from a node the cluster removed: its
+// certificate stays valid until the CA is rotated, but the registry's word
+// that it is no longer a node of the cluster is final (it comes back only
+// with an empty data directory, registered anew from gossip, which needs
+// no peer call). A node not registered yet is let in: the meta leader
+// registers a node gossip admitted, and the other nodes learn it an entry
+// later.
+func (n *Node) peerCaller(ctx context.Context) error {
+	id := callerNode(ctx)
+	var removed bool
+	n.meta.Read(func(m *fsm.Meta) { removed = m.Removed(id) })
+	if removed {
+		return status.Errorf(codes.PermissionDenied, "node %s was removed from the cluster: it is refused until it joins again with an empty data directory", id)
+	}
+	return nil
 }
 
 // callerNode is the node a peer API call comes from, as its certificate

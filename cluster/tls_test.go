@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/cairnmq/cairn/client"
 	"github.com/cairnmq/cairn/fsm"
@@ -251,5 +253,43 @@ func TestPeerAPI_RefusesWhatTheClientAPIRefuses(t *testing.T) {
 	tc.Node(leader).meta.Read(func(m *fsm.Meta) { _, registered = m.Node(victim) })
 	if !registered {
 		t.Fatalf("node %s was removed", victim)
+	}
+}
+
+// A node the cluster removed is refused by the peer API though its
+// certificate is still valid; a node of the cluster is served.
+func TestPeerAPI_RefusesARemovedNodesCertificate(t *testing.T) {
+	t.Parallel() // waits more than it computes; changes no package variable
+	p := newTestPKI(t)
+	tc := NewTestCluster(t, 3, p.node)
+	for _, id := range tc.IDs() {
+		waitAdmin(t, tc.Node(id))
+	}
+	leader := tc.MetaLeader()
+	victim, asker := tc.Others(leader)[0], tc.Others(leader)[1]
+	tc.crashAndRemove(tc.Admin(leader), victim)
+
+	call := func(as string) error {
+		nt, err := certs.LoadNodeTLS(as, filepath.Join(p.dir, as+".pem"), filepath.Join(p.dir, as+"-key.pem"), filepath.Join(p.dir, "ca.pem"), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cc, err := grpc.NewClient(tc.Node(asker).Addrs().Peer, grpc.WithTransportCredentials(credentials.NewTLS(nt.PeerClient(asker))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		_, err = peerpb.NewPeerServiceClient(cc).Groups(stepCtx(t, 5*time.Second), &peerpb.GroupsRequest{})
+		return err
+	}
+	wait.For(t, 10*time.Second, asker+" learning that "+victim+" was removed", func() (removed bool) {
+		tc.Node(asker).meta.Read(func(m *fsm.Meta) { removed = m.Removed(victim) })
+		return removed
+	})
+	if err := call(victim); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("the peer API with removed %s's certificate: %v, want PermissionDenied", victim, err)
+	}
+	if err := call(leader); err != nil {
+		t.Errorf("the peer API with %s's certificate: %v", leader, err)
 	}
 }
