@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
-# fuzz.sh [TIME]: runs every fuzz target of the module (func FuzzX in a
-# _test.go file) for TIME each (default 30s), one after another. make test
-# runs their seed corpora only; this searches for new inputs. A failing
-# input is written under the package's testdata/fuzz/ for go test to run.
+# fuzz.sh [TIME [JOBS]]: runs every fuzz target of the module (func FuzzX in
+# a _test.go file) for TIME each (default 30s), JOBS at a time (default 1,
+# each with every core; more, each with one). make test runs them for a few
+# seconds two at a time, after their seed corpora; make fuzz for longer. A
+# failing input is written under the package's testdata/fuzz/ for go test
+# to run. A new input the fuzzer finds is minimized for at most 5 s: Go's
+# default minute stalls short runs.
 set -euo pipefail
 TIME=${1:-30s}
+JOBS=${2:-1}
 cd "$(dirname "$0")/.."
+FLAGS="-fuzztime $TIME -fuzzminimizetime 5s"
+if [ "$JOBS" -gt 1 ]; then
+  FLAGS="$FLAGS -parallel 1"
+fi
+export FLAGS
 grep -rl --include='*_test.go' '^func Fuzz' --exclude-dir=third_party . | sort | while read -r file; do
   pkg=./$(dirname "${file#./}")
   for target in $(grep -o '^func Fuzz[A-Za-z0-9_]*' "$file" | sed 's/^func //'); do
-    echo "fuzz: $pkg $target for $TIME"
-    go test -run '^$' -fuzz "^${target}\$" -fuzztime "$TIME" "$pkg"
+    echo "$pkg $target"
   done
-done
+done | xargs -P "$JOBS" -n 2 bash -c 'echo "fuzz: $0 $1 ($FLAGS)"; go test -run "^\$" -fuzz "^$1\$" $FLAGS "$0"'
