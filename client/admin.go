@@ -77,8 +77,10 @@ type QueueOptions struct {
 	// TTL is the default time to live of its messages (0: forever).
 	TTL time.Duration
 	// MaxBytes bounds what the messages the queue holds cost in memory,
-	// ids, headers and properties included (0: unlimited).
-	MaxBytes int64
+	// ids, headers and properties included, and MaxMessages how many it
+	// holds (0: unlimited). Each member takes an even share.
+	MaxBytes    int64
+	MaxMessages int64
 	// MaxDeliveries: a message delivered this many times and given back
 	// again (recover, session end) moves to the dead-letter queue with its
 	// properties and delivery count (0: unlimited).
@@ -115,6 +117,8 @@ type QueueInfo struct {
 	Replicas  int          `json:"replicas"`
 	TTLMillis int64        `json:"ttl_ms"`
 	MaxBytes  int64        `json:"max_bytes"`
+	// MaxMessages: 0 is unlimited.
+	MaxMessages uint64 `json:"max_messages"`
 	// Delayed messages wait out a redelivery delay; DeadLettered ones were
 	// moved to the dead-letter queue.
 	Delayed      uint64 `json:"delayed"`
@@ -165,7 +169,7 @@ type MemberInfo struct {
 }
 
 func queueInfo(d *clientpb.DestinationInfo) QueueInfo {
-	q := QueueInfo{Name: d.Name, Pending: d.Pending, Delivered: d.Delivered, Replicas: int(d.Replicas), TTLMillis: d.TtlMs, MaxBytes: d.MaxBytes, Members: []MemberInfo{},
+	q := QueueInfo{Name: d.Name, Pending: d.Pending, Delivered: d.Delivered, Replicas: int(d.Replicas), TTLMillis: d.TtlMs, MaxBytes: d.MaxBytes, MaxMessages: d.MaxMessages, Members: []MemberInfo{},
 		Delayed: d.Delayed, DeadLettered: d.DeadLettered, Prepared: d.Prepared, Consumers: int(d.Consumers),
 		MaxDeliveries: int(d.MaxDeliveries), DeadLetterQueue: d.DeadLetterQueue, RedeliveryDelayMillis: d.RedeliveryDelayMs,
 		RedeliveryBackoff: int(d.RedeliveryBackoff), RedeliveryMaxDelayMillis: d.RedeliveryMaxDelayMs, ForwardDelayMillis: d.ForwardDelayMs,
@@ -179,8 +183,8 @@ func queueInfo(d *clientpb.DestinationInfo) QueueInfo {
 
 // CreateQueue creates a queue.
 func (a *Admin) CreateQueue(ctx context.Context, name string, o QueueOptions) (QueueInfo, error) {
-	if o.Members < 0 || o.Replicas < 0 || o.TTL < 0 || o.MaxBytes < 0 || o.MaxDeliveries < 0 || o.RedeliveryDelay < 0 || o.RedeliveryBackoff < 0 || o.RedeliveryMaxDelay < 0 || o.DedupWindow < 0 || o.DedupMaxIDs < 0 {
-		return QueueInfo{}, fmt.Errorf("%w: members, replicas, ttl, max size, max deliveries, redelivery delays, backoff and the dedup window must not be negative", ErrInvalidArgument)
+	if o.Members < 0 || o.Replicas < 0 || o.TTL < 0 || o.MaxBytes < 0 || o.MaxMessages < 0 || o.MaxDeliveries < 0 || o.RedeliveryDelay < 0 || o.RedeliveryBackoff < 0 || o.RedeliveryMaxDelay < 0 || o.DedupWindow < 0 || o.DedupMaxIDs < 0 {
+		return QueueInfo{}, fmt.Errorf("%w: members, replicas, ttl, max size and messages, max deliveries, redelivery delays, backoff and the dedup window must not be negative", ErrInvalidArgument)
 	}
 	forward := o.ForwardDelay.Milliseconds()
 	if o.ForwardDelay < 0 {
@@ -192,7 +196,7 @@ func (a *Admin) CreateQueue(ctx context.Context, name string, o QueueOptions) (Q
 	err := a.call(ctx, func(api clientpb.ClientServiceClient) error {
 		d, err := api.CreateDestination(ctx, &clientpb.CreateDestinationRequest{
 			Name: name, Kind: clientpb.DestinationKind_DESTINATION_KIND_QUEUE, Members: uint32(o.Members),
-			Replicas: uint32(o.Replicas), TtlMs: o.TTL.Milliseconds(), MaxBytes: o.MaxBytes,
+			Replicas: uint32(o.Replicas), TtlMs: o.TTL.Milliseconds(), MaxBytes: o.MaxBytes, MaxMessages: uint64(o.MaxMessages),
 			MaxDeliveries: uint32(o.MaxDeliveries), DeadLetterQueue: o.DeadLetterQueue, RedeliveryDelayMs: o.RedeliveryDelay.Milliseconds(),
 			RedeliveryBackoff: uint32(o.RedeliveryBackoff), RedeliveryMaxDelayMs: o.RedeliveryMaxDelay.Milliseconds(), ForwardDelayMs: forward,
 			DedupWindowMs: o.DedupWindow.Milliseconds(), DedupMaxIds: uint32(o.DedupMaxIDs),

@@ -60,7 +60,7 @@ func (n *Node) createDestinationOf(ctx context.Context, req *clientpb.CreateDest
 	n.meta.Read(func(m *fsm.Meta) { offset = len(m.Destinations()) })
 	d := &fsmpb.Destination{
 		Name: req.Name, Kind: kind, Replicas: uint32(replicas),
-		TtlNs: req.TtlMs * int64(time.Millisecond), MaxBytes: req.MaxBytes, CreatedAt: n.cfg.Clock().UnixNano(), Uid: newID(8),
+		TtlNs: req.TtlMs * int64(time.Millisecond), MaxBytes: req.MaxBytes, MaxMessages: req.MaxMessages, CreatedAt: n.cfg.Clock().UnixNano(), Uid: newID(8),
 	}
 	poison(d)
 	d.Temporary = temporary
@@ -391,7 +391,7 @@ func (n *Node) placementNodes(ctx context.Context) []string {
 func (n *Node) destinationInfo(ctx context.Context, d *fsmpb.Destination) *clientpb.DestinationInfo {
 	info := &clientpb.DestinationInfo{
 		Name: d.Name, Kind: clientpb.DestinationKind(d.Kind), Replicas: d.Replicas,
-		TtlMs: d.TtlNs / int64(time.Millisecond), MaxBytes: d.MaxBytes,
+		TtlMs: d.TtlNs / int64(time.Millisecond), MaxBytes: d.MaxBytes, MaxMessages: d.MaxMessages,
 		MaxDeliveries: d.MaxDeliveries, DeadLetterQueue: deadLetterQueue(d), RedeliveryDelayMs: d.RedeliveryDelayNs / int64(time.Millisecond),
 		RedeliveryBackoff: d.RedeliveryBackoff, RedeliveryMaxDelayMs: d.RedeliveryMaxDelayNs / int64(time.Millisecond),
 		ForwardDelayMs: forwardDelay(d).Milliseconds(),

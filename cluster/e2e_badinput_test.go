@@ -162,6 +162,28 @@ func TestBadInput_FullQueueRefusesSends(t *testing.T) {
 	}
 }
 
+// --max-messages bounds the messages a queue holds, each member its share.
+func TestBadInput_QueueOfMaxMessagesRefusesSends(t *testing.T) {
+	n := startNode(t, TestConfig(t, t.TempDir()))
+	ctx := testCtx(t)
+	a := admin(t, n)
+	if _, err := a.CreateQueue(ctx, "few", client.QueueOptions{MaxMessages: 3}); err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, n)
+	p := mustProducer(t, mustSession(t, c, client.ClientAck), "few")
+	for i := range 3 {
+		send(t, ctx, p, fmt.Sprint("m", i))
+	}
+	_, err := p.Send(ctx, &client.Message{Body: []byte("one too many")})
+	wantErr(t, "a fourth message", err, client.ErrDestinationFull)
+	if q := checkQueue(t, a, "few", 3, 0); q.MaxMessages != 3 {
+		t.Fatalf("queue show: %+v, want max messages 3", q)
+	}
+	_, err = a.CreateQueue(ctx, "neg", client.QueueOptions{MaxMessages: -1})
+	wantErr(t, "negative max messages", err, client.ErrInvalidArgument)
+}
+
 func TestBadInput_CreateQueueArguments(t *testing.T) {
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)

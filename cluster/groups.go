@@ -420,9 +420,9 @@ func (gs *groups) closeUnused(want map[string]placed) {
 func memberSettings(d *fsmpb.Destination) *fsmpb.MemberSettings {
 	s := fsm.DefaultSettings()
 	s.CountMemory = true
-	if d.MaxBytes > 0 && d.Kind != fsmpb.DestinationKind_DESTINATION_KIND_TOPIC { // a topic's members hold nothing; its subscriptions' do
-		n := int64(len(d.Members))
+	if n := int64(len(d.Members)); n > 0 && d.Kind != fsmpb.DestinationKind_DESTINATION_KIND_TOPIC { // a topic's members hold nothing; its subscriptions' do
 		s.MaxBytes = (d.MaxBytes + n - 1) / n
+		s.MaxMessages = (d.MaxMessages + uint64(n) - 1) / uint64(n)
 	}
 	if d.DedupWindowNs > 0 {
 		s.DedupWindowNs = d.DedupWindowNs

@@ -183,7 +183,7 @@ func newSubscription(t *fsmpb.Destination, sub *clientpb.Subscribe, clientID, se
 	id := newID(8)
 	d := &fsmpb.Destination{
 		Name: t.Name + fsm.SubscriptionSep + id, Kind: fsmpb.DestinationKind_DESTINATION_KIND_SUBSCRIPTION, Replicas: t.Replicas,
-		TtlNs: t.TtlNs, MaxBytes: t.MaxBytes, CreatedAt: now.UnixNano(), Uid: id,
+		TtlNs: t.TtlNs, MaxBytes: t.MaxBytes, MaxMessages: t.MaxMessages, CreatedAt: now.UnixNano(), Uid: id,
 		MaxDeliveries: t.MaxDeliveries, RedeliveryDelayNs: t.RedeliveryDelayNs, RedeliveryBackoff: t.RedeliveryBackoff,
 		RedeliveryMaxDelayNs: t.RedeliveryMaxDelayNs, DeadLetterQueue: deadLetterQueue(t), ForwardDelayNs: cmp.Or(t.ForwardDelayNs, int64(subscriptionForwardDelay)),
 		DedupWindowNs: t.DedupWindowNs, DedupMaxIds: t.DedupMaxIds,

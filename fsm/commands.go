@@ -29,8 +29,9 @@ import (
 //     each a group of its own);
 //   - 5: one with a Configure that sets where delivery ids start (an older
 //     build would number a renewed member's deliveries from 1);
-//   - 6: one with a Configure whose settings count memory (an older build
-//     would count bodies alone, and admit what this one refuses).
+//   - 6: one with a Configure whose settings count memory or bound the
+//     messages held (an older build would count bodies alone, or not
+//     count messages, and admit what this one refuses).
 const EntryVersion = 6
 
 // Encode wraps typed command bodies into one log entry.
@@ -42,7 +43,7 @@ func Encode(cmds ...*fsmpb.Command) ([]byte, error) {
 func entryVersionOf(cmds []*fsmpb.Command) uint32 {
 	v := uint32(1)
 	for _, c := range cmds {
-		if c.Type == fsmpb.CommandType_COMMAND_TYPE_CONFIGURE && countsMemory(c.Payload) {
+		if c.Type == fsmpb.CommandType_COMMAND_TYPE_CONFIGURE && limitsMore(c.Payload) {
 			return 6
 		}
 	}
@@ -67,10 +68,11 @@ func entryVersionOf(cmds []*fsmpb.Command) uint32 {
 	return v
 }
 
-// countsMemory reports whether the encoded Configure b sets count_memory.
-func countsMemory(b []byte) bool {
+// limitsMore reports whether the encoded Configure b sets count_memory or
+// max_messages.
+func limitsMore(b []byte) bool {
 	var c fsmpb.Configure
-	return proto.Unmarshal(b, &c) == nil && c.GetSettings().GetCountMemory()
+	return proto.Unmarshal(b, &c) == nil && (c.GetSettings().GetCountMemory() || c.GetSettings().GetMaxMessages() > 0)
 }
 
 // placesInSharedGroup reports whether c creates members in shared groups

@@ -12,7 +12,7 @@ var (
 	ErrSessionOwned = errors.New("session is open under another owner")
 	// ErrDuplicateMessageID: a message with this id is already stored.
 	ErrDuplicateMessageID = errors.New("a message with this id is already stored")
-	// ErrMemberFull: the member would hold more body bytes than its limit.
+	// ErrMemberFull: the member would hold more than its limits.
 	ErrMemberFull = errors.New("member is full")
 	// ErrSealed: the member is draining (being removed from its
 	// destination) and takes no new messages.

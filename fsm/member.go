@@ -238,7 +238,10 @@ func (m *Member) admit(msgs []*fsmpb.Message, now int64) ([]Enqueued, int64, err
 		return nil, 0, ErrSealed
 	}
 	if limit := m.settings.MaxBytes; limit > 0 && m.bytes+add > limit {
-		return nil, 0, fmt.Errorf("%w: holds %d bytes, limit %d, batch adds %d", ErrMemberFull, m.bytes, limit, add)
+		return nil, 0, fmt.Errorf("%w: it holds %d bytes of messages, its share of the queue's --max-size is %d, and these add %d: consume or purge some first", ErrMemberFull, m.bytes, limit, add)
+	}
+	if limit, held := m.settings.MaxMessages, uint64(m.records.live+m.preparedSends); limit > 0 && held+uint64(len(batchIDs)) > limit {
+		return nil, 0, fmt.Errorf("%w: it holds %d messages, its share of the queue's --max-messages is %d, and these add %d: consume or purge some first", ErrMemberFull, held, limit, len(batchIDs))
 	}
 	return out, add, nil
 }

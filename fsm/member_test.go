@@ -124,6 +124,31 @@ func TestEnqueue_RejectsOverMaxBytesAndChangesNothing(t *testing.T) {
 	f.enqueue(7, msg("e", body("12345")))
 }
 
+// max_messages bounds the messages a member holds in every state, a
+// transaction's prepared sends included; a duplicate adds none.
+func TestEnqueue_RejectsOverMaxMessagesAndChangesNothing(t *testing.T) {
+	f := newMember(t)
+	f.ok(&fsmpb.Configure{Settings: &fsmpb.MemberSettings{MaxMessages: 3, DedupWindowNs: fsm.DefaultDedupWindowNs, DedupMaxIds: 10}})
+	f.enqueue(1, msg("a", dedup("da")), msg("b"))
+	before := state(t, f.m)
+	mustErr(t, f.do(&fsmpb.Enqueue{Now: 2, Messages: []*fsmpb.Message{msg("c"), msg("d")}}).Err, fsm.ErrMemberFull, "two past three")
+	sameState(t, f.m, before, "a refused enqueue")
+	if got := f.enqueue(3, msg("a2", dedup("da")), msg("c")); !got[0].Duplicate || got[1].Duplicate {
+		t.Fatalf("a duplicate and a third message: %+v", got)
+	}
+	f.open("s")
+	ds := f.deliver("s", 4, "a")
+	mustErr(t, f.do(&fsmpb.Enqueue{Now: 5, Messages: []*fsmpb.Message{msg("d")}}).Err, fsm.ErrMemberFull, "a delivered message still counts")
+	f.ok(&fsmpb.Ack{Session: "s", DeliveryIds: []uint64{ds[0].DeliveryID}})
+	prepared := f.do(&fsmpb.TxPrepare{Tx: "t1", Primary: "q#0", Session: "s", Now: 6, Messages: []*fsmpb.Message{msg("e")}})
+	if prepared.Err != nil {
+		t.Fatalf("a prepared send in the room an ack made: %v", prepared.Err)
+	}
+	mustErr(t, f.do(&fsmpb.Enqueue{Now: 7, Messages: []*fsmpb.Message{msg("f")}}).Err, fsm.ErrMemberFull, "a prepared send counts")
+	f.ok(&fsmpb.TxDecide{Tx: "t1", Commit: false, Now: 8})
+	f.enqueue(9, msg("f"))
+}
+
 func TestEnqueue_DedupDropsSecondWithinWindow(t *testing.T) {
 	f := newMember(t)
 	f.ok(&fsmpb.Configure{Settings: &fsmpb.MemberSettings{DedupWindowNs: 100, DedupMaxIds: 10}})
@@ -1049,6 +1074,7 @@ func TestEncode_WritesTheOldestVersionThatCarriesTheEntry(t *testing.T) {
 		{"a configure", []proto.Message{&fsmpb.Configure{Settings: fsm.DefaultSettings()}}, 1},
 		{"a configure with a first delivery id", []proto.Message{&fsmpb.Configure{Settings: fsm.DefaultSettings(), FirstDeliveryId: 9}}, 5},
 		{"a configure counting memory", []proto.Message{&fsmpb.Configure{Settings: &fsmpb.MemberSettings{CountMemory: true}, FirstDeliveryId: 9}}, 6},
+		{"a configure bounding messages", []proto.Message{&fsmpb.Configure{Settings: &fsmpb.MemberSettings{MaxMessages: 10}}}, 6},
 	} {
 		e, err := fsm.Decode(entry(t, c.cmds...))
 		if err != nil || e.GetVersion() != c.want {

@@ -441,6 +441,28 @@ func TestCLIErrors(t *testing.T) {
 	s.showJSON("orders", 3, 0)
 }
 
+// A queue's --max-messages and --max-size bound what it holds, shown in
+// queue show --json; a send past them fails, naming why.
+func TestCLIQueueLimits(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	s.start()
+	s.ok("queue", "create", "few", "--max-messages", "2", "--members", "1")
+	s.ok("send", "few", "--count", "2")
+	if line, _ := s.fails("send", "few"); !strings.Contains(line, "member is full: it holds 2 messages, its share of the queue's --max-messages is 2") {
+		t.Errorf("a third message in a queue of --max-messages 2: %q", line)
+	}
+	s.ok("queue", "create", "small", "--max-size", "2000", "--members", "1")
+	if line, _ := s.fails("send", "small", "--count", "10"); !strings.Contains(line, "member is full") {
+		t.Errorf("ten empty messages in a queue of --max-size 2000: %q", line)
+	}
+	q := jsonObject(t, s.ok("queue", "show", "few", "--json").stdout)
+	requireFields(t, "queue show few", q, "max_messages:number", "max_bytes:number")
+	if q["max_messages"] != 2.0 {
+		t.Errorf("queue show few --json: max_messages %v, want 2", q["max_messages"])
+	}
+}
+
 // TestEnvironment checks that every flag can come from the environment:
 // CAIRN_SERVER for client commands, CAIRN_<FLAG> for `cairn server`.
 func TestEnvironment(t *testing.T) {

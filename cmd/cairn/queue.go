@@ -74,6 +74,7 @@ Stranded messages: a member whose pending messages have had no consumer for
 	cmd.Flags().IntVar(&o.Replicas, "replicas", 0, "replication factor (default: min(3, nodes))")
 	cmd.Flags().DurationVar(&o.TTL, "ttl", 0, "default time to live of messages, e.g. 10m (default: forever)")
 	cmd.Flags().Int64Var(&o.MaxBytes, "max-size", 0, "most bytes of memory the messages held may cost, ids and properties included (default: unlimited)")
+	cmd.Flags().Int64Var(&o.MaxMessages, "max-messages", 0, "most messages held, in every state (default: unlimited)")
 	cmd.Flags().IntVar(&o.MaxDeliveries, "max-deliveries", 0, "deliveries after which a message given back goes to the dead-letter queue (default: unlimited)")
 	cmd.Flags().StringVar(&o.DeadLetterQueue, "dlq", "", "dead-letter queue (default: NAME.DLQ)")
 	cmd.Flags().DurationVar(&o.RedeliveryDelay, "redelivery-delay", 0, "wait before a message given back is delivered again, e.g. 1s (default: none)")

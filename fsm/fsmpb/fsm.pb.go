@@ -1567,7 +1567,10 @@ type MemberSettings struct {
 	// not its body and properties' bytes alone (fsm.MessageSize). It changes
 	// only while the member holds nothing, so that every message counts as
 	// it did when stored.
-	CountMemory   bool `protobuf:"varint,10,opt,name=count_memory,json=countMemory,proto3" json:"count_memory,omitempty"`
+	CountMemory bool `protobuf:"varint,10,opt,name=count_memory,json=countMemory,proto3" json:"count_memory,omitempty"`
+	// max_messages bounds the messages the member holds (in every state,
+	// prepared sends included); 0 is unlimited.
+	MaxMessages   uint64 `protobuf:"varint,11,opt,name=max_messages,json=maxMessages,proto3" json:"max_messages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1670,6 +1673,13 @@ func (x *MemberSettings) GetCountMemory() bool {
 		return x.CountMemory
 	}
 	return false
+}
+
+func (x *MemberSettings) GetMaxMessages() uint64 {
+	if x != nil {
+		return x.MaxMessages
+	}
+	return 0
 }
 
 // Subscription says whose a subscription is (Destination.subscription).
@@ -1902,7 +1912,8 @@ type Destination struct {
 	Replicas uint32                 `protobuf:"varint,3,opt,name=replicas,proto3" json:"replicas,omitempty"`
 	// ttl_ns is the default time to live for messages sent without one; 0 is none.
 	TtlNs int64 `protobuf:"varint,4,opt,name=ttl_ns,json=ttlNs,proto3" json:"ttl_ns,omitempty"`
-	// max_bytes bounds the body bytes held by the whole destination; 0 is unlimited.
+	// max_bytes and max_messages bound what the whole destination holds
+	// (split among its members: MemberSettings); 0 is unlimited.
 	MaxBytes  int64              `protobuf:"varint,5,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
 	CreatedAt int64              `protobuf:"varint,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	Members   []*MemberPlacement `protobuf:"bytes,7,rep,name=members,proto3" json:"members,omitempty"`
@@ -1933,6 +1944,7 @@ type Destination struct {
 	// temporary names the connection a temporary queue lives as long as:
 	// NODE/BOOT/CONNECTION, its front-end's run and its id ("": none).
 	Temporary     string `protobuf:"bytes,19,opt,name=temporary,proto3" json:"temporary,omitempty"`
+	MaxMessages   uint64 `protobuf:"varint,20,opt,name=max_messages,json=maxMessages,proto3" json:"max_messages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2098,6 +2110,13 @@ func (x *Destination) GetTemporary() string {
 		return x.Temporary
 	}
 	return ""
+}
+
+func (x *Destination) GetMaxMessages() uint64 {
+	if x != nil {
+		return x.MaxMessages
+	}
+	return 0
 }
 
 type CreateDestination struct {
@@ -4350,7 +4369,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\"q\n" +
 	"\tConfigure\x128\n" +
 	"\bsettings\x18\x01 \x01(\v2\x1c.cairn.fsm.v1.MemberSettingsR\bsettings\x12*\n" +
-	"\x11first_delivery_id\x18\x02 \x01(\x04R\x0ffirstDeliveryId\"\x95\x03\n" +
+	"\x11first_delivery_id\x18\x02 \x01(\x04R\x0ffirstDeliveryId\"\xb8\x03\n" +
 	"\x0eMemberSettings\x12\x1b\n" +
 	"\tmax_bytes\x18\x01 \x01(\x03R\bmaxBytes\x12&\n" +
 	"\x0fdedup_window_ns\x18\x02 \x01(\x03R\rdedupWindowNs\x12\"\n" +
@@ -4364,7 +4383,8 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"subscribes\x12\x1a\n" +
 	"\bselector\x18\t \x01(\tR\bselector\x12!\n" +
 	"\fcount_memory\x18\n" +
-	" \x01(\bR\vcountMemory\"\xc0\x01\n" +
+	" \x01(\bR\vcountMemory\x12!\n" +
+	"\fmax_messages\x18\v \x01(\x04R\vmaxMessages\"\xc0\x01\n" +
 	"\fSubscription\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1b\n" +
 	"\ttopic_uid\x18\x02 \x01(\tR\btopicUid\x12\x12\n" +
@@ -4382,7 +4402,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05group\x18\x06 \x01(\tR\x05group\x12\x1a\n" +
 	"\brenewing\x18\a \x01(\bR\brenewing\x12*\n" +
 	"\x11first_delivery_id\x18\b \x01(\x04R\x0ffirstDeliveryId\x12\x19\n" +
-	"\brenew_on\x18\t \x01(\tR\arenewOn\"\xe1\x05\n" +
+	"\brenew_on\x18\t \x01(\tR\arenewOn\"\x84\x06\n" +
 	"\vDestination\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1d.cairn.fsm.v1.DestinationKindR\x04kind\x12\x1a\n" +
@@ -4404,7 +4424,8 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\rdedup_max_ids\x18\x10 \x01(\rR\vdedupMaxIds\x12\x14\n" +
 	"\x05spare\x18\x11 \x01(\bR\x05spare\x12>\n" +
 	"\fsubscription\x18\x12 \x01(\v2\x1a.cairn.fsm.v1.SubscriptionR\fsubscription\x12\x1c\n" +
-	"\ttemporary\x18\x13 \x01(\tR\ttemporary\"P\n" +
+	"\ttemporary\x18\x13 \x01(\tR\ttemporary\x12!\n" +
+	"\fmax_messages\x18\x14 \x01(\x04R\vmaxMessages\"P\n" +
 	"\x11CreateDestination\x12;\n" +
 	"\vdestination\x18\x01 \x01(\v2\x19.cairn.fsm.v1.DestinationR\vdestination\"'\n" +
 	"\x11DeleteDestination\x12\x12\n" +

@@ -1260,6 +1260,9 @@ type CreateDestinationRequest struct {
 	// dedup ids it remembers (0: 2 minutes, 100 000 ids).
 	DedupWindowMs int64  `protobuf:"varint,13,opt,name=dedup_window_ms,json=dedupWindowMs,proto3" json:"dedup_window_ms,omitempty"`
 	DedupMaxIds   uint32 `protobuf:"varint,14,opt,name=dedup_max_ids,json=dedupMaxIds,proto3" json:"dedup_max_ids,omitempty"`
+	// max_messages bounds the messages the destination holds, as max_bytes
+	// bounds what they cost; 0 is unlimited.
+	MaxMessages   uint64 `protobuf:"varint,15,opt,name=max_messages,json=maxMessages,proto3" json:"max_messages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1388,6 +1391,13 @@ func (x *CreateDestinationRequest) GetDedupWindowMs() int64 {
 func (x *CreateDestinationRequest) GetDedupMaxIds() uint32 {
 	if x != nil {
 		return x.DedupMaxIds
+	}
+	return 0
+}
+
+func (x *CreateDestinationRequest) GetMaxMessages() uint64 {
+	if x != nil {
+		return x.MaxMessages
 	}
 	return 0
 }
@@ -2223,6 +2233,7 @@ type DestinationInfo struct {
 	Subscriptions []*DestinationInfo `protobuf:"bytes,21,rep,name=subscriptions,proto3" json:"subscriptions,omitempty"`
 	// subscription: set for a subscription (kind SUBSCRIPTION).
 	Subscription  *SubscriptionInfo `protobuf:"bytes,22,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	MaxMessages   uint64            `protobuf:"varint,23,opt,name=max_messages,json=maxMessages,proto3" json:"max_messages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2409,6 +2420,13 @@ func (x *DestinationInfo) GetSubscription() *SubscriptionInfo {
 		return x.Subscription
 	}
 	return nil
+}
+
+func (x *DestinationInfo) GetMaxMessages() uint64 {
+	if x != nil {
+		return x.MaxMessages
+	}
+	return 0
 }
 
 type Message struct {
@@ -5617,7 +5635,7 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\bdegraded\x18\x03 \x01(\bR\bdegraded\"9\n" +
 	"\x05Error\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xad\x04\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xd0\x04\n" +
 	"\x18CreateDestinationRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x124\n" +
 	"\x04kind\x18\x02 \x01(\x0e2 .cairn.client.v1.DestinationKindR\x04kind\x12\x18\n" +
@@ -5633,7 +5651,8 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x17redelivery_max_delay_ms\x18\v \x01(\x03R\x14redeliveryMaxDelayMs\x12(\n" +
 	"\x10forward_delay_ms\x18\f \x01(\x03R\x0eforwardDelayMs\x12&\n" +
 	"\x0fdedup_window_ms\x18\r \x01(\x03R\rdedupWindowMs\x12\"\n" +
-	"\rdedup_max_ids\x18\x0e \x01(\rR\vdedupMaxIds\"d\n" +
+	"\rdedup_max_ids\x18\x0e \x01(\rR\vdedupMaxIds\x12!\n" +
+	"\fmax_messages\x18\x0f \x01(\x04R\vmaxMessages\"d\n" +
 	"\x18UpdateDestinationRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\amembers\x18\x02 \x01(\rR\amembers\x12\x1a\n" +
@@ -5684,7 +5703,7 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
 	"\tclient_id\x18\x03 \x01(\tR\bclientId\"\x1c\n" +
-	"\x1aDeleteSubscriptionResponse\"\x81\a\n" +
+	"\x1aDeleteSubscriptionResponse\"\xa4\a\n" +
 	"\x0fDestinationInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x124\n" +
 	"\x04kind\x18\x02 \x01(\x0e2 .cairn.client.v1.DestinationKindR\x04kind\x12\x18\n" +
@@ -5708,7 +5727,8 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\rdedup_max_ids\x18\x13 \x01(\rR\vdedupMaxIds\x12\x1a\n" +
 	"\bprepared\x18\x14 \x01(\x04R\bprepared\x12F\n" +
 	"\rsubscriptions\x18\x15 \x03(\v2 .cairn.client.v1.DestinationInfoR\rsubscriptions\x12E\n" +
-	"\fsubscription\x18\x16 \x01(\v2!.cairn.client.v1.SubscriptionInfoR\fsubscription\"\xe9\x04\n" +
+	"\fsubscription\x18\x16 \x01(\v2!.cairn.client.v1.SubscriptionInfoR\fsubscription\x12!\n" +
+	"\fmax_messages\x18\x17 \x01(\x04R\vmaxMessages\"\xe9\x04\n" +
 	"\aMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04body\x18\x02 \x01(\fR\x04body\x12H\n" +
