@@ -82,6 +82,18 @@ func waitAdmin(t *testing.T, n *Node) {
 	})
 }
 
+// newTLSCluster is a cluster of n nodes with TLS on, once user admin
+// exists on every node.
+func newTLSCluster(t *testing.T, n int) (*testPKI, *TestCluster) {
+	t.Helper()
+	p := newTestPKI(t)
+	tc := NewTestCluster(t, n, p.node)
+	for _, id := range tc.IDs() {
+		waitAdmin(t, tc.Node(id))
+	}
+	return p, tc
+}
+
 // user writes a user certificate and returns a TLS configuration showing it.
 func (p *testPKI) user(name string) *tls.Config {
 	pair, err := certs.NewUser(p.ca, name, certs.CertValidity, time.Now())
@@ -106,11 +118,7 @@ func (p *testPKI) user(name string) *tls.Config {
 // another CA signed is never registered, though it has the gossip key.
 func TestTLS_TheClusterSpeaksTLSOnly(t *testing.T) {
 	t.Parallel() // waits more than it computes; changes no package variable
-	p := newTestPKI(t)
-	tc := NewTestCluster(t, 3, p.node)
-	for _, id := range tc.IDs() {
-		waitAdmin(t, tc.Node(id))
-	}
+	p, tc := newTLSCluster(t, 3)
 	ctx := testCtx(t)
 	tc.CreateSpread(ctx, map[string]int{"secure": 3})
 	s := mustSession(t, tc.Dial("n1", func(o *client.Options) { o.NoDirectSends = true }), client.AutoAck)
@@ -260,11 +268,7 @@ func TestPeerAPI_RefusesWhatTheClientAPIRefuses(t *testing.T) {
 // certificate is still valid; a node of the cluster is served.
 func TestPeerAPI_RefusesARemovedNodesCertificate(t *testing.T) {
 	t.Parallel() // waits more than it computes; changes no package variable
-	p := newTestPKI(t)
-	tc := NewTestCluster(t, 3, p.node)
-	for _, id := range tc.IDs() {
-		waitAdmin(t, tc.Node(id))
-	}
+	p, tc := newTLSCluster(t, 3)
 	leader := tc.MetaLeader()
 	victim, asker := tc.Others(leader)[0], tc.Others(leader)[1]
 	tc.crashAndRemove(tc.Admin(leader), victim)
