@@ -2,14 +2,14 @@ package fsm
 
 import "github.com/cairnmq/cairn/fsm/fsmpb"
 
-// What a member spends in memory beyond a message's bytes, as measured on
-// amd64 with Go 1.25 by BenchmarkMember_HeapPerMessage (docs/performance.md):
-// a message its record holds alone (an id and nothing else) costs about
-// 216 bytes with its indexes; any other keeps a decoded message beside its
-// record, about 470 bytes more its own; a properties map about 200 bytes,
-// a string property about 40 more than its bytes and a typed one about
-// 100. The figures round up, so that a limit is reached early rather than
-// late.
+// What a member spends in memory on a message, as measured on amd64 by
+// BenchmarkMember_HeapPerMessage (docs/performance.md): a message its
+// record holds alone (an id and nothing else) costs about 223 bytes with
+// its indexes; any other keeps a decoded message beside its record, about
+// 480 bytes in all before its strings; a properties map about 200 bytes
+// more, each string property about 40 beyond its bytes and each typed one
+// about 100. The figures round up, so that a limit is reached early
+// rather than late.
 const (
 	recordCost        = 224
 	messageCost       = 512
