@@ -288,7 +288,7 @@ func twinRun(t *testing.T, seed uint64) {
 			t.Fatal(err)
 		}
 		shelf.drop(away.m.DroppedBodies())
-		if keep.m.Stats() != away.m.Stats() {
+		if keep.m.Stats() != away.m.Stats() || keep.m.Counters() != away.m.Counters() {
 			t.Fatalf("step %d: stats %+v and %+v", step, keep.m.Stats(), away.m.Stats())
 		}
 		if step%50 == 49 {

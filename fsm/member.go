@@ -65,6 +65,7 @@ type Member struct {
 	// aside holds the dead and the moving messages, by sequence.
 	aside        *btree.BTreeG[item]
 	deadLettered uint64
+	counted      Counters
 	sealed       bool
 	byDelivery   map[uint64]ref
 	sessions     map[string]*session
@@ -255,6 +256,7 @@ func (m *Member) store(msgs []*fsmpb.Message, out []Enqueued, now int64, withDed
 		}
 		r, rec := m.newRecord(msg, m.nextSeq, BodyRef{})
 		m.nextSeq++
+		m.counted.Sent++
 		m.bytes += rec.size
 		m.bodyStored(r, rec)
 		m.pushPending(r, rec)
@@ -298,6 +300,10 @@ func (m *Member) deliver(c *fsmpb.Deliver) Result {
 		// A delivery may wait in a consumer's buffers long after this
 		// batch: it must not keep the entry alive.
 		m.ownBody(r, rec)
+		m.counted.Delivered++
+		if rec.has(flagRedelivered) {
+			m.counted.Redelivered++
+		}
 		rec.count++
 		rec.deliveryID = m.nextDelivery
 		m.nextDelivery++
@@ -446,6 +452,7 @@ func (m *Member) ack(c *fsmpb.Ack) Result {
 			r.Acked++
 		}
 	}
+	m.counted.Acknowledged += uint64(r.Acked)
 	return r
 }
 
@@ -541,6 +548,7 @@ func (m *Member) expire(c *fsmpb.Expire) Result {
 			r.Removed++
 		}
 	}
+	m.counted.Expired += uint64(r.Removed)
 	return r
 }
 

@@ -63,6 +63,8 @@ func (m *Member) moved(c *fsmpb.Moved) Result {
 		if r := m.find(id); r != 0 && m.rec(r).movingTo != 0 {
 			if m.rec(r).has(flagDead) {
 				m.deadLettered++
+			} else {
+				m.counted.Moved++
 			}
 			m.remove(r)
 			res.Removed++

@@ -26,6 +26,15 @@ type Stats struct {
 	DedupIDs int
 }
 
+// Counters count what a member did since it was made (replicated, so a
+// new host goes on from its predecessor's counts): messages stored (sent,
+// published or moved in), delivered, delivered again marked redelivered,
+// acknowledged, expired, and moved out to another member (but dead ones:
+// Stats.DeadLettered).
+type Counters struct {
+	Sent, Delivered, Redelivered, Acknowledged, Expired, Moved uint64
+}
+
 // Stats returns the member's counts.
 func (m *Member) Stats() Stats {
 	return Stats{
@@ -40,6 +49,9 @@ func (m *Member) Stats() Stats {
 		DedupIDs:     m.dedup.len(),
 	}
 }
+
+// Counters returns what the member did since it was made.
+func (m *Member) Counters() Counters { return m.counted }
 
 // Sealed reports whether the member refuses new messages (it drains).
 func (m *Member) Sealed() bool { return m.sealed }

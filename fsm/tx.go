@@ -109,6 +109,7 @@ func (m *Member) txPrepare(c *fsmpb.TxPrepare) Result {
 		for _, msg := range acked {
 			m.remove(msg)
 		}
+		m.counted.Acknowledged += uint64(len(acked))
 		return Result{Enqueued: out, Acked: len(acked), Committed: true}
 	}
 	t := &tx{id: c.Tx, primary: c.Primary, session: c.Session, preparedAt: c.Now, msgs: c.Messages, out: out, bytes: add, acked: acked, publish: c.Publish}
@@ -178,6 +179,7 @@ func (m *Member) txDecide(c *fsmpb.TxDecide) Result {
 		for _, msg := range t.acked {
 			m.remove(msg)
 		}
+		m.counted.Acknowledged += uint64(len(t.acked))
 		return Result{Committed: true, Acked: len(t.acked)}
 	}
 	for i, msg := range t.msgs {

@@ -3451,10 +3451,11 @@ type MemberSnapshot struct {
 	Sessions     []*StoredSession `protobuf:"bytes,6,rep,name=sessions,proto3" json:"sessions,omitempty"`
 	Dedup        []*DedupRecord   `protobuf:"bytes,7,rep,name=dedup,proto3" json:"dedup,omitempty"`
 	// dead_lettered counts messages moved to the dead-letter queue.
-	DeadLettered  uint64        `protobuf:"varint,8,opt,name=dead_lettered,json=deadLettered,proto3" json:"dead_lettered,omitempty"`
-	Sealed        bool          `protobuf:"varint,9,opt,name=sealed,proto3" json:"sealed,omitempty"`
-	Txs           []*StoredTx   `protobuf:"bytes,10,rep,name=txs,proto3" json:"txs,omitempty"`
-	Decisions     []*TxDecision `protobuf:"bytes,11,rep,name=decisions,proto3" json:"decisions,omitempty"`
+	DeadLettered  uint64          `protobuf:"varint,8,opt,name=dead_lettered,json=deadLettered,proto3" json:"dead_lettered,omitempty"`
+	Sealed        bool            `protobuf:"varint,9,opt,name=sealed,proto3" json:"sealed,omitempty"`
+	Txs           []*StoredTx     `protobuf:"bytes,10,rep,name=txs,proto3" json:"txs,omitempty"`
+	Decisions     []*TxDecision   `protobuf:"bytes,11,rep,name=decisions,proto3" json:"decisions,omitempty"`
+	Counters      *MemberCounters `protobuf:"bytes,12,opt,name=counters,proto3" json:"counters,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3566,6 +3567,102 @@ func (x *MemberSnapshot) GetDecisions() []*TxDecision {
 	return nil
 }
 
+func (x *MemberSnapshot) GetCounters() *MemberCounters {
+	if x != nil {
+		return x.Counters
+	}
+	return nil
+}
+
+// MemberCounters count what a member did since it was made, for metrics:
+// replicated, so that a new host goes on from its predecessor's counts.
+type MemberCounters struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sent: messages stored (sent, published, or moved in from another
+	// member); moved: taken out to another member but dead ones.
+	Sent      uint64 `protobuf:"varint,1,opt,name=sent,proto3" json:"sent,omitempty"`
+	Delivered uint64 `protobuf:"varint,2,opt,name=delivered,proto3" json:"delivered,omitempty"`
+	// redelivered: deliveries of a message marked redelivered.
+	Redelivered   uint64 `protobuf:"varint,3,opt,name=redelivered,proto3" json:"redelivered,omitempty"`
+	Acknowledged  uint64 `protobuf:"varint,4,opt,name=acknowledged,proto3" json:"acknowledged,omitempty"`
+	Expired       uint64 `protobuf:"varint,5,opt,name=expired,proto3" json:"expired,omitempty"`
+	Moved         uint64 `protobuf:"varint,6,opt,name=moved,proto3" json:"moved,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberCounters) Reset() {
+	*x = MemberCounters{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberCounters) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberCounters) ProtoMessage() {}
+
+func (x *MemberCounters) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberCounters.ProtoReflect.Descriptor instead.
+func (*MemberCounters) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *MemberCounters) GetSent() uint64 {
+	if x != nil {
+		return x.Sent
+	}
+	return 0
+}
+
+func (x *MemberCounters) GetDelivered() uint64 {
+	if x != nil {
+		return x.Delivered
+	}
+	return 0
+}
+
+func (x *MemberCounters) GetRedelivered() uint64 {
+	if x != nil {
+		return x.Redelivered
+	}
+	return 0
+}
+
+func (x *MemberCounters) GetAcknowledged() uint64 {
+	if x != nil {
+		return x.Acknowledged
+	}
+	return 0
+}
+
+func (x *MemberCounters) GetExpired() uint64 {
+	if x != nil {
+		return x.Expired
+	}
+	return 0
+}
+
+func (x *MemberCounters) GetMoved() uint64 {
+	if x != nil {
+		return x.Moved
+	}
+	return 0
+}
+
 // StoredTx is a transaction prepared on the member; the deliveries it
 // acknowledges are stored with their messages (StoredMessage.session).
 type StoredTx struct {
@@ -3585,7 +3682,7 @@ type StoredTx struct {
 
 func (x *StoredTx) Reset() {
 	*x = StoredTx{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[46]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3597,7 +3694,7 @@ func (x *StoredTx) String() string {
 func (*StoredTx) ProtoMessage() {}
 
 func (x *StoredTx) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[46]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3610,7 +3707,7 @@ func (x *StoredTx) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredTx.ProtoReflect.Descriptor instead.
 func (*StoredTx) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{46}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *StoredTx) GetTx() string {
@@ -3681,7 +3778,7 @@ type TxDecision struct {
 
 func (x *TxDecision) Reset() {
 	*x = TxDecision{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[47]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3693,7 +3790,7 @@ func (x *TxDecision) String() string {
 func (*TxDecision) ProtoMessage() {}
 
 func (x *TxDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[47]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3706,7 +3803,7 @@ func (x *TxDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxDecision.ProtoReflect.Descriptor instead.
 func (*TxDecision) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{47}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TxDecision) GetTx() string {
@@ -3742,7 +3839,7 @@ type GroupSnapshot struct {
 
 func (x *GroupSnapshot) Reset() {
 	*x = GroupSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[48]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3754,7 +3851,7 @@ func (x *GroupSnapshot) String() string {
 func (*GroupSnapshot) ProtoMessage() {}
 
 func (x *GroupSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[48]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3767,7 +3864,7 @@ func (x *GroupSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupSnapshot.ProtoReflect.Descriptor instead.
 func (*GroupSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{48}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GroupSnapshot) GetApplied() uint64 {
@@ -3798,7 +3895,7 @@ type ClientIdClaim struct {
 
 func (x *ClientIdClaim) Reset() {
 	*x = ClientIdClaim{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[49]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3810,7 +3907,7 @@ func (x *ClientIdClaim) String() string {
 func (*ClientIdClaim) ProtoMessage() {}
 
 func (x *ClientIdClaim) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[49]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3823,7 +3920,7 @@ func (x *ClientIdClaim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientIdClaim.ProtoReflect.Descriptor instead.
 func (*ClientIdClaim) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{49}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ClientIdClaim) GetClientId() string {
@@ -3859,7 +3956,7 @@ type ClaimClientId struct {
 
 func (x *ClaimClientId) Reset() {
 	*x = ClaimClientId{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[50]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3871,7 +3968,7 @@ func (x *ClaimClientId) String() string {
 func (*ClaimClientId) ProtoMessage() {}
 
 func (x *ClaimClientId) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[50]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3884,7 +3981,7 @@ func (x *ClaimClientId) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimClientId.ProtoReflect.Descriptor instead.
 func (*ClaimClientId) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{50}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ClaimClientId) GetClaim() *ClientIdClaim {
@@ -3906,7 +4003,7 @@ type ReleaseClientId struct {
 
 func (x *ReleaseClientId) Reset() {
 	*x = ReleaseClientId{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[51]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3918,7 +4015,7 @@ func (x *ReleaseClientId) String() string {
 func (*ReleaseClientId) ProtoMessage() {}
 
 func (x *ReleaseClientId) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[51]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3931,7 +4028,7 @@ func (x *ReleaseClientId) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseClientId.ProtoReflect.Descriptor instead.
 func (*ReleaseClientId) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{51}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ReleaseClientId) GetClientId() string {
@@ -3962,7 +4059,7 @@ type User struct {
 
 func (x *User) Reset() {
 	*x = User{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[52]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3974,7 +4071,7 @@ func (x *User) String() string {
 func (*User) ProtoMessage() {}
 
 func (x *User) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[52]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3987,7 +4084,7 @@ func (x *User) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use User.ProtoReflect.Descriptor instead.
 func (*User) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{52}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *User) GetName() string {
@@ -4023,7 +4120,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[53]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4035,7 +4132,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[53]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4048,7 +4145,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{53}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Grant) GetPattern() string {
@@ -4077,7 +4174,7 @@ type PutUser struct {
 
 func (x *PutUser) Reset() {
 	*x = PutUser{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[54]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4089,7 +4186,7 @@ func (x *PutUser) String() string {
 func (*PutUser) ProtoMessage() {}
 
 func (x *PutUser) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[54]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4102,7 +4199,7 @@ func (x *PutUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutUser.ProtoReflect.Descriptor instead.
 func (*PutUser) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{54}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PutUser) GetUser() *User {
@@ -4129,7 +4226,7 @@ type DeleteUser struct {
 
 func (x *DeleteUser) Reset() {
 	*x = DeleteUser{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[55]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4141,7 +4238,7 @@ func (x *DeleteUser) String() string {
 func (*DeleteUser) ProtoMessage() {}
 
 func (x *DeleteUser) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[55]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4154,7 +4251,7 @@ func (x *DeleteUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUser.ProtoReflect.Descriptor instead.
 func (*DeleteUser) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{55}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *DeleteUser) GetName() string {
@@ -4183,7 +4280,7 @@ type MetaSnapshot struct {
 
 func (x *MetaSnapshot) Reset() {
 	*x = MetaSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[56]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4195,7 +4292,7 @@ func (x *MetaSnapshot) String() string {
 func (*MetaSnapshot) ProtoMessage() {}
 
 func (x *MetaSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[56]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4208,7 +4305,7 @@ func (x *MetaSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaSnapshot.ProtoReflect.Descriptor instead.
 func (*MetaSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{56}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *MetaSnapshot) GetApplied() uint64 {
@@ -4518,7 +4615,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\bdedup_id\x18\x01 \x01(\tR\adedupId\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x02 \x01(\tR\tmessageId\x12\x0e\n" +
-	"\x02at\x18\x03 \x01(\x03R\x02at\"\xd7\x03\n" +
+	"\x02at\x18\x03 \x01(\x03R\x02at\"\x91\x04\n" +
 	"\x0eMemberSnapshot\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\x04R\aapplied\x12\x19\n" +
 	"\bnext_seq\x18\x02 \x01(\x04R\anextSeq\x12(\n" +
@@ -4531,7 +4628,15 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x06sealed\x18\t \x01(\bR\x06sealed\x12(\n" +
 	"\x03txs\x18\n" +
 	" \x03(\v2\x16.cairn.fsm.v1.StoredTxR\x03txs\x126\n" +
-	"\tdecisions\x18\v \x03(\v2\x18.cairn.fsm.v1.TxDecisionR\tdecisions\"\xfd\x01\n" +
+	"\tdecisions\x18\v \x03(\v2\x18.cairn.fsm.v1.TxDecisionR\tdecisions\x128\n" +
+	"\bcounters\x18\f \x01(\v2\x1c.cairn.fsm.v1.MemberCountersR\bcounters\"\xb8\x01\n" +
+	"\x0eMemberCounters\x12\x12\n" +
+	"\x04sent\x18\x01 \x01(\x04R\x04sent\x12\x1c\n" +
+	"\tdelivered\x18\x02 \x01(\x04R\tdelivered\x12 \n" +
+	"\vredelivered\x18\x03 \x01(\x04R\vredelivered\x12\"\n" +
+	"\facknowledged\x18\x04 \x01(\x04R\facknowledged\x12\x18\n" +
+	"\aexpired\x18\x05 \x01(\x04R\aexpired\x12\x14\n" +
+	"\x05moved\x18\x06 \x01(\x04R\x05moved\"\xfd\x01\n" +
 	"\bStoredTx\x12\x0e\n" +
 	"\x02tx\x18\x01 \x01(\tR\x02tx\x12\x18\n" +
 	"\aprimary\x18\x02 \x01(\tR\aprimary\x12\x18\n" +
@@ -4644,7 +4749,7 @@ func file_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_fsm_fsmpb_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
+var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(CommandType)(0),          // 0: cairn.fsm.v1.CommandType
 	(DestinationKind)(0),      // 1: cairn.fsm.v1.DestinationKind
@@ -4694,26 +4799,27 @@ var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*StoredSession)(nil),     // 45: cairn.fsm.v1.StoredSession
 	(*DedupRecord)(nil),       // 46: cairn.fsm.v1.DedupRecord
 	(*MemberSnapshot)(nil),    // 47: cairn.fsm.v1.MemberSnapshot
-	(*StoredTx)(nil),          // 48: cairn.fsm.v1.StoredTx
-	(*TxDecision)(nil),        // 49: cairn.fsm.v1.TxDecision
-	(*GroupSnapshot)(nil),     // 50: cairn.fsm.v1.GroupSnapshot
-	(*ClientIdClaim)(nil),     // 51: cairn.fsm.v1.ClientIdClaim
-	(*ClaimClientId)(nil),     // 52: cairn.fsm.v1.ClaimClientId
-	(*ReleaseClientId)(nil),   // 53: cairn.fsm.v1.ReleaseClientId
-	(*User)(nil),              // 54: cairn.fsm.v1.User
-	(*Grant)(nil),             // 55: cairn.fsm.v1.Grant
-	(*PutUser)(nil),           // 56: cairn.fsm.v1.PutUser
-	(*DeleteUser)(nil),        // 57: cairn.fsm.v1.DeleteUser
-	(*MetaSnapshot)(nil),      // 58: cairn.fsm.v1.MetaSnapshot
-	nil,                       // 59: cairn.fsm.v1.Message.PropertiesEntry
-	nil,                       // 60: cairn.fsm.v1.Message.TypedPropertiesEntry
-	nil,                       // 61: cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntry
+	(*MemberCounters)(nil),    // 48: cairn.fsm.v1.MemberCounters
+	(*StoredTx)(nil),          // 49: cairn.fsm.v1.StoredTx
+	(*TxDecision)(nil),        // 50: cairn.fsm.v1.TxDecision
+	(*GroupSnapshot)(nil),     // 51: cairn.fsm.v1.GroupSnapshot
+	(*ClientIdClaim)(nil),     // 52: cairn.fsm.v1.ClientIdClaim
+	(*ClaimClientId)(nil),     // 53: cairn.fsm.v1.ClaimClientId
+	(*ReleaseClientId)(nil),   // 54: cairn.fsm.v1.ReleaseClientId
+	(*User)(nil),              // 55: cairn.fsm.v1.User
+	(*Grant)(nil),             // 56: cairn.fsm.v1.Grant
+	(*PutUser)(nil),           // 57: cairn.fsm.v1.PutUser
+	(*DeleteUser)(nil),        // 58: cairn.fsm.v1.DeleteUser
+	(*MetaSnapshot)(nil),      // 59: cairn.fsm.v1.MetaSnapshot
+	nil,                       // 60: cairn.fsm.v1.Message.PropertiesEntry
+	nil,                       // 61: cairn.fsm.v1.Message.TypedPropertiesEntry
+	nil,                       // 62: cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntry
 }
 var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	3,  // 0: cairn.fsm.v1.Entry.commands:type_name -> cairn.fsm.v1.Command
 	0,  // 1: cairn.fsm.v1.Command.type:type_name -> cairn.fsm.v1.CommandType
-	59, // 2: cairn.fsm.v1.Message.properties:type_name -> cairn.fsm.v1.Message.PropertiesEntry
-	60, // 3: cairn.fsm.v1.Message.typed_properties:type_name -> cairn.fsm.v1.Message.TypedPropertiesEntry
+	60, // 2: cairn.fsm.v1.Message.properties:type_name -> cairn.fsm.v1.Message.PropertiesEntry
+	61, // 3: cairn.fsm.v1.Message.typed_properties:type_name -> cairn.fsm.v1.Message.TypedPropertiesEntry
 	6,  // 4: cairn.fsm.v1.Enqueue.messages:type_name -> cairn.fsm.v1.Message
 	6,  // 5: cairn.fsm.v1.Publish.messages:type_name -> cairn.fsm.v1.Message
 	23, // 6: cairn.fsm.v1.Configure.settings:type_name -> cairn.fsm.v1.MemberSettings
@@ -4729,24 +4835,25 @@ var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	23, // 16: cairn.fsm.v1.MemberSnapshot.settings:type_name -> cairn.fsm.v1.MemberSettings
 	45, // 17: cairn.fsm.v1.MemberSnapshot.sessions:type_name -> cairn.fsm.v1.StoredSession
 	46, // 18: cairn.fsm.v1.MemberSnapshot.dedup:type_name -> cairn.fsm.v1.DedupRecord
-	48, // 19: cairn.fsm.v1.MemberSnapshot.txs:type_name -> cairn.fsm.v1.StoredTx
-	49, // 20: cairn.fsm.v1.MemberSnapshot.decisions:type_name -> cairn.fsm.v1.TxDecision
-	6,  // 21: cairn.fsm.v1.StoredTx.messages:type_name -> cairn.fsm.v1.Message
-	51, // 22: cairn.fsm.v1.ClaimClientId.claim:type_name -> cairn.fsm.v1.ClientIdClaim
-	55, // 23: cairn.fsm.v1.User.grants:type_name -> cairn.fsm.v1.Grant
-	54, // 24: cairn.fsm.v1.PutUser.user:type_name -> cairn.fsm.v1.User
-	26, // 25: cairn.fsm.v1.MetaSnapshot.destinations:type_name -> cairn.fsm.v1.Destination
-	33, // 26: cairn.fsm.v1.MetaSnapshot.nodes:type_name -> cairn.fsm.v1.Node
-	41, // 27: cairn.fsm.v1.MetaSnapshot.rejoining:type_name -> cairn.fsm.v1.Rejoining
-	61, // 28: cairn.fsm.v1.MetaSnapshot.removed_incarnations:type_name -> cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntry
-	51, // 29: cairn.fsm.v1.MetaSnapshot.client_ids:type_name -> cairn.fsm.v1.ClientIdClaim
-	54, // 30: cairn.fsm.v1.MetaSnapshot.users:type_name -> cairn.fsm.v1.User
-	7,  // 31: cairn.fsm.v1.Message.TypedPropertiesEntry.value:type_name -> cairn.fsm.v1.PropertyValue
-	32, // [32:32] is the sub-list for method output_type
-	32, // [32:32] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	49, // 19: cairn.fsm.v1.MemberSnapshot.txs:type_name -> cairn.fsm.v1.StoredTx
+	50, // 20: cairn.fsm.v1.MemberSnapshot.decisions:type_name -> cairn.fsm.v1.TxDecision
+	48, // 21: cairn.fsm.v1.MemberSnapshot.counters:type_name -> cairn.fsm.v1.MemberCounters
+	6,  // 22: cairn.fsm.v1.StoredTx.messages:type_name -> cairn.fsm.v1.Message
+	52, // 23: cairn.fsm.v1.ClaimClientId.claim:type_name -> cairn.fsm.v1.ClientIdClaim
+	56, // 24: cairn.fsm.v1.User.grants:type_name -> cairn.fsm.v1.Grant
+	55, // 25: cairn.fsm.v1.PutUser.user:type_name -> cairn.fsm.v1.User
+	26, // 26: cairn.fsm.v1.MetaSnapshot.destinations:type_name -> cairn.fsm.v1.Destination
+	33, // 27: cairn.fsm.v1.MetaSnapshot.nodes:type_name -> cairn.fsm.v1.Node
+	41, // 28: cairn.fsm.v1.MetaSnapshot.rejoining:type_name -> cairn.fsm.v1.Rejoining
+	62, // 29: cairn.fsm.v1.MetaSnapshot.removed_incarnations:type_name -> cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntry
+	52, // 30: cairn.fsm.v1.MetaSnapshot.client_ids:type_name -> cairn.fsm.v1.ClientIdClaim
+	55, // 31: cairn.fsm.v1.MetaSnapshot.users:type_name -> cairn.fsm.v1.User
+	7,  // 32: cairn.fsm.v1.Message.TypedPropertiesEntry.value:type_name -> cairn.fsm.v1.PropertyValue
+	33, // [33:33] is the sub-list for method output_type
+	33, // [33:33] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_fsm_fsmpb_fsm_proto_init() }
@@ -4765,7 +4872,7 @@ func file_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_fsmpb_fsm_proto_rawDesc), len(file_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   60,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
