@@ -10,7 +10,8 @@ import (
 
 // httpHandler serves the operator endpoints: /livez and /healthz answer as
 // long as the process serves (they never depend on a leader), /readyz only
-// once the node has joined and its groups have leaders.
+// once the node has joined and its groups have leaders, /metrics in
+// Prometheus's format (package metrics).
 func (n *Node) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	alive := func(w http.ResponseWriter, r *http.Request) {
@@ -18,6 +19,7 @@ func (n *Node) httpHandler() http.Handler {
 	}
 	mux.HandleFunc("GET /livez", alive)
 	mux.HandleFunc("GET /healthz", alive)
+	mux.Handle("GET /metrics", n.metrics.Handler())
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		err := n.Ready()
 		if err == nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/cairnmq/cairn/cluster/auth"
 	"github.com/cairnmq/cairn/cluster/frontend"
 	"github.com/cairnmq/cairn/cluster/metagroup"
+	"github.com/cairnmq/cairn/cluster/metrics"
 	"github.com/cairnmq/cairn/cluster/raftgroup"
 
 	"github.com/hashicorp/raft"
@@ -73,10 +74,13 @@ type Node struct {
 	health               *health.Server
 	httpSrv              *http.Server
 
-	conns     *frontend.Connections
-	peers     *peers
-	hostCache hostCache
-	loads     loads
+	conns   *frontend.Connections
+	metrics *metrics.Metrics
+	// peerStreams counts the peer API streams this node serves.
+	peerStreams atomic.Int64
+	peers       *peers
+	hostCache   hostCache
+	loads       loads
 	// metaKick and groupsKick wake the meta registrar and the groups'
 	// reconciler; they exist before gossip starts calling back.
 	metaKick, groupsKick chan struct{}
@@ -146,6 +150,10 @@ func Start(cfg Config) (_ *Node, err error) {
 	}
 	n.addrs.Gossip = n.gossip.addr()
 	n.conns = frontend.NewConnections(clientAPI{n})
+	if n.metrics, err = metrics.New(metricsSource{n}); err != nil {
+		n.gossip.shutdown()
+		return nil, err
+	}
 	n.peers = newPeers(n)
 	n.groups = newGroups(n)
 	if err = n.openMeta(); err != nil {
@@ -540,6 +548,7 @@ func (n *Node) replicaConfig() member.Config {
 		Addresses:         raftAddresses{n},
 		SnapshotSends:     n.snapshotSends,
 		OnFatal:           n.cfg.OnFatal,
+		Observer:          n.metrics,
 		Logger:            n.log,
 	}
 }

@@ -50,6 +50,8 @@ func peerErrorOf(n *Node, name string, err error) *peerpb.Error {
 // Propose submits each command to its member's proposer in arrival order
 // and answers as each is applied.
 func (s *peerService) Propose(stream peerpb.PeerService_ProposeServer) error {
+	s.n.peerStreams.Add(1)
+	defer s.n.peerStreams.Add(-1)
 	var sendMu sync.Mutex
 	send := func(r *peerpb.ProposeResponse) {
 		sendMu.Lock()
@@ -93,6 +95,8 @@ func (s *peerService) Propose(stream peerpb.PeerService_ProposeServer) error {
 
 // Consume attaches a remote front-end's consumer to a member hosted here.
 func (s *peerService) Consume(stream peerpb.PeerService_ConsumeServer) error {
+	s.n.peerStreams.Add(1)
+	defer s.n.peerStreams.Add(-1)
 	first, err := stream.Recv()
 	if err != nil {
 		return err

@@ -118,9 +118,10 @@ func (r *Replica) reserveLocked(d *dealer) []pick {
 // deliveries are the Deliver commands of picks.
 func (r *Replica) deliveries(picks []pick, now int64) []command {
 	cmds := make([]command, len(picks))
+	start := time.Now()
 	for i, p := range picks {
 		cmds[i] = command{member: r.key, body: &fsmpb.Deliver{Session: p.c.Session, Now: now, MessageIds: p.ids}, done: func(res fsm.Result, err error) {
-			r.delivered(p, res, err)
+			r.delivered(p, start, res, err)
 		}}
 	}
 	return cmds
@@ -293,7 +294,7 @@ func addsPending(body proto.Message) bool {
 
 // delivered runs on the proposer's result goroutine, in log order, so each
 // consumer gets its deliveries in the order they were made.
-func (r *Replica) delivered(p pick, res fsm.Result, err error) {
+func (r *Replica) delivered(p pick, start time.Time, res fsm.Result, err error) {
 	if err == nil {
 		err = res.Err
 	}
@@ -329,6 +330,8 @@ func (r *Replica) delivered(p pick, res fsm.Result, err error) {
 			ids[i] = d.DeliveryID
 		}
 		r.GiveBack(p.c.Session, ids)
+	} else if o := r.cfg.Observer; o != nil && len(got) > 0 {
+		o.Pushed(time.Since(start))
 	}
 	r.kick()
 }

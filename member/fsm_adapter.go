@@ -53,6 +53,7 @@ type memberFSM struct {
 	// minute rather than on every entry.
 	putFailed time.Time // under mu
 	log       *slog.Logger
+	observer  Observer // nil: not observed
 }
 
 // snapshotEnoughNearTurn says whether the log since the last snapshot is
@@ -132,11 +133,15 @@ func (a *memberFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		}
 		var res []fsm.Result
 		var err error
+		start := time.Now()
 		if a.g != nil {
 			res, err = a.g.Apply(l.Index, l.Data)
 			touched = append(touched, a.g.Touched()...)
 		} else {
 			res, err = a.m.Apply(l.Index, l.Data)
+		}
+		if a.observer != nil {
+			a.observer.Applied(time.Since(start))
 		}
 		if err != nil {
 			// The entries before it applied; their bodies leave them.

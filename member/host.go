@@ -45,7 +45,7 @@ func openHost(cfg Config, a *memberFSM, notify chan bool) (*raftHost, error) {
 	if onCorrupt == nil {
 		onCorrupt = func(err error) { panic(err) }
 	}
-	a.log, a.snapshotWanted = h.log, make(chan struct{}, 1)
+	a.log, a.snapshotWanted, a.observer = h.log, make(chan struct{}, 1), cfg.Observer
 	a.corrupt = func(err error) {
 		h.log.Error("member log entry cannot be applied; stopping to avoid diverging from the other replicas", "err", err)
 		onCorrupt(fmt.Errorf("member %s: %w", cfg.Name, err))
@@ -73,6 +73,7 @@ func openHost(cfg Config, a *memberFSM, notify chan bool) (*raftHost, error) {
 		Group: cfg.GroupID, NodeID: cfg.NodeID, Dir: cfg.Dir, Stream: cfg.Stream, Peers: cfg.Peers,
 		Timing: cfg.Timing, SnapshotThreshold: max(h.snapshotEntries, maxSnapshotThreshold), SnapshotInterval: cfg.SnapshotInterval, LogStore: cfg.LogStore,
 		Logger: cfg.Logger, NotifyCh: notify, Addresses: cfg.Addresses, OnStorageError: cfg.OnFatal, SnapshotSends: cfg.SnapshotSends,
+		ObserveLogWrite: observeLogWrite(cfg.Observer),
 	}, a)
 	if err != nil {
 		a.closeBodies()
@@ -86,6 +87,14 @@ func openHost(cfg Config, a *memberFSM, notify chan bool) (*raftHost, error) {
 	runEvery(&h.wg, h.stop, cmp.Or(cfg.SnapshotInterval, raftgroup.DefaultSnapshotInterval), h.refreshSnapshotPace)
 	h.wg.Go(h.snapshotLoop)
 	return h, nil
+}
+
+// observeLogWrite is o's LogWritten, nil without an observer.
+func observeLogWrite(o Observer) func(time.Duration) {
+	if o == nil {
+		return nil
+	}
+	return o.LogWritten
 }
 
 // close stops the group; destroy also deletes its data. The caller closes

@@ -89,7 +89,24 @@ type Config struct {
 	Addresses raft.ServerAddressProvider
 	// SnapshotSends paces the snapshots the group sends to followers.
 	SnapshotSends *raftgroup.SnapshotSends
-	Logger        *slog.Logger
+	// Observer, if set, is told how long the replica's work takes.
+	Observer Observer
+	Logger   *slog.Logger
+}
+
+// Observer is told how long a replica's work took, for metrics; its
+// methods are called on hot paths and must not block.
+type Observer interface {
+	// Sent: an Enqueue or Publish, from its arrival at the host to its
+	// commit.
+	Sent(time.Duration)
+	// Pushed: a Deliver, from its proposal by the host to the push of its
+	// messages to the consumer.
+	Pushed(time.Duration)
+	// Applied: one Raft entry applied to the state machine.
+	Applied(time.Duration)
+	// LogWritten: Raft entries written to the log, fsync included.
+	LogWritten(time.Duration)
 }
 
 // Replica is this node's replica of one member: its Raft group, the
@@ -400,6 +417,15 @@ func (r *Replica) Submit(body proto.Message, done func(fsm.Result, error)) {
 	default:
 	}
 	now := r.now().UnixNano()
+	if o := r.cfg.Observer; o != nil && isSend(body) {
+		start, inner := time.Now(), done
+		done = func(res fsm.Result, err error) {
+			if err == nil && res.Err == nil {
+				o.Sent(time.Since(start))
+			}
+			inner(res, err)
+		}
+	}
 	switch c := body.(type) {
 	case *fsmpb.Enqueue:
 		c.Now = now
@@ -433,6 +459,15 @@ func (r *Replica) Submit(body proto.Message, done func(fsm.Result, error)) {
 	r.submitMu.Lock()
 	defer r.submitMu.Unlock()
 	r.host.prop.submit(command{member: r.key, body: body, done: r.tracked(true, done)})
+}
+
+// isSend says whether body stores messages a client sent or published.
+func isSend(body proto.Message) bool {
+	switch body.(type) {
+	case *fsmpb.Enqueue, *fsmpb.Publish:
+		return true
+	}
+	return false
 }
 
 // tracked wraps a submitted command's done to kick the dispatcher after the

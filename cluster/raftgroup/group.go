@@ -91,6 +91,9 @@ type Config struct {
 	// (an fsync error): the replica can no longer promise durability and the
 	// node must stop. By default it panics.
 	OnStorageError func(error)
+	// ObserveLogWrite, if set, is told how long each write of entries to
+	// the log took, fsync included.
+	ObserveLogWrite func(time.Duration)
 }
 
 // Group is an open Raft group and the stores it owns.
@@ -221,7 +224,7 @@ func Open(cfg Config, fsm raft.FSM) (*Group, error) {
 	if onErr == nil {
 		onErr = func(err error) { panic(err) }
 	}
-	guarded := &storageGuard{durableStore: store, fail: func(err error) {
+	guarded := &storageGuard{durableStore: store, observe: cfg.ObserveLogWrite, fail: func(err error) {
 		onErr(fmt.Errorf("raft group %s: storage write failed: %w", cfg.Group, err))
 	}}
 	logs := newLogCache(guarded, logCacheEntries, logCacheBytes)
@@ -385,7 +388,8 @@ func (s slogSink) Accept(name string, level hclog.Level, msg string, args ...int
 // on that term any more, and a restart learns it again from the leader.
 type storageGuard struct {
 	durableStore
-	fail func(error)
+	fail    func(error)
+	observe func(time.Duration) // nil: not observed
 
 	mu     sync.RWMutex
 	closed bool
@@ -425,10 +429,15 @@ func isMonotonic(store any) bool {
 }
 
 func (g *storageGuard) StoreLog(l *raft.Log) error {
-	return g.write(func() error { return g.durableStore.StoreLog(l) })
+	return g.StoreLogs([]*raft.Log{l})
 }
 func (g *storageGuard) StoreLogs(ls []*raft.Log) error {
-	return g.write(func() error { return g.durableStore.StoreLogs(ls) })
+	start := time.Now()
+	err := g.write(func() error { return g.durableStore.StoreLogs(ls) })
+	if g.observe != nil && err == nil {
+		g.observe(time.Since(start))
+	}
+	return err
 }
 func (g *storageGuard) DeleteRange(min, max uint64) error {
 	return g.write(func() error { return g.durableStore.DeleteRange(min, max) })

@@ -1,0 +1,122 @@
+package metrics
+
+import (
+	"net/http"
+	"time"
+
+	gometrics "github.com/armon/go-metrics"
+	gmprom "github.com/armon/go-metrics/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/cairnmq/cairn/fsm"
+)
+
+// Source is what a node reports when it is scraped.
+type Source interface {
+	// Members are the members this node hosts, with their counts.
+	Members() []Member
+	// Groups are the Raft groups this node holds a replica of.
+	Groups() []Group
+	// Clients and the rest of the node's own counts.
+	Node() Node
+}
+
+// Member is one member a node hosts: of a queue (Topic empty) or of a
+// topic's subscription (Destination then names the subscription).
+type Member struct {
+	// Name is the member's address (orders#0); Destination its queue, or
+	// for a subscription its name within Topic.
+	Name, Destination, Topic string
+	Stats                    fsm.Stats
+	Counters                 fsm.Counters
+	Consumers                int
+}
+
+// Group is this node's replica of one Raft group: a member's ("orders#0")
+// or the meta group's ("meta").
+type Group struct {
+	Name                                       string
+	State                                      string
+	Term, CommitIndex, AppliedIndex, LastIndex uint64
+}
+
+// Node counts a node's clients, peers and gossip view.
+type Node struct {
+	Connections, Sessions, Consumers, PeerStreams int
+	// Gossip counts the gossip pool's members by state (alive, suspect,
+	// dead, left).
+	Gossip map[string]int
+}
+
+// Raft states a Group may be in; cairn_raft_group_state has one series
+// per state, 1 for the group's.
+var raftStates = []string{"follower", "candidate", "leader", "shutdown"}
+
+// Metrics is a node's registry and the histograms its paths observe.
+type Metrics struct {
+	reg                             *prometheus.Registry
+	send, delivery, apply, logWrite prometheus.Histogram
+}
+
+// latencyBuckets span 100 µs to 10 s.
+var latencyBuckets = prometheus.ExponentialBucketsRange(0.0001, 10, 16)
+
+// New makes a node's metrics, reading src at each scrape, and bridges
+// go-metrics (Raft's and memberlist's) into them.
+func New(src Source) (*Metrics, error) {
+	reg := prometheus.NewRegistry()
+	hist := func(name, help string) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: latencyBuckets})
+	}
+	m := &Metrics{
+		reg: reg,
+		send: hist("cairn_send_seconds",
+			"Sends (and publishes) on the members this node hosts, from their arrival at the host to their commit."),
+		delivery: hist("cairn_delivery_seconds",
+			"Deliveries by the members this node hosts, from the host's Deliver command to the push of its messages to the consumer's connection."),
+		apply: hist("cairn_raft_apply_seconds",
+			"Raft entries of member groups applied to their state machine on this node, one entry each."),
+		logWrite: hist("cairn_raft_log_write_seconds",
+			"Writes of Raft entries to a member group's log on this node, its fsync included."),
+	}
+	for _, c := range []prometheus.Collector{
+		m.send, m.delivery, m.apply, m.logWrite, newCollector(src),
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	sink, err := gmprom.NewPrometheusSinkFrom(gmprom.PrometheusOpts{Registerer: reg, Expiration: time.Minute})
+	if err != nil {
+		return nil, err
+	}
+	cfg := gometrics.DefaultConfig("cairn")
+	cfg.EnableHostname, cfg.EnableRuntimeMetrics, cfg.EnableServiceLabel = false, false, false
+	// Measured here as histograms (Applied, LogWritten). The filter sees
+	// keys with the service name.
+	cfg.BlockedPrefixes = []string{"cairn.raft.fsm.apply", "cairn.raft.rpc.appendEntries.storeLogs", "cairn.raft.leader.dispatchLog"}
+	if _, err := gometrics.NewGlobal(cfg, sink); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Handler serves the registry in Prometheus's text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+// Sent observes a send from its arrival at the host to its commit.
+func (m *Metrics) Sent(d time.Duration) { m.send.Observe(d.Seconds()) }
+
+// Pushed observes a delivery from its Deliver command to its push.
+func (m *Metrics) Pushed(d time.Duration) { m.delivery.Observe(d.Seconds()) }
+
+// Applied observes one Raft entry's apply.
+func (m *Metrics) Applied(d time.Duration) { m.apply.Observe(d.Seconds()) }
+
+// LogWritten observes a write of Raft entries, fsync included.
+func (m *Metrics) LogWritten(d time.Duration) { m.logWrite.Observe(d.Seconds()) }

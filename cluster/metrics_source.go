@@ -1,0 +1,79 @@
+package cluster
+
+import (
+	"github.com/hashicorp/raft"
+
+	"github.com/cairnmq/cairn/cluster/metagroup"
+	"github.com/cairnmq/cairn/cluster/metrics"
+	"github.com/cairnmq/cairn/fsm"
+	"github.com/cairnmq/cairn/fsm/fsmpb"
+)
+
+// metricsSource is what a node reports at /metrics (package metrics).
+type metricsSource struct{ n *Node }
+
+// Members are the queue and subscription members this node hosts; a
+// topic's own members hold nothing (its subscriptions' do).
+func (s metricsSource) Members() []metrics.Member {
+	var out []metrics.Member
+	for _, r := range s.n.groups.all() {
+		if !r.Leading() {
+			continue
+		}
+		dest, _, err := fsm.ParseAddress(r.Name())
+		if err != nil {
+			continue
+		}
+		d, ok := s.n.meta.Destination(dest)
+		if !ok || d.Kind == fsmpb.DestinationKind_DESTINATION_KIND_TOPIC {
+			continue
+		}
+		m := metrics.Member{Name: r.Name(), Destination: dest, Stats: r.Stats(), Consumers: r.Consumers()}
+		if d.Subscription != nil {
+			m.Topic = d.Subscription.Topic
+		}
+		r.Read(func(fm *fsm.Member) { m.Counters = fm.Counters() })
+		out = append(out, m)
+	}
+	return out
+}
+
+// Groups are this node's replicas of the meta group and of members.
+func (s metricsSource) Groups() []metrics.Group {
+	report := func(name string, r *raft.Raft) metrics.Group {
+		return metrics.Group{Name: name, State: stateName(r.State()), Term: r.CurrentTerm(),
+			CommitIndex: r.CommitIndex(), AppliedIndex: r.AppliedIndex(), LastIndex: r.LastIndex()}
+	}
+	out := []metrics.Group{report(metagroup.ID, s.n.meta.Raft())}
+	for _, r := range s.n.groups.all() {
+		out = append(out, report(r.Name(), r.Raft()))
+	}
+	return out
+}
+
+func stateName(st raft.RaftState) string {
+	switch st {
+	case raft.Leader:
+		return "leader"
+	case raft.Candidate:
+		return "candidate"
+	case raft.Shutdown:
+		return "shutdown"
+	}
+	return "follower"
+}
+
+// Node counts this node's client connections, their sessions and
+// consumers, the peer streams it serves, and the gossip pool by state.
+func (s metricsSource) Node() metrics.Node {
+	nd := metrics.Node{PeerStreams: int(s.n.peerStreams.Load()), Gossip: map[string]int{}}
+	for _, c := range s.n.conns.List() {
+		nd.Connections++
+		nd.Sessions += int(c.Sessions)
+		nd.Consumers += int(c.Consumers)
+	}
+	for _, m := range s.n.gossip.members() {
+		nd.Gossip[m.State]++
+	}
+	return nd
+}
