@@ -19,7 +19,9 @@ func (n *Node) httpHandler() http.Handler {
 	}
 	mux.HandleFunc("GET /livez", alive)
 	mux.HandleFunc("GET /healthz", alive)
-	mux.Handle("GET /metrics", n.metrics.Handler())
+	if n.metrics != nil { // nil in tests of the handler alone
+		mux.Handle("GET /metrics", n.metrics.Handler())
+	}
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		err := n.Ready()
 		if err == nil {
@@ -60,13 +62,21 @@ func (n *Node) diskRoom() error {
 	if n.cfg.MinFreeDiskMiB < 0 {
 		return nil
 	}
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(n.cfg.DataDir, &st); err != nil {
+	free, err := n.diskFree()
+	if err != nil {
 		return fmt.Errorf("the data directory's disk cannot be read: %w", err)
 	}
-	free := int64(st.Bavail) * int64(st.Bsize) >> 20
-	if free < n.cfg.MinFreeDiskMiB {
+	if free >>= 20; free < n.cfg.MinFreeDiskMiB {
 		return fmt.Errorf("the data directory's disk has %d MiB free, under --min-free-disk-mib %d: free space or grow the disk before writes fail", free, n.cfg.MinFreeDiskMiB)
 	}
 	return nil
+}
+
+// diskFree is the space left to the node on its data directory's disk.
+func (n *Node) diskFree() (int64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(n.cfg.DataDir, &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Bavail) * int64(st.Bsize), nil
 }

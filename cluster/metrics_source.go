@@ -66,7 +66,11 @@ func stateName(st raft.RaftState) string {
 // Node counts this node's client connections, their sessions and
 // consumers, the peer streams it serves, and the gossip pool by state.
 func (s metricsSource) Node() metrics.Node {
-	nd := metrics.Node{PeerStreams: int(s.n.peerStreams.Load()), Gossip: map[string]int{}}
+	nd := metrics.Node{PeerStreams: int(s.n.peerStreams.Load()), Gossip: map[string]int{}, DiskMinFree: -1}
+	if mib := s.n.cfg.MinFreeDiskMiB; mib >= 0 {
+		nd.DiskMinFree = mib << 20
+	}
+	nd.DiskFree, _ = s.n.diskFree()
 	for _, c := range s.n.conns.List() {
 		nd.Connections++
 		nd.Sessions += int(c.Sessions)

@@ -2,7 +2,12 @@ package cluster
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,6 +64,38 @@ func scrapeAll(t *testing.T, tc *TestCluster, ids ...string) []map[string]*dto.M
 	return out
 }
 
+// usedByOperators checks that every metric the dashboard, the alerts and
+// docs/operations.md name is one the nodes serve.
+func usedByOperators(t *testing.T, scrapes []map[string]*dto.MetricFamily) {
+	t.Helper()
+	served := map[string]bool{}
+	for _, s := range scrapes {
+		for name := range s {
+			served[name] = true
+		}
+	}
+	// A name ending in _* stands for the families it starts.
+	names := regexp.MustCompile(`\bcairn_[a-z_]*[a-z](_\*)?`)
+	for _, file := range []string{"../deploy/grafana/cairn.json", "../deploy/prometheus-rules.yml", "../docs/operations.md"} {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range names.FindAllString(string(b), -1) {
+			if prefix, ok := strings.CutSuffix(name, "*"); ok {
+				if !slices.ContainsFunc(slices.Collect(maps.Keys(served)), func(s string) bool { return strings.HasPrefix(s, prefix) }) {
+					t.Errorf("%s names %s, and no node serves a metric of that name", file, name)
+				}
+				continue
+			}
+			family := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_sum"), "_count")
+			if !served[family] && !served[name] {
+				t.Errorf("%s names %s, which no node serves", file, name)
+			}
+		}
+	}
+}
+
 // Under traffic, the sum over the nodes of cairn_queue_pending_messages is
 // what queue show says, each member reported once (by its host); the
 // counters only grow across a leader change; the latency histograms, the
@@ -76,6 +113,21 @@ func TestMetrics_SumOverNodesIsTheQueueAndCountersOnlyGrow(t *testing.T) {
 	}
 	k := mustConsumer(t, ctx, s, "metered#0")
 	recvN(t, k, 4) // delivered, not acknowledged
+	if _, err := a.CreateTopic(ctx, "news", client.TopicOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := s.Subscribe(ctx, "news", client.Subscription{Name: "audit", Durable: true, Shared: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := s.Publisher("news")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pub.Send(ctx, &client.Message{Body: []byte("published")}); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, sub)
 
 	var scrapes []map[string]*dto.MetricFamily
 	wait.Until(t, 10*time.Second, "the nodes' pending and delivered summing to queue show's", func() string {
@@ -110,6 +162,10 @@ func TestMetrics_SumOverNodesIsTheQueueAndCountersOnlyGrow(t *testing.T) {
 	if conns, _ := sumOver(scrapes, "cairn_gossip_members", "state", "alive"); conns != 9 {
 		t.Errorf("cairn_gossip_members{state=alive} sums to %v over three nodes, want 9", conns)
 	}
+	if _, series := sumOver(scrapes, "cairn_subscription_pending_messages", "topic", "news"); series == 0 {
+		t.Error("no cairn_subscription_pending_messages of topic news")
+	}
+	usedByOperators(t, scrapes)
 
 	// Each member's host stops: its counts go on from another node.
 	counters := []string{"cairn_queue_sent_messages_total", "cairn_queue_delivered_messages_total"}

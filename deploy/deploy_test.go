@@ -4,6 +4,7 @@ package deploy
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
@@ -228,5 +229,113 @@ func TestKubernetes_SecuredByDefault(t *testing.T) {
 				t.Errorf("port %d is open beyond Cairn's pods", p.Port.IntVal)
 			}
 		}
+	}
+}
+
+// Prometheus finds the nodes: deploy/prometheus.yml scrapes the compose
+// cluster's published HTTP ports over TLS with make certs' CA and loads the
+// alert rules; the StatefulSet's pods carry the scrape annotations for
+// their HTTP port; every rule has an expression, and the dashboard is a
+// Grafana dashboard with panels that query something.
+func TestPrometheus_ScrapesEveryNode(t *testing.T) {
+	var prom struct {
+		ScrapeConfigs []struct {
+			Scheme    string `json:"scheme"`
+			TLSConfig struct {
+				CAFile string `json:"ca_file"`
+			} `json:"tls_config"`
+			StaticConfigs []struct {
+				Targets []string `json:"targets"`
+			} `json:"static_configs"`
+		} `json:"scrape_configs"`
+		RuleFiles []string `json:"rule_files"`
+	}
+	readYAML(t, "prometheus.yml", &prom)
+	if len(prom.ScrapeConfigs) != 1 || len(prom.ScrapeConfigs[0].StaticConfigs) != 1 {
+		t.Fatalf("prometheus.yml: %+v; want one job with its targets", prom)
+	}
+	job := prom.ScrapeConfigs[0]
+	if job.Scheme != "https" || job.TLSConfig.CAFile != "certs/ca.pem" {
+		t.Errorf("prometheus.yml scrapes %s with CA %q; want https with certs/ca.pem", job.Scheme, job.TLSConfig.CAFile)
+	}
+	compose, err := os.ReadFile("compose.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range job.StaticConfigs[0].Targets {
+		if !strings.Contains(string(compose), `"`+target+`:7654"`) {
+			t.Errorf("prometheus.yml scrapes %s, which compose.yaml does not publish as a node's HTTP port", target)
+		}
+	}
+	if len(job.StaticConfigs[0].Targets) != 3 {
+		t.Errorf("prometheus.yml scrapes %v; want the three nodes", job.StaticConfigs[0].Targets)
+	}
+
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert string `json:"alert"`
+				Expr  string `json:"expr"`
+			} `json:"rules"`
+		} `json:"groups"`
+	}
+	if len(prom.RuleFiles) != 1 {
+		t.Fatalf("prometheus.yml loads %v; want the alert rules", prom.RuleFiles)
+	}
+	readYAML(t, prom.RuleFiles[0], &rules)
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" || !strings.Contains(r.Expr, "cairn_") {
+				t.Errorf("rule %q: expression %q", r.Alert, r.Expr)
+			}
+		}
+	}
+
+	sts, _, _, _ := manifests(t)
+	a := sts.Spec.Template.Annotations
+	port := sts.Spec.Template.Spec.Containers[0].Ports
+	if a["prometheus.io/scrape"] != "true" || a["prometheus.io/scheme"] != "https" || a["prometheus.io/path"] != "/metrics" ||
+		!slices.ContainsFunc(port, func(p corev1.ContainerPort) bool {
+			return p.Name == "http" && fmt.Sprint(p.ContainerPort) == a["prometheus.io/port"]
+		}) {
+		t.Errorf("the pods' annotations %v do not point Prometheus at /metrics on the http port over https", a)
+	}
+
+	var dash struct {
+		UID    string `json:"uid"`
+		Panels []struct {
+			Type    string `json:"type"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	b, err := os.ReadFile("grafana/cairn.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("grafana/cairn.json: %v", err)
+	}
+	queries := 0
+	for _, p := range dash.Panels {
+		if p.Type != "row" && len(p.Targets) == 0 {
+			t.Errorf("a %s panel queries nothing", p.Type)
+		}
+		queries += len(p.Targets)
+	}
+	if dash.UID != "cairn" || queries < 10 {
+		t.Errorf("grafana/cairn.json: uid %q, %d queries", dash.UID, queries)
+	}
+}
+
+func readYAML(t *testing.T, file string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", file, err)
 	}
 }

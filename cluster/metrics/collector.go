@@ -43,6 +43,7 @@ type collector struct {
 	groupState, term, commit, applied, last *prometheus.Desc
 	connections, sessions, consumers        *prometheus.Desc
 	peerStreams, gossip                     *prometheus.Desc
+	diskFree, diskMinFree                   *prometheus.Desc
 }
 
 func newCollector(src Source) *collector {
@@ -65,6 +66,8 @@ func newCollector(src Source) *collector {
 	c.consumers = prometheus.NewDesc("cairn_client_consumers", "Consumers of the client connections this node serves.", nil, nil)
 	c.peerStreams = prometheus.NewDesc("cairn_peer_streams", "Streams other nodes hold open on this node's peer API (relayed sends and consumers of members hosted here).", nil, nil)
 	c.gossip = prometheus.NewDesc("cairn_gossip_members", "Members of the gossip pool as this node sees them, by state.", []string{"state"}, nil)
+	c.diskFree = prometheus.NewDesc("cairn_data_disk_free_bytes", "Space left to the node on its data directory's disk.", nil, nil)
+	c.diskMinFree = prometheus.NewDesc("cairn_data_disk_min_free_bytes", "The free space under which /readyz says not ready (--min-free-disk-mib; -1: never).", nil, nil)
 	return c
 }
 
@@ -72,7 +75,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range append(append([]*prometheus.Desc{}, c.queue...), c.subscription...) {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{c.groupState, c.term, c.commit, c.applied, c.last, c.connections, c.sessions, c.consumers, c.peerStreams, c.gossip} {
+	for _, d := range []*prometheus.Desc{c.groupState, c.term, c.commit, c.applied, c.last, c.connections, c.sessions, c.consumers, c.peerStreams, c.gossip, c.diskFree, c.diskMinFree} {
 		ch <- d
 	}
 }
@@ -107,6 +110,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for d, v := range map[*prometheus.Desc]int{c.connections: n.Connections, c.sessions: n.Sessions, c.consumers: n.Consumers, c.peerStreams: n.PeerStreams} {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v))
 	}
+	ch <- prometheus.MustNewConstMetric(c.diskFree, prometheus.GaugeValue, float64(n.DiskFree))
+	ch <- prometheus.MustNewConstMetric(c.diskMinFree, prometheus.GaugeValue, float64(n.DiskMinFree))
 	for state, v := range n.Gossip {
 		ch <- prometheus.MustNewConstMetric(c.gossip, prometheus.GaugeValue, float64(v), state)
 	}

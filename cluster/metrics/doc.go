@@ -25,8 +25,8 @@
 // cairn_memberlist_*, timers in milliseconds as go-metrics keeps them),
 // but for the timings this package measures as histograms in seconds
 // (an entry's apply, a log write), which are blocked there so that no
-// timing has two names. go-metrics is one per process: with several
-// nodes in one process (tests), the last one started gets the bridge.
+// timing has two names. go-metrics is one per process, and so is the
+// bridge: every node of a process (several, in tests) serves it.
 //
 // Labels are destination and member names, Raft group names, and states:
 // never message, connection or session ids, so the series grow with the

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"net/http"
+	"sync"
 	"time"
 
 	gometrics "github.com/armon/go-metrics"
@@ -45,9 +46,12 @@ type Group struct {
 // Node counts a node's clients, peers and gossip view.
 type Node struct {
 	Connections, Sessions, Consumers, PeerStreams int
-	// Gossip counts the gossip pool's members by state (alive, suspect,
-	// dead, left).
+	// Gossip counts the gossip pool's members by state (alive, dead,
+	// left).
 	Gossip map[string]int
+	// DiskFree is the space left on the data directory's disk, and
+	// DiskMinFree where /readyz says not ready (-1: never).
+	DiskFree, DiskMinFree int64
 }
 
 // Raft states a Group may be in; cairn_raft_group_state has one series
@@ -89,24 +93,44 @@ func New(src Source) (*Metrics, error) {
 			return nil, err
 		}
 	}
-	sink, err := gmprom.NewPrometheusSinkFrom(gmprom.PrometheusOpts{Registerer: reg, Expiration: time.Minute})
-	if err != nil {
-		return nil, err
-	}
-	cfg := gometrics.DefaultConfig("cairn")
-	cfg.EnableHostname, cfg.EnableRuntimeMetrics, cfg.EnableServiceLabel = false, false, false
-	// Measured here as histograms (Applied, LogWritten). The filter sees
-	// keys with the service name.
-	cfg.BlockedPrefixes = []string{"cairn.raft.fsm.apply", "cairn.raft.rpc.appendEntries.storeLogs", "cairn.raft.leader.dispatchLog"}
-	if _, err := gometrics.NewGlobal(cfg, sink); err != nil {
+	if err := bridge.start(); err != nil {
 		return nil, err
 	}
 	return m, nil
 }
 
-// Handler serves the registry in Prometheus's text format.
+// bridge is go-metrics's Prometheus sink, one per process as go-metrics
+// is: every node of the process serves it beside its own registry.
+var bridge goMetricsBridge
+
+type goMetricsBridge struct {
+	once sync.Once
+	reg  *prometheus.Registry
+	err  error
+}
+
+func (b *goMetricsBridge) start() error {
+	b.once.Do(func() {
+		b.reg = prometheus.NewRegistry()
+		sink, err := gmprom.NewPrometheusSinkFrom(gmprom.PrometheusOpts{Registerer: b.reg, Expiration: time.Minute})
+		if err != nil {
+			b.err = err
+			return
+		}
+		cfg := gometrics.DefaultConfig("cairn")
+		cfg.EnableHostname, cfg.EnableRuntimeMetrics, cfg.EnableServiceLabel = false, false, false
+		// Measured here as histograms (Applied, LogWritten). The filter
+		// sees keys with the service name.
+		cfg.BlockedPrefixes = []string{"cairn.raft.fsm.apply", "cairn.raft.rpc.appendEntries.storeLogs", "cairn.raft.leader.dispatchLog"}
+		_, b.err = gometrics.NewGlobal(cfg, sink)
+	})
+	return b.err
+}
+
+// Handler serves the registry and the go-metrics bridge in Prometheus's
+// text format.
 func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+	return promhttp.HandlerFor(prometheus.Gatherers{m.reg, bridge.reg}, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
 
 // Sent observes a send from its arrival at the host to its commit.
