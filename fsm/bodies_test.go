@@ -288,7 +288,7 @@ func twinRun(t *testing.T, seed uint64) {
 			t.Fatal(err)
 		}
 		shelf.drop(away.m.DroppedBodies())
-		if keep.m.Stats() != away.m.Stats() || keep.m.Counters() != away.m.Counters() {
+		if keep.m.Stats() != away.m.Stats() || keep.m.Counters() != away.m.Counters() || keep.m.StoredBytes() != away.m.StoredBytes() {
 			t.Fatalf("step %d: stats %+v and %+v", step, keep.m.Stats(), away.m.Stats())
 		}
 		if step%50 == 49 {
@@ -300,6 +300,9 @@ func twinRun(t *testing.T, seed uint64) {
 			restored, err := restoreOntoShelf(snap, shelf)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if got, want := restored.StoredBytes(), away.m.StoredBytes(); got != want {
+				t.Fatalf("step %d: restored, the messages take %d bytes; counted as they came and went, %d", step, got, want)
 			}
 			shelf.drop(allAway(t, away.m, ids))
 			away.m = restored

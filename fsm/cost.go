@@ -37,6 +37,22 @@ func MessageCost(msg *fsmpb.Message, bodyAway int64) int64 {
 	return n
 }
 
+// storedSize is record r's share of Member.stored: its message's
+// MessageSize, the body where it is (a message its record holds alone has
+// none but a body put away).
+func (m *Member) storedSize(r ref, rec *record) int64 {
+	n := int64(rec.away.Len)
+	if rec.has(flagFull) {
+		n += MessageSize(m.full(r))
+	}
+	return n
+}
+
+// StoredBytes is about what a snapshot writes of the messages held (their
+// MessageSize), whatever the member counts against its limit: what
+// snapshots are paced by.
+func (m *Member) StoredBytes() int64 { return m.stored }
+
 // size is what msg, its body at away, counts against the member's limit.
 func (m *Member) size(msg *fsmpb.Message, away BodyRef) int64 {
 	if m.settings.CountMemory {

@@ -121,7 +121,7 @@ func (g *Group) Apply(index uint64, data []byte) ([]Result, error) {
 	}
 	for _, name := range g.touched {
 		if m := g.members[name]; m != nil {
-			g.bytes += m.bytes
+			g.bytes += m.stored
 		}
 	}
 	g.applied = index
@@ -180,7 +180,7 @@ func (g *Group) touch(name string, m *Member) {
 	if !g.in[name] {
 		g.in[name], g.dirty[name] = true, true
 		g.touched = append(g.touched, name)
-		g.bytes -= m.bytes
+		g.bytes -= m.stored
 	}
 }
 
@@ -192,7 +192,7 @@ func (g *Group) Applied() uint64 { return g.applied }
 // none), in the order first touched; the slice is reused by the next Apply.
 func (g *Group) Touched() []string { return g.touched }
 
-// Bytes is what the members hold together (Stats.Bytes of each).
+// Bytes is what the members hold together (StoredBytes of each).
 func (g *Group) Bytes() int64 { return g.bytes }
 
 // Member returns the member of that name, or nil.

@@ -105,7 +105,7 @@ func (s *GroupSnapshot) NewGroupFrom(members []*Member) (*Group, error) {
 	g.applied = s.header.Applied
 	for i, name := range s.header.Members {
 		g.members[name] = members[i]
-		g.bytes += members[i].bytes
+		g.bytes += members[i].stored
 	}
 	return g, nil
 }

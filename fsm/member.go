@@ -66,6 +66,9 @@ type Member struct {
 	aside        *btree.BTreeG[item]
 	deadLettered uint64
 	counted      Counters
+	// stored is about what a snapshot writes of the messages held: their
+	// MessageSize, whatever the member counts against its limit.
+	stored int64
 	sealed       bool
 	byDelivery   map[uint64]ref
 	sessions     map[string]*session
@@ -257,6 +260,7 @@ func (m *Member) store(msgs []*fsmpb.Message, out []Enqueued, now int64, withDed
 		r, rec := m.newRecord(msg, m.nextSeq, BodyRef{})
 		m.nextSeq++
 		m.counted.Sent++
+		m.stored += MessageSize(msg)
 		m.bytes += rec.size
 		m.bodyStored(r, rec)
 		m.pushPending(r, rec)
@@ -336,6 +340,7 @@ func (m *Member) remove(r ref) {
 		m.expiry.Delete(expiryItem(r, rec))
 	}
 	m.bytes -= rec.size
+	m.stored -= m.storedSize(r, rec)
 	m.bodyRemoved(r, rec)
 	m.freeRecord(r)
 }

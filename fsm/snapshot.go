@@ -347,6 +347,7 @@ func (s *MemberSnapshot) Restore(next func() (*fsmpb.StoredMessage, BodyRef, err
 			rec.movingTo = m.target(sm.MovingTo)
 		}
 		m.bytes += rec.size
+		m.stored += MessageSize(sm.Message) + int64(away.Len)
 		if rec.expiration != 0 {
 			m.expiry.ReplaceOrInsert(expiryItem(r, rec))
 		}

@@ -70,7 +70,7 @@ func (a *memberFSM) stateBytesLocked() int64 {
 	if a.g != nil {
 		return a.g.Bytes()
 	}
-	return a.m.Stats().Bytes
+	return a.m.StoredBytes()
 }
 
 // absent is what a member not yet added to its shared group reads as: empty.
