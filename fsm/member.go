@@ -68,10 +68,10 @@ type Member struct {
 	counted      Counters
 	// stored is about what a snapshot writes of the messages held: their
 	// MessageSize, whatever the member counts against its limit.
-	stored int64
-	sealed       bool
-	byDelivery   map[uint64]ref
-	sessions     map[string]*session
+	stored     int64
+	sealed     bool
+	byDelivery map[uint64]ref
+	sessions   map[string]*session
 	// sessionSlots are the sessions records name, open or released but
 	// holding deliveries; freeSlots the slots to reuse.
 	sessionSlots []*session
