@@ -1,11 +1,16 @@
 package cluster
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/pprof"
 	"syscall"
+
+	"github.com/cairnmq/cairn/cluster/console"
+	"github.com/cairnmq/cairn/transport/certs"
 )
 
 // httpHandler serves the operator endpoints: /livez and /healthz answer as
@@ -21,6 +26,7 @@ func (n *Node) httpHandler() http.Handler {
 	mux.HandleFunc("GET /healthz", alive)
 	if n.metrics != nil { // nil in tests of the handler alone
 		mux.Handle("GET /metrics", n.metrics.Handler())
+		mux.Handle("/", console.New(n.consoleConfig()))
 	}
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		err := n.Ready()
@@ -43,6 +49,24 @@ func (n *Node) httpHandler() http.Handler {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	return mux
+}
+
+// consoleConfig is how the console reaches this node's client API: over
+// TLS when it is on, trusting the cluster's CA and showing no certificate
+// (the browser's user, not the node, is who calls).
+func (n *Node) consoleConfig() console.Config {
+	cfg := console.Config{Node: n.cfg.NodeID, ClientAddr: n.addrs.Client}
+	if n.tls != nil {
+		tc, err := certs.ClientTLS(n.cfg.TLSCA, "", "")
+		if err != nil {
+			// Read at start already; a file gone since leaves the
+			// console unable to call, which it says on every page.
+			n.log.Error("web console: reading --tls-ca", "err", err)
+			tc = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: x509.NewCertPool()}
+		}
+		cfg.TLS = tc
+	}
+	return cfg
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
