@@ -13,8 +13,10 @@ import (
 // it; cmd, client's subpackages and test are left out.
 var layers = map[string][]string{
 	// test/wait: the in-process harness (testing.go) waits as tests do.
-	"cluster": {"cluster/auth", "cluster/frontend", "cluster/metagroup", "cluster/placement", "cluster/raftgroup",
+	"cluster": {"cluster/auth", "cluster/console", "cluster/frontend", "cluster/metagroup", "cluster/metrics", "cluster/placement", "cluster/raftgroup",
 		"member", "destination", "fsm", "fsm/selector", "transport", "transport/raftmux", "transport/certs", "test/wait"},
+	"cluster/console":   {"client"},
+	"cluster/metrics":   {"fsm"},
 	"cluster/frontend":  {"cluster/auth", "member", "destination", "fsm", "fsm/selector", "transport"},
 	"cluster/auth":      {"fsm", "transport", "transport/certs"},
 	"cluster/metagroup": {"cluster/raftgroup", "destination", "fsm", "transport"},
