@@ -104,7 +104,7 @@ async function queue(name) {
   return [
     el("h2", {}, "Queue ", el("span", { data: { field: "name" } }, q.name)),
     el("p", {}, "Pending ", el("span", { data: { field: "pending" } }, q.pending), ", delivered ", el("span", { data: { field: "delivered" } }, q.delivered),
-      `, delayed ${q.delayed}, dead-lettered ${q.dead_lettered}, prepared ${q.prepared}; ${q.replicas} replicas a member.`),
+      `, delayed ${q.delayed}, dead-lettered ${q.dead_lettered}, prepared ${q.prepared}; ${q.replicas} replica${q.replicas === 1 ? "" : "s"} a member.`),
     el("button", { class: "danger", onclick: confirmed(`Purge queue ${q.name}: delete its ${q.pending} pending messages`, "/api/queues/" + encodeURIComponent(q.name) + "/purge") }, "Purge…"),
     el("h2", {}, "Members"),
     table(["Member", "Host", "Replicas", "Pending", "Delivered", "Delayed", "Moving", "Dead-lettered", "Consumers"], q.members.map((m) => [
