@@ -137,6 +137,27 @@ type QueueInfo struct {
 	ForwardDelayMillis       int64  `json:"forward_delay_ms"`
 	DedupWindowMillis        int64  `json:"dedup_window_ms"`
 	DedupMaxIDs              int    `json:"dedup_max_ids"`
+	// Counters: its members' together.
+	Counters Counters `json:"counters"`
+}
+
+// Counters count what a member did since it was made (kept by its state
+// machine, so they go on across its hosts): messages stored (sent,
+// published, or moved in from another member), delivered, delivered
+// again marked redelivered, acknowledged, expired, and moved out to
+// another member but to the dead-letter queue (QueueInfo.DeadLettered).
+type Counters struct {
+	Sent         uint64 `json:"sent"`
+	Delivered    uint64 `json:"delivered"`
+	Redelivered  uint64 `json:"redelivered"`
+	Acknowledged uint64 `json:"acknowledged"`
+	Expired      uint64 `json:"expired"`
+	Moved        uint64 `json:"moved"`
+}
+
+func countersOf(c *clientpb.MessageCounters) Counters {
+	return Counters{Sent: c.GetSent(), Delivered: c.GetDelivered(), Redelivered: c.GetRedelivered(),
+		Acknowledged: c.GetAcknowledged(), Expired: c.GetExpired(), Moved: c.GetMoved()}
 }
 
 // MemberInfo describes one member of a queue.
@@ -165,7 +186,8 @@ type MemberInfo struct {
 	Renewing bool `json:"renewing"`
 	// Prepared: held by prepared transactions until their decision (sends
 	// to enqueue, deliveries to acknowledge).
-	Prepared uint64 `json:"prepared"`
+	Prepared uint64   `json:"prepared"`
+	Counters Counters `json:"counters"`
 }
 
 func queueInfo(d *clientpb.DestinationInfo) QueueInfo {
@@ -173,10 +195,11 @@ func queueInfo(d *clientpb.DestinationInfo) QueueInfo {
 		Delayed: d.Delayed, DeadLettered: d.DeadLettered, Prepared: d.Prepared, Consumers: int(d.Consumers),
 		MaxDeliveries: int(d.MaxDeliveries), DeadLetterQueue: d.DeadLetterQueue, RedeliveryDelayMillis: d.RedeliveryDelayMs,
 		RedeliveryBackoff: int(d.RedeliveryBackoff), RedeliveryMaxDelayMillis: d.RedeliveryMaxDelayMs, ForwardDelayMillis: d.ForwardDelayMs,
-		DedupWindowMillis: d.DedupWindowMs, DedupMaxIDs: int(d.DedupMaxIds)}
+		DedupWindowMillis: d.DedupWindowMs, DedupMaxIDs: int(d.DedupMaxIds), Counters: countersOf(d.Counters)}
 	for _, m := range d.Members {
 		q.Members = append(q.Members, MemberInfo{Name: m.Name, Host: m.Host, HostAddr: m.HostAddr, Pending: m.Pending, Delivered: m.Delivered, Consumers: int(m.Consumers), Bytes: m.Bytes, Replicas: m.Replicas,
-			Delayed: m.Delayed, Moving: m.Moving, DeadLettered: m.DeadLettered, Draining: m.Draining, Renewing: m.Renewing, Prepared: m.Prepared})
+			Delayed: m.Delayed, Moving: m.Moving, DeadLettered: m.DeadLettered, Draining: m.Draining, Renewing: m.Renewing, Prepared: m.Prepared,
+			Counters: countersOf(m.Counters)})
 	}
 	return q
 }

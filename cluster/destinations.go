@@ -398,6 +398,7 @@ func (n *Node) destinationInfo(ctx context.Context, d *fsmpb.Destination) *clien
 	}
 	st := memberSettings(d)
 	info.DedupWindowMs, info.DedupMaxIds = st.DedupWindowNs/int64(time.Millisecond), st.DedupMaxIds
+	var total fsm.Counters
 	for _, p := range d.Members {
 		mi := &clientpb.MemberInfo{Name: fsm.MemberName(d.Name, p.Index), Replicas: p.Replicas}
 		st := n.memberInfo(ctx, mi.Name)
@@ -405,6 +406,8 @@ func (n *Node) destinationInfo(ctx context.Context, d *fsmpb.Destination) *clien
 		mi.HostAddr = n.clientAddrOf(st.host)
 		mi.Delayed, mi.Moving, mi.DeadLettered, mi.Draining, mi.Renewing = uint64(st.delayed), uint64(st.moving), uint64(st.deadLettered), p.Draining, p.Renewing
 		mi.Prepared = uint64(st.prepared)
+		mi.Counters = messageCounters(st.counters)
+		total = total.Plus(st.counters)
 		info.Pending += mi.Pending
 		info.Delivered += mi.Delivered
 		info.Delayed += mi.Delayed
@@ -413,6 +416,7 @@ func (n *Node) destinationInfo(ctx context.Context, d *fsmpb.Destination) *clien
 		info.Consumers += mi.Consumers
 		info.Members = append(info.Members, mi)
 	}
+	info.Counters = messageCounters(total)
 	if s := d.Subscription; s != nil {
 		info.Subscription = &clientpb.SubscriptionInfo{Topic: s.Topic, Name: s.Name, ClientId: s.ClientId, Durable: s.Durable, Shared: s.Shared, Selector: s.Selector}
 	}
@@ -424,6 +428,12 @@ func (n *Node) destinationInfo(ctx context.Context, d *fsmpb.Destination) *clien
 		}
 	}
 	return info
+}
+
+// messageCounters is c as the client API carries it.
+func messageCounters(c fsm.Counters) *clientpb.MessageCounters {
+	return &clientpb.MessageCounters{Sent: c.Sent, Delivered: c.Delivered, Redelivered: c.Redelivered,
+		Acknowledged: c.Acknowledged, Expired: c.Expired, Moved: c.Moved}
 }
 
 func (n *Node) purge(ctx context.Context, addr string) (uint64, error) {

@@ -143,6 +143,12 @@ func TestMetrics_SumOverNodesIsTheQueueAndCountersOnlyGrow(t *testing.T) {
 	if sent, _ := sumOver(scrapes, "cairn_queue_sent_messages_total", "queue", "metered"); sent != 30 {
 		t.Errorf("cairn_queue_sent_messages_total sums to %v, want 30", sent)
 	}
+	// queue show reports the same counters, its members' from their hosts.
+	// (The consumer's prefetch took metered#0's ten: delivered, none
+	// acknowledged.)
+	if q := showQueue(t, a, "metered"); q.Counters.Sent != 30 || q.Counters.Delivered != q.Delivered || q.Delivered != 10 || q.Counters.Acknowledged != 0 {
+		t.Errorf("queue show: %d delivered, counters %+v; want 30 sent, 10 delivered, none acknowledged", q.Delivered, q.Counters)
+	}
 	for _, name := range []string{"cairn_send_seconds", "cairn_delivery_seconds", "cairn_raft_apply_seconds", "cairn_raft_log_write_seconds"} {
 		var count uint64
 		for _, sc := range scrapes {

@@ -226,6 +226,7 @@ func (s *peerService) Member(ctx context.Context, req *peerpb.MemberRequest) (*p
 	st := hostStats(s.n.cfg.NodeID, r)
 	resp.Pending, resp.Delivered, resp.Bytes, resp.Consumers = uint64(st.pending), uint64(st.delivered), st.bytes, uint32(st.consumers)
 	resp.Delayed, resp.Moving, resp.DeadLettered, resp.Prepared = uint64(st.delayed), uint64(st.moving), uint64(st.deadLettered), uint64(st.prepared)
+	resp.Counters = st.counters.Proto()
 	if req.Browse == 0 {
 		return resp, nil
 	}

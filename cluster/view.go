@@ -106,13 +106,16 @@ type memberStats struct {
 	delayed, moving, deadLettered int64
 	prepared                      int64
 	consumers                     int
+	counters                      fsm.Counters
 }
 
 // hostStats is what the host r reports.
 func hostStats(host string, r *member.Replica) memberStats {
 	st := r.Stats()
-	return memberStats{host: host, pending: int64(st.Pending), delivered: int64(st.Delivered), bytes: st.Bytes,
+	ms := memberStats{host: host, pending: int64(st.Pending), delivered: int64(st.Delivered), bytes: st.Bytes,
 		delayed: int64(st.Delayed), moving: int64(st.Moving), deadLettered: int64(st.DeadLettered), prepared: int64(st.Prepared), consumers: r.Consumers()}
+	r.Read(func(m *fsm.Member) { ms.counters = m.Counters() })
+	return ms
 }
 
 // askHost asks the member's host on another node (node, as this node
@@ -155,7 +158,7 @@ func (n *Node) memberInfo(ctx context.Context, name string) memberStats {
 	if resp, node := n.askHost(ctx, node, &peerpb.MemberRequest{Member: name}); resp != nil {
 		return memberStats{host: node, pending: int64(resp.Pending), delivered: int64(resp.Delivered), bytes: resp.Bytes,
 			delayed: int64(resp.Delayed), moving: int64(resp.Moving), deadLettered: int64(resp.DeadLettered), prepared: int64(resp.Prepared),
-			consumers: int(resp.Consumers)}
+			consumers: int(resp.Consumers), counters: fsm.CountersOf(resp.Counters)}
 	}
 	if r, ok := n.groups.replica(name); ok {
 		st := hostStats("", r)

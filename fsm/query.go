@@ -53,6 +53,24 @@ func (m *Member) Stats() Stats {
 // Counters returns what the member did since it was made.
 func (m *Member) Counters() Counters { return m.counted }
 
+// Plus is c and o together: the counts of two members.
+func (c Counters) Plus(o Counters) Counters {
+	return Counters{Sent: c.Sent + o.Sent, Delivered: c.Delivered + o.Delivered, Redelivered: c.Redelivered + o.Redelivered,
+		Acknowledged: c.Acknowledged + o.Acknowledged, Expired: c.Expired + o.Expired, Moved: c.Moved + o.Moved}
+}
+
+// Proto is c as a snapshot and the peer API carry it.
+func (c Counters) Proto() *fsmpb.MemberCounters {
+	return &fsmpb.MemberCounters{Sent: c.Sent, Delivered: c.Delivered, Redelivered: c.Redelivered,
+		Acknowledged: c.Acknowledged, Expired: c.Expired, Moved: c.Moved}
+}
+
+// CountersOf reads Counters from their proto form (nil: none).
+func CountersOf(p *fsmpb.MemberCounters) Counters {
+	return Counters{Sent: p.GetSent(), Delivered: p.GetDelivered(), Redelivered: p.GetRedelivered(),
+		Acknowledged: p.GetAcknowledged(), Expired: p.GetExpired(), Moved: p.GetMoved()}
+}
+
 // Sealed reports whether the member refuses new messages (it drains).
 func (m *Member) Sealed() bool { return m.sealed }
 

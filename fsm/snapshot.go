@@ -73,9 +73,8 @@ func (m *Member) Capture() *MemberImage {
 		// this length.
 		targets: m.targets[:len(m.targets):len(m.targets)],
 	}
-	if c := m.counted; c != (Counters{}) {
-		img.header.Counters = &fsmpb.MemberCounters{Sent: c.Sent, Delivered: c.Delivered, Redelivered: c.Redelivered,
-			Acknowledged: c.Acknowledged, Expired: c.Expired, Moved: c.Moved}
+	if m.counted != (Counters{}) {
+		img.header.Counters = m.counted.Proto()
 	}
 	for _, s := range m.Sessions() {
 		own := m.sessions[s.ID]
@@ -316,9 +315,7 @@ func (s *MemberSnapshot) Restore(next func() (*fsmpb.StoredMessage, BodyRef, err
 	// the count comes from the file.
 	m.ids = newIDIndex(int(min(h.MessageCount, maxPresizedMessages)))
 	m.applied, m.nextSeq, m.nextDelivery, m.deadLettered, m.sealed = h.Applied, h.NextSeq, h.NextDeliveryId, h.DeadLettered, h.Sealed
-	if c := h.Counters; c != nil {
-		m.counted = Counters{Sent: c.Sent, Delivered: c.Delivered, Redelivered: c.Redelivered, Acknowledged: c.Acknowledged, Expired: c.Expired, Moved: c.Moved}
-	}
+	m.counted = CountersOf(h.Counters)
 	if h.Settings != nil {
 		m.settings = h.Settings
 	}

@@ -1892,7 +1892,8 @@ type MemberInfo struct {
 	HostAddr string `protobuf:"bytes,13,opt,name=host_addr,json=hostAddr,proto3" json:"host_addr,omitempty"`
 	// renewing: draining (draining is set too) to be placed anew, empty,
 	// with the destination's replication factor, under the same name.
-	Renewing      bool `protobuf:"varint,14,opt,name=renewing,proto3" json:"renewing,omitempty"`
+	Renewing      bool             `protobuf:"varint,14,opt,name=renewing,proto3" json:"renewing,omitempty"`
+	Counters      *MessageCounters `protobuf:"bytes,15,opt,name=counters,proto3" json:"counters,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2025,6 +2026,102 @@ func (x *MemberInfo) GetRenewing() bool {
 	return false
 }
 
+func (x *MemberInfo) GetCounters() *MessageCounters {
+	if x != nil {
+		return x.Counters
+	}
+	return nil
+}
+
+// MessageCounters count what a member did since it was made (kept by its
+// state machine, so they go on across its hosts), or a destination's
+// members together: messages stored (sent, published, or moved in),
+// delivered, delivered again marked redelivered, acknowledged, expired,
+// and moved out to another member but to the dead-letter queue.
+type MessageCounters struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sent          uint64                 `protobuf:"varint,1,opt,name=sent,proto3" json:"sent,omitempty"`
+	Delivered     uint64                 `protobuf:"varint,2,opt,name=delivered,proto3" json:"delivered,omitempty"`
+	Redelivered   uint64                 `protobuf:"varint,3,opt,name=redelivered,proto3" json:"redelivered,omitempty"`
+	Acknowledged  uint64                 `protobuf:"varint,4,opt,name=acknowledged,proto3" json:"acknowledged,omitempty"`
+	Expired       uint64                 `protobuf:"varint,5,opt,name=expired,proto3" json:"expired,omitempty"`
+	Moved         uint64                 `protobuf:"varint,6,opt,name=moved,proto3" json:"moved,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MessageCounters) Reset() {
+	*x = MessageCounters{}
+	mi := &file_transport_clientpb_client_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MessageCounters) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MessageCounters) ProtoMessage() {}
+
+func (x *MessageCounters) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_clientpb_client_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MessageCounters.ProtoReflect.Descriptor instead.
+func (*MessageCounters) Descriptor() ([]byte, []int) {
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *MessageCounters) GetSent() uint64 {
+	if x != nil {
+		return x.Sent
+	}
+	return 0
+}
+
+func (x *MessageCounters) GetDelivered() uint64 {
+	if x != nil {
+		return x.Delivered
+	}
+	return 0
+}
+
+func (x *MessageCounters) GetRedelivered() uint64 {
+	if x != nil {
+		return x.Redelivered
+	}
+	return 0
+}
+
+func (x *MessageCounters) GetAcknowledged() uint64 {
+	if x != nil {
+		return x.Acknowledged
+	}
+	return 0
+}
+
+func (x *MessageCounters) GetExpired() uint64 {
+	if x != nil {
+		return x.Expired
+	}
+	return 0
+}
+
+func (x *MessageCounters) GetMoved() uint64 {
+	if x != nil {
+		return x.Moved
+	}
+	return 0
+}
+
 // SubscriptionInfo says whose a subscription is.
 type SubscriptionInfo struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2040,7 +2137,7 @@ type SubscriptionInfo struct {
 
 func (x *SubscriptionInfo) Reset() {
 	*x = SubscriptionInfo{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[33]
+	mi := &file_transport_clientpb_client_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2052,7 +2149,7 @@ func (x *SubscriptionInfo) String() string {
 func (*SubscriptionInfo) ProtoMessage() {}
 
 func (x *SubscriptionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[33]
+	mi := &file_transport_clientpb_client_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2065,7 +2162,7 @@ func (x *SubscriptionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscriptionInfo.ProtoReflect.Descriptor instead.
 func (*SubscriptionInfo) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{33}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SubscriptionInfo) GetTopic() string {
@@ -2121,7 +2218,7 @@ type DeleteSubscriptionRequest struct {
 
 func (x *DeleteSubscriptionRequest) Reset() {
 	*x = DeleteSubscriptionRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[34]
+	mi := &file_transport_clientpb_client_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2133,7 +2230,7 @@ func (x *DeleteSubscriptionRequest) String() string {
 func (*DeleteSubscriptionRequest) ProtoMessage() {}
 
 func (x *DeleteSubscriptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[34]
+	mi := &file_transport_clientpb_client_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2146,7 +2243,7 @@ func (x *DeleteSubscriptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSubscriptionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSubscriptionRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{34}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeleteSubscriptionRequest) GetTopic() string {
@@ -2178,7 +2275,7 @@ type DeleteSubscriptionResponse struct {
 
 func (x *DeleteSubscriptionResponse) Reset() {
 	*x = DeleteSubscriptionResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[35]
+	mi := &file_transport_clientpb_client_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2190,7 +2287,7 @@ func (x *DeleteSubscriptionResponse) String() string {
 func (*DeleteSubscriptionResponse) ProtoMessage() {}
 
 func (x *DeleteSubscriptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[35]
+	mi := &file_transport_clientpb_client_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2203,7 +2300,7 @@ func (x *DeleteSubscriptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSubscriptionResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSubscriptionResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{35}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{36}
 }
 
 type DestinationInfo struct {
@@ -2234,13 +2331,14 @@ type DestinationInfo struct {
 	// subscription: set for a subscription (kind SUBSCRIPTION).
 	Subscription  *SubscriptionInfo `protobuf:"bytes,22,opt,name=subscription,proto3" json:"subscription,omitempty"`
 	MaxMessages   uint64            `protobuf:"varint,23,opt,name=max_messages,json=maxMessages,proto3" json:"max_messages,omitempty"`
+	Counters      *MessageCounters  `protobuf:"bytes,24,opt,name=counters,proto3" json:"counters,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DestinationInfo) Reset() {
 	*x = DestinationInfo{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[36]
+	mi := &file_transport_clientpb_client_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2252,7 +2350,7 @@ func (x *DestinationInfo) String() string {
 func (*DestinationInfo) ProtoMessage() {}
 
 func (x *DestinationInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[36]
+	mi := &file_transport_clientpb_client_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2265,7 +2363,7 @@ func (x *DestinationInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestinationInfo.ProtoReflect.Descriptor instead.
 func (*DestinationInfo) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{36}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DestinationInfo) GetName() string {
@@ -2429,6 +2527,13 @@ func (x *DestinationInfo) GetMaxMessages() uint64 {
 	return 0
 }
 
+func (x *DestinationInfo) GetCounters() *MessageCounters {
+	if x != nil {
+		return x.Counters
+	}
+	return nil
+}
+
 type Message struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Id         string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2455,7 +2560,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[37]
+	mi := &file_transport_clientpb_client_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2467,7 +2572,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[37]
+	mi := &file_transport_clientpb_client_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2480,7 +2585,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{37}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Message) GetId() string {
@@ -2582,7 +2687,7 @@ type PropertyValue struct {
 
 func (x *PropertyValue) Reset() {
 	*x = PropertyValue{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[38]
+	mi := &file_transport_clientpb_client_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2594,7 +2699,7 @@ func (x *PropertyValue) String() string {
 func (*PropertyValue) ProtoMessage() {}
 
 func (x *PropertyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[38]
+	mi := &file_transport_clientpb_client_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2607,7 +2712,7 @@ func (x *PropertyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PropertyValue.ProtoReflect.Descriptor instead.
 func (*PropertyValue) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{38}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PropertyValue) GetValue() isPropertyValue_Value {
@@ -2687,7 +2792,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[39]
+	mi := &file_transport_clientpb_client_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2699,7 +2804,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[39]
+	mi := &file_transport_clientpb_client_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2712,7 +2817,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{39}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SendRequest) GetDestination() string {
@@ -2756,7 +2861,7 @@ type SendResult struct {
 
 func (x *SendResult) Reset() {
 	*x = SendResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[40]
+	mi := &file_transport_clientpb_client_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2768,7 +2873,7 @@ func (x *SendResult) String() string {
 func (*SendResult) ProtoMessage() {}
 
 func (x *SendResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[40]
+	mi := &file_transport_clientpb_client_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2781,7 +2886,7 @@ func (x *SendResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResult.ProtoReflect.Descriptor instead.
 func (*SendResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{40}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SendResult) GetId() string {
@@ -2822,7 +2927,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[41]
+	mi := &file_transport_clientpb_client_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2834,7 +2939,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[41]
+	mi := &file_transport_clientpb_client_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2847,7 +2952,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{41}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SendResponse) GetResults() []*SendResult {
@@ -2899,7 +3004,7 @@ type ClientFrame struct {
 
 func (x *ClientFrame) Reset() {
 	*x = ClientFrame{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[42]
+	mi := &file_transport_clientpb_client_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2911,7 +3016,7 @@ func (x *ClientFrame) String() string {
 func (*ClientFrame) ProtoMessage() {}
 
 func (x *ClientFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[42]
+	mi := &file_transport_clientpb_client_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2924,7 +3029,7 @@ func (x *ClientFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientFrame.ProtoReflect.Descriptor instead.
 func (*ClientFrame) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{42}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ClientFrame) GetRequestId() uint64 {
@@ -3182,7 +3287,7 @@ type CreateTemporaryQueue struct {
 
 func (x *CreateTemporaryQueue) Reset() {
 	*x = CreateTemporaryQueue{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[43]
+	mi := &file_transport_clientpb_client_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3194,7 +3299,7 @@ func (x *CreateTemporaryQueue) String() string {
 func (*CreateTemporaryQueue) ProtoMessage() {}
 
 func (x *CreateTemporaryQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[43]
+	mi := &file_transport_clientpb_client_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3207,7 +3312,7 @@ func (x *CreateTemporaryQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTemporaryQueue.ProtoReflect.Descriptor instead.
 func (*CreateTemporaryQueue) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{43}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{44}
 }
 
 type TemporaryQueueResult struct {
@@ -3219,7 +3324,7 @@ type TemporaryQueueResult struct {
 
 func (x *TemporaryQueueResult) Reset() {
 	*x = TemporaryQueueResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[44]
+	mi := &file_transport_clientpb_client_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3231,7 +3336,7 @@ func (x *TemporaryQueueResult) String() string {
 func (*TemporaryQueueResult) ProtoMessage() {}
 
 func (x *TemporaryQueueResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[44]
+	mi := &file_transport_clientpb_client_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3244,7 +3349,7 @@ func (x *TemporaryQueueResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemporaryQueueResult.ProtoReflect.Descriptor instead.
 func (*TemporaryQueueResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{44}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TemporaryQueueResult) GetName() string {
@@ -3270,7 +3375,7 @@ type Send struct {
 
 func (x *Send) Reset() {
 	*x = Send{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[45]
+	mi := &file_transport_clientpb_client_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3282,7 +3387,7 @@ func (x *Send) String() string {
 func (*Send) ProtoMessage() {}
 
 func (x *Send) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[45]
+	mi := &file_transport_clientpb_client_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3295,7 +3400,7 @@ func (x *Send) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Send.ProtoReflect.Descriptor instead.
 func (*Send) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{45}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Send) GetRequest() *SendRequest {
@@ -3325,7 +3430,7 @@ type TxSend struct {
 
 func (x *TxSend) Reset() {
 	*x = TxSend{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[46]
+	mi := &file_transport_clientpb_client_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3337,7 +3442,7 @@ func (x *TxSend) String() string {
 func (*TxSend) ProtoMessage() {}
 
 func (x *TxSend) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[46]
+	mi := &file_transport_clientpb_client_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3350,7 +3455,7 @@ func (x *TxSend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxSend.ProtoReflect.Descriptor instead.
 func (*TxSend) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{46}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TxSend) GetSession() uint64 {
@@ -3391,7 +3496,7 @@ type Commit struct {
 
 func (x *Commit) Reset() {
 	*x = Commit{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[47]
+	mi := &file_transport_clientpb_client_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3403,7 +3508,7 @@ func (x *Commit) String() string {
 func (*Commit) ProtoMessage() {}
 
 func (x *Commit) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[47]
+	mi := &file_transport_clientpb_client_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3416,7 +3521,7 @@ func (x *Commit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Commit.ProtoReflect.Descriptor instead.
 func (*Commit) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{47}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Commit) GetSession() uint64 {
@@ -3465,7 +3570,7 @@ type Rollback struct {
 
 func (x *Rollback) Reset() {
 	*x = Rollback{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[48]
+	mi := &file_transport_clientpb_client_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3477,7 +3582,7 @@ func (x *Rollback) String() string {
 func (*Rollback) ProtoMessage() {}
 
 func (x *Rollback) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[48]
+	mi := &file_transport_clientpb_client_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3490,7 +3595,7 @@ func (x *Rollback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rollback.ProtoReflect.Descriptor instead.
 func (*Rollback) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{48}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Rollback) GetSession() uint64 {
@@ -3512,7 +3617,7 @@ type TxOutcome struct {
 
 func (x *TxOutcome) Reset() {
 	*x = TxOutcome{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[49]
+	mi := &file_transport_clientpb_client_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3524,7 +3629,7 @@ func (x *TxOutcome) String() string {
 func (*TxOutcome) ProtoMessage() {}
 
 func (x *TxOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[49]
+	mi := &file_transport_clientpb_client_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3537,7 +3642,7 @@ func (x *TxOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxOutcome.ProtoReflect.Descriptor instead.
 func (*TxOutcome) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{49}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *TxOutcome) GetTx() string {
@@ -3568,7 +3673,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[50]
+	mi := &file_transport_clientpb_client_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3580,7 +3685,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[50]
+	mi := &file_transport_clientpb_client_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3593,7 +3698,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{50}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Hello) GetClientId() string {
@@ -3620,7 +3725,7 @@ type OpenSession struct {
 
 func (x *OpenSession) Reset() {
 	*x = OpenSession{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[51]
+	mi := &file_transport_clientpb_client_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3632,7 +3737,7 @@ func (x *OpenSession) String() string {
 func (*OpenSession) ProtoMessage() {}
 
 func (x *OpenSession) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[51]
+	mi := &file_transport_clientpb_client_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3645,7 +3750,7 @@ func (x *OpenSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSession.ProtoReflect.Descriptor instead.
 func (*OpenSession) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{51}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *OpenSession) GetSession() uint64 {
@@ -3671,7 +3776,7 @@ type CloseSession struct {
 
 func (x *CloseSession) Reset() {
 	*x = CloseSession{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[52]
+	mi := &file_transport_clientpb_client_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3683,7 +3788,7 @@ func (x *CloseSession) String() string {
 func (*CloseSession) ProtoMessage() {}
 
 func (x *CloseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[52]
+	mi := &file_transport_clientpb_client_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3696,7 +3801,7 @@ func (x *CloseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSession.ProtoReflect.Descriptor instead.
 func (*CloseSession) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{52}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CloseSession) GetSession() uint64 {
@@ -3728,7 +3833,7 @@ type CreateConsumer struct {
 
 func (x *CreateConsumer) Reset() {
 	*x = CreateConsumer{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[53]
+	mi := &file_transport_clientpb_client_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3740,7 +3845,7 @@ func (x *CreateConsumer) String() string {
 func (*CreateConsumer) ProtoMessage() {}
 
 func (x *CreateConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[53]
+	mi := &file_transport_clientpb_client_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3753,7 +3858,7 @@ func (x *CreateConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConsumer.ProtoReflect.Descriptor instead.
 func (*CreateConsumer) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{53}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *CreateConsumer) GetSession() uint64 {
@@ -3813,7 +3918,7 @@ type Subscribe struct {
 
 func (x *Subscribe) Reset() {
 	*x = Subscribe{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[54]
+	mi := &file_transport_clientpb_client_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3825,7 +3930,7 @@ func (x *Subscribe) String() string {
 func (*Subscribe) ProtoMessage() {}
 
 func (x *Subscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[54]
+	mi := &file_transport_clientpb_client_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3838,7 +3943,7 @@ func (x *Subscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subscribe.ProtoReflect.Descriptor instead.
 func (*Subscribe) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{54}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *Subscribe) GetName() string {
@@ -3874,7 +3979,7 @@ type CloseConsumer struct {
 
 func (x *CloseConsumer) Reset() {
 	*x = CloseConsumer{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[55]
+	mi := &file_transport_clientpb_client_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3886,7 +3991,7 @@ func (x *CloseConsumer) String() string {
 func (*CloseConsumer) ProtoMessage() {}
 
 func (x *CloseConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[55]
+	mi := &file_transport_clientpb_client_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3899,7 +4004,7 @@ func (x *CloseConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseConsumer.ProtoReflect.Descriptor instead.
 func (*CloseConsumer) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{55}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *CloseConsumer) GetConsumer() uint64 {
@@ -3922,7 +4027,7 @@ type ReturnDeliveries struct {
 
 func (x *ReturnDeliveries) Reset() {
 	*x = ReturnDeliveries{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[56]
+	mi := &file_transport_clientpb_client_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3934,7 +4039,7 @@ func (x *ReturnDeliveries) String() string {
 func (*ReturnDeliveries) ProtoMessage() {}
 
 func (x *ReturnDeliveries) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[56]
+	mi := &file_transport_clientpb_client_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3947,7 +4052,7 @@ func (x *ReturnDeliveries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnDeliveries.ProtoReflect.Descriptor instead.
 func (*ReturnDeliveries) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{56}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ReturnDeliveries) GetSession() uint64 {
@@ -3977,7 +4082,7 @@ type Credit struct {
 
 func (x *Credit) Reset() {
 	*x = Credit{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[57]
+	mi := &file_transport_clientpb_client_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3989,7 +4094,7 @@ func (x *Credit) String() string {
 func (*Credit) ProtoMessage() {}
 
 func (x *Credit) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[57]
+	mi := &file_transport_clientpb_client_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4002,7 +4107,7 @@ func (x *Credit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credit.ProtoReflect.Descriptor instead.
 func (*Credit) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{57}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *Credit) GetConsumer() uint64 {
@@ -4029,7 +4134,7 @@ type DeliveryRef struct {
 
 func (x *DeliveryRef) Reset() {
 	*x = DeliveryRef{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[58]
+	mi := &file_transport_clientpb_client_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4041,7 +4146,7 @@ func (x *DeliveryRef) String() string {
 func (*DeliveryRef) ProtoMessage() {}
 
 func (x *DeliveryRef) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[58]
+	mi := &file_transport_clientpb_client_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4054,7 +4159,7 @@ func (x *DeliveryRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliveryRef.ProtoReflect.Descriptor instead.
 func (*DeliveryRef) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{58}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *DeliveryRef) GetMember() string {
@@ -4081,7 +4186,7 @@ type Acknowledge struct {
 
 func (x *Acknowledge) Reset() {
 	*x = Acknowledge{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[59]
+	mi := &file_transport_clientpb_client_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4093,7 +4198,7 @@ func (x *Acknowledge) String() string {
 func (*Acknowledge) ProtoMessage() {}
 
 func (x *Acknowledge) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[59]
+	mi := &file_transport_clientpb_client_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4106,7 +4211,7 @@ func (x *Acknowledge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Acknowledge.ProtoReflect.Descriptor instead.
 func (*Acknowledge) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{59}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *Acknowledge) GetSession() uint64 {
@@ -4132,7 +4237,7 @@ type RecoverSession struct {
 
 func (x *RecoverSession) Reset() {
 	*x = RecoverSession{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[60]
+	mi := &file_transport_clientpb_client_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4144,7 +4249,7 @@ func (x *RecoverSession) String() string {
 func (*RecoverSession) ProtoMessage() {}
 
 func (x *RecoverSession) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[60]
+	mi := &file_transport_clientpb_client_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4157,7 +4262,7 @@ func (x *RecoverSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverSession.ProtoReflect.Descriptor instead.
 func (*RecoverSession) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{60}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RecoverSession) GetSession() uint64 {
@@ -4183,7 +4288,7 @@ type ServerFrame struct {
 
 func (x *ServerFrame) Reset() {
 	*x = ServerFrame{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[61]
+	mi := &file_transport_clientpb_client_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4195,7 +4300,7 @@ func (x *ServerFrame) String() string {
 func (*ServerFrame) ProtoMessage() {}
 
 func (x *ServerFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[61]
+	mi := &file_transport_clientpb_client_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4208,7 +4313,7 @@ func (x *ServerFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerFrame.ProtoReflect.Descriptor instead.
 func (*ServerFrame) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{61}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ServerFrame) GetFrame() isServerFrame_Frame {
@@ -4313,7 +4418,7 @@ type Goodbye struct {
 
 func (x *Goodbye) Reset() {
 	*x = Goodbye{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[62]
+	mi := &file_transport_clientpb_client_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4325,7 +4430,7 @@ func (x *Goodbye) String() string {
 func (*Goodbye) ProtoMessage() {}
 
 func (x *Goodbye) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[62]
+	mi := &file_transport_clientpb_client_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4338,7 +4443,7 @@ func (x *Goodbye) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Goodbye.ProtoReflect.Descriptor instead.
 func (*Goodbye) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{62}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *Goodbye) GetDestroyed() bool {
@@ -4363,7 +4468,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[63]
+	mi := &file_transport_clientpb_client_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4375,7 +4480,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[63]
+	mi := &file_transport_clientpb_client_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4388,7 +4493,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{63}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{64}
 }
 
 type Reply struct {
@@ -4412,7 +4517,7 @@ type Reply struct {
 
 func (x *Reply) Reset() {
 	*x = Reply{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[64]
+	mi := &file_transport_clientpb_client_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4424,7 +4529,7 @@ func (x *Reply) String() string {
 func (*Reply) ProtoMessage() {}
 
 func (x *Reply) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[64]
+	mi := &file_transport_clientpb_client_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4437,7 +4542,7 @@ func (x *Reply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reply.ProtoReflect.Descriptor instead.
 func (*Reply) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{64}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *Reply) GetRequestId() uint64 {
@@ -4594,7 +4699,7 @@ type CommitResult struct {
 
 func (x *CommitResult) Reset() {
 	*x = CommitResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[65]
+	mi := &file_transport_clientpb_client_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4606,7 +4711,7 @@ func (x *CommitResult) String() string {
 func (*CommitResult) ProtoMessage() {}
 
 func (x *CommitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[65]
+	mi := &file_transport_clientpb_client_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4619,7 +4724,7 @@ func (x *CommitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitResult.ProtoReflect.Descriptor instead.
 func (*CommitResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{65}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *CommitResult) GetCommitted() bool {
@@ -4649,7 +4754,7 @@ type HelloResult struct {
 
 func (x *HelloResult) Reset() {
 	*x = HelloResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[66]
+	mi := &file_transport_clientpb_client_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4661,7 +4766,7 @@ func (x *HelloResult) String() string {
 func (*HelloResult) ProtoMessage() {}
 
 func (x *HelloResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[66]
+	mi := &file_transport_clientpb_client_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4674,7 +4779,7 @@ func (x *HelloResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloResult.ProtoReflect.Descriptor instead.
 func (*HelloResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{66}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *HelloResult) GetConnectionId() string {
@@ -4715,7 +4820,7 @@ type CreateConsumerResult struct {
 
 func (x *CreateConsumerResult) Reset() {
 	*x = CreateConsumerResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[67]
+	mi := &file_transport_clientpb_client_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4727,7 +4832,7 @@ func (x *CreateConsumerResult) String() string {
 func (*CreateConsumerResult) ProtoMessage() {}
 
 func (x *CreateConsumerResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[67]
+	mi := &file_transport_clientpb_client_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4740,7 +4845,7 @@ func (x *CreateConsumerResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConsumerResult.ProtoReflect.Descriptor instead.
 func (*CreateConsumerResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{67}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *CreateConsumerResult) GetMember() string {
@@ -4762,7 +4867,7 @@ type Watermark struct {
 
 func (x *Watermark) Reset() {
 	*x = Watermark{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[68]
+	mi := &file_transport_clientpb_client_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4774,7 +4879,7 @@ func (x *Watermark) String() string {
 func (*Watermark) ProtoMessage() {}
 
 func (x *Watermark) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[68]
+	mi := &file_transport_clientpb_client_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4787,7 +4892,7 @@ func (x *Watermark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Watermark.ProtoReflect.Descriptor instead.
 func (*Watermark) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{68}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *Watermark) GetMember() string {
@@ -4813,7 +4918,7 @@ type RecoverResult struct {
 
 func (x *RecoverResult) Reset() {
 	*x = RecoverResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[69]
+	mi := &file_transport_clientpb_client_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4825,7 +4930,7 @@ func (x *RecoverResult) String() string {
 func (*RecoverResult) ProtoMessage() {}
 
 func (x *RecoverResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[69]
+	mi := &file_transport_clientpb_client_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4838,7 +4943,7 @@ func (x *RecoverResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResult.ProtoReflect.Descriptor instead.
 func (*RecoverResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{69}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *RecoverResult) GetWatermarks() []*Watermark {
@@ -4858,7 +4963,7 @@ type AcknowledgeResult struct {
 
 func (x *AcknowledgeResult) Reset() {
 	*x = AcknowledgeResult{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[70]
+	mi := &file_transport_clientpb_client_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4870,7 +4975,7 @@ func (x *AcknowledgeResult) String() string {
 func (*AcknowledgeResult) ProtoMessage() {}
 
 func (x *AcknowledgeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[70]
+	mi := &file_transport_clientpb_client_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4883,7 +4988,7 @@ func (x *AcknowledgeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeResult.ProtoReflect.Descriptor instead.
 func (*AcknowledgeResult) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{70}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *AcknowledgeResult) GetRejected() []*DeliveryRef {
@@ -4916,7 +5021,7 @@ type Delivery struct {
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[71]
+	mi := &file_transport_clientpb_client_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4928,7 +5033,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[71]
+	mi := &file_transport_clientpb_client_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4941,7 +5046,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{71}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *Delivery) GetMember() string {
@@ -5059,7 +5164,7 @@ type Deliveries struct {
 
 func (x *Deliveries) Reset() {
 	*x = Deliveries{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[72]
+	mi := &file_transport_clientpb_client_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5071,7 +5176,7 @@ func (x *Deliveries) String() string {
 func (*Deliveries) ProtoMessage() {}
 
 func (x *Deliveries) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[72]
+	mi := &file_transport_clientpb_client_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5084,7 +5189,7 @@ func (x *Deliveries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deliveries.ProtoReflect.Descriptor instead.
 func (*Deliveries) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{72}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *Deliveries) GetConsumer() uint64 {
@@ -5111,7 +5216,7 @@ type ConsumerClosed struct {
 
 func (x *ConsumerClosed) Reset() {
 	*x = ConsumerClosed{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[73]
+	mi := &file_transport_clientpb_client_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5123,7 +5228,7 @@ func (x *ConsumerClosed) String() string {
 func (*ConsumerClosed) ProtoMessage() {}
 
 func (x *ConsumerClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[73]
+	mi := &file_transport_clientpb_client_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5136,7 +5241,7 @@ func (x *ConsumerClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerClosed.ProtoReflect.Descriptor instead.
 func (*ConsumerClosed) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{73}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ConsumerClosed) GetConsumer() uint64 {
@@ -5161,7 +5266,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[74]
+	mi := &file_transport_clientpb_client_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5173,7 +5278,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[74]
+	mi := &file_transport_clientpb_client_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5186,7 +5291,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{74}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{75}
 }
 
 type NodeStatus struct {
@@ -5214,7 +5319,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[75]
+	mi := &file_transport_clientpb_client_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5226,7 +5331,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[75]
+	mi := &file_transport_clientpb_client_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5239,7 +5344,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{75}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *NodeStatus) GetId() string {
@@ -5331,7 +5436,7 @@ type ReplicaStatus struct {
 
 func (x *ReplicaStatus) Reset() {
 	*x = ReplicaStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[76]
+	mi := &file_transport_clientpb_client_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5343,7 +5448,7 @@ func (x *ReplicaStatus) String() string {
 func (*ReplicaStatus) ProtoMessage() {}
 
 func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[76]
+	mi := &file_transport_clientpb_client_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5356,7 +5461,7 @@ func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStatus.ProtoReflect.Descriptor instead.
 func (*ReplicaStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{76}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ReplicaStatus) GetNode() string {
@@ -5417,7 +5522,7 @@ type GroupStatus struct {
 
 func (x *GroupStatus) Reset() {
 	*x = GroupStatus{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[77]
+	mi := &file_transport_clientpb_client_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5429,7 +5534,7 @@ func (x *GroupStatus) String() string {
 func (*GroupStatus) ProtoMessage() {}
 
 func (x *GroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[77]
+	mi := &file_transport_clientpb_client_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5442,7 +5547,7 @@ func (x *GroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
 func (*GroupStatus) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{77}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *GroupStatus) GetName() string {
@@ -5504,7 +5609,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_transport_clientpb_client_proto_msgTypes[78]
+	mi := &file_transport_clientpb_client_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5516,7 +5621,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_clientpb_client_proto_msgTypes[78]
+	mi := &file_transport_clientpb_client_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5529,7 +5634,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{78}
+	return file_transport_clientpb_client_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ClusterStatusResponse) GetAnsweredBy() string {
@@ -5674,7 +5779,7 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\bselector\x18\x02 \x01(\tR\bselector\x12\x14\n" +
 	"\x05count\x18\x03 \x01(\rR\x05count\"R\n" +
 	"\x19BrowseDestinationResponse\x125\n" +
-	"\bmessages\x18\x01 \x03(\v2\x19.cairn.client.v1.DeliveryR\bmessages\"\x84\x03\n" +
+	"\bmessages\x18\x01 \x03(\v2\x19.cairn.client.v1.DeliveryR\bmessages\"\xc2\x03\n" +
 	"\n" +
 	"MemberInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -5691,7 +5796,15 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\bdraining\x18\v \x01(\bR\bdraining\x12\x1a\n" +
 	"\bprepared\x18\f \x01(\x04R\bprepared\x12\x1b\n" +
 	"\thost_addr\x18\r \x01(\tR\bhostAddr\x12\x1a\n" +
-	"\brenewing\x18\x0e \x01(\bR\brenewing\"\xa7\x01\n" +
+	"\brenewing\x18\x0e \x01(\bR\brenewing\x12<\n" +
+	"\bcounters\x18\x0f \x01(\v2 .cairn.client.v1.MessageCountersR\bcounters\"\xb9\x01\n" +
+	"\x0fMessageCounters\x12\x12\n" +
+	"\x04sent\x18\x01 \x01(\x04R\x04sent\x12\x1c\n" +
+	"\tdelivered\x18\x02 \x01(\x04R\tdelivered\x12 \n" +
+	"\vredelivered\x18\x03 \x01(\x04R\vredelivered\x12\"\n" +
+	"\facknowledged\x18\x04 \x01(\x04R\facknowledged\x12\x18\n" +
+	"\aexpired\x18\x05 \x01(\x04R\aexpired\x12\x14\n" +
+	"\x05moved\x18\x06 \x01(\x04R\x05moved\"\xa7\x01\n" +
 	"\x10SubscriptionInfo\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
@@ -5703,7 +5816,7 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
 	"\tclient_id\x18\x03 \x01(\tR\bclientId\"\x1c\n" +
-	"\x1aDeleteSubscriptionResponse\"\xa4\a\n" +
+	"\x1aDeleteSubscriptionResponse\"\xe2\a\n" +
 	"\x0fDestinationInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x124\n" +
 	"\x04kind\x18\x02 \x01(\x0e2 .cairn.client.v1.DestinationKindR\x04kind\x12\x18\n" +
@@ -5728,7 +5841,8 @@ const file_transport_clientpb_client_proto_rawDesc = "" +
 	"\bprepared\x18\x14 \x01(\x04R\bprepared\x12F\n" +
 	"\rsubscriptions\x18\x15 \x03(\v2 .cairn.client.v1.DestinationInfoR\rsubscriptions\x12E\n" +
 	"\fsubscription\x18\x16 \x01(\v2!.cairn.client.v1.SubscriptionInfoR\fsubscription\x12!\n" +
-	"\fmax_messages\x18\x17 \x01(\x04R\vmaxMessages\"\xe9\x04\n" +
+	"\fmax_messages\x18\x17 \x01(\x04R\vmaxMessages\x12<\n" +
+	"\bcounters\x18\x18 \x01(\v2 .cairn.client.v1.MessageCountersR\bcounters\"\xe9\x04\n" +
 	"\aMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04body\x18\x02 \x01(\fR\x04body\x12H\n" +
@@ -6024,7 +6138,7 @@ func file_transport_clientpb_client_proto_rawDescGZIP() []byte {
 }
 
 var file_transport_clientpb_client_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_transport_clientpb_client_proto_msgTypes = make([]protoimpl.MessageInfo, 83)
+var file_transport_clientpb_client_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
 var file_transport_clientpb_client_proto_goTypes = []any{
 	(DestinationKind)(0),               // 0: cairn.client.v1.DestinationKind
 	(AckMode)(0),                       // 1: cairn.client.v1.AckMode
@@ -6061,56 +6175,57 @@ var file_transport_clientpb_client_proto_goTypes = []any{
 	(*BrowseDestinationRequest)(nil),   // 32: cairn.client.v1.BrowseDestinationRequest
 	(*BrowseDestinationResponse)(nil),  // 33: cairn.client.v1.BrowseDestinationResponse
 	(*MemberInfo)(nil),                 // 34: cairn.client.v1.MemberInfo
-	(*SubscriptionInfo)(nil),           // 35: cairn.client.v1.SubscriptionInfo
-	(*DeleteSubscriptionRequest)(nil),  // 36: cairn.client.v1.DeleteSubscriptionRequest
-	(*DeleteSubscriptionResponse)(nil), // 37: cairn.client.v1.DeleteSubscriptionResponse
-	(*DestinationInfo)(nil),            // 38: cairn.client.v1.DestinationInfo
-	(*Message)(nil),                    // 39: cairn.client.v1.Message
-	(*PropertyValue)(nil),              // 40: cairn.client.v1.PropertyValue
-	(*SendRequest)(nil),                // 41: cairn.client.v1.SendRequest
-	(*SendResult)(nil),                 // 42: cairn.client.v1.SendResult
-	(*SendResponse)(nil),               // 43: cairn.client.v1.SendResponse
-	(*ClientFrame)(nil),                // 44: cairn.client.v1.ClientFrame
-	(*CreateTemporaryQueue)(nil),       // 45: cairn.client.v1.CreateTemporaryQueue
-	(*TemporaryQueueResult)(nil),       // 46: cairn.client.v1.TemporaryQueueResult
-	(*Send)(nil),                       // 47: cairn.client.v1.Send
-	(*TxSend)(nil),                     // 48: cairn.client.v1.TxSend
-	(*Commit)(nil),                     // 49: cairn.client.v1.Commit
-	(*Rollback)(nil),                   // 50: cairn.client.v1.Rollback
-	(*TxOutcome)(nil),                  // 51: cairn.client.v1.TxOutcome
-	(*Hello)(nil),                      // 52: cairn.client.v1.Hello
-	(*OpenSession)(nil),                // 53: cairn.client.v1.OpenSession
-	(*CloseSession)(nil),               // 54: cairn.client.v1.CloseSession
-	(*CreateConsumer)(nil),             // 55: cairn.client.v1.CreateConsumer
-	(*Subscribe)(nil),                  // 56: cairn.client.v1.Subscribe
-	(*CloseConsumer)(nil),              // 57: cairn.client.v1.CloseConsumer
-	(*ReturnDeliveries)(nil),           // 58: cairn.client.v1.ReturnDeliveries
-	(*Credit)(nil),                     // 59: cairn.client.v1.Credit
-	(*DeliveryRef)(nil),                // 60: cairn.client.v1.DeliveryRef
-	(*Acknowledge)(nil),                // 61: cairn.client.v1.Acknowledge
-	(*RecoverSession)(nil),             // 62: cairn.client.v1.RecoverSession
-	(*ServerFrame)(nil),                // 63: cairn.client.v1.ServerFrame
-	(*Goodbye)(nil),                    // 64: cairn.client.v1.Goodbye
-	(*Heartbeat)(nil),                  // 65: cairn.client.v1.Heartbeat
-	(*Reply)(nil),                      // 66: cairn.client.v1.Reply
-	(*CommitResult)(nil),               // 67: cairn.client.v1.CommitResult
-	(*HelloResult)(nil),                // 68: cairn.client.v1.HelloResult
-	(*CreateConsumerResult)(nil),       // 69: cairn.client.v1.CreateConsumerResult
-	(*Watermark)(nil),                  // 70: cairn.client.v1.Watermark
-	(*RecoverResult)(nil),              // 71: cairn.client.v1.RecoverResult
-	(*AcknowledgeResult)(nil),          // 72: cairn.client.v1.AcknowledgeResult
-	(*Delivery)(nil),                   // 73: cairn.client.v1.Delivery
-	(*Deliveries)(nil),                 // 74: cairn.client.v1.Deliveries
-	(*ConsumerClosed)(nil),             // 75: cairn.client.v1.ConsumerClosed
-	(*ClusterStatusRequest)(nil),       // 76: cairn.client.v1.ClusterStatusRequest
-	(*NodeStatus)(nil),                 // 77: cairn.client.v1.NodeStatus
-	(*ReplicaStatus)(nil),              // 78: cairn.client.v1.ReplicaStatus
-	(*GroupStatus)(nil),                // 79: cairn.client.v1.GroupStatus
-	(*ClusterStatusResponse)(nil),      // 80: cairn.client.v1.ClusterStatusResponse
-	nil,                                // 81: cairn.client.v1.Message.PropertiesEntry
-	nil,                                // 82: cairn.client.v1.Message.TypedPropertiesEntry
-	nil,                                // 83: cairn.client.v1.Delivery.PropertiesEntry
-	nil,                                // 84: cairn.client.v1.Delivery.TypedPropertiesEntry
+	(*MessageCounters)(nil),            // 35: cairn.client.v1.MessageCounters
+	(*SubscriptionInfo)(nil),           // 36: cairn.client.v1.SubscriptionInfo
+	(*DeleteSubscriptionRequest)(nil),  // 37: cairn.client.v1.DeleteSubscriptionRequest
+	(*DeleteSubscriptionResponse)(nil), // 38: cairn.client.v1.DeleteSubscriptionResponse
+	(*DestinationInfo)(nil),            // 39: cairn.client.v1.DestinationInfo
+	(*Message)(nil),                    // 40: cairn.client.v1.Message
+	(*PropertyValue)(nil),              // 41: cairn.client.v1.PropertyValue
+	(*SendRequest)(nil),                // 42: cairn.client.v1.SendRequest
+	(*SendResult)(nil),                 // 43: cairn.client.v1.SendResult
+	(*SendResponse)(nil),               // 44: cairn.client.v1.SendResponse
+	(*ClientFrame)(nil),                // 45: cairn.client.v1.ClientFrame
+	(*CreateTemporaryQueue)(nil),       // 46: cairn.client.v1.CreateTemporaryQueue
+	(*TemporaryQueueResult)(nil),       // 47: cairn.client.v1.TemporaryQueueResult
+	(*Send)(nil),                       // 48: cairn.client.v1.Send
+	(*TxSend)(nil),                     // 49: cairn.client.v1.TxSend
+	(*Commit)(nil),                     // 50: cairn.client.v1.Commit
+	(*Rollback)(nil),                   // 51: cairn.client.v1.Rollback
+	(*TxOutcome)(nil),                  // 52: cairn.client.v1.TxOutcome
+	(*Hello)(nil),                      // 53: cairn.client.v1.Hello
+	(*OpenSession)(nil),                // 54: cairn.client.v1.OpenSession
+	(*CloseSession)(nil),               // 55: cairn.client.v1.CloseSession
+	(*CreateConsumer)(nil),             // 56: cairn.client.v1.CreateConsumer
+	(*Subscribe)(nil),                  // 57: cairn.client.v1.Subscribe
+	(*CloseConsumer)(nil),              // 58: cairn.client.v1.CloseConsumer
+	(*ReturnDeliveries)(nil),           // 59: cairn.client.v1.ReturnDeliveries
+	(*Credit)(nil),                     // 60: cairn.client.v1.Credit
+	(*DeliveryRef)(nil),                // 61: cairn.client.v1.DeliveryRef
+	(*Acknowledge)(nil),                // 62: cairn.client.v1.Acknowledge
+	(*RecoverSession)(nil),             // 63: cairn.client.v1.RecoverSession
+	(*ServerFrame)(nil),                // 64: cairn.client.v1.ServerFrame
+	(*Goodbye)(nil),                    // 65: cairn.client.v1.Goodbye
+	(*Heartbeat)(nil),                  // 66: cairn.client.v1.Heartbeat
+	(*Reply)(nil),                      // 67: cairn.client.v1.Reply
+	(*CommitResult)(nil),               // 68: cairn.client.v1.CommitResult
+	(*HelloResult)(nil),                // 69: cairn.client.v1.HelloResult
+	(*CreateConsumerResult)(nil),       // 70: cairn.client.v1.CreateConsumerResult
+	(*Watermark)(nil),                  // 71: cairn.client.v1.Watermark
+	(*RecoverResult)(nil),              // 72: cairn.client.v1.RecoverResult
+	(*AcknowledgeResult)(nil),          // 73: cairn.client.v1.AcknowledgeResult
+	(*Delivery)(nil),                   // 74: cairn.client.v1.Delivery
+	(*Deliveries)(nil),                 // 75: cairn.client.v1.Deliveries
+	(*ConsumerClosed)(nil),             // 76: cairn.client.v1.ConsumerClosed
+	(*ClusterStatusRequest)(nil),       // 77: cairn.client.v1.ClusterStatusRequest
+	(*NodeStatus)(nil),                 // 78: cairn.client.v1.NodeStatus
+	(*ReplicaStatus)(nil),              // 79: cairn.client.v1.ReplicaStatus
+	(*GroupStatus)(nil),                // 80: cairn.client.v1.GroupStatus
+	(*ClusterStatusResponse)(nil),      // 81: cairn.client.v1.ClusterStatusResponse
+	nil,                                // 82: cairn.client.v1.Message.PropertiesEntry
+	nil,                                // 83: cairn.client.v1.Message.TypedPropertiesEntry
+	nil,                                // 84: cairn.client.v1.Delivery.PropertiesEntry
+	nil,                                // 85: cairn.client.v1.Delivery.TypedPropertiesEntry
 }
 var file_transport_clientpb_client_proto_depIdxs = []int32{
 	2,  // 0: cairn.client.v1.CreateUserRequest.grants:type_name -> cairn.client.v1.Grant
@@ -6120,108 +6235,110 @@ var file_transport_clientpb_client_proto_depIdxs = []int32{
 	11, // 4: cairn.client.v1.ListConnectionsResponse.connections:type_name -> cairn.client.v1.ConnectionInfo
 	20, // 5: cairn.client.v1.RebalanceResponse.moves:type_name -> cairn.client.v1.PlacementMove
 	0,  // 6: cairn.client.v1.CreateDestinationRequest.kind:type_name -> cairn.client.v1.DestinationKind
-	38, // 7: cairn.client.v1.ListDestinationsResponse.destinations:type_name -> cairn.client.v1.DestinationInfo
-	73, // 8: cairn.client.v1.BrowseDestinationResponse.messages:type_name -> cairn.client.v1.Delivery
-	0,  // 9: cairn.client.v1.DestinationInfo.kind:type_name -> cairn.client.v1.DestinationKind
-	34, // 10: cairn.client.v1.DestinationInfo.members:type_name -> cairn.client.v1.MemberInfo
-	38, // 11: cairn.client.v1.DestinationInfo.subscriptions:type_name -> cairn.client.v1.DestinationInfo
-	35, // 12: cairn.client.v1.DestinationInfo.subscription:type_name -> cairn.client.v1.SubscriptionInfo
-	81, // 13: cairn.client.v1.Message.properties:type_name -> cairn.client.v1.Message.PropertiesEntry
-	82, // 14: cairn.client.v1.Message.typed_properties:type_name -> cairn.client.v1.Message.TypedPropertiesEntry
-	39, // 15: cairn.client.v1.SendRequest.messages:type_name -> cairn.client.v1.Message
-	42, // 16: cairn.client.v1.SendResponse.results:type_name -> cairn.client.v1.SendResult
-	52, // 17: cairn.client.v1.ClientFrame.hello:type_name -> cairn.client.v1.Hello
-	53, // 18: cairn.client.v1.ClientFrame.open_session:type_name -> cairn.client.v1.OpenSession
-	54, // 19: cairn.client.v1.ClientFrame.close_session:type_name -> cairn.client.v1.CloseSession
-	55, // 20: cairn.client.v1.ClientFrame.create_consumer:type_name -> cairn.client.v1.CreateConsumer
-	57, // 21: cairn.client.v1.ClientFrame.close_consumer:type_name -> cairn.client.v1.CloseConsumer
-	59, // 22: cairn.client.v1.ClientFrame.credit:type_name -> cairn.client.v1.Credit
-	61, // 23: cairn.client.v1.ClientFrame.acknowledge:type_name -> cairn.client.v1.Acknowledge
-	62, // 24: cairn.client.v1.ClientFrame.recover:type_name -> cairn.client.v1.RecoverSession
-	58, // 25: cairn.client.v1.ClientFrame.return_deliveries:type_name -> cairn.client.v1.ReturnDeliveries
-	48, // 26: cairn.client.v1.ClientFrame.tx_send:type_name -> cairn.client.v1.TxSend
-	49, // 27: cairn.client.v1.ClientFrame.commit:type_name -> cairn.client.v1.Commit
-	50, // 28: cairn.client.v1.ClientFrame.rollback:type_name -> cairn.client.v1.Rollback
-	51, // 29: cairn.client.v1.ClientFrame.tx_outcome:type_name -> cairn.client.v1.TxOutcome
-	47, // 30: cairn.client.v1.ClientFrame.send:type_name -> cairn.client.v1.Send
-	45, // 31: cairn.client.v1.ClientFrame.create_temporary_queue:type_name -> cairn.client.v1.CreateTemporaryQueue
-	41, // 32: cairn.client.v1.Send.request:type_name -> cairn.client.v1.SendRequest
-	41, // 33: cairn.client.v1.TxSend.send:type_name -> cairn.client.v1.SendRequest
-	60, // 34: cairn.client.v1.Commit.deliveries:type_name -> cairn.client.v1.DeliveryRef
-	1,  // 35: cairn.client.v1.OpenSession.ack_mode:type_name -> cairn.client.v1.AckMode
-	56, // 36: cairn.client.v1.CreateConsumer.subscribe:type_name -> cairn.client.v1.Subscribe
-	60, // 37: cairn.client.v1.ReturnDeliveries.deliveries:type_name -> cairn.client.v1.DeliveryRef
-	60, // 38: cairn.client.v1.Acknowledge.deliveries:type_name -> cairn.client.v1.DeliveryRef
-	66, // 39: cairn.client.v1.ServerFrame.reply:type_name -> cairn.client.v1.Reply
-	74, // 40: cairn.client.v1.ServerFrame.deliveries:type_name -> cairn.client.v1.Deliveries
-	75, // 41: cairn.client.v1.ServerFrame.consumer_closed:type_name -> cairn.client.v1.ConsumerClosed
-	65, // 42: cairn.client.v1.ServerFrame.heartbeat:type_name -> cairn.client.v1.Heartbeat
-	64, // 43: cairn.client.v1.ServerFrame.goodbye:type_name -> cairn.client.v1.Goodbye
-	22, // 44: cairn.client.v1.Reply.error:type_name -> cairn.client.v1.Error
-	68, // 45: cairn.client.v1.Reply.hello:type_name -> cairn.client.v1.HelloResult
-	69, // 46: cairn.client.v1.Reply.create_consumer:type_name -> cairn.client.v1.CreateConsumerResult
-	71, // 47: cairn.client.v1.Reply.recover:type_name -> cairn.client.v1.RecoverResult
-	72, // 48: cairn.client.v1.Reply.acknowledge:type_name -> cairn.client.v1.AcknowledgeResult
-	43, // 49: cairn.client.v1.Reply.tx_send:type_name -> cairn.client.v1.SendResponse
-	67, // 50: cairn.client.v1.Reply.commit:type_name -> cairn.client.v1.CommitResult
-	43, // 51: cairn.client.v1.Reply.send:type_name -> cairn.client.v1.SendResponse
-	46, // 52: cairn.client.v1.Reply.temporary_queue:type_name -> cairn.client.v1.TemporaryQueueResult
-	70, // 53: cairn.client.v1.RecoverResult.watermarks:type_name -> cairn.client.v1.Watermark
-	60, // 54: cairn.client.v1.AcknowledgeResult.rejected:type_name -> cairn.client.v1.DeliveryRef
-	83, // 55: cairn.client.v1.Delivery.properties:type_name -> cairn.client.v1.Delivery.PropertiesEntry
-	84, // 56: cairn.client.v1.Delivery.typed_properties:type_name -> cairn.client.v1.Delivery.TypedPropertiesEntry
-	73, // 57: cairn.client.v1.Deliveries.messages:type_name -> cairn.client.v1.Delivery
-	22, // 58: cairn.client.v1.ConsumerClosed.error:type_name -> cairn.client.v1.Error
-	78, // 59: cairn.client.v1.GroupStatus.replicas:type_name -> cairn.client.v1.ReplicaStatus
-	77, // 60: cairn.client.v1.ClusterStatusResponse.nodes:type_name -> cairn.client.v1.NodeStatus
-	79, // 61: cairn.client.v1.ClusterStatusResponse.groups:type_name -> cairn.client.v1.GroupStatus
-	40, // 62: cairn.client.v1.Message.TypedPropertiesEntry.value:type_name -> cairn.client.v1.PropertyValue
-	40, // 63: cairn.client.v1.Delivery.TypedPropertiesEntry.value:type_name -> cairn.client.v1.PropertyValue
-	23, // 64: cairn.client.v1.ClientService.CreateDestination:input_type -> cairn.client.v1.CreateDestinationRequest
-	25, // 65: cairn.client.v1.ClientService.DeleteDestination:input_type -> cairn.client.v1.DeleteDestinationRequest
-	27, // 66: cairn.client.v1.ClientService.ListDestinations:input_type -> cairn.client.v1.ListDestinationsRequest
-	29, // 67: cairn.client.v1.ClientService.ShowDestination:input_type -> cairn.client.v1.ShowDestinationRequest
-	30, // 68: cairn.client.v1.ClientService.PurgeDestination:input_type -> cairn.client.v1.PurgeDestinationRequest
-	32, // 69: cairn.client.v1.ClientService.BrowseDestination:input_type -> cairn.client.v1.BrowseDestinationRequest
-	36, // 70: cairn.client.v1.ClientService.DeleteSubscription:input_type -> cairn.client.v1.DeleteSubscriptionRequest
-	24, // 71: cairn.client.v1.ClientService.UpdateDestination:input_type -> cairn.client.v1.UpdateDestinationRequest
-	41, // 72: cairn.client.v1.ClientService.Send:input_type -> cairn.client.v1.SendRequest
-	44, // 73: cairn.client.v1.ClientService.Connect:input_type -> cairn.client.v1.ClientFrame
-	76, // 74: cairn.client.v1.ClientService.ClusterStatus:input_type -> cairn.client.v1.ClusterStatusRequest
-	15, // 75: cairn.client.v1.ClientService.RemoveNode:input_type -> cairn.client.v1.RemoveNodeRequest
-	17, // 76: cairn.client.v1.ClientService.LeaveNode:input_type -> cairn.client.v1.LeaveNodeRequest
-	19, // 77: cairn.client.v1.ClientService.Rebalance:input_type -> cairn.client.v1.RebalanceRequest
-	10, // 78: cairn.client.v1.ClientService.ListConnections:input_type -> cairn.client.v1.ListConnectionsRequest
-	13, // 79: cairn.client.v1.ClientService.DestroyConnection:input_type -> cairn.client.v1.DestroyConnectionRequest
-	3,  // 80: cairn.client.v1.ClientService.CreateUser:input_type -> cairn.client.v1.CreateUserRequest
-	4,  // 81: cairn.client.v1.ClientService.UpdateUser:input_type -> cairn.client.v1.UpdateUserRequest
-	6,  // 82: cairn.client.v1.ClientService.DeleteUser:input_type -> cairn.client.v1.DeleteUserRequest
-	8,  // 83: cairn.client.v1.ClientService.ListUsers:input_type -> cairn.client.v1.ListUsersRequest
-	38, // 84: cairn.client.v1.ClientService.CreateDestination:output_type -> cairn.client.v1.DestinationInfo
-	26, // 85: cairn.client.v1.ClientService.DeleteDestination:output_type -> cairn.client.v1.DeleteDestinationResponse
-	28, // 86: cairn.client.v1.ClientService.ListDestinations:output_type -> cairn.client.v1.ListDestinationsResponse
-	38, // 87: cairn.client.v1.ClientService.ShowDestination:output_type -> cairn.client.v1.DestinationInfo
-	31, // 88: cairn.client.v1.ClientService.PurgeDestination:output_type -> cairn.client.v1.PurgeDestinationResponse
-	33, // 89: cairn.client.v1.ClientService.BrowseDestination:output_type -> cairn.client.v1.BrowseDestinationResponse
-	37, // 90: cairn.client.v1.ClientService.DeleteSubscription:output_type -> cairn.client.v1.DeleteSubscriptionResponse
-	38, // 91: cairn.client.v1.ClientService.UpdateDestination:output_type -> cairn.client.v1.DestinationInfo
-	43, // 92: cairn.client.v1.ClientService.Send:output_type -> cairn.client.v1.SendResponse
-	63, // 93: cairn.client.v1.ClientService.Connect:output_type -> cairn.client.v1.ServerFrame
-	80, // 94: cairn.client.v1.ClientService.ClusterStatus:output_type -> cairn.client.v1.ClusterStatusResponse
-	16, // 95: cairn.client.v1.ClientService.RemoveNode:output_type -> cairn.client.v1.RemoveNodeResponse
-	18, // 96: cairn.client.v1.ClientService.LeaveNode:output_type -> cairn.client.v1.LeaveNodeResponse
-	21, // 97: cairn.client.v1.ClientService.Rebalance:output_type -> cairn.client.v1.RebalanceResponse
-	12, // 98: cairn.client.v1.ClientService.ListConnections:output_type -> cairn.client.v1.ListConnectionsResponse
-	14, // 99: cairn.client.v1.ClientService.DestroyConnection:output_type -> cairn.client.v1.DestroyConnectionResponse
-	5,  // 100: cairn.client.v1.ClientService.CreateUser:output_type -> cairn.client.v1.UserInfo
-	5,  // 101: cairn.client.v1.ClientService.UpdateUser:output_type -> cairn.client.v1.UserInfo
-	7,  // 102: cairn.client.v1.ClientService.DeleteUser:output_type -> cairn.client.v1.DeleteUserResponse
-	9,  // 103: cairn.client.v1.ClientService.ListUsers:output_type -> cairn.client.v1.ListUsersResponse
-	84, // [84:104] is the sub-list for method output_type
-	64, // [64:84] is the sub-list for method input_type
-	64, // [64:64] is the sub-list for extension type_name
-	64, // [64:64] is the sub-list for extension extendee
-	0,  // [0:64] is the sub-list for field type_name
+	39, // 7: cairn.client.v1.ListDestinationsResponse.destinations:type_name -> cairn.client.v1.DestinationInfo
+	74, // 8: cairn.client.v1.BrowseDestinationResponse.messages:type_name -> cairn.client.v1.Delivery
+	35, // 9: cairn.client.v1.MemberInfo.counters:type_name -> cairn.client.v1.MessageCounters
+	0,  // 10: cairn.client.v1.DestinationInfo.kind:type_name -> cairn.client.v1.DestinationKind
+	34, // 11: cairn.client.v1.DestinationInfo.members:type_name -> cairn.client.v1.MemberInfo
+	39, // 12: cairn.client.v1.DestinationInfo.subscriptions:type_name -> cairn.client.v1.DestinationInfo
+	36, // 13: cairn.client.v1.DestinationInfo.subscription:type_name -> cairn.client.v1.SubscriptionInfo
+	35, // 14: cairn.client.v1.DestinationInfo.counters:type_name -> cairn.client.v1.MessageCounters
+	82, // 15: cairn.client.v1.Message.properties:type_name -> cairn.client.v1.Message.PropertiesEntry
+	83, // 16: cairn.client.v1.Message.typed_properties:type_name -> cairn.client.v1.Message.TypedPropertiesEntry
+	40, // 17: cairn.client.v1.SendRequest.messages:type_name -> cairn.client.v1.Message
+	43, // 18: cairn.client.v1.SendResponse.results:type_name -> cairn.client.v1.SendResult
+	53, // 19: cairn.client.v1.ClientFrame.hello:type_name -> cairn.client.v1.Hello
+	54, // 20: cairn.client.v1.ClientFrame.open_session:type_name -> cairn.client.v1.OpenSession
+	55, // 21: cairn.client.v1.ClientFrame.close_session:type_name -> cairn.client.v1.CloseSession
+	56, // 22: cairn.client.v1.ClientFrame.create_consumer:type_name -> cairn.client.v1.CreateConsumer
+	58, // 23: cairn.client.v1.ClientFrame.close_consumer:type_name -> cairn.client.v1.CloseConsumer
+	60, // 24: cairn.client.v1.ClientFrame.credit:type_name -> cairn.client.v1.Credit
+	62, // 25: cairn.client.v1.ClientFrame.acknowledge:type_name -> cairn.client.v1.Acknowledge
+	63, // 26: cairn.client.v1.ClientFrame.recover:type_name -> cairn.client.v1.RecoverSession
+	59, // 27: cairn.client.v1.ClientFrame.return_deliveries:type_name -> cairn.client.v1.ReturnDeliveries
+	49, // 28: cairn.client.v1.ClientFrame.tx_send:type_name -> cairn.client.v1.TxSend
+	50, // 29: cairn.client.v1.ClientFrame.commit:type_name -> cairn.client.v1.Commit
+	51, // 30: cairn.client.v1.ClientFrame.rollback:type_name -> cairn.client.v1.Rollback
+	52, // 31: cairn.client.v1.ClientFrame.tx_outcome:type_name -> cairn.client.v1.TxOutcome
+	48, // 32: cairn.client.v1.ClientFrame.send:type_name -> cairn.client.v1.Send
+	46, // 33: cairn.client.v1.ClientFrame.create_temporary_queue:type_name -> cairn.client.v1.CreateTemporaryQueue
+	42, // 34: cairn.client.v1.Send.request:type_name -> cairn.client.v1.SendRequest
+	42, // 35: cairn.client.v1.TxSend.send:type_name -> cairn.client.v1.SendRequest
+	61, // 36: cairn.client.v1.Commit.deliveries:type_name -> cairn.client.v1.DeliveryRef
+	1,  // 37: cairn.client.v1.OpenSession.ack_mode:type_name -> cairn.client.v1.AckMode
+	57, // 38: cairn.client.v1.CreateConsumer.subscribe:type_name -> cairn.client.v1.Subscribe
+	61, // 39: cairn.client.v1.ReturnDeliveries.deliveries:type_name -> cairn.client.v1.DeliveryRef
+	61, // 40: cairn.client.v1.Acknowledge.deliveries:type_name -> cairn.client.v1.DeliveryRef
+	67, // 41: cairn.client.v1.ServerFrame.reply:type_name -> cairn.client.v1.Reply
+	75, // 42: cairn.client.v1.ServerFrame.deliveries:type_name -> cairn.client.v1.Deliveries
+	76, // 43: cairn.client.v1.ServerFrame.consumer_closed:type_name -> cairn.client.v1.ConsumerClosed
+	66, // 44: cairn.client.v1.ServerFrame.heartbeat:type_name -> cairn.client.v1.Heartbeat
+	65, // 45: cairn.client.v1.ServerFrame.goodbye:type_name -> cairn.client.v1.Goodbye
+	22, // 46: cairn.client.v1.Reply.error:type_name -> cairn.client.v1.Error
+	69, // 47: cairn.client.v1.Reply.hello:type_name -> cairn.client.v1.HelloResult
+	70, // 48: cairn.client.v1.Reply.create_consumer:type_name -> cairn.client.v1.CreateConsumerResult
+	72, // 49: cairn.client.v1.Reply.recover:type_name -> cairn.client.v1.RecoverResult
+	73, // 50: cairn.client.v1.Reply.acknowledge:type_name -> cairn.client.v1.AcknowledgeResult
+	44, // 51: cairn.client.v1.Reply.tx_send:type_name -> cairn.client.v1.SendResponse
+	68, // 52: cairn.client.v1.Reply.commit:type_name -> cairn.client.v1.CommitResult
+	44, // 53: cairn.client.v1.Reply.send:type_name -> cairn.client.v1.SendResponse
+	47, // 54: cairn.client.v1.Reply.temporary_queue:type_name -> cairn.client.v1.TemporaryQueueResult
+	71, // 55: cairn.client.v1.RecoverResult.watermarks:type_name -> cairn.client.v1.Watermark
+	61, // 56: cairn.client.v1.AcknowledgeResult.rejected:type_name -> cairn.client.v1.DeliveryRef
+	84, // 57: cairn.client.v1.Delivery.properties:type_name -> cairn.client.v1.Delivery.PropertiesEntry
+	85, // 58: cairn.client.v1.Delivery.typed_properties:type_name -> cairn.client.v1.Delivery.TypedPropertiesEntry
+	74, // 59: cairn.client.v1.Deliveries.messages:type_name -> cairn.client.v1.Delivery
+	22, // 60: cairn.client.v1.ConsumerClosed.error:type_name -> cairn.client.v1.Error
+	79, // 61: cairn.client.v1.GroupStatus.replicas:type_name -> cairn.client.v1.ReplicaStatus
+	78, // 62: cairn.client.v1.ClusterStatusResponse.nodes:type_name -> cairn.client.v1.NodeStatus
+	80, // 63: cairn.client.v1.ClusterStatusResponse.groups:type_name -> cairn.client.v1.GroupStatus
+	41, // 64: cairn.client.v1.Message.TypedPropertiesEntry.value:type_name -> cairn.client.v1.PropertyValue
+	41, // 65: cairn.client.v1.Delivery.TypedPropertiesEntry.value:type_name -> cairn.client.v1.PropertyValue
+	23, // 66: cairn.client.v1.ClientService.CreateDestination:input_type -> cairn.client.v1.CreateDestinationRequest
+	25, // 67: cairn.client.v1.ClientService.DeleteDestination:input_type -> cairn.client.v1.DeleteDestinationRequest
+	27, // 68: cairn.client.v1.ClientService.ListDestinations:input_type -> cairn.client.v1.ListDestinationsRequest
+	29, // 69: cairn.client.v1.ClientService.ShowDestination:input_type -> cairn.client.v1.ShowDestinationRequest
+	30, // 70: cairn.client.v1.ClientService.PurgeDestination:input_type -> cairn.client.v1.PurgeDestinationRequest
+	32, // 71: cairn.client.v1.ClientService.BrowseDestination:input_type -> cairn.client.v1.BrowseDestinationRequest
+	37, // 72: cairn.client.v1.ClientService.DeleteSubscription:input_type -> cairn.client.v1.DeleteSubscriptionRequest
+	24, // 73: cairn.client.v1.ClientService.UpdateDestination:input_type -> cairn.client.v1.UpdateDestinationRequest
+	42, // 74: cairn.client.v1.ClientService.Send:input_type -> cairn.client.v1.SendRequest
+	45, // 75: cairn.client.v1.ClientService.Connect:input_type -> cairn.client.v1.ClientFrame
+	77, // 76: cairn.client.v1.ClientService.ClusterStatus:input_type -> cairn.client.v1.ClusterStatusRequest
+	15, // 77: cairn.client.v1.ClientService.RemoveNode:input_type -> cairn.client.v1.RemoveNodeRequest
+	17, // 78: cairn.client.v1.ClientService.LeaveNode:input_type -> cairn.client.v1.LeaveNodeRequest
+	19, // 79: cairn.client.v1.ClientService.Rebalance:input_type -> cairn.client.v1.RebalanceRequest
+	10, // 80: cairn.client.v1.ClientService.ListConnections:input_type -> cairn.client.v1.ListConnectionsRequest
+	13, // 81: cairn.client.v1.ClientService.DestroyConnection:input_type -> cairn.client.v1.DestroyConnectionRequest
+	3,  // 82: cairn.client.v1.ClientService.CreateUser:input_type -> cairn.client.v1.CreateUserRequest
+	4,  // 83: cairn.client.v1.ClientService.UpdateUser:input_type -> cairn.client.v1.UpdateUserRequest
+	6,  // 84: cairn.client.v1.ClientService.DeleteUser:input_type -> cairn.client.v1.DeleteUserRequest
+	8,  // 85: cairn.client.v1.ClientService.ListUsers:input_type -> cairn.client.v1.ListUsersRequest
+	39, // 86: cairn.client.v1.ClientService.CreateDestination:output_type -> cairn.client.v1.DestinationInfo
+	26, // 87: cairn.client.v1.ClientService.DeleteDestination:output_type -> cairn.client.v1.DeleteDestinationResponse
+	28, // 88: cairn.client.v1.ClientService.ListDestinations:output_type -> cairn.client.v1.ListDestinationsResponse
+	39, // 89: cairn.client.v1.ClientService.ShowDestination:output_type -> cairn.client.v1.DestinationInfo
+	31, // 90: cairn.client.v1.ClientService.PurgeDestination:output_type -> cairn.client.v1.PurgeDestinationResponse
+	33, // 91: cairn.client.v1.ClientService.BrowseDestination:output_type -> cairn.client.v1.BrowseDestinationResponse
+	38, // 92: cairn.client.v1.ClientService.DeleteSubscription:output_type -> cairn.client.v1.DeleteSubscriptionResponse
+	39, // 93: cairn.client.v1.ClientService.UpdateDestination:output_type -> cairn.client.v1.DestinationInfo
+	44, // 94: cairn.client.v1.ClientService.Send:output_type -> cairn.client.v1.SendResponse
+	64, // 95: cairn.client.v1.ClientService.Connect:output_type -> cairn.client.v1.ServerFrame
+	81, // 96: cairn.client.v1.ClientService.ClusterStatus:output_type -> cairn.client.v1.ClusterStatusResponse
+	16, // 97: cairn.client.v1.ClientService.RemoveNode:output_type -> cairn.client.v1.RemoveNodeResponse
+	18, // 98: cairn.client.v1.ClientService.LeaveNode:output_type -> cairn.client.v1.LeaveNodeResponse
+	21, // 99: cairn.client.v1.ClientService.Rebalance:output_type -> cairn.client.v1.RebalanceResponse
+	12, // 100: cairn.client.v1.ClientService.ListConnections:output_type -> cairn.client.v1.ListConnectionsResponse
+	14, // 101: cairn.client.v1.ClientService.DestroyConnection:output_type -> cairn.client.v1.DestroyConnectionResponse
+	5,  // 102: cairn.client.v1.ClientService.CreateUser:output_type -> cairn.client.v1.UserInfo
+	5,  // 103: cairn.client.v1.ClientService.UpdateUser:output_type -> cairn.client.v1.UserInfo
+	7,  // 104: cairn.client.v1.ClientService.DeleteUser:output_type -> cairn.client.v1.DeleteUserResponse
+	9,  // 105: cairn.client.v1.ClientService.ListUsers:output_type -> cairn.client.v1.ListUsersResponse
+	86, // [86:106] is the sub-list for method output_type
+	66, // [66:86] is the sub-list for method input_type
+	66, // [66:66] is the sub-list for extension type_name
+	66, // [66:66] is the sub-list for extension extendee
+	0,  // [0:66] is the sub-list for field type_name
 }
 
 func init() { file_transport_clientpb_client_proto_init() }
@@ -6229,12 +6346,12 @@ func file_transport_clientpb_client_proto_init() {
 	if File_transport_clientpb_client_proto != nil {
 		return
 	}
-	file_transport_clientpb_client_proto_msgTypes[38].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[39].OneofWrappers = []any{
 		(*PropertyValue_Int)(nil),
 		(*PropertyValue_Float)(nil),
 		(*PropertyValue_Bool)(nil),
 	}
-	file_transport_clientpb_client_proto_msgTypes[42].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[43].OneofWrappers = []any{
 		(*ClientFrame_Hello)(nil),
 		(*ClientFrame_OpenSession)(nil),
 		(*ClientFrame_CloseSession)(nil),
@@ -6251,15 +6368,15 @@ func file_transport_clientpb_client_proto_init() {
 		(*ClientFrame_Send)(nil),
 		(*ClientFrame_CreateTemporaryQueue)(nil),
 	}
-	file_transport_clientpb_client_proto_msgTypes[47].OneofWrappers = []any{}
-	file_transport_clientpb_client_proto_msgTypes[61].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[48].OneofWrappers = []any{}
+	file_transport_clientpb_client_proto_msgTypes[62].OneofWrappers = []any{
 		(*ServerFrame_Reply)(nil),
 		(*ServerFrame_Deliveries)(nil),
 		(*ServerFrame_ConsumerClosed)(nil),
 		(*ServerFrame_Heartbeat)(nil),
 		(*ServerFrame_Goodbye)(nil),
 	}
-	file_transport_clientpb_client_proto_msgTypes[64].OneofWrappers = []any{
+	file_transport_clientpb_client_proto_msgTypes[65].OneofWrappers = []any{
 		(*Reply_Hello)(nil),
 		(*Reply_CreateConsumer)(nil),
 		(*Reply_Recover)(nil),
@@ -6275,7 +6392,7 @@ func file_transport_clientpb_client_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_clientpb_client_proto_rawDesc), len(file_transport_clientpb_client_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   83,
+			NumMessages:   84,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

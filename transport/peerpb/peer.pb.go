@@ -943,7 +943,8 @@ type MemberResponse struct {
 	DeadLettered uint64                 `protobuf:"varint,10,opt,name=dead_lettered,json=deadLettered,proto3" json:"dead_lettered,omitempty"`
 	Prepared     uint64                 `protobuf:"varint,11,opt,name=prepared,proto3" json:"prepared,omitempty"`
 	// browsed answers MemberRequest.browse (delivery_id 0).
-	Browsed       []*Delivery `protobuf:"bytes,12,rep,name=browsed,proto3" json:"browsed,omitempty"`
+	Browsed       []*Delivery           `protobuf:"bytes,12,rep,name=browsed,proto3" json:"browsed,omitempty"`
+	Counters      *fsmpb.MemberCounters `protobuf:"bytes,13,opt,name=counters,proto3" json:"counters,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1058,6 +1059,13 @@ func (x *MemberResponse) GetPrepared() uint64 {
 func (x *MemberResponse) GetBrowsed() []*Delivery {
 	if x != nil {
 		return x.Browsed
+	}
+	return nil
+}
+
+func (x *MemberResponse) GetCounters() *fsmpb.MemberCounters {
+	if x != nil {
+		return x.Counters
 	}
 	return nil
 }
@@ -1315,7 +1323,7 @@ const file_transport_peerpb_peer_proto_rawDesc = "" +
 	"\rMemberRequest\x12\x16\n" +
 	"\x06member\x18\x01 \x01(\tR\x06member\x12\x16\n" +
 	"\x06browse\x18\x02 \x01(\rR\x06browse\x12\x1a\n" +
-	"\bselector\x18\x03 \x01(\tR\bselector\"\x80\x03\n" +
+	"\bselector\x18\x03 \x01(\tR\bselector\"\xba\x03\n" +
 	"\x0eMemberResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.cairn.peer.v1.ErrorR\x05error\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x18\n" +
@@ -1329,7 +1337,8 @@ const file_transport_peerpb_peer_proto_rawDesc = "" +
 	"\rdead_lettered\x18\n" +
 	" \x01(\x04R\fdeadLettered\x12\x1a\n" +
 	"\bprepared\x18\v \x01(\x04R\bprepared\x121\n" +
-	"\abrowsed\x18\f \x03(\v2\x17.cairn.peer.v1.DeliveryR\abrowsed\"\x0f\n" +
+	"\abrowsed\x18\f \x03(\v2\x17.cairn.peer.v1.DeliveryR\abrowsed\x128\n" +
+	"\bcounters\x18\r \x01(\v2\x1c.cairn.fsm.v1.MemberCountersR\bcounters\"\x0f\n" +
 	"\rGroupsRequest\"\xd9\x01\n" +
 	"\fGroupReplica\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
@@ -1364,25 +1373,26 @@ func file_transport_peerpb_peer_proto_rawDescGZIP() []byte {
 
 var file_transport_peerpb_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_transport_peerpb_peer_proto_goTypes = []any{
-	(*Error)(nil),             // 0: cairn.peer.v1.Error
-	(*ProposeRequest)(nil),    // 1: cairn.peer.v1.ProposeRequest
-	(*Enqueued)(nil),          // 2: cairn.peer.v1.Enqueued
-	(*Result)(nil),            // 3: cairn.peer.v1.Result
-	(*ProposeResponse)(nil),   // 4: cairn.peer.v1.ProposeResponse
-	(*ConsumeRequest)(nil),    // 5: cairn.peer.v1.ConsumeRequest
-	(*Attach)(nil),            // 6: cairn.peer.v1.Attach
-	(*Delivery)(nil),          // 7: cairn.peer.v1.Delivery
-	(*ConsumeEvent)(nil),      // 8: cairn.peer.v1.ConsumeEvent
-	(*Deliveries)(nil),        // 9: cairn.peer.v1.Deliveries
-	(*MetaApplyRequest)(nil),  // 10: cairn.peer.v1.MetaApplyRequest
-	(*MetaApplyResponse)(nil), // 11: cairn.peer.v1.MetaApplyResponse
-	(*MemberRequest)(nil),     // 12: cairn.peer.v1.MemberRequest
-	(*MemberResponse)(nil),    // 13: cairn.peer.v1.MemberResponse
-	(*GroupsRequest)(nil),     // 14: cairn.peer.v1.GroupsRequest
-	(*GroupReplica)(nil),      // 15: cairn.peer.v1.GroupReplica
-	(*GroupsResponse)(nil),    // 16: cairn.peer.v1.GroupsResponse
-	(*fsmpb.Command)(nil),     // 17: cairn.fsm.v1.Command
-	(*fsmpb.Message)(nil),     // 18: cairn.fsm.v1.Message
+	(*Error)(nil),                // 0: cairn.peer.v1.Error
+	(*ProposeRequest)(nil),       // 1: cairn.peer.v1.ProposeRequest
+	(*Enqueued)(nil),             // 2: cairn.peer.v1.Enqueued
+	(*Result)(nil),               // 3: cairn.peer.v1.Result
+	(*ProposeResponse)(nil),      // 4: cairn.peer.v1.ProposeResponse
+	(*ConsumeRequest)(nil),       // 5: cairn.peer.v1.ConsumeRequest
+	(*Attach)(nil),               // 6: cairn.peer.v1.Attach
+	(*Delivery)(nil),             // 7: cairn.peer.v1.Delivery
+	(*ConsumeEvent)(nil),         // 8: cairn.peer.v1.ConsumeEvent
+	(*Deliveries)(nil),           // 9: cairn.peer.v1.Deliveries
+	(*MetaApplyRequest)(nil),     // 10: cairn.peer.v1.MetaApplyRequest
+	(*MetaApplyResponse)(nil),    // 11: cairn.peer.v1.MetaApplyResponse
+	(*MemberRequest)(nil),        // 12: cairn.peer.v1.MemberRequest
+	(*MemberResponse)(nil),       // 13: cairn.peer.v1.MemberResponse
+	(*GroupsRequest)(nil),        // 14: cairn.peer.v1.GroupsRequest
+	(*GroupReplica)(nil),         // 15: cairn.peer.v1.GroupReplica
+	(*GroupsResponse)(nil),       // 16: cairn.peer.v1.GroupsResponse
+	(*fsmpb.Command)(nil),        // 17: cairn.fsm.v1.Command
+	(*fsmpb.Message)(nil),        // 18: cairn.fsm.v1.Message
+	(*fsmpb.MemberCounters)(nil), // 19: cairn.fsm.v1.MemberCounters
 }
 var file_transport_peerpb_peer_proto_depIdxs = []int32{
 	17, // 0: cairn.peer.v1.ProposeRequest.command:type_name -> cairn.fsm.v1.Command
@@ -1399,22 +1409,23 @@ var file_transport_peerpb_peer_proto_depIdxs = []int32{
 	3,  // 11: cairn.peer.v1.MetaApplyResponse.result:type_name -> cairn.peer.v1.Result
 	0,  // 12: cairn.peer.v1.MemberResponse.error:type_name -> cairn.peer.v1.Error
 	7,  // 13: cairn.peer.v1.MemberResponse.browsed:type_name -> cairn.peer.v1.Delivery
-	15, // 14: cairn.peer.v1.GroupsResponse.groups:type_name -> cairn.peer.v1.GroupReplica
-	1,  // 15: cairn.peer.v1.PeerService.Propose:input_type -> cairn.peer.v1.ProposeRequest
-	5,  // 16: cairn.peer.v1.PeerService.Consume:input_type -> cairn.peer.v1.ConsumeRequest
-	10, // 17: cairn.peer.v1.PeerService.MetaApply:input_type -> cairn.peer.v1.MetaApplyRequest
-	12, // 18: cairn.peer.v1.PeerService.Member:input_type -> cairn.peer.v1.MemberRequest
-	14, // 19: cairn.peer.v1.PeerService.Groups:input_type -> cairn.peer.v1.GroupsRequest
-	4,  // 20: cairn.peer.v1.PeerService.Propose:output_type -> cairn.peer.v1.ProposeResponse
-	8,  // 21: cairn.peer.v1.PeerService.Consume:output_type -> cairn.peer.v1.ConsumeEvent
-	11, // 22: cairn.peer.v1.PeerService.MetaApply:output_type -> cairn.peer.v1.MetaApplyResponse
-	13, // 23: cairn.peer.v1.PeerService.Member:output_type -> cairn.peer.v1.MemberResponse
-	16, // 24: cairn.peer.v1.PeerService.Groups:output_type -> cairn.peer.v1.GroupsResponse
-	20, // [20:25] is the sub-list for method output_type
-	15, // [15:20] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	19, // 14: cairn.peer.v1.MemberResponse.counters:type_name -> cairn.fsm.v1.MemberCounters
+	15, // 15: cairn.peer.v1.GroupsResponse.groups:type_name -> cairn.peer.v1.GroupReplica
+	1,  // 16: cairn.peer.v1.PeerService.Propose:input_type -> cairn.peer.v1.ProposeRequest
+	5,  // 17: cairn.peer.v1.PeerService.Consume:input_type -> cairn.peer.v1.ConsumeRequest
+	10, // 18: cairn.peer.v1.PeerService.MetaApply:input_type -> cairn.peer.v1.MetaApplyRequest
+	12, // 19: cairn.peer.v1.PeerService.Member:input_type -> cairn.peer.v1.MemberRequest
+	14, // 20: cairn.peer.v1.PeerService.Groups:input_type -> cairn.peer.v1.GroupsRequest
+	4,  // 21: cairn.peer.v1.PeerService.Propose:output_type -> cairn.peer.v1.ProposeResponse
+	8,  // 22: cairn.peer.v1.PeerService.Consume:output_type -> cairn.peer.v1.ConsumeEvent
+	11, // 23: cairn.peer.v1.PeerService.MetaApply:output_type -> cairn.peer.v1.MetaApplyResponse
+	13, // 24: cairn.peer.v1.PeerService.Member:output_type -> cairn.peer.v1.MemberResponse
+	16, // 25: cairn.peer.v1.PeerService.Groups:output_type -> cairn.peer.v1.GroupsResponse
+	21, // [21:26] is the sub-list for method output_type
+	16, // [16:21] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_transport_peerpb_peer_proto_init() }

@@ -5,8 +5,8 @@
 
 const page = document.getElementById("page");
 const every = 2000;
-// Pending messages of each destination over the last polls, for its graph.
-const rates = {};
+// Each queue's counters at the last polls, for its rate graph.
+const samples = {};
 let timer = null;
 
 async function get(path) {
@@ -98,9 +98,9 @@ async function destinations() {
 async function queue(name) {
   const path = "/api/queues/" + encodeURIComponent(name);
   const [q, msgs] = await Promise.all([get(path), get(path + "/messages")]);
-  const seen = (rates[name] = rates[name] || []);
-  seen.push(q.pending);
-  if (seen.length > 60) seen.shift();
+  const seen = (samples[name] = samples[name] || []);
+  seen.push({ at: Date.now(), sent: q.counters.sent, acked: q.counters.acknowledged });
+  if (seen.length > 61) seen.shift();
   return [
     el("h2", {}, "Queue ", el("span", { data: { field: "name" } }, q.name)),
     el("p", {}, "Pending ", el("span", { data: { field: "pending" } }, q.pending), ", delivered ", el("span", { data: { field: "delivered" } }, q.delivered),
@@ -110,7 +110,8 @@ async function queue(name) {
     table(["Member", "Host", "Replicas", "Pending", "Delivered", "Delayed", "Moving", "Dead-lettered", "Consumers"], q.members.map((m) => [
       m.name, m.host || el("span", { class: "state-dead" }, "none"), m.replicas.join(", "), { v: m.pending, field: "pending-" + m.name },
       { v: m.delivered, field: "delivered-" + m.name }, m.delayed, m.moving, m.dead_lettered, m.consumers])),
-    el("h2", {}, "Pending over the last two minutes"),
+    el("h2", {}, "Messages per second over the last two minutes: ",
+      el("span", { class: "in" }, "sent"), " and ", el("span", { class: "out" }, "acknowledged")),
     graph(seen),
     el("h2", {}, "Pending messages (the first 100)"),
     table(["Message", "Member", "Deliveries", "Priority", "Body", ""], msgs.map((m) => [
@@ -132,19 +133,26 @@ function moveTo(from, id) {
   };
 }
 
-function graph(values) {
+// graph draws the rates between successive samples: sent and
+// acknowledged messages per second (a counter that fell, as when a queue
+// is made again under its name, starts over).
+function graph(seen) {
+  const rate = (k) => seen.slice(1).map((s, i) => Math.max(0, (s[k] - seen[i][k]) / Math.max(0.001, (s.at - seen[i].at) / 1000)));
+  const lines = [[rate("sent"), "#3367d6"], [rate("acked"), "#1c7c3a"]];
   const c = el("canvas", { width: 480, height: 100 });
   const g = c.getContext("2d");
-  const top = Math.max(1, ...values);
-  g.strokeStyle = "#3367d6";
-  g.beginPath();
-  values.forEach((v, i) => {
-    const x = (i / 59) * (c.width - 2) + 1, y = c.height - 1 - (v / top) * (c.height - 2);
-    i ? g.lineTo(x, y) : g.moveTo(x, y);
-  });
-  g.stroke();
+  const top = Math.max(1, ...lines.flatMap(([v]) => v));
+  for (const [values, color] of lines) {
+    g.strokeStyle = color;
+    g.beginPath();
+    values.forEach((v, i) => {
+      const x = (i / 59) * (c.width - 2) + 1, y = c.height - 1 - (v / top) * (c.height - 2);
+      i ? g.lineTo(x, y) : g.moveTo(x, y);
+    });
+    g.stroke();
+  }
   g.fillStyle = "#6b7385";
-  g.fillText(String(top), 4, 12);
+  g.fillText(top.toFixed(top < 10 ? 1 : 0) + "/s", 4, 12);
   return c;
 }
 
