@@ -46,7 +46,9 @@ func (s metricsSource) Groups() []metrics.Group {
 	}
 	out := []metrics.Group{report(metagroup.ID, s.n.meta.Raft())}
 	for _, r := range s.n.groups.all() {
-		out = append(out, report(r.Name(), r.Raft()))
+		g := report(r.Name(), r.Raft())
+		g.Snapshots, g.Restores = r.Snapshots()
+		out = append(out, g)
 	}
 	return out
 }

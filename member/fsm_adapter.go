@@ -54,6 +54,9 @@ type memberFSM struct {
 	putFailed time.Time // under mu
 	log       *slog.Logger
 	observer  Observer // nil: not observed
+	// snapshots and restores count the state's captures for a snapshot
+	// and its restores from one (at a start, or sent by the leader).
+	snapshots, restores atomic.Uint64
 }
 
 // snapshotEnoughNearTurn says whether the log since the last snapshot is
@@ -291,6 +294,7 @@ func (a *memberFSM) Snapshot() (raft.FSMSnapshot, error) {
 	a.mu.Lock()
 	a.since, a.enoughAt = logVolume{}, 0
 	a.mu.Unlock()
+	a.snapshots.Add(1)
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	snap := memberSnapshot{release: func() {}}
@@ -314,6 +318,7 @@ func (a *memberFSM) Snapshot() (raft.FSMSnapshot, error) {
 
 func (a *memberFSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
+	a.restores.Add(1)
 	var put *restoreBodies
 	var first uint32
 	if a.bodies != nil {

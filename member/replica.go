@@ -240,6 +240,12 @@ func (r *Replica) Shared() *Shared { return r.shared }
 // applied on this replica.
 func (r *Replica) Applied() uint64 { return r.host.fsm.appliedIndex() }
 
+// Snapshots counts the snapshots of the replica's group taken here, and
+// its restores from one, since the replica opened.
+func (r *Replica) Snapshots() (taken, restored uint64) {
+	return r.host.fsm.snapshots.Load(), r.host.fsm.restores.Load()
+}
+
 // Leading reports whether this replica is the member's host: leader, caught
 // up, and done with its takeover.
 func (r *Replica) Leading() bool { return r.leading.Load() }

@@ -41,6 +41,7 @@ type collector struct {
 	// queue and subscription are memberMetrics' descriptions, in order.
 	queue, subscription                     []*prometheus.Desc
 	groupState, term, commit, applied, last *prometheus.Desc
+	snapshots, restores                     *prometheus.Desc
 	connections, sessions, consumers        *prometheus.Desc
 	peerStreams, gossip                     *prometheus.Desc
 	diskFree, diskMinFree                   *prometheus.Desc
@@ -57,7 +58,9 @@ func newCollector(src Source) *collector {
 		return prometheus.NewDesc("cairn_raft_group_"+name, help+ofReplica, append([]string{"group"}, labels...), nil)
 	}
 	c.groupState = group("state", "1 for the Raft state the replica is in (follower, candidate, leader, shutdown), 0 for the others.", "state")
-	c.term = group("term", "The replica's current Raft term.")
+	c.term = group("term", "The replica's current Raft term; it grows by one with each election, so increase() counts them.")
+	c.snapshots = group("snapshots_total", "Snapshots of the group's state taken by this replica since it opened.")
+	c.restores = group("restores_total", "Restores of this replica's state from a snapshot (at its start, or sent by the leader) since it opened.")
 	c.commit = group("commit_index", "The highest log index the replica knows committed.")
 	c.applied = group("applied_index", "The highest log index applied to the replica's state machine; a replica's lag is the group's highest commit index less this.")
 	c.last = group("last_index", "The highest index in the replica's log.")
@@ -75,7 +78,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range append(append([]*prometheus.Desc{}, c.queue...), c.subscription...) {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{c.groupState, c.term, c.commit, c.applied, c.last, c.connections, c.sessions, c.consumers, c.peerStreams, c.gossip, c.diskFree, c.diskMinFree} {
+	for _, d := range []*prometheus.Desc{c.groupState, c.term, c.commit, c.applied, c.last, c.snapshots, c.restores, c.connections, c.sessions, c.consumers, c.peerStreams, c.gossip, c.diskFree, c.diskMinFree} {
 		ch <- d
 	}
 }
@@ -105,6 +108,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		for d, v := range map[*prometheus.Desc]uint64{c.term: g.Term, c.commit: g.CommitIndex, c.applied: g.AppliedIndex, c.last: g.LastIndex} {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), g.Name)
 		}
+		ch <- prometheus.MustNewConstMetric(c.snapshots, prometheus.CounterValue, float64(g.Snapshots), g.Name)
+		ch <- prometheus.MustNewConstMetric(c.restores, prometheus.CounterValue, float64(g.Restores), g.Name)
 	}
 	n := c.src.Node()
 	for d, v := range map[*prometheus.Desc]int{c.connections: n.Connections, c.sessions: n.Sessions, c.consumers: n.Consumers, c.peerStreams: n.PeerStreams} {

@@ -41,6 +41,9 @@ type Group struct {
 	Name                                       string
 	State                                      string
 	Term, CommitIndex, AppliedIndex, LastIndex uint64
+	// Snapshots and Restores count the replica's snapshots taken and its
+	// restores from one since it opened (members' groups only).
+	Snapshots, Restores uint64
 }
 
 // Node counts a node's clients, peers and gossip view.
