@@ -47,6 +47,8 @@ function table(headers, rows) {
   return el("table", {}, head, ...body);
 }
 
+function plural(n, word) { return `${n} ${word}${n === 1 ? "" : "s"}`; }
+
 function link(hash, text) { return el("a", { href: hash }, text); }
 
 function confirmed(what, path, then) {
@@ -72,7 +74,7 @@ async function cluster() {
     el("h2", {}, "Nodes"),
     table(["Node", "State", "Meta role", "Client address", "HTTP"], st.nodes.map((n) => [
       n.id, el("span", { class: "state-" + n.state, data: { node: n.id, field: "state" } }, n.state), n.meta_role, n.client_addr, n.http_addr])),
-    el("p", {}, `Answered by ${st.answered_by}; ${st.under_replicated} members under-replicated, ${st.moving} moving.`),
+    el("p", {}, `Answered by ${st.answered_by}; ${plural(st.under_replicated, "member")} under-replicated, ${st.moving} moving.`),
     el("h2", {}, "Raft groups"),
     table(["Group", "Leader", "Commit index", "Replicas (lag in entries)"], st.groups.map((g) => [
       g.name, g.leader ? el("span", { class: "state-leader" }, g.leader) : el("span", { class: "state-dead" }, "none"), g.commit_index,
@@ -88,7 +90,7 @@ async function destinations() {
       q.delayed, q.dead_lettered, q.consumers]))];
   out.push(el("h2", {}, "Topics"));
   for (const t of topics) {
-    out.push(el("h3", {}, t.name + ` (${t.members.length} members)`),
+    out.push(el("h3", {}, link("#/topic/" + encodeURIComponent(t.name), t.name), ` (${plural(t.members.length, "member")})`),
       table(["Subscription", "Client id", "Durable", "Shared", "Pending", "Delivered", "Consumers"], t.subscriptions.map((s) => [
         s.name || s.destination, s.client_id, s.durable ? "yes" : "no", s.shared ? "yes" : "no", s.pending, s.delivered, s.consumers])));
   }
@@ -104,7 +106,7 @@ async function queue(name) {
   return [
     el("h2", {}, "Queue ", el("span", { data: { field: "name" } }, q.name)),
     el("p", {}, "Pending ", el("span", { data: { field: "pending" } }, q.pending), ", delivered ", el("span", { data: { field: "delivered" } }, q.delivered),
-      `, delayed ${q.delayed}, dead-lettered ${q.dead_lettered}, prepared ${q.prepared}; ${q.replicas} replica${q.replicas === 1 ? "" : "s"} a member.`),
+      `, delayed ${q.delayed}, dead-lettered ${q.dead_lettered}, prepared ${q.prepared}; ${plural(q.replicas, "replica")} a member.`),
     el("button", { class: "danger", onclick: confirmed(`Purge queue ${q.name}: delete its ${q.pending} pending messages`, "/api/queues/" + encodeURIComponent(q.name) + "/purge") }, "Purge…"),
     el("h2", {}, "Members"),
     table(["Member", "Host", "Replicas", "Pending", "Delivered", "Delayed", "Moving", "Dead-lettered", "Consumers"], q.members.map((m) => [
@@ -136,6 +138,19 @@ function moveTo(from, id) {
 // graph draws the rates between successive samples: sent and
 // acknowledged messages per second (a counter that fell, as when a queue
 // is made again under its name, starts over).
+async function topic(name) {
+  const t = await get("/api/topics/" + encodeURIComponent(name));
+  const out = [el("h2", {}, "Topic ", el("span", { data: { field: "name" } }, t.name)),
+    el("p", {}, `${plural(t.members.length, "member")}, ${plural(t.replicas, "replica")} a member, ${plural(t.subscriptions.length, "subscription")}.`)];
+  for (const s of t.subscriptions) {
+    out.push(el("h3", {}, "Subscription ", s.name || s.destination, s.client_id ? ` of ${s.client_id}` : "",
+      ` (${s.durable ? "durable" : "non-durable"}${s.shared ? ", shared" : ""}${s.selector ? ", selector " + s.selector : ""})`),
+    table(["Member", "Host", "Pending", "Delivered", "Delayed", "Dead-lettered", "Consumers"], s.members.map((m) => [
+      m.name, m.host || el("span", { class: "state-dead" }, "none"), m.pending, m.delivered, m.delayed, m.dead_lettered, m.consumers])));
+  }
+  return out;
+}
+
 function graph(seen) {
   const rate = (k) => seen.slice(1).map((s, i) => Math.max(0, (s[k] - seen[i][k]) / Math.max(0.001, (s.at - seen[i].at) / 1000)));
   const lines = [[rate("sent"), "#3367d6"], [rate("acked"), "#1c7c3a"]];
@@ -169,6 +184,7 @@ async function connections() {
 function route() {
   const h = location.hash.replace(/^#\/?/, "");
   if (h.startsWith("queue/")) return () => queue(decodeURIComponent(h.slice(6)));
+  if (h.startsWith("topic/")) return () => topic(decodeURIComponent(h.slice(6)));
   return { destinations, connections }[h] || cluster;
 }
 
