@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -212,8 +213,17 @@ func (n *Node) mayRemove(id, by string) error {
 	if leaving && (by == id || (by == "" && n.tls == nil)) {
 		return nil
 	}
-	return fmt.Errorf("%w: node %s is alive; stop it first (or run 'cairn node leave' against it), then remove it", transport.ErrInvalidArgument, id)
+	return fmt.Errorf("%w: node %s %s (or run 'cairn node leave' against it), then remove it", transport.ErrInvalidArgument, id, aliveRefusal)
 }
+
+// aliveRefusal is mayRemove's word for a live node, which the meta leader
+// answers a remove with as text.
+const aliveRefusal = "is alive; stop it first"
+
+// removeAgreement bounds how long a remove waits for the meta leader's
+// gossip to see dead a node this node sees dead: each hears of a death
+// from the pool in its own time.
+const removeAgreement = 10 * time.Second
 
 // removeNode takes a node out of the cluster for good, on the operator's
 // word; the meta leader then re-places its replicas and the groups drop it.
@@ -224,8 +234,19 @@ func (n *Node) removeNode(ctx context.Context, id string) error {
 	if err := n.mayRemove(id, ""); err != nil {
 		return err
 	}
-	if _, err := n.meta.Apply(ctx, &fsmpb.RemoveNode{Id: id}); err != nil {
-		return frontend.WireError(err)
+	for deadline := time.Now().Add(removeAgreement); ; {
+		_, err := n.meta.Apply(ctx, &fsmpb.RemoveNode{Id: id})
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), aliveRefusal) || !time.Now().Before(deadline) || n.aliveNodes()[id] {
+			return frontend.WireError(err)
+		}
+		select {
+		case <-ctx.Done():
+			return frontend.WireError(err)
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
 	n.log.Info("node removed from the cluster", "id", id)
 	return nil
