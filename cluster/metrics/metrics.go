@@ -122,13 +122,22 @@ func (b *goMetricsBridge) start() error {
 		}
 		cfg := gometrics.DefaultConfig("cairn")
 		cfg.EnableHostname, cfg.EnableRuntimeMetrics, cfg.EnableServiceLabel = false, false, false
-		// Measured here as histograms (Applied, LogWritten). The filter
-		// sees keys with the service name.
-		cfg.BlockedPrefixes = []string{"cairn.raft.fsm.apply", "cairn.raft.rpc.appendEntries.storeLogs", "cairn.raft.leader.dispatchLog"}
+		// Only what happens now and then: Raft's metrics of each entry,
+		// RPC and heartbeat, taken into Prometheus summaries for hundreds
+		// of groups, cost 10-15 % of synchronous sends (docs/performance.md),
+		// and this package measures an entry's apply and log write itself.
+		// The filter sees keys with the service name.
+		cfg.FilterDefault = false
+		cfg.AllowedPrefixes = bridged
 		_, b.err = gometrics.NewGlobal(cfg, sink)
 	})
 	return b.err
 }
+
+// bridged are the go-metrics that reach /metrics: Raft's state changes,
+// elections, snapshots and restores, and memberlist's gossip.
+var bridged = []string{"cairn.raft.state.", "cairn.raft.transition.", "cairn.raft.snapshot.", "cairn.raft.fsm.snapshot",
+	"cairn.raft.fsm.restore", "cairn.raft.restoreUserSnapshot", "cairn.memberlist."}
 
 // Handler serves the registry and the go-metrics bridge in Prometheus's
 // text format.
