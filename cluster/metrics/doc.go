@@ -23,9 +23,13 @@
 // Decision: Raft's and memberlist's own metrics are bridged from
 // go-metrics (armon/go-metrics's Prometheus sink, names cairn_raft_* and
 // cairn_memberlist_*, timers in milliseconds as go-metrics keeps them),
-// but for the timings this package measures as histograms in seconds
-// (an entry's apply, a log write), which are blocked there so that no
-// timing has two names. go-metrics is one per process, and so is the
+// those of what happens now and then only: state changes, elections,
+// snapshots, restores, gossip. Reason: Raft's metrics of each entry, RPC
+// and heartbeat, in summaries for hundreds of groups, cost synchronous
+// sends 10-15 % (docs/performance.md); the timings that matter of those
+// (an entry's apply, a log write) this package measures as histograms in
+// seconds. Trade-off: Raft's commit and replication timings are not
+// served. go-metrics is one per process, and so is the
 // bridge: every node of a process (several, in tests) serves it.
 //
 // Labels are destination and member names, Raft group names, and states:
