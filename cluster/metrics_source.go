@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"strings"
+
 	"github.com/hashicorp/raft"
 
 	"github.com/cairnmq/cairn/cluster/metagroup"
@@ -41,7 +43,7 @@ func (s metricsSource) Members() []metrics.Member {
 // Groups are this node's replicas of the meta group and of members.
 func (s metricsSource) Groups() []metrics.Group {
 	report := func(name string, r *raft.Raft) metrics.Group {
-		return metrics.Group{Name: name, State: stateName(r.State()), Term: r.CurrentTerm(),
+		return metrics.Group{Name: name, State: strings.ToLower(r.State().String()), Term: r.CurrentTerm(),
 			CommitIndex: r.CommitIndex(), AppliedIndex: r.AppliedIndex(), LastIndex: r.LastIndex()}
 	}
 	out := []metrics.Group{report(metagroup.ID, s.n.meta.Raft())}
@@ -51,18 +53,6 @@ func (s metricsSource) Groups() []metrics.Group {
 		out = append(out, g)
 	}
 	return out
-}
-
-func stateName(st raft.RaftState) string {
-	switch st {
-	case raft.Leader:
-		return "leader"
-	case raft.Candidate:
-		return "candidate"
-	case raft.Shutdown:
-		return "shutdown"
-	}
-	return "follower"
 }
 
 // Node counts this node's client connections, their sessions and
