@@ -8,6 +8,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -57,7 +58,10 @@ func (n *Node) host(name string) (*member.Replica, string) {
 // knownHost is host without asking other nodes: known is false for a member
 // whose leader neither this node's replica nor the cache knows.
 func (n *Node) knownHost(name string) (r *member.Replica, node string, known bool) {
-	if replica, ok := n.groups.replica(name); ok {
+	if replica, ok := n.groups.replica(name); ok && (replica.Leading() || n.placedOnThisNode(name)) {
+		// A replica placed elsewhere since (renewed, moved) and not
+		// leading is of a group this node is leaving: what it believes of
+		// the leader is stale, and the member's replicas know better.
 		if replica.Leading() {
 			return replica, "", true
 		}
@@ -74,6 +78,17 @@ func (n *Node) knownHost(name string) (r *member.Replica, node string, known boo
 	}
 	node = n.hostCache.get(name)
 	return nil, node, node != ""
+}
+
+// placedOnThisNode reports whether the meta state places a replica of
+// member name on this node.
+func (n *Node) placedOnThisNode(name string) bool {
+	dest, idx, err := fsm.ParseAddress(name)
+	if err != nil || idx < 0 {
+		return false
+	}
+	d, ok := n.meta.Destination(dest)
+	return ok && idx < len(d.Members) && slices.Contains(d.Members[idx].Replicas, n.cfg.NodeID)
 }
 
 // discoverLeader asks the nodes that replicate a member which one leads it.
