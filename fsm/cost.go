@@ -18,6 +18,21 @@ const (
 	typedPropertyCost = 104
 )
 
+// MessageSize is what a message counts against the byte limit of a member
+// that does not count memory (MemberSettings.count_memory; MessageCost
+// when it does): its body, its properties (a typed value as 8 bytes) and
+// the headers its sender set.
+func MessageSize(msg *fsmpb.Message) int64 {
+	n := int64(len(msg.Body) + len(msg.CorrelationId) + len(msg.Type) + len(msg.ReplyTo))
+	for k, v := range msg.Properties {
+		n += int64(len(k) + len(v))
+	}
+	for k := range msg.TypedProperties {
+		n += int64(len(k) + 8)
+	}
+	return n
+}
+
 // MessageCost is what a message counts against the byte limit of a member
 // that counts memory (MemberSettings.count_memory): what the member spends
 // on it, ids and headers included. A body the member put away (bodyAway)

@@ -167,21 +167,6 @@ func (m *Member) Apply(index uint64, data []byte) ([]Result, error) {
 // Applied is the index of the last entry applied.
 func (m *Member) Applied() uint64 { return m.applied }
 
-// MessageSize is what a message counts against the byte limit of a member
-// that does not count memory (MemberSettings.count_memory; MessageCost
-// when it does): its body, its properties (a typed value as 8 bytes) and
-// the headers its sender set.
-func MessageSize(msg *fsmpb.Message) int64 {
-	n := int64(len(msg.Body) + len(msg.CorrelationId) + len(msg.Type) + len(msg.ReplyTo))
-	for k, v := range msg.Properties {
-		n += int64(len(k) + len(v))
-	}
-	for k := range msg.TypedProperties {
-		n += int64(len(k) + 8)
-	}
-	return n
-}
-
 // ValidateMessage checks the rules every stored message keeps.
 func ValidateMessage(msg *fsmpb.Message) error {
 	switch {

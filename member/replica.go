@@ -94,21 +94,6 @@ type Config struct {
 	Logger   *slog.Logger
 }
 
-// Observer is told how long a replica's work took, for metrics; its
-// methods are called on hot paths and must not block.
-type Observer interface {
-	// Sent: an Enqueue or Publish, from its arrival at the host to its
-	// commit.
-	Sent(time.Duration)
-	// Pushed: a Deliver, from its proposal by the host to the push of its
-	// messages to the consumer.
-	Pushed(time.Duration)
-	// Applied: one Raft entry applied to the state machine.
-	Applied(time.Duration)
-	// LogWritten: Raft entries written to the log, fsync included.
-	LogWritten(time.Duration)
-}
-
 // Replica is this node's replica of one member: its Raft group, the
 // proposer that batches commands into entries, and, while it leads the
 // group, the dispatcher that feeds consumers and the expiry loop.
@@ -239,12 +224,6 @@ func (r *Replica) Shared() *Shared { return r.shared }
 // Applied is the index of the last entry the group's state machine
 // applied on this replica.
 func (r *Replica) Applied() uint64 { return r.host.fsm.appliedIndex() }
-
-// Snapshots counts the snapshots of the replica's group taken here, and
-// its restores from one, since the replica opened.
-func (r *Replica) Snapshots() (taken, restored uint64) {
-	return r.host.fsm.snapshots.Load(), r.host.fsm.restores.Load()
-}
 
 // Leading reports whether this replica is the member's host: leader, caught
 // up, and done with its takeover.
@@ -423,15 +402,7 @@ func (r *Replica) Submit(body proto.Message, done func(fsm.Result, error)) {
 	default:
 	}
 	now := r.now().UnixNano()
-	if o := r.cfg.Observer; o != nil && isSend(body) {
-		start, inner := time.Now(), done
-		done = func(res fsm.Result, err error) {
-			if err == nil && res.Err == nil {
-				o.Sent(time.Since(start))
-			}
-			inner(res, err)
-		}
-	}
+	done = r.timedSend(body, done)
 	switch c := body.(type) {
 	case *fsmpb.Enqueue:
 		c.Now = now
@@ -465,15 +436,6 @@ func (r *Replica) Submit(body proto.Message, done func(fsm.Result, error)) {
 	r.submitMu.Lock()
 	defer r.submitMu.Unlock()
 	r.host.prop.submit(command{member: r.key, body: body, done: r.tracked(true, done)})
-}
-
-// isSend says whether body stores messages a client sent or published.
-func isSend(body proto.Message) bool {
-	switch body.(type) {
-	case *fsmpb.Enqueue, *fsmpb.Publish:
-		return true
-	}
-	return false
 }
 
 // tracked wraps a submitted command's done to kick the dispatcher after the
@@ -594,16 +556,6 @@ func (r *Replica) Purge(ctx context.Context) (int, error) {
 	res, err := r.proposeResult(ctx, &fsmpb.Purge{})
 	return res.Removed, err
 }
-
-// Stats counts what the member holds, as applied on this replica.
-func (r *Replica) Stats() (s fsm.Stats) {
-	r.host.fsm.read(r.key, func(m *fsm.Member) { s = m.Stats() })
-	return s
-}
-
-// Read runs fn on the replica's state, held against applies; fn must not
-// keep the state or block.
-func (r *Replica) Read(fn func(m *fsm.Member)) { r.host.fsm.read(r.key, fn) }
 
 // Browse returns up to limit of the member's pending messages that sel
 // selects (nil: every one), in delivery order, with their bodies, as this
