@@ -30,11 +30,11 @@ func (s metricsSource) Members() []metrics.Member {
 		if !ok || d.Kind == fsmpb.DestinationKind_DESTINATION_KIND_TOPIC {
 			continue
 		}
-		m := metrics.Member{Name: r.Name(), Destination: dest, Stats: r.Stats(), Consumers: r.Consumers()}
+		m := metrics.Member{Name: r.Name(), Destination: dest, Consumers: r.Consumers()}
 		if d.Subscription != nil {
 			m.Topic = d.Subscription.Topic
 		}
-		r.Read(func(fm *fsm.Member) { m.Counters = fm.Counters() })
+		r.Read(func(fm *fsm.Member) { m.Stats, m.Counters = fm.Stats(), fm.Counters() })
 		out = append(out, m)
 	}
 	return out

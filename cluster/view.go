@@ -126,11 +126,12 @@ type memberStats struct {
 
 // hostStats is what the host r reports.
 func hostStats(host string, r *member.Replica) memberStats {
-	st := r.Stats()
-	ms := memberStats{host: host, pending: int64(st.Pending), delivered: int64(st.Delivered), bytes: st.Bytes,
-		delayed: int64(st.Delayed), moving: int64(st.Moving), deadLettered: int64(st.DeadLettered), prepared: int64(st.Prepared), consumers: r.Consumers()}
-	r.Read(func(m *fsm.Member) { ms.counters = m.Counters() })
-	return ms
+	var st fsm.Stats
+	var counters fsm.Counters
+	r.Read(func(m *fsm.Member) { st, counters = m.Stats(), m.Counters() })
+	return memberStats{host: host, pending: int64(st.Pending), delivered: int64(st.Delivered), bytes: st.Bytes,
+		delayed: int64(st.Delayed), moving: int64(st.Moving), deadLettered: int64(st.DeadLettered), prepared: int64(st.Prepared),
+		consumers: r.Consumers(), counters: counters}
 }
 
 // askHost asks the member's host on another node (node, as this node
