@@ -2,13 +2,10 @@ package auth
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 
 	"golang.org/x/crypto/bcrypt"
 	"google.golang.org/grpc"
@@ -59,27 +56,15 @@ type Authenticator struct {
 	// exempt says what needs no grant (a send to a temporary queue).
 	exempt func(act fsm.Action, dest string) bool
 	audit  *slog.Logger
-
-	mu sync.Mutex
-	// verified remembers, by user, a password that matched the hash the
-	// user had then (as its SHA-256), so that bcrypt runs once per node
-	// and password. A new hash (a passwd) forgets it.
-	verified map[string]verifiedPassword
+	// passwords checks passwords (passwords.go).
+	passwords *passwords
 }
-
-type verifiedPassword struct {
-	hash string
-	sum  [32]byte
-}
-
-// maxVerified bounds what verified remembers; past it, it starts over.
-const maxVerified = 10_000
 
 // New is the authenticator of a node whose users reads; exempt says what
 // an authenticated caller may do without a grant; audit gets a record of
 // every administrative call and every refusal.
 func New(users Users, exempt func(act fsm.Action, dest string) bool, audit *slog.Logger) *Authenticator {
-	return &Authenticator{users: users, exempt: exempt, audit: audit, verified: make(map[string]verifiedPassword)}
+	return &Authenticator{users: users, exempt: exempt, audit: audit, passwords: newPasswords()}
 }
 
 // Password limits: bcrypt reads at most 72 bytes.
@@ -102,7 +87,7 @@ func HashPassword(password string) ([]byte, error) {
 func (a *Authenticator) Authenticate(ctx context.Context) (Identity, error) {
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		if v := md.Get("authorization"); len(v) > 0 {
-			return a.password(v[0])
+			return a.password(ctx, v[0])
 		}
 	}
 	if p, ok := peer.FromContext(ctx); ok {
@@ -122,7 +107,7 @@ func (a *Authenticator) Authenticate(ctx context.Context) (Identity, error) {
 	return Identity{}, fmt.Errorf("%w: the node asks who is calling: give a user and password (--user, --password-file) or a client certificate (--tls-cert, --tls-key)", transport.ErrNotAuthenticated)
 }
 
-func (a *Authenticator) password(header string) (Identity, error) {
+func (a *Authenticator) password(ctx context.Context, header string) (Identity, error) {
 	raw, ok := strings.CutPrefix(header, "Basic ")
 	b, err := base64.StdEncoding.DecodeString(raw)
 	user, password, found := strings.Cut(string(b), ":")
@@ -134,22 +119,13 @@ func (a *Authenticator) password(header string) (Identity, error) {
 	if !known || len(u.PasswordHash) == 0 {
 		return Identity{}, wrong
 	}
-	sum := sha256.Sum256([]byte(password))
-	a.mu.Lock()
-	v, seen := a.verified[user]
-	a.mu.Unlock()
-	if seen && v.hash == string(u.PasswordHash) && subtle.ConstantTimeCompare(v.sum[:], sum[:]) == 1 {
-		return Identity{Name: user}, nil
-	}
-	if bcrypt.CompareHashAndPassword(u.PasswordHash, []byte(password)) != nil {
+	right, err := a.passwords.check(ctx, user, u.PasswordHash, password)
+	switch {
+	case err != nil:
+		return Identity{}, err
+	case !right:
 		return Identity{}, wrong
 	}
-	a.mu.Lock()
-	if len(a.verified) >= maxVerified {
-		clear(a.verified)
-	}
-	a.verified[user] = verifiedPassword{hash: string(u.PasswordHash), sum: sum}
-	a.mu.Unlock()
 	return Identity{Name: user}, nil
 }
 

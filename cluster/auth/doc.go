@@ -17,8 +17,12 @@
 // authenticated when it opens, and each of its sends and consumers is
 // authorised by the front-end (frontend.Node.Authorize) against the
 // user's grants as the meta group holds them then, so a grant taken
-// away applies to open connections at once. Passwords are stored as
-// bcrypt hashes; a verified password is remembered (as its SHA-256 under
-// the hash it matched) so that bcrypt's cost is paid once per node and
-// password, not per call.
+// away applies to open connections at once.
+//
+// Decision: passwords are stored as bcrypt hashes, and a node stays
+// responsive while it checks them (passwords.go): a check's verdict,
+// right or wrong, is remembered under the hash it was made against, so a
+// client that logs in again, or retries a stale password in a loop, costs
+// no bcrypt; and at most half the cores run bcrypt at once. Trade-off: a
+// burst of new passwords waits its turn, up to its call's deadline.
 package auth
