@@ -77,6 +77,14 @@ func (n *Node) knownHost(name string) (r *member.Replica, node string, known boo
 		// cache or the member's replicas may know.
 	}
 	node = n.hostCache.get(name)
+	if node == n.cfg.NodeID {
+		// This node hosted the member once and no longer does (its
+		// replica moved away, or no longer leads): only the member's
+		// replicas can say who does now. Kept, the entry would send every
+		// command back here until the route window ends.
+		n.hostCache.set(name, "")
+		return nil, "", false
+	}
 	return nil, node, node != ""
 }
 
@@ -106,7 +114,9 @@ func (n *Node) discoverLeader(name string) string {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		resp, err := c.Member(ctx, &peerpb.MemberRequest{Member: name})
 		cancel()
-		if err == nil && resp.Leader != "" {
+		// A replica naming this node knows of a leadership this node no
+		// longer holds (knownHost found no leading replica here).
+		if err == nil && resp.Leader != "" && resp.Leader != n.cfg.NodeID {
 			n.hostCache.set(name, resp.Leader)
 			return resp.Leader
 		}
