@@ -21,14 +21,14 @@ build:
 run: build
 	BIN=$(BIN) DATA=$(DATA) scripts/run-cluster.sh
 
-# Two packages at a time (-p 2): the cluster package (three in-process nodes
-# with fast Raft timings) and test/ (three real processes) overlap. Their
-# tests wait more than they compute: alone, cluster used 180 CPU-seconds in
-# 431 s and test/ 250 in 276 s, so one package at a time (-p 1, chosen on
-# the first day when both cost more CPU, for fear of elections under
-# -race) left the two cores mostly idle. Measured 2026-12-05: -p 1 about
-# 13 min for the tests, -p 2 7.2-8.0 min, five runs of five green.
-# Then every fuzz target searches for 3 s, two at a time (about 25 s).
+# Two packages at a time (-p 2), and within a package two tests at a time
+# (-parallel defaults to the cores): the tests of cluster (in-process
+# nodes) and test/ (real processes) run in parallel but those that set a
+# package variable. They wait on nodes far more than they compute; with
+# four at a time, tests under -race on two cores starved Raft's heartbeats
+# and leaders stepped down on their own. The race run takes about 9
+# minutes, cluster's 530 s being its longest part; then every fuzz target
+# searches for 3 s, two at a time (about 25 s).
 test:
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -p 2 -timeout 20m $(PKGS)

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"log/slog"
 	"strings"
@@ -42,7 +43,7 @@ func (s *syncBuffer) String() string {
 // applies to open connections at once; every administrative call and
 // every refusal is in the audit log.
 func TestAuth_UsersDoWhatTheirGrantsSay(t *testing.T) {
-	t.Parallel() // waits more than it computes; changes no package variable
+	t.Parallel()
 	p := newTestPKI(t)
 	var logs syncBuffer
 	n := startNode(t, TestConfig(t, t.TempDir(), p.node, func(c *Config) {
@@ -182,7 +183,7 @@ func TestAuth_UsersDoWhatTheirGrantsSay(t *testing.T) {
 
 // The gRPC health service answers probes without credentials.
 func TestAuth_HealthNeedsNoCredentials(t *testing.T) {
-	t.Parallel() // waits more than it computes; changes no package variable
+	t.Parallel()
 	p := newTestPKI(t)
 	n := startNode(t, TestConfig(t, t.TempDir(), p.node))
 	cc, err := grpc.NewClient(n.Addrs().Client, grpc.WithTransportCredentials(credentials.NewTLS(clientOptions(t, n).TLS)))
@@ -203,7 +204,7 @@ func TestAuth_HealthNeedsNoCredentials(t *testing.T) {
 // password, and a user not permitted it (one permitted to send to another
 // queue), and changes nothing: the queue, the topic and the users stay.
 func TestAuth_EveryAdminCallNeedsItsPermission(t *testing.T) {
-	t.Parallel() // waits more than it computes; changes no package variable
+	t.Parallel()
 	p := newTestPKI(t)
 	n := startNode(t, TestConfig(t, t.TempDir(), p.node))
 	waitAdmin(t, n)
@@ -218,33 +219,33 @@ func TestAuth_EveryAdminCallNeedsItsPermission(t *testing.T) {
 	if _, err := root.CreateUser(ctx, "app", "app-password", []client.Grant{{Pattern: "other", Actions: []string{"send"}}}); err != nil {
 		t.Fatal(err)
 	}
-	calls := map[string]func(a *client.Admin) error{
-		"CreateQueue": func(a *client.Admin) error { _, err := a.CreateQueue(ctx, "q2", client.QueueOptions{}); return err },
-		"ShowQueue":   func(a *client.Admin) error { _, err := a.ShowQueue(ctx, "q"); return err },
-		"UpdateQueue": func(a *client.Admin) error { _, err := a.UpdateQueue(ctx, "q", 2); return err },
-		"PurgeQueue":  func(a *client.Admin) error { _, err := a.PurgeQueue(ctx, "q"); return err },
-		"BrowseQueue": func(a *client.Admin) error { _, err := a.BrowseQueue(ctx, "q", client.BrowseOptions{}); return err },
-		"DeleteQueue": func(a *client.Admin) error { return a.DeleteQueue(ctx, "q") },
-		"CreateTopic": func(a *client.Admin) error { _, err := a.CreateTopic(ctx, "t2", client.TopicOptions{}); return err },
-		"ShowTopic":   func(a *client.Admin) error { _, err := a.ShowTopic(ctx, "news"); return err },
-		"DeleteTopic": func(a *client.Admin) error { return a.DeleteTopic(ctx, "news") },
-		"DeleteSubscription": func(a *client.Admin) error {
+	calls := map[string]func(ctx context.Context, a *client.Admin) error{
+		"CreateQueue": func(ctx context.Context, a *client.Admin) error { _, err := a.CreateQueue(ctx, "q2", client.QueueOptions{}); return err },
+		"ShowQueue":   func(ctx context.Context, a *client.Admin) error { _, err := a.ShowQueue(ctx, "q"); return err },
+		"UpdateQueue": func(ctx context.Context, a *client.Admin) error { _, err := a.UpdateQueue(ctx, "q", 2); return err },
+		"PurgeQueue":  func(ctx context.Context, a *client.Admin) error { _, err := a.PurgeQueue(ctx, "q"); return err },
+		"BrowseQueue": func(ctx context.Context, a *client.Admin) error { _, err := a.BrowseQueue(ctx, "q", client.BrowseOptions{}); return err },
+		"DeleteQueue": func(ctx context.Context, a *client.Admin) error { return a.DeleteQueue(ctx, "q") },
+		"CreateTopic": func(ctx context.Context, a *client.Admin) error { _, err := a.CreateTopic(ctx, "t2", client.TopicOptions{}); return err },
+		"ShowTopic":   func(ctx context.Context, a *client.Admin) error { _, err := a.ShowTopic(ctx, "news"); return err },
+		"DeleteTopic": func(ctx context.Context, a *client.Admin) error { return a.DeleteTopic(ctx, "news") },
+		"DeleteSubscription": func(ctx context.Context, a *client.Admin) error {
 			return a.DeleteSubscription(ctx, "news", "s", "")
 		},
-		"ClusterStatus":     func(a *client.Admin) error { _, err := a.ClusterStatus(ctx); return err },
-		"RemoveNode":        func(a *client.Admin) error { return a.RemoveNode(ctx, "n9") },
-		"LeaveNode":         func(a *client.Admin) error { _, err := a.LeaveNode(ctx); return err },
-		"Rebalance":         func(a *client.Admin) error { _, err := a.Rebalance(ctx, true); return err },
-		"Connections":       func(a *client.Admin) error { _, _, err := a.Connections(ctx); return err },
-		"DestroyConnection": func(a *client.Admin) error { return a.DestroyConnection(ctx, "c") },
-		"CreateUser":        func(a *client.Admin) error { _, err := a.CreateUser(ctx, "eve", "eve-password", nil); return err },
-		"SetPassword":       func(a *client.Admin) error { return a.SetPassword(ctx, "admin", "taken-over") },
-		"SetGrants": func(a *client.Admin) error {
+		"ClusterStatus":     func(ctx context.Context, a *client.Admin) error { _, err := a.ClusterStatus(ctx); return err },
+		"RemoveNode":        func(ctx context.Context, a *client.Admin) error { return a.RemoveNode(ctx, "n9") },
+		"LeaveNode":         func(ctx context.Context, a *client.Admin) error { _, err := a.LeaveNode(ctx); return err },
+		"Rebalance":         func(ctx context.Context, a *client.Admin) error { _, err := a.Rebalance(ctx, true); return err },
+		"Connections":       func(ctx context.Context, a *client.Admin) error { _, _, err := a.Connections(ctx); return err },
+		"DestroyConnection": func(ctx context.Context, a *client.Admin) error { return a.DestroyConnection(ctx, "c") },
+		"CreateUser":        func(ctx context.Context, a *client.Admin) error { _, err := a.CreateUser(ctx, "eve", "eve-password", nil); return err },
+		"SetPassword":       func(ctx context.Context, a *client.Admin) error { return a.SetPassword(ctx, "admin", "taken-over") },
+		"SetGrants": func(ctx context.Context, a *client.Admin) error {
 			_, err := a.SetGrants(ctx, "app", []client.Grant{{Pattern: "*", Actions: []string{"all"}}})
 			return err
 		},
-		"DeleteUser": func(a *client.Admin) error { return a.DeleteUser(ctx, "admin") },
-		"ListUsers":  func(a *client.Admin) error { _, err := a.ListUsers(ctx); return err },
+		"DeleteUser": func(ctx context.Context, a *client.Admin) error { return a.DeleteUser(ctx, "admin") },
+		"ListUsers":  func(ctx context.Context, a *client.Admin) error { _, err := a.ListUsers(ctx); return err },
 	}
 	tlsOnly := clientOptions(t, n)
 	tlsOnly.User, tlsOnly.Password = "", ""
@@ -265,7 +266,9 @@ func TestAuth_EveryAdminCallNeedsItsPermission(t *testing.T) {
 			t.Fatal(err)
 		}
 		for name, call := range calls {
-			if err := call(a); !errors.Is(err, c.want) {
+			// Each call its own deadline: a refusal is quick, and one
+			// slow check must not time the others out.
+			if err := call(stepCtx(t, 10*time.Second), a); !errors.Is(err, c.want) {
 				t.Errorf("%s with %s: %v; want %v", name, who, err, c.want)
 			}
 		}

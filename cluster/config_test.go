@@ -9,6 +9,7 @@ import (
 // A bad flag value is an ErrConfig that names the flag, before anything is
 // opened; every log store kind the flag offers is accepted.
 func TestConfig_Validate(t *testing.T) {
+	t.Parallel()
 	valid := func() Config {
 		c := Config{NodeID: "n1", DataDir: t.TempDir()}
 		c.setDefaults()

@@ -13,6 +13,7 @@ import (
 // it: a send that crossed the Goodbye on the wire is refused, so the client
 // knows it was not stored, rather than left unanswered.
 func TestConnection_SendAfterTheGoodbyeIsRefusedUntilTheClientHalfCloses(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	r := openRaw(t, ctx, n)

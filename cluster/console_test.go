@@ -49,7 +49,7 @@ func consoleCall(t *testing.T, hc *http.Client, base, method, path, user, passwo
 // purges; an action without the console's header, or from another site,
 // is refused.
 func TestConsole_AsksWhoCallsAndChecksWhatTheyMay(t *testing.T) {
-	t.Parallel() // waits more than it computes; changes no package variable
+	t.Parallel()
 	_, tc := newTLSCluster(t, 1)
 	n := tc.Node("n1")
 	ctx := testCtx(t)
@@ -101,7 +101,7 @@ func TestConsole_InABrowserShowsWhatQueueShowSays(t *testing.T) {
 	if err != nil {
 		t.Skip("chromium is not installed (apt-get install chromium): the console's browser test is skipped")
 	}
-	t.Parallel() // waits more than it computes; changes no package variable
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	tc.CreateSpread(ctx, map[string]int{"shown": 3})
@@ -156,7 +156,7 @@ func TestConsole_InABrowserShowsWhatQueueShowSays(t *testing.T) {
 // and properties, and the dead-letter queue no more; moving it again finds
 // nothing.
 func TestConsole_MovesADeadLetteredMessageBack(t *testing.T) {
-	t.Parallel() // waits more than it computes; changes no package variable
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)

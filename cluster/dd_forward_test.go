@@ -15,6 +15,7 @@ import (
 // keeping its redelivered mark and delivery count, and nothing is left
 // anywhere, moving or not.
 func TestDD_StrandedMembersDrainToTheMemberWithConsumers(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	a := tc.Admin("n1")
@@ -71,6 +72,7 @@ func TestDD_StrandedMembersDrainToTheMemberWithConsumers(t *testing.T) {
 // With the forward delay off, a member without consumers keeps its
 // messages.
 func TestDD_ForwardDelayOffKeepsMessagesWhereTheyAre(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	a := tc.Admin("n1")
@@ -92,6 +94,7 @@ func TestDD_ForwardDelayOffKeepsMessagesWhereTheyAre(t *testing.T) {
 // members into the others, which then hold every message once, and removes
 // them when empty. While they drain, no send goes to them.
 func TestDD_UpdateMembers_GrowTakesSendsShrinkDrains(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	a := tc.Admin("n1")

@@ -35,6 +35,7 @@ import (
 // alive), and without the retry it would fail after the routing window.
 // Every send succeeds, on the other member.
 func TestDD_PartitionedMemberSendsGoElsewhere(t *testing.T) {
+	t.Parallel()
 	const queue, warm, n = "ddp", 10, 20
 	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
@@ -363,6 +364,7 @@ func ddDrain(t *testing.T, tc *TestCluster, f, h, queue string, hist *recorder) 
 // ok is received exactly once, no send that failed with ErrUnavailable is
 // ever received, and no message is received twice.
 func TestDD_HostKilledMidRequest_UnknownOnlyForInFlight(t *testing.T) {
+	t.Parallel()
 	const queue = "ddu"
 	run := ddHostKill(t, queue, false, false)
 	sends, hist := run.sends, run.hist
@@ -429,6 +431,7 @@ func TestDD_HostKilledMidRequest_UnknownOnlyForInFlight(t *testing.T) {
 // replicated dedup window drops a second copy. No send fails, none is of
 // unknown outcome, and each message is received exactly once.
 func TestDD_HostKilledMidRequest_IdempotentNoUnknownsNoDuplicates(t *testing.T) {
+	t.Parallel()
 	const queue = "ddi"
 	run := ddHostKill(t, queue, true, true)
 	sends, hist := run.sends, run.hist

@@ -21,6 +21,7 @@ import (
 // address naming a member; a queue spread over several names none, so its
 // router keeps choosing per send.
 func TestSend_NamesTheHostOnlyWhenTheRouteIsFixed(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	hosts := tc.CreateSpread(ctx, map[string]int{"one": 1, "spread": 3})
@@ -55,6 +56,7 @@ func TestSend_NamesTheHostOnlyWhenTheRouteIsFixed(t *testing.T) {
 // A client of a node that is not the member's host sends straight to the
 // host once a node named it: no node forwards its sends.
 func TestCluster_SendsGoStraightToTheHost(t *testing.T) {
+	t.Parallel()
 	sendThroughAnotherNode(t, false, func(before, after frames, host *Node) {
 		if data := after.data - before.data; data > sends/10 {
 			t.Errorf("the peer connections carried %d DATA frames during %d sends: the sends were forwarded", data, sends)
@@ -69,6 +71,7 @@ func TestCluster_SendsGoStraightToTheHost(t *testing.T) {
 // member answers ErrUnavailable at once, where an ordinary send would wait
 // out the routing window (longer than this context) for an election.
 func TestSend_DirectSendIsOneTry(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	if _, err := tc.Admin("n1").CreateQueue(ctx, "once", client.QueueOptions{Members: 1}); err != nil {
@@ -95,6 +98,7 @@ func TestSend_DirectSendIsOneTry(t *testing.T) {
 // (naming its member), never a refusal; the next sends go through the
 // client's node, which routes them to the new host.
 func TestCluster_DirectSendToACutOffHost(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("waits for an election")
 	}

@@ -16,6 +16,7 @@ import (
 // real client library on one real node.
 
 func TestAutoAck_ReceivedMessageIsGoneAfterClose(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
@@ -46,6 +47,7 @@ func TestAutoAck_ReceivedMessageIsGoneAfterClose(t *testing.T) {
 }
 
 func TestClientAck_AckAcknowledgesEveryMessageHandedOutSoFar(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
@@ -75,6 +77,7 @@ func TestClientAck_AckAcknowledgesEveryMessageHandedOutSoFar(t *testing.T) {
 }
 
 func TestIndividualAck_AckAcknowledgesOnlyThatMessage(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
@@ -110,6 +113,7 @@ func TestIndividualAck_AckAcknowledgesOnlyThatMessage(t *testing.T) {
 }
 
 func TestDupsOK_MessagesAreAcknowledgedEventually(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
@@ -127,6 +131,7 @@ func TestDupsOK_MessagesAreAcknowledgedEventually(t *testing.T) {
 // Seed 000: recover returns every unacknowledged delivery of the session,
 // including prefetched ones never handed out, marked redelivered.
 func TestRecover_MarksUnackedRedelivered(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
@@ -163,6 +168,7 @@ func TestRecover_MarksUnackedRedelivered(t *testing.T) {
 }
 
 func TestRecover_AcknowledgedMessagesNeverComeAgain(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 
@@ -192,6 +198,7 @@ func TestRecover_AcknowledgedMessagesNeverComeAgain(t *testing.T) {
 }
 
 func TestRecover_IndividualAckOfMessageFromBeforeRecoverIsLostServer(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
@@ -222,6 +229,7 @@ func TestRecover_IndividualAckOfMessageFromBeforeRecoverIsLostServer(t *testing.
 }
 
 func TestDelivery_HeldMessageIsNotGivenToAnotherConnection(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 
@@ -248,6 +256,7 @@ func TestDelivery_HeldMessageIsNotGivenToAnotherConnection(t *testing.T) {
 }
 
 func TestClose_ReturnsUnackedToPendingAndShowQueueCounts(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
@@ -292,6 +301,7 @@ func TestClose_ReturnsUnackedToPendingAndShowQueueCounts(t *testing.T) {
 }
 
 func TestPriority_HigherFirstThenSendOrder(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 
@@ -326,6 +336,7 @@ func TestPriority_HigherFirstThenSendOrder(t *testing.T) {
 }
 
 func TestReceiveNoWait_EmptyQueueReturnsNilAtOnce(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 
@@ -355,6 +366,7 @@ func TestReceiveNoWait_EmptyQueueReturnsNilAtOnce(t *testing.T) {
 }
 
 func TestReceiveTimeout_ReturnsNilAfterTheTimeout(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 
@@ -373,6 +385,7 @@ func TestReceiveTimeout_ReturnsNilAfterTheTimeout(t *testing.T) {
 }
 
 func TestReceive_ContextEndReturnsContextError(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 
@@ -386,6 +399,7 @@ func TestReceive_ContextEndReturnsContextError(t *testing.T) {
 }
 
 func TestListener_GetsEveryMessage(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
@@ -431,6 +445,7 @@ func TestListener_GetsEveryMessage(t *testing.T) {
 }
 
 func TestMemberAddress_SendAndConsumeOneMember(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
@@ -494,6 +509,7 @@ func TestMemberAddress_SendAndConsumeOneMember(t *testing.T) {
 }
 
 func TestDedup_SameDedupIDStoresOneMessage(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
@@ -537,6 +553,7 @@ func TestDedup_SameDedupIDStoresOneMessage(t *testing.T) {
 // window (by the leader's clock) and no longer, and for at most the given
 // number of ids. Windows too small for resends and moves are refused.
 func TestDedup_WindowAndSizeAreSetPerQueue(t *testing.T) {
+	t.Parallel()
 	clock := newTestClock()
 	n := startNode(t, TestConfig(t, t.TempDir(), withClock(clock)))
 	ctx := testCtx(t)
@@ -587,6 +604,7 @@ func TestDedup_WindowAndSizeAreSetPerQueue(t *testing.T) {
 }
 
 func TestClientID_SecondConnectionWithSameIDIsRefused(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 
@@ -613,6 +631,7 @@ func TestClientID_SecondConnectionWithSameIDIsRefused(t *testing.T) {
 }
 
 func TestClientID_ReusableAfterFirstConnectionCloses(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 
@@ -632,6 +651,7 @@ func TestClientID_ReusableAfterFirstConnectionCloses(t *testing.T) {
 // Promise 6: no message stays stranded on a member without consumers while
 // another member of the same destination has one.
 func TestDistributed_PlainNameSendsReachTheOnlyConsumer(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
@@ -659,6 +679,7 @@ func TestDistributed_PlainNameSendsReachTheOnlyConsumer(t *testing.T) {
 }
 
 func TestPurge_RemovesPendingOnly(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
@@ -686,6 +707,7 @@ func TestPurge_RemovesPendingOnly(t *testing.T) {
 }
 
 func TestDelete_BlockedReceiveGetsDestinationDeleted(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)

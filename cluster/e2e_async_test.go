@@ -14,6 +14,7 @@ import (
 // order they were sent (one batch in flight per producer), and sends that
 // queue up behind a batch leave together: far fewer commits than messages.
 func TestSendAsync_OrderKeptAndBatched(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	c := dial(t, n)
@@ -71,6 +72,7 @@ func TestSendAsync_OrderKeptAndBatched(t *testing.T) {
 // An async send that fails gets its error in its callback: here a message
 // larger than the node accepts.
 func TestSendAsync_ErrorReachesTheCallback(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir(), withMaxMessageBytes(1000)))
 	p := mustProducer(t, mustSession(t, dial(t, n), client.AutoAck), "asyncerr")
 	got := make(chan error, 1)

@@ -23,6 +23,7 @@ import (
 // keeps serving.
 
 func TestBadInput_MessageOverMaxSizeIsRefused(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir(), withMaxMessageBytes(1024)))
 	ctx := testCtx(t)
 	a := admin(t, n)
@@ -54,6 +55,7 @@ func TestBadInput_MessageOverMaxSizeIsRefused(t *testing.T) {
 // refused by gRPC itself before the server looks at it: still a known
 // non-delivery, too large.
 func TestBadInput_MessageOverTransportLimitIsTooLarge(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir(), withMaxMessageBytes(1024)))
 	ctx := testCtx(t)
 	a := admin(t, n)
@@ -74,6 +76,7 @@ func TestBadInput_MessageOverTransportLimitIsTooLarge(t *testing.T) {
 }
 
 func TestBadInput_InvalidNamesAreRefused(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
@@ -99,6 +102,7 @@ func TestBadInput_InvalidNamesAreRefused(t *testing.T) {
 }
 
 func TestBadInput_UnknownDestinationWithoutAutoCreate(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir(), withNoAutoCreate()))
 	ctx := testCtx(t)
 	a := admin(t, n)
@@ -131,6 +135,7 @@ func TestBadInput_UnknownDestinationWithoutAutoCreate(t *testing.T) {
 }
 
 func TestBadInput_FullQueueRefusesSends(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
@@ -164,6 +169,7 @@ func TestBadInput_FullQueueRefusesSends(t *testing.T) {
 
 // --max-messages bounds the messages a queue holds, each member its share.
 func TestBadInput_QueueOfMaxMessagesRefusesSends(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
@@ -185,6 +191,7 @@ func TestBadInput_QueueOfMaxMessagesRefusesSends(t *testing.T) {
 }
 
 func TestBadInput_CreateQueueArguments(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
@@ -219,6 +226,7 @@ func TestBadInput_CreateQueueArguments(t *testing.T) {
 // Poison-message, forwarding and resize arguments out of bounds are
 // refused with a clear error and create or change nothing.
 func TestBadInput_QueueSettingsAndUpdates(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
@@ -259,6 +267,7 @@ func TestBadInput_QueueSettingsAndUpdates(t *testing.T) {
 }
 
 func TestBadInput_MalformedSendRequests(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
@@ -412,6 +421,7 @@ func (r *rawStream) call(f *clientpb.ClientFrame) error {
 }
 
 func TestBadInput_ConnectWithoutHelloIsMalformed(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 
@@ -426,6 +436,7 @@ func TestBadInput_ConnectWithoutHelloIsMalformed(t *testing.T) {
 }
 
 func TestBadInput_MalformedStreamFramesAreRefused(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
@@ -507,6 +518,7 @@ func TestBadInput_MalformedStreamFramesAreRefused(t *testing.T) {
 // the refusal must change nothing. memberOf auto-creates NAME before it
 // checks the index.
 func TestBadInput_MemberIndexOfNewQueueCreatesNothing(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
@@ -523,6 +535,7 @@ func TestBadInput_MemberIndexOfNewQueueCreatesNothing(t *testing.T) {
 // A time to live too large for int64 nanoseconds wraps to an expiration in
 // the past: the send succeeds and the message is expired at once.
 func TestBadInput_HugeTTLIsRefused(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
@@ -549,6 +562,7 @@ func numbered(n int) map[string]string {
 // consumers: one more is refused with ErrLimitReached, changes nothing,
 // and the connection goes on; closing one makes room.
 func TestBadInput_ConnectionLimits(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir(), func(c *Config) { c.MaxSessions, c.MaxConsumers = 2, 2 }))
 	ctx := testCtx(t)
 	c := dial(t, n)
@@ -579,6 +593,7 @@ func TestBadInput_ConnectionLimits(t *testing.T) {
 // --max-connections-per-host from one host: one more is refused with
 // ErrLimitReached, naming the limit, and taken once another has closed.
 func TestBadInput_NodeConnectionLimits(t *testing.T) {
+	t.Parallel()
 	for flag, limit := range map[string]func(*Config){
 		"--max-connections":          func(c *Config) { c.MaxConnections = 2 },
 		"--max-connections-per-host": func(c *Config) { c.MaxConnectionsPerHost = 2 },

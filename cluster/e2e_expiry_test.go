@@ -12,6 +12,7 @@ import (
 // loop runs every 20 ms (TestConfig).
 
 func TestExpiry_ProducerTTLRemovesPendingAndDelivered(t *testing.T) {
+	t.Parallel()
 	clock := newTestClock()
 	n := startNode(t, TestConfig(t, t.TempDir(), withClock(clock)))
 	ctx := testCtx(t)
@@ -65,6 +66,7 @@ func TestExpiry_ProducerTTLRemovesPendingAndDelivered(t *testing.T) {
 }
 
 func TestExpiry_QueueTTLAppliesToItsMessages(t *testing.T) {
+	t.Parallel()
 	clock := newTestClock()
 	n := startNode(t, TestConfig(t, t.TempDir(), withClock(clock)))
 	ctx := testCtx(t)
@@ -114,6 +116,7 @@ func TestExpiry_QueueTTLAppliesToItsMessages(t *testing.T) {
 }
 
 func TestExpiry_ExpiredMessagesAreNeverReceived(t *testing.T) {
+	t.Parallel()
 	clock := newTestClock()
 	n := startNode(t, TestConfig(t, t.TempDir(), withClock(clock)))
 	ctx := testCtx(t)
@@ -140,6 +143,7 @@ func TestExpiry_ExpiredMessagesAreNeverReceived(t *testing.T) {
 // before the application asks for it must not be handed out. This uses the
 // real clock: the client judges expiry by its own.
 func TestExpiry_PrefetchedExpiredMessageIsNotHandedOut(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)

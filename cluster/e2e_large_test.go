@@ -125,6 +125,7 @@ func receiveLarge(t *testing.T, ctx context.Context, a *client.Admin, queue stri
 // settings, whatever the mix of sizes and the prefetch, on its first
 // delivery: none is dead-lettered on the way.
 func TestLarge_EveryAcceptedMessageIsReceived(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := stepCtx(t, 3*time.Minute)
 	a := admin(t, n)
@@ -143,6 +144,7 @@ func TestLarge_EveryAcceptedMessageIsReceived(t *testing.T) {
 // that does not host the member and received through another, so every
 // delivery is relayed from the host over a peer stream.
 func TestLarge_EveryAcceptedMessageIsReceivedRelayed(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("three nodes relaying tens of MB: not in -short")
 	}
@@ -180,6 +182,7 @@ func skipLargeUnderRace(t *testing.T) {
 // A transaction's sends travel to a member hosted elsewhere in one command:
 // three 1 MB messages to each of two remote members commit.
 func TestLarge_TransactionToRemoteHostsCommits(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("three nodes: not in -short")
 	}
@@ -224,6 +227,7 @@ func manyProperties(n, frame int) *clientpb.Message {
 // quarter of a million short properties cost more on the wire than as
 // text. One a few KiB smaller is accepted, and received.
 func TestLarge_MessageThatCouldNotBeDeliveredIsRefused(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir(), func(c *Config) { c.MaxProperties = 300_000 }))
 	ctx := testCtx(t)
 	raw := rawClient(t, n)

@@ -17,6 +17,7 @@ import (
 // the consumer and closes it, so the server never attaches it and no
 // message is delivered where nobody can receive it.
 func TestConsumer_AbandonedCreationHoldsNoMessages(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
@@ -51,6 +52,7 @@ func TestConsumer_AbandonedCreationHoldsNoMessages(t *testing.T) {
 // JMS lets a message listener close its own consumer; Consumer.Close waits
 // for the listener goroutine, which is the caller.
 func TestListener_ClosingItsOwnConsumerReturns(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	c := dial(t, n)
@@ -76,6 +78,7 @@ func TestListener_ClosingItsOwnConsumerReturns(t *testing.T) {
 // read in closeSession, locked write in attachConsumer), and the session the
 // late OpenSession created on the member is never released.
 func TestSession_CloseDuringConsumerCreationReleasesIt(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	r := openRaw(t, ctx, n)
@@ -121,6 +124,7 @@ type fsmStats = fsm.Stats
 // the client puts every ref of the failed ack, including the ones the live
 // member did acknowledge, back for the next ack.
 func TestDelete_AcksOfOtherQueuesStillWork(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)

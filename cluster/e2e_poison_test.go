@@ -13,6 +13,7 @@ import (
 // once, to NAME.DLQ with its id, body, properties and delivery count; the
 // queue counts it dead-lettered and never delivers it again.
 func TestPoison_MaxDeliveriesMovesTheMessageToTheDLQ(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
@@ -59,6 +60,7 @@ func TestPoison_MaxDeliveriesMovesTheMessageToTheDLQ(t *testing.T) {
 // clock, growing by the backoff with each delivery up to the cap; while it
 // waits the queue counts it delayed.
 func TestPoison_RedeliveryDelayGrowsWithBackoffUpToTheCap(t *testing.T) {
+	t.Parallel()
 	clock := newTestClock()
 	n := startNode(t, TestConfig(t, t.TempDir(), withClock(clock)))
 	ctx := testCtx(t)
@@ -93,6 +95,7 @@ func TestPoison_RedeliveryDelayGrowsWithBackoffUpToTheCap(t *testing.T) {
 // host dies, the new one neither releases a delayed message early nor
 // forgets how often it was delivered.
 func TestPoison_DelayedMessageSurvivesFailoverWithItsCount(t *testing.T) {
+	t.Parallel()
 	clock := newTestClock()
 	tc := NewTestCluster(t, 3, withClock(clock))
 	ctx := testCtx(t)

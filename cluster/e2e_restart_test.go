@@ -115,6 +115,7 @@ func set(ss []string) map[string]bool {
 }
 
 func TestRestart_UnackedMessagesSurviveExactly(t *testing.T) {
+	t.Parallel()
 	cfg := TestConfig(t, t.TempDir())
 	n := startNode(t, cfg)
 	acked, held, never := restartWorkload(t, n, "durable", nil)
@@ -124,6 +125,7 @@ func TestRestart_UnackedMessagesSurviveExactly(t *testing.T) {
 }
 
 func TestRestart_SnapshotPlusLogReplayRestoresSameState(t *testing.T) {
+	t.Parallel()
 	cfg := TestConfig(t, t.TempDir(), withSnapshotThreshold(16))
 	n := startNode(t, cfg)
 	snapIndex := func(n *Node) uint64 {
@@ -163,6 +165,7 @@ func TestRestart_SnapshotPlusLogReplayRestoresSameState(t *testing.T) {
 // snapshot; with a threshold of 16, a member with a hundred entries should
 // have one well within seconds.
 func TestSnapshot_ThresholdTriggersASnapshot(t *testing.T) {
+	t.Parallel()
 	cfg := TestConfig(t, t.TempDir(), withSnapshotThreshold(16))
 	n := startNode(t, cfg)
 	ctx := testCtx(t)
@@ -185,6 +188,7 @@ func TestSnapshot_ThresholdTriggersASnapshot(t *testing.T) {
 
 // The node keeps the whole message: body, properties, priority, expiration.
 func TestRestart_MessageFieldsSurvive(t *testing.T) {
+	t.Parallel()
 	cfg := TestConfig(t, t.TempDir())
 	n := startNode(t, cfg)
 	ctx := testCtx(t)
@@ -229,6 +233,7 @@ func TestRestart_MessageFieldsSurvive(t *testing.T) {
 // Ready (behind WaitReady and /readyz) must mean the node serves what it
 // holds: every member placed on it is open and has applied its log.
 func TestRestart_ReadyOnlyOnceMembersAreRestored(t *testing.T) {
+	t.Parallel()
 	cfg := TestConfig(t, t.TempDir())
 	n := startNode(t, cfg)
 	ctx := testCtx(t)
@@ -275,6 +280,7 @@ func TestRestart_ReadyOnlyOnceMembersAreRestored(t *testing.T) {
 // deep queues took the sum of both. Members in groups of their own: on one node, shared
 // groups put both queues in one.
 func TestRestart_MemberReplicasOpenSideBySide(t *testing.T) {
+	t.Parallel()
 	cfg := TestConfig(t, t.TempDir())
 	cfg.GroupPerMember = true
 	n := startNode(t, cfg)
@@ -335,6 +341,7 @@ func TestRestart_MemberReplicasOpenSideBySide(t *testing.T) {
 // asking for the other kind is refused before anything is opened. A new
 // data directory gets wal, the default.
 func TestRestart_DataDirKeepsItsLogStore(t *testing.T) {
+	t.Parallel()
 	cfg := TestConfig(t, t.TempDir(), func(c *Config) { c.LogStore = raftgroup.LogStoreBolt })
 	n := startNode(t, cfg)
 	ctx := testCtx(t)

@@ -15,6 +15,7 @@ import (
 // replica whose Close hangs hangs the node's Stop. A hung Close leaves its
 // goroutines behind, so on a hang the test skips without stopping the node.
 func TestStop_ReplicaCloseReturnsDuringTakeover(t *testing.T) {
+	t.Parallel()
 	cfg := TestConfig(t, t.TempDir())
 	n := startNode(t, cfg)
 	ctx := testCtx(t)

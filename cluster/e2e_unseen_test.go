@@ -17,6 +17,7 @@ import (
 // application gives them back unseen: however often that happens, they are
 // neither counted nor marked, and never reach --max-deliveries.
 func TestUnseen_PrefetchedMessagesOfAClosedConsumerAreNotCounted(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
@@ -56,6 +57,7 @@ func TestUnseen_PrefetchedMessagesOfAClosedConsumerAreNotCounted(t *testing.T) {
 // reached it: they come back unseen, and those the node wrote to the
 // stream come back marked redelivered.
 func TestUnseen_DeliveriesNeverWrittenToAClientAreNotCounted(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
@@ -124,6 +126,7 @@ func TestUnseen_DeliveriesNeverWrittenToAClientAreNotCounted(t *testing.T) {
 // for messages it pushed, so it never delivers to a consumer more messages
 // than its prefetch ahead of those the consumer made room for again.
 func TestCredit_PastThePrefetchIsIgnored(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)

@@ -191,6 +191,7 @@ func checkPings(t *testing.T, what string, sends int, before, after frames) {
 // every request (two more writes and two more reads per send on each side),
 // until the connections were given fixed flow-control windows.
 func TestConnection_NoPingPerRoundTrip(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	proxy := newPingCounter(t, n.Addrs().Client)
 	ctx := testCtx(t)
@@ -209,6 +210,7 @@ func TestConnection_NoPingPerRoundTrip(t *testing.T) {
 // The same holds between nodes: a send forwarded from its front-end to the
 // member's host is one round trip on the peer connection.
 func TestCluster_NoPingPerForwardedSend(t *testing.T) {
+	t.Parallel()
 	sendThroughAnotherNode(t, true, func(before, after frames, _ *Node) {
 		checkPings(t, "the nodes", sends, before, after)
 	})

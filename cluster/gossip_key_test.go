@@ -12,6 +12,7 @@ import (
 // With a gossip key, a node without it, or with another, is not heard:
 // never seen alive, never registered; a node with the cluster's key joins.
 func TestGossip_KeyKeepsStrangersOut(t *testing.T) {
+	t.Parallel()
 	key := bytes.Repeat([]byte{7}, 32)
 	tc := NewTestCluster(t, 1, func(c *Config) { c.GossipKey = key })
 	n1 := tc.Node("n1")
@@ -44,7 +45,7 @@ func TestGossip_KeyKeepsStrangersOut(t *testing.T) {
 // that writes with the new key and still reads the old one gossips with a
 // node that writes with the old one and already reads the new one.
 func TestGossip_KeyRotates(t *testing.T) {
-	t.Parallel() // waits more than it computes; changes no package variable
+	t.Parallel()
 	oldKey, newKey := bytes.Repeat([]byte{7}, 32), bytes.Repeat([]byte{9}, 32)
 	tc := NewTestCluster(t, 1, func(c *Config) { c.GossipKey, c.OldGossipKeys = oldKey, [][]byte{newKey} })
 	n1 := tc.Node("n1")

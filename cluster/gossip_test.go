@@ -14,6 +14,7 @@ func gossipWith(nodes ...gossipMember) *gossip {
 }
 
 func TestGossip_RaftAddrIsTheAnnouncedOne(t *testing.T) {
+	t.Parallel()
 	g := gossipWith(
 		gossipMember{ID: "n1", State: "alive", Meta: nodeMeta{Raft: "10.0.0.1:7652"}},
 		gossipMember{ID: "n2", State: "dead", Meta: nodeMeta{Raft: "10.0.0.2:7652"}},

@@ -1,3 +1,8 @@
+// Every test of this package runs in parallel with the others (t.Parallel)
+// but those that set a package variable (restartWait, staleGrace,
+// replicasLagging through holdCatchingUp, replicaCaughtUp), which run
+// first, alone: the tests start nodes and wait on them far more than they
+// compute.
 package cluster
 
 import (

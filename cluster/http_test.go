@@ -11,6 +11,7 @@ import (
 // Go's profiles are served only when the operator asked for them: they show
 // message bodies in flight.
 func TestHTTP_ProfilesOnlyWithProfiling(t *testing.T) {
+	t.Parallel()
 	for _, on := range []bool{false, true} {
 		n := &Node{cfg: Config{NodeID: "n1", Profiling: on}}
 		rec := httptest.NewRecorder()
@@ -25,6 +26,7 @@ func TestHTTP_ProfilesOnlyWithProfiling(t *testing.T) {
 // free space than --min-free-disk-mib: before writes fail. With room it
 // says ready.
 func TestHTTP_ReadyzWatchesFreeDisk(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		minFree int64
 		code    int

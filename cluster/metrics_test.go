@@ -101,7 +101,7 @@ func usedByOperators(t *testing.T, scrapes []map[string]*dto.MetricFamily) {
 // counters only grow across a leader change; the latency histograms, the
 // Raft groups, the clients and Go's collectors are there.
 func TestMetrics_SumOverNodesIsTheQueueAndCountersOnlyGrow(t *testing.T) {
-	t.Parallel() // waits more than it computes; changes no package variable
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	tc.CreateSpread(ctx, map[string]int{"metered": 3})

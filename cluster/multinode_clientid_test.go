@@ -17,6 +17,7 @@ import (
 // crashed node run's client ids are freed by the meta leader once the run
 // has looked gone for a while.
 func TestCluster_ClientIDIsTheClusters(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -25,6 +25,7 @@ import (
 // none under-replicated, nothing lost; a third decommission, which would
 // leave members short, is refused and changes nothing.
 func TestCluster_ScaleUpAndDownKeepsFullReplication(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("five nodes")
 	}

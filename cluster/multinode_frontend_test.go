@@ -19,6 +19,7 @@ import (
 // 2 (the messages it never held come unmarked). Cluster status then shows
 // the crashed node dead and its replicas unreachable.
 func TestCluster_FrontEndCrash_HostReleasesItsSessions(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	if _, err := tc.Admin("n1").CreateQueue(ctx, "fe", client.QueueOptions{Members: 1}); err != nil {
@@ -106,6 +107,7 @@ func TestCluster_FrontEndCrash_HostReleasesItsSessions(t *testing.T) {
 // with its meta role (one leader), the meta group and every member group
 // with a leader and every replica reachable with its lag.
 func TestCluster_Status_JSONShape(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	if _, err := tc.Admin("n1").CreateQueue(ctx, "shape", client.QueueOptions{}); err != nil {
@@ -215,6 +217,7 @@ func keys[V any](m map[string]V) []string {
 // since nothing has declared it failed. Once the link heals it is alive
 // again.
 func TestCluster_Status_UnansweringNodeIsSuspect(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	state := func() (string, bool) {
 		for _, n := range tc.Status("n1").Nodes {
@@ -245,6 +248,7 @@ func TestCluster_Status_UnansweringNodeIsSuspect(t *testing.T) {
 // preferred host; then its host crashed), the show must find the new host
 // rather than report the member unhosted and empty.
 func TestCluster_ShowQueueFollowsMovedHost(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 4)
 	ctx := testCtx(t)
 	info, err := tc.Admin("n1").CreateQueue(ctx, "sq", client.QueueOptions{Replicas: 3})
@@ -282,6 +286,7 @@ func TestCluster_ShowQueueFollowsMovedHost(t *testing.T) {
 // connection and never redelivered (the release had failed with
 // "leadership lost while committing log").
 func TestCluster_FailedSessionReleaseIsRetried(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := stepCtx(t, time.Minute)
 	createQueues(t, ctx, tc.Admin("n1"), map[string]int{"rr": 1})

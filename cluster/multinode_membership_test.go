@@ -21,6 +21,7 @@ import (
 // handed to another node), its Left channel is closed, and once it stops,
 // sends and receives carry on through the others with nothing lost.
 func TestCluster_NodeLeave_HandsLeadershipsOverAndSendsCarryOn(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	if _, err := tc.Admin("n1").CreateQueue(ctx, "lv", client.QueueOptions{}); err != nil {
@@ -76,6 +77,7 @@ func TestCluster_NodeLeave_HandsLeadershipsOverAndSendsCarryOn(t *testing.T) {
 // configurations (and the meta group's) drop it, no message is lost, and
 // the removed id is not registered again even when that node comes back.
 func TestCluster_NodeRemove_ReplacesReplicasAndNeverReadmits(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("four nodes, a crash and a re-placement")
 	}
@@ -320,6 +322,7 @@ func inConfiguration(r *raft.Raft, id string) bool {
 // follower in cluster status, and a queue created afterwards places members
 // on it and has it host one.
 func TestCluster_NodeJoinsLater_BecomesMetaVoterAndHostsNewMembers(t *testing.T) {
+	t.Parallel()
 	// Without the automatic spreading, which would move old's replicas
 	// (and with them new's placement) meanwhile.
 	byHand := func(c *Config) { c.NoAutoRebalance = true }

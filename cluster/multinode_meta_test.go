@@ -16,6 +16,7 @@ import (
 // node, restarted on its data, catches up with every group it replicates,
 // including the entries it missed (cluster status: alive, lag 0 everywhere).
 func TestCluster_MetaLeaderCrash_NewLeaderTakesMetaCommandsAndOldLeaderCatchesUp(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	if _, err := tc.Admin("n1").CreateQueue(ctx, "before", client.QueueOptions{}); err != nil {

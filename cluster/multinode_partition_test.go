@@ -37,6 +37,7 @@ import (
 // back, and every message delivered again carries Redelivered and a
 // delivery count above 1.
 func TestCluster_MinorityPartition_IsolatedNodeRefusesMajorityServesNothingLost(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("waits out the routing window and gossip's failure detection")
 	}
@@ -269,6 +270,7 @@ func TestCluster_MinorityPartition_IsolatedNodeRefusesMajorityServesNothingLost(
 // syncs only with nodes it holds alive); gossip's reconnectLoop joins the
 // nodes held dead again, as Serf's reconnect does.
 func TestCluster_GossipHealsAfterLongPartition(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	tc.Isolate("n1")
 	wait.For(t, 20*time.Second, "n1 and the others holding each other dead", func() bool {

@@ -21,6 +21,7 @@ import (
 // never committed; that a member applies a repeated attempt once, when the
 // first try was, is fsm's TestRecover_RepeatedAttemptChangesNothing.
 func TestCluster_RecoverIsSentAgainWhenItsLeaderStepsDown(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("waits for a leader to step down and a new one to be elected")
 	}
@@ -88,6 +89,7 @@ func TestCluster_RecoverIsSentAgainWhenItsLeaderStepsDown(t *testing.T) {
 // and receives. Without the resend the client got "outcome unknown", and a
 // client re-creating its consumers after a reconnect lost them.
 func TestCluster_ConsumerCreatedWhileItsLeaderStepsDown(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("waits for a leader to step down and a new one to be elected")
 	}

@@ -65,6 +65,7 @@ func dialVia(t *testing.T, addrs []string, opts client.Options) *client.Connecti
 // out before it; the messages held unacknowledged come again marked
 // redelivered; an acknowledged one never comes again.
 func TestRefresh_FrontEndKilled_ConsumerGoesOn(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	createQueues(t, ctx, tc.Admin("n1"), map[string]int{"rf": 1})
@@ -136,6 +137,7 @@ func TestRefresh_FrontEndKilled_ConsumerGoesOn(t *testing.T) {
 // Closed sessions and consumers are not re-created. Then an operator
 // destroys a connection: it is told so and does not reconnect.
 func TestRefresh_Policies_EachConnectionOnItsOwn(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	createQueues(t, ctx, tc.Admin("n1"), map[string]int{"rp": 1})
@@ -261,6 +263,7 @@ func connectionOf(t *testing.T, a *client.Admin, id string) client.ConnectionInf
 // runs out ends, and its exception listener hears it. Once the node is back
 // the others go on; a listener is never called after its connection closed.
 func TestRefresh_ReceiveWhileReconnecting(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 1)
 	ctx := testCtx(t)
 	createQueues(t, ctx, tc.Admin("n1"), map[string]int{"rw": 0})
@@ -374,6 +377,7 @@ func (cp *clientProxy) cutOneWay(t *testing.T, dir string) {
 // it was cut from notices the silence and releases what the session held,
 // which comes again, marked redelivered.
 func TestRefresh_CutOff_DistributedConsumerRepinned(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	createQueues(t, ctx, tc.Admin("n1"), map[string]int{"rd": 3})
@@ -446,6 +450,7 @@ func memberIndex(t *testing.T, member string) int {
 // dedup id names. Without, a send cut off mid-request says
 // ErrDeliveryUnknown, never a false failure or success.
 func TestRefresh_SendsInFlightWhenTheFrontEndDies(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	createQueues(t, ctx, tc.Admin("n1"), map[string]int{"rs": 3})

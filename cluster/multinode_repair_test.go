@@ -115,6 +115,7 @@ func shortOfAReplica(t *testing.T, tc *TestCluster) (*client.Admin, string, []st
 // --dry-run shows the repair and changes nothing; rebalance makes it, and,
 // once the new replicas vote, spreads the hosts onto the new node.
 func TestCluster_RebalanceByHandWithoutAutoRebalance(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a crash, a removal and a join")
 	}
@@ -283,6 +284,7 @@ func TestCluster_NodeBackEmptyVotesOnlyOnceCaughtUp(t *testing.T) {
 // now stands, instead of being refused for other replicas than the
 // group's.
 func TestCluster_NewMemberJoinsAGroupAsItNowStands(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("three nodes")
 	}

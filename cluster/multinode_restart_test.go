@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -23,6 +24,7 @@ import (
 // back redelivered with delivery count 2, the others unmarked; the counts
 // are right right after the restart.
 func TestCluster_FullRestart_EverySentMessageComesBack(t *testing.T) {
+	t.Parallel()
 	forEachLogStore(t, testFullRestart)
 }
 
@@ -108,6 +110,7 @@ func testFullRestart(t *testing.T, store func(*Config)) {
 // leaders' commit index with the same counts, and the member whose
 // preferred host it is is hosted by it again.
 func TestCluster_StoppedNodeBehindCompactedLogs_CatchesUpBySnapshot(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("sends a few thousand messages")
 	}
@@ -145,7 +148,7 @@ func testCatchUpBySnapshot(t *testing.T, store func(*Config)) {
 	// past what the stopped node holds (the log keeps 1024 entries behind
 	// each snapshot), bounded at 6000 messages.
 	var mu sync.Mutex
-	sent := 0
+	sent, acked, ackUnknown := 0, 0, 0
 	compacted := func() bool {
 		hr, ok := tc.Node(host).groups.replica(mine)
 		if !ok {
@@ -199,7 +202,15 @@ func testCatchUpBySnapshot(t *testing.T, store func(*Config)) {
 				hr, _ := tc.Node(tc.HostOf(mine)).groups.replica(mine)
 				t.Fatalf("round %d: receive %d of 333 from %s (consumer on %s, host now %s: %+v, %d consumers): %v", round, j, mine, host, tc.HostOf(mine), hr.Stats(), hr.Consumers(), err)
 			}
-			if err := m.Ack(); err != nil {
+			// A leadership lost under the ack leaves its outcome unknown
+			// (ErrLostServer): acknowledged, or pending again once the
+			// session closes.
+			switch err := m.Ack(); {
+			case err == nil:
+				acked++
+			case errors.Is(err, client.ErrLostServer):
+				ackUnknown++
+			default:
 				t.Fatal(err)
 			}
 		}
@@ -222,8 +233,8 @@ func testCatchUpBySnapshot(t *testing.T, store func(*Config)) {
 		return replicasMatch(tc, tc.IDs()...)
 	})
 	q := showQueue(t, tc.Admin(stopped), "snap")
-	if q.Delivered != 0 || q.Pending != uint64(sent-333*(sent/1000)) {
-		t.Fatalf("queue snap: %+v; want %d pending", q, sent-333*(sent/1000))
+	if least := sent - acked - ackUnknown; q.Delivered != 0 || q.Pending < uint64(least) || q.Pending > uint64(least+ackUnknown) {
+		t.Fatalf("queue snap: %+v; want %d pending (%d sent, %d acknowledged, %d acknowledgements of unknown outcome)", q, sent-acked, sent, acked, ackUnknown)
 	}
 }
 
@@ -319,6 +330,7 @@ func TestCluster_PreferredHostCatchingUp_IsNotHandedTheLeadership(t *testing.T) 
 // say it was catching up, and a node stopping then found no replica to
 // wait for or to hand its leaderships to.
 func TestCluster_LeaderlessGroups_AreNotCatchingUp(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	host := tc.queueOnItsPreferredHost(ctx, "lg")
@@ -506,6 +518,7 @@ func TestCluster_GracefulStop_WaitsForAReplicaCatchingUp(t *testing.T) {
 // cluster state, whatever its log store, so it waits for one other node in
 // gossip, not for --bootstrap-expect of them.
 func TestCluster_RestartWhileAnotherIsDown(t *testing.T) {
+	t.Parallel()
 	forEachLogStore(t, func(t *testing.T, store func(*Config)) {
 		tc := NewTestCluster(t, 3, store)
 		tc.Crash("n3")
@@ -524,6 +537,7 @@ func TestCluster_RestartWhileAnotherIsDown(t *testing.T) {
 // (MaxRPCsInFlight 1) for it. Before that, about one cluster in 8 to 15
 // hung here on a 2-core machine under -race; each round is one more chance.
 func TestCluster_EveryNodeStopsAtOnceUnderLoad(t *testing.T) {
+	t.Parallel()
 	for round := range 8 {
 		tc := NewTestCluster(t, 3)
 		ctx := stepCtx(t, 20*time.Second)

@@ -17,6 +17,7 @@ import (
 // selects, and what nobody selects stays pending. A malformed selector is
 // refused with its position, and nothing is created.
 func TestCluster_SelectorsOnTypedProperties(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	host := tc.CreateSpread(ctx, map[string]int{"sel": 1})["sel"][0]
@@ -73,6 +74,7 @@ func TestCluster_SelectorsOnTypedProperties(t *testing.T) {
 // in a consumer's hands; and it changes no count. A selector, a member
 // address and a count narrow it.
 func TestCluster_BrowseShowsPendingMessagesAndChangesNothing(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	tc.CreateSpread(ctx, map[string]int{"br": 3})

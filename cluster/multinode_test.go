@@ -17,6 +17,7 @@ import (
 // Three nodes started at the same moment with --bootstrap-expect 3 form one
 // cluster: one meta leader, every node a voter, every node registered.
 func TestCluster_SimultaneousStartFormsOneCluster(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	st, err := tc.Admin("n1").ClusterStatus(ctx)
@@ -41,6 +42,7 @@ func TestCluster_SimultaneousStartFormsOneCluster(t *testing.T) {
 // different node; sends and receives through any front-end reach every
 // member, forwarded to its host.
 func TestCluster_MembersSpreadAndFrontEndsForward(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	info, err := tc.Admin("n1").CreateQueue(ctx, "orders", client.QueueOptions{})
@@ -99,6 +101,7 @@ func TestCluster_MembersSpreadAndFrontEndsForward(t *testing.T) {
 // follows it without noticing, its acks of the held messages succeed (the
 // delivery state is replicated), and sends and receives carry on.
 func TestCluster_HostCrashed_ConsumerOnOtherFrontEndKeepsItsDeliveries(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	if _, err := tc.Admin("n1").CreateQueue(ctx, "fo", client.QueueOptions{Members: 1}); err != nil {
@@ -162,6 +165,7 @@ func TestCluster_HostCrashed_ConsumerOnOtherFrontEndKeepsItsDeliveries(t *testin
 // start only after n1 has failed to reach them, so only n1's retries can
 // bring the three together.
 func TestCluster_JoinByNameKeepsTryingUntilTheOthersStart(t *testing.T) {
+	t.Parallel()
 	waiting := &logWatch{msg: "waiting for the other nodes to join", seen: make(chan struct{})}
 	tc := PlanTestCluster(t, 3)
 	for i := range tc.cfgs {

@@ -40,6 +40,7 @@ func drain(t *testing.T, k *client.Consumer, want int, d time.Duration) map[stri
 // others too. The rules of kinds and of unshared durable subscriptions
 // hold, and a non-durable subscription goes with its consumer.
 func TestCluster_TopicFansOutToEverySubscription(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	a := tc.Admin("n1")
@@ -173,6 +174,7 @@ func publishN(t *testing.T, tc *TestCluster, id, topic, prefix string, n int) []
 // again marked redelivered, and the first acknowledge says ErrLostServer,
 // as for a queue's consumer.
 func TestRefresh_DurableSubscriberGoesOn(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	if _, err := tc.Admin("n1").CreateTopic(ctx, "rt", client.TopicOptions{Members: 1}); err != nil {
@@ -225,6 +227,7 @@ func TestRefresh_DurableSubscriberGoesOn(t *testing.T) {
 // gets a message it had before, marked or not (WebLogic's distributed
 // topics may deliver such a copy unmarked).
 func TestRefresh_NonDurableSubscriberGetsNoCopy(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	if _, err := tc.Admin("n1").CreateTopic(ctx, "nd", client.TopicOptions{}); err != nil {
@@ -291,6 +294,7 @@ func expectNothingBut(t *testing.T, k *client.Consumer, allowed map[string]bool,
 // on another node answers there. Only the requester's connection consumes
 // from it; it goes when that connection closes, and when its node dies.
 func TestCluster_TemporaryQueuesForRequestReply(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	requester := mustSession(t, tc.Dial("n1"), client.AutoAck)
@@ -350,6 +354,7 @@ func TestCluster_TemporaryQueuesForRequestReply(t *testing.T) {
 // and one transaction may consume from a queue and publish what it made
 // of it, on members hosted by different nodes.
 func TestCluster_TransactedPublish(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

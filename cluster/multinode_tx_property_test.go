@@ -19,6 +19,7 @@ import (
 // consumed, and every send of a committed transaction, each once; nothing a
 // rolled-back transaction sent.
 func TestTx_Property_RandomInterleavings(t *testing.T) {
+	t.Parallel()
 	// Each sequence costs a queue and three sessions: a few dozen steps in
 	// a handful of sequences, unless -rapid.checks says otherwise.
 	if f := flag.Lookup("rapid.checks"); f != nil && f.Value.String() == f.DefValue {

@@ -43,6 +43,7 @@ func commit(t *testing.T, s *client.Session) {
 // all of them happen, Rollback none, returning the receives marked
 // redelivered. Prepared work shows in queue show while it waits.
 func TestTx_AtomicAcrossMembersAndQueues(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := stepCtx(t, time.Minute)
 	a := tc.Admin("n1")
@@ -112,6 +113,7 @@ func TestTx_AtomicAcrossMembersAndQueues(t *testing.T) {
 // commit a participant missed is learned the same way, whether the
 // primary's host or the participant's was killed after the decision.
 func TestTx_PreparedTransactionsAreDecidedWithoutTheirFrontEnd(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3, func(c *Config) { c.TxTimeout = 2 * time.Second })
 	ctx := stepCtx(t, time.Minute)
 	a := tc.Admin("n1")
@@ -177,6 +179,7 @@ func TestTx_PreparedTransactionsAreDecidedWithoutTheirFrontEnd(t *testing.T) {
 // the receives come again marked redelivered, and the same work done again
 // on the same objects commits. A transaction with nothing pending commits.
 func TestTx_FrontEndKilledMidTransaction(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := stepCtx(t, time.Minute)
 	a := tc.Admin("n1")
@@ -226,6 +229,7 @@ func TestTx_FrontEndKilledMidTransaction(t *testing.T) {
 // message is consumed-and-committed exactly once, and every committed send
 // is there once.
 func TestTx_ConcurrentTransactionsOnTheSameMessages(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := stepCtx(t, time.Minute)
 	a := tc.Admin("n1")
@@ -317,6 +321,7 @@ func TestTx_ConcurrentTransactionsOnTheSameMessages(t *testing.T) {
 // it was rolled back. Either way the messages are there exactly as the
 // answer says.
 func TestTx_CommitCutOffLearnsItsOutcome(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := stepCtx(t, time.Minute)
 	a := tc.Admin("n1")
@@ -361,6 +366,7 @@ func TestTx_CommitCutOffLearnsItsOutcome(t *testing.T) {
 // ErrCommitUnknown, and the messages of the next transaction carry the
 // possible-duplicate property.
 func TestTx_CommitUnknownWhenThePrimaryCannotAnswer(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := stepCtx(t, time.Minute)
 	createQueues(t, ctx, tc.Admin("n1"), map[string]int{"tu": 1})
@@ -397,6 +403,7 @@ func TestTx_CommitUnknownWhenThePrimaryCannotAnswer(t *testing.T) {
 // held by the node it left) is rolled back and enqueues nothing; one that
 // counts the same, or counts nothing (a client that does not say), commits.
 func TestTx_CommitCountingOtherSendsRollsBack(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)

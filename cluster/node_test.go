@@ -8,6 +8,7 @@ import (
 )
 
 func TestNode_SendReceiveAck(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	c := dial(t, n)

@@ -20,6 +20,7 @@ func preferHostOf(dest string) func(*client.Options) {
 // over several members, or one that does not exist, leaves it on the node
 // it dialled. Its consumer is then served by the host itself.
 func TestCluster_PreferHostOfConnectsToTheHost(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	hosts := tc.CreateSpread(ctx, map[string]int{"near": 1, "spread": 3})
@@ -56,6 +57,7 @@ func TestCluster_PreferHostOfConnectsToTheHost(t *testing.T) {
 // reconnects to a live node (the new host when one is named by then) and
 // its consumer goes on.
 func TestCluster_PreferHostOfReconnectsWithoutTheLostHost(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	if _, err := tc.Admin("n1").CreateQueue(ctx, "near", client.QueueOptions{Members: 1}); err != nil {
@@ -84,6 +86,7 @@ func TestCluster_PreferHostOfReconnectsWithoutTheLostHost(t *testing.T) {
 // A malformed name is refused at Dial with ErrInvalidName, rather than
 // leaving the connection on whatever node it reached.
 func TestCluster_PreferHostOfRefusesAMalformedName(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	_, err := client.Dial(ctx, []string{tc.Node("n1").Addrs().Client}, client.Options{PreferHostOf: "no spaces here"})

@@ -15,7 +15,7 @@ import (
 // and removes the lost nodes. A node's own data directory is checked
 // first: another node's id, or no voters, is refused.
 func TestRecoverMeta_AfterLosingAQuorum(t *testing.T) {
-	t.Parallel() // waits more than it computes; changes no package variable
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	if _, err := tc.Admin("n1").CreateQueue(ctx, "before", client.QueueOptions{Members: 1, Replicas: 1}); err != nil {

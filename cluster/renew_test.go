@@ -52,6 +52,7 @@ func renewedTo(tc *TestCluster, id, name string, members, r int) string {
 // redelivered but the one recovered on purpose, and the consumer pinned
 // to a renewed member carries on.
 func TestDD_UpdateReplicas_RenewsMembersAndLosesNothing(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("three nodes, seven renewals")
 	}
@@ -178,6 +179,7 @@ func TestDD_UpdateReplicas_RenewsMembersAndLosesNothing(t *testing.T) {
 // meta leader renews members onto the new nodes by itself until every
 // node hosts one or two, and nothing is lost on the way.
 func TestCluster_HostsSpreadOntoNewNodesByRenewal(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("five nodes")
 	}
@@ -236,6 +238,7 @@ func TestCluster_HostsSpreadOntoNewNodesByRenewal(t *testing.T) {
 // are renewed onto nodes that host fewer ends renewed, each member hosted
 // where its renewal put it, and nothing keeps renewing.
 func TestCluster_RenewedOntoANodeIsHostedThere(t *testing.T) {
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	ctx := testCtx(t)
 	a := tc.Admin("n1")

@@ -117,7 +117,7 @@ func (p *testPKI) user(name string) *tls.Config {
 // the peer API refuses a user's certificate; a node whose certificate
 // another CA signed is never registered, though it has the gossip key.
 func TestTLS_TheClusterSpeaksTLSOnly(t *testing.T) {
-	t.Parallel() // waits more than it computes; changes no package variable
+	t.Parallel()
 	p, tc := newTLSCluster(t, 3)
 	ctx := testCtx(t)
 	tc.CreateSpread(ctx, map[string]int{"secure": 3})
@@ -211,7 +211,7 @@ func TestTLS_TheClusterSpeaksTLSOnly(t *testing.T) {
 // A node started with another node's certificate, or without the gossip
 // key TLS needs, is refused before it binds anything.
 func TestTLS_ConfigRefusals(t *testing.T) {
-	t.Parallel() // waits more than it computes; changes no package variable
+	t.Parallel()
 	p := newTestPKI(t)
 	for what, c := range map[string]func(*Config){
 		"another node's certificate": func(c *Config) {
@@ -238,7 +238,7 @@ func TestTLS_ConfigRefusals(t *testing.T) {
 // RemoveNode of a live node that comes to it from another node, and the
 // node stays registered.
 func TestPeerAPI_RefusesWhatTheClientAPIRefuses(t *testing.T) {
-	t.Parallel() // waits more than it computes; changes no package variable
+	t.Parallel()
 	tc := NewTestCluster(t, 3)
 	leader := tc.MetaLeader()
 	victim := tc.Others(leader)[0]
@@ -267,7 +267,7 @@ func TestPeerAPI_RefusesWhatTheClientAPIRefuses(t *testing.T) {
 // A node the cluster removed is refused by the peer API though its
 // certificate is still valid; a node of the cluster is served.
 func TestPeerAPI_RefusesARemovedNodesCertificate(t *testing.T) {
-	t.Parallel() // waits more than it computes; changes no package variable
+	t.Parallel()
 	p, tc := newTLSCluster(t, 3)
 	leader := tc.MetaLeader()
 	victim, asker := tc.Others(leader)[0], tc.Others(leader)[1]

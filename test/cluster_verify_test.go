@@ -15,67 +15,78 @@ import (
 // topic (--topics: each subscription's history checked, a durable one
 // receiving every publish). Its history file holds a line per event.
 func TestCluster3_Verify_FindsNoViolationThroughAKill(t *testing.T) {
-	c := newCluster(t)
-	c.startAll()
-	c.waitSettled(20 * time.Second)
-	env := []string{"CAIRN_SERVER=" + strings.Join(c.clientAddrs(0), ",")}
+	t.Parallel()
 	for i, args := range [][]string{
 		{"--producers", "2", "--consumers", "2"},
 		{"--producers", "2", "--consumers", "2", "--transactions", "--dedup"},
 		{"--producers", "2", "--consumers", "2", "--topics", "--transactions", "--dedup"},
 	} {
-		hist := filepath.Join(t.TempDir(), "history.jsonl")
-		done := make(chan cliResult, 1)
-		go func() {
-			done <- cli(t, env, append([]string{"verify", "--duration", "8s", "--json", "--history", hist}, args...)...)
-		}()
-		// Kill once the workload is well under way.
-		waitWorkload(t, hist)
-		victim := c.nodes[1+i%2]
-		victim.kill()
-		t.Logf("verify %v: killed %s", args, victim.nodeID)
-		r := <-done
-		type report struct {
-			Subscription string         `json:"subscription"`
-			SentOK       int            `json:"sent_ok"`
-			Received     int            `json:"received"`
-			Violations   map[string]int `json:"violations"`
-			Examples     []string       `json:"examples"`
-			OK           bool           `json:"ok"`
-		}
-		var rep struct {
-			report
-			Subscriptions []report `json:"subscriptions"` // --topics
-		}
-		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
-			t.Fatalf("verify %v: exit %d, output %q: %v\nstderr: %s", args, r.code, r.stdout, err, r.stderr)
-		}
-		t.Logf("verify %v: %s", args, strings.TrimSpace(r.stdout))
-		if len(rep.Subscriptions) > 0 {
-			kinds := ""
-			for _, s := range rep.Subscriptions {
-				kinds += s.Subscription + " "
-				if !s.OK || s.SentOK == 0 || s.Received == 0 || (s.Subscription != "non-durable" && s.Received < s.SentOK) {
-					t.Errorf("verify %v: subscription %+v", args, s)
-				}
+		// Each workload on a cluster of its own, side by side: they wait
+		// out the kill far more than they compute.
+		name := strings.Join(append([]string{"plain"}, args[4:]...), " ")
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			verifyThroughAKill(t, 1+i%2, args)
+		})
+	}
+}
+
+// verifyThroughAKill runs cairn verify with args on a new cluster, kills
+// its node victim once the workload is under way, and checks the report.
+func verifyThroughAKill(t *testing.T, victimIndex int, args []string) {
+	c := newCluster(t)
+	c.startAll()
+	c.waitSettled(20 * time.Second)
+	env := []string{"CAIRN_SERVER=" + strings.Join(c.clientAddrs(0), ",")}
+	hist := filepath.Join(t.TempDir(), "history.jsonl")
+	done := make(chan cliResult, 1)
+	go func() {
+		done <- cli(t, env, append([]string{"verify", "--duration", "8s", "--json", "--history", hist}, args...)...)
+	}()
+	// Kill once the workload is well under way.
+	waitWorkload(t, hist)
+	victim := c.nodes[victimIndex]
+	victim.kill()
+	t.Logf("verify %v: killed %s", args, victim.nodeID)
+	r := <-done
+	type report struct {
+		Subscription string         `json:"subscription"`
+		SentOK       int            `json:"sent_ok"`
+		Received     int            `json:"received"`
+		Violations   map[string]int `json:"violations"`
+		Examples     []string       `json:"examples"`
+		OK           bool           `json:"ok"`
+	}
+	var rep struct {
+		report
+		Subscriptions []report `json:"subscriptions"` // --topics
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("verify %v: exit %d, output %q: %v\nstderr: %s", args, r.code, r.stdout, err, r.stderr)
+	}
+	t.Logf("verify %v: %s", args, strings.TrimSpace(r.stdout))
+	if len(rep.Subscriptions) > 0 {
+		kinds := ""
+		for _, s := range rep.Subscriptions {
+			kinds += s.Subscription + " "
+			if !s.OK || s.SentOK == 0 || s.Received == 0 || (s.Subscription != "non-durable" && s.Received < s.SentOK) {
+				t.Errorf("verify %v: subscription %+v", args, s)
 			}
-			if kinds != "durable shared non-durable " {
-				t.Errorf("verify %v: subscriptions %q, want durable, shared, non-durable", args, kinds)
-			}
-			rep.SentOK, rep.Received = rep.Subscriptions[0].SentOK, rep.Subscriptions[0].Received
 		}
-		if r.code != 0 || !rep.OK || rep.SentOK == 0 || rep.Received == 0 {
-			t.Fatalf("verify %v: exit %d, report %+v\nstderr: %s", args, r.code, rep, r.stderr)
+		if kinds != "durable shared non-durable " {
+			t.Errorf("verify %v: subscriptions %q, want durable, shared, non-durable", args, kinds)
 		}
-		b, err := os.ReadFile(hist)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if lines := strings.Count(string(b), "\n"); lines < rep.SentOK {
-			t.Errorf("history file has %d lines for %d sends", lines, rep.SentOK)
-		}
-		victim.start()
-		c.waitSettled(30 * time.Second)
+		rep.SentOK, rep.Received = rep.Subscriptions[0].SentOK, rep.Subscriptions[0].Received
+	}
+	if r.code != 0 || !rep.OK || rep.SentOK == 0 || rep.Received == 0 {
+		t.Fatalf("verify %v: exit %d, report %+v\nstderr: %s", args, r.code, rep, r.stderr)
+	}
+	b, err := os.ReadFile(hist)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Count(string(b), "\n"); lines < rep.SentOK {
+		t.Errorf("history file has %d lines for %d sends", lines, rep.SentOK)
 	}
 }
 
