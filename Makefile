@@ -23,12 +23,14 @@ run: build
 
 # Two packages at a time (-p 2), and within a package two tests at a time
 # (-parallel defaults to the cores): the tests of cluster (in-process
-# nodes) and test/ (real processes) run in parallel but those that set a
-# package variable. They wait on nodes far more than they compute; with
-# four at a time, tests under -race on two cores starved Raft's heartbeats
-# and leaders stepped down on their own. The race run takes about 9
-# minutes, cluster's 530 s being its longest part; then every fuzz target
-# searches for 3 s, two at a time (about 25 s).
+# nodes) run in parallel but those that set a package variable; they wait
+# on nodes far more than they compute. With four at a time, tests under
+# -race on two cores starved Raft's heartbeats and leaders stepped down on
+# their own. test/'s race-built processes run one cluster at a time: side
+# by side they starved healthy nodes' heartbeats to their clients, and
+# test/ ends before cluster anyway. The race run takes about 9 minutes,
+# cluster's 530 s being its longest part; then every fuzz target searches
+# for 3 s, two at a time (about 25 s).
 test:
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -p 2 -timeout 20m $(PKGS)

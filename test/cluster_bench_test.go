@@ -30,7 +30,6 @@ type benchResult struct {
 // mode: every message sent is consumed once, the rates and percentiles are
 // filled in, and the queue it created for itself is gone afterwards.
 func TestCluster3_Bench_EveryModeConsumesEveryMessageOnce(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	c.startAll()
 	c.waitSettled(20 * time.Second)
@@ -115,7 +114,6 @@ func TestCluster3_Bench_EveryModeConsumesEveryMessageOnce(t *testing.T) {
 // Bad bench arguments are refused with a message that names the flag,
 // before anything is created.
 func TestCluster3_Bench_BadArgumentsChangeNothing(t *testing.T) {
-	t.Parallel()
 	s := newServer(t)
 	s.start()
 	env := []string{"CAIRN_SERVER=" + s.addrs.client}

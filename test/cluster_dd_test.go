@@ -20,7 +20,6 @@ import (
 // consumers, forward their messages to it after the default forward delay,
 // so it alone hands out every message once.
 func TestCluster3_DD_IdempotentSendsThroughSIGKILLThenStrandedMembersDrain(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	c.startAll()
 	c.waitSettled(20 * time.Second)

@@ -19,7 +19,6 @@ import (
 // created on a 3-node cluster with 3 members therefore has one member
 // hosted on each node", each member replicated on all three.
 func TestCluster3_CreateQueueRightAfterReady(t *testing.T) {
-	t.Parallel()
 	for run := 1; run <= 3; run++ {
 		c := newCluster(t)
 		c.startAll()
@@ -69,7 +68,6 @@ func TestCluster3_CreateQueueRightAfterReady(t *testing.T) {
 // and the client's Message.Ack documentation say the application learns of
 // it through ErrLostServer.
 func TestCluster3_AckInFlightToKilledHostIsLostServer(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	c.startAll()
 	c.waitSettled(20 * time.Second)
@@ -186,7 +184,6 @@ func TestCluster3_AckInFlightToKilledHostIsLostServer(t *testing.T) {
 // connection is lost (the front-end killed): messages it prefetched are
 // released too, and must not be handed out afterwards.
 func TestCluster3_PausedFrontEndHandsOutReleasedMessages(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	c.startAll()
 	c.waitSettled(20 * time.Second)
@@ -318,7 +315,6 @@ func staleAfterRelease(t *testing.T, c *processCluster, queue, mode string) {
 // unknown); cluster/DESIGN.md says a stream to a vanished peer ends "in
 // seconds". The ack must return within 10 s.
 func TestCluster3_AckToPausedHostAnswersAfterFailover(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	c.startAll()
 	c.waitSettled(20 * time.Second)

@@ -38,7 +38,6 @@ const (
 // delivered again is marked redelivered with a delivery count that counts
 // its deliveries, and nothing came that was not sent.
 func TestCluster3_SIGKILLHostUnderLoad(t *testing.T) {
-	t.Parallel()
 	cycles := 2
 	if testing.Short() {
 		cycles = 1

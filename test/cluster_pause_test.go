@@ -38,7 +38,6 @@ const (
 // then every member is drained and the history is checked as in
 // TestCluster3_SIGKILLHostUnderLoad.
 func TestCluster3_SIGSTOPPauseIsNotDeath(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	c.startAll()
 	c.waitSettled(20 * time.Second)

@@ -13,7 +13,6 @@ import (
 // off at most twice (again, marked redelivered), and none it acknowledged
 // before the kill again.
 func TestCluster3_CLI_SendAndReceiveSurviveTheirNode(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	c.startAll()
 	c.waitSettled(20 * time.Second)

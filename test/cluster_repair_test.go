@@ -17,7 +17,6 @@ import (
 // new node, its hosts spread one per node, and verify (its history
 // checker) finds nothing lost.
 func TestCluster3_ReplacedNodeRepairsTheCluster(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	c.startAll()
 	c.waitSettled(20 * time.Second)

@@ -23,7 +23,6 @@ import (
 // after a drain the history shows nothing lost, nothing acknowledged come
 // back, and every message held at the kill redelivered with its mark.
 func TestCluster3_FullRestart(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	c.startAll()
 	c.waitSettled(20 * time.Second)

@@ -17,7 +17,6 @@ import (
 // and its process stops by itself. At the end every member is on the
 // first three nodes, voting, and verify finds nothing lost.
 func TestCluster3_ScaleToFiveAndBack(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	c.startAll()
 	c.waitSettled(20 * time.Second)

@@ -56,7 +56,6 @@ func (s *topicSubscriber) consume(stop <-chan struct{}, wg *sync.WaitGroup) {
 // count, never a second unmarked copy (the shared one's two consumers
 // included).
 func TestCluster3_TopicSubscriptionsSurviveSIGKILL(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	c.startAll()
 	c.waitSettled(20 * time.Second)

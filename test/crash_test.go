@@ -71,7 +71,6 @@ func (s *server) createQueue(name string) {
 // delivery count, and nothing may come that was never sent, or twice in
 // the drain.
 func TestSIGKILLMidStream(t *testing.T) {
-	t.Parallel()
 	cycles := 2
 	if testing.Short() {
 		cycles = 1
@@ -266,7 +265,6 @@ func drain(t *testing.T, s *server, h *history.History, queue string) {
 // exits 0 within a few seconds, and after a restart every message is
 // there; those held come back marked redelivered.
 func TestSIGTERMGraceful(t *testing.T) {
-	t.Parallel()
 	s := newServer(t)
 	s.start()
 	const queue = "graceful"

@@ -7,7 +7,5 @@
 //
 // Everything listens on 127.0.0.1, every server is stopped when its test
 // ends (and killed with the test process, on Linux), and every wait is
-// bounded. Every test runs in parallel with the others (each has its own
-// ports, data directories and processes). `go test -short` runs one crash
-// cycle instead of two.
+// bounded. `go test -short` runs one crash cycle instead of two.
 package test

@@ -13,7 +13,6 @@ import (
 // a leader and has applied its log, `queue show` counts every message, a
 // consumer can be created and a send succeeds.
 func TestReadyMeansServing(t *testing.T) {
-	t.Parallel()
 	s := newServer(t)
 	s.start()
 	const queue = "ready"
