@@ -175,7 +175,7 @@ var raceEnabled bool
 // their deadlines. make test runs the large tests again without it.
 func skipLargeUnderRace(t *testing.T) {
 	if raceEnabled {
-		t.Skip("megabyte messages through three in-process nodes under -race: run without it (make test does)")
+		t.Skip("megabyte messages under -race, beside the package's other tests: run without it (make test does)")
 	}
 }
 
@@ -228,6 +228,7 @@ func manyProperties(n, frame int) *clientpb.Message {
 // text. One a few KiB smaller is accepted, and received.
 func TestLarge_MessageThatCouldNotBeDeliveredIsRefused(t *testing.T) {
 	t.Parallel()
+	skipLargeUnderRace(t)
 	n := startNode(t, TestConfig(t, t.TempDir(), func(c *Config) { c.MaxProperties = 300_000 }))
 	ctx := testCtx(t)
 	raw := rawClient(t, n)
