@@ -7,12 +7,26 @@ package cluster
 
 import (
 	"context"
+	"flag"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/cairnmq/cairn/client"
 	"github.com/cairnmq/cairn/transport/certs"
 )
+
+// TestMain runs this package's property tests (rapid) on a handful of
+// sequences, each of which drives a cluster, unless -rapid.checks or
+// RAPID_CHECKS asks for more. Set here, before any test runs: the tests
+// run in parallel, and rapid reads the flag as each starts.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if f := flag.Lookup("rapid.checks"); f != nil && f.Value.String() == f.DefValue && os.Getenv("RAPID_CHECKS") == "" {
+		_ = flag.Set("rapid.checks", "6")
+	}
+	os.Exit(m.Run())
+}
 
 // startNode starts a node and waits until it is ready.
 func startNode(t *testing.T, cfg Config) *Node {
@@ -30,8 +44,12 @@ func startNode(t *testing.T, cfg Config) *Node {
 	return n
 }
 
+// testCtx bounds a test's client calls as a whole: long enough for every
+// step of a test that runs beside others on a busy machine (a test whose
+// steps took more than its 20 s, with the machine shared, failed its last
+// call); a step that must end sooner has its own (stepCtx).
 func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }
