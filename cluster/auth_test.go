@@ -220,13 +220,22 @@ func TestAuth_EveryAdminCallNeedsItsPermission(t *testing.T) {
 		t.Fatal(err)
 	}
 	calls := map[string]func(ctx context.Context, a *client.Admin) error{
-		"CreateQueue": func(ctx context.Context, a *client.Admin) error { _, err := a.CreateQueue(ctx, "q2", client.QueueOptions{}); return err },
+		"CreateQueue": func(ctx context.Context, a *client.Admin) error {
+			_, err := a.CreateQueue(ctx, "q2", client.QueueOptions{})
+			return err
+		},
 		"ShowQueue":   func(ctx context.Context, a *client.Admin) error { _, err := a.ShowQueue(ctx, "q"); return err },
 		"UpdateQueue": func(ctx context.Context, a *client.Admin) error { _, err := a.UpdateQueue(ctx, "q", 2); return err },
 		"PurgeQueue":  func(ctx context.Context, a *client.Admin) error { _, err := a.PurgeQueue(ctx, "q"); return err },
-		"BrowseQueue": func(ctx context.Context, a *client.Admin) error { _, err := a.BrowseQueue(ctx, "q", client.BrowseOptions{}); return err },
+		"BrowseQueue": func(ctx context.Context, a *client.Admin) error {
+			_, err := a.BrowseQueue(ctx, "q", client.BrowseOptions{})
+			return err
+		},
 		"DeleteQueue": func(ctx context.Context, a *client.Admin) error { return a.DeleteQueue(ctx, "q") },
-		"CreateTopic": func(ctx context.Context, a *client.Admin) error { _, err := a.CreateTopic(ctx, "t2", client.TopicOptions{}); return err },
+		"CreateTopic": func(ctx context.Context, a *client.Admin) error {
+			_, err := a.CreateTopic(ctx, "t2", client.TopicOptions{})
+			return err
+		},
 		"ShowTopic":   func(ctx context.Context, a *client.Admin) error { _, err := a.ShowTopic(ctx, "news"); return err },
 		"DeleteTopic": func(ctx context.Context, a *client.Admin) error { return a.DeleteTopic(ctx, "news") },
 		"DeleteSubscription": func(ctx context.Context, a *client.Admin) error {
@@ -238,8 +247,11 @@ func TestAuth_EveryAdminCallNeedsItsPermission(t *testing.T) {
 		"Rebalance":         func(ctx context.Context, a *client.Admin) error { _, err := a.Rebalance(ctx, true); return err },
 		"Connections":       func(ctx context.Context, a *client.Admin) error { _, _, err := a.Connections(ctx); return err },
 		"DestroyConnection": func(ctx context.Context, a *client.Admin) error { return a.DestroyConnection(ctx, "c") },
-		"CreateUser":        func(ctx context.Context, a *client.Admin) error { _, err := a.CreateUser(ctx, "eve", "eve-password", nil); return err },
-		"SetPassword":       func(ctx context.Context, a *client.Admin) error { return a.SetPassword(ctx, "admin", "taken-over") },
+		"CreateUser": func(ctx context.Context, a *client.Admin) error {
+			_, err := a.CreateUser(ctx, "eve", "eve-password", nil)
+			return err
+		},
+		"SetPassword": func(ctx context.Context, a *client.Admin) error { return a.SetPassword(ctx, "admin", "taken-over") },
 		"SetGrants": func(ctx context.Context, a *client.Admin) error {
 			_, err := a.SetGrants(ctx, "app", []client.Grant{{Pattern: "*", Actions: []string{"all"}}})
 			return err
