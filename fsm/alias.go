@@ -220,6 +220,8 @@ func decodeStoredByHand(rec []byte) (*fsmpb.StoredMessage, bool) {
 			sm.Dead = protowire.DecodeBool(v)
 		case num == 9 && isBytes && utf8.Valid(b):
 			sm.MovingTo = string(b)
+		case num == 10 && isBytes && utf8.Valid(b):
+			sm.Consumer = string(b)
 		default:
 			return errNotPlain
 		}

@@ -31,8 +31,13 @@ import (
 //     build would number a renewed member's deliveries from 1);
 //   - 6: one with a Configure whose settings count memory or bound the
 //     messages held (an older build would count bodies alone, or not
-//     count messages, and admit what this one refuses).
-const EntryVersion = 6
+//     count messages, and admit what this one refuses);
+//   - 7: one with a Return that names a consumer (an older build would
+//     return none of its deliveries).
+//
+// A Deliver that names its consumer is of no newer version: an older
+// build applies the same deliveries and only forgets their consumer.
+const EntryVersion = 7
 
 // Encode wraps typed command bodies into one log entry.
 func Encode(cmds ...*fsmpb.Command) ([]byte, error) {
@@ -42,6 +47,11 @@ func Encode(cmds ...*fsmpb.Command) ([]byte, error) {
 // entryVersionOf is the oldest entry version that carries cmds.
 func entryVersionOf(cmds []*fsmpb.Command) uint32 {
 	v := uint32(1)
+	for _, c := range cmds {
+		if c.Type == fsmpb.CommandType_COMMAND_TYPE_RETURN && hasField(c.Payload, returnConsumerField) {
+			return 7
+		}
+	}
 	for _, c := range cmds {
 		if c.Type == fsmpb.CommandType_COMMAND_TYPE_CONFIGURE && limitsMore(c.Payload) {
 			return 6
@@ -107,6 +117,7 @@ func placesInSharedGroup(c *fsmpb.Command) bool {
 const (
 	recoverAttemptField         = 3 // Recover.attempt
 	returnUnseenField           = 4 // Return.unseen
+	returnConsumerField         = 5 // Return.consumer
 	configureFirstDeliveryField = 2 // Configure.first_delivery_id
 )
 

@@ -34,6 +34,9 @@ type session struct {
 	// slot is where sessionSlots holds it; records name it by slot+1.
 	slot       uint32
 	deliveries map[uint64]ref
+	// consumerOf is the consumer each delivery went to, when its Deliver
+	// named one (one string per Deliver, shared by its messages).
+	consumerOf map[uint64]string
 	// lastRecover is the newest attempt the member applied for the session,
 	// and lastRecoverWatermark what it answered: a front-end that got no
 	// answer sends the same attempt again, which must not take back what was
@@ -298,6 +301,9 @@ func (m *Member) deliver(c *fsmpb.Deliver) Result {
 		m.nextDelivery++
 		rec.session = s.slot + 1
 		s.deliveries[rec.deliveryID] = r
+		if c.Consumer != "" {
+			s.consumerOf[rec.deliveryID] = c.Consumer
+		}
 		m.byDelivery[rec.deliveryID] = r
 		out = append(out, m.delivery(r, rec))
 	}
@@ -305,7 +311,8 @@ func (m *Member) deliver(c *fsmpb.Deliver) Result {
 }
 
 func (m *Member) delivery(r ref, rec *record) Delivery {
-	return Delivery{DeliveryID: rec.deliveryID, Message: m.message(r), Body: rec.away, Redelivered: rec.has(flagRedelivered), DeliveryCount: rec.count}
+	return Delivery{DeliveryID: rec.deliveryID, Message: m.message(r), Body: rec.away, Redelivered: rec.has(flagRedelivered), DeliveryCount: rec.count,
+		Consumer: m.sessionOf(rec).consumerOf[rec.deliveryID]}
 }
 
 // remove drops a message from every index.
@@ -334,6 +341,7 @@ func (m *Member) remove(r ref) {
 func (m *Member) undeliver(rec *record) {
 	s := m.sessionSlots[rec.session-1]
 	delete(s.deliveries, rec.deliveryID)
+	delete(s.consumerOf, rec.deliveryID)
 	delete(m.byDelivery, rec.deliveryID)
 	rec.session, rec.deliveryID = 0, 0
 	if s.released && len(s.deliveries) == 0 {
@@ -343,7 +351,7 @@ func (m *Member) undeliver(rec *record) {
 
 // newSession opens a session in a free slot.
 func (m *Member) newSession(id, owner string) *session {
-	s := &session{id: id, owner: owner, deliveries: make(map[uint64]ref)}
+	s := &session{id: id, owner: owner, deliveries: make(map[uint64]ref), consumerOf: make(map[uint64]string)}
 	if n := len(m.freeSlots); n > 0 {
 		s.slot = m.freeSlots[n-1]
 		m.freeSlots = m.freeSlots[:n-1]
@@ -459,6 +467,19 @@ func (m *Member) deliveryIDs(s *session, upTo uint64) []uint64 {
 	return ids
 }
 
+// consumerDeliveries lists the delivery ids of s to consumer above after,
+// ascending, but those a prepared transaction holds.
+func (m *Member) consumerDeliveries(s *session, consumer string, after uint64) []uint64 {
+	var ids []uint64
+	for id, c := range s.consumerOf {
+		if c == consumer && id > after && !m.rec(s.deliveries[id]).has(flagHeld) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
 // requeueAll takes back every delivery of s.
 func (m *Member) requeueAll(s *session, now int64) int {
 	ids := m.deliveryIDs(s, 0)
@@ -500,8 +521,12 @@ func (m *Member) returnDeliveries(c *fsmpb.Return) Result {
 	if s == nil {
 		return Result{Err: fmt.Errorf("%w: %q", ErrUnknownSession, c.Session)}
 	}
+	ids := c.DeliveryIds
+	if c.Consumer != "" {
+		ids = m.consumerDeliveries(s, c.Consumer, c.After)
+	}
 	var r Result
-	for _, id := range c.DeliveryIds {
+	for _, id := range ids {
 		msg := s.deliveries[id]
 		if msg == 0 || m.rec(msg).has(flagHeld) {
 			r.Rejected = append(r.Rejected, id)

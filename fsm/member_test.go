@@ -1075,6 +1075,8 @@ func TestEncode_WritesTheOldestVersionThatCarriesTheEntry(t *testing.T) {
 		{"a configure with a first delivery id", []proto.Message{&fsmpb.Configure{Settings: fsm.DefaultSettings(), FirstDeliveryId: 9}}, 5},
 		{"a configure counting memory", []proto.Message{&fsmpb.Configure{Settings: &fsmpb.MemberSettings{CountMemory: true}, FirstDeliveryId: 9}}, 6},
 		{"a configure bounding messages", []proto.Message{&fsmpb.Configure{Settings: &fsmpb.MemberSettings{MaxMessages: 10}}}, 6},
+		{"a deliver naming its consumer", []proto.Message{&fsmpb.Deliver{Session: "s", Consumer: "c1", MessageIds: []string{"a"}}}, 1},
+		{"a return of a consumer's deliveries", []proto.Message{&fsmpb.Return{Session: "s", Consumer: "c1", After: 3, Unseen: true}}, 7},
 	} {
 		e, err := fsm.Decode(entry(t, c.cmds...))
 		if err != nil || e.GetVersion() != c.want {

@@ -175,15 +175,15 @@ func (a *awayShadow) check(t *rapid.T, m *fsm.Member, known []string, now int64)
 		}
 	}
 	for _, s := range m.Sessions() {
-		got, want := a.m.DeliveriesAfter(s.ID, 0), m.DeliveriesAfter(s.ID, 0)
+		got, want := a.m.SessionDeliveries(s.ID), m.SessionDeliveries(s.ID)
 		if len(got) != len(want) {
-			t.Fatalf("DeliveriesAfter(%s): %d putting bodies away, %d holding them", s.ID, len(got), len(want))
+			t.Fatalf("SessionDeliveries(%s): %d putting bodies away, %d holding them", s.ID, len(got), len(want))
 		}
 		for i := range got {
 			got[i].Message, got[i].Body = a.whole(t, got[i].Message, got[i].Body), fsm.BodyRef{}
 		}
 		if !sameResult(fsm.Result{Delivered: want}, fsm.Result{Delivered: got}) {
-			t.Fatalf("DeliveriesAfter(%s): putting bodies away %+v, holding them %+v", s.ID, got, want)
+			t.Fatalf("SessionDeliveries(%s): putting bodies away %+v, holding them %+v", s.ID, got, want)
 		}
 	}
 	if !slices.Equal(a.m.Sessions(), m.Sessions()) || !slices.Equal(a.m.PreparedTxs(), m.PreparedTxs()) {

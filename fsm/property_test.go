@@ -41,6 +41,7 @@ type modelMsg struct {
 	redelivered bool
 	count       uint32
 	session     string // "" while not delivered
+	consumer    string // the session's consumer it was delivered to
 	deliveryID  uint64
 	availableAt int64  // set while delayed
 	dead        bool   // delivered max_deliveries times
@@ -188,10 +189,10 @@ func (md *model) deliver(c *fsmpb.Deliver) fsm.Result {
 			continue
 		}
 		m.count++
-		m.session, m.deliveryID = c.Session, md.nextDelivery
+		m.session, m.consumer, m.deliveryID = c.Session, c.Consumer, md.nextDelivery
 		md.nextDelivery++
 		s.deliveries[m.deliveryID] = id
-		r.Delivered = append(r.Delivered, fsm.Delivery{DeliveryID: m.deliveryID, Message: m.msg, Redelivered: m.redelivered, DeliveryCount: m.count})
+		r.Delivered = append(r.Delivered, fsm.Delivery{DeliveryID: m.deliveryID, Message: m.msg, Redelivered: m.redelivered, DeliveryCount: m.count, Consumer: c.Consumer})
 	}
 	return r
 }
@@ -211,7 +212,7 @@ func (md *model) remove(id string) {
 func (md *model) requeue(id string, now int64) {
 	m := md.msgs[id]
 	delete(md.sessions[m.session].deliveries, m.deliveryID)
-	m.session, m.deliveryID, m.redelivered = "", 0, true
+	m.session, m.consumer, m.deliveryID, m.redelivered = "", "", 0, true
 	switch {
 	case md.maxDeliveries > 0 && m.count >= md.maxDeliveries:
 		m.dead = true
@@ -297,13 +298,29 @@ func (md *model) release(c *fsmpb.Release) fsm.Result {
 	return fsm.Result{Returned: n}
 }
 
+// consumerDeliveries are the delivery ids of session s to consumer above
+// after, ascending.
+func (md *model) consumerDeliveries(s *modelSession, consumer string, after uint64) []uint64 {
+	var out []uint64
+	for _, d := range sortedKeys(s.deliveries) {
+		if d > after && md.msgs[s.deliveries[d]].consumer == consumer {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
 func (md *model) giveBack(c *fsmpb.Return) fsm.Result {
 	s := md.sessions[c.Session]
 	if s == nil {
 		return fsm.Result{Err: fsm.ErrUnknownSession}
 	}
 	var r fsm.Result
-	for _, d := range c.DeliveryIds {
+	ids := c.DeliveryIds
+	if c.Consumer != "" {
+		ids = md.consumerDeliveries(s, c.Consumer, c.After)
+	}
+	for _, d := range ids {
 		id, ok := s.deliveries[d]
 		if !ok {
 			r.Rejected = append(r.Rejected, d)
@@ -313,7 +330,7 @@ func (md *model) giveBack(c *fsmpb.Return) fsm.Result {
 			// As if never delivered: no count, no mark, pending again.
 			m := md.msgs[id]
 			delete(s.deliveries, d)
-			m.session, m.deliveryID = "", 0
+			m.session, m.consumer, m.deliveryID = "", "", 0
 			m.count--
 		} else {
 			md.requeue(id, c.Now)
@@ -608,7 +625,7 @@ func sameResult(want, got fsm.Result) bool {
 	for i, d := range want.Delivered {
 		g := got.Delivered[i]
 		if d.DeliveryID != g.DeliveryID || d.Redelivered != g.Redelivered || d.DeliveryCount != g.DeliveryCount ||
-			!sameMessage(d.Message, g.Message) {
+			d.Consumer != g.Consumer || !sameMessage(d.Message, g.Message) {
 			return false
 		}
 	}
@@ -944,7 +961,24 @@ func (p *propMachine) check(t *rapid.T) {
 	// one delivery id.
 	dids := map[uint64]string{}
 	for _, s := range m.Sessions() {
-		for _, d := range m.DeliveriesAfter(s.ID, 0) {
+		// Each consumer of the session holds what was delivered to it,
+		// and what a new host would push it again is its own alone.
+		if ms := md.sessions[s.ID]; ms != nil {
+			for _, k := range []string{"k1", "k2", "k3"} {
+				want := md.consumerDeliveries(ms, k, 0)
+				var got []uint64
+				for _, d := range m.DeliveriesAfter(s.ID, k, 0) {
+					got = append(got, d.DeliveryID)
+					if d.Consumer != k {
+						t.Fatalf("DeliveriesAfter(%s, %s) lists delivery %d of consumer %q", s.ID, k, d.DeliveryID, d.Consumer)
+					}
+				}
+				if !slices.Equal(got, want) {
+					t.Fatalf("DeliveriesAfter(%s, %s): %v; model %v", s.ID, k, got, want)
+				}
+			}
+		}
+		for _, d := range m.SessionDeliveries(s.ID) {
 			id := d.Message.GetId()
 			if other, dup := dids[d.DeliveryID]; dup {
 				t.Fatalf("promise 3: delivery id %d held by %s and %s", d.DeliveryID, id, other)
@@ -1208,7 +1242,10 @@ func (p *propMachine) actions() map[string]func(*rapid.T) {
 			ids = append(p.md.pendingOrder(p.now), ids...)
 			ids = ids[:min(len(ids), 4)]
 		}
-		p.step(t, &fsmpb.Deliver{Session: p.session(t), Now: p.now, MessageIds: ids})
+		// Several consumers per session, and none (entries written
+		// before consumers were named).
+		consumer := rapid.SampledFrom([]string{"k1", "k1", "k2", "k3", ""}).Draw(t, "consumer")
+		p.step(t, &fsmpb.Deliver{Session: p.session(t), Consumer: consumer, Now: p.now, MessageIds: ids})
 	}
 	ack := func(t *rapid.T) {
 		s := p.session(t)
@@ -1249,6 +1286,13 @@ func (p *propMachine) actions() map[string]func(*rapid.T) {
 			s := p.session(t)
 			unseen := rapid.Bool().Draw(t, "unseen")
 			p.step(t, &fsmpb.Return{Session: s, DeliveryIds: p.deliveryIDs(t, s), Now: p.now, Unseen: unseen})
+		},
+		// A closed consumer's deliveries above what was pushed to it.
+		"return a consumer's": func(t *rapid.T) {
+			s := p.session(t)
+			consumer := rapid.SampledFrom([]string{"k1", "k2", "k3"}).Draw(t, "consumer")
+			after := rapid.SampledFrom(append(p.deliveryIDs(t, s), 0)).Draw(t, "after")
+			p.step(t, &fsmpb.Return{Session: s, Consumer: consumer, After: after, Now: p.now, Unseen: rapid.Bool().Draw(t, "unseen")})
 		},
 		"move": func(t *rapid.T) {
 			target := rapid.SampledFrom([]string{"q#0", "q#1", "q.DLQ#0"}).Draw(t, "target")

@@ -39,7 +39,7 @@ func TestProperty_Transactions(t *testing.T) {
 		newID := func() string { next++; return fmt.Sprint("m", next) }
 		deliveries := func(session string) []uint64 {
 			var ids []uint64
-			for _, d := range f.m.DeliveriesAfter(session, 0) {
+			for _, d := range f.m.SessionDeliveries(session) {
 				if st, _ := f.m.Lookup(d.Message.Id); st.Tx == "" {
 					ids = append(ids, d.DeliveryID)
 				}
@@ -47,7 +47,7 @@ func TestProperty_Transactions(t *testing.T) {
 			return ids
 		}
 		idOf := func(session string, delivery uint64) string {
-			for _, d := range f.m.DeliveriesAfter(session, 0) {
+			for _, d := range f.m.SessionDeliveries(session) {
 				if d.DeliveryID == delivery {
 					return d.Message.Id
 				}

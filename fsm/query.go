@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 
 	"github.com/cairnmq/cairn/fsm/fsmpb"
@@ -298,18 +299,35 @@ func (m *Member) stateOf(r ref) MessageState {
 	return st
 }
 
-// DeliveriesAfter lists the deliveries a session holds with an id above
-// after, in delivery order: those a host committed but may not have pushed.
-func (m *Member) DeliveriesAfter(session string, after uint64) []Delivery {
+// SessionDeliveries lists every delivery a session holds, in delivery
+// order, each with its consumer.
+func (m *Member) SessionDeliveries(session string) []Delivery {
+	s := m.sessions[session]
+	if s == nil {
+		return nil
+	}
+	ids := slices.Sorted(maps.Keys(s.deliveries))
+	out := make([]Delivery, len(ids))
+	for i, id := range ids {
+		r := s.deliveries[id]
+		out[i] = m.delivery(r, m.rec(r))
+	}
+	return out
+}
+
+// DeliveriesAfter lists the deliveries a session holds for one of its
+// consumers with an id above after, in delivery order: those a host
+// committed for that consumer but may not have pushed. A delivery whose
+// Deliver named no consumer (written before consumers were named) is none
+// of them: it stays the session's until acknowledged, recovered or
+// released.
+func (m *Member) DeliveriesAfter(session, consumer string, after uint64) []Delivery {
 	s := m.sessions[session]
 	if s == nil {
 		return nil
 	}
 	var out []Delivery
-	for _, id := range m.deliveryIDs(s, 0) {
-		if id <= after {
-			continue
-		}
+	for _, id := range m.consumerDeliveries(s, consumer, after) {
 		r := s.deliveries[id]
 		out = append(out, m.delivery(r, m.rec(r)))
 	}

@@ -51,4 +51,7 @@ type Delivery struct {
 	Body          BodyRef
 	Redelivered   bool
 	DeliveryCount uint32
+	// Consumer is the session's consumer it went to ("" when its Deliver
+	// named none).
+	Consumer string
 }

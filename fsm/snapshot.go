@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 
 	"google.golang.org/protobuf/encoding/protodelim"
@@ -29,6 +30,8 @@ type MemberImage struct {
 	msgs     [][]*fsmpb.Message
 	sessions []string
 	targets  []string
+	// consumers are the consumers of the delivered messages, by delivery id.
+	consumers map[uint64]string
 	// readBody reads a body the member put away (SetBodyReader).
 	readBody func(ref BodyRef, buf []byte) ([]byte, error)
 }
@@ -51,9 +54,11 @@ func (m *Member) Capture() *MemberImage {
 		msgs[i] = slices.Clone(m.records.msgs[i][:n])
 	}
 	sessions := make([]string, len(m.sessionSlots))
+	consumers := make(map[uint64]string)
 	for i, s := range m.sessionSlots {
 		if s != nil {
 			sessions[i] = s.id
+			maps.Copy(consumers, s.consumerOf)
 		}
 	}
 	img := &MemberImage{
@@ -66,9 +71,10 @@ func (m *Member) Capture() *MemberImage {
 			DeadLettered:   m.deadLettered,
 			Sealed:         m.sealed,
 		},
-		records:  records,
-		msgs:     msgs,
-		sessions: sessions,
+		records:   records,
+		msgs:      msgs,
+		sessions:  sessions,
+		consumers: consumers,
 		// Targets are only appended to: the records copied name none past
 		// this length.
 		targets: m.targets[:len(m.targets):len(m.targets)],
@@ -175,6 +181,7 @@ func (img *MemberImage) WriteTo(w io.Writer) (int64, error) {
 		}
 		if rec.session != 0 {
 			sm.Session = img.sessions[rec.session-1]
+			sm.Consumer = img.consumers[rec.deliveryID]
 		}
 		if err := write(&sm); err != nil {
 			return n, err
@@ -329,6 +336,7 @@ func (s *MemberSnapshot) Restore(next func() (*fsmpb.StoredMessage, BodyRef, err
 		}
 	}
 	orphans := map[string]*session{}
+	consumers := interned{}
 	made := make([]ref, 0, min(h.MessageCount, maxPresizedMessages))
 	for i := uint64(0); i < h.MessageCount; i++ {
 		sm, away, err := next()
@@ -373,6 +381,9 @@ func (s *MemberSnapshot) Restore(next func() (*fsmpb.StoredMessage, BodyRef, err
 		}
 		rec.session, rec.deliveryID = s.slot+1, sm.DeliveryId
 		s.deliveries[rec.deliveryID] = r
+		if sm.Consumer != "" {
+			s.consumerOf[rec.deliveryID] = consumers.intern(sm.Consumer)
+		}
 		m.byDelivery[rec.deliveryID] = r
 	}
 	// Indexed in a pass of their own: while the records are read, the
@@ -434,4 +445,16 @@ func (m *Member) restoreTxs(txs []*fsmpb.StoredTx) error {
 		m.hold(t, false)
 	}
 	return nil
+}
+
+// interned keeps one copy of each string a restore reads many times (the
+// consumer of each delivery of a batch).
+type interned map[string]string
+
+func (in interned) intern(s string) string {
+	if v, ok := in[s]; ok {
+		return v
+	}
+	in[s] = s
+	return s
 }

@@ -564,9 +564,10 @@ func TestReplica_SnapshotAndRestartWithBodiesPutAway(t *testing.T) {
 	if !st.Body.Away() || st.Session != "s1" {
 		t.Fatalf("a000, delivered before the restart: %+v; want its body put away by the restore", st)
 	}
-	// The deliveries made before the restart come first, unseen.
+	// The deliveries made before the restart come first, unseen, to the
+	// consumer they were made to.
 	var c2 collector
-	if err := r2.AttachConsumer(&Consumer{ID: "c2", Session: "s1", Push: c2.push}, len(ids), 0); err != nil {
+	if err := r2.AttachConsumer(&Consumer{ID: "c1", Session: "s1", Push: c2.push}, len(ids), 0); err != nil {
 		t.Fatal(err)
 	}
 	wait.For(t, 10*time.Second, "every message delivered after the restart", func() bool { return c2.count() == len(ids) })
@@ -586,7 +587,7 @@ func TestReplica_SnapshotAndRestartWithBodiesPutAway(t *testing.T) {
 	}
 	wait.For(t, 10*time.Second, "state restored", func() bool { return r3.Stats().Delivered == len(ids) })
 	var c3 collector
-	if err := r3.AttachConsumer(&Consumer{ID: "c3", Session: "s1", Push: c3.push}, len(ids), 0); err != nil {
+	if err := r3.AttachConsumer(&Consumer{ID: "c1", Session: "s1", Push: c3.push}, len(ids), 0); err != nil {
 		t.Fatal(err)
 	}
 	wait.For(t, 10*time.Second, "every delivery pushed again", func() bool { return c3.count() == len(ids) })

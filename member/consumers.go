@@ -93,11 +93,11 @@ func (r *Replica) AddConsumer(c *Consumer, credit int) error {
 	return r.AttachConsumer(c, credit, ^uint64(0))
 }
 
-// AttachConsumer attaches a consumer that has seen its session's deliveries
-// on this member up to pushedUpTo. Deliveries of the session above it were
-// committed by an earlier host that failed before pushing them: they are
-// pushed first (not redelivered: the consumer never saw them), within the
-// credit.
+// AttachConsumer attaches a consumer that has seen its deliveries on this
+// member up to pushedUpTo. Its deliveries above it were committed by an
+// earlier host that failed before pushing them: they are pushed first (not
+// redelivered: the consumer never saw them), within the credit. Those of
+// the session's other consumers are theirs alone.
 func (r *Replica) AttachConsumer(c *Consumer, credit int, pushedUpTo uint64) error {
 	select {
 	case <-r.stop:
@@ -106,7 +106,7 @@ func (r *Replica) AttachConsumer(c *Consumer, credit int, pushedUpTo uint64) err
 	}
 	var unseen []fsm.Delivery
 	if pushedUpTo != ^uint64(0) {
-		r.host.fsm.read(r.key, func(m *fsm.Member) { unseen = m.DeliveriesAfter(c.Session, pushedUpTo) })
+		r.host.fsm.read(r.key, func(m *fsm.Member) { unseen = m.DeliveriesAfter(c.Session, c.ID, pushedUpTo) })
 		unseen = r.host.fsm.deliveriesWithBodies(r.key, unseen)
 	}
 	r.mu.Lock()

@@ -120,7 +120,7 @@ func (r *Replica) deliveries(picks []pick, now int64) []command {
 	cmds := make([]command, len(picks))
 	start := time.Now()
 	for i, p := range picks {
-		cmds[i] = command{member: r.key, body: &fsmpb.Deliver{Session: p.c.Session, Now: now, MessageIds: p.ids}, done: func(res fsm.Result, err error) {
+		cmds[i] = command{member: r.key, body: &fsmpb.Deliver{Session: p.c.Session, Consumer: p.c.ID, Now: now, MessageIds: p.ids}, done: func(res fsm.Result, err error) {
 			r.delivered(p, start, res, err)
 		}}
 	}

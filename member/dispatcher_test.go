@@ -383,7 +383,7 @@ func TestReplica_DeliveryPushedOnReattachIsNotGivenBack(t *testing.T) {
 	<-held
 	r.Credit("c1", 1)
 	applied := func() (ds []fsm.Delivery) {
-		r.Read(func(m *fsm.Member) { ds = m.DeliveriesAfter("s1", 0) })
+		r.Read(func(m *fsm.Member) { ds = m.SessionDeliveries("s1") })
 		return ds
 	}
 	wait.For(t, 10*time.Second, "the Deliver applied", func() bool { return len(applied()) == 1 })
@@ -430,7 +430,7 @@ func TestReplica_GiveBackAndReattachNeverBothTakeADelivery(t *testing.T) {
 	d := first.deliveries()[0].DeliveryID
 	held := func() int {
 		var ds []fsm.Delivery
-		r.Read(func(m *fsm.Member) { ds = m.DeliveriesAfter("s1", 0) })
+		r.Read(func(m *fsm.Member) { ds = m.SessionDeliveries("s1") })
 		return len(ds)
 	}
 
@@ -463,5 +463,59 @@ func TestReplica_GiveBackAndReattachNeverBothTakeADelivery(t *testing.T) {
 	}
 	if third.count() != 0 {
 		t.Fatalf("an attachment made while delivery %d was being given back was pushed it", d)
+	}
+}
+
+// Two consumers of one session, each pushed its deliveries, attach again
+// (as to a new host) having seen none of them: each is pushed its own
+// again, never the other's; a consumer attaching for the first time is
+// pushed nothing; a consumer's Return gives back its own alone.
+func TestReplica_AttachPushesAConsumerItsOwnDeliveriesAlone(t *testing.T) {
+	ctx := context.Background()
+	var c1, c2 collector
+	r := consumingReplica(t, 3, c1.push)
+	if err := r.AddConsumer(&Consumer{ID: "c2", Session: "s1", Push: c2.push}, 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Enqueue(ctx, msgs(6, "m")); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 10*time.Second, "three deliveries to each consumer", func() bool { return c1.count() == 3 && c2.count() == 3 })
+	ids := func(ds []fsm.Delivery) (out []string) {
+		for _, d := range ds {
+			out = append(out, d.Message.Id)
+		}
+		return out
+	}
+	r.RemoveConsumer("c1")
+	r.RemoveConsumer("c2")
+	var again1, again2, fresh collector
+	if err := r.AttachConsumer(&Consumer{ID: "c1", Session: "s1", Push: again1.push}, 3, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.AttachConsumer(&Consumer{ID: "c2", Session: "s1", Push: again2.push}, 3, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.AttachConsumer(&Consumer{ID: "c3", Session: "s1", Push: fresh.push}, 3, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ids(again1.deliveries()), ids(c1.deliveries()); !slices.Equal(got, want) {
+		t.Errorf("c1 attached again was pushed %v; want its own %v", got, want)
+	}
+	if got, want := ids(again2.deliveries()), ids(c2.deliveries()); !slices.Equal(got, want) {
+		t.Errorf("c2 attached again was pushed %v; want its own %v", got, want)
+	}
+	if fresh.count() != 0 {
+		t.Errorf("a new consumer of the session was pushed %v; want none", ids(fresh.deliveries()))
+	}
+	r.RemoveConsumer("c3") // else it would take what c2 gives back
+	res, err := r.proposeResult(ctx, &fsmpb.Return{Session: "s1", Consumer: "c2", After: c2.deliveries()[0].DeliveryID, Unseen: true})
+	if err != nil || res.Returned != 2 {
+		t.Fatalf("c2's Return after its first delivery: %+v, %v; want 2 returned", res, err)
+	}
+	var held []fsm.Delivery
+	r.Read(func(m *fsm.Member) { held = m.SessionDeliveries("s1") })
+	if want := append(ids(c1.deliveries()), c2.deliveries()[0].Message.Id); !slices.Equal(slices.Sorted(slices.Values(ids(held))), slices.Sorted(slices.Values(want))) {
+		t.Errorf("the session holds %v after c2's Return; want %v", ids(held), want)
 	}
 }

@@ -176,6 +176,20 @@ func (a *attachment) giveBack(gen uint64, ds []fsm.Delivery) {
 	a.n.SubmitAsync(a.member, &fsmpb.Return{Session: a.session, DeliveryIds: ids, Unseen: true}, func(fsm.Result, error) {})
 }
 
+// giveBackUnpushed returns, unseen, what the member's host committed for
+// the consumer and never pushed to the client, once the consumer is
+// detached: a host that failed over between committing deliveries and
+// pushing them leaves them to the consumer, which no new link will take
+// now. What the client was pushed stays the session's (JMS acknowledges
+// by session, a closed consumer's messages included); what it buffered
+// and never handed out, it returns itself.
+func (a *attachment) giveBackUnpushed() {
+	a.mu.Lock()
+	after := a.pushedUpTo
+	a.mu.Unlock()
+	a.n.SubmitAsync(a.member, &fsmpb.Return{Session: a.session, Consumer: a.k.id, After: after, Unseen: true}, func(fsm.Result, error) {})
+}
+
 // linkEnded is told by link gen that it ended.
 func (a *attachment) linkEnded(gen uint64, err error) {
 	a.mu.Lock()

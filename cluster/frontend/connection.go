@@ -63,7 +63,11 @@ type connection struct {
 	clientID  string
 	sessions  map[uint64]*session
 	consumers map[uint64]*consumer
-	closed    bool
+	// consumersMade numbers the consumers made, which name them to
+	// members' hosts: a client that reuses a closed consumer's number
+	// makes another consumer, whose deliveries are its own.
+	consumersMade uint64
+	closed        bool
 	// abandoned connections end without releasing their sessions (Crash).
 	abandoned bool
 	// temporary are the temporary queues the connection made, deleted when

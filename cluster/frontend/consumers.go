@@ -67,7 +67,8 @@ func (c *connection) createConsumer(requestID uint64, op *clientpb.CreateConsume
 	}
 	var k *consumer
 	if err == nil {
-		k = &consumer{no: op.Consumer, id: fmt.Sprintf("%s/c%d", c.id, op.Consumer), session: s, selector: sel}
+		c.consumersMade++
+		k = &consumer{no: op.Consumer, id: fmt.Sprintf("%s/c%d", c.id, c.consumersMade), session: s, selector: sel}
 		s.consumers[k.no] = k
 		c.consumers[k.no] = k
 	}
@@ -222,15 +223,20 @@ func nsToMs(ns int64) int64 {
 func (c *connection) closeConsumer(requestID uint64, op *clientpb.CloseConsumer) {
 	c.mu.Lock()
 	k, ok := c.consumers[op.Consumer]
+	var a *attachment
 	if ok {
 		k.detach(c.n)
 		delete(c.consumers, k.no)
 		delete(k.session.consumers, k.no)
+		a = k.att
 	}
 	c.mu.Unlock()
 	if !ok {
 		c.reply(requestID, fmt.Errorf("%w: consumer %d is not open on this connection", transport.ErrUnknownSession, op.Consumer), nil)
 		return
+	}
+	if a != nil {
+		a.giveBackUnpushed()
 	}
 	c.reply(requestID, nil, nil)
 }

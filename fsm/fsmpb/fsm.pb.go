@@ -803,10 +803,17 @@ func (x *Publish) GetMessages() []*Message {
 // Deliver hands pending messages to a session. Ids that are no longer
 // pending (acked, expired, delivered meanwhile) are skipped, not rejected.
 type Deliver struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
-	Now           int64                  `protobuf:"varint,2,opt,name=now,proto3" json:"now,omitempty"`
-	MessageIds    []string               `protobuf:"bytes,3,rep,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Session    string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	Now        int64                  `protobuf:"varint,2,opt,name=now,proto3" json:"now,omitempty"`
+	MessageIds []string               `protobuf:"bytes,3,rep,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
+	// consumer is the session's consumer the messages go to: a new host
+	// pushes what an old one committed and never pushed to that consumer
+	// alone (Member.DeliveriesAfter), however many the session has. Empty
+	// in entries written before it: such deliveries are the session's,
+	// pushed again to none of its consumers. An older build ignores it and
+	// applies the same deliveries.
+	Consumer      string `protobuf:"bytes,4,opt,name=consumer,proto3" json:"consumer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -860,6 +867,13 @@ func (x *Deliver) GetMessageIds() []string {
 		return x.MessageIds
 	}
 	return nil
+}
+
+func (x *Deliver) GetConsumer() string {
+	if x != nil {
+		return x.Consumer
+	}
+	return ""
 }
 
 // Ack acknowledges deliveries of a session: the listed delivery ids, and
@@ -1062,7 +1076,13 @@ type Return struct {
 	// written before unseen), each is requeued as a recover does: marked
 	// redelivered. An entry with an unseen Return is of version 3; in an
 	// older entry (an older leader forwarded it) unseen is ignored.
-	Unseen        bool `protobuf:"varint,4,opt,name=unseen,proto3" json:"unseen,omitempty"`
+	Unseen bool `protobuf:"varint,4,opt,name=unseen,proto3" json:"unseen,omitempty"`
+	// consumer, when set, gives back instead every delivery of the session
+	// to that consumer with an id above after (delivery_ids unused): what a
+	// host committed for a consumer that closed and never pushed to it. An
+	// entry with such a Return is of version 7.
+	Consumer      string `protobuf:"bytes,5,opt,name=consumer,proto3" json:"consumer,omitempty"`
+	After         uint64 `protobuf:"varint,6,opt,name=after,proto3" json:"after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1123,6 +1143,20 @@ func (x *Return) GetUnseen() bool {
 		return x.Unseen
 	}
 	return false
+}
+
+func (x *Return) GetConsumer() string {
+	if x != nil {
+		return x.Consumer
+	}
+	return ""
+}
+
+func (x *Return) GetAfter() uint64 {
+	if x != nil {
+		return x.After
+	}
+	return 0
 }
 
 // Move takes messages that wait here (pending, or dead: delivered
@@ -3209,8 +3243,10 @@ type StoredMessage struct {
 	// available_at is set while the message waits out a redelivery delay.
 	AvailableAt int64 `protobuf:"varint,7,opt,name=available_at,json=availableAt,proto3" json:"available_at,omitempty"`
 	// dead: delivered max_deliveries times; moving_to: the member it moves to.
-	Dead          bool   `protobuf:"varint,8,opt,name=dead,proto3" json:"dead,omitempty"`
-	MovingTo      string `protobuf:"bytes,9,opt,name=moving_to,json=movingTo,proto3" json:"moving_to,omitempty"`
+	Dead     bool   `protobuf:"varint,8,opt,name=dead,proto3" json:"dead,omitempty"`
+	MovingTo string `protobuf:"bytes,9,opt,name=moving_to,json=movingTo,proto3" json:"moving_to,omitempty"`
+	// consumer is the consumer of the session it is delivered to (Deliver).
+	Consumer      string `protobuf:"bytes,10,opt,name=consumer,proto3" json:"consumer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3304,6 +3340,13 @@ func (x *StoredMessage) GetDead() bool {
 func (x *StoredMessage) GetMovingTo() string {
 	if x != nil {
 		return x.MovingTo
+	}
+	return ""
+}
+
+func (x *StoredMessage) GetConsumer() string {
+	if x != nil {
+		return x.Consumer
 	}
 	return ""
 }
@@ -4422,12 +4465,13 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\bmessages\x18\x02 \x03(\v2\x15.cairn.fsm.v1.MessageR\bmessages\"N\n" +
 	"\aPublish\x12\x10\n" +
 	"\x03now\x18\x01 \x01(\x03R\x03now\x121\n" +
-	"\bmessages\x18\x02 \x03(\v2\x15.cairn.fsm.v1.MessageR\bmessages\"V\n" +
+	"\bmessages\x18\x02 \x03(\v2\x15.cairn.fsm.v1.MessageR\bmessages\"r\n" +
 	"\aDeliver\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x10\n" +
 	"\x03now\x18\x02 \x01(\x03R\x03now\x12\x1f\n" +
 	"\vmessage_ids\x18\x03 \x03(\tR\n" +
-	"messageIds\"W\n" +
+	"messageIds\x12\x1a\n" +
+	"\bconsumer\x18\x04 \x01(\tR\bconsumer\"W\n" +
 	"\x03Ack\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12!\n" +
 	"\fdelivery_ids\x18\x02 \x03(\x04R\vdeliveryIds\x12\x13\n" +
@@ -4438,12 +4482,14 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\aattempt\x18\x03 \x01(\x04R\aattempt\"5\n" +
 	"\aRelease\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x10\n" +
-	"\x03now\x18\x02 \x01(\x03R\x03now\"o\n" +
+	"\x03now\x18\x02 \x01(\x03R\x03now\"\xa1\x01\n" +
 	"\x06Return\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12!\n" +
 	"\fdelivery_ids\x18\x02 \x03(\x04R\vdeliveryIds\x12\x10\n" +
 	"\x03now\x18\x03 \x01(\x03R\x03now\x12\x16\n" +
-	"\x06unseen\x18\x04 \x01(\bR\x06unseen\"[\n" +
+	"\x06unseen\x18\x04 \x01(\bR\x06unseen\x12\x1a\n" +
+	"\bconsumer\x18\x05 \x01(\tR\bconsumer\x12\x14\n" +
+	"\x05after\x18\x06 \x01(\x04R\x05after\"[\n" +
 	"\x04Move\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x1f\n" +
 	"\vmessage_ids\x18\x02 \x03(\tR\n" +
@@ -4594,7 +4640,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x02tx\x18\x01 \x01(\tR\x02tx\x12\x16\n" +
 	"\x06commit\x18\x02 \x01(\bR\x06commit\x12\x16\n" +
 	"\x06record\x18\x03 \x01(\bR\x06record\x12\x10\n" +
-	"\x03now\x18\x04 \x01(\x03R\x03now\"\xaa\x02\n" +
+	"\x03now\x18\x04 \x01(\x03R\x03now\"\xc6\x02\n" +
 	"\rStoredMessage\x12/\n" +
 	"\amessage\x18\x01 \x01(\v2\x15.cairn.fsm.v1.MessageR\amessage\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12 \n" +
@@ -4605,7 +4651,9 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\asession\x18\x06 \x01(\tR\asession\x12!\n" +
 	"\favailable_at\x18\a \x01(\x03R\vavailableAt\x12\x12\n" +
 	"\x04dead\x18\b \x01(\bR\x04dead\x12\x1b\n" +
-	"\tmoving_to\x18\t \x01(\tR\bmovingTo\"\x8e\x01\n" +
+	"\tmoving_to\x18\t \x01(\tR\bmovingTo\x12\x1a\n" +
+	"\bconsumer\x18\n" +
+	" \x01(\tR\bconsumer\"\x8e\x01\n" +
 	"\rStoredSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12!\n" +
