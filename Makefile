@@ -51,7 +51,7 @@ test-short:
 # copy as released and through the leader-staging patch (-tags
 # cairn_staging), side by side: each waits out timeouts far more than it
 # computes (about 130 s, 18 CPU-seconds). It skips the tests that fail on
-# v1.7.3 itself (third_party/hashicorp-raft/CAIRN.md says which and why).
+# v1.7.3 as released too (third_party/hashicorp-raft/CAIRN.md has the counts).
 # RAFT_RUN narrows it to some tests (.ci/run reruns, alone, those that
 # failed beside make test).
 RAFT_RUN ?= .

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -148,12 +149,18 @@ type ddRun struct {
 	hist  *recorder
 	// resent is closed if some node resent a send of unknown outcome.
 	resent chan struct{}
+	// crashes is how many times H was crashed.
+	crashes int
 	// elections is how many terms queue#0's group went through while the
-	// senders ran, as F's replica counts them: the crash's election, and
+	// senders ran, as F's replica counts them: the crashes' elections, and
 	// any other a loaded machine brings (each can leave one send per
 	// sender of unknown outcome).
 	elections uint64
 }
+
+// ddMaxCrashes bounds the crashes of a host-kill scenario that waits for
+// its fault to land.
+const ddMaxCrashes = 3
 
 // ddHostKill runs the host-kill scenario: a 3-node cluster with a queue of
 // three members (three replicas each), each hosted by its preferred node;
@@ -164,7 +171,12 @@ type ddRun struct {
 // the crash succeeded (the new host took over). With direct, the senders
 // send straight to H once F named it (client/direct.go), falling back to F
 // when H is lost; without, every send goes through F, which forwards it.
-func ddHostKill(t *testing.T, queue string, idempotent, direct bool) *ddRun {
+//
+// With landed, which says whether the sends so far show what the test is
+// about, a crash that did not land is followed by another, at most
+// ddMaxCrashes in all: the senders pause, H starts again with its data and
+// hosts #0 again, and the round begins anew. Without, H is crashed once.
+func ddHostKill(t *testing.T, queue string, idempotent, direct bool, landed func([]ddSend) bool) *ddRun {
 	t.Helper()
 	watch := &logWatch{msg: "resending a send of unknown outcome; the member's dedup window drops a second copy", seen: make(chan struct{})}
 	tc := NewTestCluster(t, 3, func(c *Config) {
@@ -194,7 +206,16 @@ func ddHostKill(t *testing.T, queue string, idempotent, direct bool) *ddRun {
 		stop, crashed     atomic.Bool
 		okBefore, okAfter atomic.Int64
 		wg                sync.WaitGroup
+		// gate pauses the senders between crashes: each send holds it
+		// for reading.
+		gate   sync.RWMutex
+		paused bool
 	)
+	defer func() {
+		if paused { // a failure between crashes: the senders must end
+			gate.Unlock()
+		}
+	}()
 	const maxSends = 5000 // per sender
 	runCtx := stepCtx(t, 3*time.Minute)
 	for s := range ddSenders {
@@ -204,6 +225,7 @@ func ddHostKill(t *testing.T, queue string, idempotent, direct bool) *ddRun {
 		go func() {
 			defer wg.Done()
 			for k := 0; k < maxSends && !stop.Load() && runCtx.Err() == nil; k++ {
+				gate.RLock()
 				after := crashed.Load()
 				body := fmt.Sprintf("%s/s%d/%d", queue, s, k)
 				m := &client.Message{ID: body, Body: []byte(body)}
@@ -222,6 +244,7 @@ func ddHostKill(t *testing.T, queue string, idempotent, direct bool) *ddRun {
 				default:
 					okBefore.Add(1)
 				}
+				gate.RUnlock()
 			}
 		}()
 	}
@@ -230,22 +253,50 @@ func ddHostKill(t *testing.T, queue string, idempotent, direct bool) *ddRun {
 	// Registered after dial's, so it runs before the connection closes.
 	t.Cleanup(func() { stop.Store(true); <-finished })
 
-	// Every replica has heard of its group's current term before the crash:
-	// a heartbeat with a newer term reaching H while it shuts down makes
-	// Raft write its term, on the transport's goroutine that Shutdown does
-	// not wait for, to a store already closed, and the process exits.
-	wait.Until(tc.t, 30*time.Second, "40 sends to "+target+" succeeded, every group's replicas at one term", func() string {
-		if n := okBefore.Load(); n < 40 {
-			return fmt.Sprintf("%d sends succeeded", n)
+	crashes := 0
+	for {
+		// Every replica has heard of its group's current term before the
+		// crash: a heartbeat with a newer term reaching H while it shuts
+		// down makes Raft write its term, on the transport's goroutine
+		// that Shutdown does not wait for, to a store already closed, and
+		// the process exits. Sending direct, the senders' send link to H
+		// is up, so the crash cuts sends in flight on it.
+		wait.Until(tc.t, 30*time.Second, "40 sends to "+target+" succeeded, every group's replicas at one term", func() string {
+			if n := okBefore.Load(); n < 40 {
+				return fmt.Sprintf("%d sends succeeded", n)
+			}
+			if direct && len(tc.Node(h).conns.List()) == 0 {
+				return "no send link to " + h
+			}
+			return ddTermsAgree(tc, queue, 3)
+		})
+		start := time.Now()
+		tc.Crash(h)
+		crashed.Store(true)
+		crashes++
+		t.Logf("crash %d: %s crashed in %v", crashes, h, time.Since(start).Round(time.Millisecond))
+		wait.For(tc.t, 30*time.Second, "8 sends started after the crash succeeded", func() bool { return okAfter.Load() >= 8 })
+		t.Logf("crash %d: the first 8 sends started after the crash succeeded %v after it finished", crashes, time.Since(start).Round(time.Millisecond))
+		if landed == nil || crashes == ddMaxCrashes {
+			break
 		}
-		return ddTermsAgree(tc, queue, 3)
-	})
-	start := time.Now()
-	tc.Crash(h)
-	crashed.Store(true)
-	t.Logf("%s crashed in %v", h, time.Since(start).Round(time.Millisecond))
-	wait.For(tc.t, 30*time.Second, "8 sends started after the crash succeeded", func() bool { return okAfter.Load() >= 8 })
-	t.Logf("the first 8 sends started after the crash succeeded %v after it finished", time.Since(start).Round(time.Millisecond))
+		gate.Lock()
+		paused = true
+		done := landed(sends)
+		if done {
+			gate.Unlock()
+			paused = false
+			break
+		}
+		t.Logf("crash %d did not land (no send in flight showed the path under test); %s starts again and is crashed once more", crashes, h)
+		tc.Start(h)
+		tc.WaitSpread(queue, 3)
+		okBefore.Store(0)
+		okAfter.Store(0)
+		crashed.Store(false)
+		gate.Unlock()
+		paused = false
+	}
 	stop.Store(true)
 	select {
 	case <-finished:
@@ -254,7 +305,7 @@ func ddHostKill(t *testing.T, queue string, idempotent, direct bool) *ddRun {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	return &ddRun{tc: tc, f: f, h: h, sends: sends, hist: hist, resent: watch.seen, elections: fr.Raft().CurrentTerm() - term}
+	return &ddRun{tc: tc, f: f, h: h, sends: sends, hist: hist, resent: watch.seen, crashes: crashes, elections: fr.Raft().CurrentTerm() - term}
 }
 
 // ddTermsAgree explains which of the meta group and a destination's member
@@ -366,7 +417,7 @@ func ddDrain(t *testing.T, tc *TestCluster, f, h, queue string, hist *recorder) 
 func TestDD_HostKilledMidRequest_UnknownOnlyForInFlight(t *testing.T) {
 	t.Parallel()
 	const queue = "ddu"
-	run := ddHostKill(t, queue, false, false)
+	run := ddHostKill(t, queue, false, false, nil)
 	sends, hist := run.sends, run.hist
 	target := queue + "#0"
 	var ok, unavailable, unknownBefore, unknownAfter int
@@ -430,10 +481,15 @@ func TestDD_HostKilledMidRequest_UnknownOnlyForInFlight(t *testing.T) {
 // dies is resent through the front-end to the same member, whose
 // replicated dedup window drops a second copy. No send fails, none is of
 // unknown outcome, and each message is received exactly once.
+//
+// A crash lands when a send in flight had been stored and its resend was
+// dropped (its receipt marked duplicate); without one, "no duplicates" was
+// not tested, and the host is crashed again, up to ddMaxCrashes times.
 func TestDD_HostKilledMidRequest_IdempotentNoUnknownsNoDuplicates(t *testing.T) {
 	t.Parallel()
 	const queue = "ddi"
-	run := ddHostKill(t, queue, true, true)
+	duplicate := func(s ddSend) bool { return s.err == nil && s.r.Duplicate }
+	run := ddHostKill(t, queue, true, true, func(sends []ddSend) bool { return slices.ContainsFunc(sends, duplicate) })
 	sends, hist := run.sends, run.hist
 	target := queue + "#0"
 	dups := 0
@@ -450,11 +506,16 @@ func TestDD_HostKilledMidRequest_IdempotentNoUnknownsNoDuplicates(t *testing.T) 
 			t.Logf("sender %d, send %q (id %s, started after the crash: %v): a duplicate; its first copy had been stored", s.sender, s.body, s.id, s.afterCrash)
 		}
 	}
+	resent := "no node resent a send of unknown outcome (the client resent them, or the logs go to the test log)"
 	select {
 	case <-run.resent:
-		t.Logf("%d sends; sends of unknown outcome were resent; %d receipts marked duplicate (resent copies whose first copy had been stored); %d elections of %s", len(sends), dups, run.elections, target)
+		resent = "a node resent sends of unknown outcome"
 	default:
-		t.Logf("%d sends; no resend seen (none in flight at the crash, or the logs go to the test log); %d receipts marked duplicate; %d elections of %s", len(sends), dups, run.elections, target)
+	}
+	t.Logf("%d sends through %d crashes; %s; %d receipts marked duplicate (resent copies whose first copy had been stored); %d elections of %s",
+		len(sends), run.crashes, resent, dups, run.elections, target)
+	if dups == 0 {
+		t.Errorf("the test did not test that: in %d crashes of %s, no send in flight had been stored and resent (no receipt marked duplicate)", run.crashes, run.h)
 	}
 	if t.Failed() {
 		t.FailNow()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -532,20 +533,100 @@ func TestBadInput_MemberIndexOfNewQueueCreatesNothing(t *testing.T) {
 	}
 }
 
-// A time to live too large for int64 nanoseconds wraps to an expiration in
-// the past: the send succeeds and the message is expired at once.
+// A time to live over 100 years, or an expiration after 2200-01-01, is
+// refused: expirations are kept in Unix nanoseconds, and the bound keeps
+// every computation far from int64's limit (cluster/send.go). The send
+// fails with ErrInvalidArgument saying "beyond the year 2200", through the
+// unary Send, a connection's Send frame and the client library alike; its
+// whole batch is refused and nothing is stored, not even the queue it
+// would have made.
 func TestBadInput_HugeTTLIsRefused(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, TestConfig(t, t.TempDir()))
 	ctx := testCtx(t)
 	a := admin(t, n)
-	if _, err := rawClient(t, n).Send(ctx, &clientpb.SendRequest{Destination: "ttlq", Messages: []*clientpb.Message{{Id: "big", Body: []byte("x"), TtlMs: 18_446_744_073_709}}}); err != nil {
-		t.Logf("refused (fine): %v", err)
-		return
+	raw := rawClient(t, n)
+	const refusal = "time to live or expiration beyond the year 2200"
+	msg := func(m *clientpb.Message) *clientpb.SendRequest {
+		m.Body = []byte("x")
+		return &clientpb.SendRequest{Destination: "ttlq", Messages: []*clientpb.Message{m}}
 	}
-	time.Sleep(300 * time.Millisecond)
-	if q := showQueue(t, a, "ttlq"); q.Pending != 1 {
-		t.Fatalf("send with ttl 18446744073709 ms (584 years) succeeded, but the queue holds %d messages", q.Pending)
+	cases := []struct {
+		what string
+		req  *clientpb.SendRequest
+	}{
+		{"ttl of 584 years (past int64 nanoseconds)", msg(&clientpb.Message{Id: "big", TtlMs: 18_446_744_073_709})},
+		{"ttl 1 ms over 100 years", msg(&clientpb.Message{TtlMs: maxTTLMillis + 1})},
+		{"ttl of MaxInt64 ms", msg(&clientpb.Message{TtlMs: math.MaxInt64})},
+		{"expiration 1 ms after 2200-01-01", msg(&clientpb.Message{ExpirationUnixMs: maxExpirationUnixMs + 1})},
+		{"expiration of MaxInt64 ms", msg(&clientpb.Message{ExpirationUnixMs: math.MaxInt64})},
+		{"a fine message, then one with a ttl over 100 years", &clientpb.SendRequest{Destination: "ttlq", Messages: []*clientpb.Message{
+			{Body: []byte("fine")}, {Body: []byte("x"), TtlMs: maxTTLMillis + 1}}}},
+	}
+	refused := func(what string, err error) {
+		t.Helper()
+		wantErr(t, what, err, client.ErrInvalidArgument)
+		if !strings.Contains(err.Error(), refusal) {
+			t.Errorf("%s: refused with %q; want it to say %q", what, err, refusal)
+		}
+	}
+	for _, tc := range cases {
+		_, err := raw.Send(ctx, tc.req)
+		refused(tc.what, transport.FromStatus(err))
+	}
+	r := openRaw(t, ctx, n)
+	if err := r.call(r.next(&clientpb.Hello{})); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range cases {
+		f := r.next(nil)
+		f.Op = &clientpb.ClientFrame_Send{Send: &clientpb.Send{Request: tc.req}}
+		refused(tc.what+" (frame)", r.call(f))
+	}
+	p := mustProducer(t, mustSession(t, dial(t, n), client.AutoAck), "ttlq")
+	if err := p.SetTimeToLive(101 * 365 * 24 * time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	_, err := p.Send(ctx, &client.Message{Body: []byte("x")})
+	refused("a producer's ttl of 101 years", err)
+	if names := queueNames(t, a); len(names) != 0 {
+		t.Fatalf("refused sends created queues: %v", names)
+	}
+	assertServes(t, n, "alive")
+}
+
+// At the bounds, a time to live of 100 years and an expiration of
+// 2200-01-01 are taken: the messages are stored, not expired, and come
+// with the expirations they were given.
+func TestBadInput_TTLAndExpirationAtTheBoundsAreKept(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, TestConfig(t, t.TempDir()))
+	ctx := testCtx(t)
+	a := admin(t, n)
+	raw := rawClient(t, n)
+	sentAt := time.Now()
+	if _, err := raw.Send(ctx, &clientpb.SendRequest{Destination: "ttlq", Messages: []*clientpb.Message{
+		{Id: "ttl", Body: []byte("x"), TtlMs: maxTTLMillis},
+		{Id: "expiration", Body: []byte("x"), ExpirationUnixMs: maxExpirationUnixMs},
+	}}); err != nil {
+		t.Fatalf("send with a ttl of 100 years and an expiration of 2200-01-01: %v", err)
+	}
+	checkQueue(t, a, "ttlq", 2, 0)
+	k := mustConsumer(t, ctx, mustSession(t, dial(t, n), client.AutoAck), "ttlq")
+	for _, m := range recvN(t, k, 2) {
+		var low, high time.Time
+		switch m.ID {
+		case "ttl":
+			low, high = sentAt.Add(maxTTLMillis*time.Millisecond), time.Now().Add(maxTTLMillis*time.Millisecond)
+		case "expiration":
+			low = time.UnixMilli(maxExpirationUnixMs)
+			high = low
+		default:
+			t.Fatalf("received %s, which was not sent", m.ID)
+		}
+		if m.Expiration.Before(low.Truncate(time.Millisecond)) || m.Expiration.After(high) {
+			t.Errorf("message %s expires at %v; want between %v and %v", m.ID, m.Expiration, low, high)
+		}
 	}
 }
 

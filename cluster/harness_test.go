@@ -143,3 +143,12 @@ func clientOptions(t *testing.T, n *Node) client.Options {
 	}
 	return client.Options{TLS: tc, User: AdminUser, Password: testAdminPassword}
 }
+
+// untested makes a wait's timeout say that the test did not test what it
+// is named for: the fault, or the state it needs, never came.
+type untested struct{ testing.TB }
+
+func (u untested) Fatalf(format string, args ...any) {
+	u.TB.Helper()
+	u.TB.Fatalf("the test did not test that: "+format, args...)
+}

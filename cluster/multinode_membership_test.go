@@ -75,7 +75,9 @@ func TestCluster_NodeLeave_HandsLeadershipsOverAndSendsCarryOn(t *testing.T) {
 // 4-node cluster with a queue of 3 replicas, every member that had a
 // replica on it gets one on the node it lacked, the member groups' Raft
 // configurations (and the meta group's) drop it, no message is lost, and
-// the removed id is not registered again even when that node comes back.
+// the removed id is not registered again, placed or let into a group, on
+// any node, even when that node comes back (twice, and under a new meta
+// leader).
 func TestCluster_NodeRemove_ReplacesReplicasAndNeverReadmits(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -156,19 +158,53 @@ func TestCluster_NodeRemove_ReplacesReplicasAndNeverReadmits(t *testing.T) {
 	sameSet(t, "received after "+victim+" was removed", drainMembers(t, s, "rm", 4, len(sent)), sent)
 
 	// The removed node, started again by mistake on its old data, is never
-	// registered again (a replacement needs a new id).
-	tc.launch(victim)
-	wait.Holds(t, 3*time.Second, victim+" staying out of the registry and the meta group", func() bool {
-		for _, id := range tc.Others(victim) {
-			nd := tc.Node(id)
-			var registered bool
-			nd.meta.Read(func(m *fsm.Meta) { _, registered = m.Node(victim) })
-			if registered || inConfiguration(nd.meta.Raft(), victim) {
-				return false
+	// registered again (a replacement needs a new id). The meta leader
+	// registers every node gossip holds alive, each second: the restart,
+	// a new meta leader, and a second restart each give it the chance.
+	// Through all of them every other node's meta replica keeps the node
+	// removed, out of the registry and of every placement (a queue created
+	// meanwhile included), and no group's configuration takes it back.
+	out := func() string { return staysRemoved(tc, victim) }
+	what := victim + " staying removed, unregistered, unplaced and out of every group on every other node"
+	restarted := func(nd *Node) {
+		t.Helper()
+		wait.For(untested{t}, 20*time.Second, "every other node's gossip holding "+victim+" alive again, as the meta leader's registration sees it", func() bool {
+			for _, id := range tc.Others(victim) {
+				if !tc.Node(id).gossip.aliveWithBoot(victim, nd.boot) {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	restarted(tc.launch(victim))
+	wait.Steady(t, 5*time.Second, what+" after its restart", out)
+
+	old := ""
+	wait.For(t, 10*time.Second, "a meta leader", func() bool { old = tc.MetaLeader(); return old != "" && old != victim })
+	wait.For(untested{t}, 20*time.Second, "the meta group's leadership handed over from "+old, func() bool {
+		l := tc.MetaLeader()
+		if l == old {
+			if err := tc.Node(old).meta.Raft().LeadershipTransfer().Error(); err != nil {
+				t.Logf("handing the meta group's leadership over from %s: %v", old, err)
 			}
 		}
-		return true
+		return l != "" && l != old && l != victim
 	})
+	wait.Steady(t, 5*time.Second, what+" under a new meta leader", out)
+
+	tc.Crash(victim)
+	restarted(tc.launch(victim))
+	if _, err := op.CreateQueue(stepCtx(t, 20*time.Second), "rm2", client.QueueOptions{Members: 3, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if h := tc.WaitHost(fmt.Sprintf("rm2#%d", i)); h == victim {
+			t.Fatalf("rm2#%d hosted by removed %s", i, victim)
+		}
+	}
+	wait.Steady(t, 5*time.Second, what+" after its second restart", out)
+
 	// Meanwhile the others serve every member.
 	ctx = stepCtx(t, 20*time.Second)
 	s = mustSession(t, tc.Dial(tc.Others(victim)[0]), client.ClientAck)
@@ -179,6 +215,47 @@ func TestCluster_NodeRemove_ReplacesReplicasAndNeverReadmits(t *testing.T) {
 		sent = append(sent, name+"/last")
 	}
 	sameSet(t, "received with removed "+victim+" running again", drainMembers(t, s, "rm", 4, len(sent)), sent)
+}
+
+// staysRemoved explains how removed is back ("" while it is not), as the
+// other nodes see it: a node's meta replica registers it, no longer counts
+// it removed or places a replica on it, or the node's replica of the meta
+// group or of a member group has it in its configuration.
+func staysRemoved(tc *TestCluster, removed string) string {
+	for _, id := range tc.Others(removed) {
+		nd := tc.Node(id)
+		var why string
+		nd.meta.Read(func(m *fsm.Meta) {
+			if _, ok := m.Node(removed); ok {
+				why = "registered"
+				return
+			}
+			if !m.Removed(removed) {
+				why = "no longer counted removed"
+				return
+			}
+			for _, d := range m.Destinations() {
+				for i, mb := range d.Members {
+					if slices.Contains(mb.Replicas, removed) {
+						why = fmt.Sprintf("in the placement of %s#%d, %v", d.Name, i, mb.Replicas)
+						return
+					}
+				}
+			}
+		})
+		if why == "" && inConfiguration(nd.meta.Raft(), removed) {
+			why = "in the meta group's configuration"
+		}
+		for _, r := range nd.groups.all() {
+			if why == "" && inConfiguration(r.Raft(), removed) {
+				why = "in the configuration of " + r.Name()
+			}
+		}
+		if why != "" {
+			return fmt.Sprintf("%s sees %s %s", id, removed, why)
+		}
+	}
+	return ""
 }
 
 // drainMembers consumes every member of dest at once, through s (client

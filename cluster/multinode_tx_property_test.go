@@ -17,7 +17,9 @@ import (
 // back, against one cluster. At the end of each sequence the queue is
 // drained and must hold exactly: every input no committed transaction
 // consumed, and every send of a committed transaction, each once; nothing a
-// rolled-back transaction sent.
+// rolled-back transaction sent. No send of a rolled-back transaction is ever
+// received, and a message a rolled-back transaction received comes again
+// marked redelivered, with a delivery count above the one it had then.
 func TestTx_Property_RandomInterleavings(t *testing.T) {
 	t.Parallel()
 	// Each sequence costs a queue and three sessions: a few dozen steps in
@@ -44,7 +46,7 @@ func TestTx_Property_RandomInterleavings(t *testing.T) {
 			s        *client.Session
 			k        *client.Consumer
 			sent     []string
-			consumed []string
+			consumed []*client.Message
 		}
 		var ws []*worker
 		for i, id := range tc.IDs() {
@@ -52,6 +54,21 @@ func TestTx_Property_RandomInterleavings(t *testing.T) {
 			ws = append(ws, &worker{s: s, k: mustConsumer(t, ctx, s, fmt.Sprintf("%s#%d", q, i), client.WithPrefetch(2))})
 		}
 		committedSends, committedTaken, rolledBack := map[string]bool{}, map[string]bool{}, map[string]bool{}
+		// The delivery count each message had when a transaction that
+		// received it rolled back, until a committed one consumes it.
+		returned := map[string]int{}
+		// check fails on a message no one may receive, or one a rollback
+		// returned that comes back unmarked or with its count not raised.
+		check := func(rt *rapid.T, m *client.Message) {
+			b := string(m.Body)
+			if rolledBack[b] {
+				rt.Fatalf("%q, sent by a rolled-back transaction, was received", b)
+			}
+			if c, ok := returned[b]; ok && (!m.Redelivered || m.DeliveryCount <= c) {
+				rt.Fatalf("%q came back from a rollback with redelivered %v and delivery count %d; want true and above %d",
+					b, m.Redelivered, m.DeliveryCount, c)
+			}
+		}
 		end := func(w *worker, commit bool) {
 			var err error
 			if commit {
@@ -69,13 +86,17 @@ func TestTx_Property_RandomInterleavings(t *testing.T) {
 					rolledBack[b] = true
 				}
 			}
-			if commit {
-				for _, b := range w.consumed {
-					if committedTaken[b] {
-						rt.Fatalf("%q consumed by two committed transactions", b)
-					}
-					committedTaken[b] = true
+			for _, m := range w.consumed {
+				b := string(m.Body)
+				if !commit {
+					returned[b] = m.DeliveryCount
+					continue
 				}
+				if committedTaken[b] {
+					rt.Fatalf("%q consumed by two committed transactions", b)
+				}
+				committedTaken[b] = true
+				delete(returned, b)
 			}
 			w.sent, w.consumed = nil, nil
 		}
@@ -102,7 +123,8 @@ func TestTx_Property_RandomInterleavings(t *testing.T) {
 					if committedTaken[string(m.Body)] {
 						rt.Fatalf("%q came again after a committed transaction consumed it", m.Body)
 					}
-					w.consumed = append(w.consumed, string(m.Body))
+					check(rt, m)
+					w.consumed = append(w.consumed, m)
 				}
 			},
 			"commit":   func(rt *rapid.T) { end(ws[pick.Draw(rt, "worker")], true) },
@@ -125,7 +147,11 @@ func TestTx_Property_RandomInterleavings(t *testing.T) {
 				want = append(want, b)
 			}
 		}
-		got := bodiesOf(drainUntil(t, mustSession(t, tc.Dial("n2"), client.ClientAck), q, 3, func(got []*client.Message) bool { return len(got) >= len(want) }))
+		drained := drainUntil(t, mustSession(t, tc.Dial("n2"), client.ClientAck), q, 3, func(got []*client.Message) bool { return len(got) >= len(want) })
+		for _, m := range drained {
+			check(rt, m)
+		}
+		got := bodiesOf(drained)
 		slices.Sort(got)
 		slices.Sort(want)
 		if !slices.Equal(got, want) {

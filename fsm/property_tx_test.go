@@ -20,20 +20,39 @@ type txWatch struct {
 }
 
 // Random interleavings of sends, deliveries, acknowledgements, recovers,
-// releases, prepares and decisions (recorded or not), with snapshots taken
-// and restored on the way. After every step: the counts agree with the
-// queries; a prepared transaction's sends are not stored and its
-// acknowledged messages are held by it; a committed transaction's sends are
-// all stored and its acknowledged messages all gone, a rolled-back one's
-// sends none stored and its acknowledged messages all back, redelivered; and
-// no message is ever lost: each one stored is stored until acknowledged.
+// releases, wakes, prepares and decisions (recorded or not), on a member with
+// random redelivery settings, with snapshots taken and restored on the way.
+// After every step: the counts agree with the queries; a prepared
+// transaction's sends are not stored and its acknowledged messages are held
+// by it; a committed transaction's sends are all stored and its acknowledged
+// messages all gone; a rolled-back one's sends are never stored and its
+// acknowledged messages are all back, marked redelivered, pending, delayed or
+// dead as the settings say, and come again with their delivery count raised;
+// and no message is ever lost: each one stored is stored until acknowledged.
 func TestProperty_Transactions(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		f := newMember(t)
 		f.open("s1", "s2")
+		settings := fsm.DefaultSettings()
+		settings.MaxDeliveries = rapid.Uint32Range(0, 3).Draw(t, "max deliveries")
+		if rapid.Bool().Draw(t, "redelivery delay") {
+			settings.RedeliveryDelayNs = rapid.Int64Range(1, 4).Draw(t, "delay")
+			settings.RedeliveryBackoff = rapid.Uint32Range(0, 3).Draw(t, "backoff")
+			// A backed-off delay is capped, so that it stays small however
+			// often a message comes back.
+			if settings.RedeliveryBackoff > 1 || rapid.Bool().Draw(t, "capped") {
+				settings.RedeliveryMaxDelayNs = 10
+			}
+		}
+		f.ok(&fsmpb.Configure{Settings: settings})
 		stored := map[string]bool{}       // stored now, as the test knows
 		prepared := map[string]*txWatch{} // prepared, by tx id
 		gone := map[string]bool{}         // acknowledged, never to come back
+		dropped := map[string]bool{}      // sent by a rolled-back transaction, never to be stored
+		counts := map[string]uint32{}     // the delivery count of each message's last delivery
+		// Acknowledged by a rolled-back transaction, with the count of the
+		// delivery it acknowledged, until delivered again.
+		rolledBack := map[string]uint32{}
 		next, txs := 0, 0
 		now := int64(1)
 		newID := func() string { next++; return fmt.Sprint("m", next) }
@@ -66,8 +85,19 @@ func TestProperty_Transactions(t *testing.T) {
 				if len(ids) == 0 {
 					t.Skip("nothing pending")
 				}
-				f.deliver(session.Draw(t, "session"), now, ids[:rapid.IntRange(1, len(ids)).Draw(t, "n")]...)
+				for _, d := range f.deliver(session.Draw(t, "session"), now, ids[:rapid.IntRange(1, len(ids)).Draw(t, "n")]...) {
+					id := d.Message.Id
+					if d.DeliveryCount != counts[id]+1 {
+						t.Fatalf("%s delivered with count %d; its last delivery had %d", id, d.DeliveryCount, counts[id])
+					}
+					if c, ok := rolledBack[id]; ok && (!d.Redelivered || d.DeliveryCount <= c) {
+						t.Fatalf("%s, back from a rollback with count %d, delivered again as %+v", id, c, d)
+					}
+					counts[id] = d.DeliveryCount
+					delete(rolledBack, id)
+				}
 			},
+			"wake": func(t *rapid.T) { f.ok(&fsmpb.Wake{Now: now}) },
 			"ack": func(t *rapid.T) {
 				s := session.Draw(t, "session")
 				ds := deliveries(s)
@@ -135,10 +165,22 @@ func TestProperty_Transactions(t *testing.T) {
 				w := prepared[tx]
 				delete(prepared, tx)
 				if !commit {
-					for _, id := range w.acks {
-						if st := f.lookup(id); !st.Redelivered || st.Tx != "" {
-							t.Fatalf("%s after rollback: %+v", id, st)
+					// The sends are dropped; each acknowledged message is
+					// returned as a recover returns it: its delivery counts.
+					for _, id := range w.sends {
+						if _, ok := f.m.Lookup(id); ok {
+							t.Fatalf("%s, sent by rolled-back %s, is stored", id, tx)
 						}
+						dropped[id] = true
+					}
+					for _, id := range w.acks {
+						st, want := f.lookup(id), waitAfterReturn(settings, counts[id], now)
+						if !st.Redelivered || st.DeliveryCount != counts[id] || st.Tx != "" || st.Session != "" ||
+							st.Pending != want.Pending || st.AvailableAt != want.AvailableAt || st.Dead != want.Dead {
+							t.Fatalf("%s after rollback: %+v; want redelivered, count %d, pending %v, available at %d, dead %v",
+								id, st, counts[id], want.Pending, want.AvailableAt, want.Dead)
+						}
+						rolledBack[id] = counts[id]
 					}
 				}
 				applyDecision(w, commit, stored, gone)
@@ -176,6 +218,11 @@ func TestProperty_Transactions(t *testing.T) {
 						t.Fatalf("%s was acknowledged and is stored", id)
 					}
 				}
+				for id := range dropped {
+					if _, ok := f.m.Lookup(id); ok {
+						t.Fatalf("%s was sent by a rolled-back transaction and is stored", id)
+					}
+				}
 				if st := f.m.Stats(); st.Prepared != preparedCount(prepared) {
 					t.Fatalf("Stats().Prepared = %d; the test holds %d", st.Prepared, preparedCount(prepared))
 				}
@@ -195,6 +242,29 @@ func applyDecision(w *txWatch, commit bool, stored, gone map[string]bool) {
 		delete(stored, id)
 		gone[id] = true
 	}
+}
+
+// waitAfterReturn is where a message delivered count times waits once
+// returned at now: dead once delivered max_deliveries times, else delayed by
+// delay·backoff^(count-1) (capped) when there is a delay, else pending.
+func waitAfterReturn(st *fsmpb.MemberSettings, count uint32, now int64) fsm.MessageState {
+	switch {
+	case st.MaxDeliveries > 0 && count >= st.MaxDeliveries:
+		return fsm.MessageState{Dead: true}
+	case st.RedeliveryDelayNs > 0:
+		d := st.RedeliveryDelayNs
+		for i := uint32(1); i < count && st.RedeliveryBackoff > 1; i++ {
+			if st.RedeliveryMaxDelayNs > 0 && d >= st.RedeliveryMaxDelayNs {
+				break
+			}
+			d *= int64(st.RedeliveryBackoff)
+		}
+		if st.RedeliveryMaxDelayNs > 0 {
+			d = min(d, st.RedeliveryMaxDelayNs)
+		}
+		return fsm.MessageState{AvailableAt: now + d}
+	}
+	return fsm.MessageState{Pending: true}
 }
 
 func preparedCount(p map[string]*txWatch) int {

@@ -38,7 +38,8 @@ func verifyThroughAKill(t *testing.T, victimIndex int, args []string) {
 	hist := filepath.Join(t.TempDir(), "history.jsonl")
 	done := make(chan cliResult, 1)
 	go func() {
-		done <- cli(t, env, append([]string{"verify", "--duration", "8s", "--json", "--history", hist}, args...)...)
+		// The kill lands on one of the workload's four connections.
+		done <- cli(t, env, append([]string{"verify", "--duration", "8s", "--json", "--history", hist, "--min-faults", "1"}, args...)...)
 	}()
 	// Kill once the workload is well under way.
 	waitWorkload(t, hist)

@@ -49,8 +49,15 @@ type Message struct {
 // tx is a transaction: the sends and receipts its commit decides.
 type tx struct {
 	sends    []string
-	receipts []*Receipt
+	receipts []txReceipt
 	decided  bool
+	err      error // its commit's, once decided
+}
+
+// txReceipt is a receipt of message id in a transaction.
+type txReceipt struct {
+	id string
+	r  *Receipt
 }
 
 // History is a concurrent record of a workload.
@@ -139,7 +146,7 @@ func (h *History) ReceivedInTx(txID, phase string, msg *client.Message) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	t := h.tx(txID)
-	t.receipts = append(t.receipts, r)
+	t.receipts = append(t.receipts, txReceipt{id: msg.ID, r: r})
 }
 
 // Acked records the outcome of acknowledging a receipt.
@@ -164,7 +171,7 @@ func (h *History) Committed(txID string, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	t := h.tx(txID)
-	t.decided = true
+	t.decided, t.err = true, err
 	rolledBack := errors.Is(err, client.ErrTransactionRolledBack)
 	for _, id := range t.sends {
 		m := h.get(id)
@@ -177,9 +184,9 @@ func (h *History) Committed(txID string, err error) {
 			m.SendErr = fmt.Errorf("%w: %v", client.ErrDeliveryUnknown, err)
 		}
 	}
-	for _, r := range t.receipts {
+	for _, tr := range t.receipts {
 		if !rolledBack {
-			ack(r, err)
+			ack(tr.r, err)
 		}
 	}
 }
@@ -216,11 +223,16 @@ func (h *History) Messages() map[string]*Message {
 
 // Stats summarise a history.
 type Stats struct {
-	SentOK, SendUnknown, SendFailed int
-	Receipts                        map[string]int // per phase
-	Redelivered                     map[string]int // per phase
-	Acked, AckFailed, Held          int
-	Committed, RolledBack, TxOther  int
+	// SendRolledBack counts the sends of rolled-back transactions: they
+	// did not fail, they were taken back; SendFailed counts the others
+	// that ended in a definite error.
+	SentOK, SendUnknown, SendFailed, SendRolledBack int
+	Receipts                                        map[string]int // per phase
+	Redelivered                                     map[string]int // per phase
+	Acked, AckFailed, Held                          int
+	// Committed, RolledBack and TxUnknown count the decided transactions
+	// by their commit's outcome.
+	Committed, RolledBack, TxUnknown int
 }
 
 // Stats counts the history's events.
@@ -234,6 +246,8 @@ func (h *History) Stats() Stats {
 			st.SentOK++
 		case errors.Is(m.SendErr, client.ErrDeliveryUnknown):
 			st.SendUnknown++
+		case errors.Is(m.SendErr, client.ErrTransactionRolledBack):
+			st.SendRolledBack++
 		case m.SendErr != nil:
 			st.SendFailed++
 		}
@@ -255,12 +269,23 @@ func (h *History) Stats() Stats {
 			}
 		}
 	}
+	for _, t := range h.txs {
+		switch {
+		case !t.decided:
+		case t.err == nil:
+			st.Committed++
+		case errors.Is(t.err, client.ErrTransactionRolledBack):
+			st.RolledBack++
+		default:
+			st.TxUnknown++
+		}
+	}
 	return st
 }
 
 func (st Stats) String() string {
-	return fmt.Sprintf("sends: %d ok, %d unknown, %d failed; receipts per phase %v (redelivered %v); before the drain %d acked, %d acks failed, %d held unacknowledged",
-		st.SentOK, st.SendUnknown, st.SendFailed, st.Receipts, st.Redelivered, st.Acked, st.AckFailed, st.Held)
+	return fmt.Sprintf("sends: %d ok, %d unknown, %d failed, %d rolled back; receipts per phase %v (redelivered %v); before the drain %d acked, %d acks failed, %d held unacknowledged",
+		st.SentOK, st.SendUnknown, st.SendFailed, st.SendRolledBack, st.Receipts, st.Redelivered, st.Acked, st.AckFailed, st.Held)
 }
 
 // Violation is one broken promise: Kind is one of lost, duplicated,
@@ -287,8 +312,13 @@ func (v Violation) String() string { return v.ID + ": " + v.Detail }
 //     unexpected);
 //   - the k-th receipt of a message carries a delivery count of at least k
 //     (wrong-count);
-//   - a transaction's sends are all received or none (promise 4:
-//     partial-transaction; not for a NonDurable history).
+//   - a transaction is applied whole (promise 4: partial-transaction; not
+//     for a NonDurable history): its sends all received and its receipts'
+//     messages never received again (its acknowledgements applied), or its
+//     sends none received and its receipts' messages all received again.
+//     This judges a commit whose outcome is unknown, which the rules
+//     above cannot; a committed or rolled-back one broken in part breaks
+//     them too.
 func (h *History) Check() []Violation {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -350,19 +380,38 @@ func (h *History) Check() []Violation {
 	}
 	txIDs := make([]string, 0, len(h.txs))
 	for id, t := range h.txs {
-		if t.decided && len(t.sends) > 1 && !h.NonDurable {
+		if t.decided && !h.NonDurable {
 			txIDs = append(txIDs, id)
 		}
 	}
 	sort.Strings(txIDs)
 	for _, id := range txIDs {
-		t := h.txs[id]
-		seen := slices.DeleteFunc(slices.Clone(t.sends), func(s string) bool { return len(h.msgs[s].Receipts) == 0 })
-		if len(seen) > 0 && len(seen) < len(t.sends) {
-			add("partial-transaction", id, "%d of its %d sends were received (%s)", len(seen), len(t.sends), strings.Join(seen, ", "))
+		if why := h.partial(h.txs[id]); why != "" {
+			add("partial-transaction", id, "%s", why)
 		}
 	}
 	return vs
+}
+
+// partial says how transaction t was applied in part, or "" if it was
+// applied whole or not at all: its sends received, and its receipts'
+// messages received again (their acknowledgement undone). h.mu held.
+func (h *History) partial(t *tx) string {
+	seen := slices.DeleteFunc(slices.Clone(t.sends), func(s string) bool { return len(h.msgs[s].Receipts) == 0 })
+	var back []string
+	for _, tr := range t.receipts {
+		rs := h.msgs[tr.id].Receipts
+		if i := slices.Index(rs, tr.r); i >= 0 && i < len(rs)-1 {
+			back = append(back, tr.id)
+		}
+	}
+	applied := len(seen) == len(t.sends) && len(back) == 0
+	undone := len(seen) == 0 && len(back) == len(t.receipts)
+	if applied || undone {
+		return ""
+	}
+	return fmt.Sprintf("%d of its %d sends were received (%s); %d of its %d receipts came again (%s)",
+		len(seen), len(t.sends), strings.Join(seen, ", "), len(back), len(t.receipts), strings.Join(back, ", "))
 }
 
 // Report writes the violations to w, grouped by kind with up to examples of

@@ -77,6 +77,18 @@ func TestCheck_FindsEachBrokenPromise(t *testing.T) {
 		{"a committed send lost", true, []step{txSend("t", "x"), commit("t", nil)}, []string{"lost"}},
 		{"a transaction half visible", true, []step{txSend("t", "x"), txSend("t", "y"), commit("t", unknown), recv("x", DrainPhase, false, 1, AckNone)},
 			[]string{"partial-transaction"}},
+		// A commit of unknown outcome is applied whole or not at all, sends
+		// and acknowledgements alike, however many it holds.
+		{"unknown, applied whole", true, []step{send("in", nil), txRecv("t", "in", "p1", false, 1), txSend("t", "x"), commit("t", unknown),
+			recv("x", DrainPhase, false, 1, AckNone)}, nil},
+		{"unknown, undone whole", true, []step{send("in", nil), txRecv("t", "in", "p1", false, 1), txSend("t", "x"), commit("t", unknown),
+			recv("in", DrainPhase, true, 2, AckNone)}, nil},
+		{"unknown, its one send visible, its receive back", true, []step{send("in", nil), txRecv("t", "in", "p1", false, 1), txSend("t", "x"), commit("t", unknown),
+			recv("in", DrainPhase, true, 2, AckNone), recv("x", DrainPhase, false, 1, AckNone)}, []string{"partial-transaction"}},
+		{"unknown, its receive acknowledged, its one send not", true, []step{send("in", nil), txRecv("t", "in", "p1", false, 1), txSend("t", "x"), commit("t", unknown)},
+			[]string{"partial-transaction"}},
+		{"unknown, one of two receives back", true, []step{send("a", nil), send("b", nil), txRecv("t", "a", "p1", false, 1), txRecv("t", "b", "p1", false, 1), commit("t", unknown),
+			recv("b", DrainPhase, true, 2, AckNone)}, []string{"partial-transaction"}},
 		{"a committed receive again", true, []step{send("in", nil), txRecv("t", "in", "p1", false, 1), commit("t", nil), recv("in", DrainPhase, true, 2, AckNone)},
 			[]string{"acked-redelivered"}},
 	} {

@@ -82,7 +82,7 @@ func runVerifyTopics(ctx context.Context, logw io.Writer, cfg verifyConfig, rec 
 	}
 	var hs histories
 	start := time.Now()
-	w := newWorkload(ctx, cfg)
+	w := newWorkload(ctx, cfg, rec)
 	defer w.close()
 	for _, vs := range subs {
 		vs.h = history.New()
@@ -90,12 +90,15 @@ func runVerifyTopics(ctx context.Context, logw io.Writer, cfg verifyConfig, rec 
 		hs = append(hs, vs.h)
 		open := func(s *client.Session) (*client.Consumer, error) { return s.Subscribe(w.ctx, cfg.queue, vs.sub) }
 		for i := range vs.consumers {
-			if err := w.startConsumer(ctx, vs.clientID, open, vs.h, rec, fmt.Sprintf("%s-c%d", vs.kind, i)); err != nil {
+			// Every second session of the shared subscription has two of
+			// its consumers.
+			pair := vs.sub.Shared && i%2 == 1
+			if err := w.startConsumer(ctx, vs.clientID, open, vs.h, fmt.Sprintf("%s-c%d", vs.kind, i), pair); err != nil {
 				return topicReport{}, fmt.Errorf("%s subscriber of %s: %w", vs.kind, cfg.queue, err)
 			}
 		}
 	}
-	if err := w.startProducers(ctx, hs, rec); err != nil {
+	if err := w.startProducers(ctx, hs); err != nil {
 		return topicReport{}, err
 	}
 	w.finish()
@@ -105,11 +108,11 @@ func runVerifyTopics(ctx context.Context, logw io.Writer, cfg verifyConfig, rec 
 		dest := cfg.queue // a non-durable subscription goes with its consumer
 		if vs.sub.Durable {
 			var err error
-			if dest, err = drainSubscription(ctx, a, cfg, vs, rec); err != nil {
+			if dest, err = drainSubscription(ctx, a, w, vs); err != nil {
 				return topicReport{}, err
 			}
 		}
-		r := report(dest, cfg, vs.h)
+		r := report(dest, cfg, vs.h, w.observed())
 		r.Subscription = vs.kind
 		rep.Subscriptions = append(rep.Subscriptions, r)
 		rep.OK = rep.OK && r.OK
@@ -119,7 +122,8 @@ func runVerifyTopics(ctx context.Context, logw io.Writer, cfg verifyConfig, rec 
 
 // drainSubscription drains durable subscription vs through its members
 // (TOPIC::ID#I) and returns its destination.
-func drainSubscription(ctx context.Context, a *client.Admin, cfg verifyConfig, vs *verifySub, rec *recorder) (string, error) {
+func drainSubscription(ctx context.Context, a *client.Admin, w *workload, vs *verifySub) (string, error) {
+	cfg := w.cfg
 	find := func(ctx context.Context) (client.SubscriptionInfo, error) {
 		t, err := a.ShowTopic(ctx, cfg.queue)
 		if err != nil {
@@ -142,5 +146,5 @@ func drainSubscription(ctx context.Context, a *client.Admin, cfg verifyConfig, v
 		si, err := find(ctx)
 		return client.QueueInfo{Name: si.Destination, Pending: si.Pending, Delivered: si.Delivered}, err
 	}
-	return si.Destination, drainVerify(ctx, cfg, si.Destination, len(si.Members), vs.h, rec, holds)
+	return si.Destination, w.drain(ctx, si.Destination, len(si.Members), vs.h, holds)
 }

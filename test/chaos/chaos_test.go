@@ -222,8 +222,10 @@ type scenario struct {
 	verify []string
 	// topics, when not nil, runs `cairn verify --topics` with these flags
 	// beside the queue's verify.
-	topics  []string
-	nemesis func(t *testing.T, tg target, end time.Time)
+	topics []string
+	// nemesis applies the faults and returns how many it applied: a
+	// scenario that applied none did not test what it is named for.
+	nemesis func(t *testing.T, tg target, end time.Time) int
 }
 
 var scenarios = []scenario{
@@ -233,14 +235,17 @@ var scenarios = []scenario{
 		faultEvery(5*time.Second, 10*time.Second, 5*time.Second, func(int) bool { return false }, "pause", target.pause, target.resume)},
 	{"isolate a node from the network for 10 s", []string{"--transactions"}, nil,
 		faultEvery(5*time.Second, 10*time.Second, 10*time.Second, func(int) bool { return true }, "isolate", target.isolate, target.reconnect)},
-	{"restart the whole cluster", nil, nil, func(t *testing.T, tg target, end time.Time) {
-		if sleepUntil(time.Until(end)/3, end) {
-			t.Logf("nemesis: restart of all three nodes at once")
-			tg.restartAll(t)
+	{"restart the whole cluster", nil, nil, func(t *testing.T, tg target, end time.Time) int {
+		if !sleepUntil(time.Until(end)/3, end) {
+			return 0
 		}
+		t.Logf("nemesis: restart of all three nodes at once")
+		tg.restartAll(t)
+		return 1
 	}},
-	{"kill a node and start it with an empty data directory, once repaired", nil, nil, func(t *testing.T, tg target, end time.Time) {
-		for n := 0; sleepUntil(between(5*time.Second, 10*time.Second), end); n++ {
+	{"kill a node and start it with an empty data directory, once repaired", nil, nil, func(t *testing.T, tg target, end time.Time) int {
+		n := 0
+		for ; sleepUntil(between(5*time.Second, 10*time.Second), end); n++ {
 			i := victim(t, tg, n%2 == 1)
 			t.Logf("nemesis: kill %s, empty its data directory, start it", tg.describe(i))
 			tg.kill(t, i)
@@ -255,28 +260,32 @@ var scenarios = []scenario{
 			wait.For(t, 3*time.Minute, "every member's replicas caught up", func() bool { return repaired(t, tg) })
 			t.Logf("nemesis: repaired %v after %s started empty", time.Since(start).Round(100*time.Millisecond), tg.describe(i))
 		}
+		return n
 	}},
-	{"rolling restart", nil, nil, func(t *testing.T, tg target, end time.Time) {
+	{"rolling restart", nil, nil, func(t *testing.T, tg target, end time.Time) int {
 		sleepUntil(time.Until(end)/4, end)
 		for i := range 3 {
 			t.Logf("nemesis: restart %s", tg.describe(i))
 			tg.restart(t, i)
 		}
+		return 3
 	}},
 }
 
 // faultEvery is a schedule that, every lo to hi until the end, applies a
 // fault to a victim (the meta leader's node when metaLeader(n) for the n-th
 // fault, else a member host's), holds it, and undoes it.
-func faultEvery(lo, hi, hold time.Duration, metaLeader func(n int) bool, what string, apply, undo func(target, *testing.T, int)) func(*testing.T, target, time.Time) {
-	return func(t *testing.T, tg target, end time.Time) {
-		for n := 0; sleepUntil(between(lo, hi), end); n++ {
+func faultEvery(lo, hi, hold time.Duration, metaLeader func(n int) bool, what string, apply, undo func(target, *testing.T, int)) func(*testing.T, target, time.Time) int {
+	return func(t *testing.T, tg target, end time.Time) int {
+		n := 0
+		for ; sleepUntil(between(lo, hi), end); n++ {
 			i := victim(t, tg, metaLeader(n))
 			t.Logf("nemesis: %s %s for %v", what, tg.describe(i), hold)
 			apply(tg, t, i)
 			sleepUntil(hold, end.Add(time.Minute))
 			undo(tg, t, i)
 		}
+		return n
 	}
 }
 
@@ -313,8 +322,11 @@ func runScenarios(t *testing.T, tg target) {
 			if sc.topics != nil {
 				topics = startVerify(t, tg, d, append([]string{"--topics"}, sc.topics...)...)
 			}
-			sc.nemesis(t, tg, time.Now().Add(d))
+			faults := sc.nemesis(t, tg, time.Now().Add(d))
 			tg.heal(t)
+			if faults == 0 {
+				t.Errorf("the nemesis applied no fault in %v: the scenario did not test what it is named for (CAIRN_CHAOS_DURATION too short?)", d)
+			}
 			v.wait(t)
 			if topics != nil {
 				topics.wait(t)
@@ -339,7 +351,10 @@ type verifyRun struct {
 func startVerify(t *testing.T, tg target, d time.Duration, extra ...string) *verifyRun {
 	t.Helper()
 	v := &verifyRun{args: extra}
-	args := cairnArgs(t, tg, append([]string{"verify", "--duration", d.String(), "--producers", "2", "--consumers", "2", "--json"}, extra...)...)
+	// Every scenario's faults reach some of verify's four connections,
+	// spread over the three nodes: a run that observed none did not test
+	// them.
+	args := cairnArgs(t, tg, append([]string{"verify", "--duration", d.String(), "--producers", "2", "--consumers", "2", "--min-faults", "1", "--json"}, extra...)...)
 	kind := "" // the files of a topics verify beside a queue's are apart
 	if slices.Contains(extra, "--topics") {
 		kind = ".topics"
