@@ -8,26 +8,26 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
-
 	"github.com/cairnmq/cairn/transport"
 	"github.com/cairnmq/cairn/transport/clientpb"
+	"github.com/cairnmq/cairn/transport/peerpb"
 )
 
 // peerClientTimeout bounds one node's answer when another gathers the
 // cluster's connections or relays a destroy.
 const peerClientTimeout = 3 * time.Second
 
-// onClientAPI calls fn on another node's client API.
-func (n *Node) onClientAPI(ctx context.Context, addr string, fn func(context.Context, clientpb.ClientServiceClient) error) error {
-	cc, err := grpc.NewClient(addr, append(transport.DialOptions(), n.dialCreds(""))...)
+// onPeer calls fn on another node's peer API, within peerClientTimeout:
+// nodes ask each other as nodes, never through the client API, where a
+// node's certificate is no identity.
+func (n *Node) onPeer(ctx context.Context, node string, fn func(context.Context, peerpb.PeerServiceClient) error) error {
+	api, err := n.peers.client(node)
 	if err != nil {
 		return err
 	}
-	defer cc.Close()
 	ctx, cancel := context.WithTimeout(ctx, peerClientTimeout)
 	defer cancel()
-	return fn(ctx, clientpb.NewClientServiceClient(cc))
+	return fn(ctx, api)
 }
 
 // ListConnections gathers the connections of every live node (or of this
@@ -44,8 +44,8 @@ func (a adminAPI) ListConnections(ctx context.Context, localOnly bool) *clientpb
 			}
 			wg.Go(func() {
 				var got []*clientpb.ConnectionInfo
-				err := n.onClientAPI(ctx, m.Meta.Client, func(ctx context.Context, api clientpb.ClientServiceClient) error {
-					r, err := api.ListConnections(ctx, &clientpb.ListConnectionsRequest{LocalOnly: true})
+				err := n.onPeer(ctx, m.ID, func(ctx context.Context, api peerpb.PeerServiceClient) error {
+					r, err := api.Connections(ctx, &peerpb.ConnectionsRequest{})
 					got = r.GetConnections()
 					return err
 				})
@@ -76,7 +76,7 @@ func (a adminAPI) DestroyConnection(ctx context.Context, id string) error {
 	if cut > 0 && id[:cut] != n.cfg.NodeID {
 		for _, m := range n.gossip.members() {
 			if m.ID == id[:cut] && m.State == "alive" {
-				return n.onClientAPI(ctx, m.Meta.Client, func(ctx context.Context, api clientpb.ClientServiceClient) error {
+				return n.onPeer(ctx, m.ID, func(ctx context.Context, api peerpb.PeerServiceClient) error {
 					_, err := api.DestroyConnection(ctx, &clientpb.DestroyConnectionRequest{Id: id})
 					return transport.FromStatus(err)
 				})

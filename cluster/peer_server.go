@@ -15,6 +15,7 @@ import (
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/member"
 	"github.com/cairnmq/cairn/transport"
+	"github.com/cairnmq/cairn/transport/clientpb"
 	"github.com/cairnmq/cairn/transport/peerpb"
 )
 
@@ -247,4 +248,17 @@ func (s *peerService) Member(ctx context.Context, req *peerpb.MemberRequest) (*p
 
 func (s *peerService) Groups(ctx context.Context, req *peerpb.GroupsRequest) (*peerpb.GroupsResponse, error) {
 	return &peerpb.GroupsResponse{Node: s.n.cfg.NodeID, Groups: s.n.localGroups()}, nil
+}
+
+// Connections lists the client connections this node serves.
+func (s *peerService) Connections(ctx context.Context, req *peerpb.ConnectionsRequest) (*clientpb.ListConnectionsResponse, error) {
+	return &clientpb.ListConnectionsResponse{Connections: s.n.conns.List()}, nil
+}
+
+// DestroyConnection ends a connection this node serves.
+func (s *peerService) DestroyConnection(ctx context.Context, req *clientpb.DestroyConnectionRequest) (*clientpb.DestroyConnectionResponse, error) {
+	if !s.n.conns.Destroy(req.Id) {
+		return nil, transport.Status(fmt.Errorf("%w: node %s serves no connection %q", transport.ErrUnknownConnection, s.n.cfg.NodeID, req.Id))
+	}
+	return &clientpb.DestroyConnectionResponse{}, nil
 }

@@ -130,6 +130,11 @@ func TestCLITLS(t *testing.T) {
 	} else {
 		requireFields(t, "a user", list[0].(map[string]any), "name:string", "has_password:bool", "grants:array")
 	}
+	// The caller's --password-file before the command, the new user's after.
+	mustOK(t, nil, append(srv, "--tls-ca", ca, "--user", "admin", "--password-file", filepath.Join(dir, "admin-password"),
+		"user", "create", "bob", "--password-file", secret("bob-password", "the-bob-password"))...)
+	mustOK(t, []string{"CAIRN_TLS_CA=" + ca, "CAIRN_USER=bob", "CAIRN_PASSWORD=the-bob-password"}, append(srv, "queue", "list")...)
+	mustOK(t, asAdmin, append(srv, "user", "delete", "bob")...)
 
 	got := jsonLines(t, mustOK(t, nil, append(srv, "--tls-ca", ca, "--tls-cert", filepath.Join(dir, "alice.pem"),
 		"--tls-key", filepath.Join(dir, "alice-key.pem"), "receive", "secure", "--count", "3", "--json")...).stdout)

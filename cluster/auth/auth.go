@@ -19,20 +19,15 @@ import (
 	"github.com/cairnmq/cairn/transport/certs"
 )
 
-// Identity is who a call is from: a user, or another node of the cluster
-// (which may do everything: nodes gather connections and relay destroys
-// through each other's client API).
+// Identity is who a client API call is from: a user. A node's
+// certificate is no identity there: nodes ask each other on the peer API,
+// and a node certificate the CA signed (for a node that never joined, or
+// one removed) must not be a superuser of the clients' port.
 type Identity struct {
 	Name string
-	Node bool
 }
 
-func (id Identity) String() string {
-	if id.Node {
-		return "node " + id.Name
-	}
-	return "user " + id.Name
-}
+func (id Identity) String() string { return "user " + id.Name }
 
 type ctxKey struct{}
 
@@ -95,7 +90,7 @@ func (a *Authenticator) Authenticate(ctx context.Context) (Identity, error) {
 			kind, name, ok := certs.Identity(info.State.VerifiedChains[0][0])
 			switch {
 			case ok && kind == certs.KindNode:
-				return Identity{Name: name, Node: true}, nil
+				return Identity{}, fmt.Errorf("%w: the client certificate is node %s's; a node certificate is not a user: give a user's certificate (cairn cert client --user NAME) or a user and password", transport.ErrNotAuthenticated, name)
 			case ok && kind == certs.KindUser:
 				if _, known := a.users(name); !known {
 					return Identity{}, fmt.Errorf("%w: the client certificate names user %q, who is not a user of this cluster (cairn user create %s)", transport.ErrNotAuthenticated, name, name)
@@ -136,7 +131,7 @@ func (a *Authenticator) Authorize(ctx context.Context, act fsm.Action, dest stri
 	switch {
 	case !ok:
 		return fmt.Errorf("%w: the call was not authenticated", transport.ErrNotAuthenticated)
-	case id.Node, a.exempt != nil && a.exempt(act, dest):
+	case a.exempt != nil && a.exempt(act, dest):
 		return nil
 	}
 	u, ok := a.users(id.Name)

@@ -46,7 +46,7 @@ func basic(user, password string) context.Context {
 func TestAuthenticate_Password(t *testing.T) {
 	a := testAuthenticator(t)
 	for range 2 {
-		if id, err := a.Authenticate(basic("app", "app-password")); err != nil || id.Name != "app" || id.Node {
+		if id, err := a.Authenticate(basic("app", "app-password")); err != nil || id.Name != "app" {
 			t.Fatalf("app's password: %v, %v", id, err)
 		}
 	}
@@ -86,10 +86,6 @@ func TestAuthorize(t *testing.T) {
 	gone := WithIdentity(context.Background(), Identity{Name: "bob"})
 	if err := a.Authorize(gone, fsm.ActionSend, "orders.eu"); !errors.Is(err, transport.ErrNotAuthorised) {
 		t.Errorf("a deleted user: %v; want ErrNotAuthorised", err)
-	}
-	node := WithIdentity(context.Background(), Identity{Name: "n2", Node: true})
-	if err := a.Authorize(node, fsm.ActionAdmin, ""); err != nil {
-		t.Errorf("a node: %v", err)
 	}
 	if err := a.Authorize(context.Background(), fsm.ActionSend, "orders.eu"); !errors.Is(err, transport.ErrNotAuthenticated) {
 		t.Errorf("no identity: %v; want ErrNotAuthenticated", err)

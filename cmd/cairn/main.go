@@ -40,6 +40,7 @@ func init() { transport.UseBufferPool() }
 
 func main() {
 	root := newRoot()
+	root.SetArgs(globalPasswordFile(root, os.Args[1:]))
 	if err := root.Execute(); err != nil {
 		// One line on stderr, whatever the error; the details are in it.
 		msg := strings.ReplaceAll(err.Error(), "\n", " ")
@@ -89,6 +90,9 @@ that (not authorised), and 1 on any other error.`,
 	root.PersistentFlags().String("server", "127.0.0.1:7650", "address[,address...] of the nodes to talk to (env CAIRN_SERVER)")
 	addClientSecurityFlags(root.PersistentFlags())
 	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
+		if err := takeLoginPasswordFile(cmd.Root().PersistentFlags()); err != nil {
+			return err
+		}
 		return envFlags(cmd.Root().PersistentFlags(), append([]string{"server"}, clientSecurityFlags...)...)
 	}
 	root.AddCommand(serverCmd(), queueCmd(), topicCmd(), sendCmd(), receiveCmd(), publishCmd(), subscribeCmd(), subscriptionCmd(), clusterCmd(), nodeCmd(), connectionCmd(), healthCmd(), verifyCmd(), benchCmd(), certCmd(), userCmd())

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -23,6 +24,48 @@ func addClientSecurityFlags(fs *pflag.FlagSet) {
 	fs.String("tls-key", "", "the key of --tls-cert (env CAIRN_TLS_KEY)")
 	fs.String("user", "", "the user to authenticate as (env CAIRN_USER)")
 	fs.String("password-file", "", "file whose first line is --user's password (env CAIRN_PASSWORD_FILE; CAIRN_PASSWORD is read too)")
+	fs.String(loginPasswordFile, "", "")
+	_ = fs.MarkHidden(loginPasswordFile)
+}
+
+// loginPasswordFile holds a --password-file given before the command's
+// name (cairn --user admin --password-file admin.pw user create app
+// --password-file app.pw): cairn user create and passwd have a
+// --password-file of their own, the new password, which would otherwise
+// take both.
+const loginPasswordFile = "login-password-file"
+
+// takeLoginPasswordFile makes a --password-file given before the command's
+// name the root's, before the environment is read.
+func takeLoginPasswordFile(root *pflag.FlagSet) error {
+	login, _ := root.GetString(loginPasswordFile)
+	if login == "" {
+		return nil
+	}
+	if file, _ := root.GetString("password-file"); root.Changed("password-file") && file != login {
+		return fmt.Errorf("%w: --password-file given twice, %s and %s", client.ErrInvalidArgument, login, file)
+	}
+	return root.Set("password-file", login)
+}
+
+// globalPasswordFile renames each --password-file given before the first
+// word that is not a flag of root to --login-password-file.
+func globalPasswordFile(root *cobra.Command, args []string) []string {
+	out := slices.Clone(args)
+	for i := 0; i < len(out); i++ {
+		a := out[i]
+		if !strings.HasPrefix(a, "-") || a == "-" || a == "--" {
+			break
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if name == "password-file" {
+			out[i] = strings.Replace(a, "password-file", loginPasswordFile, 1)
+		}
+		if f := root.PersistentFlags().Lookup(name); !hasValue && f != nil && f.NoOptDefVal == "" {
+			i++ // its value
+		}
+	}
+	return out
 }
 
 // clientTLS is the TLS configuration the flags ask for; nil without

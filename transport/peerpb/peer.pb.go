@@ -15,6 +15,7 @@ package peerpb
 
 import (
 	fsmpb "github.com/cairnmq/cairn/fsm/fsmpb"
+	clientpb "github.com/cairnmq/cairn/transport/clientpb"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -28,6 +29,42 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+type ConnectionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConnectionsRequest) Reset() {
+	*x = ConnectionsRequest{}
+	mi := &file_transport_peerpb_peer_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConnectionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConnectionsRequest) ProtoMessage() {}
+
+func (x *ConnectionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_peerpb_peer_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConnectionsRequest.ProtoReflect.Descriptor instead.
+func (*ConnectionsRequest) Descriptor() ([]byte, []int) {
+	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{0}
+}
 
 // Error is a failure that is not the command's rejection.
 type Error struct {
@@ -44,7 +81,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_transport_peerpb_peer_proto_msgTypes[0]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -56,7 +93,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_peerpb_peer_proto_msgTypes[0]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -69,7 +106,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{0}
+	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *Error) GetCode() string {
@@ -104,7 +141,7 @@ type ProposeRequest struct {
 
 func (x *ProposeRequest) Reset() {
 	*x = ProposeRequest{}
-	mi := &file_transport_peerpb_peer_proto_msgTypes[1]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -116,7 +153,7 @@ func (x *ProposeRequest) String() string {
 func (*ProposeRequest) ProtoMessage() {}
 
 func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_peerpb_peer_proto_msgTypes[1]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -129,7 +166,7 @@ func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeRequest.ProtoReflect.Descriptor instead.
 func (*ProposeRequest) Descriptor() ([]byte, []int) {
-	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{1}
+	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ProposeRequest) GetId() uint64 {
@@ -163,7 +200,7 @@ type Enqueued struct {
 
 func (x *Enqueued) Reset() {
 	*x = Enqueued{}
-	mi := &file_transport_peerpb_peer_proto_msgTypes[2]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -175,7 +212,7 @@ func (x *Enqueued) String() string {
 func (*Enqueued) ProtoMessage() {}
 
 func (x *Enqueued) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_peerpb_peer_proto_msgTypes[2]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -188,7 +225,7 @@ func (x *Enqueued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Enqueued.ProtoReflect.Descriptor instead.
 func (*Enqueued) Descriptor() ([]byte, []int) {
-	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{2}
+	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Enqueued) GetId() string {
@@ -223,7 +260,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_transport_peerpb_peer_proto_msgTypes[3]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -235,7 +272,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_peerpb_peer_proto_msgTypes[3]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -248,7 +285,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{3}
+	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Result) GetReject() string {
@@ -325,7 +362,7 @@ type ProposeResponse struct {
 
 func (x *ProposeResponse) Reset() {
 	*x = ProposeResponse{}
-	mi := &file_transport_peerpb_peer_proto_msgTypes[4]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -337,7 +374,7 @@ func (x *ProposeResponse) String() string {
 func (*ProposeResponse) ProtoMessage() {}
 
 func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_peerpb_peer_proto_msgTypes[4]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -350,7 +387,7 @@ func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeResponse.ProtoReflect.Descriptor instead.
 func (*ProposeResponse) Descriptor() ([]byte, []int) {
-	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{4}
+	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ProposeResponse) GetId() uint64 {
@@ -387,7 +424,7 @@ type ConsumeRequest struct {
 
 func (x *ConsumeRequest) Reset() {
 	*x = ConsumeRequest{}
-	mi := &file_transport_peerpb_peer_proto_msgTypes[5]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -399,7 +436,7 @@ func (x *ConsumeRequest) String() string {
 func (*ConsumeRequest) ProtoMessage() {}
 
 func (x *ConsumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_peerpb_peer_proto_msgTypes[5]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -412,7 +449,7 @@ func (x *ConsumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumeRequest.ProtoReflect.Descriptor instead.
 func (*ConsumeRequest) Descriptor() ([]byte, []int) {
-	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{5}
+	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ConsumeRequest) GetOp() isConsumeRequest_Op {
@@ -476,7 +513,7 @@ type Attach struct {
 
 func (x *Attach) Reset() {
 	*x = Attach{}
-	mi := &file_transport_peerpb_peer_proto_msgTypes[6]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -488,7 +525,7 @@ func (x *Attach) String() string {
 func (*Attach) ProtoMessage() {}
 
 func (x *Attach) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_peerpb_peer_proto_msgTypes[6]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -501,7 +538,7 @@ func (x *Attach) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attach.ProtoReflect.Descriptor instead.
 func (*Attach) Descriptor() ([]byte, []int) {
-	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{6}
+	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Attach) GetMember() string {
@@ -558,7 +595,7 @@ type Delivery struct {
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_transport_peerpb_peer_proto_msgTypes[7]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -570,7 +607,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_peerpb_peer_proto_msgTypes[7]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -583,7 +620,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{7}
+	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Delivery) GetDeliveryId() uint64 {
@@ -628,7 +665,7 @@ type ConsumeEvent struct {
 
 func (x *ConsumeEvent) Reset() {
 	*x = ConsumeEvent{}
-	mi := &file_transport_peerpb_peer_proto_msgTypes[8]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -640,7 +677,7 @@ func (x *ConsumeEvent) String() string {
 func (*ConsumeEvent) ProtoMessage() {}
 
 func (x *ConsumeEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_peerpb_peer_proto_msgTypes[8]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -653,7 +690,7 @@ func (x *ConsumeEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumeEvent.ProtoReflect.Descriptor instead.
 func (*ConsumeEvent) Descriptor() ([]byte, []int) {
-	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{8}
+	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ConsumeEvent) GetEvent() isConsumeEvent_Event {
@@ -724,7 +761,7 @@ type Deliveries struct {
 
 func (x *Deliveries) Reset() {
 	*x = Deliveries{}
-	mi := &file_transport_peerpb_peer_proto_msgTypes[9]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -736,7 +773,7 @@ func (x *Deliveries) String() string {
 func (*Deliveries) ProtoMessage() {}
 
 func (x *Deliveries) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_peerpb_peer_proto_msgTypes[9]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -749,7 +786,7 @@ func (x *Deliveries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deliveries.ProtoReflect.Descriptor instead.
 func (*Deliveries) Descriptor() ([]byte, []int) {
-	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{9}
+	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Deliveries) GetDeliveries() []*Delivery {
@@ -768,7 +805,7 @@ type MetaApplyRequest struct {
 
 func (x *MetaApplyRequest) Reset() {
 	*x = MetaApplyRequest{}
-	mi := &file_transport_peerpb_peer_proto_msgTypes[10]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -780,7 +817,7 @@ func (x *MetaApplyRequest) String() string {
 func (*MetaApplyRequest) ProtoMessage() {}
 
 func (x *MetaApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_peerpb_peer_proto_msgTypes[10]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -793,7 +830,7 @@ func (x *MetaApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaApplyRequest.ProtoReflect.Descriptor instead.
 func (*MetaApplyRequest) Descriptor() ([]byte, []int) {
-	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{10}
+	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *MetaApplyRequest) GetCommand() *fsmpb.Command {
@@ -817,7 +854,7 @@ type MetaApplyResponse struct {
 
 func (x *MetaApplyResponse) Reset() {
 	*x = MetaApplyResponse{}
-	mi := &file_transport_peerpb_peer_proto_msgTypes[11]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -829,7 +866,7 @@ func (x *MetaApplyResponse) String() string {
 func (*MetaApplyResponse) ProtoMessage() {}
 
 func (x *MetaApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_peerpb_peer_proto_msgTypes[11]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -842,7 +879,7 @@ func (x *MetaApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaApplyResponse.ProtoReflect.Descriptor instead.
 func (*MetaApplyResponse) Descriptor() ([]byte, []int) {
-	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{11}
+	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *MetaApplyResponse) GetError() *Error {
@@ -880,7 +917,7 @@ type MemberRequest struct {
 
 func (x *MemberRequest) Reset() {
 	*x = MemberRequest{}
-	mi := &file_transport_peerpb_peer_proto_msgTypes[12]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -892,7 +929,7 @@ func (x *MemberRequest) String() string {
 func (*MemberRequest) ProtoMessage() {}
 
 func (x *MemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_peerpb_peer_proto_msgTypes[12]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -905,7 +942,7 @@ func (x *MemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRequest.ProtoReflect.Descriptor instead.
 func (*MemberRequest) Descriptor() ([]byte, []int) {
-	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{12}
+	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *MemberRequest) GetMember() string {
@@ -951,7 +988,7 @@ type MemberResponse struct {
 
 func (x *MemberResponse) Reset() {
 	*x = MemberResponse{}
-	mi := &file_transport_peerpb_peer_proto_msgTypes[13]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -963,7 +1000,7 @@ func (x *MemberResponse) String() string {
 func (*MemberResponse) ProtoMessage() {}
 
 func (x *MemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_peerpb_peer_proto_msgTypes[13]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -976,7 +1013,7 @@ func (x *MemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberResponse.ProtoReflect.Descriptor instead.
 func (*MemberResponse) Descriptor() ([]byte, []int) {
-	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{13}
+	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *MemberResponse) GetError() *Error {
@@ -1078,7 +1115,7 @@ type GroupsRequest struct {
 
 func (x *GroupsRequest) Reset() {
 	*x = GroupsRequest{}
-	mi := &file_transport_peerpb_peer_proto_msgTypes[14]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1090,7 +1127,7 @@ func (x *GroupsRequest) String() string {
 func (*GroupsRequest) ProtoMessage() {}
 
 func (x *GroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_peerpb_peer_proto_msgTypes[14]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1103,7 +1140,7 @@ func (x *GroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsRequest.ProtoReflect.Descriptor instead.
 func (*GroupsRequest) Descriptor() ([]byte, []int) {
-	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{14}
+	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{15}
 }
 
 type GroupReplica struct {
@@ -1125,7 +1162,7 @@ type GroupReplica struct {
 
 func (x *GroupReplica) Reset() {
 	*x = GroupReplica{}
-	mi := &file_transport_peerpb_peer_proto_msgTypes[15]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1137,7 +1174,7 @@ func (x *GroupReplica) String() string {
 func (*GroupReplica) ProtoMessage() {}
 
 func (x *GroupReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_peerpb_peer_proto_msgTypes[15]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1150,7 +1187,7 @@ func (x *GroupReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupReplica.ProtoReflect.Descriptor instead.
 func (*GroupReplica) Descriptor() ([]byte, []int) {
-	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{15}
+	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GroupReplica) GetName() string {
@@ -1212,7 +1249,7 @@ type GroupsResponse struct {
 
 func (x *GroupsResponse) Reset() {
 	*x = GroupsResponse{}
-	mi := &file_transport_peerpb_peer_proto_msgTypes[16]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1224,7 +1261,7 @@ func (x *GroupsResponse) String() string {
 func (*GroupsResponse) ProtoMessage() {}
 
 func (x *GroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_peerpb_peer_proto_msgTypes[16]
+	mi := &file_transport_peerpb_peer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1237,7 +1274,7 @@ func (x *GroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsResponse.ProtoReflect.Descriptor instead.
 func (*GroupsResponse) Descriptor() ([]byte, []int) {
-	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{16}
+	return file_transport_peerpb_peer_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GroupsResponse) GetNode() string {
@@ -1258,7 +1295,8 @@ var File_transport_peerpb_peer_proto protoreflect.FileDescriptor
 
 const file_transport_peerpb_peer_proto_rawDesc = "" +
 	"\n" +
-	"\x1btransport/peerpb/peer.proto\x12\rcairn.peer.v1\x1a\x13fsm/fsmpb/fsm.proto\"M\n" +
+	"\x1btransport/peerpb/peer.proto\x12\rcairn.peer.v1\x1a\x13fsm/fsmpb/fsm.proto\x1a\x1ftransport/clientpb/client.proto\"\x14\n" +
+	"\x12ConnectionsRequest\"M\n" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
@@ -1351,13 +1389,15 @@ const file_transport_peerpb_peer_proto_rawDesc = "" +
 	"\aservers\x18\a \x03(\tR\aservers\"Y\n" +
 	"\x0eGroupsResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x123\n" +
-	"\x06groups\x18\x02 \x03(\v2\x1b.cairn.peer.v1.GroupReplicaR\x06groups2\x84\x03\n" +
+	"\x06groups\x18\x02 \x03(\v2\x1b.cairn.peer.v1.GroupReplicaR\x06groups2\xcc\x04\n" +
 	"\vPeerService\x12L\n" +
 	"\aPropose\x12\x1d.cairn.peer.v1.ProposeRequest\x1a\x1e.cairn.peer.v1.ProposeResponse(\x010\x01\x12I\n" +
 	"\aConsume\x12\x1d.cairn.peer.v1.ConsumeRequest\x1a\x1b.cairn.peer.v1.ConsumeEvent(\x010\x01\x12N\n" +
 	"\tMetaApply\x12\x1f.cairn.peer.v1.MetaApplyRequest\x1a .cairn.peer.v1.MetaApplyResponse\x12E\n" +
 	"\x06Member\x12\x1c.cairn.peer.v1.MemberRequest\x1a\x1d.cairn.peer.v1.MemberResponse\x12E\n" +
-	"\x06Groups\x12\x1c.cairn.peer.v1.GroupsRequest\x1a\x1d.cairn.peer.v1.GroupsResponseB+Z)github.com/cairnmq/cairn/transport/peerpbb\x06proto3"
+	"\x06Groups\x12\x1c.cairn.peer.v1.GroupsRequest\x1a\x1d.cairn.peer.v1.GroupsResponse\x12Z\n" +
+	"\vConnections\x12!.cairn.peer.v1.ConnectionsRequest\x1a(.cairn.client.v1.ListConnectionsResponse\x12j\n" +
+	"\x11DestroyConnection\x12).cairn.client.v1.DestroyConnectionRequest\x1a*.cairn.client.v1.DestroyConnectionResponseB+Z)github.com/cairnmq/cairn/transport/peerpbb\x06proto3"
 
 var (
 	file_transport_peerpb_peer_proto_rawDescOnce sync.Once
@@ -1371,58 +1411,66 @@ func file_transport_peerpb_peer_proto_rawDescGZIP() []byte {
 	return file_transport_peerpb_peer_proto_rawDescData
 }
 
-var file_transport_peerpb_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_transport_peerpb_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_transport_peerpb_peer_proto_goTypes = []any{
-	(*Error)(nil),                // 0: cairn.peer.v1.Error
-	(*ProposeRequest)(nil),       // 1: cairn.peer.v1.ProposeRequest
-	(*Enqueued)(nil),             // 2: cairn.peer.v1.Enqueued
-	(*Result)(nil),               // 3: cairn.peer.v1.Result
-	(*ProposeResponse)(nil),      // 4: cairn.peer.v1.ProposeResponse
-	(*ConsumeRequest)(nil),       // 5: cairn.peer.v1.ConsumeRequest
-	(*Attach)(nil),               // 6: cairn.peer.v1.Attach
-	(*Delivery)(nil),             // 7: cairn.peer.v1.Delivery
-	(*ConsumeEvent)(nil),         // 8: cairn.peer.v1.ConsumeEvent
-	(*Deliveries)(nil),           // 9: cairn.peer.v1.Deliveries
-	(*MetaApplyRequest)(nil),     // 10: cairn.peer.v1.MetaApplyRequest
-	(*MetaApplyResponse)(nil),    // 11: cairn.peer.v1.MetaApplyResponse
-	(*MemberRequest)(nil),        // 12: cairn.peer.v1.MemberRequest
-	(*MemberResponse)(nil),       // 13: cairn.peer.v1.MemberResponse
-	(*GroupsRequest)(nil),        // 14: cairn.peer.v1.GroupsRequest
-	(*GroupReplica)(nil),         // 15: cairn.peer.v1.GroupReplica
-	(*GroupsResponse)(nil),       // 16: cairn.peer.v1.GroupsResponse
-	(*fsmpb.Command)(nil),        // 17: cairn.fsm.v1.Command
-	(*fsmpb.Message)(nil),        // 18: cairn.fsm.v1.Message
-	(*fsmpb.MemberCounters)(nil), // 19: cairn.fsm.v1.MemberCounters
+	(*ConnectionsRequest)(nil),                 // 0: cairn.peer.v1.ConnectionsRequest
+	(*Error)(nil),                              // 1: cairn.peer.v1.Error
+	(*ProposeRequest)(nil),                     // 2: cairn.peer.v1.ProposeRequest
+	(*Enqueued)(nil),                           // 3: cairn.peer.v1.Enqueued
+	(*Result)(nil),                             // 4: cairn.peer.v1.Result
+	(*ProposeResponse)(nil),                    // 5: cairn.peer.v1.ProposeResponse
+	(*ConsumeRequest)(nil),                     // 6: cairn.peer.v1.ConsumeRequest
+	(*Attach)(nil),                             // 7: cairn.peer.v1.Attach
+	(*Delivery)(nil),                           // 8: cairn.peer.v1.Delivery
+	(*ConsumeEvent)(nil),                       // 9: cairn.peer.v1.ConsumeEvent
+	(*Deliveries)(nil),                         // 10: cairn.peer.v1.Deliveries
+	(*MetaApplyRequest)(nil),                   // 11: cairn.peer.v1.MetaApplyRequest
+	(*MetaApplyResponse)(nil),                  // 12: cairn.peer.v1.MetaApplyResponse
+	(*MemberRequest)(nil),                      // 13: cairn.peer.v1.MemberRequest
+	(*MemberResponse)(nil),                     // 14: cairn.peer.v1.MemberResponse
+	(*GroupsRequest)(nil),                      // 15: cairn.peer.v1.GroupsRequest
+	(*GroupReplica)(nil),                       // 16: cairn.peer.v1.GroupReplica
+	(*GroupsResponse)(nil),                     // 17: cairn.peer.v1.GroupsResponse
+	(*fsmpb.Command)(nil),                      // 18: cairn.fsm.v1.Command
+	(*fsmpb.Message)(nil),                      // 19: cairn.fsm.v1.Message
+	(*fsmpb.MemberCounters)(nil),               // 20: cairn.fsm.v1.MemberCounters
+	(*clientpb.DestroyConnectionRequest)(nil),  // 21: cairn.client.v1.DestroyConnectionRequest
+	(*clientpb.ListConnectionsResponse)(nil),   // 22: cairn.client.v1.ListConnectionsResponse
+	(*clientpb.DestroyConnectionResponse)(nil), // 23: cairn.client.v1.DestroyConnectionResponse
 }
 var file_transport_peerpb_peer_proto_depIdxs = []int32{
-	17, // 0: cairn.peer.v1.ProposeRequest.command:type_name -> cairn.fsm.v1.Command
-	2,  // 1: cairn.peer.v1.Result.enqueued:type_name -> cairn.peer.v1.Enqueued
-	0,  // 2: cairn.peer.v1.ProposeResponse.error:type_name -> cairn.peer.v1.Error
-	3,  // 3: cairn.peer.v1.ProposeResponse.result:type_name -> cairn.peer.v1.Result
-	6,  // 4: cairn.peer.v1.ConsumeRequest.attach:type_name -> cairn.peer.v1.Attach
-	18, // 5: cairn.peer.v1.Delivery.message:type_name -> cairn.fsm.v1.Message
-	9,  // 6: cairn.peer.v1.ConsumeEvent.deliveries:type_name -> cairn.peer.v1.Deliveries
-	0,  // 7: cairn.peer.v1.ConsumeEvent.gone:type_name -> cairn.peer.v1.Error
-	7,  // 8: cairn.peer.v1.Deliveries.deliveries:type_name -> cairn.peer.v1.Delivery
-	17, // 9: cairn.peer.v1.MetaApplyRequest.command:type_name -> cairn.fsm.v1.Command
-	0,  // 10: cairn.peer.v1.MetaApplyResponse.error:type_name -> cairn.peer.v1.Error
-	3,  // 11: cairn.peer.v1.MetaApplyResponse.result:type_name -> cairn.peer.v1.Result
-	0,  // 12: cairn.peer.v1.MemberResponse.error:type_name -> cairn.peer.v1.Error
-	7,  // 13: cairn.peer.v1.MemberResponse.browsed:type_name -> cairn.peer.v1.Delivery
-	19, // 14: cairn.peer.v1.MemberResponse.counters:type_name -> cairn.fsm.v1.MemberCounters
-	15, // 15: cairn.peer.v1.GroupsResponse.groups:type_name -> cairn.peer.v1.GroupReplica
-	1,  // 16: cairn.peer.v1.PeerService.Propose:input_type -> cairn.peer.v1.ProposeRequest
-	5,  // 17: cairn.peer.v1.PeerService.Consume:input_type -> cairn.peer.v1.ConsumeRequest
-	10, // 18: cairn.peer.v1.PeerService.MetaApply:input_type -> cairn.peer.v1.MetaApplyRequest
-	12, // 19: cairn.peer.v1.PeerService.Member:input_type -> cairn.peer.v1.MemberRequest
-	14, // 20: cairn.peer.v1.PeerService.Groups:input_type -> cairn.peer.v1.GroupsRequest
-	4,  // 21: cairn.peer.v1.PeerService.Propose:output_type -> cairn.peer.v1.ProposeResponse
-	8,  // 22: cairn.peer.v1.PeerService.Consume:output_type -> cairn.peer.v1.ConsumeEvent
-	11, // 23: cairn.peer.v1.PeerService.MetaApply:output_type -> cairn.peer.v1.MetaApplyResponse
-	13, // 24: cairn.peer.v1.PeerService.Member:output_type -> cairn.peer.v1.MemberResponse
-	16, // 25: cairn.peer.v1.PeerService.Groups:output_type -> cairn.peer.v1.GroupsResponse
-	21, // [21:26] is the sub-list for method output_type
-	16, // [16:21] is the sub-list for method input_type
+	18, // 0: cairn.peer.v1.ProposeRequest.command:type_name -> cairn.fsm.v1.Command
+	3,  // 1: cairn.peer.v1.Result.enqueued:type_name -> cairn.peer.v1.Enqueued
+	1,  // 2: cairn.peer.v1.ProposeResponse.error:type_name -> cairn.peer.v1.Error
+	4,  // 3: cairn.peer.v1.ProposeResponse.result:type_name -> cairn.peer.v1.Result
+	7,  // 4: cairn.peer.v1.ConsumeRequest.attach:type_name -> cairn.peer.v1.Attach
+	19, // 5: cairn.peer.v1.Delivery.message:type_name -> cairn.fsm.v1.Message
+	10, // 6: cairn.peer.v1.ConsumeEvent.deliveries:type_name -> cairn.peer.v1.Deliveries
+	1,  // 7: cairn.peer.v1.ConsumeEvent.gone:type_name -> cairn.peer.v1.Error
+	8,  // 8: cairn.peer.v1.Deliveries.deliveries:type_name -> cairn.peer.v1.Delivery
+	18, // 9: cairn.peer.v1.MetaApplyRequest.command:type_name -> cairn.fsm.v1.Command
+	1,  // 10: cairn.peer.v1.MetaApplyResponse.error:type_name -> cairn.peer.v1.Error
+	4,  // 11: cairn.peer.v1.MetaApplyResponse.result:type_name -> cairn.peer.v1.Result
+	1,  // 12: cairn.peer.v1.MemberResponse.error:type_name -> cairn.peer.v1.Error
+	8,  // 13: cairn.peer.v1.MemberResponse.browsed:type_name -> cairn.peer.v1.Delivery
+	20, // 14: cairn.peer.v1.MemberResponse.counters:type_name -> cairn.fsm.v1.MemberCounters
+	16, // 15: cairn.peer.v1.GroupsResponse.groups:type_name -> cairn.peer.v1.GroupReplica
+	2,  // 16: cairn.peer.v1.PeerService.Propose:input_type -> cairn.peer.v1.ProposeRequest
+	6,  // 17: cairn.peer.v1.PeerService.Consume:input_type -> cairn.peer.v1.ConsumeRequest
+	11, // 18: cairn.peer.v1.PeerService.MetaApply:input_type -> cairn.peer.v1.MetaApplyRequest
+	13, // 19: cairn.peer.v1.PeerService.Member:input_type -> cairn.peer.v1.MemberRequest
+	15, // 20: cairn.peer.v1.PeerService.Groups:input_type -> cairn.peer.v1.GroupsRequest
+	0,  // 21: cairn.peer.v1.PeerService.Connections:input_type -> cairn.peer.v1.ConnectionsRequest
+	21, // 22: cairn.peer.v1.PeerService.DestroyConnection:input_type -> cairn.client.v1.DestroyConnectionRequest
+	5,  // 23: cairn.peer.v1.PeerService.Propose:output_type -> cairn.peer.v1.ProposeResponse
+	9,  // 24: cairn.peer.v1.PeerService.Consume:output_type -> cairn.peer.v1.ConsumeEvent
+	12, // 25: cairn.peer.v1.PeerService.MetaApply:output_type -> cairn.peer.v1.MetaApplyResponse
+	14, // 26: cairn.peer.v1.PeerService.Member:output_type -> cairn.peer.v1.MemberResponse
+	17, // 27: cairn.peer.v1.PeerService.Groups:output_type -> cairn.peer.v1.GroupsResponse
+	22, // 28: cairn.peer.v1.PeerService.Connections:output_type -> cairn.client.v1.ListConnectionsResponse
+	23, // 29: cairn.peer.v1.PeerService.DestroyConnection:output_type -> cairn.client.v1.DestroyConnectionResponse
+	23, // [23:30] is the sub-list for method output_type
+	16, // [16:23] is the sub-list for method input_type
 	16, // [16:16] is the sub-list for extension type_name
 	16, // [16:16] is the sub-list for extension extendee
 	0,  // [0:16] is the sub-list for field type_name
@@ -1433,11 +1481,11 @@ func file_transport_peerpb_peer_proto_init() {
 	if File_transport_peerpb_peer_proto != nil {
 		return
 	}
-	file_transport_peerpb_peer_proto_msgTypes[5].OneofWrappers = []any{
+	file_transport_peerpb_peer_proto_msgTypes[6].OneofWrappers = []any{
 		(*ConsumeRequest_Attach)(nil),
 		(*ConsumeRequest_Credit)(nil),
 	}
-	file_transport_peerpb_peer_proto_msgTypes[8].OneofWrappers = []any{
+	file_transport_peerpb_peer_proto_msgTypes[9].OneofWrappers = []any{
 		(*ConsumeEvent_Attached)(nil),
 		(*ConsumeEvent_Deliveries)(nil),
 		(*ConsumeEvent_Gone)(nil),
@@ -1448,7 +1496,7 @@ func file_transport_peerpb_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_peerpb_peer_proto_rawDesc), len(file_transport_peerpb_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -15,6 +15,7 @@ package peerpb
 
 import (
 	context "context"
+	clientpb "github.com/cairnmq/cairn/transport/clientpb"
 	grpc "google.golang.org/grpc"
 	codes "google.golang.org/grpc/codes"
 	status "google.golang.org/grpc/status"
@@ -26,11 +27,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	PeerService_Propose_FullMethodName   = "/cairn.peer.v1.PeerService/Propose"
-	PeerService_Consume_FullMethodName   = "/cairn.peer.v1.PeerService/Consume"
-	PeerService_MetaApply_FullMethodName = "/cairn.peer.v1.PeerService/MetaApply"
-	PeerService_Member_FullMethodName    = "/cairn.peer.v1.PeerService/Member"
-	PeerService_Groups_FullMethodName    = "/cairn.peer.v1.PeerService/Groups"
+	PeerService_Propose_FullMethodName           = "/cairn.peer.v1.PeerService/Propose"
+	PeerService_Consume_FullMethodName           = "/cairn.peer.v1.PeerService/Consume"
+	PeerService_MetaApply_FullMethodName         = "/cairn.peer.v1.PeerService/MetaApply"
+	PeerService_Member_FullMethodName            = "/cairn.peer.v1.PeerService/Member"
+	PeerService_Groups_FullMethodName            = "/cairn.peer.v1.PeerService/Groups"
+	PeerService_Connections_FullMethodName       = "/cairn.peer.v1.PeerService/Connections"
+	PeerService_DestroyConnection_FullMethodName = "/cairn.peer.v1.PeerService/DestroyConnection"
 )
 
 // PeerServiceClient is the client API for PeerService service.
@@ -50,6 +53,12 @@ type PeerServiceClient interface {
 	Member(ctx context.Context, in *MemberRequest, opts ...grpc.CallOption) (*MemberResponse, error)
 	// Groups reports every Raft group replica on this node.
 	Groups(ctx context.Context, in *GroupsRequest, opts ...grpc.CallOption) (*GroupsResponse, error)
+	// Connections lists the client connections this node serves, for the
+	// node that gathers the cluster's (cairn connection list).
+	Connections(ctx context.Context, in *ConnectionsRequest, opts ...grpc.CallOption) (*clientpb.ListConnectionsResponse, error)
+	// DestroyConnection ends a connection this node serves, relayed by the
+	// node that was asked (cairn connection destroy).
+	DestroyConnection(ctx context.Context, in *clientpb.DestroyConnectionRequest, opts ...grpc.CallOption) (*clientpb.DestroyConnectionResponse, error)
 }
 
 type peerServiceClient struct {
@@ -116,6 +125,26 @@ func (c *peerServiceClient) Groups(ctx context.Context, in *GroupsRequest, opts 
 	return out, nil
 }
 
+func (c *peerServiceClient) Connections(ctx context.Context, in *ConnectionsRequest, opts ...grpc.CallOption) (*clientpb.ListConnectionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(clientpb.ListConnectionsResponse)
+	err := c.cc.Invoke(ctx, PeerService_Connections_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *peerServiceClient) DestroyConnection(ctx context.Context, in *clientpb.DestroyConnectionRequest, opts ...grpc.CallOption) (*clientpb.DestroyConnectionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(clientpb.DestroyConnectionResponse)
+	err := c.cc.Invoke(ctx, PeerService_DestroyConnection_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServiceServer is the server API for PeerService service.
 // All implementations must embed UnimplementedPeerServiceServer
 // for forward compatibility.
@@ -133,6 +162,12 @@ type PeerServiceServer interface {
 	Member(context.Context, *MemberRequest) (*MemberResponse, error)
 	// Groups reports every Raft group replica on this node.
 	Groups(context.Context, *GroupsRequest) (*GroupsResponse, error)
+	// Connections lists the client connections this node serves, for the
+	// node that gathers the cluster's (cairn connection list).
+	Connections(context.Context, *ConnectionsRequest) (*clientpb.ListConnectionsResponse, error)
+	// DestroyConnection ends a connection this node serves, relayed by the
+	// node that was asked (cairn connection destroy).
+	DestroyConnection(context.Context, *clientpb.DestroyConnectionRequest) (*clientpb.DestroyConnectionResponse, error)
 	mustEmbedUnimplementedPeerServiceServer()
 }
 
@@ -157,6 +192,12 @@ func (UnimplementedPeerServiceServer) Member(context.Context, *MemberRequest) (*
 }
 func (UnimplementedPeerServiceServer) Groups(context.Context, *GroupsRequest) (*GroupsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Groups not implemented")
+}
+func (UnimplementedPeerServiceServer) Connections(context.Context, *ConnectionsRequest) (*clientpb.ListConnectionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Connections not implemented")
+}
+func (UnimplementedPeerServiceServer) DestroyConnection(context.Context, *clientpb.DestroyConnectionRequest) (*clientpb.DestroyConnectionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DestroyConnection not implemented")
 }
 func (UnimplementedPeerServiceServer) mustEmbedUnimplementedPeerServiceServer() {}
 func (UnimplementedPeerServiceServer) testEmbeddedByValue()                     {}
@@ -247,6 +288,42 @@ func _PeerService_Groups_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PeerService_Connections_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ConnectionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServiceServer).Connections(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PeerService_Connections_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServiceServer).Connections(ctx, req.(*ConnectionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PeerService_DestroyConnection_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(clientpb.DestroyConnectionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServiceServer).DestroyConnection(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PeerService_DestroyConnection_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServiceServer).DestroyConnection(ctx, req.(*clientpb.DestroyConnectionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PeerService_ServiceDesc is the grpc.ServiceDesc for PeerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -265,6 +342,14 @@ var PeerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Groups",
 			Handler:    _PeerService_Groups_Handler,
+		},
+		{
+			MethodName: "Connections",
+			Handler:    _PeerService_Connections_Handler,
+		},
+		{
+			MethodName: "DestroyConnection",
+			Handler:    _PeerService_DestroyConnection_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
