@@ -44,6 +44,10 @@ type Config struct {
 	// default), it fails with ErrUnknownDestination: a client's typo or a
 	// loop over names cannot fill the cluster with queues.
 	AutoCreate bool
+	// ConsoleHosts are names the web console answers to beside the node's
+	// own (its id, --advertise, its hostname, its certificate's names),
+	// IP addresses and localhost: an ingress's, say.
+	ConsoleHosts []string
 	// Profiling serves Go's profiles (net/http/pprof) under /debug/pprof/
 	// on the HTTP address.
 	Profiling bool

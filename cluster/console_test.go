@@ -205,3 +205,56 @@ func TestConsole_MovesADeadLetteredMessageBack(t *testing.T) {
 		t.Errorf("moving it again: %d, want 404", code)
 	}
 }
+
+// The console answers only to the node's names and addresses: a page of
+// another site whose name its DNS points at an open node (DNS rebinding:
+// Host and Origin both the page's) reads nothing and purges nothing. The
+// node's id, an IP address, localhost and a --console-host are served.
+func TestConsole_AnswersOnlyToTheNodesNames(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, TestConfig(t, t.TempDir(), func(c *Config) { c.ConsoleHosts = []string{"broker.example.com"} }))
+	ctx := testCtx(t)
+	a := admin(t, n)
+	if _, err := a.CreateQueue(ctx, "work", client.QueueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sendN(t, ctx, mustProducer(t, mustSession(t, dial(t, n), client.AutoAck), "work"), "m", 3)
+	_, port, _ := strings.Cut(n.Addrs().HTTP, ":")
+	call := func(host, method, path string) (int, map[string]any) {
+		t.Helper()
+		req, err := http.NewRequest(method, "http://"+n.Addrs().HTTP+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host + ":" + port
+		if method == "POST" {
+			req.Header.Set(console.ActionHeader, "1")
+			req.Header.Set("Origin", "http://"+req.Host)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var v map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&v)
+		return resp.StatusCode, v
+	}
+	for _, path := range []string{"/", "/api/queues"} {
+		if code, v := call("evil.example", "GET", path); code != http.StatusMisdirectedRequest || !strings.Contains(fmt.Sprint(v["error"]), "--console-host evil.example") {
+			t.Errorf("GET %s with Host evil.example: %d %v; want 421 naming --console-host", path, code, v)
+		}
+	}
+	if code, _ := call("evil.example", "POST", "/api/queues/work/purge"); code != http.StatusMisdirectedRequest {
+		t.Errorf("a purge with Host and Origin evil.example: %d; want 421", code)
+	}
+	checkQueue(t, a, "work", 3, 0)
+	for _, host := range []string{"127.0.0.1", "localhost", "n1", "Broker.Example.com.", "[::1]"} {
+		if code, v := call(host, "GET", "/api/queues/work"); code != http.StatusOK || v["pending"] != 3.0 {
+			t.Errorf("GET /api/queues/work with Host %s: %d %v; want 200, 3 pending", host, code, v)
+		}
+	}
+	if code, v := call("n1", "POST", "/api/queues/work/purge"); code != http.StatusOK || v["purged"] != 3.0 {
+		t.Errorf("a purge with Host n1: %d %v", code, v)
+	}
+}

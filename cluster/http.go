@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"syscall"
 
 	"github.com/cairnmq/cairn/cluster/console"
@@ -55,7 +56,14 @@ func (n *Node) httpHandler() http.Handler {
 // TLS when it is on, trusting the cluster's CA and showing no certificate
 // (the browser's user, not the node, is who calls).
 func (n *Node) consoleConfig() console.Config {
-	cfg := console.Config{Node: n.cfg.NodeID, ClientAddr: n.addrs.Client}
+	cfg := console.Config{Node: n.cfg.NodeID, ClientAddr: n.addrs.Client,
+		Hosts: append([]string{n.cfg.NodeID, n.cfg.Advertise}, n.cfg.ConsoleHosts...)}
+	if h, err := os.Hostname(); err == nil {
+		cfg.Hosts = append(cfg.Hosts, h)
+	}
+	if n.tls != nil {
+		cfg.Hosts = append(cfg.Hosts, n.tls.Names()...)
+	}
 	if n.tls != nil {
 		tc, err := certs.ClientTLS(n.cfg.TLSCA, "", "")
 		if err != nil {

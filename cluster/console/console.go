@@ -6,8 +6,12 @@ import (
 	"embed"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
+	"net"
 	"net/http"
+	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/cairnmq/cairn/client"
@@ -25,6 +29,9 @@ type Config struct {
 	// TLS reaches it over TLS when set (the node's CA as RootCAs), and
 	// makes the console ask the browser for a user and password.
 	TLS *tls.Config
+	// Hosts are the names the console answers to, beside IP addresses and
+	// localhost: the node's own names (package doc).
+	Hosts []string
 }
 
 // callTimeout bounds one call of the console to its node.
@@ -86,8 +93,33 @@ func New(cfg Config) http.Handler {
 		// the console's buttons.
 		w.Header().Set("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
+		if host, ok := c.knownHost(r.Host); !ok {
+			writeJSON(w, http.StatusMisdirectedRequest, map[string]string{"error": fmt.Sprintf(
+				"the console answers to node %s's own names and addresses, and %q is none of them (a page of another site whose name now points here?); a name of yours in front of it: cairn server --console-host %s", c.cfg.Node, host, host)})
+			return
+		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// knownHost says whether the request's Host names this node: an IP
+// address, localhost, or one of cfg.Hosts. A page of another site whose
+// name its DNS points at the node (DNS rebinding) sends its own name.
+func (c *console) knownHost(hostport string) (string, bool) {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if _, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil || host == "localhost" {
+		return host, true
+	}
+	for _, h := range c.cfg.Hosts {
+		if strings.EqualFold(strings.TrimSuffix(h, "."), host) {
+			return host, true
+		}
+	}
+	return host, false
 }
 
 type console struct{ cfg Config }

@@ -19,4 +19,11 @@
 // must carry the X-Cairn-Console header, which a page of another site
 // cannot send without a CORS preflight the console never grants: a
 // browser's cached credentials cannot be used against it from elsewhere.
+//
+// Decision: every request's Host must be an IP address, localhost, or one
+// of the node's names (Config.Hosts: its id, --advertise, hostname,
+// certificate names, --console-host). Reason: DNS rebinding makes a page
+// of another site same-origin with the console (Host and Origin both the
+// page's name), which the header and Origin checks cannot tell apart.
+// Trade-off: a name in front of the node (an ingress) needs --console-host.
 package console

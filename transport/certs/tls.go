@@ -19,9 +19,13 @@ var ErrNotANode = errors.New("not a node of this cluster")
 // may be signed by.
 type NodeTLS struct {
 	cert    tls.Certificate
+	leaf    *x509.Certificate
 	cluster *x509.CertPool
 	clients *x509.CertPool
 }
+
+// Names are the DNS names the node's certificate serves.
+func (t *NodeTLS) Names() []string { return t.leaf.DNSNames }
 
 // LoadNodeTLS reads node id's certificate and key, the cluster's CA and,
 // if clientCAFile is not empty, another CA for client certificates (the
@@ -36,8 +40,8 @@ func LoadNodeTLS(id, certFile, keyFile, caFile, clientCAFile string) (*NodeTLS, 
 	if err != nil {
 		return nil, err
 	}
-	// The other nodes call this node's client API with their own
-	// certificates: the cluster's CA verifies client certificates too.
+	// The cluster's CA signs users' client certificates too (cairn cert
+	// client); a node's is no identity on the client API.
 	clients := cluster.Clone()
 	if clientCAFile != "" {
 		if err := appendPEM(clients, "--tls-client-ca", clientCAFile); err != nil {
@@ -51,7 +55,7 @@ func LoadNodeTLS(id, certFile, keyFile, caFile, clientCAFile string) (*NodeTLS, 
 	if err := verifyNode(leaf, cert.Certificate[1:], cluster, x509.ExtKeyUsageServerAuth, id); err != nil {
 		return nil, fmt.Errorf("--tls-cert %s: %w (make it with cairn cert node --node-id %s)", certFile, err, id)
 	}
-	return &NodeTLS{cert: cert, cluster: cluster, clients: clients}, nil
+	return &NodeTLS{cert: cert, leaf: leaf, cluster: cluster, clients: clients}, nil
 }
 
 // PeerServer is the TLS configuration of the ports only nodes use (peer
