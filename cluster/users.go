@@ -12,6 +12,7 @@ import (
 	"github.com/cairnmq/cairn/cluster/frontend"
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
+	"github.com/cairnmq/cairn/transport"
 )
 
 // Users and what they may do (package auth): on exactly when TLS is.
@@ -48,6 +49,18 @@ func (b clientAPI) Authorize(ctx context.Context, act fsm.Action, dest string) e
 		return nil
 	}
 	return b.n.auth.Authorize(ctx, act, dest)
+}
+
+// errUsersNeedTLS refuses users on an open node: it asks nobody who they
+// are, so a user made there would be a name, not an identity, and would
+// outlive the node's openness once TLS is on.
+var errUsersNeedTLS = fmt.Errorf("%w: users exist only with TLS on: this node is open (no --tls-cert) and asks nobody who they are; start the nodes with TLS (docs/security.md) and make users then", transport.ErrInvalidArgument)
+
+func (a adminAPI) UsersAllowed() error {
+	if a.n.auth == nil {
+		return errUsersNeedTLS
+	}
+	return nil
 }
 
 func (a adminAPI) PutUser(ctx context.Context, u *fsmpb.User, create bool) error {
@@ -93,9 +106,25 @@ func (n *Node) makeAdmin(password string) {
 	}
 	admin := &fsmpb.User{Name: AdminUser, PasswordHash: hash, Grants: []*fsmpb.Grant{{Pattern: "*", Actions: uint32(fsm.ActionAll)}}}
 	n.retryInBackground(func(ctx context.Context) error {
-		var some bool
-		n.meta.Read(func(m *fsm.Meta) { some = len(m.Users()) > 0 })
-		if some {
+		// The users as the cluster has them, not as a replica still
+		// replaying its log after a restart does.
+		if err := n.meta.Ready(); err != nil {
+			return err
+		}
+		var names []string
+		var hasAdmin bool
+		n.meta.Read(func(m *fsm.Meta) {
+			for _, u := range m.Users() {
+				names = append(names, u.Name)
+			}
+			_, hasAdmin = m.User(AdminUser)
+		})
+		switch {
+		case hasAdmin:
+			return nil
+		case len(names) > 0:
+			n.log.Error("did not make user admin from --admin-password-file: the cluster has users already, and admin is made only in a cluster without any; sign in as one of them that has the admin permission and make it: cairn user create admin --password-file F --permit all:*",
+				"users", strings.Join(names, ","))
 			return nil
 		}
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)

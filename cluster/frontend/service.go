@@ -38,8 +38,11 @@ type Admin interface {
 	// this node's); DestroyConnection ends one, wherever it is served.
 	ListConnections(ctx context.Context, localOnly bool) *clientpb.ListConnectionsResponse
 	DestroyConnection(ctx context.Context, id string) error
-	// PutUser makes u (create) or replaces the user of its name; DeleteUser
-	// deletes one; Users lists them (they must not be changed).
+	// UsersAllowed says why users cannot be made, changed or deleted here
+	// (nil if they can); PutUser makes u (create) or replaces the user of
+	// its name; DeleteUser deletes one; Users lists them (they must not be
+	// changed).
+	UsersAllowed() error
 	PutUser(ctx context.Context, u *fsmpb.User, create bool) error
 	DeleteUser(ctx context.Context, name string) error
 	Users() []*fsmpb.User

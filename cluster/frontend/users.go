@@ -15,7 +15,10 @@ import (
 
 func (s *clientService) CreateUser(ctx context.Context, req *clientpb.CreateUserRequest) (*clientpb.UserInfo, error) {
 	u := &fsmpb.User{Name: req.Name}
-	err := setPassword(u, req.Password, true)
+	err := s.a.UsersAllowed()
+	if err == nil {
+		err = setPassword(u, req.Password, true)
+	}
 	if err == nil {
 		u.Grants, err = grantsFromWire(req.Grants)
 	}
@@ -35,8 +38,9 @@ func (s *clientService) UpdateUser(ctx context.Context, req *clientpb.UpdateUser
 			u = &fsmpb.User{Name: have.Name, PasswordHash: have.PasswordHash, Grants: have.Grants}
 		}
 	}
-	var err error
+	err := s.a.UsersAllowed()
 	switch {
+	case err != nil:
 	case u == nil:
 		err = fmt.Errorf("%w: %q", transport.ErrUnknownUser, req.Name)
 	case req.SetPassword:
@@ -55,7 +59,11 @@ func (s *clientService) UpdateUser(ctx context.Context, req *clientpb.UpdateUser
 }
 
 func (s *clientService) DeleteUser(ctx context.Context, req *clientpb.DeleteUserRequest) (*clientpb.DeleteUserResponse, error) {
-	if err := s.a.DeleteUser(ctx, req.Name); err != nil {
+	err := s.a.UsersAllowed()
+	if err == nil {
+		err = s.a.DeleteUser(ctx, req.Name)
+	}
+	if err != nil {
 		return nil, transport.Status(WireError(err))
 	}
 	return &clientpb.DeleteUserResponse{}, nil
