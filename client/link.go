@@ -74,7 +74,7 @@ func grpcDial(addr string, o *Options) (*grpc.ClientConn, error) {
 	}
 	var opts []grpc.DialOption
 	if o.User != "" {
-		opts = append(opts, grpc.WithPerRPCCredentials(basicAuth{o.User, o.Password}))
+		opts = append(opts, grpc.WithPerRPCCredentials(basicAuth{o.User, o.Password, o.Source}))
 	}
 	return grpc.NewClient(addr, append(append(transport.DialOptions(), opts...),
 		grpc.WithTransportCredentials(creds),

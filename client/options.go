@@ -63,6 +63,11 @@ type Options struct {
 	// (one serving TLS); a password is sent only over TLS. A client
 	// certificate in TLS authenticates without them.
 	User, Password string
+	// Source is the address of whom the calls are made for, when this
+	// client relays for another (the web console for a browser): a node
+	// slows failed logins per source, and believes Source only from its
+	// own host.
+	Source string
 }
 
 // checkCredentials refuses a password that would cross the network in
@@ -75,11 +80,18 @@ func (o *Options) checkCredentials() error {
 }
 
 // basicAuth is gRPC's per-call credentials for a user and password.
-type basicAuth struct{ user, password string }
+type basicAuth struct{ user, password, source string }
 
 func (b basicAuth) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Basic " + base64.StdEncoding.EncodeToString([]byte(b.user+":"+b.password))}, nil
+	md := map[string]string{"authorization": "Basic " + base64.StdEncoding.EncodeToString([]byte(b.user+":"+b.password))}
+	if b.source != "" {
+		md[sourceHeader] = b.source
+	}
+	return md, nil
 }
+
+// sourceHeader carries Options.Source (cluster/auth.SourceHeader).
+const sourceHeader = "x-cairn-source"
 
 func (basicAuth) RequireTransportSecurity() bool { return true }
 

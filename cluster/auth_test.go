@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -262,7 +263,9 @@ func TestAuth_EveryAdminCallNeedsItsPermission(t *testing.T) {
 	tlsOnly := clientOptions(t, n)
 	tlsOnly.User, tlsOnly.Password = "", ""
 	wrong := clientOptions(t, n)
-	wrong.Password = "not-the-password"
+	// From a source of its own: its failures slow it (past the fifth,
+	// each is refused unchecked), not the calls that follow.
+	wrong.Password, wrong.Source = "not-the-password", "192.0.2.66"
 	app := clientOptions(t, n)
 	app.User, app.Password = "app", "app-password"
 	for who, c := range map[string]struct {
@@ -294,5 +297,58 @@ func TestAuth_EveryAdminCallNeedsItsPermission(t *testing.T) {
 	}
 	if users, err := root.ListUsers(ctx); err != nil || len(users) != 2 || len(users[1].Grants) != 1 || users[1].Grants[0].Pattern != "other" {
 		t.Errorf("users after the refusals: %+v, %v", users, err)
+	}
+}
+
+// Failed logins are slowed per source, through the client API: past five
+// wrong passwords from one source, its tries are refused unchecked (the
+// right password too), each refusal audited and counted at /metrics,
+// while a user from another source is served at once.
+func TestAuth_FailedLoginsAreSlowedPerSource(t *testing.T) {
+	t.Parallel()
+	p := newTestPKI(t)
+	var logs syncBuffer
+	n := startNode(t, TestConfig(t, t.TempDir(), p.node, func(c *Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	}))
+	waitAdmin(t, n)
+	ctx := testCtx(t)
+	as := func(password, source string) *client.Admin {
+		o := clientOptions(t, n)
+		// The test's calls all come from 127.0.0.1, which may name the
+		// source it calls for, as the console does.
+		o.Password, o.Source = password, source
+		a, err := client.NewAdmin([]string{n.Addrs().Client}, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.Close() })
+		return a
+	}
+	guesser := "192.0.2.7"
+	for i := range 8 {
+		_, err := as(fmt.Sprintf("guess-%d", i), guesser).ListQueues(stepCtx(t, 10*time.Second))
+		wantErr(t, fmt.Sprintf("guess %d", i), err, client.ErrNotAuthenticated)
+		throttled := strings.Contains(fmt.Sprint(err), "too many failed logins from "+guesser)
+		if throttled != (i > 5) {
+			t.Errorf("guess %d: %v; want it refused unchecked from the seventh on", i, err)
+		}
+	}
+	_, err := as(testAdminPassword, guesser).ListQueues(ctx)
+	if !strings.Contains(fmt.Sprint(err), "too many failed logins") {
+		t.Errorf("the right password from the slowed source: %v; want it refused unchecked", err)
+	}
+	if _, err := as(testAdminPassword, "198.51.100.3").ListQueues(ctx); err != nil {
+		t.Errorf("admin from another source: %v", err)
+	}
+	if !strings.Contains(logs.String(), "source="+guesser) || !strings.Contains(logs.String(), "too many failed logins") {
+		t.Error("no audit record of the slowed source's refusals")
+	}
+	m := scrape(t, n)
+	for name, least := range map[string]float64{"cairn_login_failures_total": 6, "cairn_login_throttled_total": 3} {
+		f := m[name]
+		if f == nil || len(f.Metric) != 1 || f.Metric[0].GetCounter().GetValue() < least {
+			t.Errorf("%s: %v; want at least %v", name, f, least)
+		}
 	}
 }

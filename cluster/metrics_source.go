@@ -63,6 +63,9 @@ func (s metricsSource) Node() metrics.Node {
 		nd.DiskMinFree = mib << 20
 	}
 	nd.DiskFree, _ = s.n.diskFree()
+	if s.n.auth != nil {
+		nd.LoginFailures, nd.LoginThrottled = s.n.auth.Logins()
+	}
 	for _, c := range s.n.conns.List() {
 		nd.Connections++
 		nd.Sessions += int(c.Sessions)

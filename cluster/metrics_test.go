@@ -23,7 +23,11 @@ import (
 // scrape reads node n's /metrics with Prometheus's own text parser.
 func scrape(t *testing.T, n *Node) map[string]*dto.MetricFamily {
 	t.Helper()
-	resp, err := http.Get("http://" + n.Addrs().HTTP + "/metrics")
+	get := http.Get
+	if o := clientOptions(t, n); o.TLS != nil {
+		get = (&http.Client{Transport: &http.Transport{TLSClientConfig: o.TLS}}).Get
+	}
+	resp, err := get(map[bool]string{false: "http://", true: "https://"}[n.cfg.TLSCA != ""] + n.Addrs().HTTP + "/metrics")
 	if err != nil {
 		t.Fatalf("scrape %s: %v", n.ID(), err)
 	}

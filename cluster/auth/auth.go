@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"golang.org/x/crypto/bcrypt"
 	"google.golang.org/grpc"
@@ -53,13 +54,21 @@ type Authenticator struct {
 	audit  *slog.Logger
 	// passwords checks passwords (passwords.go).
 	passwords *passwords
+	// throttle slows failed logins per source (throttle.go).
+	throttle *throttle
+}
+
+// Logins counts the failed password logins, and the tries refused
+// unchecked while their source waited out its failures.
+func (a *Authenticator) Logins() (failed, throttled uint64) {
+	return a.throttle.failed.Load(), a.throttle.refused.Load()
 }
 
 // New is the authenticator of a node whose users reads; exempt says what
 // an authenticated caller may do without a grant; audit gets a record of
 // every administrative call and every refusal.
 func New(users Users, exempt func(act fsm.Action, dest string) bool, audit *slog.Logger) *Authenticator {
-	return &Authenticator{users: users, exempt: exempt, audit: audit, passwords: newPasswords()}
+	return &Authenticator{users: users, exempt: exempt, audit: audit, passwords: newPasswords(), throttle: newThrottle()}
 }
 
 // Password limits: bcrypt reads at most 72 bytes.
@@ -103,24 +112,32 @@ func (a *Authenticator) Authenticate(ctx context.Context) (Identity, error) {
 }
 
 func (a *Authenticator) password(ctx context.Context, header string) (Identity, error) {
+	source := sourceOf(ctx)
+	if d := a.throttle.wait(source); d > 0 {
+		return Identity{}, fmt.Errorf("%w: too many failed logins from %s: the next is checked in %v", transport.ErrNotAuthenticated, source, d.Truncate(time.Second)+time.Second)
+	}
 	raw, ok := strings.CutPrefix(header, "Basic ")
 	b, err := base64.StdEncoding.DecodeString(raw)
 	user, password, found := strings.Cut(string(b), ":")
 	if !ok || err != nil || !found {
+		a.throttle.fail(source)
 		return Identity{}, fmt.Errorf("%w: the authorization header is not Basic user:password", transport.ErrNotAuthenticated)
 	}
 	wrong := fmt.Errorf("%w: wrong user or password for %q", transport.ErrNotAuthenticated, user)
 	u, known := a.users(user)
 	if !known || len(u.PasswordHash) == 0 {
+		a.throttle.fail(source)
 		return Identity{}, wrong
 	}
 	right, err := a.passwords.check(ctx, user, u.PasswordHash, password)
 	switch {
-	case err != nil:
+	case err != nil: // no verdict: not a failure of the caller's
 		return Identity{}, err
 	case !right:
+		a.throttle.fail(source)
 		return Identity{}, wrong
 	}
+	a.throttle.succeed(source)
 	return Identity{Name: user}, nil
 }
 
@@ -193,6 +210,7 @@ func (a *Authenticator) StreamInterceptor() grpc.StreamServerInterceptor {
 		}
 		id, err := a.Authenticate(ss.Context())
 		if err != nil {
+			a.record(ss.Context(), id, info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:], "", err)
 			return transport.Status(err)
 		}
 		return handler(srv, &identified{ServerStream: ss, ctx: WithIdentity(ss.Context(), id)})
@@ -211,7 +229,8 @@ func (s *identified) Context() context.Context { return s.ctx }
 // from where, and how it ended.
 func (a *Authenticator) record(ctx context.Context, id Identity, method, target string, err error) {
 	from := ""
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+	p, _ := peer.FromContext(ctx)
+	if p != nil && p.Addr != nil {
 		from = p.Addr.String()
 	}
 	who := id.String()
@@ -222,5 +241,9 @@ func (a *Authenticator) record(ctx context.Context, id Identity, method, target 
 	if err != nil {
 		outcome = err.Error()
 	}
-	a.audit.Info("audit", "who", who, "call", method, "target", target, "from", from, "outcome", outcome)
+	attrs := []any{"who", who, "call", method, "target", target, "from", from, "outcome", outcome}
+	if src := sourceOf(ctx); src.IsValid() && (p == nil || src != addrOf(p.Addr)) {
+		attrs = append(attrs, "source", src.String()) // named by the console
+	}
+	a.audit.Info("audit", attrs...)
 }

@@ -192,6 +192,9 @@ func (c *console) options(r *http.Request) client.Options {
 	o := client.Options{TLS: c.cfg.TLS}
 	if c.secured() {
 		o.User, o.Password, _ = r.BasicAuth()
+		if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+			o.Source = ap.Addr().String()
+		}
 	}
 	return o
 }

@@ -45,6 +45,7 @@ type collector struct {
 	connections, sessions, consumers        *prometheus.Desc
 	peerStreams, gossip                     *prometheus.Desc
 	diskFree, diskMinFree                   *prometheus.Desc
+	loginFailures, loginThrottled           *prometheus.Desc
 }
 
 func newCollector(src Source) *collector {
@@ -71,6 +72,8 @@ func newCollector(src Source) *collector {
 	c.gossip = prometheus.NewDesc("cairn_gossip_members", "Members of the gossip pool as this node sees them, by state.", []string{"state"}, nil)
 	c.diskFree = prometheus.NewDesc("cairn_data_disk_free_bytes", "Space left to the node on its data directory's disk.", nil, nil)
 	c.diskMinFree = prometheus.NewDesc("cairn_data_disk_min_free_bytes", "The free space under which /readyz says not ready (--min-free-disk-mib; -1: never).", nil, nil)
+	c.loginFailures = prometheus.NewDesc("cairn_login_failures_total", "Password logins this node refused: a wrong user or password, or a malformed header.", nil, nil)
+	c.loginThrottled = prometheus.NewDesc("cairn_login_throttled_total", "Logins this node refused unchecked because their source was waiting out its failed logins.", nil, nil)
 	return c
 }
 
@@ -78,7 +81,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range append(append([]*prometheus.Desc{}, c.queue...), c.subscription...) {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{c.groupState, c.term, c.commit, c.applied, c.last, c.snapshots, c.restores, c.connections, c.sessions, c.consumers, c.peerStreams, c.gossip, c.diskFree, c.diskMinFree} {
+	for _, d := range []*prometheus.Desc{c.groupState, c.term, c.commit, c.applied, c.last, c.snapshots, c.restores, c.connections, c.sessions, c.consumers, c.peerStreams, c.gossip, c.diskFree, c.diskMinFree, c.loginFailures, c.loginThrottled} {
 		ch <- d
 	}
 }
@@ -117,6 +120,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.diskFree, prometheus.GaugeValue, float64(n.DiskFree))
 	ch <- prometheus.MustNewConstMetric(c.diskMinFree, prometheus.GaugeValue, float64(n.DiskMinFree))
+	ch <- prometheus.MustNewConstMetric(c.loginFailures, prometheus.CounterValue, float64(n.LoginFailures))
+	ch <- prometheus.MustNewConstMetric(c.loginThrottled, prometheus.CounterValue, float64(n.LoginThrottled))
 	for state, v := range n.Gossip {
 		ch <- prometheus.MustNewConstMetric(c.gossip, prometheus.GaugeValue, float64(v), state)
 	}

@@ -55,6 +55,9 @@ type Node struct {
 	// DiskFree is the space left on the data directory's disk, and
 	// DiskMinFree where /readyz says not ready (-1: never).
 	DiskFree, DiskMinFree int64
+	// LoginFailures counts the password logins refused, LoginThrottled
+	// those refused unchecked while their source waited (0 without TLS).
+	LoginFailures, LoginThrottled uint64
 }
 
 // Raft states a Group may be in; cairn_raft_group_state has one series
