@@ -44,6 +44,10 @@ type Config struct {
 	// default), it fails with ErrUnknownDestination: a client's typo or a
 	// loop over names cannot fill the cluster with queues.
 	AutoCreate bool
+	// InsecureAllowRemote lets a node without TLS listen beyond its own
+	// host. Without it, an open node binds every port to 127.0.0.1 and
+	// refuses an address of another interface (openLocal).
+	InsecureAllowRemote bool
 	// ConsoleHosts are names the web console answers to beside the node's
 	// own (its id, --advertise, its hostname, its certificate's names),
 	// IP addresses and localhost: an ingress's, say.
@@ -285,13 +289,54 @@ func (c *Config) validate() error {
 	case c.TLSCert != "" && len(c.GossipKey) == 0:
 		return fmt.Errorf("%w: with TLS on, gossip's packets need --gossip-key too (cairn cert gossip-key makes one)", ErrConfig)
 	}
-	for _, a := range []struct{ flag, addr string }{
-		{"--client-addr", c.ClientAddr}, {"--peer-addr", c.PeerAddr}, {"--raft-addr", c.RaftAddr},
-		{"--gossip-addr", c.GossipAddr}, {"--http-addr", c.HTTPAddr},
-	} {
-		if _, _, err := net.SplitHostPort(a.addr); err != nil {
-			return fmt.Errorf("%w: %s %q: %v", ErrConfig, a.flag, a.addr, err)
+	for _, a := range c.listenAddrs() {
+		if _, _, err := net.SplitHostPort(*a.addr); err != nil {
+			return fmt.Errorf("%w: %s %q: %v", ErrConfig, a.flag, *a.addr, err)
 		}
 	}
+	return c.openLocal()
+}
+
+func (c *Config) listenAddrs() []struct {
+	flag string
+	addr *string
+} {
+	return []struct {
+		flag string
+		addr *string
+	}{
+		{"--client-addr", &c.ClientAddr}, {"--peer-addr", &c.PeerAddr}, {"--raft-addr", &c.RaftAddr},
+		{"--gossip-addr", &c.GossipAddr}, {"--http-addr", &c.HTTPAddr},
+	}
+}
+
+// openLocal keeps a node without TLS to its own host: it asks nobody who
+// they are, so only processes of this host may reach it (as Redis's
+// protected mode and RabbitMQ's loopback-only guest do). An address on
+// every interface (":7650") becomes 127.0.0.1's; one on another
+// interface, or an --advertise other nodes would reach it at, is refused
+// unless InsecureAllowRemote says otherwise.
+func (c *Config) openLocal() error {
+	if c.TLSCert != "" || c.InsecureAllowRemote {
+		return nil
+	}
+	const why = "an open node (no --tls-cert) serves its own host only: give the nodes TLS (docs/security.md), or --insecure-allow-remote to let anyone who reaches them do anything"
+	for _, a := range c.listenAddrs() {
+		host, port, _ := net.SplitHostPort(*a.addr)
+		switch {
+		case host == "" || net.ParseIP(host).IsUnspecified():
+			*a.addr = net.JoinHostPort("127.0.0.1", port)
+		case !loopback(host):
+			return fmt.Errorf("%w: %s %s: %s", ErrConfig, a.flag, *a.addr, why)
+		}
+	}
+	if c.Advertise != "" && !loopback(c.Advertise) {
+		return fmt.Errorf("%w: --advertise %s: %s", ErrConfig, c.Advertise, why)
+	}
 	return nil
+}
+
+func loopback(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "localhost" || (ip != nil && ip.IsLoopback())
 }

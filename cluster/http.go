@@ -56,7 +56,7 @@ func (n *Node) httpHandler() http.Handler {
 // TLS when it is on, trusting the cluster's CA and showing no certificate
 // (the browser's user, not the node, is who calls).
 func (n *Node) consoleConfig() console.Config {
-	cfg := console.Config{Node: n.cfg.NodeID, ClientAddr: n.addrs.Client,
+	cfg := console.Config{Node: n.cfg.NodeID, ClientAddr: n.addrs.Client, OpenToNetwork: n.cfg.InsecureAllowRemote,
 		Hosts: append([]string{n.cfg.NodeID, n.cfg.Advertise}, n.cfg.ConsoleHosts...)}
 	if h, err := os.Hostname(); err == nil {
 		cfg.Hosts = append(cfg.Hosts, h)

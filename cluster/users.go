@@ -22,7 +22,11 @@ import (
 // --admin-password-file it makes the first administrator.
 func (n *Node) startAuth() {
 	if n.tls == nil {
-		n.log.Warn("TLS is off: every port of this node speaks in clear and any caller may do anything; see docs/security.md")
+		if n.cfg.InsecureAllowRemote {
+			n.log.Warn("TLS is off and --insecure-allow-remote is set: every port of this node speaks in clear to the network, and anyone who reaches it may do anything; see docs/security.md")
+		} else {
+			n.log.Warn("TLS is off: this node serves its own host only (127.0.0.1), and any process of it may do anything; see docs/security.md")
+		}
 		return
 	}
 	users := func(name string) (u *fsmpb.User, ok bool) {

@@ -29,6 +29,9 @@ type Config struct {
 	// TLS reaches it over TLS when set (the node's CA as RootCAs), and
 	// makes the console ask the browser for a user and password.
 	TLS *tls.Config
+	// OpenToNetwork says an open node listens beyond its own host
+	// (--insecure-allow-remote); every page says so.
+	OpenToNetwork bool
 	// Hosts are the names the console answers to, beside IP addresses and
 	// localhost: the node's own names (package doc).
 	Hosts []string
@@ -50,7 +53,7 @@ func New(cfg Config) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /", c.authenticated(http.FileServerFS(files)))
 	mux.HandleFunc("GET /api/console", c.api(func(context.Context, *client.Admin, *http.Request) (any, error) {
-		return map[string]any{"node": cfg.Node, "secured": cfg.TLS != nil}, nil
+		return map[string]any{"node": cfg.Node, "secured": cfg.TLS != nil, "open_to_network": cfg.TLS == nil && cfg.OpenToNetwork}, nil
 	}))
 	mux.HandleFunc("GET /api/cluster", c.api(func(ctx context.Context, a *client.Admin, _ *http.Request) (any, error) {
 		return a.ClusterStatus(ctx)

@@ -109,6 +109,7 @@ SIGTERM or Ctrl-C stops the node gracefully.`,
 	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", 8192, "Raft entries of a group between two snapshots, at the least (a queue member also waits for a share of its state's bytes; member/DESIGN.md, \"Snapshots paced by bytes\")")
 	f.IntVar(&cfg.SnapshotTransfers, "snapshot-transfers", cluster.DefaultSnapshotTransfers, "Raft snapshots this node sends at once to replicas too far behind for the log (a new replica, a node back empty)")
 	f.IntVar(&cfg.SnapshotRateMiB, "snapshot-rate-mib", cluster.DefaultSnapshotRateMiB, "MiB a second this node's snapshot sends take together, so that repairs leave bandwidth to clients (-1: no limit)")
+	f.BoolVar(&cfg.InsecureAllowRemote, "insecure-allow-remote", false, "without TLS, listen beyond this host too: anyone who reaches the node may do anything (docs/security.md)")
 	f.StringSliceVar(&cfg.ConsoleHosts, "console-host", nil, "a name the web console answers to beside the node's own, e.g. an ingress's (repeatable)")
 	f.BoolVar(&cfg.Profiling, "pprof", false, "serve Go's CPU, heap and goroutine profiles under /debug/pprof/ on --http-addr")
 	f.BytesBase64Var(&cfg.GossipKey, "gossip-key", nil, "base64 key (16, 24 or 32 bytes) encrypting gossip, the same on every node; make one with cairn cert gossip-key")

@@ -205,6 +205,7 @@ async function refresh() {
 window.addEventListener("hashchange", refresh);
 get("/api/console").then((c) => {
   document.getElementById("node").textContent = "node " + c.node;
-  document.getElementById("open").hidden = c.secured;
+  document.getElementById("open").hidden = c.secured || c.open_to_network;
+  document.getElementById("open-network").hidden = !c.open_to_network;
 }).catch(showError);
 refresh();
