@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"net"
 	"path/filepath"
 	"time"
 
@@ -109,3 +111,35 @@ type namedRaft struct {
 
 func (g namedRaft) Name() string     { return g.name }
 func (g namedRaft) Raft() *raft.Raft { return g.r }
+
+// Proves says whether the node at m's peer address holds m.ID's node
+// certificate: a TLS handshake that verifies the certificate names m.ID
+// (a removed node's certificate under another name, or another CA's,
+// fails it). Without TLS nothing is proven, and an open node serves its
+// own host only (Config.openLocal).
+func (m metaNode) Proves(ctx context.Context, gm metagroup.Member) error {
+	n := m.n
+	if n.tls == nil {
+		return nil
+	}
+	if gm.Peer == "" {
+		return fmt.Errorf("gossip member %s names no peer address", gm.ID)
+	}
+	var d net.Dialer
+	dial := d.DialContext
+	if n.cfg.Dial != nil {
+		dial = n.cfg.Dial
+	}
+	conn, err := dial(ctx, "tcp", gm.Peer)
+	if err != nil {
+		return fmt.Errorf("its peer address %s: %w", gm.Peer, err)
+	}
+	defer conn.Close()
+	cfg := n.tls.PeerClient(gm.ID)
+	cfg.NextProtos = []string{"h2"} // the peer API is gRPC's
+	tc := tls.Client(conn, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return fmt.Errorf("its peer address %s does not show node %s's certificate: %w", gm.Peer, gm.ID, err)
+	}
+	return tc.Close()
+}

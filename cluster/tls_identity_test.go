@@ -1,14 +1,22 @@
 package cluster
 
 import (
+	"crypto/tls"
+	"encoding/json"
 	"errors"
+	"io"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/memberlist"
+
 	"github.com/cairnmq/cairn/client"
+	"github.com/cairnmq/cairn/cluster/metagroup"
+	"github.com/cairnmq/cairn/fsm"
+	"github.com/cairnmq/cairn/test/wait"
 	"github.com/cairnmq/cairn/transport/certs"
 )
 
@@ -102,5 +110,109 @@ func TestTLS_ANodeCertificateIsNoUserOnTheClientAPI(t *testing.T) {
 	}
 	if !nodes["n1"] || !nodes["n2"] {
 		t.Fatalf("connection list from n1 names connections of %v; want n1's and n2's", nodes)
+	}
+}
+
+// liarDelegate gossips a node's meta: addresses, serving.
+type liarDelegate struct{ meta []byte }
+
+func (d liarDelegate) NodeMeta(int) []byte           { return d.meta }
+func (liarDelegate) NotifyMsg([]byte)                {}
+func (liarDelegate) GetBroadcasts(int, int) [][]byte { return nil }
+func (liarDelegate) LocalState(bool) []byte          { return nil }
+func (liarDelegate) MergeRemoteState([]byte, bool)   {}
+
+// Gossip names no one: a member that joins gossip with the gossip key and
+// a node certificate the cluster CA signed (n4's, a node that never
+// joined) under another name, "evil", is heard (alive in every node's
+// gossip: the fault landed) but never registered, placed or made a meta
+// non-voter, its peer address unable to show a certificate naming evil.
+func TestGossip_AMemberWhoseNameNoCertificateProvesStaysOut(t *testing.T) {
+	t.Parallel()
+	p, tc := newTLSCluster(t, 3)
+	ctx := testCtx(t)
+	tc.CreateSpread(ctx, map[string]int{"placed": 3})
+
+	pair, err := certs.NewNode(p.ca, "n4", []string{"127.0.0.1"}, certs.CertValidity, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile, err := pair.Write(p.dir, "n4", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n4, err := certs.LoadNodeTLS("n4", certFile, keyFile, filepath.Join(p.dir, "ca.pem"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Its "peer API" shows n4's certificate.
+	peerLn, err := tls.Listen("tcp", "127.0.0.1:0", n4.PeerServer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peerLn.Close()
+	go func() {
+		for {
+			c, err := peerLn.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _ = c.(*tls.Conn).Handshake(); c.Close() }()
+		}
+	}()
+	meta, _ := json.Marshal(nodeMeta{Boot: "liar", Client: peerLn.Addr().String(), Peer: peerLn.Addr().String(), Raft: peerLn.Addr().String(), HTTP: peerLn.Addr().String(), Serving: true})
+	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{"127.0.0.1"}, BindPort: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := memberlist.DefaultLANConfig()
+	conf.Name, conf.SecretKey, conf.Delegate = "evil", testGossipKey, liarDelegate{meta}
+	conf.BindAddr, conf.AdvertiseAddr, conf.AdvertisePort = "127.0.0.1", "127.0.0.1", nt.GetAutoBindPort()
+	conf.Transport = newTLSGossip(nt, n4)
+	conf.LogOutput = io.Discard
+	ml, err := memberlist.Create(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ml.Shutdown()
+	if _, err := ml.Join([]string{tc.cfgs[0].GossipAddr}); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(untested{t}, 20*time.Second, "evil alive in every node's gossip", func() bool {
+		for _, id := range tc.IDs() {
+			if !tc.Node(id).gossip.alive("evil") {
+				return false
+			}
+		}
+		return true
+	})
+	wait.Holds(t, 5*time.Second, "evil unregistered, unplaced, out of the meta group", func() bool {
+		for _, id := range tc.IDs() {
+			nd := tc.Node(id)
+			var in bool
+			nd.meta.Read(func(m *fsm.Meta) {
+				_, in = m.Node("evil")
+				for _, d := range m.Destinations() {
+					for _, mb := range d.Members {
+						in = in || slices.Contains(mb.Replicas, "evil")
+					}
+				}
+			})
+			if in || inConfiguration(nd.meta.Raft(), "evil") {
+				return false
+			}
+		}
+		return true
+	})
+	// The proof is what kept it out: a member that shows its own name's
+	// certificate proves it.
+	for _, id := range tc.IDs() {
+		m := metaNode{tc.Node(id)}
+		if err := m.Proves(ctx, metagroup.Member{ID: "evil", Peer: peerLn.Addr().String()}); err == nil {
+			t.Fatal("evil's peer address proved evil's name")
+		}
+		if err := m.Proves(ctx, metagroup.Member{ID: "n4", Peer: peerLn.Addr().String()}); err != nil {
+			t.Fatalf("n4's certificate did not prove n4: %v", err)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/cairnmq/cairn/cluster/raftgroup"
@@ -65,6 +66,10 @@ type Node interface {
 	Forward(ctx context.Context, leader string, cmd *fsmpb.Command) (fsm.Result, uint64, error)
 	// Lead runs the leader's other duties once: placement and renewals.
 	Lead(ctx context.Context)
+	// Proves says whether the node at m's peer address holds the
+	// certificate of m.ID (nil when TLS is off): gossip alone names no
+	// one.
+	Proves(ctx context.Context, m Member) error
 }
 
 // Member is a node as gossip knows it.
@@ -82,6 +87,11 @@ type Group struct {
 	fsm   *metaFSM
 	// bootstrapped is true once the group has (or had) a configuration.
 	bootstrapped bool
+
+	mu sync.Mutex
+	// unprovenWhy is the last reason logged of each gossip member not
+	// registered for want of proof.
+	unprovenWhy map[string]string
 }
 
 // New is this node's replica of the meta group, its state machine
@@ -194,6 +204,21 @@ func (mg *Group) bootstrapWhenExpected() {
 	mg.cfg.Logger.Info("meta group bootstrapped", "servers", len(servers))
 }
 
+// unproven logs, once per reason, that a gossip member is not registered:
+// it did not prove its name with its certificate.
+func (mg *Group) unproven(id string, err error) {
+	mg.mu.Lock()
+	defer mg.mu.Unlock()
+	if mg.unprovenWhy == nil {
+		mg.unprovenWhy = map[string]string{}
+	}
+	if mg.unprovenWhy[id] == err.Error() {
+		return
+	}
+	mg.unprovenWhy[id] = err.Error()
+	mg.cfg.Logger.Warn("not registering a gossip member: it did not prove its name with a node certificate of this cluster", "id", id, "err", err)
+}
+
 func (mg *Group) registerNodes() error {
 	for _, gm := range mg.node.Members() {
 		if !gm.Alive || gm.Raft == "" {
@@ -204,6 +229,13 @@ func (mg *Group) registerNodes() error {
 		var refused bool
 		mg.fsm.read(func(m *fsm.Meta) { have, _ = m.Node(gm.ID); refused = !m.MayRegister(want) })
 		if refused || proto.Equal(have, want) {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := mg.node.Proves(pctx, gm)
+		cancel()
+		if err != nil {
+			mg.unproven(gm.ID, err)
 			continue
 		}
 		if have != nil && have.Incarnation != "" && have.Incarnation != want.Incarnation {
@@ -217,7 +249,7 @@ func (mg *Group) registerNodes() error {
 			mg.cfg.Logger.Warn("node came back with an empty data directory: its replicas catch up again before they vote", "id", gm.ID)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := mg.applyLocal(ctx, &fsmpb.RegisterNode{Node: want})
+		_, err = mg.applyLocal(ctx, &fsmpb.RegisterNode{Node: want})
 		cancel()
 		if err != nil {
 			return err
