@@ -34,6 +34,7 @@ func (n *Node) openMeta() error {
 		Dir: filepath.Join(n.cfg.DataDir, "meta"), Bootstrapped: n.hadState, BootstrapExpect: n.cfg.BootstrapExpect,
 		RaftAddr: n.addrs.Raft, Stream: layer, Addresses: raftAddresses{n}, Timing: n.cfg.Timing,
 		LogStore: n.cfg.LogStore, SnapshotSends: n.snapshotSends, Logger: n.log, OnFatal: n.cfg.OnFatal, Kick: n.metaKick,
+		CheckRPC: n.raftRPCCheck(metagroup.ID, false),
 	}, metaNode{n})
 	return n.meta.Open()
 }

@@ -56,6 +56,8 @@ type Node struct {
 	addrs Addresses
 	tls   *certs.NodeTLS      // nil: TLS is off
 	auth  *auth.Authenticator // nil: no authentication (TLS is off)
+	// raftRefusals logs the Raft RPCs refused (raftRPCCheck).
+	raftRefusals refusalLog
 	// adminPassword is --admin-password-file's, read at start.
 	adminPassword string
 
@@ -546,6 +548,7 @@ func (n *Node) replicaConfig() member.Config {
 		Clock:             n.cfg.Clock,
 		OwnerLive:         n.ownerLive,
 		Addresses:         raftAddresses{n},
+		CheckRPC:          n.raftRPCCheck("a member group", true),
 		SnapshotSends:     n.snapshotSends,
 		OnFatal:           n.cfg.OnFatal,
 		Observer:          n.metrics,

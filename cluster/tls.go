@@ -3,11 +3,16 @@ package cluster
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -219,4 +224,94 @@ func callerNode(ctx context.Context) string {
 		return name
 	}
 	return ""
+}
+
+// raftRPCCheck ties each Raft RPC to the node its connection proved to be
+// (nil without TLS: an open node serves its own host only). An RPC is
+// refused, its connection dropped unanswered, when:
+//   - the certificate's node is not the RPC's claimed sender (the leader
+//     of an AppendEntries, the candidate of a vote, ...);
+//   - the registry removed that node (checked on every RPC, so a removal
+//     applies to connections already open);
+//   - for a member group, the sender is neither in the group's latest
+//     configuration nor registered, and the configuration is not empty (a
+//     replica still empty takes its first entries from whoever leads).
+//
+// The meta group skips the last rule: a replica that lags behind a new
+// node's registration must still take the entries that carry it from that
+// node, should it lead.
+func (n *Node) raftRPCCheck(group string, member bool) func(net.Conn, any, raft.Configuration) error {
+	if n.tls == nil {
+		return nil
+	}
+	return func(conn net.Conn, command any, latest raft.Configuration) error {
+		node, err := raftCaller(conn)
+		if err == nil {
+			err = n.raftSenderMay(node, command, member, latest)
+		}
+		if err != nil {
+			n.raftRefusals.log(n.log, group, conn.RemoteAddr().String(), err)
+		}
+		return err
+	}
+}
+
+// raftCaller is the node a Raft connection's certificate names.
+func raftCaller(conn net.Conn) (string, error) {
+	st, ok := raftmux.TLSState(conn)
+	if !ok || len(st.PeerCertificates) == 0 {
+		return "", errors.New("the connection shows no certificate")
+	}
+	kind, name, ok := certs.Identity(st.PeerCertificates[0])
+	if !ok || kind != certs.KindNode {
+		return "", errors.New("the connection's certificate is not a node's")
+	}
+	return name, nil
+}
+
+func (n *Node) raftSenderMay(node string, command any, member bool, latest raft.Configuration) error {
+	h, ok := command.(raft.WithRPCHeader)
+	if !ok {
+		return fmt.Errorf("node %s sent an RPC of no known kind (%T)", node, command)
+	}
+	if claimed := string(h.GetRPCHeader().ID); claimed != node {
+		return fmt.Errorf("node %s's certificate sent an RPC claiming to be from %q", node, claimed)
+	}
+	var removed, registered bool
+	n.meta.Read(func(m *fsm.Meta) {
+		removed = m.Removed(node)
+		_, registered = m.Node(node)
+	})
+	if removed {
+		return fmt.Errorf("node %s was removed from the cluster", node)
+	}
+	if member && !registered && len(latest.Servers) > 0 && !slices.ContainsFunc(latest.Servers, func(s raft.Server) bool { return string(s.ID) == node }) {
+		return fmt.Errorf("node %s is neither registered nor a replica of the group", node)
+	}
+	return nil
+}
+
+// refusalLog logs a refused Raft RPC at most once a minute per sender
+// address and reason: a flood of them must not flood the log.
+type refusalLog struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+func (l *refusalLog) log(log *slog.Logger, group, from string, err error) {
+	key := from + "\x00" + err.Error()
+	l.mu.Lock()
+	if l.last == nil {
+		l.last = map[string]time.Time{}
+	}
+	if t, ok := l.last[key]; ok && time.Since(t) < time.Minute {
+		l.mu.Unlock()
+		return
+	}
+	if len(l.last) > 1000 {
+		clear(l.last)
+	}
+	l.last[key] = time.Now()
+	l.mu.Unlock()
+	log.Warn("refused a Raft RPC: its connection is dropped unanswered", "group", group, "from", from, "err", err)
 }

@@ -5,19 +5,24 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
+	"net"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/raft"
 
 	"github.com/cairnmq/cairn/client"
 	"github.com/cairnmq/cairn/cluster/metagroup"
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/test/wait"
 	"github.com/cairnmq/cairn/transport/certs"
+	"github.com/cairnmq/cairn/transport/raftmux"
 )
 
 // nodeClient is a TLS configuration that shows, as a client's identity, a
@@ -214,5 +219,97 @@ func TestGossip_AMemberWhoseNameNoCertificateProvesStaysOut(t *testing.T) {
 		if err := m.Proves(ctx, metagroup.Member{ID: "n4", Peer: peerLn.Addr().String()}); err != nil {
 			t.Fatalf("n4's certificate did not prove n4: %v", err)
 		}
+	}
+}
+
+// raftAs speaks hashicorp/raft's transport to group on the Raft ports,
+// showing node as's certificate.
+func raftAs(t *testing.T, p *testPKI, as, group string) *raft.NetworkTransport {
+	t.Helper()
+	nt, err := certs.LoadNodeTLS(as, filepath.Join(p.dir, as+".pem"), filepath.Join(p.dir, as+"-key.pem"), filepath.Join(p.dir, "ca.pem"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := raftmux.New(ln, nil, func(address string, timeout time.Duration) (net.Conn, error) {
+		return tls.DialWithDialer(&net.Dialer{Timeout: timeout}, "tcp", address, nt.PeerClient(""))
+	}, slog.New(slog.DiscardHandler))
+	t.Cleanup(func() { mux.Close() })
+	layer, err := mux.Layer(group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: layer, MaxPool: 1, Timeout: 5 * time.Second, Logger: hclog.NewNullLogger()})
+	t.Cleanup(func() { trans.Close() })
+	return trans
+}
+
+// The Raft port ties every RPC to its connection's certificate: a removed
+// node's certificate, as a leader with a higher term, is refused on the
+// meta group and on a member's, as is a member's certificate claiming to
+// be another node; nothing it sent is applied and no term moves. A node
+// of the cluster speaking as itself is answered (what the refusals are
+// measured against).
+func TestRaftPort_ARemovedNodeOrALiarIsRefused(t *testing.T) {
+	t.Parallel()
+	p, tc := newTLSCluster(t, 3)
+	ctx := testCtx(t)
+	a := tc.Admin(tc.MetaLeader())
+	if _, err := a.CreateQueue(ctx, "kept", client.QueueOptions{Members: 1, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	host := tc.WaitHost("kept#0")
+	sendN(t, ctx, mustProducer(t, mustSession(t, tc.Dial(host), client.AutoAck), "kept"), "m", 10)
+	victim := tc.Others(tc.MetaLeader())[0]
+	if victim == host {
+		victim = tc.Others(tc.MetaLeader())[1]
+	}
+	tc.crashAndRemove(a, victim)
+	target := tc.Others(victim)[0]
+	wait.For(t, 10*time.Second, target+" learning that "+victim+" was removed", func() (removed bool) {
+		tc.Node(target).meta.Read(func(m *fsm.Meta) { removed = m.Removed(victim) })
+		return removed
+	})
+	nd := tc.Node(target)
+	d, ok := nd.meta.Destination("kept")
+	if !ok {
+		t.Fatal("no queue kept")
+	}
+	memberGroup := groupID(d, 0)
+	terms := func() (meta, member uint64) {
+		r, _ := nd.groups.replica("kept#0")
+		return nd.meta.Raft().CurrentTerm(), r.Raft().CurrentTerm()
+	}
+	metaTerm, memberTerm := terms()
+	addr := raft.ServerAddress(nd.Addrs().Raft)
+	appendAs := func(cert, claimed, group string, term uint64) error {
+		req := raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(claimed), Addr: []byte(nd.Addrs().Raft)},
+			Term: term, Entries: []*raft.Log{{Index: 1 << 40, Term: term, Type: raft.LogCommand, Data: []byte("junk")}}}
+		var resp raft.AppendEntriesResponse
+		return raftAs(t, p, cert, group).AppendEntries(raft.ServerID(target), addr, &req, &resp)
+	}
+	for what, err := range map[string]error{
+		"removed " + victim + " leading the meta group":      appendAs(victim, victim, metagroup.ID, metaTerm+100),
+		"removed " + victim + " leading kept#0's group":      appendAs(victim, victim, memberGroup, memberTerm+100),
+		"n? claiming to be " + target + " on the meta group": appendAs(tc.MetaLeader(), target, metagroup.ID, metaTerm+100),
+	} {
+		if err == nil {
+			t.Errorf("%s: answered; want the connection dropped", what)
+		}
+	}
+	if m, mb := terms(); m != metaTerm || mb != memberTerm {
+		t.Fatalf("terms moved: meta %d -> %d, kept#0 %d -> %d", metaTerm, m, memberTerm, mb)
+	}
+	checkQueue(t, a, "kept", 10, 0)
+	// A node of the cluster, as itself, with a stale term: answered (and
+	// told the newer term), changing nothing.
+	var resp raft.AppendEntriesResponse
+	me := tc.MetaLeader()
+	req := raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(me), Addr: []byte(tc.Node(me).Addrs().Raft)}, Term: 1}
+	if err := raftAs(t, p, me, metagroup.ID).AppendEntries(raft.ServerID(target), addr, &req, &resp); err != nil || resp.Term < metaTerm {
+		t.Fatalf("%s as itself: %v, %+v; want an answer with term %d", me, err, resp, metaTerm)
 	}
 }

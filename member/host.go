@@ -73,7 +73,7 @@ func openHost(cfg Config, a *memberFSM, notify chan bool) (*raftHost, error) {
 		Group: cfg.GroupID, NodeID: cfg.NodeID, Dir: cfg.Dir, Stream: cfg.Stream, Peers: cfg.Peers,
 		Timing: cfg.Timing, SnapshotThreshold: max(h.snapshotEntries, maxSnapshotThreshold), SnapshotInterval: cfg.SnapshotInterval, LogStore: cfg.LogStore,
 		Logger: cfg.Logger, NotifyCh: notify, Addresses: cfg.Addresses, OnStorageError: cfg.OnFatal, SnapshotSends: cfg.SnapshotSends,
-		ObserveLogWrite: observeLogWrite(cfg.Observer),
+		ObserveLogWrite: observeLogWrite(cfg.Observer), CheckRPC: cfg.CheckRPC,
 	}, a)
 	if err != nil {
 		a.closeBodies()

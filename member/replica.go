@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -87,6 +88,9 @@ type Config struct {
 	OnFatal func(error)
 	// Addresses finds a replica's current Raft address by node id.
 	Addresses raft.ServerAddressProvider
+	// CheckRPC sees each Raft RPC the replica is sent before Raft does
+	// (raftgroup.Config.CheckRPC).
+	CheckRPC func(conn net.Conn, command any, latest raft.Configuration) error
 	// SnapshotSends paces the snapshots the group sends to followers.
 	SnapshotSends *raftgroup.SnapshotSends
 	// Observer, if set, is told how long the replica's work takes.

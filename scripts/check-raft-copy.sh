@@ -10,10 +10,10 @@ cd "$(dirname "$0")/.."
 
 version=v1.7.3
 copy=third_party/hashicorp-raft
-patched=(config.go raft.go testing.go)
+patched=(config.go net_transport.go raft.go testing.go)
 # Upstream files the copy leaves out, and files only the copy has.
 left_out=".github .gitignore .gitmodules .golangci-lint.yml .travis.yml CHANGELOG.md Makefile README.md docs membership.md tag.sh"
-added="CAIRN.md CAIRN.patch notify_commit_cairn_test.go staging_cairn_test.go"
+added="CAIRN.md CAIRN.patch check_rpc_cairn_test.go notify_commit_cairn_test.go staging_cairn_test.go"
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -46,6 +47,9 @@ type Config struct {
 	// OnFatal stops the node: a meta entry that cannot be applied, or a
 	// log store that failed a write.
 	OnFatal func(error)
+	// CheckRPC sees each Raft RPC the replica is sent before Raft does
+	// (raftgroup.Config.CheckRPC).
+	CheckRPC func(conn net.Conn, command any, latest raft.Configuration) error
 	// Kick wakes the leader's loop (Run) before its next second.
 	Kick chan struct{}
 }
@@ -119,7 +123,7 @@ func (mg *Group) Open() error {
 	g, err := raftgroup.Open(raftgroup.Config{
 		Group: ID, NodeID: mg.cfg.NodeID, Dir: mg.cfg.Dir,
 		Stream: mg.cfg.Stream, Peers: peers, Timing: mg.cfg.Timing, NotifyCommit: true, Logger: mg.cfg.Logger, Addresses: mg.cfg.Addresses, OnStorageError: mg.cfg.OnFatal,
-		LogStore: mg.cfg.LogStore, SnapshotSends: mg.cfg.SnapshotSends,
+		LogStore: mg.cfg.LogStore, SnapshotSends: mg.cfg.SnapshotSends, CheckRPC: mg.cfg.CheckRPC,
 	}, mg.fsm)
 	if err != nil {
 		return err

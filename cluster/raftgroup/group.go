@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -94,6 +96,11 @@ type Config struct {
 	// ObserveLogWrite, if set, is told how long each write of entries to
 	// the log took, fsync included.
 	ObserveLogWrite func(time.Duration)
+	// CheckRPC, if set, sees each RPC a connection of the group's Raft
+	// port carries before Raft does, with the group's latest
+	// configuration; an error drops the connection unanswered (patched
+	// hashicorp/raft, third_party/hashicorp-raft/CAIRN.md).
+	CheckRPC func(conn net.Conn, command any, latest raft.Configuration) error
 }
 
 // Group is an open Raft group and the stores it owns.
@@ -234,9 +241,23 @@ func Open(cfg Config, fsm raft.FSM) (*Group, error) {
 		store.Close()
 		return nil, fmt.Errorf("raft group %s: open snapshot store: %w", cfg.Group, err)
 	}
+	// The Raft the check reads the configuration of: set once it exists
+	// (no RPC is served before NewRaft starts consuming them).
+	var checked atomic.Pointer[raft.Raft]
+	var check func(net.Conn, any) error
+	if cfg.CheckRPC != nil {
+		check = func(conn net.Conn, command any) error {
+			var latest raft.Configuration
+			if r := checked.Load(); r != nil {
+				latest = r.GetConfiguration().Configuration()
+			}
+			return cfg.CheckRPC(conn, command, latest)
+		}
+	}
 	trans := newGroupTransport(raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  cfg.Stream,
-		MaxPool: 3,
+		CheckRPC: check,
+		Stream:   cfg.Stream,
+		MaxPool:  3,
 		// Pipelined replication (the default, 2) can deadlock in
 		// hashicorp/raft v1.7 when a follower fails under load: the pipeline
 		// sender blocks on AppendEntries while the response decoder blocks
@@ -287,6 +308,7 @@ func Open(cfg Config, fsm raft.FSM) (*Group, error) {
 	if err != nil {
 		return fail(err)
 	}
+	checked.Store(r)
 	trans.serve(r)
 	return &Group{Raft: r, startIndex: r.LastIndex(), logs: logs, store: store, guard: guarded, transport: trans, dir: cfg.Dir}, nil
 }

@@ -101,6 +101,9 @@ type NetworkTransport struct {
 
 	stream StreamLayer
 
+	// checkRPC is NetworkTransportConfig.CheckRPC (Cairn).
+	checkRPC func(conn net.Conn, command interface{}) error
+
 	// streamCtx is used to cancel existing connection handlers.
 	streamCtx     context.Context
 	streamCancel  context.CancelFunc
@@ -121,6 +124,12 @@ type NetworkTransportConfig struct {
 
 	// Dialer
 	Stream StreamLayer
+
+	// CheckRPC, if set, is called with each RPC a connection carries, as
+	// decoded, before Raft sees it; an error closes the connection
+	// unanswered. It lets the stream layer's owner tie an RPC's claimed
+	// sender to who the connection proved to be (Cairn).
+	CheckRPC func(conn net.Conn, command interface{}) error
 
 	// MaxPool controls how many connections we will pool
 	MaxPool int
@@ -235,6 +244,7 @@ func NewNetworkTransportWithConfig(
 		TimeoutScale:            DefaultTimeoutScale,
 		serverAddressProvider:   config.ServerAddressProvider,
 		msgpackUseNewTimeFormat: config.MsgpackUseNewTimeFormat,
+		checkRPC:                config.CheckRPC,
 	}
 
 	// Create the connection context and then start our listener.
@@ -622,7 +632,7 @@ func (n *NetworkTransport) handleConn(connCtx context.Context, conn net.Conn) {
 		default:
 		}
 
-		if err := n.handleCommand(r, dec, enc); err != nil {
+		if err := n.handleCommand(conn, r, dec, enc); err != nil {
 			if err != io.EOF {
 				n.logger.Error("failed to decode incoming command", "error", err)
 			}
@@ -636,7 +646,7 @@ func (n *NetworkTransport) handleConn(connCtx context.Context, conn net.Conn) {
 }
 
 // handleCommand is used to decode and dispatch a single command.
-func (n *NetworkTransport) handleCommand(r *bufio.Reader, dec *codec.Decoder, enc *codec.Encoder) error {
+func (n *NetworkTransport) handleCommand(conn net.Conn, r *bufio.Reader, dec *codec.Decoder, enc *codec.Encoder) error {
 	getTypeStart := time.Now()
 
 	// Get the rpc type
@@ -718,6 +728,12 @@ func (n *NetworkTransport) handleCommand(r *bufio.Reader, dec *codec.Decoder, en
 	}
 
 	metrics.MeasureSinceWithLabels([]string{"raft", "net", "rpcDecode"}, decodeStart, labels)
+
+	if n.checkRPC != nil {
+		if err := n.checkRPC(conn, rpc.Command); err != nil {
+			return err
+		}
+	}
 
 	processStart := time.Now()
 

@@ -5,6 +5,7 @@
 package raftmux
 
 import (
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -311,4 +312,16 @@ func (l *Layer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Con
 	}
 	_ = conn.SetWriteDeadline(time.Time{})
 	return l.own(conn)
+}
+
+// TLSState is the TLS state of a connection a layer handed out (or of
+// conn itself), false if it is not a TLS connection.
+func TLSState(conn net.Conn) (tls.ConnectionState, bool) {
+	if c, ok := conn.(*layerConn); ok {
+		conn = c.Conn
+	}
+	if c, ok := conn.(interface{ ConnectionState() tls.ConnectionState }); ok {
+		return c.ConnectionState(), true
+	}
+	return tls.ConnectionState{}, false
 }
