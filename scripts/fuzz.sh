@@ -20,4 +20,17 @@ grep -rl --include='*_test.go' '^func Fuzz' --exclude-dir=third_party . | sort |
   for target in $(grep -o '^func Fuzz[A-Za-z0-9_]*' "$file" | sed 's/^func //'); do
     echo "$pkg $target"
   done
-done | xargs -P "$JOBS" -n 2 bash -c 'echo "fuzz: $0 $1 ($FLAGS)"; go test -run "^\$" -fuzz "^$1\$" $FLAGS "$0"'
+done | xargs -P "$JOBS" -n 2 bash -c '
+  echo "fuzz: $0 $1 ($FLAGS)"
+  out=$(go test -run "^\$" -fuzz "^$1\$" $FLAGS "$0" 2>&1) && { echo "$out"; exit 0; }
+  echo "$out"
+  # Go'"'"'s fuzz coordinator can miss its own -fuzztime deadline on a
+  # loaded machine and report a bare "context deadline exceeded" with no
+  # input failing: that is no finding. Anything else, a
+  # written failing input above all, is.
+  reasons=$(echo "$out" | sed -n "/^--- FAIL: $1 /,/^FAIL\$/p" | sed "1d;\$d" | grep -v "^exit status" || true)
+  if ! echo "$out" | grep -q "Failing input written" && [ "$(echo "$reasons" | tr -d "[:space:]")" = "contextdeadlineexceeded" ]; then
+    echo "fuzz: $0 $1: the fuzz coordinator missed its deadline under load (no input failed); not a finding"
+    exit 0
+  fi
+  exit 1'
