@@ -69,20 +69,25 @@ func PlanTestCluster(t *testing.T, n int, opts ...func(*Config)) *TestCluster {
 	return tc
 }
 
+// The harness's ports: [portsLow, portsHigh), below the kernel's
+// ephemeral range so that nothing binding port 0 takes one while its node
+// is down, and below test/'s range (test/server_test.go takes 26000 up),
+// whose processes run beside this package's under make test.
+const portsLow, portsHigh = 20000, 26000
+
 var (
 	portsMu   sync.Mutex
-	portsNext = 20000 + int(time.Now().UnixNano()%5000)
+	portsNext = portsLow + int(time.Now().UnixNano()%(portsHigh-portsLow))
 )
 
-// fixedPorts picks five free loopback ports below the kernel's ephemeral
-// range, so that nothing binding port 0 takes one while its node is down.
+// fixedPorts picks five free loopback ports in the harness's range.
 func fixedPorts(t *testing.T) []string {
 	portsMu.Lock()
 	defer portsMu.Unlock()
 	var out []string
 	for len(out) < 5 {
-		if portsNext >= 32000 {
-			portsNext = 20000
+		if portsNext >= portsHigh {
+			portsNext = portsLow
 		}
 		addr := fmt.Sprintf("127.0.0.1:%d", portsNext)
 		portsNext++

@@ -108,12 +108,12 @@ func TestCluster3_AckInFlightToKilledHostIsLostServer(t *testing.T) {
 	// exited: the front-ends see its connections end as the kernel closes
 	// them, before it is reaped, and answer at once.
 	var (
-		wg             sync.WaitGroup
-		acked          atomic.Int64
-		stop           = make(chan struct{})
-		stopOnce       sync.Once
-		ackErrs        errList
-		killing, dead  atomic.Bool
+		wg            sync.WaitGroup
+		acked         atomic.Int64
+		stop          = make(chan struct{})
+		stopOnce      sync.Once
+		ackErrs       errList
+		killing, dead atomic.Bool
 		// inFlight counts the acks begun before the SIGKILL and returned
 		// after it; lost, those begun before the exit that failed with
 		// ErrLostServer.

@@ -44,10 +44,13 @@ var (
 )
 
 // freeAddrs picks five free loopback ports; the gossip port is free for
-// both TCP and UDP. The ports come from below the kernel's ephemeral range:
-// tests elsewhere (other packages run in parallel) bind port 0, which only
-// ever takes ephemeral ports, so they cannot take one of these between the
-// probe and the server's bind, nor while a killed server is down. The
+// both TCP and UDP. The ports come from below the kernel's ephemeral range
+// and above the in-process harness's (cluster/testing.go takes 20000 to
+// 25999): tests elsewhere (other packages run in parallel) bind port 0,
+// which only ever takes ephemeral ports, or the harness's, so they cannot
+// take one of these between the probe and the server's bind, nor while a
+// killed server is down (a cluster test took a killed node's HTTP port
+// when both shared one range). The
 // probing listeners stay open until all five are picked, so no two are the
 // same.
 func freeAddrs(t testing.TB) addrs {
@@ -60,7 +63,7 @@ func freeAddrs(t testing.TB) addrs {
 			c.Close()
 		}
 	}()
-	low, high := 20000, ephemeralStart()
+	low, high := 26000, ephemeralStart()
 	next := low + rand.IntN(max(high-low-1000, 1))
 	pick := func(udpToo bool) string {
 		for range high - low {
@@ -98,7 +101,7 @@ func ephemeralStart() int {
 	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err == nil {
 		if f := strings.Fields(string(b)); len(f) == 2 {
-			if p, err := strconv.Atoi(f[0]); err == nil && p > 21000 {
+			if p, err := strconv.Atoi(f[0]); err == nil && p > 27000 {
 				return p
 			}
 		}
