@@ -472,5 +472,14 @@ func TestConfig(t *testing.T, dir string, opts ...func(*Config)) Config {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if cfg.OnFatal == nil {
+		// As a node's: the process stops, here the test binary, saying
+		// which test and why (a node's logs are off in tests).
+		id, name := cfg.NodeID, t.Name()
+		cfg.OnFatal = func(err error) {
+			fmt.Fprintf(os.Stderr, "FATAL in %s: node %s stopped the process: %v\n", name, id, err)
+			os.Exit(70)
+		}
+	}
 	return cfg
 }
