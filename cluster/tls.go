@@ -230,7 +230,7 @@ func callerNode(ctx context.Context) string {
 // (nil without TLS: an open node serves its own host only). An RPC is
 // refused, its connection dropped unanswered, when:
 //   - the certificate's node is not the RPC's claimed sender (the leader
-//     of an AppendEntries, the candidate of a vote, ...);
+//     of an AppendEntries, the candidate of a vote, ...), or is this node;
 //   - the registry removed that node (checked on every RPC, so a removal
 //     applies to connections already open);
 //   - for a member group, the sender is neither in the group's latest
@@ -276,6 +276,9 @@ func (n *Node) raftSenderMay(node string, command any, member bool, latest raft.
 	}
 	if claimed := string(h.GetRPCHeader().ID); claimed != node {
 		return fmt.Errorf("node %s's certificate sent an RPC claiming to be from %q", node, claimed)
+	}
+	if node == n.cfg.NodeID {
+		return fmt.Errorf("this node's own certificate sent it an RPC: a node never does (its key may have leaked)")
 	}
 	var removed, registered bool
 	n.meta.Read(func(m *fsm.Meta) {
