@@ -82,15 +82,10 @@ func mustConsumer(t *testing.T, ctx context.Context, s *client.Session, dest str
 	return k
 }
 
-// send sends one message with the given body. Each send carries a fresh dedup id, so that a leader election in the
-// member group (a loaded machine makes them with no fault injected) is
-// resent by the node rather than failing as ErrDeliveryUnknown: the tests
-// that use send are about something else. Tests of sends without dedup ids
-// call Producer.Send themselves.
+// send sends one message with the given body.
 func send(t *testing.T, ctx context.Context, p *client.Producer, body string) client.Receipt {
 	t.Helper()
-	id := client.NewMessageID()
-	r, err := p.Send(ctx, &client.Message{ID: id, Body: []byte(body), DedupID: id})
+	r, err := p.Send(ctx, &client.Message{Body: []byte(body)})
 	if err != nil {
 		t.Fatalf("send %q: %v", body, err)
 	}

@@ -392,6 +392,9 @@ func TestRefresh_CutOff_DistributedConsumerRepinned(t *testing.T) {
 		t.Fatalf("consumer through %s pinned to %s, hosted on %s; want the front-end's own member", front, pinned, hosts[memberIndex(t, pinned)])
 	}
 	p := mustProducer(t, mustSession(t, tc.Dial(front), client.AutoAck), pinned)
+	// An election in the member's group on a loaded machine would end a
+	// send without a dedup id in ErrDeliveryUnknown; this one is resent.
+	p.SetIdempotent(true)
 	sent := sendN(t, ctx, p, "rd-", 6)
 	held := recvN(t, k, 2)
 	sameSet(t, "held", bodiesOf(held), sent[:2])
