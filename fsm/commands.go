@@ -217,6 +217,8 @@ func commandTypeOf(body proto.Message) (fsmpb.CommandType, bool) {
 		return fsmpb.CommandType_COMMAND_TYPE_PREFER_REPLICA, true
 	case *fsmpb.ReplicaCaughtUp:
 		return fsmpb.CommandType_COMMAND_TYPE_REPLICA_CAUGHT_UP, true
+	case *fsmpb.RebuildReplica:
+		return fsmpb.CommandType_COMMAND_TYPE_REBUILD_REPLICA, true
 	case *fsmpb.DecommissionNode:
 		return fsmpb.CommandType_COMMAND_TYPE_DECOMMISSION_NODE, true
 	case *fsmpb.ResizeDestination:

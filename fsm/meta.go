@@ -51,6 +51,7 @@ var metaHandlers = func() map[fsmpb.CommandType]handler[*Meta] {
 	on(t, fsmpb.CommandType_COMMAND_TYPE_ADD_REPLICA, func() *fsmpb.AddReplica { return new(fsmpb.AddReplica) }, (*Meta).addReplica)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_PREFER_REPLICA, func() *fsmpb.PreferReplica { return new(fsmpb.PreferReplica) }, (*Meta).preferReplica)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_REPLICA_CAUGHT_UP, func() *fsmpb.ReplicaCaughtUp { return new(fsmpb.ReplicaCaughtUp) }, (*Meta).replicaCaughtUp)
+	on(t, fsmpb.CommandType_COMMAND_TYPE_REBUILD_REPLICA, func() *fsmpb.RebuildReplica { return new(fsmpb.RebuildReplica) }, (*Meta).rebuildReplica)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_DECOMMISSION_NODE, func() *fsmpb.DecommissionNode { return new(fsmpb.DecommissionNode) }, (*Meta).decommissionNode)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_RESIZE_DESTINATION, func() *fsmpb.ResizeDestination { return new(fsmpb.ResizeDestination) }, (*Meta).resizeDestination)
 	on(t, fsmpb.CommandType_COMMAND_TYPE_REMOVE_MEMBER, func() *fsmpb.RemoveMember { return new(fsmpb.RemoveMember) }, (*Meta).removeMember)
@@ -287,6 +288,43 @@ func (m *Meta) replicaCaughtUp(c *fsmpb.ReplicaCaughtUp) Result {
 	if len(m.rejoining[c.Node]) == 0 {
 		delete(m.rejoining, c.Node)
 	}
+	return Result{}
+}
+
+// rebuildReplica marks node's replica of a group as rejoining it: the
+// replica stopped on an entry it could not apply or a log it could not
+// read, and starts again empty. Only a replica beside others is rebuilt,
+// one of a group at a time, so that the others it copies from hold the
+// group's log; a repeat of the same request changes nothing.
+func (m *Meta) rebuildReplica(c *fsmpb.RebuildReplica) Result {
+	var p *fsmpb.MemberPlacement
+	for _, d := range m.destinations {
+		for _, q := range d.Members {
+			if GroupKey(d.Name, q) == c.Group && slices.Contains(q.Replicas, c.Node) {
+				p = q
+			}
+		}
+	}
+	_, registered := m.nodes[c.Node]
+	switch {
+	case !registered:
+		return Result{Err: fmt.Errorf("%w: node %s is not registered", ErrInvalidSettings, c.Node)}
+	case p == nil:
+		return Result{Err: fmt.Errorf("%w: node %s holds no replica of group %s", ErrInvalidSettings, c.Node, c.Group)}
+	case m.rejoining[c.Node][c.Group]:
+		return Result{}
+	case len(p.Replicas) < 2:
+		return Result{Err: fmt.Errorf("%w: node %s holds the only replica of group %s: there is no other to rebuild it from", ErrInvalidSettings, c.Node, c.Group)}
+	}
+	for _, other := range p.Replicas {
+		if m.rejoining[other][c.Group] {
+			return Result{Err: fmt.Errorf("%w: node %s's replica of group %s is being rebuilt or caught up; one replica of a group at a time", ErrInvalidSettings, other, c.Group)}
+		}
+	}
+	if m.rejoining[c.Node] == nil {
+		m.rejoining[c.Node] = map[string]bool{}
+	}
+	m.rejoining[c.Node][c.Group] = true
 	return Result{}
 }
 

@@ -217,8 +217,8 @@ func TestRegisterNode_NewIncarnationRejoinsItsGroups(t *testing.T) {
 }
 
 // No sequence of registrations (under new incarnations too), removals,
-// creates, replacements, repairs, changes of preferred host and caught-up
-// replicas puts two replicas of a member on one node, gives the members of
+// creates, replacements, repairs, changes of preferred host, rebuilt and
+// caught-up replicas puts two replicas of a member on one node, gives the members of
 // a shared group different replicas, or a member more replicas than its
 // destination wants; and a refused command changes nothing.
 func TestMetaPlacement_Property(t *testing.T) {
@@ -234,9 +234,12 @@ func TestMetaPlacement_Property(t *testing.T) {
 			case 0:
 				id := rapid.SampledFrom(nodes).Draw(rt, "node")
 				body = &fsmpb.RegisterNode{Node: &fsmpb.Node{Id: id, Incarnation: rapid.SampledFrom([]string{"", "a", "b"}).Draw(rt, "incarnation")}}
-				if rapid.Bool().Draw(rt, "caught up") {
-					group := "g-" + strings.Join(rapid.Permutation(nodes).Draw(rt, "group")[:rapid.IntRange(1, 3).Draw(rt, "size")], ",")
+				group := "g-" + strings.Join(rapid.Permutation(nodes).Draw(rt, "group")[:rapid.IntRange(1, 3).Draw(rt, "size")], ",")
+				switch rapid.IntRange(0, 2).Draw(rt, "group change") {
+				case 1:
 					body = &fsmpb.ReplicaCaughtUp{Node: id, Group: group}
+				case 2:
+					body = &fsmpb.RebuildReplica{Node: id, Group: group}
 				}
 			case 1:
 				body = &fsmpb.RemoveNode{Id: rapid.SampledFrom(nodes).Draw(rt, "node")}
@@ -441,5 +444,44 @@ func TestReplaceReplica_KeepHost(t *testing.T) {
 		if d, _ := f.m.Destination("q"); !slices.Equal(d.Members[0].Replicas, c.want) {
 			t.Errorf("replacing %s (keep_host %v): replicas %v, want %v", c.old, c.keep, d.Members[0].Replicas, c.want)
 		}
+	}
+}
+
+// A replica that could not apply an entry is rebuilt: its group waits for
+// it to catch up as for one back empty. Only a replica beside others, one
+// of a group at a time; a repeat changes nothing, a refusal nothing either.
+func TestRebuildReplica_OneReplicaOfAGroupAtATime(t *testing.T) {
+	f := newMeta(t)
+	for _, id := range []string{"n1", "n2", "n3"} {
+		f.ok(&fsmpb.RegisterNode{Node: &fsmpb.Node{Id: id}})
+	}
+	f.ok(&fsmpb.CreateDestination{Destination: dest("q", 1, 3)})
+	f.ok(&fsmpb.CreateDestination{Destination: dest("solo", 1, 1)})
+	q, _ := f.m.Destination("q")
+	solo, _ := f.m.Destination("solo")
+	g, gSolo := fsm.GroupKey("q", q.Members[0]), fsm.GroupKey("solo", solo.Members[0])
+	f.ok(&fsmpb.RebuildReplica{Node: "n2", Group: g})
+	if !f.m.Rejoining("n2", g) {
+		t.Fatalf("n2's replica of %s not rejoining after RebuildReplica", g)
+	}
+	f.ok(&fsmpb.RebuildReplica{Node: "n2", Group: g}) // a repeat, once its answer was lost
+	for _, c := range []*fsmpb.RebuildReplica{
+		{Node: "n3", Group: g},                            // another of the same group
+		{Node: solo.Members[0].Replicas[0], Group: gSolo}, // an only replica
+		{Node: "n9", Group: g},                            // no replica there
+		{Node: "n1", Group: "nope"},
+	} {
+		before := f.m.Snapshot()
+		if r := f.do(c); !errors.Is(r.Err, fsm.ErrInvalidSettings) {
+			t.Errorf("%v: %v, want a refusal", c, r.Err)
+		}
+		if after := f.m.Snapshot(); !slices.EqualFunc(before.Rejoining, after.Rejoining, func(x, y *fsmpb.Rejoining) bool { return proto.Equal(x, y) }) {
+			t.Fatalf("refused %v changed what is rejoining", c)
+		}
+	}
+	f.ok(&fsmpb.ReplicaCaughtUp{Node: "n2", Group: g})
+	f.ok(&fsmpb.RebuildReplica{Node: "n3", Group: g})
+	if f.m.Rejoining("n2", g) || !f.m.Rejoining("n3", g) {
+		t.Fatalf("after n2 caught up and n3 asked: n2 rejoining %v, n3 %v; want false, true", f.m.Rejoining("n2", g), f.m.Rejoining("n3", g))
 	}
 }

@@ -83,6 +83,9 @@ const (
 	// Meta commands: a user is made or changed, and deleted.
 	CommandType_COMMAND_TYPE_PUT_USER    CommandType = 35
 	CommandType_COMMAND_TYPE_DELETE_USER CommandType = 36
+	// A meta command: a node's replica of a group could not apply an entry
+	// or read its log, and is rebuilt from the group's other replicas.
+	CommandType_COMMAND_TYPE_REBUILD_REPLICA CommandType = 37
 )
 
 // Enum value maps for CommandType.
@@ -125,6 +128,7 @@ var (
 		34: "COMMAND_TYPE_RELEASE_CLIENT_ID",
 		35: "COMMAND_TYPE_PUT_USER",
 		36: "COMMAND_TYPE_DELETE_USER",
+		37: "COMMAND_TYPE_REBUILD_REPLICA",
 	}
 	CommandType_value = map[string]int32{
 		"COMMAND_TYPE_UNKNOWN":            0,
@@ -164,6 +168,7 @@ var (
 		"COMMAND_TYPE_RELEASE_CLIENT_ID":  34,
 		"COMMAND_TYPE_PUT_USER":           35,
 		"COMMAND_TYPE_DELETE_USER":        36,
+		"COMMAND_TYPE_REBUILD_REPLICA":    37,
 	}
 )
 
@@ -2994,6 +2999,62 @@ func (x *ReplicaCaughtUp) GetGroup() string {
 	return ""
 }
 
+// RebuildReplica says that node's replica of a Raft group (group:
+// fsm.GroupKey) stopped on an entry it could not apply or a log it could
+// not read: it starts again empty and rejoins the group as one back from an
+// empty data directory does, one replica of a group at a time.
+type RebuildReplica struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Group         string                 `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RebuildReplica) Reset() {
+	*x = RebuildReplica{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebuildReplica) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebuildReplica) ProtoMessage() {}
+
+func (x *RebuildReplica) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebuildReplica.ProtoReflect.Descriptor instead.
+func (*RebuildReplica) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *RebuildReplica) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *RebuildReplica) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
 // Rejoining lists the Raft groups (fsm.GroupKey) in which a node's
 // replica came back empty and has not caught up yet.
 type Rejoining struct {
@@ -3006,7 +3067,7 @@ type Rejoining struct {
 
 func (x *Rejoining) Reset() {
 	*x = Rejoining{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3018,7 +3079,7 @@ func (x *Rejoining) String() string {
 func (*Rejoining) ProtoMessage() {}
 
 func (x *Rejoining) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3031,7 +3092,7 @@ func (x *Rejoining) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rejoining.ProtoReflect.Descriptor instead.
 func (*Rejoining) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Rejoining) GetNode() string {
@@ -3075,7 +3136,7 @@ type TxPrepare struct {
 
 func (x *TxPrepare) Reset() {
 	*x = TxPrepare{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[40]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3087,7 +3148,7 @@ func (x *TxPrepare) String() string {
 func (*TxPrepare) ProtoMessage() {}
 
 func (x *TxPrepare) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[40]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3100,7 +3161,7 @@ func (x *TxPrepare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxPrepare.ProtoReflect.Descriptor instead.
 func (*TxPrepare) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{40}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *TxPrepare) GetTx() string {
@@ -3175,7 +3236,7 @@ type TxDecide struct {
 
 func (x *TxDecide) Reset() {
 	*x = TxDecide{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[41]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3187,7 +3248,7 @@ func (x *TxDecide) String() string {
 func (*TxDecide) ProtoMessage() {}
 
 func (x *TxDecide) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[41]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3200,7 +3261,7 @@ func (x *TxDecide) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxDecide.ProtoReflect.Descriptor instead.
 func (*TxDecide) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{41}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *TxDecide) GetTx() string {
@@ -3253,7 +3314,7 @@ type StoredMessage struct {
 
 func (x *StoredMessage) Reset() {
 	*x = StoredMessage{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[42]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3265,7 +3326,7 @@ func (x *StoredMessage) String() string {
 func (*StoredMessage) ProtoMessage() {}
 
 func (x *StoredMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[42]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3278,7 +3339,7 @@ func (x *StoredMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredMessage.ProtoReflect.Descriptor instead.
 func (*StoredMessage) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{42}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *StoredMessage) GetMessage() *Message {
@@ -3364,7 +3425,7 @@ type StoredSession struct {
 
 func (x *StoredSession) Reset() {
 	*x = StoredSession{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[43]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3376,7 +3437,7 @@ func (x *StoredSession) String() string {
 func (*StoredSession) ProtoMessage() {}
 
 func (x *StoredSession) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[43]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3389,7 +3450,7 @@ func (x *StoredSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredSession.ProtoReflect.Descriptor instead.
 func (*StoredSession) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{43}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *StoredSession) GetId() string {
@@ -3433,7 +3494,7 @@ type DedupRecord struct {
 
 func (x *DedupRecord) Reset() {
 	*x = DedupRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[44]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3445,7 +3506,7 @@ func (x *DedupRecord) String() string {
 func (*DedupRecord) ProtoMessage() {}
 
 func (x *DedupRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[44]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3458,7 +3519,7 @@ func (x *DedupRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupRecord.ProtoReflect.Descriptor instead.
 func (*DedupRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{44}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DedupRecord) GetDedupId() string {
@@ -3505,7 +3566,7 @@ type MemberSnapshot struct {
 
 func (x *MemberSnapshot) Reset() {
 	*x = MemberSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[45]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3517,7 +3578,7 @@ func (x *MemberSnapshot) String() string {
 func (*MemberSnapshot) ProtoMessage() {}
 
 func (x *MemberSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[45]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3530,7 +3591,7 @@ func (x *MemberSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberSnapshot.ProtoReflect.Descriptor instead.
 func (*MemberSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{45}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *MemberSnapshot) GetApplied() uint64 {
@@ -3636,7 +3697,7 @@ type MemberCounters struct {
 
 func (x *MemberCounters) Reset() {
 	*x = MemberCounters{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[46]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3648,7 +3709,7 @@ func (x *MemberCounters) String() string {
 func (*MemberCounters) ProtoMessage() {}
 
 func (x *MemberCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[46]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3661,7 +3722,7 @@ func (x *MemberCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberCounters.ProtoReflect.Descriptor instead.
 func (*MemberCounters) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{46}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *MemberCounters) GetSent() uint64 {
@@ -3725,7 +3786,7 @@ type StoredTx struct {
 
 func (x *StoredTx) Reset() {
 	*x = StoredTx{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[47]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3737,7 +3798,7 @@ func (x *StoredTx) String() string {
 func (*StoredTx) ProtoMessage() {}
 
 func (x *StoredTx) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[47]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3750,7 +3811,7 @@ func (x *StoredTx) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredTx.ProtoReflect.Descriptor instead.
 func (*StoredTx) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{47}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *StoredTx) GetTx() string {
@@ -3821,7 +3882,7 @@ type TxDecision struct {
 
 func (x *TxDecision) Reset() {
 	*x = TxDecision{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[48]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3833,7 +3894,7 @@ func (x *TxDecision) String() string {
 func (*TxDecision) ProtoMessage() {}
 
 func (x *TxDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[48]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3846,7 +3907,7 @@ func (x *TxDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxDecision.ProtoReflect.Descriptor instead.
 func (*TxDecision) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{48}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *TxDecision) GetTx() string {
@@ -3882,7 +3943,7 @@ type GroupSnapshot struct {
 
 func (x *GroupSnapshot) Reset() {
 	*x = GroupSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[49]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3894,7 +3955,7 @@ func (x *GroupSnapshot) String() string {
 func (*GroupSnapshot) ProtoMessage() {}
 
 func (x *GroupSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[49]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3907,7 +3968,7 @@ func (x *GroupSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupSnapshot.ProtoReflect.Descriptor instead.
 func (*GroupSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{49}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GroupSnapshot) GetApplied() uint64 {
@@ -3938,7 +3999,7 @@ type ClientIdClaim struct {
 
 func (x *ClientIdClaim) Reset() {
 	*x = ClientIdClaim{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[50]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3950,7 +4011,7 @@ func (x *ClientIdClaim) String() string {
 func (*ClientIdClaim) ProtoMessage() {}
 
 func (x *ClientIdClaim) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[50]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3963,7 +4024,7 @@ func (x *ClientIdClaim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientIdClaim.ProtoReflect.Descriptor instead.
 func (*ClientIdClaim) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{50}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ClientIdClaim) GetClientId() string {
@@ -3999,7 +4060,7 @@ type ClaimClientId struct {
 
 func (x *ClaimClientId) Reset() {
 	*x = ClaimClientId{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[51]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4011,7 +4072,7 @@ func (x *ClaimClientId) String() string {
 func (*ClaimClientId) ProtoMessage() {}
 
 func (x *ClaimClientId) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[51]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4024,7 +4085,7 @@ func (x *ClaimClientId) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimClientId.ProtoReflect.Descriptor instead.
 func (*ClaimClientId) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{51}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ClaimClientId) GetClaim() *ClientIdClaim {
@@ -4046,7 +4107,7 @@ type ReleaseClientId struct {
 
 func (x *ReleaseClientId) Reset() {
 	*x = ReleaseClientId{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[52]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4058,7 +4119,7 @@ func (x *ReleaseClientId) String() string {
 func (*ReleaseClientId) ProtoMessage() {}
 
 func (x *ReleaseClientId) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[52]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4071,7 +4132,7 @@ func (x *ReleaseClientId) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseClientId.ProtoReflect.Descriptor instead.
 func (*ReleaseClientId) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{52}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ReleaseClientId) GetClientId() string {
@@ -4102,7 +4163,7 @@ type User struct {
 
 func (x *User) Reset() {
 	*x = User{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[53]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4114,7 +4175,7 @@ func (x *User) String() string {
 func (*User) ProtoMessage() {}
 
 func (x *User) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[53]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4127,7 +4188,7 @@ func (x *User) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use User.ProtoReflect.Descriptor instead.
 func (*User) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{53}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *User) GetName() string {
@@ -4163,7 +4224,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[54]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4175,7 +4236,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[54]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4188,7 +4249,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{54}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *Grant) GetPattern() string {
@@ -4217,7 +4278,7 @@ type PutUser struct {
 
 func (x *PutUser) Reset() {
 	*x = PutUser{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[55]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4229,7 +4290,7 @@ func (x *PutUser) String() string {
 func (*PutUser) ProtoMessage() {}
 
 func (x *PutUser) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[55]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4242,7 +4303,7 @@ func (x *PutUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutUser.ProtoReflect.Descriptor instead.
 func (*PutUser) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{55}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PutUser) GetUser() *User {
@@ -4269,7 +4330,7 @@ type DeleteUser struct {
 
 func (x *DeleteUser) Reset() {
 	*x = DeleteUser{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[56]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4281,7 +4342,7 @@ func (x *DeleteUser) String() string {
 func (*DeleteUser) ProtoMessage() {}
 
 func (x *DeleteUser) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[56]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4294,7 +4355,7 @@ func (x *DeleteUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUser.ProtoReflect.Descriptor instead.
 func (*DeleteUser) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{56}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *DeleteUser) GetName() string {
@@ -4323,7 +4384,7 @@ type MetaSnapshot struct {
 
 func (x *MetaSnapshot) Reset() {
 	*x = MetaSnapshot{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[57]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4335,7 +4396,7 @@ func (x *MetaSnapshot) String() string {
 func (*MetaSnapshot) ProtoMessage() {}
 
 func (x *MetaSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[57]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4348,7 +4409,7 @@ func (x *MetaSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaSnapshot.ProtoReflect.Descriptor instead.
 func (*MetaSnapshot) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{57}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *MetaSnapshot) GetApplied() uint64 {
@@ -4623,6 +4684,9 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x04node\x18\x03 \x01(\tR\x04node\";\n" +
 	"\x0fReplicaCaughtUp\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\":\n" +
+	"\x0eRebuildReplica\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\"7\n" +
 	"\tRejoining\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
@@ -4738,7 +4802,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05users\x18\t \x03(\v2\x12.cairn.fsm.v1.UserR\x05users\x1aF\n" +
 	"\x18RemovedIncarnationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xc8\b\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xea\b\n" +
 	"\vCommandType\x12\x18\n" +
 	"\x14COMMAND_TYPE_UNKNOWN\x10\x00\x12\x18\n" +
 	"\x14COMMAND_TYPE_ENQUEUE\x10\x01\x12\x18\n" +
@@ -4777,7 +4841,8 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x1cCOMMAND_TYPE_CLAIM_CLIENT_ID\x10!\x12\"\n" +
 	"\x1eCOMMAND_TYPE_RELEASE_CLIENT_ID\x10\"\x12\x19\n" +
 	"\x15COMMAND_TYPE_PUT_USER\x10#\x12\x1c\n" +
-	"\x18COMMAND_TYPE_DELETE_USER\x10$*\x8a\x01\n" +
+	"\x18COMMAND_TYPE_DELETE_USER\x10$\x12 \n" +
+	"\x1cCOMMAND_TYPE_REBUILD_REPLICA\x10%*\x8a\x01\n" +
 	"\x0fDestinationKind\x12\x1c\n" +
 	"\x18DESTINATION_KIND_UNKNOWN\x10\x00\x12\x1a\n" +
 	"\x16DESTINATION_KIND_QUEUE\x10\x01\x12\x1a\n" +
@@ -4797,7 +4862,7 @@ func file_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_fsm_fsmpb_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(CommandType)(0),          // 0: cairn.fsm.v1.CommandType
 	(DestinationKind)(0),      // 1: cairn.fsm.v1.DestinationKind
@@ -4840,34 +4905,35 @@ var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*AddReplica)(nil),        // 38: cairn.fsm.v1.AddReplica
 	(*PreferReplica)(nil),     // 39: cairn.fsm.v1.PreferReplica
 	(*ReplicaCaughtUp)(nil),   // 40: cairn.fsm.v1.ReplicaCaughtUp
-	(*Rejoining)(nil),         // 41: cairn.fsm.v1.Rejoining
-	(*TxPrepare)(nil),         // 42: cairn.fsm.v1.TxPrepare
-	(*TxDecide)(nil),          // 43: cairn.fsm.v1.TxDecide
-	(*StoredMessage)(nil),     // 44: cairn.fsm.v1.StoredMessage
-	(*StoredSession)(nil),     // 45: cairn.fsm.v1.StoredSession
-	(*DedupRecord)(nil),       // 46: cairn.fsm.v1.DedupRecord
-	(*MemberSnapshot)(nil),    // 47: cairn.fsm.v1.MemberSnapshot
-	(*MemberCounters)(nil),    // 48: cairn.fsm.v1.MemberCounters
-	(*StoredTx)(nil),          // 49: cairn.fsm.v1.StoredTx
-	(*TxDecision)(nil),        // 50: cairn.fsm.v1.TxDecision
-	(*GroupSnapshot)(nil),     // 51: cairn.fsm.v1.GroupSnapshot
-	(*ClientIdClaim)(nil),     // 52: cairn.fsm.v1.ClientIdClaim
-	(*ClaimClientId)(nil),     // 53: cairn.fsm.v1.ClaimClientId
-	(*ReleaseClientId)(nil),   // 54: cairn.fsm.v1.ReleaseClientId
-	(*User)(nil),              // 55: cairn.fsm.v1.User
-	(*Grant)(nil),             // 56: cairn.fsm.v1.Grant
-	(*PutUser)(nil),           // 57: cairn.fsm.v1.PutUser
-	(*DeleteUser)(nil),        // 58: cairn.fsm.v1.DeleteUser
-	(*MetaSnapshot)(nil),      // 59: cairn.fsm.v1.MetaSnapshot
-	nil,                       // 60: cairn.fsm.v1.Message.PropertiesEntry
-	nil,                       // 61: cairn.fsm.v1.Message.TypedPropertiesEntry
-	nil,                       // 62: cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntry
+	(*RebuildReplica)(nil),    // 41: cairn.fsm.v1.RebuildReplica
+	(*Rejoining)(nil),         // 42: cairn.fsm.v1.Rejoining
+	(*TxPrepare)(nil),         // 43: cairn.fsm.v1.TxPrepare
+	(*TxDecide)(nil),          // 44: cairn.fsm.v1.TxDecide
+	(*StoredMessage)(nil),     // 45: cairn.fsm.v1.StoredMessage
+	(*StoredSession)(nil),     // 46: cairn.fsm.v1.StoredSession
+	(*DedupRecord)(nil),       // 47: cairn.fsm.v1.DedupRecord
+	(*MemberSnapshot)(nil),    // 48: cairn.fsm.v1.MemberSnapshot
+	(*MemberCounters)(nil),    // 49: cairn.fsm.v1.MemberCounters
+	(*StoredTx)(nil),          // 50: cairn.fsm.v1.StoredTx
+	(*TxDecision)(nil),        // 51: cairn.fsm.v1.TxDecision
+	(*GroupSnapshot)(nil),     // 52: cairn.fsm.v1.GroupSnapshot
+	(*ClientIdClaim)(nil),     // 53: cairn.fsm.v1.ClientIdClaim
+	(*ClaimClientId)(nil),     // 54: cairn.fsm.v1.ClaimClientId
+	(*ReleaseClientId)(nil),   // 55: cairn.fsm.v1.ReleaseClientId
+	(*User)(nil),              // 56: cairn.fsm.v1.User
+	(*Grant)(nil),             // 57: cairn.fsm.v1.Grant
+	(*PutUser)(nil),           // 58: cairn.fsm.v1.PutUser
+	(*DeleteUser)(nil),        // 59: cairn.fsm.v1.DeleteUser
+	(*MetaSnapshot)(nil),      // 60: cairn.fsm.v1.MetaSnapshot
+	nil,                       // 61: cairn.fsm.v1.Message.PropertiesEntry
+	nil,                       // 62: cairn.fsm.v1.Message.TypedPropertiesEntry
+	nil,                       // 63: cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntry
 }
 var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	3,  // 0: cairn.fsm.v1.Entry.commands:type_name -> cairn.fsm.v1.Command
 	0,  // 1: cairn.fsm.v1.Command.type:type_name -> cairn.fsm.v1.CommandType
-	60, // 2: cairn.fsm.v1.Message.properties:type_name -> cairn.fsm.v1.Message.PropertiesEntry
-	61, // 3: cairn.fsm.v1.Message.typed_properties:type_name -> cairn.fsm.v1.Message.TypedPropertiesEntry
+	61, // 2: cairn.fsm.v1.Message.properties:type_name -> cairn.fsm.v1.Message.PropertiesEntry
+	62, // 3: cairn.fsm.v1.Message.typed_properties:type_name -> cairn.fsm.v1.Message.TypedPropertiesEntry
 	6,  // 4: cairn.fsm.v1.Enqueue.messages:type_name -> cairn.fsm.v1.Message
 	6,  // 5: cairn.fsm.v1.Publish.messages:type_name -> cairn.fsm.v1.Message
 	23, // 6: cairn.fsm.v1.Configure.settings:type_name -> cairn.fsm.v1.MemberSettings
@@ -4881,21 +4947,21 @@ var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	6,  // 14: cairn.fsm.v1.TxPrepare.messages:type_name -> cairn.fsm.v1.Message
 	6,  // 15: cairn.fsm.v1.StoredMessage.message:type_name -> cairn.fsm.v1.Message
 	23, // 16: cairn.fsm.v1.MemberSnapshot.settings:type_name -> cairn.fsm.v1.MemberSettings
-	45, // 17: cairn.fsm.v1.MemberSnapshot.sessions:type_name -> cairn.fsm.v1.StoredSession
-	46, // 18: cairn.fsm.v1.MemberSnapshot.dedup:type_name -> cairn.fsm.v1.DedupRecord
-	49, // 19: cairn.fsm.v1.MemberSnapshot.txs:type_name -> cairn.fsm.v1.StoredTx
-	50, // 20: cairn.fsm.v1.MemberSnapshot.decisions:type_name -> cairn.fsm.v1.TxDecision
-	48, // 21: cairn.fsm.v1.MemberSnapshot.counters:type_name -> cairn.fsm.v1.MemberCounters
+	46, // 17: cairn.fsm.v1.MemberSnapshot.sessions:type_name -> cairn.fsm.v1.StoredSession
+	47, // 18: cairn.fsm.v1.MemberSnapshot.dedup:type_name -> cairn.fsm.v1.DedupRecord
+	50, // 19: cairn.fsm.v1.MemberSnapshot.txs:type_name -> cairn.fsm.v1.StoredTx
+	51, // 20: cairn.fsm.v1.MemberSnapshot.decisions:type_name -> cairn.fsm.v1.TxDecision
+	49, // 21: cairn.fsm.v1.MemberSnapshot.counters:type_name -> cairn.fsm.v1.MemberCounters
 	6,  // 22: cairn.fsm.v1.StoredTx.messages:type_name -> cairn.fsm.v1.Message
-	52, // 23: cairn.fsm.v1.ClaimClientId.claim:type_name -> cairn.fsm.v1.ClientIdClaim
-	56, // 24: cairn.fsm.v1.User.grants:type_name -> cairn.fsm.v1.Grant
-	55, // 25: cairn.fsm.v1.PutUser.user:type_name -> cairn.fsm.v1.User
+	53, // 23: cairn.fsm.v1.ClaimClientId.claim:type_name -> cairn.fsm.v1.ClientIdClaim
+	57, // 24: cairn.fsm.v1.User.grants:type_name -> cairn.fsm.v1.Grant
+	56, // 25: cairn.fsm.v1.PutUser.user:type_name -> cairn.fsm.v1.User
 	26, // 26: cairn.fsm.v1.MetaSnapshot.destinations:type_name -> cairn.fsm.v1.Destination
 	33, // 27: cairn.fsm.v1.MetaSnapshot.nodes:type_name -> cairn.fsm.v1.Node
-	41, // 28: cairn.fsm.v1.MetaSnapshot.rejoining:type_name -> cairn.fsm.v1.Rejoining
-	62, // 29: cairn.fsm.v1.MetaSnapshot.removed_incarnations:type_name -> cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntry
-	52, // 30: cairn.fsm.v1.MetaSnapshot.client_ids:type_name -> cairn.fsm.v1.ClientIdClaim
-	55, // 31: cairn.fsm.v1.MetaSnapshot.users:type_name -> cairn.fsm.v1.User
+	42, // 28: cairn.fsm.v1.MetaSnapshot.rejoining:type_name -> cairn.fsm.v1.Rejoining
+	63, // 29: cairn.fsm.v1.MetaSnapshot.removed_incarnations:type_name -> cairn.fsm.v1.MetaSnapshot.RemovedIncarnationsEntry
+	53, // 30: cairn.fsm.v1.MetaSnapshot.client_ids:type_name -> cairn.fsm.v1.ClientIdClaim
+	56, // 31: cairn.fsm.v1.MetaSnapshot.users:type_name -> cairn.fsm.v1.User
 	7,  // 32: cairn.fsm.v1.Message.TypedPropertiesEntry.value:type_name -> cairn.fsm.v1.PropertyValue
 	33, // [33:33] is the sub-list for method output_type
 	33, // [33:33] is the sub-list for method input_type
@@ -4920,7 +4986,7 @@ func file_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_fsmpb_fsm_proto_rawDesc), len(file_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   61,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
