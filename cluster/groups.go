@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/raft"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/cairnmq/cairn/cluster/raftgroup"
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 	"github.com/cairnmq/cairn/member"
@@ -51,11 +52,18 @@ type groups struct {
 	// stale is when dropStale first found each member in a group that no
 	// destination places in it; only run's goroutine uses it.
 	stale map[string]time.Time
+	// rebuilding holds the groups (by id) whose replica here is to be
+	// rebuilt (false) or is being rebuilt (true), rebuildAsked the first
+	// ones' targets, and rebuilds counts rebuilds by reason (rebuild.go).
+	rebuilding   map[string]bool
+	rebuildAsked map[string]rebuildTarget
+	rebuilds     map[string]uint64
 }
 
 func newGroups(n *Node) *groups {
 	return &groups{n: n, kick: n.groupsKick, byGroup: make(map[string]*member.Replica), byName: make(map[string]*member.Replica),
-		shared: make(map[string]*member.Shared), transferred: make(map[string]time.Time), stale: make(map[string]time.Time)}
+		shared: make(map[string]*member.Shared), transferred: make(map[string]time.Time), stale: make(map[string]time.Time),
+		rebuilding: make(map[string]bool), rebuildAsked: make(map[string]rebuildTarget), rebuilds: make(map[string]uint64)}
 }
 
 // raftUnit is one Raft group open here: a member's own, or a shared one.
@@ -119,6 +127,7 @@ func (gs *groups) run() {
 		case <-t.C:
 		}
 		gs.reconcile()
+		gs.startRebuilds()
 		gs.dropStale()
 		gs.sweepSessions()
 		gs.preferHosts()
@@ -275,10 +284,23 @@ func (gs *groups) openPlaced(want map[string]placed, nodes map[string]*fsmpb.Nod
 		if open {
 			continue
 		}
+		t := rebuildTarget{id: id, key: fsm.GroupKey(p.dest.Name, p.place)}
+		if p.place.Group != "" {
+			t.id = p.place.Group
+		}
+		if gs.rebuildingGroup(t.id) {
+			failed.Store(true)
+			continue
+		}
 		opening.Go(func() error {
 			r, err := gs.open(id, p, nodes)
-			if err != nil {
+			if errors.Is(err, raftgroup.ErrDamaged) {
+				gs.n.log.Error("member replica's data on disk cannot be read: rebuilding it from its group's other replicas", "group", t.id, "err", err)
+				gs.toRebuild(t, rebuildLog)
+			} else if err != nil {
 				gs.n.log.Warn("cannot open member replica yet", "group", id, "err", err)
+			}
+			if err != nil {
 				failed.Store(true)
 				return nil
 			}
@@ -319,7 +341,7 @@ func (gs *groups) open(id string, p placed, nodes map[string]*fsmpb.Node) (*memb
 	if err != nil {
 		return nil, err
 	}
-	cfg.GroupID, cfg.Dir, cfg.Stream, cfg.Peers = rc.GroupID, rc.Dir, rc.Stream, rc.Peers
+	cfg.GroupID, cfg.Dir, cfg.Stream, cfg.Peers, cfg.OnCorrupt = rc.GroupID, rc.Dir, rc.Stream, rc.Peers, rc.OnCorrupt
 	r, err := openMember(cfg)
 	if err != nil {
 		rc.Stream.Close()
@@ -361,6 +383,7 @@ func (gs *groups) raftConfig(id string, p placed, nodes map[string]*fsmpb.Node) 
 	}
 	cfg := gs.n.replicaConfig()
 	cfg.Name, cfg.GroupID, cfg.Dir, cfg.Stream, cfg.Peers = id, id, filepath.Join(gs.n.cfg.DataDir, "members", id), layer, peers
+	cfg.OnCorrupt = gs.onCorrupt(rebuildTarget{id: id, key: fsm.GroupKey(p.dest.Name, p.place)})
 	return cfg, nil
 }
 

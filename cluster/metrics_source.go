@@ -66,6 +66,9 @@ func (s metricsSource) Node() metrics.Node {
 	if s.n.auth != nil {
 		nd.LoginFailures, nd.LoginThrottled = s.n.auth.Logins()
 	}
+	if s.n.groups != nil {
+		nd.ReplicasRebuilding, nd.ReplicaRebuilds = s.n.groups.rebuildState()
+	}
 	for _, c := range s.n.conns.List() {
 		nd.Connections++
 		nd.Sessions += int(c.Sessions)

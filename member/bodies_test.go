@@ -674,7 +674,7 @@ type fsmHarness struct {
 func newFSMHarness(t *testing.T, bodyMemory int64) *fsmHarness {
 	h := &fsmHarness{t: t}
 	h.a = &memberFSM{m: fsm.NewMember(), log: slog.New(slog.DiscardHandler),
-		applied: func([]string) {}, corrupt: func(err error) { t.Errorf("corrupt: %v", err) },
+		applied: func([]string) {}, corrupt: func(_ uint64, err error) { t.Errorf("corrupt: %v", err) },
 		fatal: func(err error) { h.fatal = append(h.fatal, err) }}
 	if bodyMemory >= 0 {
 		h.a.bodies, h.a.bodyMemory = testBodyStore(t), bodyMemory

@@ -28,10 +28,14 @@ type memberFSM struct {
 	// the members they touched (nil in a group of one member), to wake their
 	// dispatchers; it must not block.
 	applied func(touched []string)
-	// corrupt is called with an entry that cannot be applied, and fatal
-	// with bodies put away that cannot be read back; both must stop the
-	// node.
-	corrupt, fatal func(error)
+	// corrupt is called once with an entry that cannot be applied (its
+	// index), after which the state machine has stopped (stopped): it
+	// applies nothing more and refuses to snapshot, as its state is no
+	// longer the group's. fatal is called with bodies put away that cannot
+	// be read back, and must stop the node.
+	corrupt func(index uint64, err error)
+	fatal   func(error)
+	stopped bool // under mu
 	// since is the log applied since the last snapshot (or restore).
 	since logVolume // under mu
 	// lastIndex is the last entry applied, 0 after a restore, so that a
@@ -134,6 +138,10 @@ func (a *memberFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		if l.Type != raft.LogCommand {
 			continue
 		}
+		if a.stopped {
+			out[i] = ErrStopped
+			continue
+		}
 		var res []fsm.Result
 		var err error
 		start := time.Now()
@@ -148,9 +156,14 @@ func (a *memberFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		}
 		if err != nil {
 			// The entries before it applied; their bodies leave them.
+			// Those after it in the batch are not applied either.
 			a.putBodiesAwayLocked(touched)
+			a.stopped = true
+			for j := i; j < len(logs); j++ {
+				out[j] = ErrStopped
+			}
 			a.mu.Unlock()
-			a.corrupt(fmt.Errorf("entry %d: %w", l.Index, err))
+			a.corrupt(l.Index, fmt.Errorf("entry %d: %w", l.Index, err))
 			return out
 		}
 		out[i] = res
@@ -292,6 +305,10 @@ func (a *memberFSM) Snapshot() (raft.FSMSnapshot, error) {
 	// No entry is applied in between: Raft calls Snapshot on the goroutine
 	// that applies them. Readers go on during the capture.
 	a.mu.Lock()
+	if a.stopped {
+		a.mu.Unlock()
+		return nil, fmt.Errorf("%w: it could not apply an entry, and its state is not the group's", ErrStopped)
+	}
 	a.since, a.enoughAt = logVolume{}, 0
 	a.mu.Unlock()
 	a.snapshots.Add(1)

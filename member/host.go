@@ -46,8 +46,13 @@ func openHost(cfg Config, a *memberFSM, notify chan bool) (*raftHost, error) {
 		onCorrupt = func(err error) { panic(err) }
 	}
 	a.log, a.snapshotWanted, a.observer = h.log, make(chan struct{}, 1), cfg.Observer
-	a.corrupt = func(err error) {
-		h.log.Error("member log entry cannot be applied; stopping to avoid diverging from the other replicas", "err", err)
+	a.corrupt = func(index uint64, err error) {
+		if cfg.OnCorrupt != nil {
+			h.log.Error("member replica stopped: a log entry cannot be applied; the node's other replicas go on", "group", cfg.GroupID, "index", index, "err", err)
+			cfg.OnCorrupt(index, err)
+			return
+		}
+		h.log.Error("member log entry cannot be applied; stopping to avoid diverging from the other replicas", "group", cfg.GroupID, "index", index, "err", err)
 		onCorrupt(fmt.Errorf("member %s: %w", cfg.Name, err))
 	}
 	a.fatal = func(err error) {

@@ -223,6 +223,10 @@ func (p *proposer) wait() {
 			finish(f.batch, nil, classify(err))
 			continue
 		}
+		if err, ok := f.future.Response().(error); ok { // the replica stopped at or before the entry
+			finish(f.batch, nil, err)
+			continue
+		}
 		results, _ := f.future.Response().([]fsm.Result)
 		finish(f.batch, results, nil)
 	}

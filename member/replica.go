@@ -86,6 +86,12 @@ type Config struct {
 	// replica from the calling goroutine (the replica's own, which Close
 	// waits for). By default it panics.
 	OnFatal func(error)
+	// OnCorrupt, if set, is called instead of OnFatal with an entry that
+	// cannot be applied (its index and why), once: the replica has stopped
+	// (it applies nothing after that entry and refuses to snapshot) and
+	// must be closed, not from the calling goroutine, and rebuilt from its
+	// group's other replicas.
+	OnCorrupt func(index uint64, err error)
 	// Addresses finds a replica's current Raft address by node id.
 	Addresses raft.ServerAddressProvider
 	// CheckRPC sees each Raft RPC the replica is sent before Raft does

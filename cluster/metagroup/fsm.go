@@ -18,7 +18,11 @@ type metaFSM struct {
 	mu      sync.RWMutex
 	m       *fsm.Meta
 	changed func()
-	corrupt func(error)
+	// corrupt is called once with an entry that cannot be applied (its
+	// index); the replica has stopped then (stopped): it applies nothing
+	// more and refuses to snapshot.
+	corrupt func(index uint64, err error)
+	stopped error // under mu: why the replica stopped, nil while it runs
 	// appliedCh is closed, and replaced, whenever the state moves on.
 	appliedCh chan struct{} // under mu
 }
@@ -28,12 +32,19 @@ func (a *metaFSM) Apply(l *raft.Log) interface{} {
 		return nil
 	}
 	a.mu.Lock()
+	if a.stopped != nil {
+		a.mu.Unlock()
+		return a.stopped
+	}
 	res, err := a.m.Apply(l.Index, l.Data)
+	if err != nil {
+		a.stopped = fmt.Errorf("%w: this node's meta replica stopped at entry %d, which it cannot apply: %w", ErrStopped, l.Index, err)
+	}
 	a.movedOnLocked()
 	a.mu.Unlock()
 	if err != nil {
-		a.corrupt(fmt.Errorf("meta entry %d: %w", l.Index, err))
-		return nil
+		a.corrupt(l.Index, err)
+		return a.stopped
 	}
 	a.changed()
 	return res
@@ -42,6 +53,9 @@ func (a *metaFSM) Apply(l *raft.Log) interface{} {
 func (a *metaFSM) Snapshot() (raft.FSMSnapshot, error) {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
+	if a.stopped != nil {
+		return nil, a.stopped
+	}
 	var buf bytes.Buffer
 	if err := a.m.WriteSnapshot(&buf); err != nil {
 		return nil, err
@@ -61,6 +75,13 @@ func (a *metaFSM) Restore(rc io.ReadCloser) error {
 	a.mu.Unlock()
 	a.changed()
 	return nil
+}
+
+// stoppedErr is why the replica stopped, nil while it runs.
+func (a *metaFSM) stoppedErr() error {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.stopped
 }
 
 // movedOnLocked wakes those waiting for the state to reach an index.

@@ -44,8 +44,8 @@ type Config struct {
 	LogStore        string
 	SnapshotSends   *raftgroup.SnapshotSends
 	Logger          *slog.Logger
-	// OnFatal stops the node: a meta entry that cannot be applied, or a
-	// log store that failed a write.
+	// OnFatal stops the node: a log store that failed a write. (A meta
+	// entry that cannot be applied stops the replica alone: ErrStopped.)
 	OnFatal func(error)
 	// CheckRPC sees each Raft RPC the replica is sent before Raft does
 	// (raftgroup.Config.CheckRPC).
@@ -91,6 +91,8 @@ type Group struct {
 	fsm   *metaFSM
 	// bootstrapped is true once the group has (or had) a configuration.
 	bootstrapped bool
+	// opened is closed once Open has set group (or failed).
+	opened chan struct{}
 
 	mu sync.Mutex
 	// unprovenWhy is the last reason logged of each gossip member not
@@ -102,16 +104,31 @@ type Group struct {
 // without Raft yet: Open starts Raft, whose address lookups may read the
 // registry (Read) at once.
 func New(cfg Config, node Node) *Group {
-	g := &Group{cfg: cfg, node: node, bootstrapped: cfg.Bootstrapped}
+	g := &Group{cfg: cfg, node: node, bootstrapped: cfg.Bootstrapped, opened: make(chan struct{})}
 	g.fsm = &metaFSM{
 		m:       fsm.NewMeta(),
 		changed: node.Changed,
-		corrupt: func(err error) {
-			cfg.OnFatal(fmt.Errorf("meta log entry cannot be applied; stopping to avoid diverging from the other nodes: %w", err))
+		corrupt: func(index uint64, err error) {
+			cfg.Logger.Error("meta replica stopped: a log entry cannot be applied; the node stays up, not ready, and leaves the meta group to the others (empty its data directory and start it again to copy the meta state from them)", "group", ID, "index", index, "err", err)
+			// Neither leading nor voting on a state it no longer
+			// follows; not from Raft's goroutine, which Shutdown waits for.
+			go func() {
+				<-g.opened
+				if g.group != nil {
+					if err := g.group.Raft.Shutdown().Error(); err != nil {
+						cfg.Logger.Warn("shutting the stopped meta replica's Raft down", "err", err)
+					}
+				}
+			}()
 		},
 	}
 	return g
 }
+
+// ErrStopped is wrapped when this node's meta replica has stopped on an
+// entry it cannot apply: its state stays where it was, its Raft is shut
+// down (Run), and the node is not ready.
+var ErrStopped = errors.New("meta replica stopped")
 
 // Open opens the group's Raft log and starts Raft.
 func (mg *Group) Open() error {
@@ -125,6 +142,7 @@ func (mg *Group) Open() error {
 		Stream: mg.cfg.Stream, Peers: peers, Timing: mg.cfg.Timing, NotifyCommit: true, Logger: mg.cfg.Logger, Addresses: mg.cfg.Addresses, OnStorageError: mg.cfg.OnFatal,
 		LogStore: mg.cfg.LogStore, SnapshotSends: mg.cfg.SnapshotSends, CheckRPC: mg.cfg.CheckRPC,
 	}, mg.fsm)
+	defer close(mg.opened)
 	if err != nil {
 		return err
 	}
@@ -149,6 +167,9 @@ func (mg *Group) Run(stop <-chan struct{}) {
 		case <-mg.cfg.Kick:
 		case <-t.C:
 		case <-mg.group.Raft.LeaderCh():
+		}
+		if mg.fsm.stoppedErr() != nil {
+			return // a stopped replica does nothing more; its Raft is shut down (New)
 		}
 		if !mg.bootstrapped {
 			mg.bootstrapWhenExpected()
@@ -335,6 +356,9 @@ func (mg *Group) ApplyLocalAt(ctx context.Context, body proto.Message) (fsm.Resu
 		}
 		return fsm.Result{}, 0, err
 	}
+	if err, ok := f.Response().(error); ok { // this replica stopped
+		return fsm.Result{}, 0, fmt.Errorf("%w: %w", transport.ErrUnavailable, err)
+	}
 	res, _ := f.Response().([]fsm.Result)
 	if len(res) != 1 {
 		return fsm.Result{}, 0, errors.New("meta group: no result for the command")
@@ -353,6 +377,9 @@ func (mg *Group) LeaderID() string {
 // Ready reports whether the meta group has a leader, this node is in its
 // configuration and registered, and this replica has applied what it knows.
 func (mg *Group) Ready() error {
+	if err := mg.fsm.stoppedErr(); err != nil {
+		return err
+	}
 	if _, id := mg.group.Raft.LeaderWithID(); id == "" {
 		return errors.New("the meta group has no leader yet")
 	}
@@ -382,6 +409,9 @@ func (mg *Group) StaleRecord(m *fsm.Meta) bool {
 // An election under way leaves it as caught up as it was; a node removed
 // from the cluster, no longer registered, still acts on what it applied.
 func (mg *Group) CaughtUp() error {
+	if err := mg.fsm.stoppedErr(); err != nil {
+		return err
+	}
 	var applied uint64
 	mg.fsm.read(func(m *fsm.Meta) { applied = m.Applied() })
 	if !mg.group.CaughtUp(applied) {

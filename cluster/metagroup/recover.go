@@ -2,6 +2,7 @@ package metagroup
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/hashicorp/raft"
 
@@ -23,7 +24,7 @@ func Recover(cfg Config, voters []string) (dropped uint64, err error) {
 		servers[i] = raft.Server{ID: raft.ServerID(id), Address: raft.ServerAddress(id)}
 	}
 	var corrupt error
-	a := &metaFSM{m: fsm.NewMeta(), changed: func() {}, corrupt: func(err error) { corrupt = err }}
+	a := &metaFSM{m: fsm.NewMeta(), changed: func() {}, corrupt: func(index uint64, err error) { corrupt = fmt.Errorf("meta entry %d: %w", index, err) }}
 	dropped, err = raftgroup.Recover(raftgroup.Config{Group: ID, NodeID: cfg.NodeID, Dir: cfg.Dir, LogStore: cfg.LogStore, Logger: cfg.Logger}, a, servers, applies)
 	if err == nil && corrupt != nil {
 		err = corrupt

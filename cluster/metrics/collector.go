@@ -46,6 +46,7 @@ type collector struct {
 	peerStreams, gossip                     *prometheus.Desc
 	diskFree, diskMinFree                   *prometheus.Desc
 	loginFailures, loginThrottled           *prometheus.Desc
+	rebuilding, rebuilds                    *prometheus.Desc
 }
 
 func newCollector(src Source) *collector {
@@ -74,6 +75,8 @@ func newCollector(src Source) *collector {
 	c.diskMinFree = prometheus.NewDesc("cairn_data_disk_min_free_bytes", "The free space under which /readyz says not ready (--min-free-disk-mib; -1: never).", nil, nil)
 	c.loginFailures = prometheus.NewDesc("cairn_login_failures_total", "Password logins this node refused: a wrong user or password, or a malformed header.", nil, nil)
 	c.loginThrottled = prometheus.NewDesc("cairn_login_throttled_total", "Logins this node refused unchecked because their source was waiting out its failed logins.", nil, nil)
+	c.rebuilding = prometheus.NewDesc("cairn_replicas_rebuilding", "Member replicas on this node stopped and being rebuilt from their groups' other replicas.", nil, nil)
+	c.rebuilds = prometheus.NewDesc("cairn_replica_rebuilds_total", "Member replicas this node stopped to rebuild: an entry they could not apply (entry), or data on disk they could not read (log).", []string{"reason"}, nil)
 	return c
 }
 
@@ -81,7 +84,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range append(append([]*prometheus.Desc{}, c.queue...), c.subscription...) {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{c.groupState, c.term, c.commit, c.applied, c.last, c.snapshots, c.restores, c.connections, c.sessions, c.consumers, c.peerStreams, c.gossip, c.diskFree, c.diskMinFree, c.loginFailures, c.loginThrottled} {
+	for _, d := range []*prometheus.Desc{c.groupState, c.term, c.commit, c.applied, c.last, c.snapshots, c.restores, c.connections, c.sessions, c.consumers, c.peerStreams, c.gossip, c.diskFree, c.diskMinFree, c.loginFailures, c.loginThrottled, c.rebuilding, c.rebuilds} {
 		ch <- d
 	}
 }
@@ -122,6 +125,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.diskMinFree, prometheus.GaugeValue, float64(n.DiskMinFree))
 	ch <- prometheus.MustNewConstMetric(c.loginFailures, prometheus.CounterValue, float64(n.LoginFailures))
 	ch <- prometheus.MustNewConstMetric(c.loginThrottled, prometheus.CounterValue, float64(n.LoginThrottled))
+	ch <- prometheus.MustNewConstMetric(c.rebuilding, prometheus.GaugeValue, float64(n.ReplicasRebuilding))
+	for reason, v := range n.ReplicaRebuilds {
+		ch <- prometheus.MustNewConstMetric(c.rebuilds, prometheus.CounterValue, float64(v), reason)
+	}
 	for state, v := range n.Gossip {
 		ch <- prometheus.MustNewConstMetric(c.gossip, prometheus.GaugeValue, float64(v), state)
 	}

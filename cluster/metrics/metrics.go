@@ -58,6 +58,11 @@ type Node struct {
 	// LoginFailures counts the password logins refused, LoginThrottled
 	// those refused unchecked while their source waited (0 without TLS).
 	LoginFailures, LoginThrottled uint64
+	// ReplicasRebuilding counts the member replicas being rebuilt now,
+	// ReplicaRebuilds those rebuilt since the start, by reason (entry: one
+	// it could not apply; log: a log it could not read).
+	ReplicasRebuilding int
+	ReplicaRebuilds    map[string]uint64
 }
 
 // Raft states a Group may be in; cairn_raft_group_state has one series

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -141,6 +143,35 @@ const (
 // an unknown kind, or a directory written by the other kind.
 var ErrLogStore = errors.New("log store")
 
+// ErrDamaged is wrapped when a group's data on disk cannot be read back:
+// its log store does not open, or hashicorp/raft fails (or panics) reading
+// its log or snapshots at the start. A failure of the machine (permissions,
+// open files, space, memory, a disk error) or a store another process
+// holds is not damage: the same data may open later.
+var ErrDamaged = errors.New("the group's data on disk cannot be read")
+
+// damaged wraps err in ErrDamaged unless it is a failure of the machine.
+func damaged(err error) error {
+	for _, e := range []error{bbolt.ErrTimeout, fs.ErrPermission, syscall.EMFILE, syscall.ENFILE, syscall.ENOSPC, syscall.ENOMEM, syscall.EIO} {
+		if errors.Is(err, e) {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: %w", ErrDamaged, err)
+}
+
+// newRaft is raft.NewRaft, whose panics on a log it cannot read (an entry
+// missing, a configuration that does not decode) become errors: it starts
+// no goroutine before it has read the log.
+func newRaft(conf *raft.Config, f raft.FSM, logs raft.LogStore, stable raft.StableStore, snaps raft.SnapshotStore, trans raft.Transport) (r *raft.Raft, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r, err = nil, fmt.Errorf("reading the log at the start: %v", p)
+		}
+	}()
+	return raft.NewRaft(conf, f, logs, stable, snaps, trans)
+}
+
 // durableStore is a group's log and stable store, fsynced on every write.
 type durableStore interface {
 	raft.LogStore
@@ -225,6 +256,9 @@ func Open(cfg Config, fsm raft.FSM) (*Group, error) {
 	}
 	store, err := openStore(cfg.LogStore, cfg.Dir)
 	if err != nil {
+		if !errors.Is(err, ErrLogStore) {
+			err = damaged(err)
+		}
 		return nil, fmt.Errorf("raft group %s: open log store: %w", cfg.Group, err)
 	}
 	onErr := cfg.OnStorageError
@@ -297,16 +331,16 @@ func Open(cfg Config, fsm raft.FSM) (*Group, error) {
 	}
 	has, err := raft.HasExistingState(logs, guarded, snaps)
 	if err != nil {
-		return fail(err)
+		return fail(damaged(err))
 	}
 	if !has && len(cfg.Peers) > 0 {
 		if err := raft.BootstrapCluster(rc, logs, guarded, snaps, trans, raft.Configuration{Servers: cfg.Peers}); err != nil {
 			return fail(fmt.Errorf("bootstrap: %w", err))
 		}
 	}
-	r, err := raft.NewRaft(rc, fsm, logs, guarded, snaps, trans)
+	r, err := newRaft(rc, fsm, logs, guarded, snaps, trans)
 	if err != nil {
-		return fail(err)
+		return fail(damaged(err))
 	}
 	checked.Store(r)
 	trans.serve(r)

@@ -2,6 +2,7 @@ package raftgroup
 
 import (
 	"errors"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -9,6 +10,8 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
+
+	"github.com/cairnmq/cairn/transport/raftmux"
 )
 
 // A failed write of the Raft log (an fsync error) stops the node instead of
@@ -175,5 +178,66 @@ func TestStorageGuard_KeepsTheStoresMonotonicity(t *testing.T) {
 			t.Errorf("%s: IsMonotonic %v through the guard, want %v", kind, got, want)
 		}
 		store.Close()
+	}
+}
+
+// A group whose log on disk cannot be read back opens with an error
+// wrapping ErrDamaged, never a panic: hashicorp/raft panics at the start on
+// a configuration entry that does not decode, and on an entry missing
+// between its snapshot and its last index. Its caller rebuilds such a
+// replica from the others; with either log store.
+func TestOpen_DamagedLogIsAnErrorNotAPanic(t *testing.T) {
+	for _, kind := range []string{LogStoreBolt, LogStoreWAL} {
+		for name, damage := range map[string]func(durableStore) error{
+			"junk configuration entry": func(s durableStore) error {
+				return s.StoreLogs([]*raft.Log{{Index: 4, Term: 1, Type: raft.LogConfiguration, Data: []byte{0xc1, 0xc1, 0xc1}}})
+			},
+			"an entry missing": func(s durableStore) error {
+				if bs, ok := s.(boltStore); ok {
+					return bs.DeleteRange(2, 2) // bolt deletes any range; raft-wal only ends
+				}
+				return s.DeleteRange(1, 2) // the head, with no snapshot covering it
+			},
+		} {
+			t.Run(kind+"/"+name, func(t *testing.T) {
+				dir := t.TempDir()
+				s, err := openStore(kind, dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var logs []*raft.Log
+				for i := uint64(1); i <= 3; i++ {
+					logs = append(logs, &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte{byte(i)}})
+				}
+				if err := s.StoreLogs(logs); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.SetUint64([]byte("CurrentTerm"), 1); err != nil {
+					t.Fatal(err)
+				}
+				if err := damage(s); err != nil {
+					t.Fatal(err)
+				}
+				s.Close()
+				ln, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				mux := raftmux.New(ln, nil, nil, nil)
+				defer mux.Close()
+				layer, err := mux.Layer("q#0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				g, err := Open(Config{Group: "q#0", NodeID: "n1", Dir: dir, LogStore: kind, Stream: layer}, &logFSM{})
+				if err == nil {
+					g.Close()
+					t.Fatal("a damaged log opened")
+				}
+				if !errors.Is(err, ErrDamaged) {
+					t.Fatalf("err = %v; want ErrDamaged", err)
+				}
+			})
+		}
 	}
 }
