@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/cairnmq/cairn/destination"
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 	"github.com/cairnmq/cairn/fsm/selector"
@@ -122,6 +123,11 @@ func (a *memberFSM) askSnapshotLocked(first, last uint64) {
 
 var _ raft.BatchingFSM = (*memberFSM)(nil)
 
+// errNotApplied answers a committed entry a stopped replica did not apply:
+// the group's other replicas apply it, so what it did is unknown here, and
+// a command in it must not be sent again elsewhere as if it had not been.
+var errNotApplied = fmt.Errorf("%w: this replica stopped before the entry, which the group's other replicas apply", destination.ErrOutcomeUnknown)
+
 func (a *memberFSM) Apply(l *raft.Log) interface{} {
 	return a.ApplyBatch([]*raft.Log{l})[0]
 }
@@ -139,7 +145,7 @@ func (a *memberFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 			continue
 		}
 		if a.stopped {
-			out[i] = ErrStopped
+			out[i] = errNotApplied
 			continue
 		}
 		var res []fsm.Result
@@ -160,7 +166,7 @@ func (a *memberFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 			a.putBodiesAwayLocked(touched)
 			a.stopped = true
 			for j := i; j < len(logs); j++ {
-				out[j] = ErrStopped
+				out[j] = errNotApplied
 			}
 			a.mu.Unlock()
 			a.corrupt(l.Index, fmt.Errorf("entry %d: %w", l.Index, err))

@@ -7,13 +7,16 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/cairnmq/cairn/destination"
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 )
 
 // An entry the state machine cannot apply stops it: corrupt is told once,
 // with the entry's index; the entries after it, in the same batch or
-// later, are answered ErrStopped and change nothing; and it refuses to
+// later, change nothing and are answered with an unknown outcome (the
+// other replicas apply them: a command in one must not be sent again as
+// if it had not been); and it refuses to
 // snapshot, since its state is no longer the group's.
 func TestMemberFSM_UnappliableEntryStopsTheReplica(t *testing.T) {
 	var told []uint64
@@ -41,13 +44,13 @@ func TestMemberFSM_UnappliableEntryStopsTheReplica(t *testing.T) {
 		t.Fatalf("entry 1: %#v; want it applied", out[0])
 	}
 	for i := 1; i < 3; i++ {
-		if err, _ := out[i].(error); !errors.Is(err, ErrStopped) {
-			t.Fatalf("entry %d: %#v; want ErrStopped", i+1, out[i])
+		if err, _ := out[i].(error); !errors.Is(err, destination.ErrOutcomeUnknown) || errors.Is(err, ErrStopped) {
+			t.Fatalf("entry %d: %#v; want destination.ErrOutcomeUnknown, not ErrStopped (which the front-end sends elsewhere)", i+1, out[i])
 		}
 	}
 	later := a.ApplyBatch([]*raft.Log{{Index: 4, Type: raft.LogCommand, Data: enqueue("m4")}})
-	if err, _ := later[0].(error); !errors.Is(err, ErrStopped) {
-		t.Fatalf("entry 4, after the stop: %#v; want ErrStopped", later[0])
+	if err, _ := later[0].(error); !errors.Is(err, destination.ErrOutcomeUnknown) {
+		t.Fatalf("entry 4, after the stop: %#v; want destination.ErrOutcomeUnknown", later[0])
 	}
 	if len(told) != 1 || told[0] != 2 {
 		t.Fatalf("corrupt told %v; want once, entry 2", told)
