@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -395,13 +396,26 @@ func NewTestCluster(t *testing.T, n int, opts ...func(*Config)) *TestCluster {
 			go func() {
 				defer wg.Done()
 				if !haltNode(nd, true, 20*time.Second) {
-					t.Errorf("stopping %s did not finish within 20 s", nd.ID())
+					t.Errorf("stopping %s did not finish within 20 s; where stops wait:\n%s", nd.ID(), stopStacks())
 				}
 			}()
 		}
 		wg.Wait()
 	})
 	return tc
+}
+
+// stopStacks are the goroutines of the process that are stopping a node
+// or a Raft group: where a stop that hangs waits.
+func stopStacks() string {
+	buf := make([]byte, 64<<20)
+	var out []string
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, "cluster.(*Node).halt") || strings.Contains(g, "raft.(*Raft).Shutdown") {
+			out = append(out, g)
+		}
+	}
+	return strings.Join(out, "\n\n")
 }
 
 // haltNode stops (graceful) or crashes a node and reports whether it
@@ -448,7 +462,7 @@ func (tc *TestCluster) Halt(id string, graceful bool) {
 	nd := tc.nodes[i]
 	tc.nodes[i] = nil
 	if !haltNode(nd, graceful, 20*time.Second) {
-		tc.t.Fatalf("stopping %s did not finish within 20 s", id)
+		tc.t.Fatalf("stopping %s did not finish within 20 s; where stops wait:\n%s", id, stopStacks())
 	}
 }
 
