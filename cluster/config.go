@@ -11,7 +11,7 @@ import (
 
 	"github.com/cairnmq/cairn/cluster/frontend"
 
-	"github.com/cairnmq/cairn/cluster/raftgroup"
+	"github.com/cairnmq/cairn/raftgroup"
 
 	"github.com/hashicorp/memberlist"
 )

@@ -6,7 +6,7 @@
 // router's plans (package destination), and relays commands.
 //
 // It owns no delivery rules (package fsm), no Raft group internals
-// (packages member and cluster/raftgroup), no placement policy (package
+// (packages member and raftgroup), no placement policy (package
 // cluster/placement), no client connection (package cluster/frontend) and
 // not the meta group's replica (package cluster/metagroup). Decisions it made are argued in DESIGN.md; the words
 // used here are docs/ARCHITECTURE.md's.

@@ -15,7 +15,7 @@ import (
 	"github.com/hashicorp/raft"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/cairnmq/cairn/cluster/raftgroup"
+	"github.com/cairnmq/cairn/raftgroup"
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 	"github.com/cairnmq/cairn/member"

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnmq/cairn/cluster/raftgroup"
+	"github.com/cairnmq/cairn/raftgroup"
 	"github.com/cairnmq/cairn/test/wait"
 
 	"github.com/cairnmq/cairn/client"
@@ -533,7 +533,7 @@ func TestCluster_RestartWhileAnotherIsDown(t *testing.T) {
 // replication deadlocks in exactly that case (hashicorp/raft#612): a
 // replication goroutine parks in netPipeline.AppendEntries while the
 // pipeline's decoder has already returned, and Raft.Shutdown, so Node.Stop
-// and Node.Crash, never return. cluster/raftgroup/group.go turns pipelining off
+// and Node.Crash, never return. raftgroup/group.go turns pipelining off
 // (MaxRPCsInFlight 1) for it. Before that, about one cluster in 8 to 15
 // hung here on a 2-core machine under -race; each round is one more chance.
 func TestCluster_EveryNodeStopsAtOnceUnderLoad(t *testing.T) {

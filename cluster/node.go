@@ -22,7 +22,7 @@ import (
 	"github.com/cairnmq/cairn/cluster/frontend"
 	"github.com/cairnmq/cairn/cluster/metagroup"
 	"github.com/cairnmq/cairn/cluster/metrics"
-	"github.com/cairnmq/cairn/cluster/raftgroup"
+	"github.com/cairnmq/cairn/raftgroup"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"

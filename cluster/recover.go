@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/cairnmq/cairn/cluster/metagroup"
-	"github.com/cairnmq/cairn/cluster/raftgroup"
+	"github.com/cairnmq/cairn/raftgroup"
 )
 
 // RecoverMeta makes voters the meta group's only voters on the stopped

@@ -16,5 +16,5 @@
 //
 // It does not choose members or route requests (package destination), nor
 // decide where groups run (package cluster), nor keep a Raft log (package
-// cluster/raftgroup).
+// raftgroup).
 package member

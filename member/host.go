@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cairnmq/cairn/cluster/raftgroup"
+	"github.com/cairnmq/cairn/raftgroup"
 
 	"github.com/hashicorp/raft"
 )

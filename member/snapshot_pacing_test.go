@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnmq/cairn/cluster/raftgroup"
+	"github.com/cairnmq/cairn/raftgroup"
 
 	"github.com/cairnmq/cairn/test/wait"
 

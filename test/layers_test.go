@@ -13,16 +13,16 @@ import (
 // it; cmd, client's subpackages and test are left out.
 var layers = map[string][]string{
 	// test/wait: the in-process harness (testing.go) waits as tests do.
-	"cluster": {"cluster/auth", "cluster/console", "cluster/frontend", "cluster/metagroup", "cluster/metrics", "cluster/placement", "cluster/raftgroup",
+	"cluster": {"cluster/auth", "cluster/console", "cluster/frontend", "cluster/metagroup", "cluster/metrics", "cluster/placement", "raftgroup",
 		"member", "destination", "fsm", "fsm/selector", "transport", "transport/raftmux", "transport/certs", "test/wait"},
 	"cluster/console":   {"client"},
 	"cluster/metrics":   {"fsm"},
 	"cluster/frontend":  {"cluster/auth", "member", "destination", "fsm", "fsm/selector", "transport"},
 	"cluster/auth":      {"fsm", "transport", "transport/certs"},
-	"cluster/metagroup": {"cluster/raftgroup", "destination", "fsm", "transport"},
+	"cluster/metagroup": {"raftgroup", "destination", "fsm", "transport"},
 	"cluster/placement": {"fsm"},
-	"cluster/raftgroup": {},
-	"member":            {"cluster/raftgroup", "destination", "fsm", "fsm/selector"},
+	"raftgroup":         {},
+	"member":            {"raftgroup", "destination", "fsm", "fsm/selector"},
 	"destination":       {"fsm"},
 	"fsm":               {"fsm/selector"},
 	"fsm/selector":      {},

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cairnmq/cairn/cluster/raftgroup"
+	"github.com/cairnmq/cairn/raftgroup"
 	"github.com/cairnmq/cairn/destination"
 
 	"github.com/hashicorp/raft"

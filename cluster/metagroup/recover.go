@@ -6,7 +6,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/cairnmq/cairn/cluster/raftgroup"
+	"github.com/cairnmq/cairn/raftgroup"
 	"github.com/cairnmq/cairn/fsm"
 )
 

@@ -20,7 +20,7 @@ func init() {
 	}
 }
 
-// stagingStore does what Cairn's cluster/raftgroup/logcache.go does for StageLogs: a
+// stagingStore does what Cairn's raftgroup/logcache.go does for StageLogs: a
 // leader's new entries are readable from memory until StoreLogs has
 // written them, and stay so if the write fails.
 type stagingStore struct {

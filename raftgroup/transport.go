@@ -16,7 +16,7 @@ type raftTransport interface {
 }
 
 // groupTransport is a group's Raft transport with two rules of ours on top
-// of hashicorp/raft's NetworkTransport (cluster/raftgroup/DESIGN.md):
+// of hashicorp/raft's NetworkTransport (raftgroup/DESIGN.md):
 //   - its snapshot sends go through the node's SnapshotSends: Raft's
 //     replication goroutine for a follower waits in InstallSnapshot for a
 //     slot, and stopWaiting ends the wait, as raft.Shutdown waits for that

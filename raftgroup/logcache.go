@@ -15,7 +15,7 @@ import (
 // batched 1 KiB messages (up to 1,024 of them per entry), more than a
 // follower applies at once or a leader sends to one that keeps up; 64 MiB
 // measured no faster, and cost a million pending messages 10 % more
-// resident memory (cluster/raftgroup/DESIGN.md).
+// resident memory (raftgroup/DESIGN.md).
 const (
 	logCacheEntries = 512
 	logCacheBytes   = 16 << 20

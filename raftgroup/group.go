@@ -122,7 +122,7 @@ type Group struct {
 // at the end and cut at the front, so the free list is long and changes on
 // every write. Writing it on every commit cost more than the entry itself;
 // without it, opening rebuilds the list by walking the file once
-// (cluster/raftgroup/DESIGN.md has the measurements).
+// (raftgroup/DESIGN.md has the measurements).
 func boltOptions() *bbolt.Options {
 	return &bbolt.Options{
 		Timeout:        time.Second,
