@@ -302,7 +302,7 @@ func (n *Node) maxWire() int { return transport.FrameLimit(n.cfg.MaxMessageBytes
 // Peers send what they built from checked input (a transaction's sends,
 // up to frontend.MaxTxBytes, travel in one command), so a lower limit would only
 // break a legitimate stream, and it would be a second number that every
-// node's setting must agree with (cluster/DESIGN.md, "Frame limits").
+// node's setting must agree with (cluster/frontend/DESIGN.md, "Frame limits").
 const maxPeerFrame = math.MaxInt32
 
 // peerAddr is where a node's peer service listens, as gossip (fresher)

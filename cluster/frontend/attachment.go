@@ -259,7 +259,7 @@ func finalLinkError(err error) error {
 
 // grant gives the consumer room for n more messages, at most as many as it
 // was pushed since it last made room: more is ignored, so a client never
-// holds more messages than its prefetch (cluster/DESIGN.md, "Credit").
+// holds more messages than its prefetch (DESIGN.md, "Credit").
 func (a *attachment) grant(n int) {
 	a.mu.Lock()
 	n = min(n, a.held)

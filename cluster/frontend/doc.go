@@ -13,5 +13,7 @@
 //
 // What it needs of the node, it asks through Node and Admin, which package
 // cluster implements: where a send goes and what happens when it fails is
-// the router's (package destination), carried out by cluster.
+// the router's (package destination), carried out by cluster. The
+// decisions made here, with their reasons and measurements, are in
+// DESIGN.md.
 package frontend
