@@ -35,14 +35,18 @@ func (n *Node) notHosting(name string) *peerpb.Error {
 	return &peerpb.Error{Code: codeNotLeader, Message: "member " + name + " is not hosted here", Leader: string(leader)}
 }
 
-// peerErrorOf classifies a member's failure for the front-end that asked.
+// peerErrorOf gives a member's failure the peer API's code for the
+// front-end that asked, from the one classifier of outcomes
+// (destination.OutcomeOf), which the front-end applies to a local failure:
+// a command relayed meets the same fate as one submitted here
+// (TestOutcome_RelayedAsLocal).
 func peerErrorOf(n *Node, name string, err error) *peerpb.Error {
-	switch {
-	case errors.Is(err, member.ErrNotLeader), errors.Is(err, member.ErrBusy), errors.Is(err, member.ErrStopped):
+	switch destination.OutcomeOf(err) {
+	case destination.NotSent: // not the leader, too busy, stopped: the plan tries the host
 		e := n.notHosting(name)
 		e.Code, e.Message = codeNotLeader, err.Error()
 		return e
-	case errors.Is(err, destination.ErrOutcomeUnknown):
+	case destination.Unknown:
 		return &peerpb.Error{Code: codeOutcomeUnknown, Message: err.Error()}
 	}
 	return &peerpb.Error{Code: codeUnavailable, Message: err.Error()}

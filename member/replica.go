@@ -16,13 +16,16 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/cairnmq/cairn/destination"
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 	"github.com/cairnmq/cairn/fsm/selector"
 )
 
-// ErrStopped is returned by a replica that has been closed.
-var ErrStopped = errors.New("member: replica stopped")
+// ErrStopped is returned by a replica that has been closed: it took no
+// command, which may be sent to the member's new host
+// (destination.ErrNotSent).
+var ErrStopped = destination.MarkNotSent(errors.New("member: replica stopped"))
 
 // Config describes one member replica on this node.
 type Config struct {

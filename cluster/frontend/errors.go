@@ -8,7 +8,6 @@ import (
 
 	"github.com/cairnmq/cairn/destination"
 	"github.com/cairnmq/cairn/fsm"
-	"github.com/cairnmq/cairn/member"
 	"github.com/cairnmq/cairn/transport"
 )
 
@@ -34,8 +33,7 @@ var clientErrors = []struct{ from, to error }{
 	{selector.ErrInvalid, transport.ErrInvalidSelector},
 	{fsm.ErrUnknownSession, transport.ErrLostServer},
 	{fsm.ErrSessionOwned, transport.ErrLostServer},
-	{destination.ErrNotSent, transport.ErrUnavailable}, // member.ErrNotLeader, member.ErrBusy
-	{member.ErrStopped, transport.ErrUnavailable},
+	{destination.ErrNotSent, transport.ErrUnavailable}, // member.ErrNotLeader, ErrBusy, ErrStopped
 	{destination.ErrOutcomeUnknown, transport.ErrUnavailable},
 }
 
