@@ -132,9 +132,14 @@ func (c *Connection) openLink(ctx context.Context, addr string, gen uint64, clie
 	}
 	l.lastHeard.Store(time.Now().UnixNano())
 	go l.readLoop()
-	go l.watchSilence()
+	// Until the Hello is answered, DialTimeout bounds the wait (a node
+	// checking a password says nothing meanwhile); the silence of an open
+	// link is watched from then on.
 	reply, err := l.request(dctx, &clientpb.ClientFrame{Op: &clientpb.ClientFrame_Hello{Hello: &clientpb.Hello{ClientId: clientID, ClientInstance: c.instance}}})
 	if err != nil {
+		if dctx.Err() != nil && ctx.Err() == nil {
+			err = l.lostErr(fmt.Errorf("no answer within %v", c.opts.DialTimeout))
+		}
 		unanswered()
 		l.close(err)
 		return nil, err
@@ -144,6 +149,8 @@ func (c *Connection) openLink(ctx context.Context, addr string, gen uint64, clie
 	l.mu.Lock()
 	l.id, l.node, l.peers, l.maxFrame = h.ConnectionId, h.NodeId, h.ClientAddrs, int(h.MaxFrameBytes)
 	l.mu.Unlock()
+	l.lastHeard.Store(time.Now().UnixNano())
+	go l.watchSilence()
 	return l, nil
 }
 

@@ -132,16 +132,19 @@ func admin(t *testing.T, n *Node) *client.Admin {
 
 // clientOptions reach n: over TLS, verifying it with its cluster's CA, as
 // user admin, when it serves TLS.
+// A node of a busy test machine may take more than the client's default 5 s
+// to open a connection: a password's first check runs bcrypt under the race
+// detector beside other clusters.
 func clientOptions(t *testing.T, n *Node) client.Options {
 	t.Helper()
 	if n.cfg.TLSCA == "" {
-		return client.Options{}
+		return client.Options{DialTimeout: 10 * time.Second}
 	}
 	tc, err := certs.ClientTLS(n.cfg.TLSCA, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return client.Options{TLS: tc, User: AdminUser, Password: testAdminPassword}
+	return client.Options{TLS: tc, User: AdminUser, Password: testAdminPassword, DialTimeout: 10 * time.Second}
 }
 
 // untested makes a wait's timeout say that the test did not test what it
