@@ -15,10 +15,10 @@ import (
 	"github.com/hashicorp/raft"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/cairnmq/cairn/raftgroup"
 	"github.com/cairnmq/cairn/fsm"
 	"github.com/cairnmq/cairn/fsm/fsmpb"
 	"github.com/cairnmq/cairn/member"
+	"github.com/cairnmq/cairn/raftgroup"
 )
 
 // groups runs the member replicas that the meta group places on this node:

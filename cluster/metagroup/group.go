@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cairnmq/cairn/raftgroup"
 	"github.com/cairnmq/cairn/destination"
+	"github.com/cairnmq/cairn/raftgroup"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
@@ -127,7 +127,7 @@ func New(cfg Config, node Node) *Group {
 
 // ErrStopped is wrapped when this node's meta replica has stopped on an
 // entry it cannot apply: its state stays where it was, its Raft is shut
-// down (Run), and the node is not ready.
+// down (New), and the node is not ready.
 var ErrStopped = errors.New("meta replica stopped")
 
 // Open opens the group's Raft log and starts Raft.
@@ -356,8 +356,8 @@ func (mg *Group) ApplyLocalAt(ctx context.Context, body proto.Message) (fsm.Resu
 		}
 		return fsm.Result{}, 0, err
 	}
-	if err, ok := f.Response().(error); ok { // this replica stopped
-		return fsm.Result{}, 0, fmt.Errorf("%w: %w", transport.ErrUnavailable, err)
+	if err, ok := f.Response().(error); ok { // committed, but this replica stopped before it
+		return fsm.Result{}, 0, fmt.Errorf("%w: %w: %w", transport.ErrUnavailable, destination.ErrOutcomeUnknown, err)
 	}
 	res, _ := f.Response().([]fsm.Result)
 	if len(res) != 1 {

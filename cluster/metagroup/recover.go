@@ -6,8 +6,8 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/cairnmq/cairn/raftgroup"
 	"github.com/cairnmq/cairn/fsm"
+	"github.com/cairnmq/cairn/raftgroup"
 )
 
 // Recover makes voters the meta group's only voters on this stopped node's
