@@ -17,15 +17,6 @@ import (
 // one of its members (NAME#I), the member a consumer is pinned to, and
 // the client address of the node that hosts a member.
 
-// resolve finds a destination, creating it on first use when the node runs
-// with --auto-create.
-func (n *Node) resolve(ctx context.Context, name string) (*fsmpb.Destination, error) {
-	if d, ok := n.meta.Destination(name); ok {
-		return d, nil
-	}
-	return n.resolveKind(ctx, name, fsmpb.DestinationKind_DESTINATION_KIND_QUEUE)
-}
-
 // ensure returns the queue name, creating it with the defaults if it does
 // not exist, whatever --auto-create says (a dead-letter queue).
 func (n *Node) ensure(ctx context.Context, name string) (*fsmpb.Destination, error) {
