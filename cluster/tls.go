@@ -187,9 +187,14 @@ func (g *tlsGossip) DialTimeout(addr string, timeout time.Duration) (net.Conn, e
 	return g.DialAddressTimeout(memberlist.Address{Addr: addr}, timeout)
 }
 
+// Shutdown shuts the transport under it down first, while accept still
+// takes its streams: memberlist's listener hands each accepted stream on
+// an unbuffered channel, and its Shutdown waits for that listener, so a
+// stream that arrived as accept stopped hung the node's stop for good.
 func (g *tlsGossip) Shutdown() error {
+	err := g.NodeAwareTransport.Shutdown()
 	close(g.stop)
-	return g.NodeAwareTransport.Shutdown()
+	return err
 }
 
 // peerCaller refuses a peer API call from a node the cluster removed: its
